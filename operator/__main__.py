@@ -1,0 +1,3 @@
+from vgpu_operator.cli import main
+
+main()

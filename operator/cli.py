@@ -1,0 +1,43 @@
+"""Command line: `vgpu-operator run | agent | simulate | crds | demo`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+
+@click.group()
+@click.version_option(package_name="vgpu-operator")
+def main() -> None:
+    """GPU sharing for Kubernetes, compatible with HAMi's annotations."""
+
+
+@main.command()
+@click.argument("scenario_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--now", type=float, default=None, help="Unix time of the decisions.")
+@click.option("--check", "check_expect", is_flag=True, help="Exit 1 if `expect` is not met.")
+@click.option("--reference", is_flag=True, help="Decide without the node index.")
+def simulate(scenario_file: Path, now: float | None, check_expect: bool, reference: bool) -> None:
+    """Run the scheduling engine on a scenario file; print decisions as JSON."""
+    from vgpu_operator import simulation
+    from vgpu_operator.errors import ScenarioError
+
+    try:
+        scenario = simulation.parse_scenario(scenario_file.read_text())
+        result = simulation.simulate(
+            scenario, now=time.time() if now is None else now, use_index=not reference
+        )
+    except ScenarioError as exc:
+        click.echo(f"error: invalid scenario {scenario_file}: {exc}", err=True)
+        sys.exit(2)
+    click.echo(json.dumps(result, indent=2))
+    if check_expect:
+        problems = simulation.check(scenario, result)
+        for problem in problems:
+            click.echo(f"expectation not met: {problem}", err=True)
+        if problems:
+            sys.exit(1)

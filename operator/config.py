@@ -1,0 +1,174 @@
+"""The device configuration (the ``device-config.yaml`` of the operator's ConfigMap).
+
+Keys and defaults follow HAMi's chart (seed 003 §2.3, §4.1), so an existing HAMi
+``device-config.yaml`` is accepted as it is; sections for vendors we do not implement
+are ignored. Precedence when a pod is scheduled: pod annotation > node annotation or
+per-node entry > this global config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from vgpu_operator.devices import model
+from vgpu_operator.errors import ConfigError
+
+NODE_POLICIES = ("binpack", "spread")
+GPU_POLICY_TOKENS = ("binpack", "spread", "topology-aware", "mutex", "numa")
+CORE_POLICIES = ("default", "force", "disable")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+
+class MigTemplateConfig(_Section):
+    name: str
+    memory: int = Field(ge=0)
+    core: int = Field(ge=0, le=100)
+    count: int = Field(ge=1)
+
+    def to_model(self) -> model.MigTemplate:
+        return model.MigTemplate(self.name, self.memory, self.core, self.count)
+
+
+class MigGeometryConfig(_Section):
+    """One ``knownMigGeometries`` entry: card models and the geometries they allow."""
+
+    models: tuple[str, ...] = Field(min_length=1)
+    allowed_geometries: tuple[tuple[MigTemplateConfig, ...], ...] = Field(
+        alias="allowedGeometries", min_length=1
+    )
+
+    def to_model(self) -> tuple[tuple[str, ...], tuple[model.Geometry, ...]]:
+        return self.models, tuple(tuple(t.to_model() for t in g) for g in self.allowed_geometries)
+
+
+class VendorConfig(_Section):
+    """Resource names and defaults shared by every vendor section."""
+
+    resource_count_name: str = Field(alias="resourceCountName")
+    resource_memory_name: str = Field(alias="resourceMemoryName")
+    resource_memory_percentage_name: str = Field("", alias="resourceMemoryPercentageName")
+    resource_core_name: str = Field(alias="resourceCoreName")
+    resource_priority_name: str = Field("", alias="resourcePriorityName")
+    default_memory: int = Field(0, alias="defaultMemory", ge=0)
+    default_cores: int = Field(0, alias="defaultCores", ge=0, le=100)
+    default_gpu_num: int = Field(1, alias="defaultGPUNum", ge=0)
+    memory_factor: int = Field(1, alias="memoryFactor", ge=0)
+    device_split_count: int = Field(10, alias="deviceSplitCount", ge=1)
+    device_memory_scaling: float = Field(1.0, alias="deviceMemoryScaling", gt=0)
+    device_core_scaling: float = Field(1.0, alias="deviceCoreScaling", gt=0)
+
+    @property
+    def effective_memory_factor(self) -> int:
+        """HAMi reads a memoryFactor of 0 as 1."""
+        return max(self.memory_factor, 1)
+
+
+class NvidiaConfig(VendorConfig):
+    resource_count_name: str = Field("nvidia.com/gpu", alias="resourceCountName")
+    resource_memory_name: str = Field("nvidia.com/gpumem", alias="resourceMemoryName")
+    resource_memory_percentage_name: str = Field(
+        "nvidia.com/gpumem-percentage", alias="resourceMemoryPercentageName"
+    )
+    resource_core_name: str = Field("nvidia.com/gpucores", alias="resourceCoreName")
+    resource_priority_name: str = Field("nvidia.com/priority", alias="resourcePriorityName")
+    overwrite_env: bool = Field(False, alias="overwriteEnv")
+    gpu_core_policy: Literal["default", "force", "disable"] = Field(
+        "default", alias="gpuCorePolicy"
+    )
+    runtime_class_name: str = Field("", alias="runtimeClassName")
+    known_mig_geometries: tuple[MigGeometryConfig, ...] = Field((), alias="knownMigGeometries")
+
+    def mig_geometries(self) -> tuple[tuple[tuple[str, ...], tuple[model.Geometry, ...]], ...]:
+        return tuple(g.to_model() for g in self.known_mig_geometries)
+
+
+class HygonConfig(VendorConfig):
+    resource_count_name: str = Field("hygon.com/dcunum", alias="resourceCountName")
+    resource_memory_name: str = Field("hygon.com/dcumem", alias="resourceMemoryName")
+    resource_memory_percentage_name: str = Field("", alias="resourceMemoryPercentageName")
+    resource_core_name: str = Field("hygon.com/dcucores", alias="resourceCoreName")
+
+
+class SchedulerConfig(_Section):
+    node_scheduler_policy: Literal["binpack", "spread"] = Field(
+        "binpack", alias="nodeSchedulerPolicy"
+    )
+    gpu_scheduler_policy: str = Field("spread", alias="gpuSchedulerPolicy")
+    scheduler_name: str = Field("vgpu-scheduler", alias="schedulerName", min_length=1)
+
+    @field_validator("gpu_scheduler_policy")
+    @classmethod
+    def _known_gpu_policy(cls, value: str) -> str:
+        parse_gpu_policy(value)
+        return value
+
+
+class FilterDevices(_Section):
+    uuid: tuple[str, ...] = ()
+    index: tuple[int, ...] = ()
+
+
+class NodeOverride(_Section):
+    """A ``nodeconfig`` entry: per-node device-plugin settings (HAMi's lower-case keys)."""
+
+    name: str = Field(min_length=1)
+    operating_mode: str | None = Field(None, alias="operatingmode")
+    device_split_count: int | None = Field(None, alias="devicesplitcount", ge=1)
+    device_memory_scaling: float | None = Field(None, alias="devicememoryscaling", gt=0)
+    device_core_scaling: float | None = Field(None, alias="devicecorescaling", gt=0)
+    filter_devices: FilterDevices = Field(FilterDevices(), alias="filterdevices")
+
+
+class DeviceConfig(_Section):
+    nvidia: NvidiaConfig = NvidiaConfig()
+    hygon: HygonConfig = HygonConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    node_config: tuple[NodeOverride, ...] = Field((), alias="nodeconfig")
+
+    def node_override(self, node_name: str) -> NodeOverride | None:
+        for entry in self.node_config:
+            if entry.name == node_name:
+                return entry
+        return None
+
+
+def parse_gpu_policy(value: str) -> tuple[str, ...]:
+    """Split a GPU policy (a name or HAMi v2.10's comma chain) into known tokens."""
+    tokens = tuple(t.strip() for t in value.split(",") if t.strip())
+    for token in tokens:
+        if token not in GPU_POLICY_TOKENS:
+            raise ValueError(
+                f"unknown GPU scheduler policy {token!r} (known: {', '.join(GPU_POLICY_TOKENS)})"
+            )
+    return tokens
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "<root>"
+
+
+def load_config(data: Mapping[str, Any] | None) -> DeviceConfig:
+    """Validate a parsed device config; a bad value raises ConfigError naming its field."""
+    try:
+        return DeviceConfig.model_validate(dict(data or {}))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(_field_path(first["loc"]), first["msg"]) from exc
+
+
+def load_config_yaml(text: str) -> DeviceConfig:
+    """Parse ``device-config.yaml`` text (YAML or JSON)."""
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise ConfigError("device-config.yaml", f"not valid YAML: {exc}") from exc
+    if data is not None and not isinstance(data, Mapping):
+        raise ConfigError("device-config.yaml", "must be a mapping of sections")
+    return load_config(data)

@@ -1,0 +1,57 @@
+"""Wire vocabulary: annotation keys, resource names and API groups, in one place.
+
+HAMi's keys are kept byte-for-byte so that pods and nodes written for HAMi work unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEDULER_NAME: Final = "vgpu-scheduler"
+
+# --- Node annotations (written by device plugins / our agent, or by administrators) ---
+NODE_NVIDIA_REGISTER: Final = "hami.io/node-nvidia-register"
+NODE_NVIDIA_SCORE: Final = "hami.io/node-nvidia-score"
+NODE_HANDSHAKE: Final = "hami.io/node-handshake"
+NODE_DEVICE_CORDON: Final = "hami.io/device-cordon"
+NODE_LOCK: Final = "hami.io/mutex.lock"
+
+# --- Pod annotations written by the scheduler ---
+ASSIGNED_NODE: Final = "hami.io/vgpu-node"
+ASSIGNED_TIME: Final = "hami.io/vgpu-time"
+BIND_PHASE: Final = "hami.io/bind-phase"
+BIND_TIME: Final = "hami.io/bind-time"
+NVIDIA_DEVICES_TO_ALLOCATE: Final = "hami.io/vgpu-devices-to-allocate"
+NVIDIA_DEVICES_ALLOCATED: Final = "hami.io/vgpu-devices-allocated"
+
+# --- Pod annotations written by users ---
+GPU_USE_TYPE: Final = "nvidia.com/use-gputype"
+GPU_NOUSE_TYPE: Final = "nvidia.com/nouse-gputype"
+GPU_USE_UUID: Final = "nvidia.com/use-gpuuuid"
+GPU_NOUSE_UUID: Final = "nvidia.com/nouse-gpuuuid"
+GPU_NUMA_BIND: Final = "nvidia.com/numa-bind"
+GPU_VGPU_MODE: Final = "nvidia.com/vgpu-mode"
+NODE_SCHEDULER_POLICY: Final = "hami.io/node-scheduler-policy"
+GPU_SCHEDULER_POLICY: Final = "hami.io/gpu-scheduler-policy"
+DEVICE_SCORING_WEIGHTS: Final = "hami.io/device-scoring-weights"
+
+# --- Hygon DCU (the second vendor) ---
+HYGON_USE_TYPE: Final = "hygon.com/use-dcutype"
+HYGON_NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
+HYGON_USE_UUID: Final = "hygon.com/use-gpuuuid"
+HYGON_NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
+NODE_HYGON_REGISTER: Final = "hami.io/node-dcu-register"
+HYGON_DEVICES_TO_ALLOCATE: Final = "hami.io/dcu-devices-to-allocate"
+HYGON_DEVICES_ALLOCATED: Final = "hami.io/dcu-devices-allocated"
+
+# --- Environment variables injected by admission ---
+ENV_TASK_PRIORITY: Final = "CUDA_TASK_PRIORITY"
+ENV_CORE_UTILIZATION_POLICY: Final = "GPU_CORE_UTILIZATION_POLICY"
+ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+
+# --- Our own API ---
+CRD_GROUP: Final = "vgpu-operator.io"
+CRD_VERSION: Final = "v1alpha1"
+DEVICE_INVENTORY_KIND: Final = "DeviceInventory"
+DEVICE_INVENTORY_PLURAL: Final = "deviceinventories"
+DEVICE_INVENTORY_SHORT: Final = "dinv"
