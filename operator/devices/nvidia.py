@@ -1,0 +1,127 @@
+"""NVIDIA: vocabulary, admission defaults and the GPU-count health rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from vgpu_operator import names
+from vgpu_operator.config import NvidiaConfig
+from vgpu_operator.devices import vendor
+
+COMMON_WORD: Final = "NVIDIA"
+
+SPEC: Final = vendor.VendorSpec(
+    common_word=COMMON_WORD,
+    type_marker="NVIDIA",
+    register_annotation=names.NODE_NVIDIA_REGISTER,
+    score_annotation=names.NODE_NVIDIA_SCORE,
+    to_allocate_annotation=names.NVIDIA_DEVICES_TO_ALLOCATE,
+    allocated_annotation=names.NVIDIA_DEVICES_ALLOCATED,
+    use_type_annotation=names.GPU_USE_TYPE,
+    nouse_type_annotation=names.GPU_NOUSE_TYPE,
+    use_uuid_annotation=names.GPU_USE_UUID,
+    nouse_uuid_annotation=names.GPU_NOUSE_UUID,
+    mode_annotation=names.GPU_VGPU_MODE,
+    numa_bind_annotation=names.GPU_NUMA_BIND,
+    supports_mig=True,
+    supports_topology=True,
+)
+
+
+def hami_type(model_name: str) -> str:
+    """The type string HAMi registers: the NVML name, prefixed unless it starts with NVIDIA."""
+    return model_name if model_name.upper().startswith("NVIDIA") else f"NVIDIA-{model_name}"
+
+
+def _env_append(container: dict[str, Any], name: str, value: str) -> None:
+    container.setdefault("env", []).append({"name": name, "value": value})
+
+
+def _has(container: dict[str, Any], section: str, name: str) -> bool:
+    return bool(name) and name in ((container.get("resources") or {}).get(section) or {})
+
+
+def mutate_container(
+    config: NvidiaConfig, container: dict[str, Any], pod: dict[str, Any]
+) -> bool:
+    """HAMi's MutateAdmission for one container, in place; True if it asks for a GPU.
+
+    Raises ValueError when gpumem-percentage is outside 0..100. Applying it twice
+    changes nothing, so an already admitted pod is left as it is.
+    """
+    names_ = vendor.resource_names(config)
+    resources = container.setdefault("resources", {})
+    limits = resources.setdefault("limits", {})
+    percentage = vendor.as_int_or_none(limits.get(names_.memory_percentage))
+    if names_.memory_percentage in limits and (percentage is None or not 0 <= percentage <= 100):
+        raise ValueError(
+            f"container {container.get('name', '')!r}: {names_.memory_percentage} must be an "
+            f"integer between 0 and 100, got {limits[names_.memory_percentage]!r}"
+        )
+    if config.resource_priority_name in limits:
+        _env_append(container, names.ENV_TASK_PRIORITY, str(limits[config.resource_priority_name]))
+    if config.gpu_core_policy not in ("", "default"):
+        _env_append(container, names.ENV_CORE_UTILIZATION_POLICY, config.gpu_core_policy)
+
+    has_resource = names_.count in limits
+    if not has_resource and config.default_gpu_num > 0:
+        wants_share = any(
+            n in limits for n in (names_.cores, names_.memory, names_.memory_percentage) if n
+        )
+        if wants_share:
+            limits[names_.count] = config.default_gpu_num
+            has_resource = True
+
+    count_present = _has(container, "limits", names_.count) or _has(
+        container, "requests", names_.count
+    )
+    cores_present = _has(container, "limits", names_.cores) or _has(
+        container, "requests", names_.cores
+    )
+    if count_present and not cores_present:
+        pct_present = _has(container, "limits", names_.memory_percentage) or _has(
+            container, "requests", names_.memory_percentage
+        )
+        mem_present = _has(container, "limits", names_.memory) or _has(
+            container, "requests", names_.memory
+        )
+        if pct_present:
+            exclusive = percentage == 100 or vendor.as_int_or_none(
+                ((resources.get("requests") or {}).get(names_.memory_percentage))
+            ) == 100 and names_.memory_percentage not in limits
+        else:
+            exclusive = not names_.memory or not mem_present
+        if exclusive:
+            limits[names_.cores] = 100
+            has_resource = True
+
+    spec = pod.setdefault("spec", {})
+    if has_resource and config.runtime_class_name and not spec.get("runtimeClassName"):
+        spec["runtimeClassName"] = config.runtime_class_name
+    if not has_resource and config.overwrite_env:
+        _env_append(container, names.ENV_VISIBLE_DEVICES, "none")
+    return has_resource
+
+
+@dataclass(slots=True)
+class GpuCountTracker:
+    """Seed 000 §9: notice GPUs that vanish from, or change in number on, a node.
+
+    ``observe`` returns (healthy, refresh): a node whose allocatable GPU count falls to
+    0 after having GPUs is unhealthy (its devices are dropped); a changed count asks
+    for the device list to be read again.
+    """
+
+    reported: int = 0
+
+    def observe(self, allocatable: int) -> tuple[bool, bool]:
+        if allocatable == 0:
+            if self.reported > 0:
+                self.reported = 0
+                return False, False
+            return True, False
+        if allocatable != self.reported:
+            self.reported = allocatable
+            return True, True
+        return True, False

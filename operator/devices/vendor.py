@@ -1,0 +1,153 @@
+"""What a device vendor is, as data: names, annotation keys and the pure predicates.
+
+Both vendors (NVIDIA and Hygon DCU) are instances of ``VendorSpec``; what differs
+between them is data, so the scheduling algorithms are written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vgpu_operator.config import VendorConfig
+from vgpu_operator.devices import model
+from vgpu_operator.devices.quantity import as_int
+
+_MAX_INT32 = 2**31 - 1
+_TRUE_WORDS = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceNames:
+    count: str
+    memory: str
+    memory_percentage: str
+    cores: str
+
+
+@dataclass(frozen=True, slots=True)
+class VendorSpec:
+    """The fixed vocabulary of one vendor."""
+
+    common_word: str
+    #: A card is visible to this vendor when its type contains this (case-insensitive).
+    type_marker: str
+    register_annotation: str
+    score_annotation: str | None
+    to_allocate_annotation: str
+    allocated_annotation: str
+    use_type_annotation: str
+    nouse_type_annotation: str
+    use_uuid_annotation: str
+    nouse_uuid_annotation: str
+    mode_annotation: str | None = None
+    numa_bind_annotation: str | None = None
+    supports_mig: bool = False
+    supports_topology: bool = False
+
+
+def resource_names(config: VendorConfig) -> ResourceNames:
+    return ResourceNames(
+        config.resource_count_name,
+        config.resource_memory_name,
+        config.resource_memory_percentage_name,
+        config.resource_core_name,
+    )
+
+
+def is_true(value: str | None) -> bool:
+    """Go's strconv.ParseBool truth, which HAMi uses for annotation flags."""
+    return value is not None and value.strip() in _TRUE_WORDS
+
+
+def split_list(value: str | None) -> list[str]:
+    """A comma list annotation: trimmed items, empty items dropped."""
+    if value is None:
+        return []
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def type_allowed(spec: VendorSpec, annotations: Mapping[str, str], card_type: str) -> bool:
+    """use-/nouse-type: case-insensitive substring of the card type; both apply."""
+    upper = card_type.upper()
+    wanted = [item.upper() for item in split_list(annotations.get(spec.use_type_annotation))]
+    if wanted and not any(item in upper for item in wanted):
+        return False
+    banned = [item.upper() for item in split_list(annotations.get(spec.nouse_type_annotation))]
+    return not any(item in upper for item in banned)
+
+
+def mode_allowed(spec: VendorSpec, annotations: Mapping[str, str], card_mode: str) -> bool:
+    """vgpu-mode: the card mode must be a substring of the annotation (empty mode passes)."""
+    if spec.mode_annotation is None:
+        return True
+    wanted = annotations.get(spec.mode_annotation)
+    if wanted is None:
+        return True
+    return card_mode in wanted
+
+
+def uuid_allowed(spec: VendorSpec, annotations: Mapping[str, str], card_id: str) -> bool:
+    """use-/nouse-uuid: exact match against trimmed items; both apply; empty = none."""
+    wanted = split_list(annotations.get(spec.use_uuid_annotation))
+    if wanted and card_id not in wanted:
+        return False
+    return card_id not in split_list(annotations.get(spec.nouse_uuid_annotation))
+
+
+def numa_bind(spec: VendorSpec, annotations: Mapping[str, str]) -> bool:
+    if spec.numa_bind_annotation is None:
+        return False
+    return is_true(annotations.get(spec.numa_bind_annotation))
+
+
+def _lookup(resources: Mapping[str, Any], name: str) -> tuple[bool, int | None]:
+    """(present, integer value or None): limits are consulted before requests."""
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if name and name in values:
+            return True, as_int(values[name], name)
+    return False, None
+
+
+def container_request(
+    spec: VendorSpec, config: VendorConfig, container: Mapping[str, Any]
+) -> model.ContainerRequest | None:
+    """HAMi's GenerateResourceRequests for one container (hami-semantics §2)."""
+    resources = container.get("resources") or {}
+    names = resource_names(config)
+    present, count = _lookup(resources, names.count)
+    if not present or count is None or count <= 0:
+        return None
+    factor = config.effective_memory_factor
+    memory = 0
+    present, value = _lookup(resources, names.memory)
+    if present:
+        # A memory value we cannot honour drops the whole request rather than under-allocate.
+        if value is None or value < 0 or value > _MAX_INT32 // factor:
+            return None
+        memory = value * factor
+    percent = model.MEMORY_PERCENT_UNSET
+    present, value = _lookup(resources, names.memory_percentage)
+    if present and value is not None and value > 0:
+        percent = min(value, 100)
+    if percent == model.MEMORY_PERCENT_UNSET and memory == 0:
+        if config.default_memory != 0:
+            memory = config.default_memory
+        else:
+            percent = 100
+    cores = config.default_cores
+    present, value = _lookup(resources, names.cores)
+    if present and value is not None:
+        cores = value
+    return model.ContainerRequest(count, spec.common_word, memory, percent, cores)
+
+
+def has_resource(container: Mapping[str, Any], name: str) -> bool:
+    resources = container.get("resources") or {}
+    return any(name in (resources.get(s) or {}) for s in ("limits", "requests"))
+
+
+def as_int_or_none(value: object) -> int | None:
+    return None if value is None else as_int(value)

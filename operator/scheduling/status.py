@@ -1,0 +1,140 @@
+"""Why a pod does or does not fit: reasons as values, counted, rendered only at the edge.
+
+Device-level reasons count devices (how many cards each reason ruled out on a node);
+node-level reasons rule out a whole node and count 1. The ``Diagnosis`` of a failed pod
+keeps, per node, the reason counts of the check that failed there.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+
+class Reason(enum.StrEnum):
+    """Failure reasons. Values are HAMi's wire names exactly where HAMi has one."""
+
+    # Per-device reasons of Fit, in the order the checks run (seed 000 §6).
+    CARD_NOT_HEALTH = "CardNotHealth"
+    CARD_CORDONED = "CardCordoned"
+    CARD_TYPE_MISMATCH = "CardTypeMismatch"
+    CARD_UUID_MISMATCH = "CardUuidMismatch"
+    CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
+    RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
+    CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
+    CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
+    CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
+    CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
+    # Aggregate reasons: not one per device (see AGGREGATE_REASONS).
+    NUMA_NOT_FIT = "NumaNotFit"
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
+    NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+    # Node-level reasons (one per node).
+    NODE_UNREGISTERED = "NodeUnregistered"
+    NODE_UNSCHEDULABLE = "NodeUnschedulable"
+    NODE_NOT_READY = "NodeNotReady"
+    NODE_UNTOLERATED_TAINT = "NodeUntoleratedTaint"
+    NODE_SELECTOR_MISMATCH = "NodeSelectorMismatch"
+    NODE_AFFINITY_MISMATCH = "NodeAffinityMismatch"
+    INSUFFICIENT_CPU = "InsufficientCPU"
+    INSUFFICIENT_NODE_MEMORY = "InsufficientMemory"
+    TOO_MANY_PODS = "TooManyPods"
+    INVENTORY_STALE = "InventoryStale"
+
+
+#: Reasons whose count is not "devices ruled out by this check".
+AGGREGATE_REASONS: Final = frozenset(
+    {
+        Reason.NUMA_NOT_FIT,
+        Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+        Reason.NODE_INSUFFICIENT_DEVICE,
+    }
+)
+
+#: Reasons that no release of capacity can clear (only an inventory/config/node change).
+UNRESOLVABLE_BY_RELEASE: Final = frozenset(
+    {
+        Reason.CARD_NOT_HEALTH,
+        Reason.CARD_CORDONED,
+        Reason.CARD_TYPE_MISMATCH,
+        Reason.CARD_UUID_MISMATCH,
+        Reason.NODE_UNREGISTERED,
+        Reason.NODE_UNSCHEDULABLE,
+        Reason.NODE_NOT_READY,
+        Reason.NODE_UNTOLERATED_TAINT,
+        Reason.NODE_SELECTOR_MISMATCH,
+        Reason.NODE_AFFINITY_MISMATCH,
+        Reason.INVENTORY_STALE,
+    }
+)
+
+
+class Code(enum.Enum):
+    SUCCESS = enum.auto()
+    UNSCHEDULABLE = enum.auto()
+    UNSCHEDULABLE_AND_UNRESOLVABLE = enum.auto()
+    ERROR = enum.auto()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFailure:
+    """Why one node was ruled out: reason -> count (devices, or 1 for node-level)."""
+
+    reasons: Mapping[Reason, int]
+
+    @property
+    def code(self) -> Code:
+        if all(r in UNRESOLVABLE_BY_RELEASE for r in self.reasons):
+            return Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+        return Code.UNSCHEDULABLE
+
+    def main_reason(self) -> Reason:
+        """The reason that ruled out most devices; ties go to the earlier-declared one."""
+        order = list(Reason)
+        return max(self.reasons, key=lambda r: (self.reasons[r], -order.index(r)))
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """All nodes that rejected a pod, and how many nodes were considered."""
+
+    node_failures: Mapping[str, NodeFailure]
+    nodes_total: int
+    error: str | None = field(default=None)
+
+    def message(self) -> str:
+        """kube-scheduler's form: counts *nodes* under each node's main reason.
+
+        ``0/3 nodes are available: 2 CardInsufficientMemory, 1 CardTypeMismatch.``
+        """
+        if self.error is not None:
+            return self.error
+        per_reason: dict[str, int] = {}
+        for failure in self.node_failures.values():
+            if failure.reasons:
+                name = failure.main_reason().value
+                per_reason[name] = per_reason.get(name, 0) + 1
+        parts = sorted(per_reason.items(), key=lambda kv: (-kv[1], kv[0]))
+        body = ", ".join(f"{n} {reason}" for reason, n in parts)
+        available = self.nodes_total - len(self.node_failures)
+        if not body:
+            return f"{available}/{self.nodes_total} nodes are available."
+        return f"{available}/{self.nodes_total} nodes are available: {body}."
+
+    def device_counts(self) -> dict[str, int]:
+        """Per reason, the devices it ruled out summed over nodes (for Events)."""
+        totals: dict[str, int] = {}
+        for failure in self.node_failures.values():
+            for reason, n in failure.reasons.items():
+                totals[reason.value] = totals.get(reason.value, 0) + n
+        return dict(sorted(totals.items()))
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        """``{"node-a": {"CardInsufficientMemory": 2}}`` as ``simulate`` prints it."""
+        return {
+            node: {reason.value: n for reason, n in sorted(f.reasons.items())}
+            for node, f in sorted(self.node_failures.items())
+        }
