@@ -1,0 +1,663 @@
+"""HAMi's annotation wire formats, both directions, and nothing else.
+
+Every decoder here is total over strings: malformed input raises ``errors.CodecError``
+whose ``field`` is the annotation key (or the wire field) it came from, never a bare
+``ValueError``/``KeyError``/``IndexError``/``TypeError`` or a ``json`` error. Encoders
+refuse values their decoder could not read back, so ``decode(encode(x)) == x`` holds for
+everything an encoder accepts.
+
+Formats (hami-semantics.md §4.1, §11, §12.1; seed 001 §4 and §6):
+
+* node register: a JSON list of cards, or the legacy colon form
+  ``id,count,devmem,devcore,type,numa,health,index,mode:`` (7 fields in the oldest form);
+* pair scores: ``[{"uuid": ..., "score": {peer: n}}]``;
+* pod devices: ``uuid,type,usedmem,usedcores:`` per device, ``;`` after every container;
+* seed-form MIG UUIDs ``GPU-x[geometry-slot]``; Unix-seconds times; the bind phase;
+* the ``"n/m Reason"`` text of HAMi's ``GenReason``;
+* Kubernetes quantities that must be whole numbers (quota limits, resource values).
+
+JSON is read the way Go's ``encoding/json`` reads it into HAMi's structs: object keys
+match field names case-insensitively, ``null`` leaves a field at its zero value, unknown
+keys are ignored, and numbers must be integers in the Go field's range.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any, Final
+
+from vgpu_operator import errors, names
+from vgpu_operator.devices import model
+
+# Go integer ranges of the fields HAMi declares as int32 / int / uint.
+_INT32_MIN: Final = -(2**31)
+_INT32_MAX: Final = 2**31 - 1
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+_UINT64_MAX: Final = 2**64 - 1
+
+# Separators of the colon forms (HAMi's OneContainerMultiDeviceSplitSymbol and
+# OnePodMultiContainerSplitSymbol); ',' separates the fields of one entry.
+DEVICE_SEPARATOR: Final = ":"
+CONTAINER_SEPARATOR: Final = ";"
+FIELD_SEPARATOR: Final = ","
+
+_LEGACY_FIELDS_OLD: Final = 7
+_LEGACY_FIELDS: Final = 9
+_POD_DEVICE_MIN_FIELDS: Final = 4
+
+# Go's strconv.ParseInt with base 10: an optional sign and ASCII digits, nothing else
+# (Python's int() would also take spaces, underscores and non-ASCII digits).
+_GO_INT_RE: Final = re.compile(r"[+-]?[0-9]+")
+_UNSIGNED_RE: Final = re.compile(r"[0-9]+")
+_GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+_MIG_UUID_RE: Final = re.compile(r"([^\[\]]+)\[([0-9]+)-([0-9]+)\]")
+_FIT_REASON_RE: Final = re.compile(r"([0-9]+)/([0-9]+) (\S+)")
+_FIT_REASON_JOIN: Final = ", "
+
+
+class BindPhase(enum.StrEnum):
+    """Values of ``hami.io/bind-phase``: the scheduler writes ``allocating`` in Bind, the
+    device plugin ``success`` or ``failed`` once it has (not) mounted the devices."""
+
+    ALLOCATING = "allocating"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+
+# --- scalar parsing --------------------------------------------------------------------
+
+
+def _parse_go_int(text: str, field: str, what: str, low: int, high: int) -> int:
+    if _GO_INT_RE.fullmatch(text) is None:
+        raise errors.CodecError(field, f"{what} is not an integer: {text!r}", text)
+    number = int(text)
+    if not low <= number <= high:
+        raise errors.CodecError(field, f"{what} {number} is out of range [{low}, {high}]", text)
+    return number
+
+
+def _parse_go_bool(text: str, field: str, what: str) -> bool:
+    if text in _GO_TRUE:
+        return True
+    if text in _GO_FALSE:
+        return False
+    raise errors.CodecError(field, f"{what} is not a boolean: {text!r}", text)
+
+
+def _forbid_separators(text: str, separators: str, field: str, what: str) -> None:
+    bad = [s for s in separators if s in text]
+    if bad:
+        raise errors.CodecError(field, f"{what} {text!r} contains separator {bad[0]!r}", text)
+
+
+# --- JSON as Go reads it ---------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN/Infinity; Go's does not, and neither fits an integer field.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _load_json(value: str, field: str) -> Any:
+    try:
+        return json.loads(value, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise errors.CodecError(field, f"invalid JSON: {exc}", value) from exc
+
+
+def _dump_json_like_go(data: Any) -> str:
+    """Compact JSON escaped as Go's json.Marshal escapes it (HTML-safe, U+2028/9)."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    for raw, escaped in (
+        ("&", "\\u0026"),
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _json_int(raw: Any, field: str, what: str, low: int, high: int) -> int:
+    # bool is an int subclass in Python, but `true` never fits a Go integer field.
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise errors.CodecError(field, f"{what} must be an integer, got {raw!r}")
+    if not low <= raw <= high:
+        raise errors.CodecError(field, f"{what} {raw} is out of range [{low}, {high}]")
+    return raw
+
+
+def _json_str(raw: Any, field: str, what: str) -> str:
+    if not isinstance(raw, str):
+        raise errors.CodecError(field, f"{what} must be a string, got {raw!r}")
+    return raw
+
+
+def _json_bool(raw: Any, field: str, what: str) -> bool:
+    if not isinstance(raw, bool):
+        raise errors.CodecError(field, f"{what} must be a boolean, got {raw!r}")
+    return raw
+
+
+def _go_fields(obj: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
+    """Pick HAMi's fields out of a JSON object as Go does: keys match case-insensitively,
+    a later key overrides an earlier one, ``null`` leaves the field unset."""
+    wanted = {name.lower(): name for name in known}
+    picked: dict[str, Any] = {}
+    for key, raw in obj.items():
+        name = wanted.get(key.lower())
+        if name is None:
+            continue
+        # Go leaves a field untouched when it reads null into it.
+        if raw is not None:
+            picked[name] = raw
+    return picked
+
+
+# --- node register: hami.io/node-nvidia-register ---------------------------------------
+
+_DEVICE_JSON_FIELDS: Final = (
+    "id",
+    "index",
+    "count",
+    "devmem",
+    "devcore",
+    "type",
+    "numa",
+    "mode",
+    "health",
+)
+
+
+def decode_node_devices(
+    value: str, field: str = names.NODE_NVIDIA_REGISTER, vendor: str = "NVIDIA"
+) -> list[model.DeviceInfo]:
+    """Decode a node's register annotation, JSON or legacy colon form.
+
+    The form is chosen by the first non-space character: ``[`` means JSON. In JSON every
+    field is optional as HAMi's ``omitempty`` makes it: a missing ``health`` is *false*
+    (an unhealthy card), a missing ``mode`` is ``""``, missing numbers are 0. Unknown keys
+    (``migProfiles``, ``custominfo``...) are ignored. ``vendor`` is stamped on each card:
+    the wire format does not carry it.
+    """
+    if value.lstrip().startswith("["):
+        return _decode_node_devices_json(value, field, vendor)
+    return _decode_node_devices_legacy(value, field, vendor)
+
+
+def _decode_node_devices_json(value: str, field: str, vendor: str) -> list[model.DeviceInfo]:
+    entries = _load_json(value, field)
+    if not isinstance(entries, list):
+        raise errors.CodecError(field, "expected a JSON list of devices", value)
+    devices: list[model.DeviceInfo] = []
+    for position, entry in enumerate(entries):
+        where = f"device {position}"
+        if not isinstance(entry, dict):
+            raise errors.CodecError(field, f"{where} must be a JSON object, got {entry!r}")
+        raw = _go_fields(entry, _DEVICE_JSON_FIELDS)
+        devices.append(
+            model.DeviceInfo(
+                id=_json_str(raw.get("id", ""), field, f"{where} id"),
+                index=_json_int(raw.get("index", 0), field, f"{where} index", 0, _UINT64_MAX),
+                count=_json_int(
+                    raw.get("count", 0), field, f"{where} count", _INT32_MIN, _INT32_MAX
+                ),
+                memory_mib=_json_int(
+                    raw.get("devmem", 0), field, f"{where} devmem", _INT32_MIN, _INT32_MAX
+                ),
+                cores=_json_int(
+                    raw.get("devcore", 0), field, f"{where} devcore", _INT32_MIN, _INT32_MAX
+                ),
+                type=_json_str(raw.get("type", ""), field, f"{where} type"),
+                numa=_json_int(raw.get("numa", 0), field, f"{where} numa", _INT64_MIN, _INT64_MAX),
+                health=_json_bool(raw.get("health", False), field, f"{where} health"),
+                mode=_json_str(raw.get("mode", ""), field, f"{where} mode"),
+                vendor=vendor,
+            )
+        )
+    return devices
+
+
+def _decode_node_devices_legacy(value: str, field: str, vendor: str) -> list[model.DeviceInfo]:
+    if DEVICE_SEPARATOR not in value:
+        raise errors.CodecError(field, "neither a JSON list nor the colon form", value)
+    devices: list[model.DeviceInfo] = []
+    for segment in value.split(DEVICE_SEPARATOR):
+        if segment == "":
+            continue
+        items = segment.split(FIELD_SEPARATOR)
+        if len(items) not in (_LEGACY_FIELDS_OLD, _LEGACY_FIELDS):
+            raise errors.CodecError(
+                field, f"device entry has {len(items)} fields, expected 7 or 9: {segment!r}"
+            )
+        where = f"device {items[0]!r}"
+        index, mode = 0, model.MODE_HAMI_CORE
+        if len(items) == _LEGACY_FIELDS:
+            index = _parse_go_int(items[7], field, f"{where} index", 0, _INT64_MAX)
+            mode = items[8]
+        devices.append(
+            model.DeviceInfo(
+                id=items[0],
+                index=index,
+                count=_parse_go_int(items[1], field, f"{where} count", _INT32_MIN, _INT32_MAX),
+                memory_mib=_parse_go_int(
+                    items[2], field, f"{where} devmem", _INT32_MIN, _INT32_MAX
+                ),
+                cores=_parse_go_int(items[3], field, f"{where} devcore", _INT32_MIN, _INT32_MAX),
+                type=items[4],
+                numa=_parse_go_int(items[5], field, f"{where} numa", _INT64_MIN, _INT64_MAX),
+                health=_parse_go_bool(items[6], field, f"{where} health"),
+                mode=mode,
+                vendor=vendor,
+            )
+        )
+    return devices
+
+
+def _check_device_ranges(device: model.DeviceInfo, field: str) -> None:
+    where = f"device {device.id!r}"
+    for what, number, low, high in (
+        ("index", device.index, 0, _UINT64_MAX),
+        ("count", device.count, _INT32_MIN, _INT32_MAX),
+        ("devmem", device.memory_mib, _INT32_MIN, _INT32_MAX),
+        ("devcore", device.cores, _INT32_MIN, _INT32_MAX),
+        ("numa", device.numa, _INT64_MIN, _INT64_MAX),
+    ):
+        if not low <= number <= high:
+            raise errors.CodecError(field, f"{where} {what} {number} is out of range")
+
+
+def encode_node_devices_json(
+    devices: Iterable[model.DeviceInfo], field: str = names.NODE_NVIDIA_REGISTER
+) -> str:
+    """Encode cards as HAMi's ``MarshalNodeDevices`` does.
+
+    Keys in HAMi's struct order; like Go's ``omitempty`` every zero value is left out, so
+    an unhealthy card has no ``health`` key at all (and decodes back as unhealthy). The
+    vendor is not encoded.
+    """
+    entries: list[dict[str, Any]] = []
+    for device in devices:
+        _check_device_ranges(device, field)
+        full: dict[str, Any] = {
+            "id": device.id,
+            "index": device.index,
+            "count": device.count,
+            "devmem": device.memory_mib,
+            "devcore": device.cores,
+            "type": device.type,
+            "numa": device.numa,
+            "mode": device.mode,
+            "health": device.health,
+        }
+        entries.append({key: raw for key, raw in full.items() if raw})
+    return _dump_json_like_go(entries)
+
+
+def encode_node_devices_legacy(
+    devices: Iterable[model.DeviceInfo], field: str = names.NODE_NVIDIA_REGISTER
+) -> str:
+    """Encode cards in the 9-field colon form of HAMi's ``EncodeNodeDevices``.
+
+    What the form cannot carry raises ``CodecError``: strings containing ``,`` or ``:``,
+    an index beyond int64, a first id starting with ``[`` (it would read as JSON), and
+    an empty list (HAMi writes ``""``, which no decoder accepts; use JSON for no cards).
+    """
+    parts: list[str] = []
+    for device in devices:
+        _check_device_ranges(device, field)
+        if device.index > _INT64_MAX:
+            raise errors.CodecError(field, f"index {device.index} does not fit the colon form")
+        for what, text in (("id", device.id), ("type", device.type), ("mode", device.mode)):
+            _forbid_separators(text, FIELD_SEPARATOR + DEVICE_SEPARATOR, field, what)
+        health = "true" if device.health else "false"
+        parts.append(
+            f"{device.id},{device.count},{device.memory_mib},{device.cores},{device.type},"
+            f"{device.numa},{health},{device.index},{device.mode}{DEVICE_SEPARATOR}"
+        )
+    encoded = "".join(parts)
+    if encoded == "":
+        raise errors.CodecError(field, "the colon form cannot express a node without cards")
+    if encoded.lstrip().startswith("["):
+        raise errors.CodecError(field, "a first id starting with '[' would read as JSON")
+    return encoded
+
+
+# --- pair scores: hami.io/node-nvidia-score --------------------------------------------
+
+
+def decode_pair_scores(
+    value: str, field: str = names.NODE_NVIDIA_SCORE
+) -> dict[str, dict[str, int]]:
+    """Decode topology scores: card UUID -> peer UUID -> score.
+
+    When a UUID appears more than once, its first entry wins (as HAMi's lookup does).
+    A ``null`` list is empty; ``null`` entries are skipped.
+    """
+    entries = _load_json(value, field)
+    if entries is None:
+        return {}
+    if not isinstance(entries, list):
+        raise errors.CodecError(field, "expected a JSON list of score entries", value)
+    scores: dict[str, dict[str, int]] = {}
+    for position, entry in enumerate(entries):
+        where = f"score entry {position}"
+        if entry is None:
+            continue
+        if not isinstance(entry, dict):
+            raise errors.CodecError(field, f"{where} must be a JSON object, got {entry!r}")
+        raw = _go_fields(entry, ("uuid", "score"))
+        uuid = _json_str(raw.get("uuid", ""), field, f"{where} uuid")
+        peers = raw.get("score", {})
+        if not isinstance(peers, dict):
+            raise errors.CodecError(field, f"{where} score must be a JSON object")
+        decoded = {
+            peer: _json_int(
+                0 if n is None else n, field, f"{where} score {peer!r}", _INT64_MIN, _INT64_MAX
+            )
+            for peer, n in peers.items()
+        }
+        scores.setdefault(uuid, decoded)
+    return scores
+
+
+def encode_pair_scores(
+    scores: Mapping[str, Mapping[str, int]], field: str = names.NODE_NVIDIA_SCORE
+) -> str:
+    """Encode topology scores as the device plugin writes them (peers sorted, as Go
+    sorts map keys; empty values left out, as ``omitempty`` does)."""
+    entries: list[dict[str, Any]] = []
+    for uuid, peers in scores.items():
+        for peer, n in peers.items():
+            if not _INT64_MIN <= n <= _INT64_MAX:
+                raise errors.CodecError(field, f"score {uuid!r}->{peer!r} {n} is out of range")
+        entry: dict[str, Any] = {}
+        if uuid:
+            entry["uuid"] = uuid
+        if peers:
+            entry["score"] = dict(sorted(peers.items()))
+        entries.append(entry)
+    return _dump_json_like_go(entries)
+
+
+# --- pod devices: hami.io/vgpu-devices-{to-allocate,allocated} -------------------------
+
+
+def encode_pod_single_device(
+    pd: model.PodSingleDevice, field: str = names.NVIDIA_DEVICES_ALLOCATED
+) -> str:
+    """Encode one vendor's allocation of a pod (HAMi's ``EncodePodSingleDevice``).
+
+    Each device is ``uuid,type,usedmem,usedcores:``; a ``;`` follows every container,
+    empty ones and the last one included, so container positions survive the trip.
+    """
+    out: list[str] = []
+    for container in pd:
+        for device in container:
+            for what, text in (("uuid", device.uuid), ("type", device.vendor)):
+                if text == "":
+                    raise errors.CodecError(field, f"device {what} is empty")
+                _forbid_separators(
+                    text, FIELD_SEPARATOR + DEVICE_SEPARATOR + CONTAINER_SEPARATOR, field, what
+                )
+            for what, number in (("usedmem", device.memory_mib), ("usedcores", device.cores)):
+                if not 0 <= number <= _INT32_MAX:
+                    raise errors.CodecError(field, f"{what} {number} is out of range")
+            out.append(
+                f"{device.uuid},{device.vendor},{device.memory_mib},{device.cores}"
+                f"{DEVICE_SEPARATOR}"
+            )
+        out.append(CONTAINER_SEPARATOR)
+    return "".join(out)
+
+
+def decode_pod_single_device(value: str, field: str) -> model.PodSingleDevice:
+    """Decode one vendor's allocation of a pod; ``field`` is the annotation key.
+
+    Containers are split on ``;`` keeping empty ones (they keep container positions);
+    the empty part after the trailing ``;`` is dropped so that the result has exactly one
+    entry per encoded container. Device parts without ``,`` are skipped as HAMi skips
+    them. A UUID may carry a seed-form MIG suffix (``GPU-a0[0-2]``), kept as is.
+    """
+    parts = value.split(CONTAINER_SEPARATOR)
+    if parts[-1] == "":
+        parts.pop()
+    return tuple(_decode_container_devices(part, field) for part in parts)
+
+
+def _decode_container_devices(part: str, field: str) -> model.ContainerDevices:
+    devices: list[model.ContainerDevice] = []
+    for segment in part.split(DEVICE_SEPARATOR):
+        if FIELD_SEPARATOR not in segment:
+            continue
+        items = segment.split(FIELD_SEPARATOR)
+        if len(items) < _POD_DEVICE_MIN_FIELDS:
+            raise errors.CodecError(
+                field, f"device entry {segment!r} has {len(items)} fields, expected 4"
+            )
+        uuid, vendor = items[0], items[1]
+        if uuid == "" or vendor == "":
+            raise errors.CodecError(field, f"device entry {segment!r} lacks a uuid or type")
+        devices.append(
+            model.ContainerDevice(
+                uuid=uuid,
+                vendor=vendor,
+                # Negative usage is rejected (newer HAMi does too): it would credit capacity.
+                memory_mib=_parse_go_int(items[2], field, f"{uuid} usedmem", 0, _INT32_MAX),
+                cores=_parse_go_int(items[3], field, f"{uuid} usedcores", 0, _INT32_MAX),
+            )
+        )
+    return tuple(devices)
+
+
+def decode_pod_devices(
+    annotations: Mapping[str, str], keys: Mapping[str, str]
+) -> dict[str, model.PodSingleDevice]:
+    """Decode a pod's allocation for every vendor whose annotation is present.
+
+    ``keys`` maps a vendor's common word to its annotation key, e.g.
+    ``{"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED}``.
+    """
+    return {
+        vendor: decode_pod_single_device(annotations[key], key)
+        for vendor, key in keys.items()
+        if key in annotations
+    }
+
+
+def encode_pod_devices(pod_devices: model.PodDevices, keys: Mapping[str, str]) -> dict[str, str]:
+    """Encode a pod's allocation into annotations: annotation key -> value.
+
+    Raises ``CodecError`` (field = the vendor) for a vendor without an annotation key.
+    """
+    out: dict[str, str] = {}
+    for vendor, single in pod_devices.items():
+        key = keys.get(vendor)
+        if key is None:
+            raise errors.CodecError(vendor, "no annotation key for this vendor")
+        out[key] = encode_pod_single_device(single, key)
+    return out
+
+
+# --- seed-form MIG UUIDs ---------------------------------------------------------------
+
+
+def split_mig_uuid(
+    uuid: str, field: str = names.NVIDIA_DEVICES_ALLOCATED
+) -> tuple[str, tuple[int, int] | None]:
+    """``GPU-a0[1-3]`` -> ``("GPU-a0", (1, 3))`` (geometry, slot); no brackets -> None."""
+    if "[" not in uuid and "]" not in uuid:
+        return uuid, None
+    match = _MIG_UUID_RE.fullmatch(uuid)
+    if match is None:
+        raise errors.CodecError(field, f"malformed MIG UUID {uuid!r}", uuid)
+    return match.group(1), (int(match.group(2)), int(match.group(3)))
+
+
+def join_mig_uuid(
+    base: str, geometry: int, slot: int, field: str = names.NVIDIA_DEVICES_ALLOCATED
+) -> str:
+    """``("GPU-a0", 1, 3)`` -> ``GPU-a0[1-3]``, the inverse of ``split_mig_uuid``."""
+    if base == "" or "[" in base or "]" in base:
+        raise errors.CodecError(field, f"cannot put a MIG suffix on {base!r}", base)
+    if geometry < 0 or slot < 0:
+        raise errors.CodecError(field, f"negative MIG geometry {geometry} or slot {slot}")
+    return f"{base}[{geometry}-{slot}]"
+
+
+# --- times and the bind phase ----------------------------------------------------------
+
+
+def encode_vgpu_time(ts: float, field: str = names.ASSIGNED_TIME) -> str:
+    """Unix seconds as integer text (fractions dropped, like Go's ``Time.Unix``)."""
+    if not math.isfinite(ts):
+        raise errors.CodecError(field, f"time {ts!r} is not finite")
+    return str(math.floor(ts))
+
+
+def decode_vgpu_time(value: str, field: str = names.ASSIGNED_TIME) -> int:
+    """Read ``hami.io/vgpu-time`` or ``hami.io/bind-time``: non-negative Unix seconds."""
+    if _UNSIGNED_RE.fullmatch(value) is None:
+        raise errors.CodecError(field, "not a Unix time in whole seconds", value)
+    return _parse_go_int(value, field, "time", 0, _INT64_MAX)
+
+
+def decode_bind_phase(value: str, field: str = names.BIND_PHASE) -> BindPhase:
+    """Read ``hami.io/bind-phase``; anything but the three known phases is an error."""
+    try:
+        return BindPhase(value)
+    except ValueError as exc:
+        raise errors.CodecError(field, "unknown bind phase", value) from exc
+
+
+# --- Fit reasons (HAMi's GenReason) ----------------------------------------------------
+
+
+def format_fit_reasons(counts: Mapping[str, int], total_devices: int) -> str:
+    """Render reason counts as HAMi's ``GenReason`` text, ordered by reason name.
+
+    ``{"CardInsufficientMemory": 2, "AllocatedCardsInsufficientRequest": 1}, 4`` ->
+    ``"1/4 AllocatedCardsInsufficientRequest, 2/4 CardInsufficientMemory"``. The order
+    follows hami-semantics.md §6's example (``... 2/4 CardInsufficientMemory, 1/4
+    NumaNotFit``), which sorting whole entries would not give. Every entry given is
+    rendered, zero counts included; callers pass the reasons that occurred.
+    """
+    return _FIT_REASON_JOIN.join(
+        f"{counts[reason]}/{total_devices} {reason}" for reason in sorted(counts)
+    )
+
+
+def parse_fit_reasons(text: str, field: str = "reason") -> dict[str, int]:
+    """Read ``GenReason`` text back into reason -> count (the totals are dropped).
+
+    A reason listed twice has its counts added. The empty string means no reasons.
+    """
+    counts: dict[str, int] = {}
+    if text == "":
+        return counts
+    for entry in text.split(_FIT_REASON_JOIN):
+        match = _FIT_REASON_RE.fullmatch(entry)
+        if match is None:
+            raise errors.CodecError(field, f"malformed reason entry {entry!r}", text)
+        reason = match.group(3)
+        counts[reason] = counts.get(reason, 0) + int(match.group(1))
+    return counts
+
+
+# --- Kubernetes quantities -------------------------------------------------------------
+
+_QUANTITY_RE: Final = re.compile(
+    r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<exponent>[eE][+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?)"
+)
+_QUANTITY_SUFFIXES: Final[Mapping[str, Fraction]] = {
+    "": Fraction(1),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+# Anything past this cannot land in int64 anyway; the cap keeps "1e999999999" cheap.
+_MAX_DECIMAL_EXPONENT: Final = 40
+
+
+def parse_integer_quantity(value: object, field: str) -> int:
+    """Read a Kubernetes quantity that must be a whole number (``Quantity.AsInt64``).
+
+    Accepts ints and quantity strings: ``"32768"``, ``"1k"`` (1000), ``"1Ki"`` (1024),
+    ``"1.5Ki"`` (1536), ``"2e3"``. Fractional results (``"1.5"``, ``"500m"``), values
+    outside int64 and anything unparsable raise ``CodecError`` naming ``field``.
+    """
+    if isinstance(value, bool):
+        raise errors.CodecError(field, f"expected a quantity, got {value!r}")
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        amount = Fraction(value)
+    elif isinstance(value, str):
+        amount = _parse_quantity_text(value, field)
+    else:
+        raise errors.CodecError(field, f"expected a quantity, got {value!r}")
+    if amount.denominator != 1:
+        raise errors.CodecError(field, f"quantity {value!r} is not a whole number")
+    whole = int(amount)
+    if not _INT64_MIN <= whole <= _INT64_MAX:
+        raise errors.CodecError(field, f"quantity {value!r} does not fit in int64")
+    return whole
+
+
+def _parse_quantity_text(text: str, field: str) -> Fraction:
+    match = _QUANTITY_RE.fullmatch(text)
+    if match is None:
+        raise errors.CodecError(field, "not a Kubernetes quantity", text)
+    amount = Fraction(match.group("number"))
+    if match.group("sign") == "-":
+        amount = -amount
+    exponent = match.group("exponent")
+    if exponent is not None:
+        power = int(exponent[1:])
+        if abs(power) > _MAX_DECIMAL_EXPONENT:
+            raise errors.CodecError(field, "quantity exponent out of range", text)
+        return amount * Fraction(10) ** power
+    return amount * _QUANTITY_SUFFIXES[match.group("suffix") or ""]
+
+
+__all__ = [
+    "CONTAINER_SEPARATOR",
+    "DEVICE_SEPARATOR",
+    "FIELD_SEPARATOR",
+    "BindPhase",
+    "decode_bind_phase",
+    "decode_node_devices",
+    "decode_pair_scores",
+    "decode_pod_devices",
+    "decode_pod_single_device",
+    "decode_vgpu_time",
+    "encode_node_devices_json",
+    "encode_node_devices_legacy",
+    "encode_pair_scores",
+    "encode_pod_devices",
+    "encode_pod_single_device",
+    "encode_vgpu_time",
+    "format_fit_reasons",
+    "join_mig_uuid",
+    "parse_fit_reasons",
+    "parse_integer_quantity",
+    "split_mig_uuid",
+]
