@@ -14,7 +14,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from vgpu_operator.devices import model
 from vgpu_operator.errors import ConfigError
 
 NODE_POLICIES = ("binpack", "spread")
@@ -32,9 +31,6 @@ class MigTemplateConfig(_Section):
     core: int = Field(ge=0, le=100)
     count: int = Field(ge=1)
 
-    def to_model(self) -> model.MigTemplate:
-        return model.MigTemplate(self.name, self.memory, self.core, self.count)
-
 
 class MigGeometryConfig(_Section):
     """One ``knownMigGeometries`` entry: card models and the geometries they allow."""
@@ -43,9 +39,6 @@ class MigGeometryConfig(_Section):
     allowed_geometries: tuple[tuple[MigTemplateConfig, ...], ...] = Field(
         alias="allowedGeometries", min_length=1
     )
-
-    def to_model(self) -> tuple[tuple[str, ...], tuple[model.Geometry, ...]]:
-        return self.models, tuple(tuple(t.to_model() for t in g) for g in self.allowed_geometries)
 
 
 class VendorConfig(_Section):
@@ -84,9 +77,6 @@ class NvidiaConfig(VendorConfig):
     )
     runtime_class_name: str = Field("", alias="runtimeClassName")
     known_mig_geometries: tuple[MigGeometryConfig, ...] = Field((), alias="knownMigGeometries")
-
-    def mig_geometries(self) -> tuple[tuple[tuple[str, ...], tuple[model.Geometry, ...]], ...]:
-        return tuple(g.to_model() for g in self.known_mig_geometries)
 
 
 class HygonConfig(VendorConfig):

@@ -1,0 +1,97 @@
+"""What the mutating webhook does to a pod (hami-semantics §3), as a pure function.
+
+Defaults are filled in (count, exclusive cores, env, runtime class), GPU pods are routed
+to this scheduler, and pods that can never be placed are refused: privileged GPU pods,
+pods already bound to a node, and pods whose own demand exceeds their namespace quota.
+Unlike HAMi, a pod that exceeds the quota only because of what others hold is admitted
+and waits (it is rejected by Fit with ResourceQuotaNotFit until usage falls).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.vendors import Vendors
+
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionResult:
+    """What the mutating webhook answers: the mutated pod, or a denial message."""
+
+    allowed: bool
+    pod: Mapping[str, Any]
+    message: str = ""
+    handled: bool = False  # the pod asks for a device this operator schedules
+
+
+def admit(
+    pod: Mapping[str, Any], config: DeviceConfig, vendors: Vendors, quota: QuotaLedger
+) -> AdmissionResult:
+    mutated: dict[str, Any] = copy.deepcopy(dict(pod))
+    spec = mutated.setdefault("spec", {})
+    containers = spec.get("containers") or []
+    if not containers:
+        return AdmissionResult(False, mutated, "pod has no containers")
+    ours = config.scheduler.scheduler_name
+    named = spec.get("schedulerName")
+    if named and named not in (ours, DEFAULT_SCHEDULER):
+        return AdmissionResult(True, mutated)
+    wants: set[str] = set()
+    for container in [*(spec.get("initContainers") or []), *containers]:
+        for spec_ in vendors.specs():
+            try:
+                if vendors.mutate(spec_.common_word, container, mutated):
+                    wants.add(spec_.common_word)
+            except ValueError as exc:
+                return AdmissionResult(False, mutated, str(exc), handled=True)
+    if not wants:
+        return AdmissionResult(True, mutated)
+    for container in [*(spec.get("initContainers") or []), *containers]:
+        if (container.get("securityContext") or {}).get("privileged"):
+            name = container.get("name", "")
+            return AdmissionResult(False, mutated, f"container {name} is privileged", handled=True)
+    if spec.get("nodeName"):
+        return AdmissionResult(False, mutated, "pod has node assigned", handled=True)
+    spec["schedulerName"] = ours
+    refusal = _over_quota(mutated, vendors, quota)
+    if refusal:
+        return AdmissionResult(False, mutated, refusal, handled=True)
+    return AdmissionResult(True, mutated, handled=True)
+
+
+def _over_quota(pod: Mapping[str, Any], vendors: Vendors, quota: QuotaLedger) -> str:
+    """A refusal when the pod's own demand exceeds a limit, whatever else is running."""
+    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+    spec = pod.get("spec") or {}
+    inits = [vendors.requests(c) for c in spec.get("initContainers") or []]
+    apps = [vendors.requests(c) for c in spec.get("containers") or []]
+    for word, memory_name in vendors.memory_resources().items():
+        core_name = vendors.core_resources()[word]
+        app_memory = sum(r[word].memory_mib * r[word].count for r in apps if word in r)
+        app_cores = sum(min(r[word].cores, 100) * r[word].count for r in apps if word in r)
+        init_memory = max((r[word].memory_mib * r[word].count for r in inits if word in r), default=0)
+        init_cores = max(
+            (min(r[word].cores, 100) * r[word].count for r in inits if word in r), default=0
+        )
+        memory, cores = max(app_memory, init_memory), max(app_cores, init_cores)
+        factor = vendors.memory_factors()[word]
+        memory_limit = quota.limit(namespace, memory_name) * (factor if factor > 1 else 1)
+        if memory_limit and memory > memory_limit:
+            return (
+                f"exceeding resource quota: {memory_name} {memory} requested, "
+                f"limit {memory_limit} in namespace {namespace}"
+            )
+        core_limit = quota.limit(namespace, core_name)
+        if core_limit and cores > core_limit:
+            return (
+                f"exceeding resource quota: {core_name} {cores} requested, "
+                f"limit {core_limit} in namespace {namespace}"
+            )
+    return ""

@@ -1,0 +1,524 @@
+"""ClusterState: the operator's in-memory picture of the cluster, and its one entry point.
+
+Handlers feed it plain dicts (Node, Pod, ResourceQuota objects as the API returns them)
+and DeviceInventory readings; ``schedule`` decides for one pending pod and, when it
+fits, reserves the devices at once so that the next decision cannot take them too.
+Everything here is synchronous and pure: no I/O, no clock reads (time is passed in).
+
+Two paths decide, and must decide the same (the tests compare them): the reference
+path fits the pod on every node and takes the best node score, as HAMi does; the
+indexed path visits nodes best-score first, skips nodes whose free-capacity summary
+rules them out in O(1), and stops at the first node that fits.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpu_operator import names
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import codec, model
+from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling import admission, node_basics, placement, policies
+from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
+from vgpu_operator.scheduling.vendors import Vendors
+
+PodKey = str  # "namespace/name"
+
+_TERMINATED = ("Succeeded", "Failed")
+
+
+def pod_key(pod: Mapping[str, Any]) -> PodKey:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of scheduling one pod.
+
+    ``annotations`` are what the Binding must carry (``hami.io/vgpu-node``,
+    ``hami.io/vgpu-time``, ``hami.io/vgpu-devices-to-allocate``, ``-allocated``,
+    ``hami.io/bind-phase``...). ``rejected`` is set when admission would refuse the pod
+    (e.g. over quota); ``diagnosis`` when no node fits.
+    """
+
+    pod: PodKey
+    scheduled: bool
+    node: str | None = None
+    devices: Mapping[str, model.PodSingleDevice] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    diagnosis: Diagnosis | None = None
+    rejected: str | None = None
+
+
+AdmissionResult = admission.AdmissionResult
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsageRow:
+    """One card's booking, for metrics and the demo table."""
+
+    node: str
+    uuid: str
+    vendor: str
+    type: str
+    used_slots: int
+    total_slots: int
+    used_memory_mib: int
+    total_memory_mib: int
+    used_cores: int
+    total_cores: int
+
+
+@dataclass(slots=True)
+class _PodEntry:
+    key: PodKey
+    namespace: str
+    node: str | None
+    requests: node_basics.PodResources
+    devices: dict[str, model.PodSingleDevice]
+    bookings: dict[str, list[placement.Booking]]
+    reserved: bool = False
+
+    @property
+    def collapsed(self) -> dict[str, model.PodSingleDevice]:
+        return placement.as_pod_devices(self.bookings)
+
+
+@dataclass(slots=True)
+class _NodeEntry:
+    name: str
+    order: int
+    facts: node_basics.NodeFacts
+    inventory: tuple[model.DeviceInfo, ...] | None = None
+    inventory_scores: model.PairScores = field(default_factory=dict)
+    inventory_cordoned: frozenset[str] = frozenset()
+    heartbeat: float | None = None
+    registered: tuple[model.DeviceInfo, ...] = ()
+    pair_scores: model.PairScores = field(default_factory=dict)
+    register_error: str | None = None
+    gpus_lost: bool = False
+    reported_gpus: int = 0
+    pods: set[PodKey] = field(default_factory=set)
+    cards: list[model.DeviceUsage] = field(default_factory=list)
+    used: node_basics.PodResources = field(default_factory=node_basics.PodResources)
+    score: float = 0.0
+    summary: placement.Summary = field(default_factory=placement.Summary)
+    dirty: bool = True
+
+
+class ClusterState:
+    """See the module docstring. Not thread-safe: callers serialise access."""
+
+    def __init__(self, config: DeviceConfig, inventory_timeout_s: float | None = None) -> None:
+        self._config = config
+        self._vendors = Vendors(config)
+        self._inventory_timeout_s = inventory_timeout_s
+        self._nodes: dict[str, _NodeEntry] = {}
+        self._pods: dict[PodKey, _PodEntry] = {}
+        self._quota = self._new_ledger()
+        self._quota_objects: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._next_order = 0
+        # Nodes in preference order for spread (score ascending) and binpack (descending);
+        # equal scores go to the node registered first. Kept current through ``_dirty``.
+        self._spread_rank: list[tuple[float, int, str]] = []
+        self._binpack_rank: list[tuple[float, int, str]] = []
+        self._ranked: dict[str, float] = {}
+        self._dirty: set[str] = set()
+        #: Decide with the reference path only (used by tests to compare the two).
+        self.use_index = True
+
+    # --- inputs -----------------------------------------------------------------------
+    @property
+    def config(self) -> DeviceConfig:
+        return self._config
+
+    def set_config(self, config: DeviceConfig) -> None:
+        self._config = config
+        self._vendors = Vendors(config)
+        ledger = self._new_ledger()
+        for quota in self._quota_objects.values():
+            ledger.set_quota(quota)
+        self._quota = ledger
+        for entry in self._pods.values():
+            self._quota.add_usage(entry.namespace, entry.collapsed)
+        for node in self._nodes.values():
+            self._register(node)
+
+    def _new_ledger(self) -> QuotaLedger:
+        return QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
+
+    def set_node(self, node: Mapping[str, Any]) -> None:
+        facts = node_basics.NodeFacts.from_node(node)
+        entry = self._nodes.get(facts.name)
+        if entry is None:
+            entry = _NodeEntry(facts.name, self._next_order, facts)
+            self._next_order += 1
+            self._nodes[facts.name] = entry
+            for pod in self._pods.values():
+                if pod.node == facts.name:
+                    entry.pods.add(pod.key)
+        entry.facts = facts
+        self._observe_gpu_count(entry)
+        self._register(entry)
+
+    def remove_node(self, name: str) -> None:
+        if name in self._nodes:
+            self._unrank(name)
+            del self._nodes[name]
+
+    def set_inventory(
+        self,
+        node_name: str,
+        devices: Sequence[model.DeviceInfo],
+        pair_scores: model.PairScores,
+        heartbeat: float | None,
+        cordoned: Sequence[str] = (),
+    ) -> None:
+        entry = self._nodes.get(node_name)
+        if entry is None:
+            entry = _NodeEntry(node_name, self._next_order, node_basics.NodeFacts(node_name))
+            self._next_order += 1
+            self._nodes[node_name] = entry
+        entry.inventory = tuple(devices)
+        entry.inventory_scores = pair_scores
+        entry.inventory_cordoned = frozenset(cordoned)
+        entry.heartbeat = heartbeat
+        self._register(entry)
+
+    def remove_inventory(self, node_name: str) -> None:
+        entry = self._nodes.get(node_name)
+        if entry is not None:
+            entry.inventory = None
+            entry.heartbeat = None
+            self._register(entry)
+
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        """Record a pod; one bound with an allocation holds its devices until it ends."""
+        key = pod_key(pod)
+        self._drop_pod(key)
+        phase = (pod.get("status") or {}).get("phase")
+        node = (pod.get("spec") or {}).get("nodeName") or None
+        if node is None or phase in _TERMINATED:
+            return
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        try:
+            devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
+        except CodecError:
+            devices = {}  # an unreadable allocation holds nothing; handlers log it
+        init_count = len((pod.get("spec") or {}).get("initContainers") or [])
+        entry = _PodEntry(
+            key=key,
+            namespace=key.split("/", 1)[0],
+            node=node,
+            requests=node_basics.pod_requests(pod),
+            devices=devices,
+            bookings=placement.collapse(devices, init_count),
+        )
+        self._add_pod(entry)
+
+    def remove_pod(self, key: PodKey) -> None:
+        self._drop_pod(key)
+
+    def set_quota(self, quota: Mapping[str, Any]) -> None:
+        meta = quota.get("metadata") or {}
+        self._quota.set_quota(quota)
+        self._quota_objects[(meta.get("namespace") or "default", meta.get("name", ""))] = quota
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        self._quota.remove_quota(namespace, name)
+        self._quota_objects.pop((namespace, name), None)
+
+    # --- decisions --------------------------------------------------------------------
+    def admit(self, pod: Mapping[str, Any]) -> admission.AdmissionResult:
+        return admission.admit(pod, self._config, self._vendors, self._quota)
+
+    def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
+        key = pod_key(pod)
+        self._drop_pod(key)
+        admitted = self.admit(pod)
+        if admitted.handled and not admitted.allowed:
+            diagnosis = self._diagnose(admitted.pod, now)
+            return Decision(key, False, diagnosis=diagnosis, rejected=admitted.message)
+        subject = admitted.pod if admitted.allowed else pod
+        try:
+            job = placement.Job.from_pod(subject, self._config, self._vendors, self._quota)
+        except CodecError as exc:
+            failure = Diagnosis({}, len(self._nodes), error=str(exc))
+            return Decision(key, False, diagnosis=failure)
+        found = self._find(job, now)
+        if found is None:
+            return Decision(key, False, diagnosis=self._diagnose(subject, now, job))
+        node, outcome = found
+        annotations = {
+            names.ASSIGNED_NODE: node.name,
+            names.ASSIGNED_TIME: codec.encode_vgpu_time(now),
+            names.BIND_PHASE: codec.BindPhase.ALLOCATING.value,
+            names.BIND_TIME: codec.encode_vgpu_time(now),
+        }
+        devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
+        for vendor_word, single in devices.items():
+            spec = self._vendors.spec(vendor_word)
+            encoded = codec.encode_pod_single_device(single, spec.to_allocate_annotation)
+            annotations[spec.to_allocate_annotation] = encoded
+            annotations[spec.allocated_annotation] = encoded
+        entry = _PodEntry(
+            key=key,
+            namespace=job.namespace,
+            node=node.name,
+            requests=job.resources,
+            devices=devices,
+            bookings=placement.collapse(devices, job.init_count),
+            reserved=True,
+        )
+        self._add_pod(entry)
+        return Decision(key, True, node.name, devices, annotations)
+
+    def confirm(self, key: PodKey) -> None:
+        entry = self._pods.get(key)
+        if entry is not None:
+            entry.reserved = False
+
+    def rollback(self, key: PodKey) -> None:
+        entry = self._pods.get(key)
+        if entry is not None and entry.reserved:
+            self._drop_pod(key)
+
+    # --- views ------------------------------------------------------------------------
+    def device_usage(self) -> list[DeviceUsageRow]:
+        rows: list[DeviceUsageRow] = []
+        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+            self._refresh(node)
+            for card in node.cards:
+                rows.append(
+                    DeviceUsageRow(
+                        node.name,
+                        card.id,
+                        card.vendor,
+                        card.type,
+                        card.used,
+                        card.count,
+                        card.used_memory_mib,
+                        card.total_memory_mib,
+                        card.used_cores,
+                        card.total_cores,
+                    )
+                )
+        return rows
+
+    def quota_usage(self) -> dict[str, dict[str, tuple[int, int]]]:
+        return {ns: self._quota.usage(ns) for ns in self._quota.namespaces()}
+
+    def holding_pods(self) -> dict[PodKey, str]:
+        """Pods that hold devices or reservations, and their nodes."""
+        return {k: e.node for k, e in self._pods.items() if e.node is not None}
+
+    def node_names(self) -> list[str]:
+        return [n.name for n in sorted(self._nodes.values(), key=lambda n: n.order)]
+
+    def register_errors(self) -> dict[str, str]:
+        return {n.name: n.register_error for n in self._nodes.values() if n.register_error}
+
+    # --- bookkeeping --------------------------------------------------------------------
+    def _add_pod(self, entry: _PodEntry) -> None:
+        self._pods[entry.key] = entry
+        self._quota.add_usage(entry.namespace, entry.collapsed)
+        node = self._nodes.get(entry.node or "")
+        if node is not None:
+            node.pods.add(entry.key)
+            self._touch(node)
+
+    def _drop_pod(self, key: PodKey) -> None:
+        entry = self._pods.pop(key, None)
+        if entry is None:
+            return
+        self._quota.remove_usage(entry.namespace, entry.collapsed)
+        node = self._nodes.get(entry.node or "")
+        if node is not None:
+            node.pods.discard(key)
+            self._touch(node)
+
+    def _observe_gpu_count(self, node: _NodeEntry) -> None:
+        """Seed 000 §9: GPUs that vanish from a node's allocatable make it unhealthy."""
+        allocatable = node.facts.allocatable.get(self._config.nvidia.resource_count_name)
+        count = 0 if allocatable is None else int(str(allocatable).split(".")[0] or 0)
+        if count == 0:
+            node.gpus_lost = node.reported_gpus > 0 or node.gpus_lost
+        else:
+            node.gpus_lost = False
+        node.reported_gpus = count
+
+    def _register(self, node: _NodeEntry) -> None:
+        """Work out which cards a node offers, from its inventory or its annotations."""
+        node.register_error = None
+        devices: list[model.DeviceInfo] = []
+        scores: dict[str, Mapping[str, int]] = {}
+        if node.inventory is not None:
+            devices = list(node.inventory)
+            scores = dict(node.inventory_scores)
+        else:
+            for spec in self._vendors.specs():
+                raw = node.facts.annotations.get(spec.register_annotation)
+                if not raw:
+                    continue
+                try:
+                    devices.extend(
+                        codec.decode_node_devices(raw, spec.register_annotation, spec.common_word)
+                    )
+                    if spec.score_annotation and node.facts.annotations.get(spec.score_annotation):
+                        scores.update(
+                            codec.decode_pair_scores(
+                                node.facts.annotations[spec.score_annotation],
+                                spec.score_annotation,
+                            )
+                        )
+                except CodecError as exc:
+                    devices = [d for d in devices if d.vendor != spec.common_word]
+                    node.register_error = str(exc)
+        override = self._config.node_override(node.name)
+        if override is not None:
+            banned_ids = set(override.filter_devices.uuid)
+            banned_idx = set(override.filter_devices.index)
+            devices = [d for d in devices if d.id not in banned_ids and d.index not in banned_idx]
+        node.registered = tuple(devices)
+        node.pair_scores = scores
+        self._touch(node)
+
+    def _touch(self, node: _NodeEntry) -> None:
+        node.dirty = True
+        self._dirty.add(node.name)
+
+    def _unrank(self, name: str) -> None:
+        score = self._ranked.pop(name, None)
+        node = self._nodes.get(name)
+        self._dirty.discard(name)
+        if score is None:
+            return
+        if node is None:
+            return
+        order = node.order
+        for ranking, entry in (
+            (self._spread_rank, (score, order, name)),
+            (self._binpack_rank, (-score, order, name)),
+        ):
+            at = bisect.bisect_left(ranking, entry)
+            if at < len(ranking) and ranking[at] == entry:
+                del ranking[at]
+
+    def _refresh(self, node: _NodeEntry) -> None:
+        """Rebuild a node's card usage from its registered cards and its pods (§4.3)."""
+        if not node.dirty:
+            return
+        cards = [model.DeviceUsage.from_info(info) for info in node.registered]
+        for card in cards:
+            self._vendors.prepare_card(card)
+        by_id = {card.id: card for card in cards}
+        used = node_basics.PodResources()
+        for key in sorted(node.pods):
+            entry = self._pods.get(key)
+            if entry is None:
+                continue
+            used = used + entry.requests
+            placement.book(by_id, entry.bookings)
+        node.cards = cards
+        node.used = used
+        node.score = policies.node_score(cards)
+        node.summary = placement.Summary.of(cards)
+        node.dirty = False
+
+    def _rerank_dirty(self) -> None:
+        for name in list(self._dirty):
+            node = self._nodes.get(name)
+            self._unrank(name)
+            if node is None:
+                continue
+            self._refresh(node)
+            bisect.insort(self._spread_rank, (node.score, node.order, name))
+            bisect.insort(self._binpack_rank, (-node.score, node.order, name))
+            self._ranked[name] = node.score
+        self._dirty.clear()
+
+    # --- choosing a node ----------------------------------------------------------------
+    def _node_gate(self, node: _NodeEntry, job: placement.Job, now: float) -> Reason | None:
+        """Node-level reasons, checked before any card is looked at."""
+        reason = node_basics.check_node(
+            job.pod, job.resources, node.facts, node.used, len(node.pods)
+        )
+        if reason is not None:
+            return reason
+        if not job.wants_devices:
+            return None
+        if node.gpus_lost or not node.registered:
+            return Reason.NODE_UNREGISTERED
+        if (
+            self._inventory_timeout_s is not None
+            and node.inventory is not None
+            and (node.heartbeat is None or now - node.heartbeat > self._inventory_timeout_s)
+        ):
+            return Reason.INVENTORY_STALE
+        return None
+
+    def _try_node(
+        self, node: _NodeEntry, job: placement.Job, now: float
+    ) -> placement.Outcome:
+        self._refresh(node)
+        gate = self._node_gate(node, job, now)
+        if gate is not None:
+            return placement.Outcome.rejected({gate: 1})
+        return placement.fit_pod(job, node.cards, node.facts, node.pair_scores)
+
+    def _find(
+        self, job: placement.Job, now: float
+    ) -> tuple[_NodeEntry, placement.Outcome] | None:
+        if not self.use_index:
+            return self._find_reference(job, now)
+        self._rerank_dirty()
+        ranking = self._spread_rank if job.node_policy == policies.SPREAD else self._binpack_rank
+        for _score, _order, name in ranking:
+            node = self._nodes[name]
+            if job.wants_devices and not node.summary.may_fit(job):
+                continue
+            outcome = self._try_node(node, job, now)
+            if outcome.ok:
+                return node, outcome
+        return None
+
+    def _find_reference(
+        self, job: placement.Job, now: float
+    ) -> tuple[_NodeEntry, placement.Outcome] | None:
+        best: tuple[tuple[float, int], _NodeEntry, placement.Outcome] | None = None
+        for node in self._nodes.values():
+            outcome = self._try_node(node, job, now)
+            if not outcome.ok:
+                continue
+            score = node.score if job.node_policy == policies.SPREAD else -node.score
+            rank = (score, node.order)
+            if best is None or rank < best[0]:
+                best = (rank, node, outcome)
+        return None if best is None else (best[1], best[2])
+
+    def _diagnose(
+        self, pod: Mapping[str, Any], now: float, job: placement.Job | None = None
+    ) -> Diagnosis:
+        if job is None:
+            try:
+                job = placement.Job.from_pod(pod, self._config, self._vendors, self._quota)
+            except CodecError as exc:
+                return Diagnosis({}, len(self._nodes), error=str(exc))
+        failures: dict[str, NodeFailure] = {}
+        for node in self._nodes.values():
+            outcome = self._try_node(node, job, now)
+            if not outcome.ok:
+                failures[node.name] = NodeFailure(dict(outcome.reasons))
+        return Diagnosis(failures, len(self._nodes))
+
+    # --- for tests ----------------------------------------------------------------------
+    def snapshot_pods(self) -> dict[PodKey, dict[str, model.PodSingleDevice]]:
+        return {k: copy.deepcopy(e.devices) for k, e in self._pods.items()}
+

@@ -1,0 +1,236 @@
+"""Fit: choose cards for one container on one node (hami-semantics §5 fitInDevices, §6 Fit).
+
+The checks run in HAMi's order and a card is counted under the first check it fails;
+``CHECK_ORDER`` pins that order. Cards are scanned from the end of the policy-sorted
+list. Where HAMi is weak and the fix cannot change an ordinary decision, this module
+does better and says so: topology-aware with numa-bind keeps every NUMA group's
+candidates instead of only the last group's, and topology candidates are quota-checked
+one by one and then as the chosen set.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from vgpu_operator.devices import model, vendor
+from vgpu_operator.scheduling import mig, topology
+from vgpu_operator.scheduling.status import Reason
+
+#: The per-card checks in the order Fit applies them (NUMA reset sits between type and UUID).
+CHECK_ORDER: Final = (
+    Reason.CARD_NOT_HEALTH,
+    Reason.CARD_CORDONED,
+    Reason.CARD_TYPE_MISMATCH,
+    Reason.CARD_UUID_MISMATCH,
+    Reason.CARD_TIME_SLICING_EXHAUSTED,
+    Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+    Reason.RESOURCE_QUOTA_NOT_FIT,
+    Reason.CARD_INSUFFICIENT_MEMORY,
+    Reason.CARD_INSUFFICIENT_CORE,
+    Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+    Reason.CARD_COMPUTE_UNITS_EXHAUSTED,
+    Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
+)
+
+#: quota_ok(extra_memory_mib, extra_cores): does the pod still fit its namespace quota
+#: with this much more than its earlier containers already hold?
+QuotaCheck = Callable[[int, int], bool]
+
+
+def _always_fits(_memory: int, _cores: int) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class FitOptions:
+    """Everything about the pod and node that Fit consults besides the cards."""
+
+    spec: vendor.VendorSpec
+    annotations: Mapping[str, str]
+    policy: str = "spread"
+    numa_bind: bool = False
+    topology_aware: bool = False
+    mutex: bool = False
+    cordoned: frozenset[str] = frozenset()
+    pair_scores: model.PairScores = field(default_factory=dict)
+    quota_ok: QuotaCheck = _always_fits
+
+
+@dataclass(slots=True)
+class Pick:
+    card: model.DeviceUsage
+    memory_mib: int
+    cores: int
+
+
+@dataclass(slots=True)
+class FitResult:
+    """The cards picked for a container, or (``ok`` false) why the node could not serve it."""
+
+    ok: bool
+    picks: list[Pick]
+    reasons: Counter[Reason]
+
+
+def visible_cards(
+    spec: vendor.VendorSpec, cards: Sequence[model.DeviceUsage]
+) -> list[model.DeviceUsage]:
+    """Cards whose type names the vendor's marker; others are invisible to it."""
+    marker = spec.type_marker.upper()
+    return [c for c in cards if marker in c.type.upper()]
+
+
+def is_mig_request(options: FitOptions, cards: Sequence[model.DeviceUsage]) -> bool:
+    if not options.spec.supports_mig:
+        return False
+    mode = options.annotations.get(options.spec.mode_annotation or "")
+    if mode is not None and model.MODE_MIG not in mode:
+        return False
+    return any(c.mode == model.MODE_MIG for c in cards)
+
+
+def fit_container(
+    cards: Sequence[model.DeviceUsage],
+    request: model.ContainerRequest,
+    options: FitOptions,
+) -> FitResult:
+    """Choose ``request.count`` cards from ``cards`` (already in policy order).
+
+    Returns the picks, or the per-reason counts of the cards that were ruled out.
+    """
+    typed = visible_cards(options.spec, cards)
+    if request.count > len(typed) and not is_mig_request(options, typed):
+        return FitResult(False, [], Counter({Reason.NODE_INSUFFICIENT_DEVICE: 1}))
+
+    nums = origin = request.count
+    cores_req = request.cores
+    prev_numa: int | None = None
+    picked: list[Pick] = []
+    groups: list[list[Pick]] = []  # topology + numa-bind: candidates of earlier NUMA groups
+    reasons: Counter[Reason] = Counter()
+    annotations = options.annotations
+    spec = options.spec
+    topo = options.topology_aware
+
+    i = len(typed) - 1
+    while i >= 0:
+        card = typed[i]
+        i -= 1
+        if not card.health:
+            reasons[Reason.CARD_NOT_HEALTH] += 1
+            continue
+        if card.id in options.cordoned:
+            reasons[Reason.CARD_CORDONED] += 1
+            continue
+        if not vendor.type_allowed(spec, annotations, card.type) or not vendor.mode_allowed(
+            spec, annotations, card.mode
+        ):
+            reasons[Reason.CARD_TYPE_MISMATCH] += 1
+            continue
+        if options.numa_bind and card.numa != prev_numa:
+            if nums != origin:
+                reasons[Reason.NUMA_NOT_FIT] += len(picked)
+            if topo and picked:
+                groups.append(picked)
+            nums = origin
+            prev_numa = card.numa
+            picked = []
+        if not vendor.uuid_allowed(spec, annotations, card.id):
+            reasons[Reason.CARD_UUID_MISMATCH] += 1
+            continue
+        if card.count <= card.used:
+            reasons[Reason.CARD_TIME_SLICING_EXHAUSTED] += 1
+            continue
+        if options.mutex and card.used > 0:
+            reasons[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
+            continue
+        cores_req = min(cores_req, 100)
+        memory = request.memory_mib
+        if request.uses_percentage:
+            memory = card.total_memory_mib * request.memory_percent // 100
+        extra_memory = memory + (0 if topo else sum(p.memory_mib for p in picked))
+        extra_cores = cores_req + (0 if topo else sum(p.cores for p in picked))
+        if not options.quota_ok(extra_memory, extra_cores):
+            reasons[Reason.RESOURCE_QUOTA_NOT_FIT] += 1
+            continue
+        if card.total_memory_mib - card.used_memory_mib < memory:
+            reasons[Reason.CARD_INSUFFICIENT_MEMORY] += 1
+            continue
+        if card.total_cores - card.used_cores < cores_req:
+            reasons[Reason.CARD_INSUFFICIENT_CORE] += 1
+            continue
+        if card.total_cores == 100 and cores_req == 100 and card.used > 0:
+            reasons[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
+            continue
+        if card.total_cores != 0 and card.used_cores == card.total_cores and cores_req == 0:
+            reasons[Reason.CARD_COMPUTE_UNITS_EXHAUSTED] += 1
+            continue
+        if card.mode == model.MODE_MIG:
+            earlier = [p.memory_mib for p in picked if p.card is card]
+            if mig.is_percentage_refused(request) or not mig.custom_filter(card, memory, earlier):
+                reasons[Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] += 1
+                continue
+        if nums > 0:
+            if not topo:
+                nums -= 1
+            picked.append(Pick(card, memory, cores_req))
+        if nums == 0 and not topo:
+            return FitResult(True, picked, Counter())
+        if card.mode == model.MODE_MIG:
+            i += 1  # a MIG card can give one container several instances
+
+    if topo:
+        if picked:
+            groups.append(picked)
+        chosen = _choose_topology(groups, origin, options)
+        if chosen is not None:
+            if options.quota_ok(sum(p.memory_mib for p in chosen), sum(p.cores for p in chosen)):
+                return FitResult(True, chosen, Counter())
+            reasons[Reason.RESOURCE_QUOTA_NOT_FIT] += 1
+            return FitResult(False, [], reasons)
+        picked = max(groups, key=len, default=[])
+    if picked:
+        reasons[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(picked)
+    if not reasons:
+        reasons[Reason.NODE_INSUFFICIENT_DEVICE] = 1
+    return FitResult(False, [], reasons)
+
+
+def _choose_topology(
+    groups: Sequence[list[Pick]], want: int, options: FitOptions
+) -> list[Pick] | None:
+    """Among candidate groups with enough cards, the best-connected choice (§9)."""
+    best: tuple[float, list[Pick]] | None = None
+    for group in groups:
+        if len(group) < want:
+            continue
+        if len(group) == want:
+            choice = list(group)
+        else:
+            by_id = {p.card.id: p for p in group}
+            ids = [p.card.id for p in group]
+            if len(by_id) != len(ids):
+                choice = group[:want]  # repeated MIG instances: no distinct topology to rank
+            elif want == 1:
+                choice = [by_id[topology.worst_single_card(ids, options.pair_scores)]]
+            else:
+                chosen = topology.best_combination(ids, options.pair_scores, want)
+                choice = [by_id[c] for c in chosen]
+        if len(groups) == 1:
+            return choice
+        score = _combination_score([p.card.id for p in choice], options.pair_scores)
+        if best is None or score > best[0]:
+            best = (score, choice)
+    return None if best is None else best[1]
+
+
+def _combination_score(ids: Sequence[str], scores: model.PairScores) -> float:
+    total = 0
+    for a_pos, a in enumerate(ids):
+        row = scores.get(a, {})
+        for b in ids[a_pos + 1 :]:
+            total += row.get(b, 0)
+    return total

@@ -1,0 +1,302 @@
+"""One pod on one node: every container through Fit, booking as it goes (hami-semantics §5).
+
+Also the two views of a placed pod's devices that accounting needs: ``collapse`` (per
+card: app containers summed, init containers at their peak, §4.3) and ``book`` (apply
+that to a node's cards), and ``Summary``, a node's free capacity in a few numbers so
+that a node that cannot fit is skipped without looking at its cards.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpu_operator import names
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import codec, model, vendor
+from vgpu_operator.scheduling import fit, mig, node_basics, policies
+from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.status import Reason
+from vgpu_operator.scheduling.vendors import Vendors
+
+#: Per container: vendor common word -> request.
+ContainerRequests = Mapping[str, model.ContainerRequest]
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """What one pod holds of one card (or one MIG instance, named by its suffixed id)."""
+
+    uuid: str
+    vendor: str
+    memory_mib: int
+    cores: int
+    slots: int
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A pending pod, parsed once for all the nodes it is tried on."""
+
+    pod: Mapping[str, Any]
+    namespace: str
+    annotations: Mapping[str, str]
+    resources: node_basics.PodResources
+    init_requests: tuple[ContainerRequests, ...]
+    app_requests: tuple[ContainerRequests, ...]
+    node_policy: str
+    gpu_policy: str | None
+    default_gpu_policy: str
+    weights: policies.ScoringWeights
+    vendors: Vendors
+    quota: QuotaLedger
+    memory_factors: Mapping[str, int]
+
+    @property
+    def init_count(self) -> int:
+        return len(self.init_requests)
+
+    @property
+    def wants_devices(self) -> bool:
+        return any(r for r in (*self.init_requests, *self.app_requests))
+
+    @classmethod
+    def from_pod(
+        cls,
+        pod: Mapping[str, Any],
+        config: DeviceConfig,
+        vendors: Vendors,
+        quota: QuotaLedger,
+    ) -> Job:
+        """Raises CodecError for a malformed scheduling annotation."""
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        annotations: Mapping[str, str] = meta.get("annotations") or {}
+        node_policy = annotations.get(names.NODE_SCHEDULER_POLICY, "").strip()
+        if node_policy not in (policies.BINPACK, policies.SPREAD):
+            node_policy = config.scheduler.node_scheduler_policy
+        gpu_policy = annotations.get(names.GPU_SCHEDULER_POLICY)
+        return cls(
+            pod=pod,
+            namespace=meta.get("namespace") or "default",
+            annotations=annotations,
+            resources=node_basics.pod_requests(pod),
+            init_requests=tuple(vendors.requests(c) for c in spec.get("initContainers") or []),
+            app_requests=tuple(vendors.requests(c) for c in spec.get("containers") or []),
+            node_policy=node_policy,
+            gpu_policy=None if gpu_policy is None else policies.normalize_gpu_policy(gpu_policy),
+            default_gpu_policy=config.scheduler.gpu_scheduler_policy,
+            weights=policies.parse_scoring_weights(annotations.get(names.DEVICE_SCORING_WEIGHTS)),
+            vendors=vendors,
+            quota=quota,
+            memory_factors=vendors.memory_factors(),
+        )
+
+    def policy_on(self, node: node_basics.NodeFacts) -> str:
+        """Pod annotation, then the node's annotation, then the global config."""
+        if self.gpu_policy is not None:
+            return self.gpu_policy
+        on_node = node.annotations.get(names.GPU_SCHEDULER_POLICY)
+        if on_node is not None:
+            return policies.normalize_gpu_policy(on_node)
+        return self.default_gpu_policy
+
+
+@dataclass(slots=True)
+class Outcome:
+    ok: bool
+    devices: dict[str, model.PodSingleDevice] = field(default_factory=dict)
+    reasons: Counter[Reason] = field(default_factory=Counter)
+
+    @classmethod
+    def rejected(cls, reasons: Mapping[Reason, int]) -> Outcome:
+        return cls(False, {}, Counter(reasons))
+
+
+@dataclass(frozen=True, slots=True)
+class VendorSummary:
+    free_cards: int = 0
+    max_free_memory_mib: int = 0
+    max_free_cores: int = 0
+    has_mig: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A node's free capacity per vendor; ``may_fit`` never rules out a node that fits."""
+
+    vendors: Mapping[str, VendorSummary] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, cards: Sequence[model.DeviceUsage]) -> Summary:
+        found: dict[str, VendorSummary] = {}
+        for card in cards:
+            if not card.health or card.used >= card.count:
+                has_mig = card.mode == model.MODE_MIG
+                prev = found.get(card.vendor, VendorSummary())
+                found[card.vendor] = VendorSummary(
+                    prev.free_cards,
+                    prev.max_free_memory_mib,
+                    prev.max_free_cores,
+                    prev.has_mig or has_mig,
+                )
+                continue
+            prev = found.get(card.vendor, VendorSummary())
+            found[card.vendor] = VendorSummary(
+                prev.free_cards + 1,
+                max(prev.max_free_memory_mib, card.free_memory_mib),
+                max(prev.max_free_cores, card.free_cores),
+                prev.has_mig or card.mode == model.MODE_MIG,
+            )
+        return cls(found)
+
+    def may_fit(self, job: Job) -> bool:
+        for requests in (*job.init_requests, *job.app_requests):
+            for vendor_word, request in requests.items():
+                have = self.vendors.get(vendor_word)
+                if have is None:
+                    return False
+                if not have.has_mig and request.count > have.free_cards:
+                    return False
+                if have.free_cards == 0:
+                    return False
+                if request.memory_mib > have.max_free_memory_mib:
+                    return False
+                if min(request.cores, 100) > have.max_free_cores:
+                    return False
+        return True
+
+
+def collapse(
+    devices: Mapping[str, model.PodSingleDevice], init_count: int
+) -> dict[str, list[Booking]]:
+    """Per card: app containers' memory and cores summed (a slot each), init containers
+    at their peak (one slot), and the larger of the two kept (hami-semantics §4.3)."""
+    out: dict[str, list[Booking]] = {}
+    for vendor_word, single in devices.items():
+        app: dict[str, list[int]] = {}
+        init: dict[str, list[int]] = {}
+        for position, container in enumerate(single):
+            target = init if position < init_count else app
+            for device in container:
+                seen = target.setdefault(device.uuid, [0, 0, 0])
+                if target is app:
+                    seen[0] += device.memory_mib
+                    seen[1] += device.cores
+                    seen[2] += 1
+                else:
+                    seen[0] = max(seen[0], device.memory_mib)
+                    seen[1] = max(seen[1], device.cores)
+                    seen[2] = 1
+        bookings: list[Booking] = []
+        for uuid in dict.fromkeys([*init, *app]):
+            a = app.get(uuid, [0, 0, 0])
+            i = init.get(uuid, [0, 0, 0])
+            bookings.append(
+                Booking(uuid, vendor_word, max(a[0], i[0]), max(a[1], i[1]), max(a[2], i[2]))
+            )
+        if bookings:
+            out[vendor_word] = bookings
+    return out
+
+
+def as_pod_devices(bookings: Mapping[str, Sequence[Booking]]) -> dict[str, model.PodSingleDevice]:
+    """Bookings as one pseudo-container per vendor, the shape the quota ledger sums."""
+    return {
+        v: (tuple(model.ContainerDevice(b.uuid, v, b.memory_mib, b.cores) for b in bs),)
+        for v, bs in bookings.items()
+    }
+
+
+def book(cards: Mapping[str, model.DeviceUsage], bookings: Mapping[str, Sequence[Booking]]) -> None:
+    """Add a placed pod's bookings to a node's cards; unknown cards are ignored."""
+    for entries in bookings.values():
+        for entry in entries:
+            base, instance = codec.split_mig_uuid(entry.uuid)
+            card = cards.get(base)
+            if card is None:
+                continue
+            card.used += entry.slots
+            card.used_memory_mib += entry.memory_mib
+            card.used_cores += entry.cores
+            if instance is not None:
+                if card.mig is None:
+                    card.health = False  # a MIG booking on a card without MIG: fail closed
+                else:
+                    mig.restore(card, instance[0], instance[1])
+
+
+def _add_usage(card: model.DeviceUsage, pick: fit.Pick, vendor_word: str) -> model.ContainerDevice:
+    uuid, memory, cores = card.id, pick.memory_mib, pick.cores
+    if card.mode == model.MODE_MIG and card.mig is not None:
+        uuid, memory, cores = mig.allocate(card, pick.memory_mib)
+    card.used += 1
+    card.used_memory_mib += memory
+    card.used_cores += cores
+    return model.ContainerDevice(uuid, vendor_word, memory, cores)
+
+
+def fit_pod(
+    job: Job,
+    cards: Sequence[model.DeviceUsage],
+    node: node_basics.NodeFacts,
+    pair_scores: model.PairScores,
+) -> Outcome:
+    """Fit every container of ``job`` on a copy of ``cards``; the cards are not changed."""
+    policy = job.policy_on(node)
+    cordoned = frozenset(vendor.split_list(node.annotations.get(names.NODE_DEVICE_CORDON)))
+    per_vendor: dict[str, list[list[model.ContainerDevice]]] = {}
+    containers = (*job.init_requests, *job.app_requests)
+    app_cards = [c.copy() for c in cards]
+    for position, requests in enumerate(containers):
+        is_init = position < job.init_count
+        work = [c.copy() for c in cards] if is_init else app_cards
+        for lists in per_vendor.values():
+            lists.append([])
+        for vendor_word, request in requests.items():
+            lists = per_vendor.setdefault(vendor_word, [[] for _ in range(position + 1)])
+            spec = job.vendors.spec(vendor_word)
+            scores = {c.id: policies.card_score(c, list(requests.values()), job.weights) for c in work}
+            work.sort(key=policies.card_sort_key(policy, _numa(job, spec), scores))
+            options = fit.FitOptions(
+                spec=spec,
+                annotations=job.annotations,
+                policy=policy,
+                numa_bind=_numa(job, spec),
+                topology_aware=spec.supports_topology and policies.policy_has(policy, policies.TOPOLOGY),
+                mutex=policies.policy_has(policy, policies.MUTEX),
+                cordoned=cordoned,
+                pair_scores=pair_scores,
+                quota_ok=_quota_check(job, vendor_word, per_vendor),
+            )
+            result = fit.fit_container(work, request, options)
+            if not result.ok:
+                return Outcome.rejected(result.reasons)
+            lists[position] = [_add_usage(p.card, p, vendor_word) for p in result.picks]
+    devices = {
+        v: tuple(tuple(c) for c in lists) for v, lists in per_vendor.items()
+    }
+    return Outcome(True, devices)
+
+
+def _numa(job: Job, spec: vendor.VendorSpec) -> bool:
+    return vendor.numa_bind(spec, job.annotations)
+
+
+def _quota_check(
+    job: Job, vendor_word: str, per_vendor: Mapping[str, list[list[model.ContainerDevice]]]
+) -> fit.QuotaCheck:
+    lists = per_vendor.get(vendor_word, [])
+    so_far = collapse({vendor_word: tuple(tuple(c) for c in lists)}, job.init_count)
+    base_memory = sum(b.memory_mib for b in so_far.get(vendor_word, []))
+    base_cores = sum(b.cores for b in so_far.get(vendor_word, []))
+    factor = job.memory_factors.get(vendor_word, 1)
+
+    def quota_ok(memory_mib: int, cores: int) -> bool:
+        return job.quota.fits(
+            job.namespace, vendor_word, base_memory + memory_mib, base_cores + cores, factor
+        )
+
+    return quota_ok

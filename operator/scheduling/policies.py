@@ -1,0 +1,175 @@
+"""Card and node scores and the card order that GPU policies impose (hami-semantics §8)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from vgpu_operator import names
+from vgpu_operator.config import parse_gpu_policy
+from vgpu_operator.devices import model
+from vgpu_operator.errors import CodecError
+
+BINPACK: Final = "binpack"
+SPREAD: Final = "spread"
+TOPOLOGY: Final = "topology-aware"
+MUTEX: Final = "mutex"
+NUMA: Final = "numa"
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringWeights:
+    """``hami.io/device-scoring-weights``: how much slots, cores and memory weigh."""
+
+    slot: int = 1
+    core: int = 1
+    memory: int = 1
+
+
+DEFAULT_WEIGHTS: Final = ScoringWeights()
+
+
+def parse_scoring_weights(value: str | None) -> ScoringWeights:
+    """Exactly ``slot=..,core=..,memory=..`` once each, non-negative, not all zero."""
+    if value is None:
+        return DEFAULT_WEIGHTS
+    field = names.DEVICE_SCORING_WEIGHTS
+    entries = value.split(",")
+    if len(entries) != 3:
+        raise CodecError(field, "expected three entries slot=N,core=N,memory=N", value)
+    parsed: dict[str, int] = {}
+    for entry in entries:
+        key, sep, number = entry.partition("=")
+        key = key.strip()
+        if not sep or key not in ("slot", "core", "memory") or key in parsed:
+            raise CodecError(field, f"bad or repeated entry {entry.strip()!r}", value)
+        try:
+            weight = int(number.strip())
+        except ValueError:
+            raise CodecError(field, f"weight of {key} is not an integer", value) from None
+        if weight < 0:
+            raise CodecError(field, f"weight of {key} is negative", value)
+        parsed[key] = weight
+    if not any(parsed.values()):
+        raise CodecError(field, "at least one weight must be positive", value)
+    return ScoringWeights(parsed["slot"], parsed["core"], parsed["memory"])
+
+
+def card_score(
+    card: model.DeviceUsage,
+    requests: Sequence[model.ContainerRequest],
+    weights: ScoringWeights = DEFAULT_WEIGHTS,
+) -> float:
+    """HAMi's ComputeScore: usage (plus requests of the same *type*) over capacity.
+
+    The request terms only count when a request's type equals the card's type, which
+    for real cards (type = model name, request type = vendor word) never happens: the
+    score is in practice the card's existing usage, exactly as in HAMi.
+    """
+    if card.count == 0 or card.total_cores == 0 or card.total_memory_mib == 0:
+        return 0.0
+    request = core = memory = 0
+    for req in requests:
+        if req.vendor != card.type:
+            continue
+        request += 1
+        core += req.cores
+        if req.memory_percent not in (0, model.MEMORY_PERCENT_UNSET):
+            memory += card.total_memory_mib * req.memory_percent // 100
+        else:
+            memory += req.memory_mib
+    return 10 * (
+        weights.slot * (request + card.used) / card.count
+        + weights.core * (core + card.used_cores) / card.total_cores
+        + weights.memory * (memory + card.used_memory_mib) / card.total_memory_mib
+    )
+
+
+SortKey = Callable[[model.DeviceUsage], tuple[float, ...]]
+
+
+def card_sort_key(
+    policy: str, numa_bind: bool, scores: Mapping[str, float]
+) -> SortKey:
+    """The ascending sort key equivalent to HAMi's ``DeviceUsageList.Less``.
+
+    Fit scans the sorted list from its end, so the card that sorts last is tried first.
+    Python's sort is stable, so full ties keep the previous order, as Go's insertion
+    sort does on nodes of up to 12 cards.
+    """
+    tokens = parse_gpu_policy(policy) if policy else ()
+    if len(tokens) == 1 and tokens[0] != NUMA:
+        single = tokens[0]
+        if single == MUTEX:
+            return lambda d: (-d.used, d.numa)
+        if single == BINPACK:
+            if numa_bind:
+                return lambda d: (-d.numa, scores[d.id])
+            return lambda d: (scores[d.id], d.numa)
+        if numa_bind:
+            return lambda d: (d.numa, -scores[d.id])
+        return lambda d: (-scores[d.id], d.numa)
+    chain: list[str] = []
+    for token in tokens:
+        if token in (BINPACK, SPREAD, NUMA) and token not in chain:
+            chain.append(token)
+    if not chain:
+        chain = [SPREAD]
+    if numa_bind and NUMA in chain:
+        chain.remove(NUMA)
+        chain.insert(0, NUMA)
+
+    def chained(d: model.DeviceUsage) -> tuple[float, ...]:
+        key: list[float] = []
+        for token in chain:
+            if token == BINPACK:
+                key.append(scores[d.id])
+            elif token == SPREAD:
+                key.append(-scores[d.id])
+            else:
+                key.append(d.numa)
+        key.append(d.index)
+        return tuple(key)
+
+    return chained
+
+
+def normalize_gpu_policy(value: str) -> str:
+    """A pod's policy as HAMi reads it: unknown single names sort like ``spread``, and
+    unknown tokens of a comma chain are dropped."""
+    tokens = [t.strip() for t in value.split(",") if t.strip()]
+    known = [t for t in tokens if t in (BINPACK, SPREAD, TOPOLOGY, MUTEX, NUMA)]
+    if not known:
+        return SPREAD
+    return ",".join(known)
+
+
+def policy_has(policy: str, token: str) -> bool:
+    return token in parse_gpu_policy(policy) if policy else False
+
+
+def node_score(cards: Sequence[model.DeviceUsage]) -> float:
+    """HAMi's ComputeDefaultScore: slots, cores and memory used over totals, times 10."""
+    used = count = used_cores = total_cores = used_mem = total_mem = 0
+    for card in cards:
+        used += card.used
+        count += card.count
+        used_cores += card.used_cores
+        total_cores += card.total_cores
+        used_mem += card.used_memory_mib
+        total_mem += card.total_memory_mib
+    return score_from_sums(used, count, used_cores, total_cores, used_mem, total_mem)
+
+
+def score_from_sums(
+    used: int, count: int, used_cores: int, total_cores: int, used_mem: int, total_mem: int
+) -> float:
+    score = 0.0
+    if count:
+        score += used / count
+    if total_cores:
+        score += used_cores / total_cores
+    if total_mem:
+        score += used_mem / total_mem
+    return 10 * score
