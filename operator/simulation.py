@@ -1,0 +1,183 @@
+"""``vgpu-operator simulate``: a scenario file through the engine, decisions as JSON.
+
+The scenario format is defined in the shared ``scenarios/FORMAT.md``: nodes (with
+``devices`` or HAMi's annotations), pods (running ones hold devices; pending ones are
+admitted, then placed one after the other), ResourceQuotas, and ``expect`` (checked by
+``check`` only, never by the simulation itself).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from vgpu_operator.config import load_config
+from vgpu_operator.devices import codec
+from vgpu_operator.errors import CodecError, ConfigError, ScenarioError
+from vgpu_operator.scheduling.cluster import ClusterState, Decision, pod_key
+
+
+def parse_scenario(text: str) -> dict[str, Any]:
+    """JSON or YAML text to a scenario mapping; structural errors name the field."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError("<file>", f"neither JSON nor YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ScenarioError("<file>", "a scenario must be a mapping")
+    for key in ("nodes", "pods", "resourceQuotas", "expect"):
+        if key in data and not isinstance(data[key], list):
+            raise ScenarioError(key, "must be a list")
+    if "config" in data and not isinstance(data["config"], dict | type(None)):
+        raise ScenarioError("config", "must be a mapping")
+    for position, node in enumerate(data.get("nodes") or []):
+        where = f"nodes[{position}]"
+        name = _require_name(node, where)
+        if "devices" in node and not isinstance(node["devices"], list):
+            raise ScenarioError(f"{where}.devices", f"node {name}: must be a list")
+        if "pairScores" in node and not isinstance(node["pairScores"], list):
+            raise ScenarioError(f"{where}.pairScores", f"node {name}: must be a list")
+    for position, pod in enumerate(data.get("pods") or []):
+        where = f"pods[{position}]"
+        _require_name(pod, where)
+        spec = pod.get("spec")
+        if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list):
+            raise ScenarioError(f"{where}.spec.containers", "a pod needs a list of containers")
+        for c_pos, container in enumerate(spec["containers"]):
+            if not isinstance(container, dict):
+                raise ScenarioError(f"{where}.spec.containers[{c_pos}]", "must be a mapping")
+    for position, quota in enumerate(data.get("resourceQuotas") or []):
+        _require_name(quota, f"resourceQuotas[{position}]")
+    return data
+
+
+def _require_name(obj: Any, where: str) -> str:
+    if not isinstance(obj, dict):
+        raise ScenarioError(where, "must be a mapping")
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise ScenarioError(f"{where}.metadata.name", "is required")
+    for key in ("labels", "annotations"):
+        if key in meta and not isinstance(meta[key], dict | type(None)):
+            raise ScenarioError(f"{where}.metadata.{key}", "must be a mapping")
+    return str(meta["name"])
+
+
+def build_state(scenario: Mapping[str, Any], use_index: bool = True) -> ClusterState:
+    """The cluster of a scenario, with running pods holding their devices."""
+    try:
+        config = load_config(scenario.get("config") or {})
+    except ConfigError as exc:
+        raise ScenarioError(f"config.{exc.field}", exc.message) from exc
+    state = ClusterState(config)
+    state.use_index = use_index
+    for position, node in enumerate(scenario.get("nodes") or []):
+        state.set_node(node)
+        name = node["metadata"]["name"]
+        where = f"nodes[{position}]"
+        if "devices" in node:
+            try:
+                devices = codec.decode_node_devices(json.dumps(node["devices"]), f"{where}.devices")
+                scores = codec.decode_pair_scores(
+                    json.dumps(node.get("pairScores") or []), f"{where}.pairScores"
+                )
+            except CodecError as exc:
+                raise ScenarioError(exc.field, exc.message) from exc
+            state.set_inventory(name, devices, scores, heartbeat=None)
+    for position, quota in enumerate(scenario.get("resourceQuotas") or []):
+        try:
+            state.set_quota(quota)
+        except CodecError as exc:
+            raise ScenarioError(f"resourceQuotas[{position}].{exc.field}", exc.message) from exc
+    for pod in scenario.get("pods") or []:
+        if (pod.get("spec") or {}).get("nodeName"):
+            state.set_pod(pod)
+    return state
+
+
+def simulate(
+    scenario: Mapping[str, Any], now: float = 0.0, use_index: bool = True
+) -> dict[str, Any]:
+    """Place the scenario's pending pods in order; return ``{"decisions": [...]}``."""
+    state = build_state(scenario, use_index)
+    decisions = []
+    for pod in scenario.get("pods") or []:
+        if (pod.get("spec") or {}).get("nodeName"):
+            continue
+        decision = state.schedule(pod, now)
+        if decision.scheduled:
+            state.confirm(decision.pod)
+        decisions.append(render(decision, pod))
+    return {"decisions": decisions}
+
+
+def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
+    spec = pod.get("spec") or {}
+    n_containers = len(spec.get("initContainers") or []) + len(spec.get("containers") or [])
+    containers: list[list[dict[str, Any]]] = [[] for _ in range(n_containers)]
+    for single in decision.devices.values():
+        for position, devices in enumerate(single[:n_containers]):
+            for d in devices:
+                card, instance = codec.split_mig_uuid(d.uuid)
+                entry = {"uuid": card, "type": d.vendor, "usedmem": d.memory_mib,
+                         "usedcores": d.cores}
+                if instance is not None:
+                    entry["instance"] = d.uuid  # the MIG instance, as the annotation names it
+                containers[position].append(entry)
+    out: dict[str, Any] = {
+        "pod": decision.pod,
+        "scheduled": decision.scheduled,
+        "node": decision.node,
+        "containers": containers if decision.scheduled else [],
+        "annotations": dict(decision.annotations),
+        "reasons": decision.diagnosis.to_json() if decision.diagnosis else {},
+    }
+    if decision.diagnosis is not None:
+        out["message"] = decision.diagnosis.message()
+    if decision.rejected is not None:
+        out["rejected"] = decision.rejected
+    return out
+
+
+def check(scenario: Mapping[str, Any], output: Mapping[str, Any]) -> list[str]:
+    """Differences between a scenario's ``expect`` and a simulation's output."""
+    by_pod = {d["pod"]: d for d in output.get("decisions", [])}
+    problems: list[str] = []
+    for expected in scenario.get("expect") or []:
+        key = expected.get("pod", "")
+        got = by_pod.get(key)
+        if got is None:
+            problems.append(f"{key}: no decision")
+            continue
+        problems.extend(_compare(key, expected, got))
+    return problems
+
+
+def _compare(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) -> list[str]:
+    problems = []
+    if "scheduled" in expected and bool(expected["scheduled"]) != got["scheduled"]:
+        problems.append(
+            f"{key}: scheduled={got['scheduled']} (expected {expected['scheduled']}); "
+            f"reasons={got.get('reasons')} rejected={got.get('rejected')}"
+        )
+    if "node" in expected and expected["node"] != got["node"]:
+        problems.append(f"{key}: node={got['node']} (expected {expected['node']})")
+    if "node_in" in expected and got["node"] not in expected["node_in"]:
+        problems.append(f"{key}: node={got['node']} (expected one of {expected['node_in']})")
+    if "devices" in expected:
+        want = [sorted(c) for c in expected["devices"]]
+        have = [sorted({d["uuid"] for d in c}) for c in got["containers"]]
+        if [sorted(set(c)) for c in want] != have[: len(want)]:
+            problems.append(f"{key}: devices={have} (expected {want})")
+    if "reason" in expected:
+        seen = {r.lower() for reasons in got["reasons"].values() for r in reasons}
+        if str(expected["reason"]).lower() not in seen:
+            problems.append(f"{key}: reason {expected['reason']} not in {got['reasons']}")
+    return problems
+
+
+def pod_names(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [pod_key(p) for p in pods]
