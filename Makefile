@@ -53,7 +53,7 @@ lint: dev
 	$(BIN)/lint-imports
 
 bench: dev
-	$(BIN)/python -m vgpu_operator.bench
+	$(BIN)/python tests/bench/run.py
 
 demo: dev control-plane-bins
 	VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) $(BIN)/vgpu-operator demo
