@@ -20,8 +20,9 @@ the candidates in scan order, with two reductions that never change the answer.
   one. A greedy start gives a good best score before the search begins.
 
 Cost: building the score matrix is O(n²) look-ups; each search node costs O(classes).
-Structured machines (NVSwitch islands, PCIe trees) need a few hundred nodes at most;
-unstructured random scores can need many more, but never more than HAMi's full scan.
+Structured machines (NVSwitch islands, PCIe trees, NVL72 trays) take a few dozen nodes
+(``tests/bench/bench_topology.py``). The problem is NP-hard, so scores without any
+structure can still take exponential time; in practice far less than HAMi's scan.
 """
 
 from __future__ import annotations
@@ -266,7 +267,7 @@ class _Search:
         if sum(free) < remaining:
             return
         best_doubled = 2 * self.best_score
-        quick = [(2 * gain[c] + self.row_top_sums[c][remaining - 2], free[c]) for c in open_classes]
+        quick = [(2 * gain[c] + self.row_top_sums[c][remaining - 1], free[c]) for c in open_classes]
         bound = _doubled_bound(partial, quick, remaining)
         if bound >= best_doubled and remaining > 1:
             tight = [
