@@ -78,6 +78,9 @@ def build_state(scenario: Mapping[str, Any], use_index: bool = True) -> ClusterS
         state.set_node(node)
         name = node["metadata"]["name"]
         where = f"nodes[{position}]"
+        error = state.register_errors().get(name)
+        if error is not None and "devices" not in node:
+            raise ScenarioError(f"{where}.metadata.annotations", error)
         if "devices" in node:
             try:
                 devices = codec.decode_node_devices(json.dumps(node["devices"]), f"{where}.devices")

@@ -35,7 +35,10 @@ def hami_type(model_name: str) -> str:
 
 
 def _env_append(container: dict[str, Any], name: str, value: str) -> None:
-    container.setdefault("env", []).append({"name": name, "value": value})
+    """Add an env var unless the container already sets it (keeps admission idempotent)."""
+    env = container.setdefault("env", [])
+    if not any(entry.get("name") == name for entry in env):
+        env.append({"name": name, "value": value})
 
 
 def _has(container: dict[str, Any], section: str, name: str) -> bool:

@@ -38,7 +38,7 @@ def admit(
     spec = mutated.setdefault("spec", {})
     containers = spec.get("containers") or []
     if not containers:
-        return AdmissionResult(False, mutated, "pod has no containers")
+        return AdmissionResult(False, mutated, "pod has no containers", handled=True)
     ours = config.scheduler.scheduler_name
     named = spec.get("schedulerName")
     if named and named not in (ours, DEFAULT_SCHEDULER):
@@ -67,7 +67,10 @@ def admit(
 
 
 def _over_quota(pod: Mapping[str, Any], vendors: Vendors, quota: QuotaLedger) -> str:
-    """A refusal when the pod's own demand exceeds a limit, whatever else is running."""
+    """A refusal when the pod's own demand exceeds a limit, whatever else is running.
+
+    Cores are counted as requested, not capped at 100 per card, as HAMi's webhook does.
+    """
     namespace = (pod.get("metadata") or {}).get("namespace") or "default"
     spec = pod.get("spec") or {}
     inits = [vendors.requests(c) for c in spec.get("initContainers") or []]
@@ -75,11 +78,9 @@ def _over_quota(pod: Mapping[str, Any], vendors: Vendors, quota: QuotaLedger) ->
     for word, memory_name in vendors.memory_resources().items():
         core_name = vendors.core_resources()[word]
         app_memory = sum(r[word].memory_mib * r[word].count for r in apps if word in r)
-        app_cores = sum(min(r[word].cores, 100) * r[word].count for r in apps if word in r)
+        app_cores = sum(r[word].cores * r[word].count for r in apps if word in r)
         init_memory = max((r[word].memory_mib * r[word].count for r in inits if word in r), default=0)
-        init_cores = max(
-            (min(r[word].cores, 100) * r[word].count for r in inits if word in r), default=0
-        )
+        init_cores = max((r[word].cores * r[word].count for r in inits if word in r), default=0)
         memory, cores = max(app_memory, init_memory), max(app_cores, init_cores)
         factor = vendors.memory_factors()[word]
         memory_limit = quota.limit(namespace, memory_name) * (factor if factor > 1 else 1)

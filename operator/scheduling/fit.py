@@ -2,10 +2,11 @@
 
 The checks run in HAMi's order and a card is counted under the first check it fails;
 ``CHECK_ORDER`` pins that order. Cards are scanned from the end of the policy-sorted
-list. Where HAMi is weak and the fix cannot change an ordinary decision, this module
-does better and says so: topology-aware with numa-bind keeps every NUMA group's
-candidates instead of only the last group's, and topology candidates are quota-checked
-one by one and then as the chosen set.
+list. Topology-aware selection keeps HAMi's quirks on purpose, because they decide
+which cards a pod gets (hami-semantics §14.6): every candidate counts towards the
+quota check of the next one, and with numa-bind a change of NUMA node drops the
+candidates gathered so far. What differs is only how the best combination is found
+(exactly, without enumerating every combination).
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ CHECK_ORDER: Final = (
     Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
 )
 
-#: quota_ok(extra_memory_mib, extra_cores): does the pod still fit its namespace quota
-#: with this much more than its earlier containers already hold?
-QuotaCheck = Callable[[int, int], bool]
+#: quota_ok(candidates): does the pod still fit its namespace quota when this container
+#: takes these (card id, memory MiB, cores) on top of what earlier containers hold?
+QuotaCheck = Callable[[Sequence[tuple[str, int, int]]], bool]
 
 
-def _always_fits(_memory: int, _cores: int) -> bool:
+def _always_fits(_candidates: Sequence[tuple[str, int, int]]) -> bool:
     return True
 
 
@@ -109,7 +110,6 @@ def fit_container(
     cores_req = request.cores
     prev_numa: int | None = None
     picked: list[Pick] = []
-    groups: list[list[Pick]] = []  # topology + numa-bind: candidates of earlier NUMA groups
     reasons: Counter[Reason] = Counter()
     annotations = options.annotations
     spec = options.spec
@@ -133,8 +133,6 @@ def fit_container(
         if options.numa_bind and card.numa != prev_numa:
             if nums != origin:
                 reasons[Reason.NUMA_NOT_FIT] += len(picked)
-            if topo and picked:
-                groups.append(picked)
             nums = origin
             prev_numa = card.numa
             picked = []
@@ -151,9 +149,9 @@ def fit_container(
         memory = request.memory_mib
         if request.uses_percentage:
             memory = card.total_memory_mib * request.memory_percent // 100
-        extra_memory = memory + (0 if topo else sum(p.memory_mib for p in picked))
-        extra_cores = cores_req + (0 if topo else sum(p.cores for p in picked))
-        if not options.quota_ok(extra_memory, extra_cores):
+        candidates = [(p.card.id, p.memory_mib, p.cores) for p in picked]
+        candidates.append((card.id, memory, cores_req))
+        if not options.quota_ok(candidates):
             reasons[Reason.RESOURCE_QUOTA_NOT_FIT] += 1
             continue
         if card.total_memory_mib - card.used_memory_mib < memory:
@@ -170,7 +168,10 @@ def fit_container(
             continue
         if card.mode == model.MODE_MIG:
             earlier = [p.memory_mib for p in picked if p.card is card]
-            if mig.is_percentage_refused(request) or not mig.custom_filter(card, memory, earlier):
+            # MIG instances have fixed sizes: a share of a card cannot be honoured, the
+            # whole card (100 %, also the default of a count-only request) can.
+            partial = request.uses_percentage and request.memory_percent < 100
+            if partial or not mig.custom_filter(card, memory, earlier):
                 reasons[Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] += 1
                 continue
         if nums > 0:
@@ -183,15 +184,9 @@ def fit_container(
             i += 1  # a MIG card can give one container several instances
 
     if topo:
-        if picked:
-            groups.append(picked)
-        chosen = _choose_topology(groups, origin, options)
+        chosen = _choose_topology(picked, origin, options)
         if chosen is not None:
-            if options.quota_ok(sum(p.memory_mib for p in chosen), sum(p.cores for p in chosen)):
-                return FitResult(True, chosen, Counter())
-            reasons[Reason.RESOURCE_QUOTA_NOT_FIT] += 1
-            return FitResult(False, [], reasons)
-        picked = max(groups, key=len, default=[])
+            return FitResult(True, chosen, Counter())
     if picked:
         reasons[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(picked)
     if not reasons:
@@ -199,38 +194,17 @@ def fit_container(
     return FitResult(False, [], reasons)
 
 
-def _choose_topology(
-    groups: Sequence[list[Pick]], want: int, options: FitOptions
-) -> list[Pick] | None:
-    """Among candidate groups with enough cards, the best-connected choice (§9)."""
-    best: tuple[float, list[Pick]] | None = None
-    for group in groups:
-        if len(group) < want:
-            continue
-        if len(group) == want:
-            choice = list(group)
-        else:
-            by_id = {p.card.id: p for p in group}
-            ids = [p.card.id for p in group]
-            if len(by_id) != len(ids):
-                choice = group[:want]  # repeated MIG instances: no distinct topology to rank
-            elif want == 1:
-                choice = [by_id[topology.worst_single_card(ids, options.pair_scores)]]
-            else:
-                chosen = topology.best_combination(ids, options.pair_scores, want)
-                choice = [by_id[c] for c in chosen]
-        if len(groups) == 1:
-            return choice
-        score = _combination_score([p.card.id for p in choice], options.pair_scores)
-        if best is None or score > best[0]:
-            best = (score, choice)
-    return None if best is None else best[1]
-
-
-def _combination_score(ids: Sequence[str], scores: model.PairScores) -> float:
-    total = 0
-    for a_pos, a in enumerate(ids):
-        row = scores.get(a, {})
-        for b in ids[a_pos + 1 :]:
-            total += row.get(b, 0)
-    return total
+def _choose_topology(picked: list[Pick], want: int, options: FitOptions) -> list[Pick] | None:
+    """HAMi §9: all candidates if exactly enough, else the worst single card or the best
+    k-combination by pair score; None when there are too few."""
+    if len(picked) < want:
+        return None
+    if len(picked) == want:
+        return list(picked)
+    by_id = {p.card.id: p for p in picked}
+    ids = [p.card.id for p in picked]
+    if len(by_id) != len(ids):
+        return picked[:want]  # repeated MIG instances of a card: no topology to rank
+    if want == 1:
+        return [by_id[topology.worst_single_card(ids, options.pair_scores)]]
+    return [by_id[c] for c in topology.best_combination(ids, options.pair_scores, want)]

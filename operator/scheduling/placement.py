@@ -95,12 +95,11 @@ class Job:
         )
 
     def policy_on(self, node: node_basics.NodeFacts) -> str:
-        """Pod annotation, then the node's annotation, then the global config."""
+        """The pod's annotation, else the global config (HAMi v2.10 reads policies from
+        the pod only; the seed's node-level policy annotations are not consulted)."""
+        del node
         if self.gpu_policy is not None:
             return self.gpu_policy
-        on_node = node.annotations.get(names.GPU_SCHEDULER_POLICY)
-        if on_node is not None:
-            return policies.normalize_gpu_policy(on_node)
         return self.default_gpu_policy
 
 
@@ -228,6 +227,20 @@ def book(cards: Mapping[str, model.DeviceUsage], bookings: Mapping[str, Sequence
                     mig.restore(card, instance[0], instance[1])
 
 
+def _share_mig_geometry(
+    devices: Sequence[model.ContainerDevice], app_cards: Sequence[model.DeviceUsage]
+) -> None:
+    """An init container's MIG instance fixes the card's geometry for the app containers
+    too: without this they would start from an idle card, choose another geometry, and
+    the card would end up booked in two geometries at once."""
+    by_id = {card.id: card for card in app_cards}
+    for device in devices:
+        base, instance = codec.split_mig_uuid(device.uuid)
+        card = by_id.get(base)
+        if instance is not None and card is not None and card.mig is not None:
+            mig.restore(card, instance[0], instance[1])
+
+
 def _add_usage(card: model.DeviceUsage, pick: fit.Pick, vendor_word: str) -> model.ContainerDevice:
     uuid, memory, cores = card.id, pick.memory_mib, pick.cores
     if card.mode == model.MODE_MIG and card.mig is not None:
@@ -269,12 +282,14 @@ def fit_pod(
                 mutex=policies.policy_has(policy, policies.MUTEX),
                 cordoned=cordoned,
                 pair_scores=pair_scores,
-                quota_ok=_quota_check(job, vendor_word, per_vendor),
+                quota_ok=_quota_check(job, vendor_word, per_vendor, position),
             )
             result = fit.fit_container(work, request, options)
             if not result.ok:
                 return Outcome.rejected(result.reasons)
             lists[position] = [_add_usage(p.card, p, vendor_word) for p in result.picks]
+            if is_init:
+                _share_mig_geometry(lists[position], app_cards)
     devices = {
         v: tuple(tuple(c) for c in lists) for v, lists in per_vendor.items()
     }
@@ -286,17 +301,23 @@ def _numa(job: Job, spec: vendor.VendorSpec) -> bool:
 
 
 def _quota_check(
-    job: Job, vendor_word: str, per_vendor: Mapping[str, list[list[model.ContainerDevice]]]
+    job: Job,
+    vendor_word: str,
+    per_vendor: Mapping[str, list[list[model.ContainerDevice]]],
+    position: int,
 ) -> fit.QuotaCheck:
-    lists = per_vendor.get(vendor_word, [])
-    so_far = collapse({vendor_word: tuple(tuple(c) for c in lists)}, job.init_count)
-    base_memory = sum(b.memory_mib for b in so_far.get(vendor_word, []))
-    base_cores = sum(b.cores for b in so_far.get(vendor_word, []))
+    """Quota as HAMi v2.10 checks it inside Fit: the pod's allocation so far *with* this
+    container's candidates, collapsed per card (init peak vs app sum), against the ledger."""
+    earlier = [list(c) for c in per_vendor.get(vendor_word, [])][:position]
     factor = job.memory_factors.get(vendor_word, 1)
 
-    def quota_ok(memory_mib: int, cores: int) -> bool:
-        return job.quota.fits(
-            job.namespace, vendor_word, base_memory + memory_mib, base_cores + cores, factor
-        )
+    def quota_ok(candidates: Sequence[tuple[str, int, int]]) -> bool:
+        current = [model.ContainerDevice(u, vendor_word, m, c) for u, m, c in candidates]
+        lists = [*earlier, current]
+        bookings = collapse({vendor_word: tuple(tuple(c) for c in lists)}, job.init_count)
+        held = bookings.get(vendor_word, [])
+        memory = sum(b.memory_mib for b in held)
+        cores = sum(b.cores for b in held)
+        return job.quota.fits(job.namespace, vendor_word, memory, cores, factor)
 
     return quota_ok
