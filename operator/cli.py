@@ -41,3 +41,14 @@ def simulate(scenario_file: Path, now: float | None, check_expect: bool, referen
             click.echo(f"expectation not met: {problem}", err=True)
         if problems:
             sys.exit(1)
+
+
+def _register_commands() -> None:
+    """Subcommands whose modules import Kubernetes and NVML libraries, kept out of simulate."""
+    from vgpu_operator.agent.cli import agent_command, crds_command
+
+    main.add_command(agent_command)
+    main.add_command(crds_command)
+
+
+_register_commands()

@@ -1,0 +1,140 @@
+"""The ``agent`` and ``crds`` commands (registered on the main group in cli.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import cast
+
+import click
+
+from vgpu_operator import resources
+from vgpu_operator.errors import ConfigError
+
+
+@click.command("agent")
+@click.option(
+    "--node-name",
+    envvar="NODE_NAME",
+    required=True,
+    help="The Node this agent reports for (the DaemonSet passes spec.nodeName).",
+)
+@click.option(
+    "--backend",
+    default="nvml",
+    show_default=True,
+    help="nvml, or sim:FILE / sim:NAME for a simulated machine (bundled: see docs/agent.md).",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Kubeconfig file; default: in-cluster config, else $KUBECONFIG or ~/.kube/config.",
+)
+@click.option(
+    "--heartbeat-interval", type=click.FloatRange(min=0.1), default=30.0, show_default=True
+)
+@click.option("--poll-interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=9402,
+    show_default=True,
+    help="Port for Prometheus /metrics; 0 turns it off.",
+)
+@click.option(
+    "--write-hami-annotations/--no-write-hami-annotations",
+    default=False,
+    show_default=True,
+    help="Also write hami.io/node-nvidia-register and -score on the Node.",
+)
+@click.option("--device-split-count", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option(
+    "--device-memory-scaling",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+)
+@click.option(
+    "--device-core-scaling",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default="auto",
+    show_default=True,
+    help="auto: console on a terminal, JSON otherwise.",
+)
+@click.option("--log-level", default="INFO", show_default=True)
+def agent_command(
+    node_name: str,
+    backend: str,
+    kubeconfig: str | None,
+    heartbeat_interval: float,
+    poll_interval: float,
+    metrics_port: int,
+    write_hami_annotations: bool,
+    device_split_count: int,
+    device_memory_scaling: float,
+    device_core_scaling: float,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Report this node's GPUs as a DeviceInventory (runs until SIGTERM)."""
+    # Imported here so that `vgpu-operator --help` does not load the client libraries.
+    from vgpu_operator import logging as vgpu_logging
+    from vgpu_operator.agent.backends import backend_from_spec
+    from vgpu_operator.agent.inventory import RegistrationOptions
+    from vgpu_operator.agent.main import AgentSettings, run_agent
+
+    vgpu_logging.configure(cast(vgpu_logging.LogFormat, log_format), log_level)
+    try:
+        source = backend_from_spec(backend, node_name)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--backend") from None
+    settings = AgentSettings(
+        node_name=node_name,
+        heartbeat_interval_s=heartbeat_interval,
+        poll_interval_s=poll_interval,
+        registration=RegistrationOptions(
+            split_count=device_split_count,
+            memory_scaling=device_memory_scaling,
+            core_scaling=device_core_scaling,
+        ),
+        write_hami_annotations=write_hami_annotations,
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await run_agent(
+            settings, source, kubeconfig=kubeconfig, metrics_port=metrics_port, stop=stop
+        )
+
+    asyncio.run(main())
+
+
+@click.command("crds")
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("crds"),
+    show_default=True,
+    help="Folder to write the CRD manifests into; '-' prints them instead.",
+)
+def crds_command(output: Path) -> None:
+    """Render the CustomResourceDefinitions from the models."""
+    text = resources.render_crd_yaml()
+    if str(output) == "-":
+        click.echo(text, nl=False)
+        return
+    output.mkdir(parents=True, exist_ok=True)
+    target = output / resources.CRD_FILE_NAME
+    target.write_text(text)
+    click.echo(str(target))

@@ -1,0 +1,345 @@
+"""The agent loop: read the machine, report what changed, heartbeat, never give up.
+
+Each poll reads the backend (in a worker thread), builds the DeviceInventory status and
+writes it when it differs from the last one written; between changes, a heartbeat patch
+moves ``status.heartbeat`` forward every ``heartbeat_interval_s``. A health event from
+the backend triggers a poll at once. Any failure (API down, CRD missing, a read error)
+is logged, counted and retried with capped exponential backoff; after one, the next
+success rewrites the whole status, so the latest state lands once the API is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+
+from vgpu_operator import names, resources
+from vgpu_operator.agent import health
+from vgpu_operator.agent.backends import Backend
+from vgpu_operator.agent.backoff import Backoff
+from vgpu_operator.agent.inventory import RegistrationOptions, build_status, same_report
+from vgpu_operator.agent.metrics import AgentMetrics, Operation
+from vgpu_operator.devices import codec
+from vgpu_operator.kube.client import api_client
+from vgpu_operator.kube.inventory import CrdMissingError, NodeNotFoundError
+from vgpu_operator.kube.inventory import InventoryWriter as KubeInventoryWriter
+
+log = structlog.get_logger(__name__)
+
+#: HAMi's handshake time layout (Go's "2006-01-02 15:04:05", local time).
+_HANDSHAKE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """How one agent behaves. Intervals are in seconds."""
+
+    node_name: str
+    heartbeat_interval_s: float = 30.0
+    #: How often the machine is read; health events cut the wait short.
+    poll_interval_s: float = 10.0
+    registration: RegistrationOptions = field(default_factory=RegistrationOptions)
+    #: Also write hami.io/node-nvidia-register, -score and the handshake on the Node.
+    write_hami_annotations: bool = False
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 60.0
+    #: Longest single wait for an NVML event; bounds how long shutdown waits for it.
+    health_wait_s: float = 1.0
+
+
+class InventoryWriter(Protocol):
+    """The API writes the agent makes (``kube.inventory.InventoryWriter``)."""
+
+    async def ensure(self, node_name: str) -> None: ...
+
+    async def write_status(self, node_name: str, status: Mapping[str, Any]) -> None: ...
+
+    async def write_heartbeat(self, node_name: str, heartbeat: datetime) -> None: ...
+
+    async def write_node_annotations(
+        self, node_name: str, annotations: Mapping[str, str | None]
+    ) -> None: ...
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Agent:
+    """One node's agent. ``run`` until ``stop`` is set; ``step`` is one poll."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        backend: Backend,
+        writer: InventoryWriter,
+        *,
+        metrics: AgentMetrics | None = None,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.writer = writer
+        self.metrics = AgentMetrics() if metrics is None else metrics
+        self._clock = clock
+        self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
+        self._operation = Operation.READ
+        self._reported_count = 0
+        self._ensured = False
+        self._synced = False
+        self._last_written: resources.DeviceInventoryStatus | None = None
+        self._last_annotations: dict[str, str] = {}
+        self._heartbeat_at: datetime | None = None
+        self._wake = asyncio.Event()
+
+    @property
+    def last_written(self) -> resources.DeviceInventoryStatus | None:
+        """The last status the API server accepted."""
+        return self._last_written
+
+    # --- the loop -----------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll and report until ``stop`` is set. Returns only then."""
+        if not await self._open_backend(stop):
+            return
+        watcher = asyncio.create_task(self._watch_health(stop), name="agent-health")
+        stopper = asyncio.create_task(self._wake_on(stop), name="agent-stop")
+        try:
+            while not stop.is_set():
+                delay = await self._step_or_back_off()
+                await self._sleep(delay)
+        finally:
+            stopper.cancel()
+            # The watcher's thread returns within health_wait_s; wait for it so the
+            # backend is not closed under a running NVML call.
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await asyncio.to_thread(self.backend.close)
+
+    async def _step_or_back_off(self) -> float:
+        try:
+            delay = await self.step()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return self._failed(exc)
+        self._backoff.reset()
+        return delay
+
+    async def step(self) -> float:
+        """Read the machine once and write what is due; returns seconds until the next
+        poll. Raises whatever the backend or the API raised."""
+        self._operation = Operation.READ
+        reading = await asyncio.to_thread(self.backend.read)
+        self.metrics.observe(reading)
+        present = sum(1 for gpu in reading.gpus if gpu.present)
+        count = health.check_gpu_count(self._reported_count, present)
+        if count.refresh or not count.healthy:
+            log.info(
+                "gpu_count_changed",
+                node=self.settings.node_name,
+                before=self._reported_count,
+                now=present,
+            )
+        self._reported_count = count.reported
+        now = self._clock()
+        status = build_status(
+            reading,
+            node_name=self.settings.node_name,
+            backend=self.backend.description,
+            options=self.settings.registration,
+            count=count,
+            heartbeat=now,
+            previous=self._last_written,
+        )
+        if not self._synced or not same_report(self._last_written, status):
+            await self._write_status(status, now)
+        elif self._heartbeat_due(now):
+            await self._write_heartbeat(now)
+        return self._next_delay(now)
+
+    async def _write_status(self, status: resources.DeviceInventoryStatus, now: datetime) -> None:
+        node = self.settings.node_name
+        if not self._ensured:
+            self._operation = Operation.CREATE
+            await self.writer.ensure(node)
+            self._ensured = True
+        self._operation = Operation.STATUS
+        await self.writer.write_status(node, resources.status_to_wire(status))
+        changed = not same_report(self._last_written, status)
+        self._last_written = status
+        self._synced = True
+        self._heartbeat_at = now
+        self.metrics.heartbeat_written()
+        if changed:
+            log.info(
+                "inventory_reported",
+                node=node,
+                gpus=status.summary.gpu_count,
+                healthy=status.summary.healthy_count,
+            )
+        if self.settings.write_hami_annotations:
+            await self._write_annotations(status, now)
+
+    async def _write_heartbeat(self, now: datetime) -> None:
+        self._operation = Operation.HEARTBEAT
+        await self.writer.write_heartbeat(self.settings.node_name, now)
+        self._heartbeat_at = now
+        self.metrics.heartbeat_written()
+        if self.settings.write_hami_annotations and self._last_written is not None:
+            await self._write_annotations(self._last_written, now)
+
+    async def _write_annotations(
+        self, status: resources.DeviceInventoryStatus, now: datetime
+    ) -> None:
+        """HAMi's node annotations, so HAMi's own scheduler can use this agent.
+
+        The register and score annotations are written when they change; the
+        handshake on every write, as HAMi's device plugin answers the scheduler's
+        ``Requesting_`` probe.
+        """
+        self._operation = Operation.ANNOTATIONS
+        devices, scores = resources.devices_from_status(status)
+        wanted = {
+            names.NODE_NVIDIA_REGISTER: codec.encode_node_devices_json(devices),
+            names.NODE_NVIDIA_SCORE: codec.encode_pair_scores(scores),
+        }
+        patch: dict[str, str | None] = {
+            key: value for key, value in wanted.items() if self._last_annotations.get(key) != value
+        }
+        patch[names.NODE_HANDSHAKE] = "Reported_" + now.astimezone().strftime(
+            _HANDSHAKE_TIME_FORMAT
+        )
+        await self.writer.write_node_annotations(self.settings.node_name, patch)
+        self._last_annotations = wanted
+
+    def _failed(self, exc: Exception) -> float:
+        operation = self._operation
+        self.metrics.report_failed(operation)
+        delay = self._backoff.next_delay_s()
+        if operation is not Operation.READ:
+            # Whatever we believed the server holds may be stale now (the object may be
+            # gone, the server restarted): check it exists and write everything again.
+            self._ensured = False
+            self._synced = False
+            self._last_annotations = {}
+        node = self.settings.node_name
+        if isinstance(exc, CrdMissingError):
+            log.error("inventory_crd_missing", node=node, error=str(exc), retry_in_s=delay)
+        elif isinstance(exc, NodeNotFoundError):
+            log.error("node_not_found", node=node, error=str(exc), retry_in_s=delay)
+        else:
+            log.warning(
+                "agent_step_failed",
+                node=node,
+                operation=operation.value,
+                error=describe_error(exc),
+                failures=self._backoff.failures,
+                retry_in_s=round(delay, 3),
+                exc_info=operation is Operation.READ,
+            )
+        return delay
+
+    def _heartbeat_due(self, now: datetime) -> bool:
+        if self._heartbeat_at is None:
+            return True
+        return (now - self._heartbeat_at).total_seconds() >= self.settings.heartbeat_interval_s
+
+    def _next_delay(self, now: datetime) -> float:
+        delay = self.settings.poll_interval_s
+        if self._heartbeat_at is not None:
+            elapsed = (now - self._heartbeat_at).total_seconds()
+            delay = min(delay, self.settings.heartbeat_interval_s - elapsed)
+        return max(delay, 0.0)
+
+    async def _sleep(self, delay_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=delay_s)
+        self._wake.clear()
+
+    async def _wake_on(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self._wake.set()
+
+    async def _open_backend(self, stop: asyncio.Event) -> bool:
+        backoff = Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s)
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(self.backend.open)
+            except Exception as exc:
+                self.metrics.report_failed(Operation.READ)
+                delay = backoff.next_delay_s()
+                log.error(
+                    "backend_open_failed",
+                    backend=self.backend.description,
+                    error=f"{type(exc).__name__}: {exc}",
+                    retry_in_s=round(delay, 3),
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                continue
+            log.info("backend_opened", backend=self.backend.description)
+            return True
+        return False
+
+    async def _watch_health(self, stop: asyncio.Event) -> None:
+        backoff = Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s)
+        while not stop.is_set():
+            try:
+                changed = await asyncio.to_thread(
+                    self.backend.watch_health, self.settings.health_wait_s
+                )
+            except Exception as exc:
+                delay = backoff.next_delay_s()
+                log.warning("health_watch_failed", error=str(exc), retry_in_s=round(delay, 3))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                continue
+            backoff.reset()
+            if changed:
+                log.info("gpu_health_changed", node=self.settings.node_name)
+                self._wake.set()
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a log: API errors as status, reason and the server's message
+    (the library's own text carries every response header)."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        reason = getattr(exc, "reason", "") or ""
+        message = ""
+        body = getattr(exc, "body", None)
+        if isinstance(body, str | bytes):
+            with contextlib.suppress(ValueError):
+                parsed = json.loads(body)
+                if isinstance(parsed, dict):
+                    message = str(parsed.get("message", ""))
+        text = f"{type(exc).__name__} {status} {reason}".rstrip()
+        return f"{text}: {message}" if message else text
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def run_agent(
+    settings: AgentSettings,
+    backend: Backend,
+    *,
+    kubeconfig: str | None = None,
+    metrics_port: int = 0,
+    stop: asyncio.Event | None = None,
+    metrics: AgentMetrics | None = None,
+) -> None:
+    """Connect to the API server and run the agent until ``stop`` is set."""
+    agent_metrics = AgentMetrics() if metrics is None else metrics
+    agent_metrics.serve(metrics_port)
+    stop_event = asyncio.Event() if stop is None else stop
+    async with api_client(kubeconfig) as api:
+        agent = Agent(settings, backend, KubeInventoryWriter(api), metrics=agent_metrics)
+        await agent.run(stop_event)
