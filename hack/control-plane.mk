@@ -1,0 +1,17 @@
+# Test control plane binaries (kube-apiserver, etcd, kwok). Included by the main Makefile.
+#
+#   make control-plane-bins   build them once (slow the first time) and print their directory
+#
+# They are built from the Go module proxy into ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/
+# <component>-<version>/ and reused later; $(CONTROL_PLANE_BIN_DIR) holds symlinks to all three.
+# If $KUBEBUILDER_ASSETS contains kube-apiserver and etcd, those are used (kwok is still built).
+# Versions: hack/control-plane/versions.env. Needs Go >= 1.26 (PATH, /usr/local/go/bin or $GO).
+
+CONTROL_PLANE_BUILD := hack/control-plane/build.sh
+CONTROL_PLANE_BIN_DIR := $(shell $(CONTROL_PLANE_BUILD) --print-dir)
+# For recipes that run the tests (vgpu_operator.testing.controlplane reads it).
+export VGPU_CONTROL_PLANE_BIN_DIR := $(CONTROL_PLANE_BIN_DIR)
+
+.PHONY: control-plane-bins
+control-plane-bins:
+	@$(CONTROL_PLANE_BUILD)

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Build (once) and cache the binaries of the test control plane: kube-apiserver, etcd and kwok.
+#
+#   hack/control-plane/build.sh              ensure the binaries exist; print the bin dir (last line)
+#   hack/control-plane/build.sh --print-dir  print the bin dir only; build nothing
+#
+# Each binary is cached outside the repository, per component and version:
+#   ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/<component>-<version>/<component>
+# and a combined directory of symlinks to the three is what tests use (VGPU_CONTROL_PLANE_BIN_DIR).
+# A cached binary is trusted only if `<binary> --version` reports the expected version.
+# If $KUBEBUILDER_ASSETS holds kube-apiserver and etcd, those are used instead of building them
+# (kwok is still built and cached).
+#
+# Progress goes to stderr; only the directory goes to stdout.
+# Environment: VGPU_CACHE_DIR, KUBEBUILDER_ASSETS, GO (go command), GOMODCACHE/GOCACHE (Go's own).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=versions.env
+. "$HERE/versions.env"
+
+CACHE_DIR=${VGPU_CACHE_DIR:-${HOME:?HOME is not set}/.cache/vgpu-operator}
+BIN_ROOT="$CACHE_DIR/bin"
+
+log() { printf '[control-plane] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+use_kubebuilder_assets() {
+    [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" ]]
+}
+
+if use_kubebuilder_assets; then
+    COMBINED="$BIN_ROOT/control-plane-kubebuilder-assets-kwok-$KWOK_VERSION"
+else
+    COMBINED="$BIN_ROOT/control-plane-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
+fi
+
+if [[ "${1:-}" == "--print-dir" ]]; then
+    printf '%s\n' "$COMBINED"
+    exit 0
+fi
+[[ $# -eq 0 ]] || die "usage: $0 [--print-dir]"
+
+# --- Go environment -------------------------------------------------------------------------------
+GO=${GO:-}
+if [[ -z "$GO" ]]; then
+    if command -v go >/dev/null 2>&1; then GO=go
+    elif [[ -x /usr/local/go/bin/go ]]; then GO=/usr/local/go/bin/go
+    fi
+fi
+export GOTOOLCHAIN=local   # never fetch another toolchain
+export GOWORK=off          # the wrappers are stand-alone modules
+export CGO_ENABLED=0       # static binaries, no C compiler needed
+# -mod=mod: resolve from the wrapper's go.mod/go.sum (never a vendor dir); go.sum pins checksums.
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod -buildvcs=false"
+JOBS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+
+# expected version substring printed by `<bin> --version`
+expected_version() {
+    case "$1" in
+        kube-apiserver) printf 'Kubernetes %s' "$K8S_VERSION" ;;
+        etcd) printf 'etcd Version: %s' "${ETCD_VERSION#v}" ;;
+        kwok) printf 'kwok version %s' "$KWOK_VERSION" ;;
+    esac
+}
+
+binary_ok() { # <path> <component>
+    local out
+    [[ -x "$1" ]] || return 1
+    out=$("$1" --version 2>&1) || return 1
+    [[ "$out" == *"$(expected_version "$2")"* ]]
+}
+
+check_go() {
+    [[ -n "$GO" ]] || die "go not found: install Go >= 1.26 or set GO=/path/to/go"
+    local v
+    v=$("$GO" env GOVERSION) || die "'$GO env GOVERSION' failed"
+    v=${v#go}
+    local major=${v%%.*} rest=${v#*.}
+    local minor=${rest%%[^0-9]*}
+    if (( major < 1 || (major == 1 && minor < 26) )); then
+        die "Go >= 1.26 is needed (kwok $KWOK_VERSION requires it); $GO is go$v"
+    fi
+}
+
+component_version() {
+    case "$1" in
+        kube-apiserver) printf '%s' "$K8S_VERSION" ;;
+        etcd) printf '%s' "$ETCD_VERSION" ;;
+        kwok) printf '%s' "$KWOK_VERSION" ;;
+    esac
+}
+
+check_wrapper_version() { # <component> <module path> <version>
+    grep -Eq "^[[:space:]]*(require[[:space:]]+)?$2 $3( |\$)" "$HERE/$1/go.mod" \
+        || die "$HERE/$1/go.mod does not require $2 $3 (versions.env and go.mod disagree)"
+}
+
+go_build() { # <component> <workdir> <package> <output> <ldflags> [tags]
+    local component=$1 work=$2 pkg=$3 out=$4 ldflags=$5 tags=${6:-}
+    local blog="$work/build.log" start=$SECONDS
+    log "$component: step 1/2: downloading modules (go mod download)"
+    if ! (cd "$work" && "$GO" mod download) >"$blog" 2>&1; then
+        tail -n 40 "$blog" >&2; die "$component: go mod download failed"
+    fi
+    log "$component: modules ready after $((SECONDS - start))s"
+    log "$component: step 2/2: compiling $pkg (-p $JOBS; progress every 100 packages)"
+    local -a args=(build -v -p "$JOBS" -trimpath -ldflags "$ldflags" -o "$out")
+    [[ -n "$tags" ]] && args+=(-tags "$tags")
+    if ! (cd "$work" && "$GO" "${args[@]}" "$pkg") 2>&1 | tee -a "$blog" \
+        | awk -v c="$component" 'NR % 100 == 0 { printf "[control-plane] %s: %d packages compiled\n", c, NR > "/dev/stderr"; fflush("/dev/stderr") }'; then
+        tail -n 40 "$blog" >&2; die "$component: go build failed (full log: $blog)"
+    fi
+    log "$component: built in $((SECONDS - start))s"
+}
+
+build_component() { # <component>
+    local c=$1 version dest dir work ldflags tags="" pkg
+    version=$(component_version "$c")
+    dir="$BIN_ROOT/$c-$version"
+    dest="$dir/$c"
+    if binary_ok "$dest" "$c"; then
+        log "$c $version: cached at $dest"
+        return 0
+    fi
+    check_go
+    log "$c $version: not cached; building with $("$GO" version) (this is slow the first time)"
+    mkdir -p "$BIN_ROOT"
+    work=$(mktemp -d "$BIN_ROOT/.build-$c.XXXXXX")
+    # Build in a copy so the repository's go.mod/go.sum are never modified.
+    cp "$HERE/$c/go.mod" "$HERE/$c/go.sum" "$work/"
+    case "$c" in
+        kube-apiserver)
+            check_wrapper_version "$c" k8s.io/kubernetes "$K8S_VERSION"
+            local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+            local date p
+            date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+            ldflags="-s -w"
+            for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+                ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+                ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
+            done
+            tags="selinux,notest,grpcnotrace"
+            pkg=k8s.io/kubernetes/cmd/kube-apiserver
+            ;;
+        etcd)
+            check_wrapper_version "$c" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+            ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-$ETCD_VERSION"
+            pkg=go.etcd.io/etcd/server/v3
+            ;;
+        kwok)
+            check_wrapper_version "$c" sigs.k8s.io/kwok "$KWOK_VERSION"
+            ldflags="-s -w"
+            pkg=sigs.k8s.io/kwok/cmd/kwok
+            ;;
+        *) die "unknown component $c" ;;
+    esac
+    go_build "$c" "$work" "$pkg" "$work/$c" "$ldflags" "$tags"
+    binary_ok "$work/$c" "$c" || die "$c: built binary does not report '$(expected_version "$c")': $("$work/$c" --version 2>&1 | head -n 3)"
+    mkdir -p "$dir"
+    mv -f "$work/$c" "$dest.tmp.$$" && mv -f "$dest.tmp.$$" "$dest"
+    rm -rf "$work"
+    log "$c $version: installed $dest"
+}
+
+link_into_combined() { # <component> <source binary>
+    ln -sfn "$2" "$COMBINED/$1"
+}
+
+main() {
+    mkdir -p "$BIN_ROOT"
+    # Serialise concurrent runs (two make invocations, CI matrix jobs sharing a cache).
+    if command -v flock >/dev/null 2>&1; then
+        exec 9>"$BIN_ROOT/.lock"
+        flock 9
+    fi
+    local total=$SECONDS
+    local -a components=(kwok)
+    if use_kubebuilder_assets; then
+        log "using kube-apiserver and etcd from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+    else
+        components=(etcd kwok kube-apiserver)
+    fi
+    local c
+    for c in "${components[@]}"; do
+        build_component "$c"
+    done
+    mkdir -p "$COMBINED"
+    if use_kubebuilder_assets; then
+        link_into_combined kube-apiserver "$KUBEBUILDER_ASSETS/kube-apiserver"
+        link_into_combined etcd "$KUBEBUILDER_ASSETS/etcd"
+    else
+        link_into_combined kube-apiserver "$BIN_ROOT/kube-apiserver-$K8S_VERSION/kube-apiserver"
+        link_into_combined etcd "$BIN_ROOT/etcd-$ETCD_VERSION/etcd"
+    fi
+    link_into_combined kwok "$BIN_ROOT/kwok-$KWOK_VERSION/kwok"
+    log "all binaries ready in $COMBINED ($((SECONDS - total))s)"
+    printf '%s\n' "$COMBINED"
+}
+
+main "$@"; exit

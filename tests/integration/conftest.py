@@ -1,0 +1,70 @@
+"""Fixtures for tests against a real kube-apiserver + etcd + kwok (see controlplane.py).
+
+Everything collected under tests/integration/ is marked ``integration``. When the binaries are
+missing the tests are skipped, unless VGPU_REQUIRE_CONTROL_PLANE is set (``make test`` and CI
+set it), in which case they fail with the hint to run ``make control-plane-bins``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vgpu_operator.testing.controlplane import (
+    Binaries,
+    BinariesNotFoundError,
+    ControlPlane,
+    find_binaries,
+)
+
+REQUIRE_ENV = "VGPU_REQUIRE_CONTROL_PLANE"
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(_HERE):
+            item.add_marker(pytest.mark.integration)
+
+
+def control_plane_required() -> bool:
+    return os.environ.get(REQUIRE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session")
+def control_plane_binaries() -> Binaries:
+    """The kube-apiserver, etcd and kwok binaries; skips (or fails if required) when missing."""
+    try:
+        return find_binaries(need_kwok=True)
+    except BinariesNotFoundError as exc:
+        problem = str(exc)
+    if control_plane_required():
+        pytest.fail(f"{problem}\n({REQUIRE_ENV} is set, so this is an error)", pytrace=False)
+    pytest.skip(f"{problem}\n(set {REQUIRE_ENV}=1 to fail instead of skipping)")
+
+
+@pytest.fixture(scope="session")
+def control_plane(control_plane_binaries: Binaries) -> Iterator[ControlPlane]:
+    """A started control plane with kwok running, shared by the whole session."""
+    with ControlPlane(kwok=True, binaries=control_plane_binaries) as plane:
+        yield plane
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane) -> str:
+    """A fresh namespace per test (namespaces never finish deleting without controllers)."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    control_plane.ensure_namespace(name)
+    return name
+
+
+@pytest.fixture
+def kubeconfig_env(control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point KUBECONFIG (and NO_PROXY) at the session control plane for this test."""
+    monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig_path))
+    monkeypatch.setenv("NO_PROXY", control_plane.env()["NO_PROXY"])
+    return control_plane.kubeconfig_path

@@ -1,0 +1,458 @@
+"""The node agent on simulated machines against the real API server (kube-apiserver + etcd,
+KWOK nodes): the inventory appears and is owned by its Node, carries the links, changes
+when a card fails, heartbeats, and comes back after the API server restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from vgpu_operator import names, resources
+from vgpu_operator.agent.inventory import RegistrationOptions
+from vgpu_operator.agent.main import AgentSettings, run_agent
+from vgpu_operator.agent.metrics import AgentMetrics, Operation
+from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.devices import codec
+from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+
+T = TypeVar("T")
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+INVENTORIES = f"/apis/{names.CRD_GROUP}/{names.CRD_VERSION}/{names.DEVICE_INVENTORY_PLURAL}"
+CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / resources.CRD_FILE_NAME
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except ApiError as exc:  # e.g. 404 before the first write, 503 while restarting
+            last_error, value = exc, None
+        except OSError as exc:
+            last_error, value = exc, None
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what} (last error: {last_error})")
+
+
+@pytest.fixture(scope="module")
+def crd(control_plane: ControlPlane) -> dict[str, Any]:
+    """The committed CRD file, installed (or updated) and Established."""
+    manifest = yaml.safe_load(CRD_FILE.read_text())
+    name = manifest["metadata"]["name"]
+    try:
+        control_plane.create(CRD_PATH, manifest)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        current = control_plane.get(f"{CRD_PATH}/{name}")
+        manifest["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        control_plane.request("PUT", f"{CRD_PATH}/{name}", manifest)
+
+    def established() -> dict[str, Any] | None:
+        obj = control_plane.get(f"{CRD_PATH}/{name}")
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        ok = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        return obj if ok else None
+
+    return wait_for("the DeviceInventory CRD to be established", established)
+
+
+@pytest.fixture
+def node(control_plane: ControlPlane, crd: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A fresh KWOK node (the owner of the inventory); removed with its inventory after."""
+    name = f"gpu-{uuid.uuid4().hex[:8]}"
+    obj = control_plane.create_fake_gpu_node(name, gpus=8)
+    yield obj
+    control_plane.delete(f"{INVENTORIES}/{name}")
+    control_plane.delete(f"/api/v1/nodes/{name}")
+
+
+@pytest.fixture
+def machine_file(tmp_path: Path) -> Callable[[str], Path]:
+    """A writable copy of a bundled machine."""
+
+    def copy(name: str) -> Path:
+        target = tmp_path / f"{name}.yaml"
+        shutil.copy(resolve_machine_path(name), target)
+        return target
+
+    return copy
+
+
+class AgentThread:
+    """The agent's asyncio loop in a thread, as the DaemonSet process would run it."""
+
+    def __init__(self, settings: AgentSettings, machine: Path, kubeconfig: Path) -> None:
+        self.settings = settings
+        self.metrics = AgentMetrics()
+        self._backend = SimulatedBackend(machine, settings.node_name)
+        self._kubeconfig = kubeconfig
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="agent", daemon=True)
+
+    def _main(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            self._ready.set()
+            await run_agent(
+                self.settings,
+                self._backend,
+                kubeconfig=str(self._kubeconfig),
+                stop=self._stop,
+                metrics=self.metrics,
+            )
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait(10)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(15)
+        assert not self._thread.is_alive(), "the agent did not stop"
+        if self._error is not None:
+            raise self._error
+
+    def errors(self) -> float:
+        """API and reading errors so far, all operations together."""
+        return sum(
+            self.metrics.registry.get_sample_value(
+                "vgpu_agent_report_errors_total", {"operation": operation.value}
+            )
+            or 0.0
+            for operation in Operation
+        )
+
+
+@pytest.fixture
+def start_agent(
+    control_plane: ControlPlane, kubeconfig_env: Path
+) -> Iterator[Callable[..., AgentThread]]:
+    agents: list[AgentThread] = []
+
+    def start(node_name: str, machine: Path, **settings: Any) -> AgentThread:
+        values: dict[str, Any] = {
+            "node_name": node_name,
+            "heartbeat_interval_s": 1.0,
+            "poll_interval_s": 0.2,
+            "backoff_initial_s": 0.2,
+            "backoff_max_s": 1.0,
+            "health_wait_s": 0.2,
+            "registration": RegistrationOptions(split_count=10),
+        }
+        values.update(settings)
+        agent = AgentThread(AgentSettings(**values), machine, kubeconfig_env)
+        agent.start()
+        agents.append(agent)
+        return agent
+
+    yield start
+    for agent in agents:
+        agent.stop()
+
+
+def get_inventory(control_plane: ControlPlane, name: str) -> dict[str, Any]:
+    return control_plane.get(f"{INVENTORIES}/{name}")
+
+
+def reported(control_plane: ControlPlane, name: str) -> dict[str, Any] | None:
+    obj = get_inventory(control_plane, name)
+    return obj if obj.get("status") else None
+
+
+def rewrite(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    body = yaml.safe_load(path.read_text())
+    change(body)
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+
+
+def test_inventory_appears_owned_by_its_node_with_every_link(
+    control_plane: ControlPlane,
+    node: dict[str, Any],
+    machine_file: Callable[[str], Path],
+    start_agent: Callable[..., AgentThread],
+) -> None:
+    name = node["metadata"]["name"]
+    start_agent(name, machine_file("h100-sxm-8"))
+    obj = wait_for("the inventory", lambda: reported(control_plane, name))
+
+    (owner,) = obj["metadata"]["ownerReferences"]
+    assert owner == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": name,
+        "uid": node["metadata"]["uid"],
+    }
+    status = obj["status"]
+    assert status["nodeName"] == name
+    assert status["summary"] == {
+        "gpuCount": 8,
+        "healthyCount": 8,
+        "model": "NVIDIA H100 80GB HBM3",
+        "totalMemoryMiB": 8 * 81559,
+    }
+    assert status["driverVersion"] == "550.90.07"
+    for device in status["devices"]:
+        assert len(device["links"]) == 7
+        assert {link["nvlinks"] for link in device["links"]} == {18}
+    first = status["devices"][0]
+    levels = {link["peerIndex"]: link["p2pLevel"] for link in first["links"]}
+    assert levels == {
+        1: "SameCPU",
+        2: "SameCPU",
+        3: "SameCPU",
+        4: "CrossCPU",
+        5: "CrossCPU",
+        6: "CrossCPU",
+        7: "CrossCPU",
+    }
+    # What the operator makes of it.
+    devices, scores = resources.devices_from_inventory(obj)
+    assert [d.type for d in devices] == ["NVIDIA H100 80GB HBM3"] * 8
+    assert scores[devices[0].id][devices[1].id] == 1820
+
+
+def test_kubectl_columns_show_the_summary(
+    control_plane: ControlPlane,
+    node: dict[str, Any],
+    machine_file: Callable[[str], Path],
+    start_agent: Callable[..., AgentThread],
+) -> None:
+    name = node["metadata"]["name"]
+    start_agent(name, machine_file("l40s-pcie-4"))
+    wait_for("the inventory", lambda: reported(control_plane, name))
+    table = _get_table(control_plane, f"{INVENTORIES}/{name}")
+    columns = [c["name"] for c in table["columnDefinitions"]]
+    (row,) = table["rows"]
+    cells = dict(zip(columns, row["cells"], strict=True))
+    assert cells["Node"] == name
+    assert (cells["GPUs"], cells["Healthy"]) == (4, 4)
+    assert cells["Model"] == "NVIDIA L40S"
+    assert cells["Memory MiB"] == 4 * 46068
+    assert cells["Heartbeat"].endswith("s")  # rendered as an age
+
+
+def test_a_failing_gpu_flips_its_health(
+    control_plane: ControlPlane,
+    node: dict[str, Any],
+    machine_file: Callable[[str], Path],
+    start_agent: Callable[..., AgentThread],
+) -> None:
+    name = node["metadata"]["name"]
+    machine = machine_file("h100-sxm-8")
+    start_agent(name, machine)
+    wait_for("the inventory", lambda: reported(control_plane, name))
+
+    rewrite(machine, lambda body: body["gpus"][3].update(xid=79))
+
+    def failed() -> dict[str, Any] | None:
+        status = get_inventory(control_plane, name)["status"]
+        return status if status["summary"]["healthyCount"] == 7 else None
+
+    status = wait_for("card 3 to turn unhealthy", failed)
+    sick = [d for d in status["devices"] if d["health"] == "Unhealthy"]
+    assert [(d["index"], d["healthReason"]) for d in sick] == [(3, "critical XID 79")]
+    (condition,) = status["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "Healthy",
+        "False",
+        "DevicesUnhealthy",
+    )
+    devices, _ = resources.devices_from_inventory(get_inventory(control_plane, name))
+    assert [d.health for d in devices] == [True, True, True, False, True, True, True, True]
+
+
+def test_heartbeat_advances_while_nothing_changes(
+    control_plane: ControlPlane,
+    node: dict[str, Any],
+    machine_file: Callable[[str], Path],
+    start_agent: Callable[..., AgentThread],
+) -> None:
+    name = node["metadata"]["name"]
+    start_agent(name, machine_file("t4-legacy"))
+    first = wait_for("the inventory", lambda: reported(control_plane, name))
+    beat = resources.heartbeat_of(first)
+    assert beat is not None
+
+    def later() -> dict[str, Any] | None:
+        obj = get_inventory(control_plane, name)
+        newer = resources.heartbeat_of(obj)
+        return obj if newer is not None and newer > beat else None
+
+    second = wait_for("a newer heartbeat", later, timeout=15)
+    # Only the heartbeat moved.
+    assert second["status"]["devices"] == first["status"]["devices"]
+    assert second["status"]["conditions"] == first["status"]["conditions"]
+
+
+def test_agent_writes_again_after_an_api_server_restart(
+    control_plane: ControlPlane,
+    node: dict[str, Any],
+    machine_file: Callable[[str], Path],
+    start_agent: Callable[..., AgentThread],
+) -> None:
+    name = node["metadata"]["name"]
+    machine = machine_file("h100-pcie-failing")
+    agent = start_agent(name, machine)
+    wait_for("the inventory", lambda: reported(control_plane, name))
+
+    control_plane.stop_apiserver()
+    try:
+        # The card fails while the API server is away; the agent must keep trying.
+        rewrite(machine, lambda body: body["gpus"][0].update(xid=[48]))
+        wait_for("the agent to notice the outage", lambda: agent.errors() > 0, 20)
+    finally:
+        control_plane.start_apiserver()
+
+    def recovered() -> dict[str, Any] | None:
+        status = get_inventory(control_plane, name)["status"]
+        return status if status["summary"]["healthyCount"] == 2 else None
+
+    status = wait_for("the latest state after the restart", recovered, timeout=60)
+    assert [d["health"] for d in status["devices"]] == [
+        "Unhealthy",
+        "Healthy",
+        "Unhealthy",
+        "Healthy",
+    ]
+    # And it carries on heartbeating.
+    beat = resources.heartbeat_of(get_inventory(control_plane, name))
+    assert beat is not None
+    wait_for(
+        "a heartbeat after the restart",
+        lambda: (resources.heartbeat_of(get_inventory(control_plane, name)) or beat) > beat,
+        timeout=15,
+    )
+
+
+def test_a_deleted_inventory_is_recreated(
+    control_plane: ControlPlane,
+    node: dict[str, Any],
+    machine_file: Callable[[str], Path],
+    start_agent: Callable[..., AgentThread],
+) -> None:
+    name = node["metadata"]["name"]
+    start_agent(name, machine_file("a100-mig"))
+    first = wait_for("the inventory", lambda: reported(control_plane, name))
+    control_plane.delete(f"{INVENTORIES}/{name}")
+
+    def recreated() -> dict[str, Any] | None:
+        obj = reported(control_plane, name)
+        return obj if obj and obj["metadata"]["uid"] != first["metadata"]["uid"] else None
+
+    second = wait_for("the inventory to come back", recreated, timeout=20)
+    assert second["status"]["devices"][0]["mode"] == "mig"
+    assert len(second["status"]["devices"][0]["migInstances"]) == 3
+
+
+def test_hami_annotations_let_hami_read_the_node(
+    control_plane: ControlPlane,
+    node: dict[str, Any],
+    machine_file: Callable[[str], Path],
+    start_agent: Callable[..., AgentThread],
+) -> None:
+    name = node["metadata"]["name"]
+    start_agent(name, machine_file("islands-16"), write_hami_annotations=True)
+
+    def annotated() -> dict[str, str] | None:
+        annotations = control_plane.get(f"/api/v1/nodes/{name}")["metadata"].get("annotations", {})
+        return annotations if names.NODE_NVIDIA_SCORE in annotations else None
+
+    annotations = wait_for("HAMi's annotations", annotated)
+    devices = codec.decode_node_devices(annotations[names.NODE_NVIDIA_REGISTER])
+    assert len(devices) == 16
+    assert {d.type for d in devices} == {"NVIDIA H100 80GB HBM3"}
+    scores = codec.decode_pair_scores(annotations[names.NODE_NVIDIA_SCORE])
+    assert scores[devices[0].id][devices[1].id] == 40 + 1800
+    assert scores[devices[0].id][devices[8].id] == 10
+    assert annotations[names.NODE_HANDSHAKE].startswith("Reported_")
+
+
+def _get_table(control_plane: ControlPlane, path: str) -> dict[str, Any]:
+    """GET as kubectl does, asking for the server-side table (printer columns)."""
+    context = ssl.create_default_context(cafile=str(control_plane.ca_path))
+    admin = control_plane.admin
+    context.load_cert_chain(str(admin.cert_path), str(admin.key_path))
+    request = urllib.request.Request(control_plane.server + path)
+    request.add_header("Accept", "application/json;as=Table;g=meta.k8s.io;v=v1")
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        table: dict[str, Any] = json.loads(response.read())
+    return table
+
+
+def test_daemonset_manifest_is_accepted_by_the_api_server(control_plane: ControlPlane) -> None:
+    manifest = Path(__file__).resolve().parents[2] / "manifests" / "agent-daemonset.yaml"
+    control_plane.ensure_namespace("vgpu-operator")
+    paths = {
+        "ServiceAccount": "/api/v1/namespaces/vgpu-operator/serviceaccounts",
+        "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "DaemonSet": "/apis/apps/v1/namespaces/vgpu-operator/daemonsets",
+    }
+    kinds = []
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        created = control_plane.create(f"{paths[doc['kind']]}?dryRun=All", doc)
+        kinds.append(created["kind"])
+    assert kinds == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
+
+
+def test_agent_command_runs_until_sigterm_logging_json(
+    control_plane: ControlPlane, node: dict[str, Any], kubeconfig_env: Path
+) -> None:
+    name = node["metadata"]["name"]
+    command = [
+        sys.executable,
+        "-c",
+        "from vgpu_operator.agent.cli import agent_command; agent_command()",
+        f"--node-name={name}",
+        "--backend=sim:l40s-pcie-4",
+        f"--kubeconfig={kubeconfig_env}",
+        "--metrics-port=0",
+        "--poll-interval=0.2",
+        "--log-format=json",
+    ]
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    ) as process:
+        try:
+            status = wait_for("the inventory", lambda: reported(control_plane, name))["status"]
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0, stderr
+    assert status["summary"]["gpuCount"] == 4
+    events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert "inventory_reported" in {e["event"] for e in events}
+    assert all("timestamp" in e and "level" in e for e in events)
