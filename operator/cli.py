@@ -46,7 +46,9 @@ def simulate(scenario_file: Path, now: float | None, check_expect: bool, referen
 def _register_commands() -> None:
     """Subcommands whose modules import Kubernetes and NVML libraries, kept out of simulate."""
     from vgpu_operator.agent.cli import agent_command, crds_command
+    from vgpu_operator.operator_cli import run
 
+    main.add_command(run)
     main.add_command(agent_command)
     main.add_command(crds_command)
 

@@ -471,7 +471,9 @@ class ClusterState:
         gate = self._node_gate(node, job, now)
         if gate is not None:
             return placement.Outcome.rejected({gate: 1})
-        return placement.fit_pod(job, node.cards, node.facts, node.pair_scores)
+        return placement.fit_pod(
+            job, node.cards, node.facts, node.pair_scores, node.inventory_cordoned
+        )
 
     def _find(
         self, job: placement.Job, now: float

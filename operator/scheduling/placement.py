@@ -256,10 +256,17 @@ def fit_pod(
     cards: Sequence[model.DeviceUsage],
     node: node_basics.NodeFacts,
     pair_scores: model.PairScores,
+    cordoned: frozenset[str] = frozenset(),
 ) -> Outcome:
-    """Fit every container of ``job`` on a copy of ``cards``; the cards are not changed."""
+    """Fit every container of ``job`` on a copy of ``cards``; the cards are not changed.
+
+    Cards are cordoned by the node annotation ``hami.io/device-cordon`` and by
+    ``cordoned`` (the DeviceInventory's spec), together.
+    """
     policy = job.policy_on(node)
-    cordoned = frozenset(vendor.split_list(node.annotations.get(names.NODE_DEVICE_CORDON)))
+    cordoned = cordoned | frozenset(
+        vendor.split_list(node.annotations.get(names.NODE_DEVICE_CORDON))
+    )
     per_vendor: dict[str, list[list[model.ContainerDevice]]] = {}
     containers = (*job.init_requests, *job.app_requests)
     app_cards = [c.copy() for c in cards]

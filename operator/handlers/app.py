@@ -1,0 +1,480 @@
+"""One operator instance: the engine, its feed, the worker, and the Kopf handlers.
+
+Handlers are registered on a registry of their own (``build_registry``), bound to one
+``OperatorApp``, so that two operators can run in one process (tests of restarts and
+peering) without sharing state. Every handler is thin: it hands the object to the feed
+(``feed.StateFeed``) and returns. Kopf is used only with ``on.event`` (it stores nothing
+on the objects: no progress annotations, no finalizers), ``on.mutate`` for the webhook,
+peering, and startup/cleanup.
+
+Watched through Kopf: Pods, Nodes, ResourceQuotas and DeviceInventories, cluster-wide.
+The device-config ConfigMap is watched by our own small watch in the operator's
+namespace (Kopf would watch every ConfigMap of the cluster to see one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+import structlog
+
+from vgpu_operator import config as device_config
+from vgpu_operator import names
+from vgpu_operator.handlers import admission, feed, leadership, queue, reporting, serving, worker
+from vgpu_operator.handlers.options import OperatorOptions
+from vgpu_operator.kube import binding, client, listing
+from vgpu_operator.kube import events as kube_events
+from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.metrics import OperatorMetrics
+from vgpu_operator.scheduling import cluster
+
+log = structlog.get_logger("vgpu_operator.operator")
+
+#: How often the housekeeping task refreshes gauges and checks inventory heartbeats.
+_HOUSEKEEPING_S = 5.0
+_RESYNC_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class KubeBinder:
+    """``worker.Binder`` over the API."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self._api = api
+
+    async def bind(
+        self, pod: Mapping[str, Any], node: str, annotations: Mapping[str, str]
+    ) -> binding.BindOutcome:
+        meta = pod.get("metadata") or {}
+        return await binding.bind_pod(
+            self._api,
+            str(meta.get("namespace") or "default"),
+            str(meta.get("name") or ""),
+            str(meta.get("uid") or ""),
+            node,
+            annotations,
+        )
+
+    async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return await binding.read_pod(self._api, namespace, name)
+
+
+def make_identity() -> str:
+    """This replica's peering identity (the pod name in a cluster)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class OperatorApp:
+    """See the module docstring. Created before Kopf starts; ``start`` runs in Kopf's
+    startup handler, ``stop`` in its cleanup handler."""
+
+    def __init__(self, options: OperatorOptions) -> None:
+        self.options = options
+        self.identity = make_identity()
+        self.priority = (
+            options.priority
+            if options.priority is not None
+            else leadership.peering_priority(time.time())
+        )
+        self.metrics = OperatorMetrics()
+        self.api: ApiClient | None = None
+        self.state: cluster.ClusterState | None = None
+        self.feed: feed.StateFeed | None = None
+        self.queue: queue.SchedulingQueue | None = None
+        self.worker: worker.SchedulingWorker | None = None
+        self.reporter: reporting.KubeReporter | None = None
+        self.gate: worker.Gate | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._forever: list[asyncio.Task[None]] = []  # must run as long as the process
+        self._server: serving.HttpServer | None = None
+        self._resync_lock = asyncio.Lock()
+        self.started = asyncio.Event()
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        options = self.options
+        self.api = await client.create_api_client(options.kubeconfig)
+        self.state = cluster.ClusterState(
+            device_config.DeviceConfig(), inventory_timeout_s=options.inventory_timeout_s
+        )
+        self.queue = queue.SchedulingQueue(
+            initial_backoff_s=options.initial_backoff_s,
+            max_backoff_s=options.max_backoff_s,
+            notify=self._poke_worker,
+        )
+        self.feed = feed.StateFeed(
+            self.state,
+            self.queue,
+            config_key=options.config_key,
+            inventory_timeout_s=options.inventory_timeout_s,
+        )
+        self.reporter = reporting.KubeReporter(
+            self.api,
+            aggregator=kube_events.EventAggregator(self.identity),
+            scheduled_events=options.scheduled_events,
+        )
+        if options.standalone:
+            self.gate = worker.AlwaysOpen()
+            self.metrics.leadership(True)
+        else:
+            gate = leadership.PeeringGate(
+                self._read_peering,
+                self.identity,
+                self.priority,
+                on_change=self.metrics.leadership,
+            )
+            self.gate = gate
+            self._spawn("peering gate", gate.run())
+            # A standby replica's Kopf watches are paused; a listing keeps what its webhook
+            # answers with (config, quotas) current until it becomes the active one.
+            self._spawn("standby resync", self._resync_until_done(), forever=False)
+        self.worker = worker.SchedulingWorker(
+            self.state,
+            self.feed,
+            self.queue,
+            KubeBinder(self.api),
+            self.reporter,
+            self.metrics,
+            resync=self._resync_until_done,
+            gate=self.gate,
+            max_binds_in_flight=options.max_binds_in_flight,
+        )
+        self.metrics.read_state_from(self.state.device_usage, self.state.quota_usage)
+        if options.metrics_port is not None:
+            self._server = serving.HttpServer(
+                self.metrics, ready=self.started.is_set, leader=self._is_leader, live=self.healthy
+            )
+            await self._server.start(options.metrics_addr, options.metrics_port)
+        self._spawn("config watch", self._watch_config())
+        self._spawn("scheduling worker", self.worker.run())
+        self._spawn("housekeeping", self._housekeeping())
+        self.started.set()
+        log.info(
+            "operator_started",
+            identity=self.identity,
+            standalone=options.standalone,
+            priority=self.priority,
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._forever.clear()
+        if self._server is not None:
+            await self._server.stop()
+        if self.api is not None:
+            await self.api.close()
+        log.info("operator_stopped", identity=self.identity)
+
+    def _spawn(self, name: str, coro: Any, *, forever: bool = True) -> None:
+        async def guarded() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("task_crashed", task=name)
+                raise
+
+        task = asyncio.create_task(guarded(), name=name)
+        self._tasks.append(task)
+        if forever:
+            self._forever.append(task)
+
+    def _poke_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.poke()
+
+    def healthy(self) -> bool:
+        """False once a background task (worker, watch, gate) has died: restart us."""
+        return all(not task.done() for task in self._forever)
+
+    def _is_leader(self) -> bool:
+        return self.gate is not None and self.gate.is_open()
+
+    @property
+    def synced(self) -> bool:
+        """True once the worker holds a full picture and may decide."""
+        return self.worker is not None and self.worker.synced.is_set()
+
+    # --- Kopf handlers (thin) -----------------------------------------------------------
+    async def on_startup(self, settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure_kopf(settings, self.options)
+        await self.start()
+
+    async def on_cleanup(self, **_: Any) -> None:
+        await self.stop()
+
+    async def on_login(self, **_: Any) -> kopf.ConnectionInfo:
+        assert self.api is not None, "login runs after startup"
+        return await connection_info(self.api, self.options.namespace)
+
+    async def on_pod(self, event: Mapping[str, Any], **_: Any) -> None:
+        if self.feed is not None:
+            self.feed.pod_event(event.get("type"), event["object"])
+
+    async def on_node(self, event: Mapping[str, Any], **_: Any) -> None:
+        if self.feed is not None:
+            self.feed.node_event(event.get("type"), event["object"])
+
+    async def on_quota(self, event: Mapping[str, Any], **_: Any) -> None:
+        if self.feed is not None:
+            self.feed.quota_event(event.get("type"), event["object"])
+
+    async def on_inventory(self, event: Mapping[str, Any], **_: Any) -> None:
+        if self.feed is not None:
+            self.feed.inventory_event(event.get("type"), event["object"])
+
+    async def on_pod_admission(self, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        if self.state is None:
+            return  # not started: let the pod through unchanged (failurePolicy Ignore)
+        result = self.state.admit(_raw(body))
+        if not result.handled:
+            return
+        if not result.allowed:
+            log.info("pod_denied", pod=cluster.pod_key(_raw(body)), reason=result.message)
+            raise kopf.AdmissionError(result.message, code=403)
+        mutated = result.pod
+        patch.fns.append(lambda raw: admission.apply_mutation(cast(dict[str, Any], raw), mutated))
+
+    # --- config -------------------------------------------------------------------------
+    async def _watch_config(self) -> None:
+        assert self.api is not None
+        path = f"/api/v1/namespaces/{self.options.namespace}/configmaps"
+        selector = f"metadata.name={self.options.config_map}"
+        version: str | None = None
+        delays = iter(_RESYNC_RETRY_S)
+        while True:
+            try:
+                if version is None:
+                    found = await listing.list_all(self.api, path, field_selector=selector)
+                    for item in found.items:
+                        await self.on_config(None, item)
+                    version = found.resource_version
+                async for kind, obj in listing.watch(
+                    self.api, path, resource_version=version, field_selector=selector
+                ):
+                    await self.on_config(kind, obj)
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                delays = iter(_RESYNC_RETRY_S)
+            except listing.WatchExpired:
+                version = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = next(delays, _RESYNC_RETRY_S[-1])
+                log.warning("config_watch_failed", error=str(exc), retry_after_s=delay)
+                version = None
+                await asyncio.sleep(delay)
+
+    async def on_config(self, kind: str | None, config_map: Mapping[str, Any]) -> None:
+        """A ConfigMap event: apply a valid config; refuse an invalid one loudly."""
+        assert self.feed is not None
+        result = self.feed.config_event(kind, config_map)
+        name = f"{self.options.namespace}/{self.options.config_map}"
+        if result.outcome is feed.ConfigOutcome.APPLIED:
+            log.info("config_applied", config_map=name, scheduler=self.feed.scheduler_name)
+        elif result.outcome is feed.ConfigOutcome.KEPT:
+            log.warning("config_deleted_last_good_kept", config_map=name)
+        elif result.outcome is feed.ConfigOutcome.REJECTED and result.error is not None:
+            self.metrics.config_rejected()
+            message = (
+                f"Invalid device configuration ({result.error.field}: {result.error.message}); "
+                "the previous configuration stays in force."
+            )
+            log.error(
+                "config_rejected",
+                config_map=name,
+                field=result.error.field,
+                error=result.error.message,
+            )
+            if self.reporter is not None:
+                try:
+                    await self.reporter.object_event(
+                        config_map, "ConfigMap", "ConfigRejected", message, kube_events.TYPE_WARNING
+                    )
+                except Exception as exc:
+                    log.warning("event_write_failed", config_map=name, error=str(exc))
+
+    # --- full listings ------------------------------------------------------------------
+    async def resync(self) -> None:
+        """List every kind the engine reads and reconcile the books with the listing."""
+        assert self.api is not None
+        assert self.feed is not None
+        async with self._resync_lock:
+            started = time.monotonic()
+            path = f"/api/v1/namespaces/{self.options.namespace}/configmaps"
+            found = await listing.list_all(
+                self.api, path, field_selector=f"metadata.name={self.options.config_map}"
+            )
+            for item in found.items:
+                await self.on_config(None, item)
+            nodes = await listing.list_all(self.api, listing.NODES)
+            self.feed.nodes_listed(nodes.items, nodes.resource_version)
+            inventories = await listing.list_all(self.api, listing.DEVICE_INVENTORIES)
+            self.feed.inventories_listed(inventories.items, inventories.resource_version)
+            quotas = await listing.list_all(self.api, listing.RESOURCE_QUOTAS)
+            self.feed.quotas_listed(quotas.items, quotas.resource_version)
+            pods = await listing.list_all(self.api, listing.PODS)
+            self.feed.pods_listed(pods.items, pods.resource_version)
+            log.info(
+                "resync_done",
+                nodes=len(nodes.items),
+                inventories=len(inventories.items),
+                quotas=len(quotas.items),
+                pods=len(pods.items),
+                duration_s=round(time.monotonic() - started, 3),
+            )
+
+    async def _resync_until_done(self) -> None:
+        delays = iter(_RESYNC_RETRY_S)
+        while True:
+            try:
+                await self.resync()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = next(delays, _RESYNC_RETRY_S[-1])
+                log.warning("resync_failed", error=str(exc), retry_after_s=delay)
+                await asyncio.sleep(delay)
+
+    async def _housekeeping(self) -> None:
+        assert self.queue is not None
+        assert self.feed is not None
+        last_resync = time.monotonic()
+        while True:
+            await asyncio.sleep(_HOUSEKEEPING_S)
+            self.metrics.queue_size(len(self.queue), self.queue.parked_count)
+            for node in self.feed.check_heartbeats():
+                log.warning("inventory_stale", node=node)
+            if time.monotonic() - last_resync >= self.options.resync_interval_s:
+                last_resync = time.monotonic()
+                try:
+                    await self.resync()
+                except Exception as exc:
+                    log.warning("resync_failed", error=str(exc))
+                self.queue.wake_all()
+
+    async def _read_peering(self) -> Mapping[str, Any] | None:
+        assert self.api is not None
+        return await listing.get_object(
+            self.api, listing.cluster_peering_path(self.options.peering)
+        )
+
+
+def _raw(body: Any) -> dict[str, Any]:
+    """The plain dict behind a Kopf body view."""
+    return {key: body[key] for key in body}
+
+
+def configure_kopf(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
+    """Kopf settings for a scheduler (each with the reason)."""
+    # Our own Events carry the scheduling news; Kopf's would add an Event per log line.
+    settings.posting.enabled = False
+    # A handler per watch event at INFO would drown the log at thousands of pods.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # Reconnect quickly after an API server restart; pending pods must not wait long.
+    settings.watching.reconnect_backoff = 0.5
+    settings.watching.connect_timeout = 30
+    settings.watching.server_timeout = 300
+    # Handlers only hand objects to the feed: nothing to retry, never throttle the stream.
+    settings.queueing.error_delays = (1, 5, 10)
+    settings.peering.stealth = True
+    webhook = options.webhook
+    if webhook is not None:
+        settings.admission.server = kopf.WebhookServer(
+            addr=webhook.addr,
+            port=webhook.port,
+            host=webhook.host,
+            certfile=str(webhook.certfile) if webhook.certfile else None,
+            pkeyfile=str(webhook.pkeyfile) if webhook.pkeyfile else None,
+            cafile=str(webhook.cafile) if webhook.cafile else None,
+        )
+        if webhook.managed_name:
+            settings.admission.managed = webhook.managed_name
+
+
+async def connection_info(api: ApiClient, namespace: str) -> kopf.ConnectionInfo:
+    """Kopf's credentials, taken from our client's configuration (one source of truth)."""
+    config = api.configuration
+    maybe_header: Any = config.get_api_key_with_prefix("BearerToken")
+    header = await maybe_header if asyncio.iscoroutine(maybe_header) else maybe_header
+    scheme: str | None = None
+    token: str | None = None
+    if header:
+        parts = str(header).split(" ", 1)
+        scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+    return kopf.ConnectionInfo(
+        server=str(config.host),
+        ca_path=config.ssl_ca_cert,
+        insecure=not config.verify_ssl,
+        scheme=scheme,
+        token=token,
+        certificate_path=config.cert_file,
+        private_key_path=config.key_file,
+        default_namespace=namespace,
+    )
+
+
+WEBHOOK_ID = "mutate-pods"
+
+
+def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:
+    """A Kopf registry whose handlers all go to ``app``."""
+    registry = kopf.OperatorRegistry()
+    kopf.on.startup(registry=registry, id="startup")(app.on_startup)
+    kopf.on.cleanup(registry=registry, id="cleanup")(app.on_cleanup)
+    kopf.on.login(registry=registry, id="login")(app.on_login)
+    kopf.on.event("v1", "pods", registry=registry, id="pods")(app.on_pod)
+    kopf.on.event("v1", "nodes", registry=registry, id="nodes")(app.on_node)
+    kopf.on.event("v1", "resourcequotas", registry=registry, id="quotas")(app.on_quota)
+    kopf.on.event(
+        names.CRD_GROUP,
+        names.CRD_VERSION,
+        names.DEVICE_INVENTORY_PLURAL,
+        registry=registry,
+        id="inventories",
+    )(app.on_inventory)
+    if app.options.webhook is not None:
+        kopf.on.mutate(
+            "v1",
+            "pods",
+            operations=["CREATE"],
+            registry=registry,
+            id=WEBHOOK_ID,
+            ignore_failures=True,
+        )(app.on_pod_admission)
+    return registry
+
+
+async def run(
+    app: OperatorApp,
+    *,
+    stop_flag: Any = None,
+    ready_flag: Any = None,
+) -> None:
+    """Run Kopf with the app's registry until ``stop_flag`` is raised (or a signal)."""
+    options = app.options
+    with contextlib.suppress(asyncio.CancelledError):
+        await kopf.operator(
+            registry=build_registry(app),
+            settings=kopf.OperatorSettings(),
+            clusterwide=True,
+            standalone=options.standalone,
+            peering_name=None if options.standalone else options.peering,
+            priority=app.priority,
+            identity=cast(Any, app.identity),
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )

@@ -1,0 +1,439 @@
+"""Feeding the engine: cluster objects in, queue updates and wake-ups out.
+
+``StateFeed`` is the one place that turns watch events and full listings of Pods, Nodes,
+DeviceInventories, ResourceQuotas and the device-config ConfigMap into calls on the
+engine (``ClusterState``), and decides which pods wait in the scheduling queue and which
+cluster events wake parked pods. It is synchronous and does no I/O, so the Kopf handlers
+around it stay thin and it can be tested with a fake engine.
+
+Two rules keep the books right while a Binding is being written:
+- an older, unbound copy of a pod being bound (or just bound) never reaches the engine,
+  so it cannot undo the reservation or the booking;
+- stale news never overwrites fresh (``versions.VersionLedger``).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from vgpu_operator import config as device_config
+from vgpu_operator import resources
+from vgpu_operator.devices import model
+from vgpu_operator.errors import CodecError, ConfigError
+from vgpu_operator.handlers import pod_facts, queue, versions
+from vgpu_operator.scheduling import cluster
+
+log = structlog.get_logger("vgpu_operator.feed")
+
+PodKey = str
+DEFAULT_CONFIG_KEY = "device-config.yaml"
+
+
+class EngineInputs(Protocol):
+    """The part of ``scheduling.cluster.ClusterState`` that the feed calls."""
+
+    def set_config(self, config: device_config.DeviceConfig) -> None: ...
+    def set_node(self, node: Mapping[str, Any]) -> None: ...
+    def remove_node(self, name: str) -> None: ...
+    def set_inventory(
+        self,
+        node_name: str,
+        devices: Sequence[model.DeviceInfo],
+        pair_scores: model.PairScores,
+        heartbeat: float | None,
+        cordoned: Sequence[str] = (),
+    ) -> None: ...
+    def remove_inventory(self, node_name: str) -> None: ...
+    def set_pod(self, pod: Mapping[str, Any]) -> None: ...
+    def remove_pod(self, key: PodKey) -> None: ...
+    def set_quota(self, quota: Mapping[str, Any]) -> None: ...
+    def remove_quota(self, namespace: str, name: str) -> None: ...
+
+
+class ConfigOutcome(enum.Enum):
+    APPLIED = "applied"
+    UNCHANGED = "unchanged"
+    REJECTED = "rejected"
+    KEPT = "kept"  # the ConfigMap was deleted: the last good config stays
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigResult:
+    outcome: ConfigOutcome
+    error: ConfigError | None = None
+
+
+def parse_config_map(
+    config_map: Mapping[str, Any], key: str = DEFAULT_CONFIG_KEY
+) -> device_config.DeviceConfig:
+    """The DeviceConfig in a ConfigMap's ``data[key]``; raises ``ConfigError``."""
+    data = config_map.get("data")
+    if not isinstance(data, Mapping) or key not in data:
+        raise ConfigError(f"data.{key}", "the ConfigMap has no such key")
+    text = data[key]
+    if not isinstance(text, str):
+        raise ConfigError(f"data.{key}", "must be a string")
+    return device_config.load_config_yaml(text)
+
+
+def _quota_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+def _name_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("name") or "")
+
+
+class StateFeed:
+    """See the module docstring. ``wall_clock`` gives epoch seconds (heartbeats)."""
+
+    def __init__(
+        self,
+        engine: EngineInputs,
+        pods_queue: queue.SchedulingQueue,
+        *,
+        config: device_config.DeviceConfig | None = None,
+        config_key: str = DEFAULT_CONFIG_KEY,
+        inventory_timeout_s: float | None = None,
+        wall_clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._queue = pods_queue
+        self._config = config or device_config.DeviceConfig()
+        self._config_key = config_key
+        self._inventory_timeout_s = inventory_timeout_s
+        self._wall_clock = wall_clock or time.time
+        self._pods = versions.VersionLedger()
+        self._nodes = versions.VersionLedger()
+        self._inventories = versions.VersionLedger()
+        self._quotas = versions.VersionLedger()
+        self._config_version: int | None = None
+        self._config_text_digest: str | None = None
+        #: Unbound live pods (any scheduler), with their fingerprint.
+        self._unbound: dict[PodKey, tuple[dict[str, Any], str]] = {}
+        #: Pods that book devices and have not finished: their end wakes parked pods.
+        self._holders: set[PodKey] = set()
+        #: Pods with a Binding in flight or just written: key -> uid.
+        self._binding: dict[PodKey, str] = {}
+        self._node_fingerprints: dict[str, str] = {}
+        self._quota_fingerprints: dict[str, str] = {}
+        self._inventory_fingerprints: dict[str, str] = {}
+        self._inventory_nodes: dict[str, str] = {}  # inventory name -> node name
+        self._heartbeats: dict[str, float | None] = {}  # node -> last heartbeat
+        self._stale_nodes: set[str] = set()
+
+    # --- views ------------------------------------------------------------------------
+    @property
+    def config(self) -> device_config.DeviceConfig:
+        return self._config
+
+    @property
+    def scheduler_name(self) -> str:
+        return self._config.scheduler.scheduler_name
+
+    def pending_pod(self, key: PodKey) -> dict[str, Any] | None:
+        """The latest copy of a pod waiting for this scheduler, or None."""
+        entry = self._unbound.get(key)
+        if entry is None or pod_facts.scheduler_name_of(entry[0]) != self.scheduler_name:
+            return None
+        return entry[0]
+
+    @property
+    def stale_nodes(self) -> frozenset[str]:
+        return frozenset(self._stale_nodes)
+
+    # --- pods ---------------------------------------------------------------------------
+    def pod_event(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
+        """A watch event (``None`` for Kopf's initial listing, ADDED, MODIFIED, DELETED)."""
+        key = cluster.pod_key(pod)
+        version = versions.version_of(pod)
+        if event_type == "DELETED":
+            if self._pods.accept_delete(key, version):
+                self._forget_pod(key)
+            return
+        if self._pods.accept_update(key, version):
+            self._apply_pod(key, pod_facts.slim(pod))
+
+    def pods_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
+        by_key = {cluster.pod_key(item): item for item in items}
+        result = self._pods.reconcile(
+            {k: versions.version_of(v) for k, v in by_key.items()},
+            versions.parse_version(list_version),
+        )
+        for key in result.apply:
+            self._apply_pod(key, pod_facts.slim(by_key[key]))
+        for key in result.remove:
+            log.info("pod_vanished", pod=key)
+            self._forget_pod(key)
+
+    def binding_started(self, key: PodKey, uid: str) -> None:
+        self._binding[key] = uid
+
+    def binding_failed(self, key: PodKey) -> None:
+        self._binding.pop(key, None)
+
+    def binding_succeeded(self, key: PodKey) -> None:
+        """The Binding is written: the pod is no longer pending (its bound copy follows)."""
+        self._unbound.pop(key, None)
+        self._queue.remove(key)
+
+    def _apply_pod(self, key: PodKey, pod: dict[str, Any]) -> None:
+        bound = pod_facts.node_name_of(pod) is not None
+        uid = pod_facts.uid_of(pod)
+        binding_uid = self._binding.get(key)
+        if binding_uid is not None:
+            if binding_uid == uid and not bound and not pod_facts.is_deleting(pod):
+                return  # an older copy than the Binding we are writing or just wrote
+            del self._binding[key]
+        self._engine.set_pod(pod)
+        self._track_holder(key, pod)
+        if pod_facts.is_waiting_for_scheduler(pod):
+            fingerprint = pod_facts.pod_fingerprint(pod)
+            previous = self._unbound.get(key)
+            self._unbound[key] = (pod, fingerprint)
+            if pod_facts.scheduler_name_of(pod) == self.scheduler_name:
+                added = self._queue.add(key, uid, pod_facts.priority_of(pod))
+                if not added and previous is not None and previous[1] != fingerprint:
+                    self._queue.wake_one(key)
+            else:
+                self._queue.remove(key)
+        else:
+            self._unbound.pop(key, None)
+            if not self._queue.is_in_flight(key):
+                self._queue.remove(key)
+
+    def _forget_pod(self, key: PodKey) -> None:
+        self._engine.remove_pod(key)
+        self._unbound.pop(key, None)
+        self._binding.pop(key, None)
+        if not self._queue.is_in_flight(key):
+            self._queue.remove(key)
+        if key in self._holders:
+            self._holders.discard(key)
+            self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
+
+    def _track_holder(self, key: PodKey, pod: Mapping[str, Any]) -> None:
+        holds = pod_facts.holds_devices(pod) and not pod_facts.is_terminal(pod)
+        if holds:
+            self._holders.add(key)
+        elif key in self._holders:
+            self._holders.discard(key)
+            self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
+
+    # --- nodes --------------------------------------------------------------------------
+    def node_event(self, event_type: str | None, node: Mapping[str, Any]) -> None:
+        key = _name_key(node)
+        version = versions.version_of(node)
+        if event_type == "DELETED":
+            if self._nodes.accept_delete(key, version):
+                self._forget_node(key)
+            return
+        if self._nodes.accept_update(key, version):
+            self._apply_node(key, pod_facts.slim(node))
+
+    def nodes_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
+        by_key = {_name_key(item): item for item in items}
+        result = self._nodes.reconcile(
+            {k: versions.version_of(v) for k, v in by_key.items()},
+            versions.parse_version(list_version),
+        )
+        for key in result.apply:
+            self._apply_node(key, pod_facts.slim(by_key[key]))
+        for key in result.remove:
+            self._forget_node(key)
+
+    def _apply_node(self, name: str, node: dict[str, Any]) -> None:
+        self._engine.set_node(node)
+        fingerprint = pod_facts.node_fingerprint(node)
+        if self._node_fingerprints.get(name) != fingerprint:
+            self._node_fingerprints[name] = fingerprint
+            self._wake(queue.ClusterEvent.NODE_CHANGED, node=name)
+
+    def _forget_node(self, name: str) -> None:
+        self._engine.remove_node(name)
+        self._node_fingerprints.pop(name, None)
+        log.info("node_removed", node=name)
+
+    # --- device inventories ---------------------------------------------------------------
+    def inventory_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        key = _name_key(obj)
+        version = versions.version_of(obj)
+        if event_type == "DELETED":
+            if self._inventories.accept_delete(key, version):
+                self._forget_inventory(key)
+            return
+        if self._inventories.accept_update(key, version):
+            self._apply_inventory(key, obj)
+
+    def inventories_listed(
+        self, items: Iterable[Mapping[str, Any]], list_version: str | None
+    ) -> None:
+        by_key = {_name_key(item): item for item in items}
+        result = self._inventories.reconcile(
+            {k: versions.version_of(v) for k, v in by_key.items()},
+            versions.parse_version(list_version),
+        )
+        for key in result.apply:
+            self._apply_inventory(key, by_key[key])
+        for key in result.remove:
+            self._forget_inventory(key)
+
+    def _apply_inventory(self, name: str, obj: Mapping[str, Any]) -> None:
+        status = obj.get("status")
+        node = name
+        if isinstance(status, Mapping) and isinstance(status.get("nodeName"), str):
+            node = status["nodeName"] or name
+        try:
+            devices, pair_scores = resources.devices_from_inventory(obj)
+            cordoned = sorted(resources.cordoned_devices(obj))
+            heartbeat_at = resources.heartbeat_of(obj)
+        except CodecError as exc:
+            # Without a readable report the node's devices are unknown: offer none.
+            if exc.field == "status":
+                log.info("inventory_not_reported_yet", node=node)
+            else:
+                log.warning("inventory_unreadable", node=node, field=exc.field, error=exc.message)
+            self._forget_inventory(name)
+            return
+        heartbeat = heartbeat_at.timestamp() if heartbeat_at is not None else None
+        previous_node = self._inventory_nodes.get(name)
+        if previous_node is not None and previous_node != node:
+            self._engine.remove_inventory(previous_node)
+        self._inventory_nodes[name] = node
+        self._engine.set_inventory(node, devices, pair_scores, heartbeat, cordoned)
+        # Stale before this report (whether or not the watchdog noticed it yet)?
+        was_stale = node in self._stale_nodes or (
+            node in self._heartbeats and self._is_stale(self._heartbeats[node])
+        )
+        self._heartbeats[node] = heartbeat
+        fingerprint = pod_facts.digest([[_device_wire(d) for d in devices], pair_scores, cordoned])
+        changed = self._inventory_fingerprints.get(name) != fingerprint
+        self._inventory_fingerprints[name] = fingerprint
+        revived = was_stale and not self._is_stale(heartbeat)
+        if revived:
+            self._stale_nodes.discard(node)
+            log.info("inventory_fresh_again", node=node)
+        if changed or revived:
+            self._wake(queue.ClusterEvent.INVENTORY_CHANGED, node=node)
+
+    def _forget_inventory(self, name: str) -> None:
+        node = self._inventory_nodes.pop(name, name)
+        self._engine.remove_inventory(node)
+        self._inventory_fingerprints.pop(name, None)
+        self._heartbeats.pop(node, None)
+        self._stale_nodes.discard(node)
+
+    def _is_stale(self, heartbeat: float | None) -> bool:
+        if self._inventory_timeout_s is None or heartbeat is None:
+            return False
+        return self._wall_clock() - heartbeat > self._inventory_timeout_s
+
+    def check_heartbeats(self) -> list[str]:
+        """Nodes whose inventory has just gone stale (for the periodic watchdog's log).
+
+        The engine applies the timeout itself at each decision; this only notices it.
+        """
+        newly_stale = [
+            node
+            for node, heartbeat in self._heartbeats.items()
+            if node not in self._stale_nodes and self._is_stale(heartbeat)
+        ]
+        self._stale_nodes.update(newly_stale)
+        return newly_stale
+
+    # --- quotas -------------------------------------------------------------------------
+    def quota_event(self, event_type: str | None, quota: Mapping[str, Any]) -> None:
+        key = _quota_key(quota)
+        version = versions.version_of(quota)
+        if event_type == "DELETED":
+            if self._quotas.accept_delete(key, version):
+                self._forget_quota(key)
+            return
+        if self._quotas.accept_update(key, version):
+            self._apply_quota(key, pod_facts.slim(quota))
+
+    def quotas_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
+        by_key = {_quota_key(item): item for item in items}
+        result = self._quotas.reconcile(
+            {k: versions.version_of(v) for k, v in by_key.items()},
+            versions.parse_version(list_version),
+        )
+        for key in result.apply:
+            self._apply_quota(key, pod_facts.slim(by_key[key]))
+        for key in result.remove:
+            self._forget_quota(key)
+
+    def _apply_quota(self, key: str, quota: dict[str, Any]) -> None:
+        self._engine.set_quota(quota)
+        fingerprint = pod_facts.quota_fingerprint(quota)
+        if self._quota_fingerprints.get(key) != fingerprint:
+            self._quota_fingerprints[key] = fingerprint
+            self._wake(queue.ClusterEvent.QUOTA_CHANGED, quota=key)
+
+    def _forget_quota(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        self._engine.remove_quota(namespace, name)
+        self._quota_fingerprints.pop(key, None)
+        self._wake(queue.ClusterEvent.QUOTA_CHANGED, quota=key)
+
+    # --- device config ------------------------------------------------------------------
+    def config_event(self, event_type: str | None, config_map: Mapping[str, Any]) -> ConfigResult:
+        """A change of the device-config ConfigMap. An invalid one changes nothing."""
+        if event_type == "DELETED":
+            self._config_version = None
+            self._config_text_digest = None
+            return ConfigResult(ConfigOutcome.KEPT)
+        data = config_map.get("data")
+        digest = pod_facts.digest(data.get(self._config_key) if isinstance(data, Mapping) else None)
+        if digest == self._config_text_digest:
+            return ConfigResult(ConfigOutcome.UNCHANGED)
+        try:
+            parsed = parse_config_map(config_map, self._config_key)
+        except ConfigError as exc:
+            self._config_text_digest = digest  # report each bad text once, not per event
+            return ConfigResult(ConfigOutcome.REJECTED, exc)
+        self._config_text_digest = digest
+        self.set_config(parsed)
+        return ConfigResult(ConfigOutcome.APPLIED)
+
+    def set_config(self, config: device_config.DeviceConfig) -> None:
+        """Put a (valid) config in force and re-sort the pending pods by scheduler name."""
+        old_name = self.scheduler_name
+        self._config = config
+        self._engine.set_config(config)
+        if self.scheduler_name != old_name:
+            for key, (pod, _) in list(self._unbound.items()):
+                if pod_facts.scheduler_name_of(pod) == self.scheduler_name:
+                    self._queue.add(key, pod_facts.uid_of(pod), pod_facts.priority_of(pod))
+                elif not self._queue.is_in_flight(key):
+                    self._queue.remove(key)
+        self._wake(queue.ClusterEvent.CONFIG_CHANGED)
+
+    # --- internals ----------------------------------------------------------------------
+    def _wake(self, event: queue.ClusterEvent, **context: str) -> None:
+        woken = self._queue.wake(event)
+        if woken:
+            log.debug("pods_woken", cluster_event=event.value, woken=woken, **context)
+
+
+def _device_wire(device: model.DeviceInfo) -> list[Any]:
+    return [
+        device.id,
+        device.index,
+        device.count,
+        device.memory_mib,
+        device.cores,
+        device.type,
+        device.numa,
+        device.health,
+        device.mode,
+        device.vendor,
+    ]

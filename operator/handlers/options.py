@@ -1,0 +1,54 @@
+"""How one operator process is run: the command line's options, as one value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+from vgpu_operator.handlers.feed import DEFAULT_CONFIG_KEY
+
+DEFAULT_NAMESPACE: Final = "vgpu-operator"
+DEFAULT_CONFIG_MAP: Final = "vgpu-device-config"
+DEFAULT_PEERING: Final = "vgpu-operator"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookOptions:
+    """The mutating admission webhook's HTTPS server (served by Kopf)."""
+
+    port: int
+    addr: str = "0.0.0.0"
+    host: str | None = None  # the name in the webhook URL, if Kopf manages the configuration
+    certfile: Path | None = None
+    pkeyfile: Path | None = None
+    cafile: Path | None = None
+    #: When set, Kopf creates/patches a MutatingWebhookConfiguration of this name itself
+    #: (handy for local runs and tests); otherwise manifests/ provides a static one.
+    managed_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorOptions:
+    kubeconfig: Path | None = None
+    namespace: str = DEFAULT_NAMESPACE  # where the device-config ConfigMap lives
+    config_map: str = DEFAULT_CONFIG_MAP
+    config_key: str = DEFAULT_CONFIG_KEY
+    #: Kopf peering object (ClusterKopfPeering); ignored when ``standalone``.
+    peering: str = DEFAULT_PEERING
+    standalone: bool = False
+    priority: int | None = None  # None: older replicas win (leadership.peering_priority)
+    metrics_port: int | None = 8080  # None: no HTTP server for /metrics, /healthz, /readyz
+    metrics_addr: str = "0.0.0.0"
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+    #: A DeviceInventory whose heartbeat is older than this offers no devices (None: never).
+    inventory_timeout_s: float | None = 120.0
+    #: Full re-listing of the cluster and a retry of every parked pod.
+    resync_interval_s: float = 300.0
+    initial_backoff_s: float = 1.0
+    max_backoff_s: float = 60.0
+    max_binds_in_flight: int = 32
+    #: A Normal "Scheduled" Event per bound pod, as kube-scheduler writes.
+    scheduled_events: bool = True
+    webhook: WebhookOptions | None = None

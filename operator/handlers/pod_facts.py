@@ -1,0 +1,143 @@
+"""Facts about Pod, Node and other objects that decide what the operator does with them.
+
+Pure functions over the plain dicts the API returns; no engine decisions here, only
+"is this pod ours and waiting", "does it hold devices", "did anything that matters to a
+decision change" (fingerprints, so that routine status updates wake nobody).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from vgpu_operator import names
+
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+#: Node annotations the engine reads (device registration, HAMi's handshake, cordons).
+_NODE_ANNOTATIONS_THAT_MATTER: Final = (
+    names.NODE_NVIDIA_REGISTER,
+    names.NODE_NVIDIA_SCORE,
+    names.NODE_HYGON_REGISTER,
+    names.NODE_DEVICE_CORDON,
+    names.NODE_SCHEDULER_POLICY,
+    names.GPU_SCHEDULER_POLICY,
+)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    st = obj.get("status")
+    return st if isinstance(st, Mapping) else {}
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    return str(_meta(obj).get("uid") or "")
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    annotations = _meta(obj).get("annotations")
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A shallow copy without ``metadata.managedFields`` (large, and never needed)."""
+    out = dict(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return out
+
+
+def node_name_of(pod: Mapping[str, Any]) -> str | None:
+    """The node the pod is bound to (``spec.nodeName``), if any."""
+    node = _spec(pod).get("nodeName")
+    return node if isinstance(node, str) and node else None
+
+
+def is_terminal(pod: Mapping[str, Any]) -> bool:
+    return _status(pod).get("phase") in TERMINAL_PHASES
+
+
+def is_deleting(obj: Mapping[str, Any]) -> bool:
+    return bool(_meta(obj).get("deletionTimestamp"))
+
+
+def holds_devices(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod was placed by a HAMi-style scheduler (it books devices)."""
+    return names.ASSIGNED_NODE in annotations_of(pod)
+
+
+def is_waiting_for_scheduler(pod: Mapping[str, Any]) -> bool:
+    """Unbound, alive, and not held back by scheduling gates: some scheduler must place it."""
+    if node_name_of(pod) is not None or is_deleting(pod) or is_terminal(pod):
+        return False
+    phase = _status(pod).get("phase")
+    if phase not in (None, "", "Pending"):
+        return False
+    return not _spec(pod).get("schedulingGates")
+
+
+def scheduler_name_of(pod: Mapping[str, Any]) -> str:
+    return str(_spec(pod).get("schedulerName") or "default-scheduler")
+
+
+def priority_of(pod: Mapping[str, Any]) -> int:
+    value = _spec(pod).get("priority")
+    return value if isinstance(value, int) else 0
+
+
+def _digest(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def pod_fingerprint(pod: Mapping[str, Any]) -> str:
+    """Changes when what a decision reads of the pod changes (spec, labels, annotations);
+    not when only its status does (for example the condition the operator writes)."""
+    meta = _meta(pod)
+    return _digest([_spec(pod), meta.get("labels"), meta.get("annotations")])
+
+
+def node_fingerprint(node: Mapping[str, Any]) -> str:
+    """Changes when a node's schedulable facts change, not with its routine heartbeats."""
+    meta = _meta(node)
+    annotations = annotations_of(node)
+    st = _status(node)
+    conditions = st.get("conditions")
+    ready = None
+    if isinstance(conditions, list):
+        for cond in conditions:
+            if isinstance(cond, Mapping) and cond.get("type") == "Ready":
+                ready = cond.get("status")
+    return _digest(
+        [
+            meta.get("labels"),
+            {k: annotations.get(k) for k in _NODE_ANNOTATIONS_THAT_MATTER},
+            _spec(node).get("unschedulable"),
+            _spec(node).get("taints"),
+            st.get("allocatable"),
+            ready,
+        ]
+    )
+
+
+def quota_fingerprint(quota: Mapping[str, Any]) -> str:
+    """Changes when a ResourceQuota's limits change (its status churns with usage)."""
+    return _digest(_spec(quota))
+
+
+def digest(data: Any) -> str:
+    """A stable short hash of JSON-like data (used for inventory contents)."""
+    return _digest(data)

@@ -1,0 +1,118 @@
+"""What pods' owners see: the ``PodScheduled`` condition and Events.
+
+The texts are built by pure functions (tested without a cluster); ``KubeReporter`` writes
+them. The condition carries kube-scheduler's node-counting message
+(``0/3 nodes are available: 2 CardInsufficientMemory, 1 CardTypeMismatch.``); the
+``FailedScheduling`` Event adds how many devices each reason ruled out.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import structlog
+
+from vgpu_operator.kube import conditions, events
+from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.scheduling import status
+
+log = structlog.get_logger("vgpu_operator.reporting")
+
+REASON_FAILED_SCHEDULING: Final = "FailedScheduling"
+REASON_SCHEDULED: Final = "Scheduled"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def failed_scheduling_message(diagnosis: status.Diagnosis) -> str:
+    """The Event text: the node summary, then the devices each reason ruled out."""
+    summary = diagnosis.message()
+    counts = diagnosis.device_counts()
+    if not counts:
+        return summary
+    details = ", ".join(f"{n} {reason}" for reason, n in counts.items())
+    return f"{summary} Devices ruled out: {details}."
+
+
+def scheduled_message(pod: Mapping[str, Any], node: str) -> str:
+    meta = pod.get("metadata") or {}
+    return f"Successfully assigned {meta.get('namespace')}/{meta.get('name')} to {node}"
+
+
+def _pod_ref(pod: Mapping[str, Any]) -> events.ObjectRef:
+    return events.ObjectRef.of(pod, kind="Pod")
+
+
+class KubeReporter:
+    """Writes conditions and Events for the worker (``worker.Reporter``)."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        aggregator: events.EventAggregator | None = None,
+        clock: Callable[[], datetime.datetime] = _now,
+        scheduled_events: bool = True,
+    ) -> None:
+        self._api = api
+        self._events = aggregator or events.EventAggregator()
+        self._clock = clock
+        self._scheduled_events = scheduled_events
+
+    async def unschedulable(self, pod: Mapping[str, Any], diagnosis: status.Diagnosis) -> None:
+        await self._not_scheduled(pod, diagnosis.message(), failed_scheduling_message(diagnosis))
+
+    async def rejected(self, pod: Mapping[str, Any], message: str) -> None:
+        await self._not_scheduled(pod, message, message)
+
+    async def failed(self, pod: Mapping[str, Any], message: str) -> None:
+        await self._not_scheduled(pod, message, message)
+
+    async def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
+        ref = _pod_ref(pod)
+        self._events.forget(ref.namespace, ref.name)
+        if self._scheduled_events:
+            write = self._events.record(
+                ref,
+                REASON_SCHEDULED,
+                scheduled_message(pod, node),
+                self._clock(),
+                events.TYPE_NORMAL,
+            )
+            self._events.forget(ref.namespace, ref.name)
+            await events.write_event(self._api, write)
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._events.forget(namespace, name)
+
+    async def object_event(
+        self, obj: Mapping[str, Any], kind: str, reason: str, message: str, event_type: str
+    ) -> None:
+        """An Event about any object (a rejected ConfigMap, for instance)."""
+        ref = events.ObjectRef.of(obj, kind=kind)
+        write = self._events.record(ref, reason, message, self._clock(), event_type)
+        await self._write(write, ref, reason)
+
+    async def _not_scheduled(
+        self, pod: Mapping[str, Any], condition_message: str, event_message: str
+    ) -> None:
+        ref = _pod_ref(pod)
+        now = self._clock()
+        condition = conditions.unschedulable_condition(pod, condition_message, now)
+        if condition is not None:
+            await conditions.patch_pod_condition(self._api, ref.namespace, ref.name, condition)
+        write = self._events.record(ref, REASON_FAILED_SCHEDULING, event_message, now)
+        await self._write(write, ref, REASON_FAILED_SCHEDULING)
+
+    async def _write(self, write: events.EventWrite, ref: events.ObjectRef, reason: str) -> None:
+        if await events.write_event(self._api, write):
+            return
+        # The Event we meant to bump has expired: start a new series.
+        self._events.recreate(write, ref, reason)
+        fresh = self._events.record(ref, reason, write.message, self._clock(), write.event_type)
+        if fresh.action is events.Action.CREATE:
+            await events.write_event(self._api, fresh)

@@ -1,0 +1,317 @@
+"""The scheduling worker: one task that takes due pods from the queue and decides.
+
+Decisions are made one at a time on the event loop (the engine is synchronous and
+reserves what it picks), so no two decisions can see the same free capacity. Each
+placement is then written as one Binding by a background task, with a bounded number in
+flight: decision (reserved) -> Binding -> ``confirm``; on failure ``rollback`` and retry
+with backoff; on 409 the pod is re-read. A pod that does not fit is parked and reported
+(``PodScheduled=False`` plus an Event) in the background.
+
+The worker decides only while the ``Gate`` is open (this replica is the active one), and
+after every opening it first waits for a full resync, so that every pod bound by anyone
+before is in the books before its first decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import structlog
+
+from vgpu_operator.handlers import feed, queue
+from vgpu_operator.kube.binding import BindOutcome
+from vgpu_operator.metrics import OperatorMetrics, Result
+from vgpu_operator.scheduling import cluster, status
+
+log = structlog.get_logger("vgpu_operator.worker")
+
+PodKey = str
+
+
+class EngineDecisions(Protocol):
+    """The part of ``scheduling.cluster.ClusterState`` the worker calls."""
+
+    def schedule(self, pod: Mapping[str, Any], now: float) -> cluster.Decision: ...
+    def confirm(self, key: PodKey) -> None: ...
+    def rollback(self, key: PodKey) -> None: ...
+
+
+class Binder(Protocol):
+    async def bind(
+        self, pod: Mapping[str, Any], node: str, annotations: Mapping[str, str]
+    ) -> BindOutcome: ...
+
+    async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+
+class Reporter(Protocol):
+    """Tells the pod's owner what happened (conditions, Events)."""
+
+    async def unschedulable(self, pod: Mapping[str, Any], diagnosis: status.Diagnosis) -> None: ...
+    async def rejected(self, pod: Mapping[str, Any], message: str) -> None: ...
+    async def failed(self, pod: Mapping[str, Any], message: str) -> None: ...
+    async def scheduled(self, pod: Mapping[str, Any], node: str) -> None: ...
+
+
+class Gate(Protocol):
+    """Whether this replica may decide (peering), with a count of openings."""
+
+    def is_open(self) -> bool: ...
+    async def wait_open(self) -> int: ...
+
+
+class AlwaysOpen:
+    """The gate of a standalone operator."""
+
+    def is_open(self) -> bool:
+        return True
+
+    async def wait_open(self) -> int:
+        return 1
+
+
+class SchedulingWorker:
+    """See the module docstring. ``resync`` lists the cluster and feeds the engine."""
+
+    def __init__(
+        self,
+        engine: EngineDecisions,
+        state_feed: feed.StateFeed,
+        pods_queue: queue.SchedulingQueue,
+        binder: Binder,
+        reporter: Reporter,
+        metrics: OperatorMetrics,
+        *,
+        resync: Callable[[], Awaitable[None]],
+        gate: Gate | None = None,
+        max_binds_in_flight: int = 32,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._engine = engine
+        self._feed = state_feed
+        self._queue = pods_queue
+        self._binder = binder
+        self._reporter = reporter
+        self._metrics = metrics
+        self._resync = resync
+        self._gate = gate or AlwaysOpen()
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._bind_slots = asyncio.Semaphore(max_binds_in_flight)
+        self._wakeup = asyncio.Event()
+        self._synced_opening = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reports: dict[PodKey, asyncio.Task[None]] = {}
+        self.synced = asyncio.Event()
+
+    def poke(self) -> None:
+        """Something may have become due (the queue's notify hook)."""
+        self._wakeup.set()
+
+    @property
+    def binds_in_flight(self) -> int:
+        return sum(1 for t in self._tasks if t.get_name().startswith("bind "))
+
+    # --- the loop -----------------------------------------------------------------------
+    async def run(self) -> None:
+        """Decide forever (until cancelled)."""
+        try:
+            while True:
+                await self._ensure_active_and_synced()
+                # Hold a bind slot before deciding: the Binding task takes it over.
+                await self._bind_slots.acquire()
+                handed_over = False
+                try:
+                    key = self._queue.pop()
+                    if key is None:
+                        await self._sleep_until_due()
+                        continue
+                    handed_over = self._decide(key, slot_held=True)
+                finally:
+                    if not handed_over:
+                        self._bind_slots.release()
+                await asyncio.sleep(0)  # let watch events and webhooks in between decisions
+        finally:
+            await self.drain(cancel=True)
+
+    async def _ensure_active_and_synced(self) -> None:
+        if self._gate.is_open() and self._synced_opening:
+            return
+        if not self._gate.is_open():
+            self.synced.clear()
+            log.info("scheduling_paused")
+        opening = await self._gate.wait_open()
+        if opening != self._synced_opening:
+            await self._resync()
+            self._synced_opening = opening
+            self.synced.set()
+            log.info("scheduling_active", pending=len(self._queue))
+
+    async def _sleep_until_due(self) -> None:
+        self._wakeup.clear()
+        if self._queue.has_ready():
+            return
+        due = self._queue.next_due_at()
+        timeout = None if due is None else max(0.0, due - self._clock())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def drain(self, *, cancel: bool = False) -> None:
+        """Wait for (or cancel) the Binding and report tasks still running."""
+        tasks = list(self._tasks)
+        if cancel:
+            for task in tasks:
+                task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- one decision ---------------------------------------------------------------------
+    def decide(self, key: PodKey) -> None:
+        """Decide for one popped pod (synchronous: nothing else runs meanwhile)."""
+        self._decide(key, slot_held=False)
+
+    def _decide(self, key: PodKey, *, slot_held: bool) -> bool:
+        """Returns True when a Binding task was started (and took over a held slot)."""
+        pod = self._feed.pending_pod(key)
+        if pod is None:
+            self._queue.remove(key)
+            return False
+        started = time.perf_counter()
+        try:
+            decision = self._engine.schedule(pod, now=self._wall_clock())
+        except Exception as exc:  # an engine bug or malformed input must not stop the loop
+            log.exception("scheduling_failed", pod=key)
+            self._metrics.attempt(Result.ERROR)
+            self._queue.park(key, release_helps=False)
+            self._report(key, self._reporter.failed(pod, f"scheduling failed: {exc}"))
+            return False
+        self._metrics.decided(time.perf_counter() - started)
+        if decision.scheduled and decision.node:
+            self._feed.binding_started(key, str((pod.get("metadata") or {}).get("uid") or ""))
+            self._spawn(f"bind {key}", self._bind(key, pod, decision.node, decision, slot_held))
+            return True
+        if decision.rejected is not None:
+            self._metrics.attempt(Result.REJECTED)
+            backoff_s = self._queue.park(key, release_helps=True)
+            log.info("pod_rejected", pod=key, reason=decision.rejected, retry_after_s=backoff_s)
+            self._report(key, self._reporter.rejected(pod, decision.rejected))
+            return False
+        self._metrics.attempt(Result.UNSCHEDULABLE)
+        diagnosis = decision.diagnosis or status.Diagnosis({}, 0)
+        backoff_s = self._queue.park(key, release_helps=queue.release_could_help(diagnosis))
+        log.info(
+            "pod_unschedulable",
+            pod=key,
+            message=diagnosis.message(),
+            devices=diagnosis.device_counts(),
+            retry_after_s=backoff_s,
+        )
+        self._report(key, self._reporter.unschedulable(pod, diagnosis))
+        return False
+
+    async def _bind(
+        self,
+        key: PodKey,
+        pod: Mapping[str, Any],
+        node: str,
+        decision: cluster.Decision,
+        slot_held: bool,
+    ) -> None:
+        if not slot_held:
+            await self._bind_slots.acquire()
+        try:
+            await self._bind_once(key, pod, node, decision)
+        finally:
+            self._bind_slots.release()
+
+    async def _bind_once(
+        self, key: PodKey, pod: Mapping[str, Any], node: str, decision: cluster.Decision
+    ) -> None:
+        started = self._clock()
+        try:
+            outcome = await self._binder.bind(pod, node, decision.annotations)
+        except asyncio.CancelledError:
+            self._engine.rollback(key)
+            self._feed.binding_failed(key)
+            raise
+        except Exception as exc:
+            self._engine.rollback(key)
+            self._feed.binding_failed(key)
+            self._metrics.attempt(Result.ERROR)
+            backoff_s = self._queue.retry_later(key)
+            log.warning("bind_failed", pod=key, node=node, error=str(exc), retry_after_s=backoff_s)
+            return
+        finally:
+            self._metrics.bind_finished(self._clock() - started)
+        if outcome is BindOutcome.BOUND:
+            self._engine.confirm(key)
+            self._feed.binding_succeeded(key)
+            self._metrics.attempt(Result.SCHEDULED)
+            log.info("pod_bound", pod=key, node=node)
+            self._report(key, self._reporter.scheduled(pod, node))
+            return
+        self._engine.rollback(key)
+        self._feed.binding_failed(key)
+        if outcome is BindOutcome.GONE:
+            self._queue.remove(key)
+            log.info("pod_gone_before_bind", pod=key, node=node)
+            return
+        self._metrics.attempt(Result.BIND_CONFLICT)
+        await self._reread_after_conflict(key, pod, node)
+
+    async def _reread_after_conflict(self, key: PodKey, pod: Mapping[str, Any], node: str) -> None:
+        meta = pod.get("metadata") or {}
+        try:
+            fresh = await self._binder.read_pod(str(meta.get("namespace")), str(meta.get("name")))
+        except Exception as exc:
+            log.warning("pod_reread_failed", pod=key, error=str(exc))
+            self._queue.retry_later(key)
+            return
+        if fresh is None:
+            self._feed.pod_event("DELETED", pod)
+            self._queue.remove(key)
+            return
+        self._feed.pod_event("MODIFIED", fresh)
+        bound_to = (fresh.get("spec") or {}).get("nodeName")
+        log.info("bind_conflict", pod=key, node=node, bound_to=bound_to)
+        if self._feed.pending_pod(key) is not None:
+            self._queue.retry_later(key)
+        elif self._queue.is_in_flight(key):
+            self._queue.remove(key)
+
+    # --- background work ----------------------------------------------------------------
+    def _spawn(self, name: str, coro: Awaitable[None]) -> asyncio.Task[None]:
+        async def guarded() -> None:
+            await coro
+
+        task = asyncio.create_task(guarded(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _report(self, key: PodKey, coro: Awaitable[None]) -> None:
+        running = self._reports.get(key)
+        if running is not None and not running.done():
+            # One report per pod at a time; the next attempt reports the newer news.
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            return
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("report_failed", pod=key, error=str(exc))
+            finally:
+                if self._reports.get(key) is task:
+                    del self._reports[key]
+
+        task = self._spawn(f"report {key}", guarded())
+        self._reports[key] = task

@@ -1,0 +1,169 @@
+"""Kubernetes Events (core/v1), aggregated the way kubectl shows them.
+
+A pod retried many times for the same reason gets ONE Event whose ``count`` and
+``lastTimestamp`` move, not one Event per attempt. A new message starts a new Event.
+``EventAggregator`` decides (pure, clock passed in); ``EventRecorder`` writes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kubernetes_asyncio import client
+
+from vgpu_operator.kube import requests
+
+COMPONENT: Final = "vgpu-scheduler"
+TYPE_NORMAL: Final = "Normal"
+TYPE_WARNING: Final = "Warning"
+#: Kubernetes limits an Event message to 1 KiB; longer ones are cut, as kubelet does.
+MAX_MESSAGE_CHARS: Final = 1024
+
+
+def _rfc3339(now: datetime.datetime) -> str:
+    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The object an Event is about."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+    api_version: str = "v1"
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
+        meta = obj.get("metadata") or {}
+        return cls(
+            kind=kind or str(obj.get("kind") or "Pod"),
+            namespace=str(meta.get("namespace") or "default"),
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid") or ""),
+            api_version=str(obj.get("apiVersion") or "v1"),
+        )
+
+    def as_wire(self) -> dict[str, str]:
+        ref = {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+        }
+        if self.uid:
+            ref["uid"] = self.uid
+        return ref
+
+
+class Action(enum.Enum):
+    CREATE = "create"
+    UPDATE = "update"
+
+
+@dataclass(frozen=True, slots=True)
+class EventWrite:
+    """One write the recorder must make: a new Event, or a count bump of an old one."""
+
+    action: Action
+    namespace: str
+    name: str
+    body: Mapping[str, Any]
+    message: str
+    event_type: str
+
+
+@dataclass(slots=True)
+class _Series:
+    name: str
+    message: str
+    count: int
+    first_timestamp: str
+
+
+class EventAggregator:
+    """Turns "this happened to that object" into Event writes, one series per
+    (object, reason) and message."""
+
+    def __init__(self, instance: str = "") -> None:
+        self._instance = instance or os.environ.get("HOSTNAME", "") or "vgpu-operator"
+        self._series: dict[tuple[str, str, str, str], _Series] = {}
+        self._serial = 0
+
+    def __len__(self) -> int:
+        return len(self._series)
+
+    def record(
+        self,
+        ref: ObjectRef,
+        reason: str,
+        message: str,
+        now: datetime.datetime,
+        event_type: str = TYPE_WARNING,
+    ) -> EventWrite:
+        message = message[:MAX_MESSAGE_CHARS]
+        key = (ref.namespace, ref.name, ref.uid, reason)
+        stamp = _rfc3339(now)
+        series = self._series.get(key)
+        if series is not None and series.message == message:
+            series.count += 1
+            patch = {"count": series.count, "lastTimestamp": stamp}
+            return EventWrite(Action.UPDATE, ref.namespace, series.name, patch, message, event_type)
+        self._serial += 1
+        name = f"{ref.name}.{int(now.timestamp() * 1e9):x}{self._serial:x}"[:253]
+        self._series[key] = _Series(name=name, message=message, count=1, first_timestamp=stamp)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": ref.namespace},
+            "involvedObject": ref.as_wire(),
+            "reason": reason,
+            "message": message,
+            "type": event_type,
+            "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self._instance,
+        }
+        return EventWrite(Action.CREATE, ref.namespace, name, body, message, event_type)
+
+    def recreate(self, write: EventWrite, ref: ObjectRef, reason: str) -> None:
+        """Forget a series whose Event vanished (expired), so the next record creates."""
+        key = (ref.namespace, ref.name, ref.uid, reason)
+        series = self._series.get(key)
+        if series is not None and series.name == write.name:
+            del self._series[key]
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop every series about an object (bound or deleted: no more repeats)."""
+        for key in [k for k in self._series if k[0] == namespace and k[1] == name]:
+            del self._series[key]
+
+
+async def write_event(api: client.ApiClient, write: EventWrite) -> bool:
+    """Apply one write; False when an Event to update no longer exists."""
+    base = f"/api/v1/namespaces/{write.namespace}/events"
+    try:
+        if write.action is Action.CREATE:
+            await requests.request_json(api, "POST", base, body=write.body)
+        else:
+            await requests.request_json(
+                api,
+                "PATCH",
+                f"{base}/{write.name}",
+                body=write.body,
+                content_type=requests.MERGE_PATCH,
+            )
+    except requests.ApiError as exc:
+        if exc.status == 404 and write.action is Action.UPDATE:
+            return False
+        raise
+    return True

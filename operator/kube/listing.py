@@ -1,0 +1,132 @@
+"""Full listings (paged) of the kinds the operator feeds to its engine, as plain dicts,
+with the resourceVersion the listing is consistent with; and a raw watch stream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kubernetes_asyncio import client
+
+from vgpu_operator import names
+from vgpu_operator.kube import requests
+
+PODS: Final = "/api/v1/pods"
+NODES: Final = "/api/v1/nodes"
+RESOURCE_QUOTAS: Final = "/api/v1/resourcequotas"
+DEVICE_INVENTORIES: Final = (
+    f"/apis/{names.CRD_GROUP}/{names.CRD_VERSION}/{names.DEVICE_INVENTORY_PLURAL}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    items: list[dict[str, Any]]
+    resource_version: str | None
+
+
+async def list_all(
+    api: client.ApiClient, path: str, *, page_size: int = 500, field_selector: str | None = None
+) -> Listing:
+    """Every object at ``path``; an absent kind (CRD not installed) lists as empty."""
+    items: list[dict[str, Any]] = []
+    version: str | None = None
+    token: str | None = None
+    while True:
+        query: dict[str, str | int] = {"limit": page_size}
+        if token:
+            query["continue"] = token
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        try:
+            page = await requests.request_json(api, "GET", path, query=query, timeout_s=120.0)
+        except requests.ApiError as exc:
+            if exc.status == 404:
+                return Listing([], None)
+            raise
+        meta = page.get("metadata") or {}
+        if version is None:
+            version = meta.get("resourceVersion")
+        items.extend(item for item in page.get("items") or [] if isinstance(item, dict))
+        token = meta.get("continue")
+        if not token:
+            return Listing(items, version)
+
+
+async def get_object(api: client.ApiClient, path: str) -> dict[str, Any] | None:
+    """One object, or None when it does not exist."""
+    try:
+        return await requests.request_json(api, "GET", path)
+    except requests.ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def config_map_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+
+
+def cluster_peering_path(name: str) -> str:
+    return f"/apis/kopf.dev/v1/clusterkopfpeerings/{name}"
+
+
+def namespaced_peering_path(namespace: str, name: str) -> str:
+    return f"/apis/kopf.dev/v1/namespaces/{namespace}/kopfpeerings/{name}"
+
+
+class WatchExpired(Exception):
+    """The server no longer has the requested resourceVersion (410): list again."""
+
+
+async def watch(
+    api: client.ApiClient,
+    path: str,
+    *,
+    resource_version: str | None,
+    field_selector: str | None = None,
+    timeout_s: int = 300,
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """Stream ``(type, object)`` watch events from ``resource_version`` until the server
+    ends the watch (after about ``timeout_s``). Bookmarks are skipped; a 410 raises
+    ``WatchExpired``; other stream errors raise ``ApiError``."""
+    query: list[tuple[str, str | int]] = [
+        ("watch", "true"),
+        ("allowWatchBookmarks", "true"),
+        ("timeoutSeconds", timeout_s),
+    ]
+    if resource_version:
+        query.append(("resourceVersion", resource_version))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    response = await api.call_api(
+        path,
+        "GET",
+        query_params=query,
+        header_params={"Accept": requests.JSON_CONTENT},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _request_timeout=timeout_s + 30,
+    )
+    try:
+        if not 200 <= response.status < 300:
+            body = (await response.read()).decode(errors="replace")
+            raise requests.ApiError("WATCH", path, response.status, body)
+        async for line in response.content:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            kind = str(event.get("type") or "")
+            obj = event.get("object") or {}
+            if kind == "BOOKMARK":
+                continue
+            if kind == "ERROR":
+                code = obj.get("code") if isinstance(obj, Mapping) else None
+                if code == 410:
+                    raise WatchExpired(str(obj.get("message", "")))
+                raise requests.ApiError("WATCH", path, int(code or 500), json.dumps(obj))
+            yield kind, obj
+    finally:
+        response.release()

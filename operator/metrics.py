@@ -1,0 +1,240 @@
+"""The operator's Prometheus metrics, recorded through functions named by intent.
+
+Every metric lives in one ``OperatorMetrics`` object with its own registry (no global
+registration on import, so tests and two operators in one process do not collide).
+Per-device and per-namespace figures are not pushed: a collector reads them from the
+engine at scrape time, through callables handed in by the operator, so they can never
+drift from the engine's books. Scrapes are served on the operator's event loop, the
+same thread that changes the engine, so the reads need no lock.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Final, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+PREFIX: Final = "vgpu_operator"
+MIB_BYTES: Final = 1024 * 1024
+#: A card's whole compute is 100 "cores" in HAMi's units; ratios divide by this.
+CORES_PER_CARD: Final = 100.0
+
+_LATENCY_BUCKETS_S: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+
+
+class Result(enum.StrEnum):
+    """Outcomes of one scheduling attempt (the ``result`` label; a closed set)."""
+
+    SCHEDULED = "scheduled"
+    UNSCHEDULABLE = "unschedulable"
+    REJECTED = "rejected"  # admission rules refuse it (quota)
+    BIND_CONFLICT = "bind_conflict"
+    ERROR = "error"
+
+
+class DeviceRow(Protocol):
+    """What the collector reads per card (``scheduling.cluster.DeviceUsageRow``)."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def vendor(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def used_slots(self) -> int: ...
+    @property
+    def total_slots(self) -> int: ...
+    @property
+    def used_memory_mib(self) -> int: ...
+    @property
+    def total_memory_mib(self) -> int: ...
+    @property
+    def used_cores(self) -> int: ...
+    @property
+    def total_cores(self) -> int: ...
+
+
+DeviceSource = Callable[[], Sequence[DeviceRow]]
+#: namespace -> resource -> (used, limit), as ``ClusterState.quota_usage`` returns it.
+QuotaSource = Callable[[], Mapping[str, Mapping[str, tuple[int, int]]]]
+
+
+class _StateCollector(Collector):
+    """Reads the engine's books at scrape time."""
+
+    def __init__(self) -> None:
+        self.devices: DeviceSource | None = None
+        self.quotas: QuotaSource | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        # Registering must not call the sources (the engine may not exist yet).
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._device_metrics()
+        yield from self._quota_metrics()
+
+    def _device_metrics(self) -> Iterator[Metric]:
+        labels = ["node", "device", "vendor", "type"]
+        families = {
+            "memory_allocated": GaugeMetricFamily(
+                f"{PREFIX}_device_memory_allocated_bytes",
+                "Device memory booked by pods on this card.",
+                labels=labels,
+            ),
+            "memory_total": GaugeMetricFamily(
+                f"{PREFIX}_device_memory_total_bytes",
+                "Device memory this card registers (after memory scaling).",
+                labels=labels,
+            ),
+            "cores_allocated": GaugeMetricFamily(
+                f"{PREFIX}_device_cores_allocated_ratio",
+                "Compute booked on this card, in whole cards (1.0 = 100 cores).",
+                labels=labels,
+            ),
+            "cores_total": GaugeMetricFamily(
+                f"{PREFIX}_device_cores_total_ratio",
+                "Compute this card registers, in whole cards (after core scaling).",
+                labels=labels,
+            ),
+            "slots_allocated": GaugeMetricFamily(
+                f"{PREFIX}_device_shares_allocated",
+                "Pod containers sharing this card.",
+                labels=labels,
+            ),
+            "slots_total": GaugeMetricFamily(
+                f"{PREFIX}_device_shares_total",
+                "Pod containers this card may hold (deviceSplitCount).",
+                labels=labels,
+            ),
+        }
+        rows = self.devices() if self.devices is not None else []
+        for row in rows:
+            values = [row.node, row.uuid, row.vendor, row.type]
+            families["memory_allocated"].add_metric(values, row.used_memory_mib * MIB_BYTES)
+            families["memory_total"].add_metric(values, row.total_memory_mib * MIB_BYTES)
+            families["cores_allocated"].add_metric(values, row.used_cores / CORES_PER_CARD)
+            families["cores_total"].add_metric(values, row.total_cores / CORES_PER_CARD)
+            families["slots_allocated"].add_metric(values, row.used_slots)
+            families["slots_total"].add_metric(values, row.total_slots)
+        yield from families.values()
+
+    def _quota_metrics(self) -> Iterator[Metric]:
+        used = GaugeMetricFamily(
+            f"{PREFIX}_quota_used",
+            "Device resources booked in a namespace, in the quota's own units.",
+            labels=["namespace", "resource"],
+        )
+        limit = GaugeMetricFamily(
+            f"{PREFIX}_quota_limit",
+            "The namespace's ResourceQuota limit for a device resource.",
+            labels=["namespace", "resource"],
+        )
+        table = self.quotas() if self.quotas is not None else {}
+        for namespace, resources in sorted(table.items()):
+            for resource, (used_value, limit_value) in sorted(resources.items()):
+                used.add_metric([namespace, resource], used_value)
+                limit.add_metric([namespace, resource], limit_value)
+        yield used
+        yield limit
+
+
+class OperatorMetrics:
+    """All metrics of one operator process (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._attempts = Counter(
+            f"{PREFIX}_scheduling_attempts",
+            "Scheduling attempts, by result.",
+            ["result"],
+            registry=self.registry,
+        )
+        self._decision = Histogram(
+            f"{PREFIX}_decision_duration_seconds",
+            "Time the engine took to decide for one pod.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._bind = Histogram(
+            f"{PREFIX}_bind_duration_seconds",
+            "Time the Binding write took (request to answer).",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._pending = Gauge(
+            f"{PREFIX}_pending_pods",
+            "Pods waiting for this scheduler (queued, backing off or parked).",
+            registry=self.registry,
+        )
+        self._parked = Gauge(
+            f"{PREFIX}_unschedulable_pods",
+            "Pending pods that did not fit and wait for a change in the cluster.",
+            registry=self.registry,
+        )
+        self._config_rejected = Counter(
+            f"{PREFIX}_config_rejections",
+            "Device configurations refused as invalid (the last good one stays).",
+            registry=self.registry,
+        )
+        self._leader = Gauge(
+            f"{PREFIX}_leader",
+            "1 while this replica makes decisions, 0 while it stands by.",
+            registry=self.registry,
+        )
+        for result in Result:
+            self._attempts.labels(result=result.value)
+        self._state = _StateCollector()
+        self.registry.register(self._state)
+
+    # --- recording, by intent -----------------------------------------------------------
+    def attempt(self, result: Result) -> None:
+        self._attempts.labels(result=result.value).inc()
+
+    def decided(self, duration_s: float) -> None:
+        self._decision.observe(duration_s)
+
+    def bind_finished(self, duration_s: float) -> None:
+        self._bind.observe(duration_s)
+
+    def queue_size(self, pending: int, parked: int) -> None:
+        self._pending.set(pending)
+        self._parked.set(parked)
+
+    def config_rejected(self) -> None:
+        self._config_rejected.inc()
+
+    def leadership(self, active: bool) -> None:
+        self._leader.set(1 if active else 0)
+
+    def read_state_from(self, devices: DeviceSource, quotas: QuotaSource) -> None:
+        """Where the scrape-time collector reads per-device and per-quota figures."""
+        self._state.devices = devices
+        self._state.quotas = quotas
+
+    # --- exposition ---------------------------------------------------------------------
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition format and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

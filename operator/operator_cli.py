@@ -1,0 +1,143 @@
+"""``vgpu-operator run``: the scheduler operator (Kopf) against a cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+#: Shown in ``--help``; the full story is in handlers/app.py.
+_RUN_HELP = """Run the operator: watch pods, nodes, DeviceInventories, quotas and the
+device-config ConfigMap, and bind pending pods that use our schedulerName."""
+
+
+@click.command("run", help=_RUN_HELP)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="KUBECONFIG",
+    default=None,
+    help="Kubeconfig file; default: in-cluster service account, else ~/.kube/config.",
+)
+@click.option(
+    "--namespace",
+    default="vgpu-operator",
+    show_default=True,
+    help="Namespace of the device-config ConfigMap.",
+)
+@click.option(
+    "--config-map",
+    default="vgpu-device-config",
+    show_default=True,
+    help="Name of the device-config ConfigMap.",
+)
+@click.option(
+    "--config-key",
+    default="device-config.yaml",
+    show_default=True,
+    help="Key of the ConfigMap holding device-config.yaml.",
+)
+@click.option(
+    "--peering",
+    default="vgpu-operator",
+    show_default=True,
+    help="ClusterKopfPeering object that elects the active replica.",
+)
+@click.option("--standalone", is_flag=True, help="No peering: this replica always decides.")
+@click.option(
+    "--priority", type=int, default=None, help="Peering priority (default: older replicas win)."
+)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=8080,
+    show_default=True,
+    help="Port for /metrics, /healthz and /readyz; 0 picks a free port, -1 disables.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default="auto",
+    show_default=True,
+    help="auto: console on a terminal, JSON otherwise.",
+)
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--inventory-timeout",
+    "inventory_timeout_s",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Seconds without a DeviceInventory heartbeat before a node's devices are "
+    "unschedulable; 0 disables.",
+)
+@click.option(
+    "--resync-interval",
+    "resync_interval_s",
+    type=float,
+    default=300.0,
+    show_default=True,
+    help="Seconds between full re-listings of the cluster.",
+)
+@click.option(
+    "--webhook-port",
+    type=int,
+    default=None,
+    help="Serve the mutating admission webhook (HTTPS) on this port.",
+)
+@click.option("--webhook-addr", default="0.0.0.0", show_default=True)
+@click.option("--webhook-cert", type=click.Path(exists=True, path_type=Path), default=None)
+@click.option("--webhook-key", type=click.Path(exists=True, path_type=Path), default=None)
+@click.option("--webhook-ca", type=click.Path(exists=True, path_type=Path), default=None)
+def run(
+    kubeconfig: Path | None,
+    namespace: str,
+    config_map: str,
+    config_key: str,
+    peering: str,
+    standalone: bool,
+    priority: int | None,
+    metrics_port: int,
+    log_format: str,
+    log_level: str,
+    inventory_timeout_s: float,
+    resync_interval_s: float,
+    webhook_port: int | None,
+    webhook_addr: str,
+    webhook_cert: Path | None,
+    webhook_key: Path | None,
+    webhook_ca: Path | None,
+) -> None:
+    # Imported here so that `vgpu-operator --help` does not load Kopf.
+    from vgpu_operator import logging as vgpu_logging
+    from vgpu_operator.handlers import options as operator_options
+    from vgpu_operator.handlers import runtime
+
+    if webhook_port is not None and (webhook_cert is None or webhook_key is None):
+        raise click.UsageError("--webhook-port needs --webhook-cert and --webhook-key")
+    vgpu_logging.configure(log_format, log_level)  # type: ignore[arg-type]
+    webhook = None
+    if webhook_port is not None:
+        webhook = operator_options.WebhookOptions(
+            port=webhook_port,
+            addr=webhook_addr,
+            certfile=webhook_cert,
+            pkeyfile=webhook_key,
+            cafile=webhook_ca,
+        )
+    options = operator_options.OperatorOptions(
+        kubeconfig=kubeconfig,
+        namespace=namespace,
+        config_map=config_map,
+        config_key=config_key,
+        peering=peering,
+        standalone=standalone,
+        priority=priority,
+        metrics_port=None if metrics_port < 0 else metrics_port,
+        log_format=log_format,  # type: ignore[arg-type]
+        log_level=log_level,
+        inventory_timeout_s=inventory_timeout_s or None,
+        resync_interval_s=resync_interval_s,
+        webhook=webhook,
+    )
+    runtime.run_forever(options)

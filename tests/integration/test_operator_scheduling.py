@@ -1,0 +1,301 @@
+"""The operator against a real API server: binding, waiting pods, release, config, nodes.
+
+Each test starts its own operator (in a thread) with its own scheduler name, and places
+its pods on its own kwok nodes (a node label plus a nodeSelector), so tests never see
+each other's pods even though they share the control plane.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from integration import operator_env as env
+
+from vgpu_operator import names
+from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.testing.controlplane import ControlPlane, fake_gpu_node_manifest
+
+
+@dataclass
+class Setup:
+    cp: ControlPlane
+    namespace: str
+    scheduler: str
+
+    def pod(self, name: str, **kwargs: Any) -> dict[str, Any]:
+        return env.gpu_pod(
+            self.namespace, name, scheduler=self.scheduler, group=self.namespace, **kwargs
+        )
+
+    def create(self, name: str, **kwargs: Any) -> dict[str, Any]:
+        return env.create_pod(self.cp, self.pod(name, **kwargs))
+
+    def get(self, name: str) -> dict[str, Any]:
+        return env.get_pod(self.cp, self.namespace, name)
+
+    def node(self, suffix: str) -> str:
+        return f"{self.namespace}-{suffix}"
+
+
+@pytest.fixture
+def setup(control_plane: ControlPlane, namespace: str) -> Iterator[Setup]:
+    env.install_crd(control_plane)
+    scheduler = env.unique("sched")
+    env.put_config_map(control_plane, namespace, env.config_text(scheduler))
+    yield Setup(control_plane, namespace, scheduler)
+    env.cleanup_group(control_plane, namespace)
+
+
+@pytest.fixture
+def operator(setup: Setup) -> Iterator[OperatorThread]:
+    with OperatorThread(env.options(setup.cp, setup.namespace)) as running:
+        yield running
+
+
+def _wait_condition(s: Setup, name: str, pattern: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        cond = env.condition(s.get(name))
+        if cond and cond.get("status") == "False" and re.search(pattern, cond.get("message", "")):
+            return dict(cond)
+        return None
+
+    return env.wait_until(f"{name} to be marked unschedulable ({pattern})", check, 30)
+
+
+def _wait_event(s: Setup, name: str, reason: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        found = [e for e in env.events_for(s.cp, s.namespace, name) if e["reason"] == reason]
+        return found[0] if found else None
+
+    return env.wait_until(f"a {reason} event for {name}", check, 30)
+
+
+def test_pod_is_bound_with_its_allocation_in_one_write(
+    setup: Setup, operator: OperatorThread
+) -> None:
+    cards = env.cards(setup.node("a"), 2, memory_mib=40000)
+    env.gpu_node(setup.cp, setup.node("a"), cards, group=setup.namespace)
+    setup.create("p1", gpumem=10000, gpucores=30)
+    pod = env.wait_bound(setup.cp, setup.namespace, "p1")
+    annotations = pod["metadata"]["annotations"]
+    assert pod["spec"]["nodeName"] == setup.node("a")
+    assert annotations[names.ASSIGNED_NODE] == setup.node("a")
+    ((card, memory_mib, cores),) = env.allocation(pod)
+    assert card in {c.uuid for c in cards}
+    assert (memory_mib, cores) == (10000, 30)
+    # No Kopf bookkeeping on pods: no progress annotations and no finalizers.
+    assert not [k for k in annotations if "kopf" in k]
+    assert not pod["metadata"].get("finalizers")
+    env.wait_until("the pod to run", lambda: setup.get("p1")["status"].get("phase") == "Running")
+    scheduled = _wait_event(setup, "p1", "Scheduled")
+    assert scheduled["type"] == "Normal"
+    assert setup.node("a") in scheduled["message"]
+
+
+def test_node_with_only_hami_annotations_is_used(setup: Setup, operator: OperatorThread) -> None:
+    cards = env.cards(setup.node("h"), 1, memory_mib=24000)
+    env.gpu_node(
+        setup.cp,
+        setup.node("h"),
+        cards,
+        group=setup.namespace,
+        inventory=False,
+        annotations={names.NODE_NVIDIA_REGISTER: env.hami_register_annotation(cards)},
+    )
+    setup.create("p1", gpumem=4000)
+    pod = env.wait_bound(setup.cp, setup.namespace, "p1")
+    assert pod["spec"]["nodeName"] == setup.node("h")
+    assert [c for c, _, _ in env.allocation(pod)] == [cards[0].uuid]
+
+
+@pytest.mark.parametrize("release", ["completes", "is-deleted"])
+def test_waiting_pod_is_reported_then_bound_when_capacity_frees(
+    setup: Setup, operator: OperatorThread, release: str
+) -> None:
+    env.gpu_node(
+        setup.cp,
+        setup.node("a"),
+        env.cards(setup.node("a"), 1, memory_mib=20000),
+        group=setup.namespace,
+    )
+    setup.create("first", gpumem=15000)
+    env.wait_bound(setup.cp, setup.namespace, "first")
+    setup.create("second", gpumem=15000)
+    cond = _wait_condition(setup, "second", r"1 CardInsufficientMemory")
+    assert cond["reason"] == "Unschedulable"
+    assert re.match(r"^0/\d+ nodes are available: .*1 CardInsufficientMemory.*\.$", cond["message"])
+    event = _wait_event(setup, "second", "FailedScheduling")
+    assert event["type"] == "Warning"
+    assert "Devices ruled out:" in event["message"]
+    assert "CardInsufficientMemory" in event["message"]
+    assert not setup.get("second")["spec"].get("nodeName")
+
+    first_path = f"/api/v1/namespaces/{setup.namespace}/pods/first"
+    if release == "completes":
+        setup.cp.request(
+            "PATCH",
+            f"{first_path}/status",
+            {"status": {"phase": "Succeeded"}},
+            content_type="application/merge-patch+json",
+        )
+    else:
+        setup.cp.delete(first_path)
+    second = env.wait_bound(setup.cp, setup.namespace, "second", 30)
+    assert second["spec"]["nodeName"] == setup.node("a")
+    # Retries bumped one Event rather than writing one per attempt.
+    failed = [
+        e
+        for e in env.events_for(setup.cp, setup.namespace, "second")
+        if e["reason"] == "FailedScheduling"
+    ]
+    assert len(failed) == 1
+
+
+def test_cordoned_node_is_used_once_uncordoned(setup: Setup, operator: OperatorThread) -> None:
+    name = setup.node("c")
+    manifest = fake_gpu_node_manifest(name, gpus=1, labels={env.TEST_LABEL: setup.namespace})
+    manifest["spec"]["unschedulable"] = True
+    setup.cp.create("/api/v1/nodes", manifest)
+    setup.cp.wait_for_node_ready(name)
+    env.write_inventory(setup.cp, name, env.cards(name, 1))
+    state = operator.app.state
+    assert state is not None
+    env.wait_until("the operator to see the node", lambda: name in state.node_names())
+    setup.create("p1", gpumem=1000)
+    _wait_condition(setup, "p1", r"NodeUnschedulable")
+    setup.cp.patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": False}})
+    assert env.wait_bound(setup.cp, setup.namespace, "p1")["spec"]["nodeName"] == name
+
+
+def test_cordoned_device_is_skipped(setup: Setup, operator: OperatorThread) -> None:
+    name = setup.node("d")
+    cards = env.cards(name, 2, memory_mib=40000)
+    env.gpu_node(setup.cp, name, cards, group=setup.namespace, cordoned=[cards[0].uuid])
+    for i in range(3):
+        setup.create(f"p{i}", gpumem=1000)
+    for i in range(3):
+        pod = env.wait_bound(setup.cp, setup.namespace, f"p{i}")
+        assert [card for card, _, _ in env.allocation(pod)] == [cards[1].uuid]
+
+
+def test_node_whose_gpus_vanish_is_not_offered(setup: Setup, operator: OperatorThread) -> None:
+    name = setup.node("v")
+    cards = env.cards(name, 1)
+    register = {names.NODE_NVIDIA_REGISTER: env.hami_register_annotation(cards)}
+    env.gpu_node(
+        setup.cp, name, cards, group=setup.namespace, inventory=False, annotations=register
+    )
+    setup.create("before", gpumem=1000)
+    env.wait_bound(setup.cp, setup.namespace, "before")
+    # Seed 000 §9: allocatable GPUs drop to 0 while the plugin had reported some.
+    gone = {"nvidia.com/gpu": "0"}
+    setup.cp.request(
+        "PATCH",
+        f"/api/v1/nodes/{name}/status",
+        {"status": {"capacity": gone, "allocatable": gone}},
+        content_type="application/merge-patch+json",
+    )
+    state = setup.cp.get(f"/api/v1/nodes/{name}")["status"]["allocatable"]
+    assert state["nvidia.com/gpu"] == "0"
+    setup.create("after", gpumem=1000)
+    _wait_condition(setup, "after", r"NodeUnregistered")
+
+
+def test_quota_over_others_usage_waits_until_it_falls(
+    setup: Setup, operator: OperatorThread
+) -> None:
+    env.gpu_node(
+        setup.cp,
+        setup.node("a"),
+        env.cards(setup.node("a"), 2, memory_mib=40000),
+        group=setup.namespace,
+    )
+    setup.cp.create(
+        f"/api/v1/namespaces/{setup.namespace}/resourcequotas",
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpu", "namespace": setup.namespace},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "20000"}},
+        },
+    )
+    setup.create("first", gpumem=15000)
+    env.wait_bound(setup.cp, setup.namespace, "first")
+    setup.create("second", gpumem=15000)
+    _wait_condition(setup, "second", r"ResourceQuotaNotFit|quota")
+    setup.cp.delete(f"/api/v1/namespaces/{setup.namespace}/pods/first")
+    env.wait_bound(setup.cp, setup.namespace, "second", 30)
+
+
+def test_stale_inventory_offers_nothing_until_it_reports_again(setup: Setup) -> None:
+    name = setup.node("s")
+    cards = env.cards(name, 1)
+    env.gpu_node(setup.cp, name, cards, group=setup.namespace, inventory=False)
+    env.write_inventory(setup.cp, name, cards, heartbeat="2020-01-01T00:00:00Z")
+    options = env.options(setup.cp, setup.namespace, inventory_timeout_s=30.0)
+    with OperatorThread(options):
+        setup.create("p1", gpumem=1000)
+        _wait_condition(setup, "p1", r"InventoryStale")
+        env.write_inventory(setup.cp, name, cards)  # a fresh heartbeat
+        assert env.wait_bound(setup.cp, setup.namespace, "p1")["spec"]["nodeName"] == name
+
+
+def test_invalid_config_is_refused_and_the_last_good_one_stays(
+    setup: Setup, operator: OperatorThread
+) -> None:
+    env.gpu_node(setup.cp, setup.node("a"), env.cards(setup.node("a"), 1), group=setup.namespace)
+    env.put_config_map(
+        setup.cp,
+        setup.namespace,
+        env.config_text(setup.scheduler, "nvidia:\n  deviceSplitCount: 0\n"),
+    )
+
+    def rejection() -> dict[str, Any] | None:
+        found = [
+            e
+            for e in env.events_for(setup.cp, setup.namespace, env.CONFIG_MAP)
+            if e["reason"] == "ConfigRejected"
+        ]
+        return found[0] if found else None
+
+    event = env.wait_until("a ConfigRejected event", rejection, 30)
+    assert event["type"] == "Warning"
+    assert "nvidia.deviceSplitCount" in event["message"]
+    assert event["involvedObject"]["kind"] == "ConfigMap"
+    # The previous config (with our scheduler name) is still in force.
+    setup.create("p1", gpumem=1000)
+    env.wait_bound(setup.cp, setup.namespace, "p1")
+    rejections = operator.app.metrics.registry.get_sample_value(
+        "vgpu_operator_config_rejections_total"
+    )
+    assert rejections == 1
+
+
+def test_metrics_show_the_booking_per_device(setup: Setup, operator: OperatorThread) -> None:
+    name = setup.node("m")
+    cards = env.cards(name, 1, memory_mib=40000)
+    env.gpu_node(setup.cp, name, cards, group=setup.namespace)
+    setup.create("p1", gpumem=12000, gpucores=25)
+    env.wait_bound(setup.cp, setup.namespace, "p1")
+    server = operator.app._server
+    assert server is not None
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    wanted = (f'node="{name}"', f'device="{cards[0].uuid}"')
+
+    def sample(metric: str) -> float:
+        for line in text.splitlines():
+            if line.startswith(metric + "{") and all(label in line for label in wanted):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"{metric} for {wanted} not exposed")
+
+    assert sample("vgpu_operator_device_memory_allocated_bytes") == 12000 * 1024 * 1024
+    assert sample("vgpu_operator_device_cores_allocated_ratio") == 0.25
+    assert sample("vgpu_operator_device_shares_allocated") == 1
+    assert re.search(r'vgpu_operator_scheduling_attempts_total\{result="scheduled"\} [1-9]', text)

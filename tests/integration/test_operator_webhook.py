@@ -1,0 +1,256 @@
+"""The mutating webhook, called by the real API server: routing, defaults, quota denial.
+
+Kopf serves the webhook over HTTPS on loopback with certificates made here with
+``cryptography`` (Kopf's self-signed path needs oscrypto, broken on this OpenSSL). The
+MutatingWebhookConfiguration selects only the test's namespace, so other tests' pods
+never reach it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from integration import operator_env as env
+
+from vgpu_operator.handlers.app import WEBHOOK_ID
+from vgpu_operator.handlers.options import WebhookOptions
+from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def make_pki(directory: Path) -> Pki:
+    """A CA and a serving certificate for 127.0.0.1 / localhost."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "vgpu-test-webhook-ca")])
+    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(ca_ski, critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pki = Pki(directory / "ca.crt", directory / "webhook.crt", directory / "webhook.key")
+    pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    pki.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pki.key.write_bytes(_key_pem(key))
+    return pki
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Webhooked:
+    cp: ControlPlane
+    namespace: str
+    scheduler: str
+    operator: OperatorThread
+
+
+@pytest.fixture
+def webhooked(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[Webhooked]:
+    cp = control_plane
+    env.install_crd(cp)
+    scheduler = env.unique("sched")
+    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    pki = make_pki(tmp_path)
+    port = _free_port()
+    webhook = WebhookOptions(
+        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
+    )
+    config_name = f"vgpu-test-{namespace}"
+    operator = OperatorThread(env.options(cp, namespace, webhook=webhook)).start()
+    try:
+        cp.create(
+            WEBHOOKS,
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": config_name},
+                "webhooks": [
+                    {
+                        "name": "pods.vgpu-operator.io",
+                        "clientConfig": {
+                            "url": f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+                            "caBundle": base64.b64encode(pki.ca.read_bytes()).decode(),
+                        },
+                        "rules": [
+                            {
+                                "apiGroups": [""],
+                                "apiVersions": ["v1"],
+                                "operations": ["CREATE"],
+                                "resources": ["pods"],
+                            }
+                        ],
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                        },
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "failurePolicy": "Fail",
+                        "timeoutSeconds": 10,
+                    }
+                ],
+            },
+        )
+        _wait_webhook_serving(cp, namespace)
+        yield Webhooked(cp, namespace, scheduler, operator)
+    finally:
+        cp.delete(f"{WEBHOOKS}/{config_name}")
+        operator.stop()
+        env.cleanup_group(cp, namespace)
+
+
+def _wait_webhook_serving(cp: ControlPlane, namespace: str) -> None:
+    """Until the API server reaches our webhook (a dry-run create goes through it)."""
+    probe = _plain_pod(namespace, "probe", {})
+
+    def reachable() -> bool:
+        try:
+            cp.create(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", probe)
+        except ApiError:
+            return False
+        return True
+
+    env.wait_until("the webhook to answer", reachable, 30)
+
+
+def _plain_pod(namespace: str, name: str, limits: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "registry.invalid/x", "resources": {"limits": limits}}
+            ]
+        },
+    }
+
+
+def test_gpu_pod_is_routed_to_us_with_defaults_and_bound(webhooked: Webhooked) -> None:
+    w = webhooked
+    node = f"{w.namespace}-w"
+    env.gpu_node(w.cp, node, env.cards(node, 1), group=w.namespace)
+    pod = _plain_pod(w.namespace, "whole-card", {"nvidia.com/gpu": "1"})
+    pod["spec"]["nodeSelector"] = {env.TEST_LABEL: w.namespace}
+    created = env.create_pod(w.cp, pod)
+    assert created["spec"]["schedulerName"] == w.scheduler
+    limits = created["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpucores"] == "100"  # a whole card is exclusive
+    bound = env.wait_bound(w.cp, w.namespace, "whole-card")
+    assert bound["spec"]["nodeName"] == node
+
+
+def test_memory_only_request_gets_a_gpu_count(webhooked: Webhooked) -> None:
+    pod = _plain_pod(webhooked.namespace, "mem-only", {"nvidia.com/gpumem": "2000"})
+    created = env.create_pod(webhooked.cp, pod)
+    assert created["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert created["spec"]["schedulerName"] == webhooked.scheduler
+
+
+def test_pod_without_gpus_is_left_alone(webhooked: Webhooked) -> None:
+    created = env.create_pod(
+        webhooked.cp, _plain_pod(webhooked.namespace, "cpu-only", {"cpu": "1"})
+    )
+    assert created["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_pod_over_its_namespace_quota_is_refused(webhooked: Webhooked) -> None:
+    w = webhooked
+    w.cp.create(
+        f"/api/v1/namespaces/{w.namespace}/resourcequotas",
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpu", "namespace": w.namespace},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "10000"}},
+        },
+    )
+    state = w.operator.app.state
+    assert state is not None
+    env.wait_until(
+        "the operator to know the quota", lambda: w.namespace in state.quota_usage() or None
+    )
+    pod = _plain_pod(w.namespace, "too-big", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"})
+    with pytest.raises(ApiError) as denied:
+        env.create_pod(w.cp, pod)
+    assert denied.value.status == 403
+    assert "quota" in str(denied.value).lower()

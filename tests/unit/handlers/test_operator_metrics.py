@@ -1,0 +1,56 @@
+"""Metric names and values, including the per-device figures read at scrape time."""
+
+from __future__ import annotations
+
+from vgpu_operator.metrics import OperatorMetrics, Result
+from vgpu_operator.scheduling.cluster import DeviceUsageRow
+
+ROW = DeviceUsageRow("n1", "GPU-0", "NVIDIA", "A100", 2, 10, 3000, 40960, 50, 100)
+
+
+def test_attempts_are_counted_by_result() -> None:
+    metrics = OperatorMetrics()
+    metrics.attempt(Result.SCHEDULED)
+    metrics.attempt(Result.SCHEDULED)
+    metrics.attempt(Result.UNSCHEDULABLE)
+    get = metrics.registry.get_sample_value
+    assert get("vgpu_operator_scheduling_attempts_total", {"result": "scheduled"}) == 2
+    assert get("vgpu_operator_scheduling_attempts_total", {"result": "unschedulable"}) == 1
+    assert get("vgpu_operator_scheduling_attempts_total", {"result": "error"}) == 0
+
+
+def test_durations_and_gauges() -> None:
+    metrics = OperatorMetrics()
+    metrics.decided(0.002)
+    metrics.bind_finished(0.01)
+    metrics.queue_size(7, 3)
+    get = metrics.registry.get_sample_value
+    assert get("vgpu_operator_decision_duration_seconds_count") == 1
+    assert get("vgpu_operator_bind_duration_seconds_sum") == 0.01
+    assert get("vgpu_operator_pending_pods") == 7
+    assert get("vgpu_operator_unschedulable_pods") == 3
+
+
+def test_device_and_quota_figures_are_read_at_scrape_time() -> None:
+    metrics = OperatorMetrics()
+    rows = [ROW]
+    quotas = {"team-a": {"limits.nvidia.com/gpumem": (3000, 10000)}}
+    metrics.read_state_from(lambda: rows, lambda: quotas)
+    labels = {"node": "n1", "device": "GPU-0", "vendor": "NVIDIA", "type": "A100"}
+    get = metrics.registry.get_sample_value
+    assert get("vgpu_operator_device_memory_allocated_bytes", labels) == 3000 * 1024 * 1024
+    assert get("vgpu_operator_device_memory_total_bytes", labels) == 40960 * 1024 * 1024
+    assert get("vgpu_operator_device_cores_allocated_ratio", labels) == 0.5
+    assert get("vgpu_operator_device_shares_allocated", labels) == 2
+    assert get("vgpu_operator_device_shares_total", labels) == 10
+    quota_labels = {"namespace": "team-a", "resource": "limits.nvidia.com/gpumem"}
+    assert get("vgpu_operator_quota_used", quota_labels) == 3000
+    assert get("vgpu_operator_quota_limit", quota_labels) == 10000
+    rows.clear()
+    assert get("vgpu_operator_device_memory_allocated_bytes", labels) is None
+
+
+def test_exposition_is_text_format() -> None:
+    body, content_type = OperatorMetrics().render()
+    assert content_type.startswith("text/plain")
+    assert b"vgpu_operator_scheduling_attempts_total" in body

@@ -1,0 +1,363 @@
+"""The worker: decide -> bind -> confirm, rollback on failure, reports, gate and resync.
+
+The engine, the binder and the reporter are fakes; the queue and the feed are real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from vgpu_operator import names
+from vgpu_operator.handlers.feed import StateFeed
+from vgpu_operator.handlers.queue import SchedulingQueue
+from vgpu_operator.handlers.worker import SchedulingWorker
+from vgpu_operator.kube.binding import BindOutcome
+from vgpu_operator.metrics import OperatorMetrics
+from vgpu_operator.scheduling.cluster import Decision
+from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
+
+SCHED = "vgpu-scheduler"
+ANNOTATIONS = {names.ASSIGNED_NODE: "n1", names.NVIDIA_DEVICES_ALLOCATED: "GPU-0,NVIDIA,1000,0:;"}
+NO_MEMORY = Diagnosis({"n1": NodeFailure({Reason.CARD_INSUFFICIENT_MEMORY: 2})}, 1)
+
+
+class Engine:
+    """A fake engine: decisions are set per pod; every call is recorded in order."""
+
+    def __init__(self) -> None:
+        self.decisions: dict[str, Decision | Exception] = {}
+        self.log: list[str] = []
+
+    def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        self.log.append(f"schedule {key}")
+        decision = self.decisions.get(key, Decision(key, True, "n1", annotations=ANNOTATIONS))
+        if isinstance(decision, Exception):
+            raise decision
+        return decision
+
+    def confirm(self, key: str) -> None:
+        self.log.append(f"confirm {key}")
+
+    def rollback(self, key: str) -> None:
+        self.log.append(f"rollback {key}")
+
+    # What the feed calls:
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        self.log.append(f"set {pod['metadata']['name']} node={pod['spec'].get('nodeName')}")
+
+    def remove_pod(self, key: str) -> None:
+        self.log.append(f"remove {key}")
+
+    def set_config(self, config: Any) -> None: ...
+    def set_node(self, node: Mapping[str, Any]) -> None: ...
+    def remove_node(self, name: str) -> None: ...
+    def set_inventory(self, *args: Any, **kwargs: Any) -> None: ...
+    def remove_inventory(self, node_name: str) -> None: ...
+    def set_quota(self, quota: Mapping[str, Any]) -> None: ...
+    def remove_quota(self, namespace: str, name: str) -> None: ...
+
+
+class Binder:
+    def __init__(self) -> None:
+        self.outcome: BindOutcome | Exception = BindOutcome.BOUND
+        self.bound: list[tuple[str, str, dict[str, str]]] = []
+        self.fresh: Mapping[str, Any] | None = None
+        self.gate: asyncio.Event | None = None
+        self.active = 0
+        self.most_active = 0
+
+    async def bind(
+        self, pod: Mapping[str, Any], node: str, annotations: Mapping[str, str]
+    ) -> BindOutcome:
+        self.active += 1
+        self.most_active = max(self.most_active, self.active)
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            if isinstance(self.outcome, Exception):
+                raise self.outcome
+            self.bound.append((pod["metadata"]["name"], node, dict(annotations)))
+            return self.outcome
+        finally:
+            self.active -= 1
+
+    async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.fresh
+
+
+class Reporter:
+    def __init__(self) -> None:
+        self.reports: list[tuple[str, str, Any]] = []
+
+    async def unschedulable(self, pod: Mapping[str, Any], diagnosis: Diagnosis) -> None:
+        self.reports.append(("unschedulable", pod["metadata"]["name"], diagnosis))
+
+    async def rejected(self, pod: Mapping[str, Any], message: str) -> None:
+        self.reports.append(("rejected", pod["metadata"]["name"], message))
+
+    async def failed(self, pod: Mapping[str, Any], message: str) -> None:
+        self.reports.append(("failed", pod["metadata"]["name"], message))
+
+    async def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
+        self.reports.append(("scheduled", pod["metadata"]["name"], node))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Rig:
+    def __init__(self, max_binds: int = 4) -> None:
+        self.clock = Clock()
+        self.engine = Engine()
+        self.queue = SchedulingQueue(clock=self.clock, notify=lambda: self.worker.poke())
+        self.feed = StateFeed(self.engine, self.queue)
+        self.binder = Binder()
+        self.reporter = Reporter()
+        self.metrics = OperatorMetrics()
+        self.resyncs = 0
+        self.worker = SchedulingWorker(
+            self.engine,
+            self.feed,
+            self.queue,
+            self.binder,
+            self.reporter,
+            self.metrics,
+            resync=self._resync,
+            max_binds_in_flight=max_binds,
+            clock=self.clock,
+            wall_clock=lambda: 1_000.0,
+        )
+
+    async def _resync(self) -> None:
+        self.resyncs += 1
+        self.engine.log.append("resync")
+
+    def add(self, name: str, version: int = 1) -> None:
+        self.feed.pod_event("ADDED", pod(name, version))
+
+    def decide_next(self) -> str:
+        key = self.queue.pop()
+        assert key is not None
+        self.worker.decide(key)
+        return key
+
+    def attempts(self, result: str) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "vgpu_operator_scheduling_attempts_total", {"result": result}
+        )
+        return value or 0.0
+
+
+def pod(name: str, version: int, node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulerName": SCHED, "containers": [{"name": "c"}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": "u-" + name,
+            "resourceVersion": str(version),
+        },
+        "spec": spec,
+        "status": {"phase": "Pending" if node is None else "Running"},
+    }
+
+
+async def settle(rig: Rig) -> None:
+    await rig.worker.drain()
+
+
+def test_fitting_pod_is_bound_with_annotations_then_confirmed() -> None:
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.add("a")
+        rig.decide_next()
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert rig.binder.bound == [("a", "n1", ANNOTATIONS)]
+    assert rig.engine.log[-2:] == ["schedule ns/a", "confirm ns/a"]
+    assert "ns/a" not in rig.queue
+    assert ("scheduled", "a", "n1") in rig.reporter.reports
+    assert rig.attempts("scheduled") == 1
+
+
+@pytest.mark.parametrize(
+    ("outcome", "requeued", "result"),
+    [
+        pytest.param(RuntimeError("apiserver down"), True, "error", id="error-retries"),
+        pytest.param(BindOutcome.GONE, False, None, id="gone-is-dropped"),
+    ],
+)
+def test_failed_bind_rolls_back(outcome: Any, requeued: bool, result: str | None) -> None:
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.binder.outcome = outcome
+        rig.add("a")
+        rig.decide_next()
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert rig.engine.log[-1] == "rollback ns/a"
+    assert "confirm ns/a" not in rig.engine.log
+    assert ("ns/a" in rig.queue) is requeued
+    if result:
+        assert rig.attempts(result) == 1
+    if requeued:
+        assert rig.queue.pop() is None  # backing off
+        rig.clock.now += 1.0
+        assert rig.queue.pop() == "ns/a"
+
+
+def test_conflict_rolls_back_and_takes_the_pod_as_the_server_has_it() -> None:
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.binder.outcome = BindOutcome.CONFLICT
+        rig.binder.fresh = pod("a", 9, node="n2")
+        rig.add("a")
+        rig.decide_next()
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert "rollback ns/a" in rig.engine.log
+    assert rig.engine.log[-1] == "set a node=n2"
+    assert "ns/a" not in rig.queue
+    assert rig.attempts("bind_conflict") == 1
+
+
+def test_pod_that_does_not_fit_is_parked_and_reported() -> None:
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.engine.decisions["ns/a"] = Decision("ns/a", False, diagnosis=NO_MEMORY)
+        rig.add("a")
+        rig.decide_next()
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert rig.reporter.reports == [("unschedulable", "a", NO_MEMORY)]
+    assert rig.queue.parked_count == 1
+    assert rig.binder.bound == []
+    assert rig.attempts("unschedulable") == 1
+
+
+def test_rejected_pod_is_parked_with_the_admission_message() -> None:
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.engine.decisions["ns/a"] = Decision("ns/a", False, rejected="quota exceeded")
+        rig.add("a")
+        rig.decide_next()
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert rig.reporter.reports == [("rejected", "a", "quota exceeded")]
+    assert rig.queue.parked_count == 1
+    assert rig.attempts("rejected") == 1
+
+
+def test_engine_error_does_not_stop_the_worker() -> None:
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.engine.decisions["ns/a"] = ValueError("bad annotation")
+        rig.add("a")
+        rig.add("b", 2)
+        rig.decide_next()
+        rig.decide_next()
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert rig.reporter.reports[0][:2] == ("failed", "a")
+    assert "bad annotation" in rig.reporter.reports[0][2]
+    assert [b[0] for b in rig.binder.bound] == ["b"]
+    assert rig.attempts("error") == 1
+
+
+class ToggleGate:
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.openings = 0
+
+    def open(self) -> None:
+        self.openings += 1
+        self.event.set()
+
+    def close(self) -> None:
+        self.event.clear()
+
+    def is_open(self) -> bool:
+        return self.event.is_set()
+
+    async def wait_open(self) -> int:
+        await self.event.wait()
+        return self.openings
+
+
+async def _until(condition: Any, timeout_s: float = 2.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
+def test_worker_decides_only_while_open_and_resyncs_after_each_opening() -> None:
+    async def scenario() -> Rig:
+        rig = Rig()
+        gate = ToggleGate()
+        rig.worker._gate = gate
+        rig.add("a")
+        task = asyncio.create_task(rig.worker.run())
+        await asyncio.sleep(0.01)
+        assert rig.engine.log.count("schedule ns/a") == 0  # closed: no decisions
+        gate.open()
+        await _until(lambda: len(rig.binder.bound) == 1)
+        gate.close()
+        rig.add("b", 2)
+        await asyncio.sleep(0.01)
+        assert len(rig.binder.bound) == 1
+        gate.open()
+        await _until(lambda: len(rig.binder.bound) == 2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert rig.resyncs == 2
+    first, second = (i for i, line in enumerate(rig.engine.log) if line == "resync")
+    assert rig.engine.log.index("schedule ns/a") > first
+    assert rig.engine.log.index("schedule ns/b") > second
+
+
+def test_binds_in_flight_are_bounded() -> None:
+    async def scenario() -> Rig:
+        rig = Rig(max_binds=2)
+        rig.binder.gate = asyncio.Event()
+        for i in range(6):
+            rig.add(f"p{i}", i + 1)
+        task = asyncio.create_task(rig.worker.run())
+        await _until(lambda: rig.binder.active == 2)
+        await asyncio.sleep(0.01)
+        assert rig.engine.log.count("resync") == 1
+        assert sum(line.startswith("schedule") for line in rig.engine.log) == 2
+        rig.binder.gate.set()
+        await _until(lambda: len(rig.binder.bound) == 6)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert rig.binder.most_active == 2

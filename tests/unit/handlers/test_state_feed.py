@@ -1,0 +1,423 @@
+"""The feed: which objects reach the engine, which pods wait, which events wake them."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from vgpu_operator import config as device_config
+from vgpu_operator import names
+from vgpu_operator.devices import model
+from vgpu_operator.handlers.feed import ConfigOutcome, StateFeed
+from vgpu_operator.handlers.queue import SchedulingQueue
+
+SCHED = "vgpu-scheduler"
+
+
+class FakeEngine:
+    """Records what the feed tells the engine."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, Mapping[str, Any]] = {}
+        self.nodes: dict[str, Mapping[str, Any]] = {}
+        self.inventories: dict[str, tuple[list[str], float | None, list[str]]] = {}
+        self.quotas: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.config: device_config.DeviceConfig | None = None
+        self.calls: list[str] = []
+
+    def set_config(self, config: device_config.DeviceConfig) -> None:
+        self.config = config
+
+    def set_node(self, node: Mapping[str, Any]) -> None:
+        self.nodes[node["metadata"]["name"]] = node
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+
+    def set_inventory(
+        self,
+        node_name: str,
+        devices: Sequence[model.DeviceInfo],
+        pair_scores: model.PairScores,
+        heartbeat: float | None,
+        cordoned: Sequence[str] = (),
+    ) -> None:
+        self.inventories[node_name] = ([d.id for d in devices], heartbeat, list(cordoned))
+
+    def remove_inventory(self, node_name: str) -> None:
+        self.inventories.pop(node_name, None)
+
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        self.pods[key] = pod
+        self.calls.append(f"set {key} node={pod.get('spec', {}).get('nodeName')}")
+
+    def remove_pod(self, key: str) -> None:
+        self.pods.pop(key, None)
+        self.calls.append(f"remove {key}")
+
+    def set_quota(self, quota: Mapping[str, Any]) -> None:
+        meta = quota["metadata"]
+        self.quotas[(meta["namespace"], meta["name"])] = quota
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        self.quotas.pop((namespace, name), None)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def queue(clock: Clock) -> SchedulingQueue:
+    return SchedulingQueue(clock=clock)
+
+
+@pytest.fixture
+def feed(engine: FakeEngine, queue: SchedulingQueue, clock: Clock) -> StateFeed:
+    return StateFeed(engine, queue, inventory_timeout_s=60, wall_clock=clock)
+
+
+def pod(
+    name: str,
+    version: int,
+    *,
+    node: str | None = None,
+    phase: str = "Pending",
+    scheduler: str = SCHED,
+    uid: str = "u1",
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [{"name": "c"}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid,
+            "resourceVersion": str(version),
+            "annotations": dict(annotations or {}),
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def bound(name: str, version: int, *, phase: str = "Running") -> dict[str, Any]:
+    return pod(name, version, node="n1", phase=phase, annotations={names.ASSIGNED_NODE: "n1"})
+
+
+def park(queue: SchedulingQueue, key: str) -> None:
+    assert queue.pop() == key
+    queue.park(key)
+
+
+def test_pending_pod_of_ours_is_queued(feed: StateFeed, queue: SchedulingQueue) -> None:
+    feed.pod_event("ADDED", pod("a", 1))
+    assert "ns/a" in queue
+    assert feed.pending_pod("ns/a") is not None
+
+
+def test_other_schedulers_pods_reach_the_engine_but_not_the_queue(
+    feed: StateFeed, queue: SchedulingQueue, engine: FakeEngine
+) -> None:
+    feed.pod_event("ADDED", pod("a", 1, scheduler="default-scheduler"))
+    assert "ns/a" not in queue
+    assert "ns/a" in engine.pods
+
+
+def test_bound_pod_leaves_the_queue(feed: StateFeed, queue: SchedulingQueue) -> None:
+    feed.pod_event("ADDED", pod("a", 1))
+    feed.pod_event("MODIFIED", bound("a", 2))
+    assert "ns/a" not in queue
+    assert feed.pending_pod("ns/a") is None
+
+
+def test_stale_event_does_not_reach_the_engine(feed: StateFeed, engine: FakeEngine) -> None:
+    feed.pod_event("MODIFIED", bound("a", 5))
+    feed.pod_event("MODIFIED", pod("a", 4))
+    assert engine.pods["ns/a"]["spec"].get("nodeName") == "n1"
+
+
+def test_unbound_copy_during_binding_cannot_undo_the_reservation(
+    feed: StateFeed, engine: FakeEngine, queue: SchedulingQueue
+) -> None:
+    feed.pod_event("ADDED", pod("a", 1))
+    queue.pop()
+    feed.binding_started("ns/a", "u1")
+    engine.calls.clear()
+    # Our own condition patch from an earlier attempt arrives while the Binding is written.
+    feed.pod_event("MODIFIED", pod("a", 2))
+    feed.binding_succeeded("ns/a")
+    feed.pod_event("MODIFIED", pod("a", 3))
+    assert engine.calls == []
+    assert "ns/a" not in queue
+    feed.pod_event("MODIFIED", bound("a", 4))
+    assert engine.calls == ["set ns/a node=n1"]
+    feed.pod_event("MODIFIED", bound("a", 5))
+    assert engine.calls[-1] == "set ns/a node=n1"
+
+
+def test_failed_binding_lets_updates_through_again(feed: StateFeed, engine: FakeEngine) -> None:
+    feed.pod_event("ADDED", pod("a", 1))
+    feed.binding_started("ns/a", "u1")
+    feed.binding_failed("ns/a")
+    engine.calls.clear()
+    feed.pod_event("MODIFIED", pod("a", 2))
+    assert engine.calls == ["set ns/a node=None"]
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [
+        pytest.param(
+            lambda f: f.pod_event("MODIFIED", bound("h", 3, phase="Succeeded")), id="succeeded"
+        ),
+        pytest.param(lambda f: f.pod_event("MODIFIED", bound("h", 3, phase="Failed")), id="failed"),
+        pytest.param(lambda f: f.pod_event("DELETED", bound("h", 3)), id="deleted"),
+        pytest.param(lambda f: f.pods_listed([pod("w", 1)], "10"), id="vanished-from-listing"),
+    ],
+)
+def test_end_of_a_device_holder_wakes_parked_pods(
+    feed: StateFeed, queue: SchedulingQueue, clock: Clock, ending: Any
+) -> None:
+    feed.pod_event("ADDED", bound("h", 2))
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    ending(feed)
+    assert queue.parked_count == 0
+    clock.now += 1
+    assert queue.pop() == "ns/w"
+
+
+def test_bound_pod_without_devices_wakes_nobody_when_it_ends(
+    feed: StateFeed, queue: SchedulingQueue
+) -> None:
+    feed.pod_event("ADDED", pod("plain", 2, node="n1", phase="Running"))
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    feed.pod_event("DELETED", pod("plain", 3, node="n1"))
+    assert queue.parked_count == 1
+
+
+def test_own_status_update_does_not_wake_a_parked_pod(
+    feed: StateFeed, queue: SchedulingQueue
+) -> None:
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    updated = pod("w", 2)
+    updated["status"]["conditions"] = [{"type": "PodScheduled", "status": "False"}]
+    feed.pod_event("MODIFIED", updated)
+    assert queue.parked_count == 1
+
+
+def test_edited_pod_is_woken(feed: StateFeed, queue: SchedulingQueue) -> None:
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    feed.pod_event("MODIFIED", pod("w", 2, annotations={names.GPU_USE_TYPE: "A100"}))
+    assert queue.parked_count == 0
+
+
+def node(
+    name: str, version: int, *, unschedulable: bool = False, heartbeat: str = "t"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "resourceVersion": str(version)},
+        "spec": {"unschedulable": unschedulable},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]
+        },
+    }
+
+
+def test_node_change_wakes_only_when_schedulable_facts_change(
+    feed: StateFeed, queue: SchedulingQueue, engine: FakeEngine
+) -> None:
+    feed.node_event("ADDED", node("n1", 1, unschedulable=True))
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    feed.node_event("MODIFIED", node("n1", 2, unschedulable=True, heartbeat="t2"))
+    assert queue.parked_count == 1
+    feed.node_event("MODIFIED", node("n1", 3))
+    assert queue.parked_count == 0
+    assert engine.nodes["n1"]["metadata"]["resourceVersion"] == "3"
+
+
+def test_node_deletion_removes_it_from_the_engine(feed: StateFeed, engine: FakeEngine) -> None:
+    feed.node_event("ADDED", node("n1", 1))
+    feed.node_event("DELETED", node("n1", 2))
+    assert engine.nodes == {}
+
+
+def _stamp(epoch_s: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch_s, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def inventory(
+    version: int, *, heartbeat_s: float, uuids: Sequence[str] = ("GPU-0",)
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "n1", "resourceVersion": str(version)},
+        "spec": {"cordonedDevices": ["GPU-0"]},
+        "status": {
+            "nodeName": "n1",
+            "heartbeat": _stamp(heartbeat_s),
+            "devices": [
+                {
+                    "uuid": u,
+                    "index": i,
+                    "model": "A100",
+                    "type": "NVIDIA-A100",
+                    "memoryMiB": 40960,
+                    "cores": 100,
+                    "splitCount": 10,
+                    "health": "Healthy",
+                }
+                for i, u in enumerate(uuids)
+            ],
+            "summary": {"gpuCount": len(uuids), "healthyCount": len(uuids), "totalMemoryMiB": 0},
+        },
+    }
+
+
+def test_inventory_reaches_the_engine_with_heartbeat_and_cordons(
+    feed: StateFeed, engine: FakeEngine, clock: Clock
+) -> None:
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now, uuids=("GPU-0", "GPU-1")))
+    assert engine.inventories["n1"] == (["GPU-0", "GPU-1"], clock.now, ["GPU-0"])
+
+
+def test_unreadable_inventory_offers_no_devices(
+    feed: StateFeed, engine: FakeEngine, clock: Clock
+) -> None:
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now))
+    broken = inventory(2, heartbeat_s=clock.now)
+    broken["status"]["devices"][0]["memoryMiB"] = -5
+    feed.inventory_event("MODIFIED", broken)
+    assert "n1" not in engine.inventories
+
+
+def test_heartbeat_alone_wakes_nobody_but_a_revived_node_does(
+    feed: StateFeed, queue: SchedulingQueue, clock: Clock
+) -> None:
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now))
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    clock.now += 30
+    feed.inventory_event("MODIFIED", inventory(2, heartbeat_s=clock.now))
+    assert queue.parked_count == 1
+    clock.now += 61
+    assert feed.check_heartbeats() == ["n1"]
+    assert feed.check_heartbeats() == []  # reported once
+    feed.inventory_event("MODIFIED", inventory(3, heartbeat_s=clock.now))
+    assert queue.parked_count == 0
+
+
+def test_inventory_content_change_wakes(
+    feed: StateFeed, queue: SchedulingQueue, clock: Clock
+) -> None:
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now))
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    feed.inventory_event("MODIFIED", inventory(2, heartbeat_s=clock.now, uuids=("GPU-0", "GPU-1")))
+    assert queue.parked_count == 0
+
+
+def quota(version: int, hard: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "q", "namespace": "ns", "resourceVersion": str(version)},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": hard}},
+    }
+
+
+def test_quota_limit_change_wakes_and_deletion_removes(
+    feed: StateFeed, queue: SchedulingQueue, engine: FakeEngine
+) -> None:
+    feed.quota_event("ADDED", quota(1, "1000"))
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    feed.quota_event("MODIFIED", quota(2, "1000"))  # status churn only
+    assert queue.parked_count == 1
+    feed.quota_event("MODIFIED", quota(3, "2000"))
+    assert queue.parked_count == 0
+    feed.quota_event("DELETED", quota(4, "2000"))
+    assert engine.quotas == {}
+
+
+def config_map(text: str, version: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "cfg", "namespace": "sys", "resourceVersion": str(version)},
+        "data": {"device-config.yaml": text},
+    }
+
+
+def test_invalid_config_is_refused_and_the_last_good_stays(
+    feed: StateFeed, engine: FakeEngine
+) -> None:
+    good = feed.config_event("ADDED", config_map("nvidia:\n  deviceSplitCount: 4\n"))
+    assert good.outcome is ConfigOutcome.APPLIED
+    bad = feed.config_event("MODIFIED", config_map("nvidia:\n  deviceSplitCount: 0\n", 2))
+    assert bad.outcome is ConfigOutcome.REJECTED
+    assert bad.error is not None
+    assert bad.error.field == "nvidia.deviceSplitCount"
+    assert engine.config is not None
+    assert engine.config.nvidia.device_split_count == 4
+    again = feed.config_event("MODIFIED", config_map("nvidia:\n  deviceSplitCount: 0\n", 3))
+    assert again.outcome is ConfigOutcome.UNCHANGED  # reported once per bad text
+    assert feed.config_event("DELETED", config_map("", 4)).outcome is ConfigOutcome.KEPT
+    assert feed.config.nvidia.device_split_count == 4
+
+
+def test_config_without_the_key_is_refused(feed: StateFeed) -> None:
+    result = feed.config_event("ADDED", {"metadata": {"name": "cfg"}, "data": {"other": "x"}})
+    assert result.outcome is ConfigOutcome.REJECTED
+    assert result.error is not None
+    assert result.error.field == "data.device-config.yaml"
+
+
+def test_new_scheduler_name_moves_pending_pods_in_and_out(
+    feed: StateFeed, queue: SchedulingQueue
+) -> None:
+    feed.pod_event("ADDED", pod("old", 1))
+    feed.pod_event("ADDED", pod("new", 2, scheduler="other-scheduler", uid="u2"))
+    feed.config_event("ADDED", config_map("scheduler:\n  schedulerName: other-scheduler\n"))
+    assert "ns/new" in queue
+    assert "ns/old" not in queue
+    assert feed.pending_pod("ns/old") is None
+
+
+def test_listing_adds_missed_pods_and_forgets_vanished_ones(
+    feed: StateFeed, engine: FakeEngine, queue: SchedulingQueue
+) -> None:
+    feed.pod_event("ADDED", bound("gone", 3))
+    feed.pods_listed([pod("missed", 5), bound("held", 6)], "10")
+    assert set(engine.pods) == {"ns/missed", "ns/held"}
+    assert "ns/missed" in queue
+
+
+def test_fresh_report_after_an_unnoticed_stale_one_wakes(
+    feed: StateFeed, queue: SchedulingQueue, clock: Clock
+) -> None:
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    feed.inventory_event("MODIFIED", inventory(2, heartbeat_s=clock.now))
+    assert queue.parked_count == 0
