@@ -125,8 +125,12 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
         for position, devices in enumerate(single[:n_containers]):
             for d in devices:
                 card, instance = codec.split_mig_uuid(d.uuid)
-                entry = {"uuid": card, "type": d.vendor, "usedmem": d.memory_mib,
-                         "usedcores": d.cores}
+                entry = {
+                    "uuid": card,
+                    "type": d.vendor,
+                    "usedmem": d.memory_mib,
+                    "usedcores": d.cores,
+                }
                 if instance is not None:
                     entry["instance"] = d.uuid  # the MIG instance, as the annotation names it
                 containers[position].append(entry)

@@ -45,9 +45,7 @@ def _has(container: dict[str, Any], section: str, name: str) -> bool:
     return bool(name) and name in ((container.get("resources") or {}).get(section) or {})
 
 
-def mutate_container(
-    config: NvidiaConfig, container: dict[str, Any], pod: dict[str, Any]
-) -> bool:
+def mutate_container(config: NvidiaConfig, container: dict[str, Any], pod: dict[str, Any]) -> bool:
     """HAMi's MutateAdmission for one container, in place; True if it asks for a GPU.
 
     Raises ValueError when gpumem-percentage is outside 0..100. Applying it twice
@@ -90,9 +88,13 @@ def mutate_container(
             container, "requests", names_.memory
         )
         if pct_present:
-            exclusive = percentage == 100 or vendor.as_int_or_none(
-                ((resources.get("requests") or {}).get(names_.memory_percentage))
-            ) == 100 and names_.memory_percentage not in limits
+            exclusive = percentage == 100 or (
+                vendor.as_int_or_none(
+                    (resources.get("requests") or {}).get(names_.memory_percentage)
+                )
+                == 100
+                and names_.memory_percentage not in limits
+            )
         else:
             exclusive = not names_.memory or not mem_present
         if exclusive:

@@ -43,7 +43,9 @@ class DeviceVendor(Protocol):
     def node_devices(self, node: Mapping[str, Any]) -> list[model.DeviceInfo]:
         """The cards a node registers in its annotations (CodecError when malformed)."""
 
-    def lock_node(self, node: Mapping[str, Any], pod: Mapping[str, Any], now: float) -> dict[str, str]:
+    def lock_node(
+        self, node: Mapping[str, Any], pod: Mapping[str, Any], now: float
+    ) -> dict[str, str]:
         """The node annotation patch that takes the node lock for a pod."""
 
     def release_node_lock(

@@ -79,7 +79,9 @@ def _over_quota(pod: Mapping[str, Any], vendors: Vendors, quota: QuotaLedger) ->
         core_name = vendors.core_resources()[word]
         app_memory = sum(r[word].memory_mib * r[word].count for r in apps if word in r)
         app_cores = sum(r[word].cores * r[word].count for r in apps if word in r)
-        init_memory = max((r[word].memory_mib * r[word].count for r in inits if word in r), default=0)
+        init_memory = max(
+            (r[word].memory_mib * r[word].count for r in inits if word in r), default=0
+        )
         init_cores = max((r[word].cores * r[word].count for r in inits if word in r), default=0)
         memory, cores = max(app_memory, init_memory), max(app_cores, init_cores)
         factor = vendors.memory_factors()[word]

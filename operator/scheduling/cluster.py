@@ -464,9 +464,7 @@ class ClusterState:
             return Reason.INVENTORY_STALE
         return None
 
-    def _try_node(
-        self, node: _NodeEntry, job: placement.Job, now: float
-    ) -> placement.Outcome:
+    def _try_node(self, node: _NodeEntry, job: placement.Job, now: float) -> placement.Outcome:
         self._refresh(node)
         gate = self._node_gate(node, job, now)
         if gate is not None:
@@ -475,9 +473,7 @@ class ClusterState:
             job, node.cards, node.facts, node.pair_scores, node.inventory_cordoned
         )
 
-    def _find(
-        self, job: placement.Job, now: float
-    ) -> tuple[_NodeEntry, placement.Outcome] | None:
+    def _find(self, job: placement.Job, now: float) -> tuple[_NodeEntry, placement.Outcome] | None:
         if not self.use_index:
             return self._find_reference(job, now)
         self._rerank_dirty()
@@ -523,4 +519,3 @@ class ClusterState:
     # --- for tests ----------------------------------------------------------------------
     def snapshot_pods(self) -> dict[PodKey, dict[str, model.PodSingleDevice]]:
         return {k: copy.deepcopy(e.devices) for k, e in self._pods.items()}
-

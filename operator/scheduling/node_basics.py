@@ -152,12 +152,9 @@ def _term_matches(term: Mapping[str, Any], node: NodeFacts) -> bool:
 
 
 def affinity_matches(pod_spec: Mapping[str, Any], node: NodeFacts) -> bool:
-    required = (
-        ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-        or {}
-    )
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     terms = required.get("nodeSelectorTerms")
     if not terms:
         return True

@@ -278,14 +278,17 @@ def fit_pod(
         for vendor_word, request in requests.items():
             lists = per_vendor.setdefault(vendor_word, [[] for _ in range(position + 1)])
             spec = job.vendors.spec(vendor_word)
-            scores = {c.id: policies.card_score(c, list(requests.values()), job.weights) for c in work}
+            scores = {
+                c.id: policies.card_score(c, list(requests.values()), job.weights) for c in work
+            }
             work.sort(key=policies.card_sort_key(policy, _numa(job, spec), scores))
             options = fit.FitOptions(
                 spec=spec,
                 annotations=job.annotations,
                 policy=policy,
                 numa_bind=_numa(job, spec),
-                topology_aware=spec.supports_topology and policies.policy_has(policy, policies.TOPOLOGY),
+                topology_aware=spec.supports_topology
+                and policies.policy_has(policy, policies.TOPOLOGY),
                 mutex=policies.policy_has(policy, policies.MUTEX),
                 cordoned=cordoned,
                 pair_scores=pair_scores,
@@ -297,9 +300,7 @@ def fit_pod(
             lists[position] = [_add_usage(p.card, p, vendor_word) for p in result.picks]
             if is_init:
                 _share_mig_geometry(lists[position], app_cards)
-    devices = {
-        v: tuple(tuple(c) for c in lists) for v, lists in per_vendor.items()
-    }
+    devices = {v: tuple(tuple(c) for c in lists) for v, lists in per_vendor.items()}
     return Outcome(True, devices)
 
 

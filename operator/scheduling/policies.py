@@ -89,9 +89,7 @@ def card_score(
 SortKey = Callable[[model.DeviceUsage], tuple[float, ...]]
 
 
-def card_sort_key(
-    policy: str, numa_bind: bool, scores: Mapping[str, float]
-) -> SortKey:
+def card_sort_key(policy: str, numa_bind: bool, scores: Mapping[str, float]) -> SortKey:
     """The ascending sort key equivalent to HAMi's ``DeviceUsageList.Less``.
 
     Fit scans the sorted list from its end, so the card that sorts last is tried first.

@@ -33,10 +33,16 @@ def test_registering_a_common_word_twice_is_refused() -> None:
 @pytest.mark.parametrize(
     ("word", "limits", "card_type", "expected_memory"),
     [
-        pytest.param("NVIDIA", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000}, "NVIDIA A10", 2000,
-                     id="nvidia"),
-        pytest.param("DCU", {"hygon.com/dcunum": 1, "hygon.com/dcumem": 2000}, "DCU-Z100", 2000,
-                     id="hygon"),
+        pytest.param(
+            "NVIDIA",
+            {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000},
+            "NVIDIA A10",
+            2000,
+            id="nvidia",
+        ),
+        pytest.param(
+            "DCU", {"hygon.com/dcunum": 1, "hygon.com/dcumem": 2000}, "DCU-Z100", 2000, id="hygon"
+        ),
     ],
 )
 def test_each_vendor_fits_its_own_cards_only(
@@ -73,8 +79,9 @@ def test_patch_annotations_writes_both_allocation_keys() -> None:
         "hami.io/vgpu-devices-to-allocate": "GPU-a,NVIDIA,1024,10:;",
         "hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,1024,10:;",
     }
-    assert codec.decode_pod_single_device(annotations["hami.io/vgpu-devices-allocated"], "k") == (
-        devices["NVIDIA"]
+    assert (
+        codec.decode_pod_single_device(annotations["hami.io/vgpu-devices-allocated"], "k")
+        == (devices["NVIDIA"])
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from vgpu_operator import errors
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling import mig
