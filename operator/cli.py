@@ -51,6 +51,13 @@ def _register_commands() -> None:
     main.add_command(run)
     main.add_command(agent_command)
     main.add_command(crds_command)
+    try:
+        # The demo starts a local control plane, which needs the `test` extra
+        # (cryptography); an image without it still has every other command.
+        from vgpu_operator.demo import demo_command
+    except ImportError:
+        return
+    main.add_command(demo_command)
 
 
 _register_commands()
