@@ -22,6 +22,7 @@ from typing import Any
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model
+from vgpu_operator.devices.quantity import as_int
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import admission, node_basics, placement, policies
 from vgpu_operator.scheduling.quota import QuotaLedger
@@ -156,17 +157,21 @@ class ClusterState:
 
     def set_node(self, node: Mapping[str, Any]) -> None:
         facts = node_basics.NodeFacts.from_node(node)
-        entry = self._nodes.get(facts.name)
-        if entry is None:
-            entry = _NodeEntry(facts.name, self._next_order, facts)
-            self._next_order += 1
-            self._nodes[facts.name] = entry
-            for pod in self._pods.values():
-                if pod.node == facts.name:
-                    entry.pods.add(pod.key)
+        entry = self._node_entry(facts.name)
         entry.facts = facts
         self._observe_gpu_count(entry)
         self._register(entry)
+
+    def _node_entry(self, name: str) -> _NodeEntry:
+        """The node's entry, created on first sight (by its Node or its inventory, in
+        either order) with the pods already known to run there."""
+        entry = self._nodes.get(name)
+        if entry is None:
+            entry = _NodeEntry(name, self._next_order, node_basics.NodeFacts(name))
+            self._next_order += 1
+            self._nodes[name] = entry
+            entry.pods.update(p.key for p in self._pods.values() if p.node == name)
+        return entry
 
     def remove_node(self, name: str) -> None:
         if name in self._nodes:
@@ -181,11 +186,7 @@ class ClusterState:
         heartbeat: float | None,
         cordoned: Sequence[str] = (),
     ) -> None:
-        entry = self._nodes.get(node_name)
-        if entry is None:
-            entry = _NodeEntry(node_name, self._next_order, node_basics.NodeFacts(node_name))
-            self._next_order += 1
-            self._nodes[node_name] = entry
+        entry = self._node_entry(node_name)
         entry.inventory = tuple(devices)
         entry.inventory_scores = pair_scores
         entry.inventory_cordoned = frozenset(cordoned)
@@ -347,7 +348,7 @@ class ClusterState:
     def _observe_gpu_count(self, node: _NodeEntry) -> None:
         """Seed 000 §9: GPUs that vanish from a node's allocatable make it unhealthy."""
         allocatable = node.facts.allocatable.get(self._config.nvidia.resource_count_name)
-        count = 0 if allocatable is None else int(str(allocatable).split(".")[0] or 0)
+        count = 0 if allocatable is None else as_int(allocatable) or 0
         if count == 0:
             node.gpus_lost = node.reported_gpus > 0 or node.gpus_lost
         else:

@@ -174,6 +174,12 @@ def fit_container(
             if partial or not mig.custom_filter(card, memory, earlier):
                 reasons[Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] += 1
                 continue
+            # The card is visited again for the same container, so the slots this
+            # container already took count too; HAMi does not re-check (§14.8) and can
+            # book more instances than the card registers.
+            if card.count <= card.used + len(earlier):
+                reasons[Reason.CARD_TIME_SLICING_EXHAUSTED] += 1
+                continue
         if nums > 0:
             if not topo:
                 nums -= 1
