@@ -1,0 +1,262 @@
+"""Hypothesis strategies: small clusters, GPU pods, and sequences of scheduling steps.
+
+Domains are deliberately tiny (1-4 nodes, 1-6 cards, a handful of models and sizes) so
+that full cards, filter collisions and quota limits come up in most examples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from builders import A100_40, H100, T4, Json, bound, make_node, make_pod, resource_quota
+from hypothesis import strategies as st
+
+from vgpu_operator import names
+from vgpu_operator.config import DeviceConfig, load_config
+from vgpu_operator.devices import model
+from vgpu_operator.scheduling.cluster import ClusterState, Decision
+
+A10 = "NVIDIA A10"
+
+#: Card models and their memory in MiB. "A10" is a substring of "A100" on purpose.
+MODELS: tuple[tuple[str, int], ...] = ((A100_40, 40960), (H100, 81920), (T4, 15360), (A10, 24576))
+
+NAMESPACES = ("team-a", "team-b")
+
+#: Seed-form MIG geometries of the A100 40GB; every geometry fits the card's 40960 MiB
+#: and 100 cores, so bookings of MIG instances never exceed what the card registers.
+MIG_CONFIG: Json = {
+    "nvidia": {
+        "knownMigGeometries": [
+            {
+                "models": ["A100-SXM4-40GB"],
+                "allowedGeometries": [
+                    [{"name": "1g.5gb", "core": 14, "memory": 5120, "count": 7}],
+                    [
+                        {"name": "1g.5gb", "core": 14, "memory": 5120, "count": 1},
+                        {"name": "2g.10gb", "core": 28, "memory": 10240, "count": 3},
+                    ],
+                    [{"name": "3g.20gb", "core": 42, "memory": 20480, "count": 2}],
+                    [{"name": "7g.40gb", "core": 100, "memory": 40960, "count": 1}],
+                ],
+            }
+        ]
+    }
+}
+#: Instances of the largest MIG geometry: a MIG card registers this many slots.
+MIG_SLOTS = 7
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    cards: tuple[model.DeviceInfo, ...]
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A cluster to build, with the namespace quotas that apply."""
+
+    nodes: tuple[NodeSpec, ...]
+    quotas: tuple[Json, ...] = ()
+    config: DeviceConfig = field(default_factory=lambda: load_config(MIG_CONFIG))
+
+    def build(self, use_index: bool = True) -> ClusterState:
+        state = ClusterState(self.config)
+        state.use_index = use_index
+        for spec in self.nodes:
+            builder = make_node(spec.name).allocatable(gpus=str(len(spec.cards)), pods="110")
+            if spec.unschedulable:
+                builder.unschedulable()
+            state.set_node(builder.obj()[0])
+            state.set_inventory(spec.name, spec.cards, {}, heartbeat=0.0)
+        for quota in self.quotas:
+            state.set_quota(quota)
+        return state
+
+    def cards(self) -> dict[str, model.DeviceInfo]:
+        return {c.id: c for n in self.nodes for c in n.cards}
+
+
+@st.composite
+def cards(draw: st.DrawFn, node: str, mig: bool | None = None) -> tuple[model.DeviceInfo, ...]:
+    """1-6 cards of a few models; some unhealthy, on NUMA 0/1; some A100s in MIG mode."""
+    out: list[model.DeviceInfo] = []
+    for index in range(draw(st.integers(1, 6))):
+        card_type, memory_mib = draw(st.sampled_from(MODELS))
+        in_mig = card_type == A100_40 and (draw(st.integers(0, 4)) == 0 if mig is None else mig)
+        out.append(
+            model.DeviceInfo(
+                id=f"GPU-{node}{index}",
+                index=index,
+                count=MIG_SLOTS if in_mig else draw(st.sampled_from((1, 2, 4, 10))),
+                memory_mib=memory_mib,
+                cores=100,
+                type=card_type,
+                numa=draw(st.integers(0, 1)),
+                health=draw(st.integers(0, 7)) != 0,
+                mode=model.MODE_MIG if in_mig else model.MODE_HAMI_CORE,
+            )
+        )
+    return tuple(out)
+
+
+@st.composite
+def clusters(draw: st.DrawFn, mig: bool | None = None) -> ClusterSpec:
+    """1-4 nodes; now and then a cordoned node and namespace quotas."""
+    nodes = tuple(
+        NodeSpec(name, draw(cards(name, mig)), unschedulable=draw(st.integers(0, 9)) == 0)
+        for name in ("a", "b", "c", "d")[: draw(st.integers(1, 4))]
+    )
+    quotas: list[Json] = []
+    for namespace in NAMESPACES:
+        gpumem = draw(st.sampled_from((None, None, 8192, 30000)))
+        gpucores = draw(st.sampled_from((None, None, 100, 300)))
+        if gpumem is not None or gpucores is not None:
+            quotas.append(resource_quota(namespace, gpumem=gpumem, gpucores=gpucores))
+    return ClusterSpec(nodes, tuple(quotas))
+
+
+#: (gpu, gpumem, percentage, cores) of one container; None leaves the resource out.
+_CONTAINER = st.tuples(
+    st.sampled_from((None, 1, 1, 1, 2, 3)),
+    st.sampled_from((None, None, 1024, 4096, 8192, 20000)),
+    st.sampled_from((None, None, None, 25, 50, 100)),
+    st.sampled_from((None, None, 0, 10, 30, 50, 100)),
+)
+_THEN: tuple[Literal["confirm", "rollback", "keep"], ...] = (
+    "confirm",
+    "confirm",
+    "rollback",
+    "keep",
+)
+_HOW: tuple[Literal["succeeded", "remove"], ...] = ("succeeded", "remove")
+
+_TYPES = ("A100", "T4", "H100", "A10", "A100,T4")
+_GPU_POLICIES = ("binpack", "spread", "mutex", "topology-aware", "numa", "binpack,numa")
+
+
+@st.composite
+def pods(draw: st.DrawFn, name: str, uuids: Sequence[str]) -> Json:
+    """A GPU pod: 1-2 containers (count 1-3), sometimes an init container, filters, policies."""
+    builder = make_pod(name, draw(st.sampled_from(NAMESPACES)))
+    if draw(st.integers(0, 5)) == 0:
+        gpu, gpumem, percentage, cores = draw(_CONTAINER)
+        builder.init_container(gpu, gpumem, cores, percentage)
+    for _ in range(draw(st.integers(1, 2))):
+        gpu, gpumem, percentage, cores = draw(_CONTAINER)
+        builder.container(gpu, gpumem, cores, percentage)
+    optional: list[tuple[str, st.SearchStrategy[str]]] = [
+        (names.GPU_USE_TYPE, st.sampled_from(_TYPES)),
+        (names.GPU_NOUSE_TYPE, st.sampled_from(_TYPES)),
+        (names.GPU_USE_UUID, _uuid_list(uuids)),
+        (names.GPU_NOUSE_UUID, _uuid_list(uuids)),
+        (names.GPU_SCHEDULER_POLICY, st.sampled_from(_GPU_POLICIES)),
+        (names.NODE_SCHEDULER_POLICY, st.sampled_from(("binpack", "spread"))),
+        (names.GPU_NUMA_BIND, st.just("true")),
+        (names.GPU_VGPU_MODE, st.sampled_from(("hami-core", "mig"))),
+    ]
+    for key, values in optional:
+        if draw(st.integers(0, 6)) == 0:
+            builder.annotate(key, draw(values))
+    return builder.obj()
+
+
+def _uuid_list(uuids: Sequence[str]) -> st.SearchStrategy[str]:
+    choices = [*uuids, "GPU-none"]
+    return st.lists(st.sampled_from(choices), min_size=1, max_size=2).map(",".join)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Schedule a pod, then confirm the binding, roll it back, or leave it reserved."""
+
+    pod: Json
+    then: Literal["confirm", "rollback", "keep"]
+
+
+@dataclass(frozen=True)
+class Release:
+    """A placed pod goes away: its phase becomes Succeeded, or it is deleted."""
+
+    pick: int
+    how: Literal["succeeded", "remove"]
+
+
+@dataclass(frozen=True)
+class Observe:
+    """A placed pod is seen bound (the informer's view replaces the reservation)."""
+
+    pick: int
+
+
+Step = Schedule | Release | Observe
+
+
+@dataclass(frozen=True)
+class Scenario:
+    cluster: ClusterSpec
+    steps: tuple[Step, ...]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, mig: bool | None = None, max_steps: int = 14) -> Scenario:
+    """A cluster and a sequence of steps; at least half of the steps schedule a pod."""
+    spec = draw(clusters(mig))
+    uuids = sorted(spec.cards())
+    steps: list[Step] = []
+    for position in range(draw(st.integers(1, max_steps))):
+        kind = draw(st.integers(0, 5))
+        if kind <= 2 or not steps:
+            then = draw(st.sampled_from(_THEN))
+            steps.append(Schedule(draw(pods(f"p{position}", uuids)), then))
+        elif kind <= 4:
+            steps.append(Release(draw(st.integers(0, 20)), draw(st.sampled_from(_HOW))))
+        else:
+            steps.append(Observe(draw(st.integers(0, 20))))
+    return Scenario(spec, tuple(steps))
+
+
+def annotations_of(pod: Json) -> dict[str, Any]:
+    return dict((pod.get("metadata") or {}).get("annotations") or {})
+
+
+@dataclass
+class Replay:
+    """Applies steps to a ClusterState and remembers which pods hold devices.
+
+    ``live`` holds the pods placed and not released (reserved or confirmed), with the
+    pod as submitted and the decision that placed it, in placement order.
+    """
+
+    state: ClusterState
+    live: dict[str, tuple[Json, Decision]] = field(default_factory=dict)
+
+    def apply(self, step: Step, now: float = 0.0) -> Decision | None:
+        """Run one step; returns the decision of a Schedule step, None otherwise."""
+        if isinstance(step, Schedule):
+            decision = self.state.schedule(step.pod, now)
+            if decision.scheduled:
+                self.live[decision.pod] = (step.pod, decision)
+                if step.then == "confirm":
+                    self.state.confirm(decision.pod)
+                elif step.then == "rollback":
+                    self.state.rollback(decision.pod)
+                    del self.live[decision.pod]
+            return decision
+        if not self.live:
+            return None
+        key = list(self.live)[step.pick % len(self.live)]
+        pod, decision = self.live[key]
+        if isinstance(step, Observe):
+            self.state.set_pod(bound(pod, decision))
+        elif step.how == "succeeded":
+            self.state.set_pod(bound(pod, decision, phase="Succeeded"))
+            del self.live[key]
+        else:
+            self.state.remove_pod(key)
+            del self.live[key]
+        return None
