@@ -116,54 +116,44 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class VendorSummary:
-    free_cards: int = 0
-    max_free_memory_mib: int = 0
-    max_free_cores: int = 0
+    """Per vendor: each usable card's free (memory MiB, cores), and whether MIG is there."""
+
+    free: tuple[tuple[int, int], ...] = ()
     has_mig: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """A node's free capacity per vendor; ``may_fit`` never rules out a node that fits."""
+    """A node's free capacity per vendor; ``may_fit`` never rules out a node that fits.
+
+    A card counts when it is healthy and has a free slot; a container's request can only
+    fit if at least ``count`` such cards each have its memory and cores free (MIG cards
+    can give one container several instances, so only the first test applies to them).
+    """
 
     vendors: Mapping[str, VendorSummary] = field(default_factory=dict)
 
     @classmethod
     def of(cls, cards: Sequence[model.DeviceUsage]) -> Summary:
-        found: dict[str, VendorSummary] = {}
+        free: dict[str, list[tuple[int, int]]] = {}
+        mig_vendors: set[str] = set()
         for card in cards:
-            if not card.health or card.used >= card.count:
-                has_mig = card.mode == model.MODE_MIG
-                prev = found.get(card.vendor, VendorSummary())
-                found[card.vendor] = VendorSummary(
-                    prev.free_cards,
-                    prev.max_free_memory_mib,
-                    prev.max_free_cores,
-                    prev.has_mig or has_mig,
-                )
-                continue
-            prev = found.get(card.vendor, VendorSummary())
-            found[card.vendor] = VendorSummary(
-                prev.free_cards + 1,
-                max(prev.max_free_memory_mib, card.free_memory_mib),
-                max(prev.max_free_cores, card.free_cores),
-                prev.has_mig or card.mode == model.MODE_MIG,
-            )
-        return cls(found)
+            free.setdefault(card.vendor, [])
+            if card.mode == model.MODE_MIG:
+                mig_vendors.add(card.vendor)
+            if card.health and card.used < card.count:
+                free[card.vendor].append((card.free_memory_mib, card.free_cores))
+        return cls({v: VendorSummary(tuple(f), v in mig_vendors) for v, f in free.items()})
 
     def may_fit(self, job: Job) -> bool:
         for requests in (*job.init_requests, *job.app_requests):
             for vendor_word, request in requests.items():
                 have = self.vendors.get(vendor_word)
-                if have is None:
+                if have is None or not have.free:
                     return False
-                if not have.has_mig and request.count > have.free_cards:
-                    return False
-                if have.free_cards == 0:
-                    return False
-                if request.memory_mib > have.max_free_memory_mib:
-                    return False
-                if min(request.cores, 100) > have.max_free_cores:
+                memory, cores = request.memory_mib, min(request.cores, 100)
+                able = sum(1 for m, c in have.free if m >= memory and c >= cores)
+                if able == 0 or (not have.has_mig and able < request.count):
                     return False
         return True
 
