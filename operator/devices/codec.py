@@ -28,11 +28,10 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
 from typing import Any, Final
 
 from vgpu_operator import errors, names
-from vgpu_operator.devices import model
+from vgpu_operator.devices import model, quantity
 
 # Go integer ranges of the fields HAMi declares as int32 / int / uint.
 _INT32_MIN: Final = -(2**31)
@@ -575,29 +574,6 @@ def parse_fit_reasons(text: str, field: str = "reason") -> dict[str, int]:
 
 # --- Kubernetes quantities -------------------------------------------------------------
 
-_QUANTITY_RE: Final = re.compile(
-    r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:(?P<exponent>[eE][+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?)"
-)
-_QUANTITY_SUFFIXES: Final[Mapping[str, Fraction]] = {
-    "": Fraction(1),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-# Anything past this cannot land in int64 anyway; the cap keeps "1e999999999" cheap.
-_MAX_DECIMAL_EXPONENT: Final = 40
-
 
 def parse_integer_quantity(value: object, field: str) -> int:
     """Read a Kubernetes quantity that must be a whole number (``Quantity.AsInt64``).
@@ -606,36 +582,13 @@ def parse_integer_quantity(value: object, field: str) -> int:
     ``"1.5Ki"`` (1536), ``"2e3"``. Fractional results (``"1.5"``, ``"500m"``), values
     outside int64 and anything unparsable raise ``CodecError`` naming ``field``.
     """
-    if isinstance(value, bool):
-        raise errors.CodecError(field, f"expected a quantity, got {value!r}")
-    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
-        amount = Fraction(value)
-    elif isinstance(value, str):
-        amount = _parse_quantity_text(value, field)
-    else:
-        raise errors.CodecError(field, f"expected a quantity, got {value!r}")
+    amount = quantity.parse_quantity(value, field)
     if amount.denominator != 1:
         raise errors.CodecError(field, f"quantity {value!r} is not a whole number")
     whole = int(amount)
     if not _INT64_MIN <= whole <= _INT64_MAX:
         raise errors.CodecError(field, f"quantity {value!r} does not fit in int64")
     return whole
-
-
-def _parse_quantity_text(text: str, field: str) -> Fraction:
-    match = _QUANTITY_RE.fullmatch(text)
-    if match is None:
-        raise errors.CodecError(field, "not a Kubernetes quantity", text)
-    amount = Fraction(match.group("number"))
-    if match.group("sign") == "-":
-        amount = -amount
-    exponent = match.group("exponent")
-    if exponent is not None:
-        power = int(exponent[1:])
-        if abs(power) > _MAX_DECIMAL_EXPONENT:
-            raise errors.CodecError(field, "quantity exponent out of range", text)
-        return amount * Fraction(10) ** power
-    return amount * _QUANTITY_SUFFIXES[match.group("suffix") or ""]
 
 
 __all__ = [

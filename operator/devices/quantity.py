@@ -26,6 +26,7 @@ _SUFFIXES: Final[dict[str, Fraction]] = {
     "Pi": Fraction(2**50),
     "Ei": Fraction(2**60),
 }
+_MAX_DECIMAL_EXPONENT: Final = 40
 _PATTERN: Final = re.compile(
     r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>[a-zA-Z]{0,2}))$"
 )
@@ -48,7 +49,11 @@ def parse_quantity(value: object, field: str = "quantity") -> Fraction:
         raise CodecError(field, "not a Kubernetes quantity", value)
     number = Fraction(match["num"])
     if match["exp"]:
-        return number * Fraction(10) ** int(match["exp"][1:])
+        power = int(match["exp"][1:])
+        # Nothing past this fits any integer we use; the cap keeps "1e999999999" cheap.
+        if abs(power) > _MAX_DECIMAL_EXPONENT:
+            raise CodecError(field, "quantity exponent out of range", value)
+        return number * Fraction(10) ** power
     suffix = match["suffix"] or ""
     if suffix not in _SUFFIXES:
         raise CodecError(field, f"unknown quantity suffix {suffix!r}", value)
