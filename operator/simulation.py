@@ -9,7 +9,7 @@ admitted, then placed one after the other), ResourceQuotas, and ``expect`` (chec
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -17,7 +17,7 @@ import yaml
 from vgpu_operator.config import load_config
 from vgpu_operator.devices import codec
 from vgpu_operator.errors import CodecError, ConfigError, ScenarioError
-from vgpu_operator.scheduling.cluster import ClusterState, Decision, pod_key
+from vgpu_operator.scheduling.cluster import ClusterState, Decision
 
 
 def parse_scenario(text: str) -> dict[str, Any]:
@@ -184,7 +184,3 @@ def _compare(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) -> l
         if str(expected["reason"]).lower() not in seen:
             problems.append(f"{key}: reason {expected['reason']} not in {got['reasons']}")
     return problems
-
-
-def pod_names(pods: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [pod_key(p) for p in pods]

@@ -14,7 +14,6 @@ rules them out in O(1), and stops at the first node that fits.
 from __future__ import annotations
 
 import bisect
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -516,7 +515,3 @@ class ClusterState:
             if not outcome.ok:
                 failures[node.name] = NodeFailure(dict(outcome.reasons))
         return Diagnosis(failures, len(self._nodes))
-
-    # --- for tests ----------------------------------------------------------------------
-    def snapshot_pods(self) -> dict[PodKey, dict[str, model.PodSingleDevice]]:
-        return {k: copy.deepcopy(e.devices) for k, e in self._pods.items()}

@@ -23,13 +23,12 @@ Deliberate differences from HAMi v2.9, each fixing a weakness listed in §14 ite
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from vgpu_operator import errors
-from vgpu_operator.devices import model
+from vgpu_operator.devices import codec, model
 
 
 class MigAllocationError(errors.VgpuError, ValueError):
@@ -54,13 +53,9 @@ class KnownGeometries:
     geometries: tuple[model.Geometry, ...]
 
 
-# ``GPU-uuid[3-12]``: the card id, then geometry index and slot, both decimal.
-_SUFFIX = re.compile(r"^(?P<card>[^\[\]]*)\[(?P<geometry>\d+)-(?P<slot>\d+)\]$")
-
-
 def instance_uuid(card_id: str, geometry: int, slot: int) -> str:
     """The seed-form id of one MIG instance: ``f"{card_id}[{geometry}-{slot}]"``."""
-    return f"{card_id}[{geometry}-{slot}]"
+    return codec.join_mig_uuid(card_id, geometry, slot, field="uuid")
 
 
 def split_instance_uuid(uuid: str) -> tuple[str, tuple[int, int] | None]:
@@ -69,12 +64,7 @@ def split_instance_uuid(uuid: str) -> tuple[str, tuple[int, int] | None]:
     Raises ``errors.CodecError`` when the id contains a bracket but not a valid suffix
     (HAMi's ``ExtractMigTemplatesFromUUID`` error case).
     """
-    if "[" not in uuid and "]" not in uuid:
-        return uuid, None
-    match = _SUFFIX.match(uuid)
-    if match is None:
-        raise errors.CodecError("uuid", "malformed MIG suffix, want 'ID[geometry-slot]'", uuid)
-    return match["card"], (int(match["geometry"]), int(match["slot"]))
+    return codec.split_mig_uuid(uuid, field="uuid")
 
 
 def geometries_for(card_type: str, known: Iterable[GeometryEntry]) -> tuple[model.Geometry, ...]:

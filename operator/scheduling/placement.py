@@ -231,10 +231,14 @@ def _share_mig_geometry(
             mig.restore(card, instance[0], instance[1])
 
 
-def _add_usage(card: model.DeviceUsage, pick: fit.Pick, vendor_word: str) -> model.ContainerDevice:
-    uuid, memory, cores = card.id, pick.memory_mib, pick.cores
+def add_usage(
+    card: model.DeviceUsage, memory_mib: int, cores: int, vendor_word: str
+) -> model.ContainerDevice:
+    """HAMi's AddResourceUsage: book one chosen share on its card and return it as booked
+    (a MIG card books the instance it hands out, named with its ``[g-s]`` suffix)."""
+    uuid, memory = card.id, memory_mib
     if card.mode == model.MODE_MIG and card.mig is not None:
-        uuid, memory, cores = mig.allocate(card, pick.memory_mib)
+        uuid, memory, cores = mig.allocate(card, memory_mib)
     card.used += 1
     card.used_memory_mib += memory
     card.used_cores += cores
@@ -287,7 +291,9 @@ def fit_pod(
             result = fit.fit_container(work, request, options)
             if not result.ok:
                 return Outcome.rejected(result.reasons)
-            lists[position] = [_add_usage(p.card, p, vendor_word) for p in result.picks]
+            lists[position] = [
+                add_usage(p.card, p.memory_mib, p.cores, vendor_word) for p in result.picks
+            ]
             if is_init:
                 _share_mig_geometry(lists[position], app_cards)
     devices = {v: tuple(tuple(c) for c in lists) for v, lists in per_vendor.items()}

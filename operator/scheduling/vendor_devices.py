@@ -17,7 +17,7 @@ from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model, nvidia, vendor
 from vgpu_operator.devices.protocol import FitVerdict
 from vgpu_operator.devices.registry import VendorRegistry
-from vgpu_operator.scheduling import fit, mig, policies
+from vgpu_operator.scheduling import fit, placement, policies
 from vgpu_operator.scheduling.vendors import Vendors
 
 
@@ -104,13 +104,7 @@ class EngineVendor:
     def add_resource_usage(
         self, pod: Mapping[str, Any], card: model.DeviceUsage, device: model.ContainerDevice
     ) -> model.ContainerDevice:
-        uuid, memory, cores = card.id, device.memory_mib, device.cores
-        if card.mode == model.MODE_MIG and card.mig is not None:
-            uuid, memory, cores = mig.allocate(card, device.memory_mib)
-        card.used += 1
-        card.used_memory_mib += memory
-        card.used_cores += cores
-        return model.ContainerDevice(uuid, self._spec.common_word, memory, cores)
+        return placement.add_usage(card, device.memory_mib, device.cores, self._spec.common_word)
 
     def fit(
         self,
