@@ -48,6 +48,7 @@ class Result(enum.StrEnum):
     UNSCHEDULABLE = "unschedulable"
     REJECTED = "rejected"  # admission rules refuse it (quota)
     BIND_CONFLICT = "bind_conflict"
+    PREEMPTING = "preempting"  # evicting victims, or waiting for them to go
     ERROR = "error"
 
 

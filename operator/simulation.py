@@ -1,8 +1,9 @@
 """``vgpu-operator simulate``: a scenario file through the engine, decisions as JSON.
 
-The scenario format is defined in the shared ``scenarios/FORMAT.md``: nodes (with
+The scenario format is defined in ``docs/scenario-format.md``: nodes (with
 ``devices`` or HAMi's annotations), pods (running ones hold devices; pending ones are
-admitted, then placed one after the other), ResourceQuotas, and ``expect`` (checked by
+admitted, then placed one after the other, preempting lower-priority running pods when
+they fit nowhere), ResourceQuotas, PodDisruptionBudgets, and ``expect`` (checked by
 ``check`` only, never by the simulation itself).
 """
 
@@ -28,7 +29,7 @@ def parse_scenario(text: str) -> dict[str, Any]:
         raise ScenarioError("<file>", f"neither JSON nor YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise ScenarioError("<file>", "a scenario must be a mapping")
-    for key in ("nodes", "pods", "resourceQuotas", "expect"):
+    for key in ("nodes", "pods", "resourceQuotas", "podDisruptionBudgets", "expect"):
         if key in data and not isinstance(data[key], list):
             raise ScenarioError(key, "must be a list")
     if "config" in data and not isinstance(data["config"], dict | type(None)):
@@ -51,6 +52,8 @@ def parse_scenario(text: str) -> dict[str, Any]:
                 raise ScenarioError(f"{where}.spec.containers[{c_pos}]", "must be a mapping")
     for position, quota in enumerate(data.get("resourceQuotas") or []):
         _require_name(quota, f"resourceQuotas[{position}]")
+    for position, pdb in enumerate(data.get("podDisruptionBudgets") or []):
+        _require_name(pdb, f"podDisruptionBudgets[{position}]")
     return data
 
 
@@ -74,6 +77,7 @@ def build_state(scenario: Mapping[str, Any], use_index: bool = True) -> ClusterS
         raise ScenarioError(f"config.{exc.field}", exc.message) from exc
     state = ClusterState(config)
     state.use_index = use_index
+    state.preemption_enabled = True
     for position, node in enumerate(scenario.get("nodes") or []):
         state.set_node(node)
         name = node["metadata"]["name"]
@@ -95,6 +99,8 @@ def build_state(scenario: Mapping[str, Any], use_index: bool = True) -> ClusterS
             state.set_quota(quota)
         except CodecError as exc:
             raise ScenarioError(f"resourceQuotas[{position}].{exc.field}", exc.message) from exc
+    for pdb in scenario.get("podDisruptionBudgets") or []:
+        state.set_budget(pdb)
     for pod in scenario.get("pods") or []:
         if (pod.get("spec") or {}).get("nodeName"):
             state.set_pod(pod)
@@ -111,7 +117,9 @@ def simulate(
         if (pod.get("spec") or {}).get("nodeName"):
             continue
         decision = state.schedule(pod, now)
-        if decision.scheduled:
+        for victim in decision.victims:
+            state.remove_pod(victim)  # in a simulation, victims leave at once
+        if decision.scheduled or decision.victims:
             state.confirm(decision.pod)
         decisions.append(render(decision, pod))
     return {"decisions": decisions}
@@ -134,11 +142,12 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
                 if instance is not None:
                     entry["instance"] = d.uuid  # the MIG instance, as the annotation names it
                 containers[position].append(entry)
+    placed = decision.scheduled or bool(decision.victims)
     out: dict[str, Any] = {
         "pod": decision.pod,
-        "scheduled": decision.scheduled,
-        "node": decision.node,
-        "containers": containers if decision.scheduled else [],
+        "scheduled": placed,
+        "node": decision.node if decision.scheduled else decision.nominated_node,
+        "containers": containers if placed else [],
         "annotations": dict(decision.annotations),
         "reasons": decision.diagnosis.to_json() if decision.diagnosis else {},
     }
@@ -146,6 +155,10 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
         out["message"] = decision.diagnosis.message()
     if decision.rejected is not None:
         out["rejected"] = decision.rejected
+    if decision.victims:
+        out["victims"] = list(decision.victims)
+        out["reasons"] = {}
+        out.pop("message", None)
     return out
 
 
@@ -179,6 +192,8 @@ def _compare(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) -> l
         have = [sorted({d["uuid"] for d in c}) for c in got["containers"]]
         if [sorted(set(c)) for c in want] != have[: len(want)]:
             problems.append(f"{key}: devices={have} (expected {want})")
+    if "victims" in expected and sorted(expected["victims"]) != sorted(got.get("victims", [])):
+        problems.append(f"{key}: victims={got.get('victims', [])} (expected {expected['victims']})")
     if "reason" in expected:
         seen = {r.lower() for reasons in got["reasons"].values() for r in reasons}
         if str(expected["reason"]).lower() not in seen:

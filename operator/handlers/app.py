@@ -7,7 +7,8 @@ peering) without sharing state. Every handler is thin: it hands the object to th
 on the objects: no progress annotations, no finalizers), ``on.mutate`` for the webhook,
 peering, and startup/cleanup.
 
-Watched through Kopf: Pods, Nodes, ResourceQuotas and DeviceInventories, cluster-wide.
+Watched through Kopf: Pods, Nodes, ResourceQuotas, PodDisruptionBudgets and
+DeviceInventories, cluster-wide.
 The device-config ConfigMap is watched by our own small watch in the operator's
 namespace (Kopf would watch every ConfigMap of the cluster to see one).
 """
@@ -31,7 +32,7 @@ from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.handlers import admission, feed, leadership, queue, reporting, serving, worker
 from vgpu_operator.handlers.options import OperatorOptions
-from vgpu_operator.kube import binding, client, listing, peering
+from vgpu_operator.kube import binding, client, eviction, listing, peering
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics
@@ -65,6 +66,29 @@ class KubeBinder:
 
     async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return await binding.read_pod(self._api, namespace, name)
+
+
+class KubePreemptor:
+    """``worker.Preemptor`` over the API: Evictions, nominatedNodeName, and the Events."""
+
+    def __init__(self, api: ApiClient, reporter: reporting.KubeReporter) -> None:
+        self._api = api
+        self._reporter = reporter
+
+    async def evict(self, victim: str) -> eviction.EvictOutcome:
+        namespace, _, name = victim.partition("/")
+        return await eviction.evict_pod(self._api, namespace, name, uid="")
+
+    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None:
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        await eviction.set_nominated_node(self._api, namespace, str(meta.get("name")), node)
+
+    async def preempted(self, victim: str, preemptor: Mapping[str, Any], node: str) -> None:
+        await self._reporter.preempted(victim, preemptor, node)
+
+    async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None:
+        await self._reporter.preempting(pod, node, victims)
 
 
 def make_identity() -> str:
@@ -105,6 +129,7 @@ class OperatorApp:
         self.state = cluster.ClusterState(
             device_config.DeviceConfig(), inventory_timeout_s=options.inventory_timeout_s
         )
+        self.state.preemption_enabled = True
         self.queue = queue.SchedulingQueue(
             initial_backoff_s=options.initial_backoff_s,
             max_backoff_s=options.max_backoff_s,
@@ -147,6 +172,7 @@ class OperatorApp:
             self.metrics,
             resync=self._resync_until_done,
             gate=self.gate,
+            preemptor=KubePreemptor(self.api, self.reporter),
             max_binds_in_flight=options.max_binds_in_flight,
         )
         self.metrics.read_state_from(self.state.device_usage, self.state.quota_usage)
@@ -245,6 +271,10 @@ class OperatorApp:
         if self.feed is not None:
             self.feed.quota_event(event.get("type"), event["object"])
 
+    async def on_budget(self, event: Mapping[str, Any], **_: Any) -> None:
+        if self.feed is not None:
+            self.feed.budget_event(event.get("type"), event["object"])
+
     async def on_inventory(self, event: Mapping[str, Any], **_: Any) -> None:
         if self.feed is not None:
             self.feed.inventory_event(event.get("type"), event["object"])
@@ -339,6 +369,8 @@ class OperatorApp:
             self.feed.inventories_listed(inventories.items, inventories.resource_version)
             quotas = await listing.list_all(self.api, listing.RESOURCE_QUOTAS)
             self.feed.quotas_listed(quotas.items, quotas.resource_version)
+            budgets = await listing.list_all(self.api, listing.POD_DISRUPTION_BUDGETS)
+            self.feed.budgets_listed(budgets.items, budgets.resource_version)
             pods = await listing.list_all(self.api, listing.PODS)
             self.feed.pods_listed(pods.items, pods.resource_version)
             log.info(
@@ -453,6 +485,9 @@ def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:
     kopf.on.event("v1", "pods", registry=registry, id="pods")(app.on_pod)
     kopf.on.event("v1", "nodes", registry=registry, id="nodes")(app.on_node)
     kopf.on.event("v1", "resourcequotas", registry=registry, id="quotas")(app.on_quota)
+    kopf.on.event("policy", "v1", "poddisruptionbudgets", registry=registry, id="budgets")(
+        app.on_budget
+    )
     kopf.on.event(
         names.CRD_GROUP,
         names.CRD_VERSION,

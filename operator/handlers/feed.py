@@ -1,10 +1,10 @@
 """Feeding the engine: cluster objects in, queue updates and wake-ups out.
 
 ``StateFeed`` is the one place that turns watch events and full listings of Pods, Nodes,
-DeviceInventories, ResourceQuotas and the device-config ConfigMap into calls on the
-engine (``ClusterState``), and decides which pods wait in the scheduling queue and which
-cluster events wake parked pods. It is synchronous and does no I/O, so the Kopf handlers
-around it stay thin and it can be tested with a fake engine.
+DeviceInventories, ResourceQuotas, PodDisruptionBudgets and the device-config ConfigMap
+into calls on the engine (``ClusterState``), and decides which pods wait in the
+scheduling queue and which cluster events wake parked pods. It is synchronous and does
+no I/O, so the Kopf handlers around it stay thin and it can be tested with a fake engine.
 
 Two rules keep the books right while a Binding is being written:
 - an older, unbound copy of a pod being bound (or just bound) never reaches the engine,
@@ -54,6 +54,8 @@ class EngineInputs(Protocol):
     def remove_pod(self, key: PodKey) -> None: ...
     def set_quota(self, quota: Mapping[str, Any]) -> None: ...
     def remove_quota(self, namespace: str, name: str) -> None: ...
+    def set_budget(self, pdb: Mapping[str, Any]) -> None: ...
+    def remove_budget(self, namespace: str, name: str) -> None: ...
 
 
 class ConfigOutcome(enum.Enum):
@@ -82,7 +84,7 @@ def parse_config_map(
     return device_config.load_config_yaml(text)
 
 
-def _quota_key(obj: Mapping[str, Any]) -> str:
+def _namespaced_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
@@ -115,6 +117,7 @@ class StateFeed:
         self._nodes = versions.VersionLedger()
         self._inventories = versions.VersionLedger()
         self._quotas = versions.VersionLedger()
+        self._budgets = versions.VersionLedger()
         self._config_version: int | None = None
         self._config_text_digest: str | None = None
         #: Unbound live pods (any scheduler), with their fingerprint.
@@ -351,7 +354,7 @@ class StateFeed:
 
     # --- quotas -------------------------------------------------------------------------
     def quota_event(self, event_type: str | None, quota: Mapping[str, Any]) -> None:
-        key = _quota_key(quota)
+        key = _namespaced_key(quota)
         version = versions.version_of(quota)
         if event_type == "DELETED":
             if self._quotas.accept_delete(key, version):
@@ -361,7 +364,7 @@ class StateFeed:
             self._apply_quota(key, pod_facts.slim(quota))
 
     def quotas_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
-        by_key = {_quota_key(item): item for item in items}
+        by_key = {_namespaced_key(item): item for item in items}
         result = self._quotas.reconcile(
             {k: versions.version_of(v) for k, v in by_key.items()},
             versions.parse_version(list_version),
@@ -383,6 +386,32 @@ class StateFeed:
         self._engine.remove_quota(namespace, name)
         self._quota_fingerprints.pop(key, None)
         self._wake(queue.ClusterEvent.QUOTA_CHANGED, quota=key)
+
+    # --- pod disruption budgets (read by preemption only: no pod is woken) ----------------
+    def budget_event(self, event_type: str | None, pdb: Mapping[str, Any]) -> None:
+        key = _namespaced_key(pdb)
+        version = versions.version_of(pdb)
+        if event_type == "DELETED":
+            if self._budgets.accept_delete(key, version):
+                self._forget_budget(key)
+            return
+        if self._budgets.accept_update(key, version):
+            self._engine.set_budget(pod_facts.slim(pdb))
+
+    def budgets_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
+        by_key = {_namespaced_key(item): item for item in items}
+        result = self._budgets.reconcile(
+            {k: versions.version_of(v) for k, v in by_key.items()},
+            versions.parse_version(list_version),
+        )
+        for key in result.apply:
+            self._engine.set_budget(pod_facts.slim(by_key[key]))
+        for key in result.remove:
+            self._forget_budget(key)
+
+    def _forget_budget(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        self._engine.remove_budget(namespace, name)
 
     # --- device config ------------------------------------------------------------------
     def config_event(self, event_type: str | None, config_map: Mapping[str, Any]) -> ConfigResult:

@@ -22,6 +22,8 @@ log = structlog.get_logger("vgpu_operator.reporting")
 
 REASON_FAILED_SCHEDULING: Final = "FailedScheduling"
 REASON_SCHEDULED: Final = "Scheduled"
+REASON_PREEMPTED: Final = "Preempted"
+REASON_PREEMPTING: Final = "Preempting"
 
 
 def _now() -> datetime.datetime:
@@ -41,6 +43,15 @@ def failed_scheduling_message(diagnosis: status.Diagnosis) -> str:
 def scheduled_message(pod: Mapping[str, Any], node: str) -> str:
     meta = pod.get("metadata") or {}
     return f"Successfully assigned {meta.get('namespace')}/{meta.get('name')} to {node}"
+
+
+def preempted_message(preemptor: Mapping[str, Any], node: str) -> str:
+    meta = preemptor.get("metadata") or {}
+    return f"Preempted by {meta.get('namespace')}/{meta.get('name')} on node {node}"
+
+
+def preempting_message(node: str, victims: int) -> str:
+    return f"Preempting {victims} pod{'s' if victims != 1 else ''} on node {node}"
 
 
 def _pod_ref(pod: Mapping[str, Any]) -> events.ObjectRef:
@@ -85,6 +96,24 @@ class KubeReporter:
             )
             self._events.forget(ref.namespace, ref.name)
             await events.write_event(self._api, write)
+
+    async def preempted(self, victim: str, preemptor: Mapping[str, Any], node: str) -> None:
+        """The Event on an evicted victim (named ``namespace/name``)."""
+        namespace, _, name = victim.partition("/")
+        ref = events.ObjectRef("Pod", namespace, name)
+        message = preempted_message(preemptor, node)
+        write = self._events.record(
+            ref, REASON_PREEMPTED, message, self._clock(), events.TYPE_NORMAL
+        )
+        await self._write(write, ref, REASON_PREEMPTED)
+
+    async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None:
+        ref = _pod_ref(pod)
+        message = preempting_message(node, victims)
+        write = self._events.record(
+            ref, REASON_PREEMPTING, message, self._clock(), events.TYPE_NORMAL
+        )
+        await self._write(write, ref, REASON_PREEMPTING)
 
     def forget(self, namespace: str, name: str) -> None:
         self._events.forget(namespace, name)

@@ -7,6 +7,13 @@ flight: decision (reserved) -> Binding -> ``confirm``; on failure ``rollback`` a
 with backoff; on 409 the pod is re-read. A pod that does not fit is parked and reported
 (``PodScheduled=False`` plus an Event) in the background.
 
+A pod that fits nowhere but may preempt (the engine named victims) is not bound: in the
+background its ``nominatedNodeName`` is set and its victims are evicted (with Events on
+both sides), while the engine holds the freed shares for it; it is parked and binds on
+a later attempt, once the victims are gone. If the Eviction API refuses a victim (a
+PodDisruptionBudget allows no disruption), the preemption is given up: the hold is
+released, ``nominatedNodeName`` cleared, and the pod decided again after its backoff.
+
 The worker decides only while the ``Gate`` is open (this replica is the active one), and
 after every opening it first waits for a full resync, so that every pod bound by anyone
 before is in the books before its first decision.
@@ -24,6 +31,7 @@ import structlog
 
 from vgpu_operator.handlers import feed, queue
 from vgpu_operator.kube.binding import BindOutcome
+from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics, Result
 from vgpu_operator.scheduling import cluster, status
 
@@ -38,6 +46,7 @@ class EngineDecisions(Protocol):
     def schedule(self, pod: Mapping[str, Any], now: float) -> cluster.Decision: ...
     def confirm(self, key: PodKey) -> None: ...
     def rollback(self, key: PodKey) -> None: ...
+    def cancel_preemption(self, key: PodKey) -> None: ...
 
 
 class Binder(Protocol):
@@ -55,6 +64,15 @@ class Reporter(Protocol):
     async def rejected(self, pod: Mapping[str, Any], message: str) -> None: ...
     async def failed(self, pod: Mapping[str, Any], message: str) -> None: ...
     async def scheduled(self, pod: Mapping[str, Any], node: str) -> None: ...
+
+
+class Preemptor(Protocol):
+    """Preemption's writes: evictions and the preemptor's ``nominatedNodeName``."""
+
+    async def evict(self, victim: PodKey) -> EvictOutcome: ...
+    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None: ...
+    async def preempted(self, victim: PodKey, preemptor: Mapping[str, Any], node: str) -> None: ...
+    async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None: ...
 
 
 class Gate(Protocol):
@@ -88,6 +106,7 @@ class SchedulingWorker:
         *,
         resync: Callable[[], Awaitable[None]],
         gate: Gate | None = None,
+        preemptor: Preemptor | None = None,
         max_binds_in_flight: int = 32,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -100,6 +119,7 @@ class SchedulingWorker:
         self._metrics = metrics
         self._resync = resync
         self._gate = gate or AlwaysOpen()
+        self._preemptor = preemptor
         self._clock = clock
         self._wall_clock = wall_clock
         self._bind_slots = asyncio.Semaphore(max_binds_in_flight)
@@ -195,6 +215,8 @@ class SchedulingWorker:
             self._feed.binding_started(key, str((pod.get("metadata") or {}).get("uid") or ""))
             self._spawn(f"bind {key}", self._bind(key, pod, decision.node, decision, slot_held))
             return True
+        if decision.nominated_node is not None:
+            return self._await_victims(key, pod, decision, decision.nominated_node)
         if decision.rejected is not None:
             self._metrics.attempt(Result.REJECTED)
             backoff_s = self._queue.park(key, release_helps=True)
@@ -213,6 +235,55 @@ class SchedulingWorker:
         )
         self._report(key, self._reporter.unschedulable(pod, diagnosis))
         return False
+
+    def _await_victims(
+        self, key: PodKey, pod: Mapping[str, Any], decision: cluster.Decision, node: str
+    ) -> bool:
+        """A preempting decision (evict its victims now) or a pod still waiting for the
+        victims of an earlier one: parked either way, woken when a victim is gone."""
+        self._metrics.attempt(Result.PREEMPTING)
+        backoff_s = self._queue.park(key, release_helps=True)
+        if not decision.victims:
+            log.info("pod_waiting_for_victims", pod=key, node=node, retry_after_s=backoff_s)
+            return False
+        log.info("pod_preempting", pod=key, node=node, victims=list(decision.victims))
+        if self._preemptor is None:
+            log.error("preemption_without_preemptor", pod=key)
+            self._engine.cancel_preemption(key)
+            return False
+        self._spawn(f"preempt {key}", self._preempt(key, pod, node, decision.victims))
+        return False
+
+    async def _preempt(
+        self, key: PodKey, pod: Mapping[str, Any], node: str, victims: tuple[PodKey, ...]
+    ) -> None:
+        preemptor = self._preemptor
+        assert preemptor is not None
+        refused: list[PodKey] = []
+        try:
+            await preemptor.nominate(pod, node)
+            await preemptor.preempting(pod, node, len(victims))
+            for victim in victims:
+                outcome = await preemptor.evict(victim)
+                if outcome is EvictOutcome.REFUSED:
+                    refused.append(victim)
+                    continue
+                log.info("pod_preempted", pod=victim, by=key, node=node, outcome=outcome.value)
+                if outcome is EvictOutcome.EVICTED:
+                    await preemptor.preempted(victim, pod, node)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("preemption_failed", pod=key, node=node, error=str(exc))
+            refused.append("")
+        if not refused:
+            return
+        # Give the hold back; the next attempt sees the budgets and victims as they are.
+        log.warning("preemption_refused", pod=key, node=node, refused=[v for v in refused if v])
+        self._engine.cancel_preemption(key)
+        with contextlib.suppress(Exception):
+            await preemptor.nominate(pod, None)
+        self._queue.retry_later(key)
 
     async def _bind(
         self,

@@ -16,6 +16,7 @@ from vgpu_operator.kube import requests
 PODS: Final = "/api/v1/pods"
 NODES: Final = "/api/v1/nodes"
 RESOURCE_QUOTAS: Final = "/api/v1/resourcequotas"
+POD_DISRUPTION_BUDGETS: Final = "/apis/policy/v1/poddisruptionbudgets"
 DEVICE_INVENTORIES: Final = (
     f"/apis/{names.CRD_GROUP}/{names.CRD_VERSION}/{names.DEVICE_INVENTORY_PLURAL}"
 )

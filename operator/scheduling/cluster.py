@@ -14,6 +14,7 @@ rules them out in O(1), and stops at the first node that fits.
 from __future__ import annotations
 
 import bisect
+import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,14 +24,24 @@ from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model
 from vgpu_operator.devices.quantity import as_int
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling import admission, node_basics, placement, policies
+from vgpu_operator.scheduling import (
+    admission,
+    disruption,
+    node_basics,
+    placement,
+    policies,
+    preemption,
+)
 from vgpu_operator.scheduling.quota import QuotaLedger
-from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
+from vgpu_operator.scheduling.status import Code, Diagnosis, NodeFailure, Reason
 from vgpu_operator.scheduling.vendors import Vendors
 
 PodKey = str  # "namespace/name"
 
 _TERMINATED = ("Succeeded", "Failed")
+
+#: How long a preemptor's hold on the shares its victims free lasts without a bind.
+DEFAULT_NOMINATION_TIMEOUT_S = 300.0
 
 
 def pod_key(pod: Mapping[str, Any]) -> PodKey:
@@ -46,6 +57,11 @@ class Decision:
     ``hami.io/vgpu-time``, ``hami.io/vgpu-devices-to-allocate``, ``-allocated``,
     ``hami.io/bind-phase``...). ``rejected`` is set when admission would refuse the pod
     (e.g. over quota); ``diagnosis`` when no node fits.
+
+    A pod that fits nowhere but may preempt is not scheduled yet: ``nominated_node``
+    names the node it will take once ``victims`` (to evict now) are gone, ``devices``
+    are the shares held for it meanwhile. ``nominated_node`` without ``victims``: the
+    pod still waits for the victims of an earlier decision to terminate.
     """
 
     pod: PodKey
@@ -55,6 +71,8 @@ class Decision:
     annotations: Mapping[str, str] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None
     rejected: str | None = None
+    nominated_node: str | None = None
+    victims: tuple[PodKey, ...] = ()
 
 
 AdmissionResult = admission.AdmissionResult
@@ -85,6 +103,11 @@ class _PodEntry:
     devices: dict[str, model.PodSingleDevice]
     bookings: dict[str, list[placement.Booking]]
     reserved: bool = False
+    priority: int = 0
+    started: float | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Being deleted: it leaves anyway, so it is never a victim.
+    deleting: bool = False
 
     @property
     def collapsed(self) -> dict[str, model.PodSingleDevice]:
@@ -113,6 +136,23 @@ class _NodeEntry:
     dirty: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class _Nomination:
+    node: str
+    victims: frozenset[PodKey]
+    until: float
+
+
+def _start_time(pod: Mapping[str, Any]) -> float | None:
+    raw = (pod.get("status") or {}).get("startTime")
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 class ClusterState:
     """See the module docstring. Not thread-safe: callers serialise access."""
 
@@ -131,6 +171,14 @@ class ClusterState:
         self._binpack_rank: list[tuple[float, int, str]] = []
         self._ranked: dict[str, float] = {}
         self._dirty: set[str] = set()
+        self._budgets: dict[tuple[str, str], disruption.Budget] = {}
+        #: Preemptors waiting for their victims, with the hold on the freed shares.
+        self._nominations: dict[PodKey, _Nomination] = {}
+        #: Victims of a preemption whose deletion has not been seen yet.
+        self._preempted: set[PodKey] = set()
+        self.nomination_timeout_s = DEFAULT_NOMINATION_TIMEOUT_S
+        #: Whether a pod that fits nowhere may preempt (the caller must then evict).
+        self.preemption_enabled = False
         #: Decide with the reference path only (used by tests to compare the two).
         self.use_index = True
 
@@ -200,14 +248,23 @@ class ClusterState:
             self._register(entry)
 
     def set_pod(self, pod: Mapping[str, Any]) -> None:
-        """Record a pod; one bound with an allocation holds its devices until it ends."""
+        """Record a pod; one bound with an allocation holds its devices until it ends.
+
+        A pending preemptor's hold on its nominated node survives updates of the pod
+        (its ``nominatedNodeName`` status, for one) until it binds, ends or times out.
+        """
         key = pod_key(pod)
-        self._drop_pod(key)
+        meta = pod.get("metadata") or {}
         phase = (pod.get("status") or {}).get("phase")
         node = (pod.get("spec") or {}).get("nodeName") or None
+        deleting = bool(meta.get("deletionTimestamp"))
+        if node is None and key in self._nominations and not deleting and phase not in _TERMINATED:
+            return
+        self._drop_pod(key)
+        self._nominations.pop(key, None)
         if node is None or phase in _TERMINATED:
             return
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        annotations = meta.get("annotations") or {}
         try:
             devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
         except CodecError:
@@ -220,11 +277,25 @@ class ClusterState:
             requests=node_basics.pod_requests(pod),
             devices=devices,
             bookings=placement.collapse(devices, init_count),
+            priority=preemption.priority_of(pod),
+            started=_start_time(pod),
+            labels=dict(meta.get("labels") or {}),
+            deleting=deleting,
         )
         self._add_pod(entry)
 
     def remove_pod(self, key: PodKey) -> None:
         self._drop_pod(key)
+        self._nominations.pop(key, None)
+        self._preempted.discard(key)
+
+    def set_budget(self, pdb: Mapping[str, Any]) -> None:
+        """Record a PodDisruptionBudget (preemption spares the pods it protects if it can)."""
+        budget = disruption.Budget.from_object(pdb)
+        self._budgets[(budget.namespace, budget.name)] = budget
+
+    def remove_budget(self, namespace: str, name: str) -> None:
+        self._budgets.pop((namespace, name), None)
 
     def set_quota(self, quota: Mapping[str, Any]) -> None:
         meta = quota.get("metadata") or {}
@@ -241,6 +312,9 @@ class ClusterState:
 
     def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
         key = pod_key(pod)
+        self._expire_nominations(now)
+        held = self._pods.get(key)
+        nomination = self._nominations.pop(key, None)
         self._drop_pod(key)
         admitted = self.admit(pod)
         if admitted.handled and not admitted.allowed:
@@ -254,20 +328,21 @@ class ClusterState:
             return Decision(key, False, diagnosis=failure)
         found = self._find(job, now)
         if found is None:
-            return Decision(key, False, diagnosis=self._diagnose(subject, now, job))
+            diagnosis = self._diagnose(subject, now, job)
+            if nomination is not None and held is not None and self._victims_remain(nomination):
+                # kube-scheduler's rule: a nominated pod whose victims are still
+                # terminating waits for them rather than preempting again.
+                self._nominations[key] = nomination
+                self._add_pod(held)
+                return Decision(key, False, diagnosis=diagnosis, nominated_node=nomination.node)
+            preempting = self._preempt(job, subject, diagnosis, now)
+            if preempting is None:
+                return Decision(key, False, diagnosis=diagnosis)
+            chosen, outcome = preempting
+            return self._nominate(key, job, subject, chosen, outcome, diagnosis, now)
         node, outcome = found
-        annotations = {
-            names.ASSIGNED_NODE: node.name,
-            names.ASSIGNED_TIME: codec.encode_vgpu_time(now),
-            names.BIND_PHASE: codec.BindPhase.ALLOCATING.value,
-            names.BIND_TIME: codec.encode_vgpu_time(now),
-        }
+        annotations = self._annotations(node.name, outcome, now)
         devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
-        for vendor_word, single in devices.items():
-            spec = self._vendors.spec(vendor_word)
-            encoded = codec.encode_pod_single_device(single, spec.to_allocate_annotation)
-            annotations[spec.to_allocate_annotation] = encoded
-            annotations[spec.allocated_annotation] = encoded
         entry = _PodEntry(
             key=key,
             namespace=job.namespace,
@@ -280,15 +355,146 @@ class ClusterState:
         self._add_pod(entry)
         return Decision(key, True, node.name, devices, annotations)
 
+    def _annotations(self, node: str, outcome: placement.Outcome, now: float) -> dict[str, str]:
+        annotations = {
+            names.ASSIGNED_NODE: node,
+            names.ASSIGNED_TIME: codec.encode_vgpu_time(now),
+            names.BIND_PHASE: codec.BindPhase.ALLOCATING.value,
+            names.BIND_TIME: codec.encode_vgpu_time(now),
+        }
+        for vendor_word, single in outcome.devices.items():
+            if not any(single):
+                continue
+            spec = self._vendors.spec(vendor_word)
+            encoded = codec.encode_pod_single_device(single, spec.to_allocate_annotation)
+            annotations[spec.to_allocate_annotation] = encoded
+            annotations[spec.allocated_annotation] = encoded
+        return annotations
+
     def confirm(self, key: PodKey) -> None:
+        """The pod is bound: its reservation (or preemption hold) becomes a booking."""
         entry = self._pods.get(key)
         if entry is not None:
             entry.reserved = False
+        self._nominations.pop(key, None)
 
     def rollback(self, key: PodKey) -> None:
         entry = self._pods.get(key)
+        if entry is not None and entry.reserved and key not in self._nominations:
+            self._drop_pod(key)
+
+    def cancel_preemption(self, key: PodKey) -> None:
+        """Give up a preemptor's hold (an eviction was refused): its victims that are
+        still running may be chosen again by a later decision."""
+        nomination = self._nominations.pop(key, None)
+        if nomination is None:
+            return
+        entry = self._pods.get(key)
         if entry is not None and entry.reserved:
             self._drop_pod(key)
+        for victim in nomination.victims:
+            self._preempted.discard(victim)
+
+    def nominated_node(self, key: PodKey) -> str | None:
+        nomination = self._nominations.get(key)
+        return None if nomination is None else nomination.node
+
+    # --- preemption ---------------------------------------------------------------------
+    def _preempt(
+        self, job: placement.Job, pod: Mapping[str, Any], diagnosis: Diagnosis, now: float
+    ) -> tuple[preemption.Candidate, placement.Outcome] | None:
+        """The node and victims kube-scheduler's DefaultPreemption would choose, with
+        our Fit deciding whether the pod fits once they are gone (module preemption)."""
+        if not self.preemption_enabled or not preemption.eligible(pod) or diagnosis.error:
+            return None
+        priority = preemption.priority_of(pod)
+        budgets = list(self._budgets.values())
+        limit = preemption.candidate_limit(len(self._nodes))
+        candidates: list[preemption.Candidate] = []
+        without_violations = 0
+        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+            failure = diagnosis.node_failures.get(node.name)
+            if failure is None or failure.code is not Code.UNSCHEDULABLE:
+                continue  # no release can fix what rules this node out
+            occupants = [
+                preemption.Occupant(e.key, e.priority, e.started, e.labels)
+                for e in (self._pods[k] for k in sorted(node.pods) if k in self._pods)
+                if not e.deleting and not e.reserved and e.key not in self._preempted
+            ]
+
+            def fits_without(removed: frozenset[PodKey], node: _NodeEntry = node) -> bool:
+                return self._try_without(node, job, removed, now).ok
+
+            victims = preemption.select_victims(priority, occupants, budgets, fits_without)
+            if victims is None:
+                continue
+            candidates.append(preemption.Candidate(node.name, victims))
+            without_violations += victims.budget_violations == 0
+            if without_violations and len(candidates) >= limit:
+                break
+        chosen = preemption.pick_node(candidates)
+        if chosen is None:
+            return None
+        outcome = self._try_without(self._nodes[chosen.node], job, chosen.victims.keys, now)
+        return chosen, outcome
+
+    def _try_without(
+        self, node: _NodeEntry, job: placement.Job, removed: frozenset[PodKey], now: float
+    ) -> placement.Outcome:
+        """Fit on a node as if ``removed`` had left it (their quota usage too)."""
+        entries = [self._pods[k] for k in sorted(removed) if k in self._pods]
+        for entry in entries:
+            self._drop_pod(entry.key)
+        try:
+            return self._try_node(node, job, now)
+        finally:
+            for entry in entries:
+                self._add_pod(entry)
+
+    def _nominate(
+        self,
+        key: PodKey,
+        job: placement.Job,
+        pod: Mapping[str, Any],
+        chosen: preemption.Candidate,
+        outcome: placement.Outcome,
+        diagnosis: Diagnosis,
+        now: float,
+    ) -> Decision:
+        """Mark the victims and hold the shares they free for the preemptor, so that no
+        other pod takes them while the victims terminate."""
+        victims = chosen.victims.keys
+        self._preempted.update(victims)
+        self._nominations[key] = _Nomination(chosen.node, victims, now + self.nomination_timeout_s)
+        devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
+        entry = _PodEntry(
+            key=key,
+            namespace=job.namespace,
+            node=chosen.node,
+            requests=job.resources,
+            devices=devices,
+            bookings=placement.collapse(devices, job.init_count),
+            reserved=True,
+            priority=preemption.priority_of(pod),
+        )
+        self._add_pod(entry)
+        return Decision(
+            key,
+            False,
+            devices=devices,
+            annotations=self._annotations(chosen.node, outcome, now),
+            diagnosis=diagnosis,
+            nominated_node=chosen.node,
+            victims=tuple(p.key for p in chosen.victims.pods),
+        )
+
+    def _victims_remain(self, nomination: _Nomination) -> bool:
+        return any(v in self._pods for v in nomination.victims)
+
+    def _expire_nominations(self, now: float) -> None:
+        for key, nomination in list(self._nominations.items()):
+            if nomination.until < now:
+                self.cancel_preemption(key)
 
     # --- views ------------------------------------------------------------------------
     def device_usage(self) -> list[DeviceUsageRow]:

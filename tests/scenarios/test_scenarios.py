@@ -1,9 +1,10 @@
 """Every scenario file in ``data/`` through the engine, with and without the node index.
 
 The scenarios are written from the specification (``hami-semantics.md``, the seeds and
-``FORMAT.md``), not from the engine, so a failure here is a disagreement with the spec.
-Besides the keys that ``simulation.check`` knows (``scheduled``, ``node``, ``node_in``,
-``devices``, ``reason``), an ``expect`` entry may carry keys only this suite reads:
+``docs/scenario-format.md``), not from the engine, so a failure here is a disagreement
+with the spec. Besides the keys that ``simulation.check`` knows (``scheduled``,
+``node``, ``node_in``, ``devices``, ``reason``, ``victims``), an ``expect`` entry may
+carry keys only this suite reads:
 
 - ``reasons``: per node, the exact reason counts (only the nodes listed are compared);
 - ``allocations``: per container, the exact devices booked, as ``uuid``, ``usedmem``,

@@ -7,9 +7,15 @@ from typing import Any
 
 import pytest
 
-from vgpu_operator.handlers.reporting import failed_scheduling_message, scheduled_message
+from vgpu_operator.handlers.reporting import (
+    failed_scheduling_message,
+    preempted_message,
+    preempting_message,
+    scheduled_message,
+)
 from vgpu_operator.kube import conditions, events
 from vgpu_operator.kube.binding import binding_body
+from vgpu_operator.kube.eviction import eviction_body
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 
 T0 = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
@@ -130,3 +136,17 @@ def test_binding_carries_annotations_uid_and_target() -> None:
 @pytest.mark.parametrize("uid", ["", "u2"])
 def test_binding_uid_is_optional(uid: str) -> None:
     assert ("uid" in binding_body("ns", "p", uid, "n", {})["metadata"]) is bool(uid)
+
+
+def test_preemption_texts_name_both_sides() -> None:
+    preemptor = {"metadata": {"namespace": "ml", "name": "urgent"}}
+    assert preempted_message(preemptor, "node-a") == "Preempted by ml/urgent on node node-a"
+    assert preempting_message("node-a", 2) == "Preempting 2 pods on node node-a"
+    assert preempting_message("node-a", 1) == "Preempting 1 pod on node node-a"
+
+
+def test_eviction_carries_the_uid_precondition_when_known() -> None:
+    body = eviction_body("ml", "batch", "u-1")
+    assert body["kind"] == "Eviction"
+    assert body["deleteOptions"] == {"preconditions": {"uid": "u-1"}}
+    assert "deleteOptions" not in eviction_body("ml", "batch", "")

@@ -1,4 +1,5 @@
-"""The worker: decide -> bind -> confirm, rollback on failure, reports, gate and resync.
+"""The worker: decide -> bind -> confirm, rollback on failure, reports, gate and resync;
+preemption: nominate, evict, report, and give up when an eviction is refused.
 
 The engine, the binder and the reporter are fakes; the queue and the feed are real.
 """
@@ -16,6 +17,7 @@ from vgpu_operator.handlers.feed import StateFeed
 from vgpu_operator.handlers.queue import SchedulingQueue
 from vgpu_operator.handlers.worker import SchedulingWorker
 from vgpu_operator.kube.binding import BindOutcome
+from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics
 from vgpu_operator.scheduling.cluster import Decision
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
@@ -31,6 +33,7 @@ class Engine:
     def __init__(self) -> None:
         self.decisions: dict[str, Decision | Exception] = {}
         self.log: list[str] = []
+        self.cancelled: list[str] = []
 
     def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
@@ -45,6 +48,9 @@ class Engine:
 
     def rollback(self, key: str) -> None:
         self.log.append(f"rollback {key}")
+
+    def cancel_preemption(self, key: str) -> None:
+        self.cancelled.append(key)
 
     # What the feed calls:
     def set_pod(self, pod: Mapping[str, Any]) -> None:
@@ -361,3 +367,99 @@ def test_binds_in_flight_are_bounded() -> None:
 
     rig = asyncio.run(scenario())
     assert rig.binder.most_active == 2
+
+
+# --- preemption -------------------------------------------------------------------------
+
+PREEMPTING = Decision(
+    "ns/a", False, diagnosis=NO_MEMORY, nominated_node="n1", victims=("ns/v1", "ns/v2")
+)
+
+
+class Preemptor:
+    def __init__(self) -> None:
+        self.outcomes: dict[str, EvictOutcome | Exception] = {}
+        self.log: list[str] = []
+
+    async def evict(self, victim: str) -> EvictOutcome:
+        outcome = self.outcomes.get(victim, EvictOutcome.EVICTED)
+        self.log.append(f"evict {victim}")
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None:
+        self.log.append(f"nominate {pod['metadata']['name']} {node}")
+
+    async def preempted(self, victim: str, preemptor: Mapping[str, Any], node: str) -> None:
+        self.log.append(f"preempted {victim} by {preemptor['metadata']['name']} on {node}")
+
+    async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None:
+        self.log.append(f"preempting {victims} on {node}")
+
+
+def rig_with_preemptor(decision: Decision) -> tuple[Rig, Preemptor]:
+    rig = Rig()
+    preemptor = Preemptor()
+    rig.worker._preemptor = preemptor  # the worker reads it per preemption
+    rig.engine.decisions["ns/a"] = decision
+    return rig, preemptor
+
+
+def run(decision: Decision, **outcomes: EvictOutcome | Exception) -> tuple[Rig, Preemptor]:
+    async def scenario() -> tuple[Rig, Preemptor]:
+        rig, preemptor = rig_with_preemptor(decision)
+        preemptor.outcomes = {f"ns/{k}": v for k, v in outcomes.items()}
+        rig.add("a")
+        rig.decide_next()
+        await rig.worker.drain()
+        return rig, preemptor
+
+    return asyncio.run(scenario())
+
+
+def test_preempting_pod_is_nominated_and_its_victims_evicted_not_bound() -> None:
+    rig, preemptor = run(PREEMPTING)
+    assert rig.binder.bound == []
+    assert preemptor.log == [
+        "nominate a n1",
+        "preempting 2 on n1",
+        "evict ns/v1",
+        "preempted ns/v1 by a on n1",
+        "evict ns/v2",
+        "preempted ns/v2 by a on n1",
+    ]
+    assert rig.engine.cancelled == []
+    assert rig.queue.parked_count == 1  # waits for the victims to go
+    assert rig.reporter.reports == []
+    assert rig.attempts("preempting") == 1
+
+
+def test_refused_eviction_gives_the_preemption_up() -> None:
+    rig, preemptor = run(PREEMPTING, v1=EvictOutcome.REFUSED)
+    assert "evict ns/v2" in preemptor.log  # the others are still evicted
+    assert not any(line.startswith("preempted ns/v1") for line in preemptor.log)
+    assert rig.engine.cancelled == ["ns/a"]
+    assert preemptor.log[-1] == "nominate a None"
+    assert rig.queue.parked_count == 0  # decided again after its backoff
+    assert rig.queue.pop() is None
+    rig.clock.now += 60
+    assert rig.queue.pop() == "ns/a"
+
+
+def test_victim_already_gone_is_no_refusal() -> None:
+    rig, preemptor = run(PREEMPTING, v2=EvictOutcome.GONE)
+    assert rig.engine.cancelled == []
+    assert "preempted ns/v2 by a on n1" not in preemptor.log
+
+
+def test_api_error_gives_the_preemption_up() -> None:
+    rig, _ = run(PREEMPTING, v1=RuntimeError("apiserver down"))
+    assert rig.engine.cancelled == ["ns/a"]
+
+
+def test_waiting_for_victims_is_parked_quietly() -> None:
+    rig, preemptor = run(Decision("ns/a", False, diagnosis=NO_MEMORY, nominated_node="n1"))
+    assert preemptor.log == []
+    assert rig.reporter.reports == []
+    assert rig.queue.parked_count == 1

@@ -25,6 +25,7 @@ class FakeEngine:
         self.nodes: dict[str, Mapping[str, Any]] = {}
         self.inventories: dict[str, tuple[list[str], float | None, list[str]]] = {}
         self.quotas: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.budgets: dict[tuple[str, str], Mapping[str, Any]] = {}
         self.config: device_config.DeviceConfig | None = None
         self.calls: list[str] = []
 
@@ -65,6 +66,13 @@ class FakeEngine:
 
     def remove_quota(self, namespace: str, name: str) -> None:
         self.quotas.pop((namespace, name), None)
+
+    def set_budget(self, pdb: Mapping[str, Any]) -> None:
+        meta = pdb["metadata"]
+        self.budgets[(meta["namespace"], meta["name"])] = pdb
+
+    def remove_budget(self, namespace: str, name: str) -> None:
+        self.budgets.pop((namespace, name), None)
 
 
 class Clock:
@@ -360,6 +368,29 @@ def test_quota_limit_change_wakes_and_deletion_removes(
     assert queue.parked_count == 0
     feed.quota_event("DELETED", quota(4, "2000"))
     assert engine.quotas == {}
+
+
+def budget(name: str, version: int, allowed: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": str(version)},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}},
+        "status": {"disruptionsAllowed": allowed},
+    }
+
+
+def test_budgets_reach_the_engine_newest_first_and_wake_nobody(
+    feed: StateFeed, queue: SchedulingQueue, engine: FakeEngine
+) -> None:
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    feed.budget_event("ADDED", budget("db", 2, 1))
+    feed.budget_event("MODIFIED", budget("db", 1, 5))  # stale news
+    assert engine.budgets[("ns", "db")]["status"]["disruptionsAllowed"] == 1
+    assert queue.parked_count == 1  # a budget changes who is evicted, not who fits
+    feed.budgets_listed([budget("web", 3, 0)], "4")
+    assert set(engine.budgets) == {("ns", "web")}
+    feed.budget_event("DELETED", budget("web", 5, 0))
+    assert engine.budgets == {}
 
 
 def config_map(text: str, version: int = 1) -> dict[str, Any]:

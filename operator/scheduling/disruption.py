@@ -1,0 +1,108 @@
+"""PodDisruptionBudgets as preemption reads them: which victims would violate one.
+
+Only what kube-scheduler's DefaultPreemption reads: a budget's namespace, its
+``spec.selector`` and ``status.disruptionsAllowed`` (and ``status.disruptedPods``, pods
+already counted against it). Pure functions over the plain dicts the API returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: A pod's identity and labels, as budgets match them.
+Labels = Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    namespace: str
+    name: str
+    selector: Mapping[str, Any] | None
+    disruptions_allowed: int
+    disrupted_pods: frozenset[str]
+
+    @classmethod
+    def from_object(cls, pdb: Mapping[str, Any]) -> Budget:
+        meta = pdb.get("metadata") or {}
+        spec = pdb.get("spec") or {}
+        status = pdb.get("status") or {}
+        allowed = status.get("disruptionsAllowed")
+        disrupted = status.get("disruptedPods")
+        return cls(
+            namespace=meta.get("namespace") or "default",
+            name=str(meta.get("name") or ""),
+            selector=spec.get("selector") if isinstance(spec.get("selector"), Mapping) else None,
+            disruptions_allowed=allowed if isinstance(allowed, int) else 0,
+            disrupted_pods=frozenset(disrupted) if isinstance(disrupted, Mapping) else frozenset(),
+        )
+
+    def covers(self, namespace: str, name: str, labels: Labels) -> bool:
+        """Whether an eviction of this pod counts against the budget.
+
+        As kube-scheduler: an absent or empty selector selects nothing, a pod without
+        labels is covered by no budget, and a pod already listed in ``disruptedPods``
+        has been counted.
+        """
+        if namespace != self.namespace or not labels or not self.selector:
+            return False
+        if name in self.disrupted_pods:
+            return False
+        return selector_matches(self.selector, labels)
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Labels) -> bool:
+    """A metav1.LabelSelector (``matchLabels`` and ``matchExpressions``) against labels."""
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not match_labels and not expressions:
+        return False
+    if any(labels.get(k) != v for k, v in match_labels.items()):
+        return False
+    return all(_expression_matches(expr, labels) for expr in expressions)
+
+
+def _expression_matches(expr: Mapping[str, Any], labels: Labels) -> bool:
+    key = expr.get("key", "")
+    operator = expr.get("operator")
+    values = expr.get("values") or []
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    return False  # an unknown operator selects nothing, as the API would refuse it
+
+
+@dataclass(frozen=True, slots=True)
+class PodIdentity:
+    namespace: str
+    name: str
+    labels: Labels
+
+
+def split_by_violation(
+    pods: Sequence[PodIdentity], budgets: Sequence[Budget]
+) -> tuple[list[int], list[int]]:
+    """Positions of ``pods`` whose eviction would violate a budget, and of the others.
+
+    kube-scheduler's ``filterPodsWithPDBViolation``: walk the pods in the given order,
+    each one spending one allowed disruption of every budget that covers it; a pod that
+    takes a budget below zero is violating.
+    """
+    allowed = [b.disruptions_allowed for b in budgets]
+    violating: list[int] = []
+    others: list[int] = []
+    for position, pod in enumerate(pods):
+        violates = False
+        for index, budget in enumerate(budgets):
+            if budget.covers(pod.namespace, pod.name, pod.labels):
+                allowed[index] -= 1
+                if allowed[index] < 0:
+                    violates = True
+        (violating if violates else others).append(position)
+    return violating, others
