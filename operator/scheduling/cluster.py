@@ -351,6 +351,8 @@ class ClusterState:
             devices=devices,
             bookings=placement.collapse(devices, job.init_count),
             reserved=True,
+            priority=preemption.priority_of(subject),
+            labels=dict((subject.get("metadata") or {}).get("labels") or {}),
         )
         self._add_pod(entry)
         return Decision(key, True, node.name, devices, annotations)
@@ -476,6 +478,7 @@ class ClusterState:
             bookings=placement.collapse(devices, job.init_count),
             reserved=True,
             priority=preemption.priority_of(pod),
+            labels=dict((pod.get("metadata") or {}).get("labels") or {}),
         )
         self._add_pod(entry)
         return Decision(
