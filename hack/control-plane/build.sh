@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Build (once) and cache the binaries of the test control plane: kube-apiserver, etcd and kwok.
+# Build (once) and cache the binaries of the test control plane: kube-apiserver, etcd and kwok,
+# and the two test tools beside them: kubectl (the README's install steps are run with it) and
+# promtool (checks the operator's and the agent's metrics endpoints).
 #
 #   hack/control-plane/build.sh              ensure the binaries exist; print the bin dir (last line)
 #   hack/control-plane/build.sh --print-dir  print the bin dir only; build nothing
 #
 # Each binary is cached outside the repository, per component and version:
 #   ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/<component>-<version>/<component>
-# and a combined directory of symlinks to the three is what tests use (VGPU_CONTROL_PLANE_BIN_DIR).
+# and a combined directory of symlinks to all five is what tests use (VGPU_CONTROL_PLANE_BIN_DIR).
+# kubectl is built from the kube-apiserver wrapper's go.mod/go.sum (same module versions, so the
+# second of the two reuses most of Go's build cache).
 # A cached binary is trusted only if `<binary> --version` reports the expected version.
 # If $KUBEBUILDER_ASSETS holds kube-apiserver and etcd, those are used instead of building them
-# (kwok is still built and cached).
+# (kwok, kubectl and promtool are still built and cached).
 #
 # Progress goes to stderr; only the directory goes to stdout.
 # Environment: VGPU_CACHE_DIR, KUBEBUILDER_ASSETS, GO (go command), GOMODCACHE/GOCACHE (Go's own).
@@ -55,19 +59,28 @@ export CGO_ENABLED=0       # static binaries, no C compiler needed
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod -buildvcs=false"
 JOBS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 
-# expected version substring printed by `<bin> --version`
+# expected version substring printed by `<bin> --version` (`kubectl version --client`)
 expected_version() {
     case "$1" in
         kube-apiserver) printf 'Kubernetes %s' "$K8S_VERSION" ;;
+        kubectl) printf 'Client Version: %s' "$K8S_VERSION" ;;
         etcd) printf 'etcd Version: %s' "${ETCD_VERSION#v}" ;;
         kwok) printf 'kwok version %s' "$KWOK_VERSION" ;;
+        promtool) printf 'promtool, version %s ' "${PROMTOOL_VERSION#v}" ;;
+    esac
+}
+
+version_output() { # <path> <component>
+    case "$2" in
+        kubectl) "$1" version --client 2>&1 ;;
+        *) "$1" --version 2>&1 ;;
     esac
 }
 
 binary_ok() { # <path> <component>
     local out
     [[ -x "$1" ]] || return 1
-    out=$("$1" --version 2>&1) || return 1
+    out=$(version_output "$1" "$2") || return 1
     [[ "$out" == *"$(expected_version "$2")"* ]]
 }
 
@@ -85,15 +98,26 @@ check_go() {
 
 component_version() {
     case "$1" in
-        kube-apiserver) printf '%s' "$K8S_VERSION" ;;
+        kube-apiserver | kubectl) printf '%s' "$K8S_VERSION" ;;
         etcd) printf '%s' "$ETCD_VERSION" ;;
         kwok) printf '%s' "$KWOK_VERSION" ;;
+        promtool) printf '%s' "$PROMTOOL_VERSION" ;;
+    esac
+}
+
+# the wrapper module a component is built from (kubectl shares kube-apiserver's)
+wrapper_dir() {
+    case "$1" in
+        kubectl) printf '%s' "$HERE/kube-apiserver" ;;
+        *) printf '%s' "$HERE/$1" ;;
     esac
 }
 
 check_wrapper_version() { # <component> <module path> <version>
-    grep -Eq "^[[:space:]]*(require[[:space:]]+)?$2 $3( |\$)" "$HERE/$1/go.mod" \
-        || die "$HERE/$1/go.mod does not require $2 $3 (versions.env and go.mod disagree)"
+    local mod
+    mod="$(wrapper_dir "$1")/go.mod"
+    grep -Eq "^[[:space:]]*(require[[:space:]]+)?$2 $3( |\$)" "$mod" \
+        || die "$mod does not require $2 $3 (versions.env and go.mod disagree)"
 }
 
 go_build() { # <component> <workdir> <package> <output> <ldflags> [tags]
@@ -128,9 +152,9 @@ build_component() { # <component>
     mkdir -p "$BIN_ROOT"
     work=$(mktemp -d "$BIN_ROOT/.build-$c.XXXXXX")
     # Build in a copy so the repository's go.mod/go.sum are never modified.
-    cp "$HERE/$c/go.mod" "$HERE/$c/go.sum" "$work/"
+    cp "$(wrapper_dir "$c")/go.mod" "$(wrapper_dir "$c")/go.sum" "$work/"
     case "$c" in
-        kube-apiserver)
+        kube-apiserver | kubectl)
             check_wrapper_version "$c" k8s.io/kubernetes "$K8S_VERSION"
             local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
             local date p
@@ -141,7 +165,7 @@ build_component() { # <component>
                 ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
             done
             tags="selinux,notest,grpcnotrace"
-            pkg=k8s.io/kubernetes/cmd/kube-apiserver
+            pkg=k8s.io/kubernetes/cmd/$c
             ;;
         etcd)
             check_wrapper_version "$c" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
@@ -153,10 +177,21 @@ build_component() { # <component>
             ldflags="-s -w"
             pkg=sigs.k8s.io/kwok/cmd/kwok
             ;;
+        promtool)
+            # Prometheus v3.<minor>.<patch> is Go module v0.<minor, 3 digits>.<patch>.
+            local v=${PROMTOOL_VERSION#v3.} minor patch
+            minor=${v%%.*}; patch=${v#*.}
+            check_wrapper_version "$c" github.com/prometheus/prometheus "$(printf 'v0.%d%02d.%s' 3 "$minor" "$patch")"
+            ldflags="-s -w -X github.com/prometheus/common/version.Version=${PROMTOOL_VERSION#v}"
+            ldflags+=" -X github.com/prometheus/common/version.Revision=module-$PROMTOOL_VERSION"
+            # remove_all_sd: leave out the service-discovery plugins (cloud SDKs) the checks never use
+            tags="remove_all_sd"
+            pkg=github.com/prometheus/prometheus/cmd/promtool
+            ;;
         *) die "unknown component $c" ;;
     esac
     go_build "$c" "$work" "$pkg" "$work/$c" "$ldflags" "$tags"
-    binary_ok "$work/$c" "$c" || die "$c: built binary does not report '$(expected_version "$c")': $("$work/$c" --version 2>&1 | head -n 3)"
+    binary_ok "$work/$c" "$c" || die "$c: built binary does not report '$(expected_version "$c")': $(version_output "$work/$c" "$c" | head -n 3)"
     mkdir -p "$dir"
     mv -f "$work/$c" "$dest.tmp.$$" && mv -f "$dest.tmp.$$" "$dest"
     rm -rf "$work"
@@ -175,11 +210,11 @@ main() {
         flock 9
     fi
     local total=$SECONDS
-    local -a components=(kwok)
+    local -a components=(kwok kubectl promtool)
     if use_kubebuilder_assets; then
         log "using kube-apiserver and etcd from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
     else
-        components=(etcd kwok kube-apiserver)
+        components=(etcd kwok kube-apiserver kubectl promtool)
     fi
     local c
     for c in "${components[@]}"; do
@@ -194,6 +229,8 @@ main() {
         link_into_combined etcd "$BIN_ROOT/etcd-$ETCD_VERSION/etcd"
     fi
     link_into_combined kwok "$BIN_ROOT/kwok-$KWOK_VERSION/kwok"
+    link_into_combined kubectl "$BIN_ROOT/kubectl-$K8S_VERSION/kubectl"
+    link_into_combined promtool "$BIN_ROOT/promtool-$PROMTOOL_VERSION/promtool"
     log "all binaries ready in $COMBINED ($((SECONDS - total))s)"
     printf '%s\n' "$COMBINED"
 }

@@ -32,7 +32,7 @@ from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.handlers import admission, feed, leadership, queue, reporting, serving, worker
 from vgpu_operator.handlers.options import OperatorOptions
-from vgpu_operator.kube import binding, client, eviction, listing
+from vgpu_operator.kube import binding, client, eviction, listing, peering
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics
@@ -146,6 +146,8 @@ class OperatorApp:
             aggregator=kube_events.EventAggregator(self.identity),
             scheduled_events=options.scheduled_events,
         )
+        if not options.standalone:
+            await self._ensure_peering()
         if options.standalone:
             self.gate = worker.AlwaysOpen()
             self.metrics.leadership(True)
@@ -189,6 +191,18 @@ class OperatorApp:
             standalone=options.standalone,
             priority=self.priority,
         )
+
+    async def _ensure_peering(self) -> None:
+        """Create our peering object if it is missing (manifests/ ships only its CRD)."""
+        assert self.api is not None
+        try:
+            created = await peering.ensure_cluster_peering(self.api, self.options.peering)
+        except peering.PeeringCrdMissingError as exc:
+            # Kopf fails on its own without the CRD; say what to do first.
+            log.error("peering_crd_missing", peering=self.options.peering, error=str(exc))
+            return
+        if created:
+            log.info("peering_created", peering=self.options.peering)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self, TypeVar
+from typing import IO, Any, Final, Self, TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -141,7 +141,7 @@ def _search_dirs() -> list[tuple[str, Path, tuple[str, ...]]]:
     """(description, directory, binaries it may provide), in order of preference."""
     dirs: list[tuple[str, Path, tuple[str, ...]]] = []
     if env := os.environ.get(BIN_DIR_ENV):
-        dirs.append((f"${BIN_DIR_ENV}", Path(env), ("kube-apiserver", "etcd", "kwok")))
+        dirs.append((f"${BIN_DIR_ENV}", Path(env), ("kube-apiserver", "etcd", "kwok", *TOOLS)))
     if env := os.environ.get(KUBEBUILDER_ASSETS_ENV):
         dirs.append((f"${KUBEBUILDER_ASSETS_ENV}", Path(env), ("kube-apiserver", "etcd", "kwok")))
     return dirs
@@ -165,6 +165,21 @@ def _find_binary(name: str) -> tuple[Path | None, list[str]]:
         reverse=True,
     )
     return (cached[0] if cached else None), looked
+
+
+#: Test tools built beside the control plane (hack/control-plane/build.sh).
+TOOLS: Final = ("kubectl", "promtool")
+
+
+def find_tool(name: str) -> Path:
+    """One of ``TOOLS`` (kubectl, promtool), or raise BinariesNotFoundError."""
+    path, looked = _find_binary(name)
+    if path is None:
+        raise BinariesNotFoundError(
+            f"{name} not found: looked in {', '.join(looked)}\n"
+            "Run `make control-plane-bins` (builds it once beside the control plane)."
+        )
+    return path
 
 
 def find_binaries(*, need_kwok: bool = True) -> Binaries:

@@ -19,6 +19,7 @@ from vgpu_operator.testing.controlplane import (
     BinariesNotFoundError,
     ControlPlane,
     find_binaries,
+    find_tool,
 )
 
 REQUIRE_ENV = "VGPU_REQUIRE_CONTROL_PLANE"
@@ -68,3 +69,25 @@ def kubeconfig_env(control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig_path))
     monkeypatch.setenv("NO_PROXY", control_plane.env()["NO_PROXY"])
     return control_plane.kubeconfig_path
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Path:
+    """The kubectl built beside the control plane (same version as kube-apiserver)."""
+    return _tool("kubectl")
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    """Prometheus's promtool, for `promtool check metrics`."""
+    return _tool("promtool")
+
+
+def _tool(name: str) -> Path:
+    try:
+        return find_tool(name)
+    except BinariesNotFoundError as exc:
+        problem = str(exc)
+    if control_plane_required():
+        pytest.fail(f"{problem}\n({REQUIRE_ENV} is set, so this is an error)", pytrace=False)
+    pytest.skip(f"{problem}\n(set {REQUIRE_ENV}=1 to fail instead of skipping)")

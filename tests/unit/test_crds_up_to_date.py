@@ -15,5 +15,5 @@ def test_committed_crd_matches_the_models() -> None:
 
 
 def test_crd_folder_holds_only_generated_files() -> None:
-    rendered = sorted(p.name for p in CRDS.iterdir() if p.name != "kustomization.yaml")
+    rendered = sorted(p.name for p in CRDS.iterdir() if p.name != "Kustomization")
     assert rendered == [resources.CRD_FILE_NAME]

@@ -1,0 +1,449 @@
+"""The README's install steps, run with kubectl on a fresh API server, then the operator and
+the agent on their own ServiceAccounts' tokens under the manifests' RBAC and admission
+policy: what each must be able to do, and what each must be refused.
+
+This module starts its own control plane: the install must work on a cluster that has
+seen nothing of ours (the session control plane has CRDs installed by other tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import shlex
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from integration import operator_env as env
+
+from vgpu_operator import names
+from vgpu_operator.agent.inventory import RegistrationOptions
+from vgpu_operator.agent.main import AgentSettings, run_agent
+from vgpu_operator.agent.metrics import AgentMetrics
+from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.testing.controlplane import ApiError, Binaries, ControlPlane
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+NAMESPACE = "vgpu-operator"
+INVENTORIES = env.INVENTORIES
+PEERINGS = "/apis/kopf.dev/v1/clusterkopfpeerings"
+
+
+def readme_install_commands() -> list[str]:
+    """The kubectl lines of the first console block under "Installing in a cluster"."""
+    text = README.read_text()
+    section = text.split("## Installing in a cluster", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```console\n(.*?)```", section, re.S)
+    assert block, "the README's install section has no console block"
+    lines = [line.split(" #", 1)[0].strip() for line in block.group(1).splitlines()]
+    commands = [line for line in lines if line.startswith("kubectl ")]
+    assert commands, "the README's install block names no kubectl command"
+    return commands
+
+
+@dataclass
+class Cluster:
+    cp: ControlPlane
+    kubectl: Path
+
+    def run(self, args: list[str], token: str | None = None) -> subprocess.CompletedProcess[str]:
+        """kubectl from the repository root, as admin or with a bearer token."""
+        auth = (
+            [
+                "--kubeconfig=/dev/null",
+                f"--server={self.cp.server}",
+                f"--certificate-authority={self.cp.ca_path}",
+                f"--token={token}",
+            ]
+            if token
+            else []
+        )
+        return subprocess.run(
+            [str(self.kubectl), *auth, *args],
+            cwd=REPO,
+            env={**self.cp.env(), "HOME": str(self.cp.workdir)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+
+@pytest.fixture(scope="module")
+def installed(control_plane_binaries: Binaries, kubectl: Path) -> Iterator[Cluster]:
+    """A fresh control plane on which the README's install commands have been run."""
+    with ControlPlane(kwok=True, binaries=control_plane_binaries) as cp:
+        cluster = Cluster(cp, kubectl)
+        for command in readme_install_commands():
+            done = cluster.run(shlex.split(command)[1:])
+            assert done.returncode == 0, f"`{command}` failed:\n{done.stdout}\n{done.stderr}"
+        yield cluster
+
+
+# --- tokens -------------------------------------------------------------------------------
+
+
+def service_account_token(cp: ControlPlane, account: str, pod: str | None = None) -> str:
+    """A TokenRequest token for ``account``, bound to ``pod`` (and so to its node) if given."""
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if pod is not None:
+        spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": pod}
+    answer = cp.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+    )
+    return str(answer["status"]["token"])
+
+
+def token_kubeconfig(cp: ControlPlane, token: str, path: Path) -> Path:
+    ca = base64.b64encode(cp.ca_pem).decode()
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {"server": cp.server, "certificate-authority-data": ca},
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": token}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return path
+
+
+def agent_pod(cp: ControlPlane, node: str) -> str:
+    """A pod of the agent's DaemonSet shape on ``node`` (KWOK plays its kubelet)."""
+    name = f"vgpu-agent-{node}"
+    cp.create(
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "vgpu-agent"}},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": "vgpu-agent",
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "agent", "image": "vgpu-operator:0.1.0"}],
+            },
+        },
+    )
+    return name
+
+
+class AgentThread:
+    """The agent's loop in a thread with the given kubeconfig."""
+
+    def __init__(self, node: str, kubeconfig: Path) -> None:
+        self.metrics = AgentMetrics()
+        self._settings = AgentSettings(
+            node_name=node,
+            heartbeat_interval_s=1.0,
+            poll_interval_s=0.2,
+            backoff_initial_s=0.2,
+            backoff_max_s=1.0,
+            health_wait_s=0.2,
+            registration=RegistrationOptions(split_count=10),
+        )
+        self._backend = SimulatedBackend(resolve_machine_path("l40s-pcie-4"), node)
+        self._kubeconfig = kubeconfig
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="agent", daemon=True)
+
+    def _main(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            self._ready.set()
+            await run_agent(
+                self._settings,
+                self._backend,
+                kubeconfig=str(self._kubeconfig),
+                stop=self._stop,
+                metrics=self.metrics,
+            )
+
+        asyncio.run(main())
+
+    def __enter__(self) -> AgentThread:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(15)
+
+
+@pytest.fixture(scope="module")
+def gpu_nodes(installed: Cluster) -> tuple[str, str]:
+    """Two KWOK GPU nodes, A and B, labelled for the test."""
+    nodes = (f"gpu-a-{uuid.uuid4().hex[:6]}", f"gpu-b-{uuid.uuid4().hex[:6]}")
+    for node in nodes:
+        installed.cp.create_fake_gpu_node(node, gpus=4)
+    return nodes
+
+
+@pytest.fixture(scope="module")
+def agent_token(installed: Cluster, gpu_nodes: tuple[str, str]) -> str:
+    """The agent's token as the kubelet would mount it on node A: bound to its pod there."""
+    return service_account_token(installed.cp, "vgpu-agent", agent_pod(installed.cp, gpu_nodes[0]))
+
+
+@pytest.fixture(scope="module")
+def operator_token(installed: Cluster) -> str:
+    return service_account_token(installed.cp, "vgpu-operator")
+
+
+# --- install ------------------------------------------------------------------------------
+
+
+def test_the_readme_install_creates_every_object_in_one_run(installed: Cluster) -> None:
+    cp = installed.cp
+    for path in (
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/vgpu-operator",
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/vgpu-agent",
+        f"/api/v1/namespaces/{NAMESPACE}/configmaps/vgpu-device-config",
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/vgpu-operator",
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/vgpu-agent",
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/vgpu-operator",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-agent-own-node",
+        INVENTORIES,
+        PEERINGS,
+    ):
+        # A CRD just established may answer 429 while its storage initialises.
+        env.wait_until(f"{path} to be served", lambda path=path: _served(cp, path), 30)
+    # Applying again changes nothing and fails nothing (upgrades re-run the same command).
+    again = installed.run(["apply", "-k", "manifests/"])
+    assert again.returncode == 0, again.stderr
+
+
+def _served(cp: ControlPlane, path: str) -> bool:
+    try:
+        cp.get(path)
+    except ApiError:
+        return False
+    return True
+
+
+def test_the_crd_folder_applies_with_dash_f(installed: Cluster) -> None:
+    done = installed.run(["apply", "-f", "crds/"])
+    assert done.returncode == 0, done.stderr
+    assert "deviceinventories.vgpu-operator.io" in done.stdout
+
+
+def test_the_hami_annotation_opt_in_applies(installed: Cluster) -> None:
+    done = installed.run(["apply", "-f", "manifests/agent-hami-annotations.yaml"])
+    assert done.returncode == 0, done.stderr
+    installed.run(["delete", "-f", "manifests/agent-hami-annotations.yaml"])
+
+
+# --- the agent's identity -----------------------------------------------------------------
+
+
+def test_the_agent_reports_its_own_node_on_its_own_token(
+    installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str, tmp_path: Path
+) -> None:
+    cp = installed.cp
+    node = gpu_nodes[0]
+    kubeconfig = token_kubeconfig(cp, agent_token, tmp_path / "agent.kubeconfig")
+    with AgentThread(node, kubeconfig):
+
+        def reported() -> dict[str, Any] | None:
+            try:
+                obj = cp.get(f"{INVENTORIES}/{node}")
+            except ApiError:
+                return None
+            return obj if (obj.get("status") or {}).get("devices") else None
+
+        inventory = env.wait_until("the agent's inventory of node A", reported, 60)
+    assert inventory["status"]["nodeName"] == node
+    assert len(inventory["status"]["devices"]) == 4
+
+
+def _refused(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode != 0, f"expected a refusal, got: {done.stdout}"
+    assert "Forbidden" in done.stderr or "forbidden" in done.stderr, done.stderr
+    return done.stderr
+
+
+def _inventory_file(tmp_path: Path, node: str) -> str:
+    path = tmp_path / f"{node}.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": f"{names.CRD_GROUP}/{names.CRD_VERSION}",
+                "kind": names.DEVICE_INVENTORY_KIND,
+                "metadata": {"name": node},
+                "spec": {},
+            }
+        )
+    )
+    return str(path)
+
+
+def test_the_agent_may_not_write_another_nodes_inventory(
+    installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str, tmp_path: Path
+) -> None:
+    node_b = gpu_nodes[1]
+    message = _refused(
+        installed.run(["create", "-f", _inventory_file(tmp_path, node_b)], token=agent_token)
+    )
+    assert "vgpu-agent-own-node" in message
+    assert f"may write only its own node, not {node_b}" in message
+    # Node B's inventory written by someone allowed to; the agent of A may not change it.
+    env.write_inventory(installed.cp, node_b, env.cards("b", 2))
+    status = json.dumps({"status": {"devices": [], "nodeName": node_b}})
+    message = _refused(
+        installed.run(
+            [
+                "patch",
+                f"{names.DEVICE_INVENTORY_PLURAL}.{names.CRD_GROUP}",
+                node_b,
+                "--subresource=status",
+                "--type=merge",
+                f"-p={status}",
+            ],
+            token=agent_token,
+        )
+    )
+    assert "may write only its own node" in message
+    assert len(installed.cp.get(f"{INVENTORIES}/{node_b}")["status"]["devices"]) == 2
+
+
+def test_an_agent_token_bound_to_no_node_writes_no_inventory(
+    installed: Cluster, gpu_nodes: tuple[str, str], tmp_path: Path
+) -> None:
+    unbound = service_account_token(installed.cp, "vgpu-agent")
+    message = _refused(
+        installed.run(["create", "-f", _inventory_file(tmp_path, "gpu-x")], token=unbound)
+    )
+    assert "this token names no node" in message
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["patch", "node", "{b}", "--type=merge", "-p={{}}"], id="patch-foreign-node"),
+        pytest.param(["patch", "node", "{a}", "--type=merge", "-p={{}}"], id="patch-own-node"),
+        pytest.param(["get", "secrets", "-A"], id="read-secrets"),
+        pytest.param(["delete", "pod", "-n", NAMESPACE, "--all"], id="delete-pods"),
+        pytest.param(["get", "pods", "-A"], id="list-pods"),
+        pytest.param(["delete", "deviceinventories.vgpu-operator.io", "{a}"], id="delete-inv"),
+    ],
+)
+def test_the_agent_is_refused(
+    installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str, args: list[str]
+) -> None:
+    node_a, node_b = gpu_nodes
+    filled = [arg.format(a=node_a, b=node_b) for arg in args]
+    _refused(installed.run(filled, token=agent_token))
+
+
+def test_with_the_hami_opt_in_the_agent_patches_only_its_own_node(
+    installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str
+) -> None:
+    node_a, node_b = gpu_nodes
+    opt_in = ["apply", "-f", "manifests/agent-hami-annotations.yaml"]
+    assert installed.run(opt_in).returncode == 0
+    try:
+        patch = '-p={"metadata":{"annotations":{"hami.io/node-handshake":"x"}}}'
+        own = installed.run(["patch", "node", node_a, "--type=merge", patch], token=agent_token)
+        assert own.returncode == 0, own.stderr
+        message = _refused(
+            installed.run(["patch", "node", node_b, "--type=merge", patch], token=agent_token)
+        )
+        assert f"not {node_b}" in message
+    finally:
+        installed.run(["delete", "-f", "manifests/agent-hami-annotations.yaml"])
+
+
+# --- the operator's identity --------------------------------------------------------------
+
+
+def test_the_operator_schedules_on_its_own_token(
+    installed: Cluster, gpu_nodes: tuple[str, str], operator_token: str, tmp_path: Path
+) -> None:
+    cp = installed.cp
+    node = gpu_nodes[1]
+    env.write_inventory(cp, node, env.cards(node, 2))
+    namespace = f"team-{uuid.uuid4().hex[:6]}"
+    cp.ensure_namespace(namespace)
+    kubeconfig = token_kubeconfig(cp, operator_token, tmp_path / "operator.kubeconfig")
+    options = env.options(
+        cp,
+        NAMESPACE,
+        kubeconfig=kubeconfig,
+        config_map="vgpu-device-config",
+        standalone=False,
+        peering="vgpu-operator",
+    )
+    with OperatorThread(options):
+        # The manifests ship only the peering CRD: the operator makes its peering object.
+        env.wait_until("the operator's peering object", lambda: _exists(cp, PEERINGS), 30)
+        pod = env.gpu_pod(namespace, "shared", scheduler="vgpu-scheduler", group="-", gpumem=4096)
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        env.create_pod(cp, pod)
+        bound = env.wait_bound(cp, namespace, "shared", 90)
+    assert bound["spec"]["nodeName"] == node
+    assert env.allocation(bound)
+
+
+def _exists(cp: ControlPlane, path: str) -> bool:
+    try:
+        return bool(cp.get(f"{path}/vgpu-operator"))
+    except ApiError:
+        return False
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["patch", "node", "{a}", "--type=merge", "-p={{}}"], id="patch-node"),
+        pytest.param(["patch", "pod", "-n", NAMESPACE, "{pod}", "-p={{}}"], id="patch-pod"),
+        pytest.param(["delete", "pod", "-n", NAMESPACE, "{pod}"], id="delete-pod"),
+        pytest.param(["get", "secrets", "-A"], id="read-secrets"),
+        pytest.param(["get", "secrets", "-n", NAMESPACE], id="list-own-secrets"),
+        pytest.param(["get", "namespaces"], id="read-namespaces"),
+        pytest.param(["get", "kopfpeerings.kopf.dev", "-A"], id="namespaced-peerings"),
+        pytest.param(["get", "configmaps", "-A"], id="configmaps-elsewhere"),
+        pytest.param(
+            ["create", "-f", "{inventory}"],
+            id="write-inventory",
+        ),
+    ],
+)
+def test_the_operator_is_refused(
+    installed: Cluster,
+    gpu_nodes: tuple[str, str],
+    agent_token: str,
+    operator_token: str,
+    tmp_path: Path,
+    args: list[str],
+) -> None:
+    pod = f"vgpu-agent-{gpu_nodes[0]}"
+    inventory = _inventory_file(tmp_path, "gpu-op")
+    filled = [arg.format(a=gpu_nodes[0], pod=pod, inventory=inventory) for arg in args]
+    done = installed.run(filled, token=operator_token)
+    assert done.returncode != 0, done.stdout
+    # The namespaced KopfPeering type is not even installed any more.
+    assert re.search(r"[Ff]orbidden|doesn't have a resource type", done.stderr), done.stderr
