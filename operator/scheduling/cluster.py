@@ -28,6 +28,7 @@ from vgpu_operator.scheduling import (
     admission,
     disruption,
     node_basics,
+    node_layer,
     placement,
     policies,
     preemption,
@@ -126,6 +127,7 @@ class _NodeEntry:
     registered: tuple[model.DeviceInfo, ...] = ()
     pair_scores: model.PairScores = field(default_factory=dict)
     register_error: str | None = None
+    layer: node_layer.NodeLayer = node_layer.EMPTY
     gpus_lost: bool = False
     reported_gpus: int = 0
     pods: set[PodKey] = field(default_factory=set)
@@ -169,7 +171,10 @@ class ClusterState:
         # equal scores go to the node registered first. Kept current through ``_dirty``.
         self._spread_rank: list[tuple[float, int, str]] = []
         self._binpack_rank: list[tuple[float, int, str]] = []
-        self._ranked: dict[str, float] = {}
+        # For pods that name no node policy: each node ranked by its own policy (node
+        # annotation, else ConfigMap) on one scale, best first (``policies.node_preference``).
+        self._layered_rank: list[tuple[float, int, str]] = []
+        self._ranked: dict[str, tuple[float, float]] = {}
         self._dirty: set[str] = set()
         self._budgets: dict[tuple[str, str], disruption.Budget] = {}
         #: Preemptors waiting for their victims, with the hold on the freed shares.
@@ -531,6 +536,10 @@ class ClusterState:
     def register_errors(self) -> dict[str, str]:
         return {n.name: n.register_error for n in self._nodes.values() if n.register_error}
 
+    def node_layer_problems(self) -> dict[str, tuple[str, ...]]:
+        """Per node, the node-layer annotations that could not be read (and are ignored)."""
+        return {n.name: n.layer.problems for n in self._nodes.values() if n.layer.problems}
+
     # --- bookkeeping --------------------------------------------------------------------
     def _add_pod(self, entry: _PodEntry) -> None:
         self._pods[entry.key] = entry
@@ -594,6 +603,7 @@ class ClusterState:
             devices = [d for d in devices if d.id not in banned_ids and d.index not in banned_idx]
         node.registered = tuple(devices)
         node.pair_scores = scores
+        node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())
         self._touch(node)
 
     def _touch(self, node: _NodeEntry) -> None:
@@ -601,17 +611,19 @@ class ClusterState:
         self._dirty.add(node.name)
 
     def _unrank(self, name: str) -> None:
-        score = self._ranked.pop(name, None)
+        ranked = self._ranked.pop(name, None)
         node = self._nodes.get(name)
         self._dirty.discard(name)
-        if score is None:
+        if ranked is None:
             return
         if node is None:
             return
         order = node.order
+        score, preference = ranked
         for ranking, entry in (
             (self._spread_rank, (score, order, name)),
             (self._binpack_rank, (-score, order, name)),
+            (self._layered_rank, (-preference, order, name)),
         ):
             at = bisect.bisect_left(ranking, entry)
             if at < len(ranking) and ranking[at] == entry:
@@ -645,9 +657,11 @@ class ClusterState:
             if node is None:
                 continue
             self._refresh(node)
+            preference = self._layered_preference(node)
             bisect.insort(self._spread_rank, (node.score, node.order, name))
             bisect.insort(self._binpack_rank, (-node.score, node.order, name))
-            self._ranked[name] = node.score
+            bisect.insort(self._layered_rank, (-preference, node.order, name))
+            self._ranked[name] = (node.score, preference)
         self._dirty.clear()
 
     # --- choosing a node ----------------------------------------------------------------
@@ -686,14 +700,19 @@ class ClusterState:
         if gate is not None:
             return placement.Outcome.rejected({gate: 1})
         return placement.fit_pod(
-            job, node.cards, node.facts, node.pair_scores, node.inventory_cordoned
+            job, node.cards, node.facts, node.pair_scores, node.inventory_cordoned, node.layer
         )
 
     def _find(self, job: placement.Job, now: float) -> tuple[_NodeEntry, placement.Outcome] | None:
         if not self.use_index:
             return self._find_reference(job, now)
         self._rerank_dirty()
-        ranking = self._spread_rank if job.node_policy == policies.SPREAD else self._binpack_rank
+        if job.pod_node_policy is None:
+            ranking = self._layered_rank
+        elif job.pod_node_policy == policies.SPREAD:
+            ranking = self._spread_rank
+        else:
+            ranking = self._binpack_rank
         for _score, _order, name in ranking:
             node = self._nodes[name]
             if job.wants_devices and not node.summary.may_fit(job):
@@ -711,11 +730,20 @@ class ClusterState:
             outcome = self._try_node(node, job, now)
             if not outcome.ok:
                 continue
-            score = node.score if job.node_policy == policies.SPREAD else -node.score
-            rank = (score, node.order)
+            rank = (self._rank_key(node, job), node.order)
             if best is None or rank < best[0]:
                 best = (rank, node, outcome)
         return None if best is None else (best[1], best[2])
+
+    def _layered_preference(self, node: _NodeEntry) -> float:
+        policy = node.layer.node_policy or self._config.scheduler.node_scheduler_policy
+        return policies.node_preference(node.score, policy)
+
+    def _rank_key(self, node: _NodeEntry, job: placement.Job) -> float:
+        """The reference path's key (lower is better), the same as the index's lists."""
+        if job.pod_node_policy is None:
+            return -self._layered_preference(node)
+        return node.score if job.pod_node_policy == policies.SPREAD else -node.score
 
     def _diagnose(
         self, pod: Mapping[str, Any], now: float, job: placement.Job | None = None
@@ -729,7 +757,8 @@ class ClusterState:
         for node in self._nodes.values():
             outcome = self._try_node(node, job, now)
             if not outcome.ok:
-                failures[node.name] = NodeFailure(dict(outcome.reasons))
+                refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
+                failures[node.name] = NodeFailure(dict(outcome.reasons), refused_by)
         return Diagnosis(failures, len(self._nodes))
 
 
