@@ -429,10 +429,8 @@ class ClusterState:
                 if not e.deleting and not e.reserved and e.key not in self._preempted
             ]
 
-            def fits_without(removed: frozenset[PodKey], node: _NodeEntry = node) -> bool:
-                return self._try_without(node, job, removed, now).ok
-
-            victims = preemption.select_victims(priority, occupants, budgets, fits_without)
+            trial = _RemovalTrial(self, node, job, now)
+            victims = preemption.select_victims(priority, occupants, budgets, trial.fits)
             if victims is None:
                 continue
             candidates.append(preemption.Candidate(node.name, victims))
@@ -442,21 +440,20 @@ class ClusterState:
         chosen = preemption.pick_node(candidates)
         if chosen is None:
             return None
-        outcome = self._try_without(self._nodes[chosen.node], job, chosen.victims.keys, now)
-        return chosen, outcome
+        trial = _RemovalTrial(self, self._nodes[chosen.node], job, now)
+        return chosen, trial.outcome(chosen.victims.keys)
 
-    def _try_without(
-        self, node: _NodeEntry, job: placement.Job, removed: frozenset[PodKey], now: float
-    ) -> placement.Outcome:
-        """Fit on a node as if ``removed`` had left it (their quota usage too)."""
-        entries = [self._pods[k] for k in sorted(removed) if k in self._pods]
-        for entry in entries:
-            self._drop_pod(entry.key)
-        try:
-            return self._try_node(node, job, now)
-        finally:
-            for entry in entries:
-                self._add_pod(entry)
+    def _fresh_cards(self, node: _NodeEntry, skip: frozenset[PodKey]) -> list[model.DeviceUsage]:
+        """A node's cards booked with its pods, except ``skip`` (cf. ``_refresh``)."""
+        cards = [model.DeviceUsage.from_info(info) for info in node.registered]
+        for card in cards:
+            self._vendors.prepare_card(card)
+        by_id = {card.id: card for card in cards}
+        for key in sorted(node.pods - skip):
+            entry = self._pods.get(key)
+            if entry is not None:
+                placement.book(by_id, entry.bookings)
+        return cards
 
     def _nominate(
         self,
@@ -673,10 +670,20 @@ class ClusterState:
         self._dirty.clear()
 
     # --- choosing a node ----------------------------------------------------------------
-    def _node_gate(self, node: _NodeEntry, job: placement.Job, now: float) -> Reason | None:
-        """Node-level reasons, checked before any card is looked at."""
+    def _node_gate(
+        self,
+        node: _NodeEntry,
+        job: placement.Job,
+        now: float,
+        leaving: Sequence[_PodEntry] = (),
+    ) -> Reason | None:
+        """Node-level reasons, checked before any card is looked at (as if ``leaving``
+        had left the node)."""
+        used = node.used
+        for entry in leaving:
+            used = used - entry.requests
         reason = node_basics.check_node(
-            job.pod, job.resources, node.facts, node.used, len(node.pods)
+            job.pod, job.resources, node.facts, used, len(node.pods) - len(leaving)
         )
         if reason is not None:
             return reason
@@ -758,3 +765,58 @@ class ClusterState:
                 refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
                 failures[node.name] = NodeFailure(dict(outcome.reasons), refused_by)
         return Diagnosis(failures, len(self._nodes))
+
+
+class _RemovalTrial:
+    """Fit one pod on one node as if some of its pods had left (their quota usage too),
+    for the victim search.
+
+    The search asks again and again with fewer pods removed (one put back at a time), so
+    a trial starts from the cards of the last one that fitted and books back only the
+    pods returned since, instead of rebuilding the node from all its pods.
+    """
+
+    def __init__(self, state: ClusterState, node: _NodeEntry, job: placement.Job, now: float):
+        self._state = state
+        self._node = node
+        self._job = job
+        self._now = now
+        self._fitted: tuple[frozenset[PodKey], list[model.DeviceUsage]] | None = None
+        state._refresh(node)
+
+    def fits(self, removed: frozenset[PodKey]) -> bool:
+        return self.outcome(removed).ok
+
+    def outcome(self, removed: frozenset[PodKey]) -> placement.Outcome:
+        state, node, job = self._state, self._node, self._job
+        leaving = [state._pods[k] for k in sorted(removed) if k in state._pods]
+        gate = state._node_gate(node, job, self._now, leaving)
+        if gate is not None:
+            return placement.Outcome.rejected({gate: 1})
+        cards = self._cards_without(removed)
+        # A quota is freed only by pods of the pod's own namespace.
+        released = [e for e in leaving if e.namespace == job.namespace]
+        for entry in released:
+            state._quota.remove_usage(entry.namespace, entry.collapsed)
+        try:
+            outcome = placement.fit_pod(
+                job, cards, node.facts, node.pair_scores, node.inventory_cordoned
+            )
+        finally:
+            for entry in released:
+                state._quota.add_usage(entry.namespace, entry.collapsed)
+        if outcome.ok:
+            self._fitted = (removed, cards)
+        return outcome
+
+    def _cards_without(self, removed: frozenset[PodKey]) -> list[model.DeviceUsage]:
+        if self._fitted is None or not removed <= self._fitted[0]:
+            return self._state._fresh_cards(self._node, removed)
+        last_removed, last_cards = self._fitted
+        cards = [card.copy() for card in last_cards]
+        by_id = {card.id: card for card in cards}
+        for key in sorted(last_removed - removed):
+            entry = self._state._pods.get(key)
+            if entry is not None:
+                placement.book(by_id, entry.bookings)
+        return cards
