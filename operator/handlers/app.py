@@ -508,7 +508,11 @@ class _DenialsAreNotErrors(logging.Filter):
     """Drops Kopf's error line for a webhook denial (``kopf.AdmissionError``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(f"Handler {WEBHOOK_ID!r} failed permanently")
+        message = record.getMessage()
+        return not any(
+            message.startswith(f"{kind} {WEBHOOK_ID!r} failed permanently")
+            for kind in ("Webhook", "Handler")
+        )
 
 
 def configure_kopf(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:

@@ -61,7 +61,7 @@ def test_an_unlimited_quota_resource_exports_no_limit_series() -> None:
     # `used > limit` alert fire for namespaces that have no limit at all.
     metrics = OperatorMetrics()
     quotas = {"team-a": {"limits.nvidia.com/gpumem": (3000, 0)}}
-    metrics.read_state_from(lambda: [], lambda: quotas)
+    metrics.read_state_from(list, lambda: quotas)
     labels = {"namespace": "team-a", "resource": "limits.nvidia.com/gpumem"}
     get = metrics.registry.get_sample_value
     assert get("vgpu_operator_quota_used", labels) == 3000
