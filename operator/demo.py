@@ -6,7 +6,9 @@ over a simulated machine (``agent/machines/``), so every DeviceInventory is writ
 exactly as the agent DaemonSet writes it, heartbeats included. It then starts the
 operator as its own process (``vgpu-operator run``), applies the manifests of
 ``examples/`` in file order, waits until every pod is bound or reported as waiting,
-prints where each pod went and why the others wait, and stops everything.
+then plays ``examples/preemption/`` one file at a time (a batch job fills a card, an
+urgent pod preempts it), prints where each pod went, why the others wait and who was
+preempted, and stops everything.
 
 The admission webhook is not installed: the example pods name the scheduler
 themselves, and the engine applies the admission defaults when it schedules.
@@ -150,6 +152,15 @@ class WaitingPod:
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptedPod:
+    """A pod evicted to make room for a higher-priority one (its ``Preempted`` Event)."""
+
+    namespace: str
+    name: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class DemoResult:
     """What the operator decided for the example pods, and the cards it chose from."""
 
@@ -161,6 +172,7 @@ class DemoResult:
     undecided: tuple[str, ...]
     #: Seconds per phase, in the order they ran.
     timings_s: Mapping[str, float] = field(default_factory=dict)
+    preempted: tuple[PreemptedPod, ...] = ()
 
     def placed_pod(self, name: str) -> PlacedPod:
         """The bound pod called ``name`` (any namespace); KeyError if it is not bound."""
@@ -181,15 +193,16 @@ class DemoResult:
 # Manifests
 # --------------------------------------------------------------------------------------
 
-#: kind -> (plural, namespaced) for the kinds the examples may use. There is no
-#: controller manager, so workload kinds (Deployments, Jobs) would never make pods.
-_KINDS: Final[Mapping[str, tuple[str, bool]]] = {
-    "Namespace": ("namespaces", False),
-    "ConfigMap": ("configmaps", True),
-    "ResourceQuota": ("resourcequotas", True),
-    "LimitRange": ("limitranges", True),
-    "Secret": ("secrets", True),
-    "Pod": ("pods", True),
+#: kind -> (apiVersion, plural, namespaced) for the kinds the examples may use. There is
+#: no controller manager, so workload kinds (Deployments, Jobs) would never make pods.
+_KINDS: Final[Mapping[str, tuple[str, str, bool]]] = {
+    "Namespace": ("v1", "namespaces", False),
+    "ConfigMap": ("v1", "configmaps", True),
+    "ResourceQuota": ("v1", "resourcequotas", True),
+    "LimitRange": ("v1", "limitranges", True),
+    "Secret": ("v1", "secrets", True),
+    "Pod": ("v1", "pods", True),
+    "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses", False),
 }
 
 
@@ -215,16 +228,17 @@ class Manifest:
     def collection_path(self) -> str:
         api_version = str(self.body.get("apiVersion", ""))
         known = _KINDS.get(self.kind)
-        if known is None or api_version != "v1":
-            supported = ", ".join(sorted(_KINDS))
+        if known is None or api_version != known[0]:
+            supported = ", ".join(f"{v} {k}" for k, (v, _, _) in sorted(_KINDS.items()))
             raise DemoError(
                 f"{self.source.name}: {api_version} {self.kind} is not supported by the demo "
-                f"(core v1 kinds only: {supported})"
+                f"(supported: {supported})"
             )
-        plural, namespaced = known
+        _, plural, namespaced = known
+        root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
         if namespaced:
-            return f"/api/v1/namespaces/{self.namespace}/{plural}"
-        return f"/api/v1/{plural}"
+            return f"{root}/namespaces/{self.namespace}/{plural}"
+        return f"{root}/{plural}"
 
 
 def default_examples_dir() -> Path:
@@ -255,6 +269,15 @@ def example_files(examples_dir: Path) -> tuple[Path | None, list[Path]]:
         p for p in examples_dir.glob("*.yaml") if p.name != CONFIG_FILE_NAME and p.is_file()
     )
     return (config if config.is_file() else None), others
+
+
+#: The subfolder of examples played after the others, one file at a time.
+PREEMPTION_DIR: Final = "preemption"
+
+
+def story_files(examples_dir: Path) -> list[Path]:
+    """The preemption story's ``*.yaml`` files in name order (none when absent)."""
+    return sorted(p for p in (examples_dir / PREEMPTION_DIR).glob("*.yaml") if p.is_file())
 
 
 def apply_manifest(cp: ControlPlane, manifest: Manifest) -> None:
@@ -649,6 +672,23 @@ def read_snapshot(cp: ControlPlane, keys: Sequence[str]) -> Snapshot:
     return Snapshot(pods, messages)
 
 
+def read_preempted(cp: ControlPlane, namespaces: Sequence[str]) -> tuple[PreemptedPod, ...]:
+    """The pods of ``namespaces`` that carry a ``Preempted`` Event, oldest first."""
+    found: list[tuple[str, PreemptedPod]] = []
+    for namespace in sorted(set(namespaces)):
+        for event in cp.get(f"/api/v1/namespaces/{namespace}/events").get("items", []):
+            if event.get("reason") != "Preempted":
+                continue
+            involved = event.get("involvedObject") or {}
+            pod = PreemptedPod(
+                str(involved.get("namespace")),
+                str(involved.get("name")),
+                str(event.get("message") or ""),
+            )
+            found.append((_event_time(event), pod))
+    return tuple(pod for _, pod in sorted(found, key=lambda item: item[0]))
+
+
 def wait_for_decisions(
     cp: ControlPlane, keys: Sequence[str], operator: OperatorProcess, timeout_s: float
 ) -> Snapshot:
@@ -802,6 +842,9 @@ def render_result(result: DemoResult) -> str:
             details = waiting.event_message.removeprefix(waiting.message).strip()
             if details:
                 lines.append(f"      {details}")
+    if result.preempted:
+        lines += ["", "Preempted:"]
+        lines += [f"  {p.namespace}/{p.name}: {p.message}" for p in result.preempted]
     if result.undecided:
         lines += ["", "Not decided in time:", *(f"  {key}" for key in result.undecided)]
     return "\n".join(lines)
@@ -840,6 +883,26 @@ class _Clock:
     @property
     def total_s(self) -> float:
         return round(time.monotonic() - self.started, 1)
+
+
+def play_story(
+    cp: ControlPlane,
+    steps: Sequence[Sequence[Manifest]],
+    operator: OperatorProcess,
+    timeout_s: float,
+) -> list[str]:
+    """Apply each step's objects, then wait until its pods are decided before the next
+    step (so the batch job runs before the urgent pod arrives); the pods' keys."""
+    keys: list[str] = []
+    for step in steps:
+        step_keys = []
+        for manifest in step:
+            apply_manifest(cp, manifest)
+            if manifest.kind == "Pod":
+                step_keys.append(f"{manifest.namespace}/{manifest.name}")
+        wait_for_decisions(cp, step_keys, operator, timeout_s)
+        keys += step_keys
+    return keys
 
 
 @contextlib.contextmanager
@@ -891,7 +954,8 @@ def run_demo(
         raise DemoError(f"no *.yaml manifests in {source}")
     setup = load_manifests(config_file) if config_file is not None else []
     examples = [m for path in files for m in load_manifests(path)]
-    for manifest in (*setup, *examples):
+    story = [load_manifests(path) for path in story_files(source)]
+    for manifest in (*setup, *examples, *(m for step in story for m in step)):
         manifest.collection_path()  # refuse an unsupported kind before starting anything
     clock = _Clock()
     say("starting the control plane (etcd, kube-apiserver, KWOK)...")
@@ -925,7 +989,16 @@ def run_demo(
                 say("waiting for the scheduler's decisions...")
                 snapshot = wait_for_decisions(cp, keys, operator, timeout_s)
                 clock.lap("scheduling")
+                if story:
+                    say(f"preemption: {len(story)} steps from {source / PREEMPTION_DIR}...")
+                    keys += play_story(cp, story, operator, timeout_s)
+                    clock.lap("preemption")
+                preempted = read_preempted(cp, [key.split("/", 1)[0] for key in keys])
+                gone = {f"{p.namespace}/{p.name}" for p in preempted}
+                keys = [key for key in keys if key not in gone]
+                snapshot = read_snapshot(cp, keys)
                 result = collect_result(keys, snapshot, cards, clock.phases)
+                result = dataclasses.replace(result, preempted=preempted)
                 say("")
                 say(render_result(result))
                 say("")

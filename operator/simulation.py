@@ -122,7 +122,13 @@ def simulate(
         if decision.scheduled or decision.victims:
             state.confirm(decision.pod)
         decisions.append(render(decision, pod))
-    return {"decisions": decisions}
+    out: dict[str, Any] = {"decisions": decisions}
+    warnings = state.node_layer_problems()
+    if warnings:
+        # Node annotations that could not be read and were ignored (the operator reports
+        # them as Events on the Node).
+        out["warnings"] = {node: list(problems) for node, problems in sorted(warnings.items())}
+    return out
 
 
 def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:

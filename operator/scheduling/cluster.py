@@ -28,6 +28,7 @@ from vgpu_operator.scheduling import (
     admission,
     disruption,
     node_basics,
+    node_layer,
     placement,
     policies,
     preemption,
@@ -126,6 +127,7 @@ class _NodeEntry:
     registered: tuple[model.DeviceInfo, ...] = ()
     pair_scores: model.PairScores = field(default_factory=dict)
     register_error: str | None = None
+    layer: node_layer.NodeLayer = node_layer.EMPTY
     gpus_lost: bool = False
     reported_gpus: int = 0
     pods: set[PodKey] = field(default_factory=set)
@@ -169,7 +171,10 @@ class ClusterState:
         # equal scores go to the node registered first. Kept current through ``_dirty``.
         self._spread_rank: list[tuple[float, int, str]] = []
         self._binpack_rank: list[tuple[float, int, str]] = []
-        self._ranked: dict[str, float] = {}
+        # For pods that name no node policy: each node ranked by its own policy (node
+        # annotation, else ConfigMap) on one scale, best first (``policies.node_preference``).
+        self._layered_rank: list[tuple[float, int, str]] = []
+        self._ranked: dict[str, tuple[float, float]] = {}
         self._dirty: set[str] = set()
         self._budgets: dict[tuple[str, str], disruption.Budget] = {}
         #: Preemptors waiting for their victims, with the hold on the freed shares.
@@ -424,10 +429,8 @@ class ClusterState:
                 if not e.deleting and not e.reserved and e.key not in self._preempted
             ]
 
-            def fits_without(removed: frozenset[PodKey], node: _NodeEntry = node) -> bool:
-                return self._try_without(node, job, removed, now).ok
-
-            victims = preemption.select_victims(priority, occupants, budgets, fits_without)
+            trial = _RemovalTrial(self, node, job, now)
+            victims = preemption.select_victims(priority, occupants, budgets, trial.fits)
             if victims is None:
                 continue
             candidates.append(preemption.Candidate(node.name, victims))
@@ -437,21 +440,20 @@ class ClusterState:
         chosen = preemption.pick_node(candidates)
         if chosen is None:
             return None
-        outcome = self._try_without(self._nodes[chosen.node], job, chosen.victims.keys, now)
-        return chosen, outcome
+        trial = _RemovalTrial(self, self._nodes[chosen.node], job, now)
+        return chosen, trial.outcome(chosen.victims.keys)
 
-    def _try_without(
-        self, node: _NodeEntry, job: placement.Job, removed: frozenset[PodKey], now: float
-    ) -> placement.Outcome:
-        """Fit on a node as if ``removed`` had left it (their quota usage too)."""
-        entries = [self._pods[k] for k in sorted(removed) if k in self._pods]
-        for entry in entries:
-            self._drop_pod(entry.key)
-        try:
-            return self._try_node(node, job, now)
-        finally:
-            for entry in entries:
-                self._add_pod(entry)
+    def _fresh_cards(self, node: _NodeEntry, skip: frozenset[PodKey]) -> list[model.DeviceUsage]:
+        """A node's cards booked with its pods, except ``skip`` (cf. ``_refresh``)."""
+        cards = [model.DeviceUsage.from_info(info) for info in node.registered]
+        for card in cards:
+            self._vendors.prepare_card(card)
+        by_id = {card.id: card for card in cards}
+        for key in sorted(node.pods - skip):
+            entry = self._pods.get(key)
+            if entry is not None:
+                placement.book(by_id, entry.bookings)
+        return cards
 
     def _nominate(
         self,
@@ -534,6 +536,10 @@ class ClusterState:
     def register_errors(self) -> dict[str, str]:
         return {n.name: n.register_error for n in self._nodes.values() if n.register_error}
 
+    def node_layer_problems(self) -> dict[str, tuple[str, ...]]:
+        """Per node, the node-layer annotations that could not be read (and are ignored)."""
+        return {n.name: n.layer.problems for n in self._nodes.values() if n.layer.problems}
+
     # --- bookkeeping --------------------------------------------------------------------
     def _add_pod(self, entry: _PodEntry) -> None:
         self._pods[entry.key] = entry
@@ -597,6 +603,7 @@ class ClusterState:
             devices = [d for d in devices if d.id not in banned_ids and d.index not in banned_idx]
         node.registered = tuple(devices)
         node.pair_scores = scores
+        node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())
         self._touch(node)
 
     def _touch(self, node: _NodeEntry) -> None:
@@ -604,17 +611,19 @@ class ClusterState:
         self._dirty.add(node.name)
 
     def _unrank(self, name: str) -> None:
-        score = self._ranked.pop(name, None)
+        ranked = self._ranked.pop(name, None)
         node = self._nodes.get(name)
         self._dirty.discard(name)
-        if score is None:
+        if ranked is None:
             return
         if node is None:
             return
         order = node.order
+        score, preference = ranked
         for ranking, entry in (
             (self._spread_rank, (score, order, name)),
             (self._binpack_rank, (-score, order, name)),
+            (self._layered_rank, (-preference, order, name)),
         ):
             at = bisect.bisect_left(ranking, entry)
             if at < len(ranking) and ranking[at] == entry:
@@ -648,16 +657,28 @@ class ClusterState:
             if node is None:
                 continue
             self._refresh(node)
+            preference = self._layered_preference(node)
             bisect.insort(self._spread_rank, (node.score, node.order, name))
             bisect.insort(self._binpack_rank, (-node.score, node.order, name))
-            self._ranked[name] = node.score
+            bisect.insort(self._layered_rank, (-preference, node.order, name))
+            self._ranked[name] = (node.score, preference)
         self._dirty.clear()
 
     # --- choosing a node ----------------------------------------------------------------
-    def _node_gate(self, node: _NodeEntry, job: placement.Job, now: float) -> Reason | None:
-        """Node-level reasons, checked before any card is looked at."""
+    def _node_gate(
+        self,
+        node: _NodeEntry,
+        job: placement.Job,
+        now: float,
+        leaving: Sequence[_PodEntry] = (),
+    ) -> Reason | None:
+        """Node-level reasons, checked before any card is looked at (as if ``leaving``
+        had left the node)."""
+        used = node.used
+        for entry in leaving:
+            used = used - entry.requests
         reason = node_basics.check_node(
-            job.pod, job.resources, node.facts, node.used, len(node.pods)
+            job.pod, job.resources, node.facts, used, len(node.pods) - len(leaving)
         )
         if reason is not None:
             return reason
@@ -679,14 +700,19 @@ class ClusterState:
         if gate is not None:
             return placement.Outcome.rejected({gate: 1})
         return placement.fit_pod(
-            job, node.cards, node.facts, node.pair_scores, node.inventory_cordoned
+            job, node.cards, node.facts, node.pair_scores, node.inventory_cordoned, node.layer
         )
 
     def _find(self, job: placement.Job, now: float) -> tuple[_NodeEntry, placement.Outcome] | None:
         if not self.use_index:
             return self._find_reference(job, now)
         self._rerank_dirty()
-        ranking = self._spread_rank if job.node_policy == policies.SPREAD else self._binpack_rank
+        if job.pod_node_policy is None:
+            ranking = self._layered_rank
+        elif job.pod_node_policy == policies.SPREAD:
+            ranking = self._spread_rank
+        else:
+            ranking = self._binpack_rank
         for _score, _order, name in ranking:
             node = self._nodes[name]
             if job.wants_devices and not node.summary.may_fit(job):
@@ -704,11 +730,20 @@ class ClusterState:
             outcome = self._try_node(node, job, now)
             if not outcome.ok:
                 continue
-            score = node.score if job.node_policy == policies.SPREAD else -node.score
-            rank = (score, node.order)
+            rank = (self._rank_key(node, job), node.order)
             if best is None or rank < best[0]:
                 best = (rank, node, outcome)
         return None if best is None else (best[1], best[2])
+
+    def _layered_preference(self, node: _NodeEntry) -> float:
+        policy = node.layer.node_policy or self._config.scheduler.node_scheduler_policy
+        return policies.node_preference(node.score, policy)
+
+    def _rank_key(self, node: _NodeEntry, job: placement.Job) -> float:
+        """The reference path's key (lower is better), the same as the index's lists."""
+        if job.pod_node_policy is None:
+            return -self._layered_preference(node)
+        return node.score if job.pod_node_policy == policies.SPREAD else -node.score
 
     def _diagnose(
         self, pod: Mapping[str, Any], now: float, job: placement.Job | None = None
@@ -722,5 +757,61 @@ class ClusterState:
         for node in self._nodes.values():
             outcome = self._try_node(node, job, now)
             if not outcome.ok:
-                failures[node.name] = NodeFailure(dict(outcome.reasons))
+                refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
+                failures[node.name] = NodeFailure(dict(outcome.reasons), refused_by)
         return Diagnosis(failures, len(self._nodes))
+
+
+class _RemovalTrial:
+    """Fit one pod on one node as if some of its pods had left (their quota usage too),
+    for the victim search.
+
+    The search asks again and again with fewer pods removed (one put back at a time), so
+    a trial starts from the cards of the last one that fitted and books back only the
+    pods returned since, instead of rebuilding the node from all its pods.
+    """
+
+    def __init__(self, state: ClusterState, node: _NodeEntry, job: placement.Job, now: float):
+        self._state = state
+        self._node = node
+        self._job = job
+        self._now = now
+        self._fitted: tuple[frozenset[PodKey], list[model.DeviceUsage]] | None = None
+        state._refresh(node)
+
+    def fits(self, removed: frozenset[PodKey]) -> bool:
+        return self.outcome(removed).ok
+
+    def outcome(self, removed: frozenset[PodKey]) -> placement.Outcome:
+        state, node, job = self._state, self._node, self._job
+        leaving = [state._pods[k] for k in sorted(removed) if k in state._pods]
+        gate = state._node_gate(node, job, self._now, leaving)
+        if gate is not None:
+            return placement.Outcome.rejected({gate: 1})
+        cards = self._cards_without(removed)
+        # A quota is freed only by pods of the pod's own namespace.
+        released = [e for e in leaving if e.namespace == job.namespace]
+        for entry in released:
+            state._quota.remove_usage(entry.namespace, entry.collapsed)
+        try:
+            outcome = placement.fit_pod(
+                job, cards, node.facts, node.pair_scores, node.inventory_cordoned
+            )
+        finally:
+            for entry in released:
+                state._quota.add_usage(entry.namespace, entry.collapsed)
+        if outcome.ok:
+            self._fitted = (removed, cards)
+        return outcome
+
+    def _cards_without(self, removed: frozenset[PodKey]) -> list[model.DeviceUsage]:
+        if self._fitted is None or not removed <= self._fitted[0]:
+            return self._state._fresh_cards(self._node, removed)
+        last_removed, last_cards = self._fitted
+        cards = [card.copy() for card in last_cards]
+        by_id = {card.id: card for card in cards}
+        for key in sorted(last_removed - removed):
+            entry = self._state._pods.get(key)
+            if entry is not None:
+                placement.book(by_id, entry.bookings)
+        return cards

@@ -58,6 +58,9 @@ class FitOptions:
     cordoned: frozenset[str] = frozenset()
     pair_scores: model.PairScores = field(default_factory=dict)
     quota_ok: QuotaCheck = _always_fits
+    #: The node layer's restriction annotations (``node_layer.NodeLayer.restrictions``),
+    #: checked before the pod's own: both must allow a card.
+    node_restrictions: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -74,6 +77,8 @@ class FitResult:
     ok: bool
     picks: list[Pick]
     reasons: Counter[Reason]
+    #: Per reason, the Node annotations that refused cards under it (the node layer).
+    refused_by: dict[Reason, set[str]] = field(default_factory=dict)
 
 
 def visible_cards(
@@ -111,6 +116,7 @@ def fit_container(
     prev_numa: int | None = None
     picked: list[Pick] = []
     reasons: Counter[Reason] = Counter()
+    refused_by: dict[Reason, set[str]] = {}
     annotations = options.annotations
     spec = options.spec
     topo = options.topology_aware
@@ -125,6 +131,11 @@ def fit_container(
         if card.id in options.cordoned:
             reasons[Reason.CARD_CORDONED] += 1
             continue
+        node_refusal = _node_type_refusal(spec, options.node_restrictions, card.type)
+        if node_refusal is not None:
+            reasons[Reason.CARD_TYPE_MISMATCH] += 1
+            refused_by.setdefault(Reason.CARD_TYPE_MISMATCH, set()).add(node_refusal)
+            continue
         if not vendor.type_allowed(spec, annotations, card.type) or not vendor.mode_allowed(
             spec, annotations, card.mode
         ):
@@ -136,6 +147,11 @@ def fit_container(
             nums = origin
             prev_numa = card.numa
             picked = []
+        node_refusal = _node_uuid_refusal(spec, options.node_restrictions, card.id)
+        if node_refusal is not None:
+            reasons[Reason.CARD_UUID_MISMATCH] += 1
+            refused_by.setdefault(Reason.CARD_UUID_MISMATCH, set()).add(node_refusal)
+            continue
         if not vendor.uuid_allowed(spec, annotations, card.id):
             reasons[Reason.CARD_UUID_MISMATCH] += 1
             continue
@@ -197,7 +213,33 @@ def fit_container(
         reasons[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(picked)
     if not reasons:
         reasons[Reason.NODE_INSUFFICIENT_DEVICE] = 1
-    return FitResult(False, [], reasons)
+    return FitResult(False, [], reasons, refused_by)
+
+
+def _node_type_refusal(
+    spec: vendor.VendorSpec, restrictions: Mapping[str, str], card_type: str
+) -> str | None:
+    """The node annotation that rules this card type out, or None."""
+    if not restrictions:
+        return None
+    for key in (spec.use_type_annotation, spec.nouse_type_annotation):
+        if key in restrictions and not vendor.type_allowed(
+            spec, {key: restrictions[key]}, card_type
+        ):
+            return key
+    return None
+
+
+def _node_uuid_refusal(
+    spec: vendor.VendorSpec, restrictions: Mapping[str, str], card_id: str
+) -> str | None:
+    """The node annotation that rules this card out by UUID, or None."""
+    if not restrictions:
+        return None
+    for key in (spec.use_uuid_annotation, spec.nouse_uuid_annotation):
+        if key in restrictions and not vendor.uuid_allowed(spec, {key: restrictions[key]}, card_id):
+            return key
+    return None
 
 
 def _choose_topology(picked: list[Pick], want: int, options: FitOptions) -> list[Pick] | None:

@@ -16,7 +16,7 @@ from typing import Any
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model, vendor
-from vgpu_operator.scheduling import fit, mig, node_basics, policies
+from vgpu_operator.scheduling import fit, mig, node_basics, node_layer, policies
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.status import Reason
 from vgpu_operator.scheduling.vendors import Vendors
@@ -46,7 +46,10 @@ class Job:
     resources: node_basics.PodResources
     init_requests: tuple[ContainerRequests, ...]
     app_requests: tuple[ContainerRequests, ...]
-    node_policy: str
+    #: The pod's own node policy; None when it names none (the node layer, then the
+    #: ConfigMap decide, per node: ``node_policy_on``).
+    pod_node_policy: str | None
+    default_node_policy: str
     gpu_policy: str | None
     default_gpu_policy: str
     weights: policies.ScoringWeights
@@ -74,9 +77,9 @@ class Job:
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
         annotations: Mapping[str, str] = meta.get("annotations") or {}
-        node_policy = annotations.get(names.NODE_SCHEDULER_POLICY, "").strip()
+        node_policy: str | None = annotations.get(names.NODE_SCHEDULER_POLICY, "").strip()
         if node_policy not in (policies.BINPACK, policies.SPREAD):
-            node_policy = config.scheduler.node_scheduler_policy
+            node_policy = None
         gpu_policy = annotations.get(names.GPU_SCHEDULER_POLICY)
         return cls(
             pod=pod,
@@ -85,7 +88,8 @@ class Job:
             resources=node_basics.pod_requests(pod),
             init_requests=tuple(vendors.requests(c) for c in spec.get("initContainers") or []),
             app_requests=tuple(vendors.requests(c) for c in spec.get("containers") or []),
-            node_policy=node_policy,
+            pod_node_policy=node_policy,
+            default_node_policy=config.scheduler.node_scheduler_policy,
             gpu_policy=None if gpu_policy is None else policies.normalize_gpu_policy(gpu_policy),
             default_gpu_policy=config.scheduler.gpu_scheduler_policy,
             weights=policies.parse_scoring_weights(annotations.get(names.DEVICE_SCORING_WEIGHTS)),
@@ -94,13 +98,18 @@ class Job:
             memory_factors=vendors.memory_factors(),
         )
 
-    def policy_on(self, node: node_basics.NodeFacts) -> str:
-        """The pod's annotation, else the global config (HAMi v2.10 reads policies from
-        the pod only; the seed's node-level policy annotations are not consulted)."""
-        del node
+    def policy_on(self, layer: node_layer.NodeLayer) -> str:
+        """The GPU policy on a node: the pod's annotation, else the node's, else the
+        ConfigMap's (seed 003 §2.3; HAMi v2.10 reads the pod and the ConfigMap only)."""
         if self.gpu_policy is not None:
             return self.gpu_policy
+        if layer.gpu_policy is not None:
+            return layer.gpu_policy
         return self.default_gpu_policy
+
+    def node_policy_on(self, layer: node_layer.NodeLayer) -> str:
+        """The node policy that scores a node: pod, else node annotation, else ConfigMap."""
+        return self.pod_node_policy or layer.node_policy or self.default_node_policy
 
 
 @dataclass(slots=True)
@@ -108,6 +117,8 @@ class Outcome:
     ok: bool
     devices: dict[str, model.PodSingleDevice] = field(default_factory=dict)
     reasons: Counter[Reason] = field(default_factory=Counter)
+    #: Per reason, the Node annotations that refused cards under it (the node layer).
+    refused_by: Mapping[Reason, set[str]] = field(default_factory=dict)
 
     @classmethod
     def rejected(cls, reasons: Mapping[Reason, int]) -> Outcome:
@@ -251,13 +262,15 @@ def fit_pod(
     node: node_basics.NodeFacts,
     pair_scores: model.PairScores,
     cordoned: frozenset[str] = frozenset(),
+    layer: node_layer.NodeLayer = node_layer.EMPTY,
 ) -> Outcome:
     """Fit every container of ``job`` on a copy of ``cards``; the cards are not changed.
 
     Cards are cordoned by the node annotation ``hami.io/device-cordon`` and by
-    ``cordoned`` (the DeviceInventory's spec), together.
+    ``cordoned`` (the DeviceInventory's spec), together. ``layer`` is the node's
+    configuration layer: its GPU policy and card restrictions.
     """
-    policy = job.policy_on(node)
+    policy = job.policy_on(layer)
     cordoned = cordoned | frozenset(
         vendor.split_list(node.annotations.get(names.NODE_DEVICE_CORDON))
     )
@@ -287,10 +300,11 @@ def fit_pod(
                 cordoned=cordoned,
                 pair_scores=pair_scores,
                 quota_ok=_quota_check(job, vendor_word, per_vendor, position),
+                node_restrictions=layer.restrictions,
             )
             result = fit.fit_container(work, request, options)
             if not result.ok:
-                return Outcome.rejected(result.reasons)
+                return Outcome(False, {}, Counter(result.reasons), result.refused_by)
             lists[position] = [
                 add_usage(p.card, p.memory_mib, p.cores, vendor_word) for p in result.picks
             ]

@@ -160,6 +160,20 @@ def node_score(cards: Sequence[model.DeviceUsage]) -> float:
     return score_from_sums(used, count, used_cores, total_cores, used_mem, total_mem)
 
 
+#: The highest node score: slots, cores and memory all fully used.
+NODE_SCORE_MAX: Final = 30.0
+
+
+def node_preference(score: float, policy: str) -> float:
+    """How much a node wants the next pod under its own node policy; higher is better.
+
+    binpack prefers full nodes (the score itself), spread empty ones (what is left to
+    the maximum), so nodes with different policies compare on one 0..30 scale: a
+    binpack node 2/3 full weighs as much as a spread node 1/3 full.
+    """
+    return score if policy == BINPACK else NODE_SCORE_MAX - score
+
+
 def score_from_sums(
     used: int, count: int, used_cores: int, total_cores: int, used_mem: int, total_mem: int
 ) -> float:

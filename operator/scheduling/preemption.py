@@ -13,8 +13,10 @@ removed" callable, so that the rules read as kube-scheduler states them
 - ``pick_node``: among candidates, fewest budget violations; then the lowest priority of
   the most important victim; then the smallest sum of priorities; then the fewest
   victims; then the latest start among the most important victims; then node order.
-- ``candidate_limit``: how many candidate nodes are enough before choosing (10 % of the
-  nodes, at least 100), as kube-scheduler's dry run stops early on large clusters.
+- ``candidate_limit``: how many candidate nodes are enough before choosing. kube-scheduler
+  stops its dry run at 10 % of the nodes (at least 100), searching 16 nodes at a time;
+  one thread here stops at 100 (its ``minCandidateNodesPercentage: 0``), which keeps a
+  preemption at 5,000 nodes near a second.
 """
 
 from __future__ import annotations
@@ -30,8 +32,7 @@ PodKey = str
 
 #: kube-scheduler sums priorities offset by this, so negative priorities compare sanely.
 _PRIORITY_OFFSET = 2**31
-_MIN_CANDIDATES_PERCENT = 10
-_MIN_CANDIDATES_ABSOLUTE = 100
+_CANDIDATES = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,5 +148,4 @@ def pick_node(candidates: Sequence[Candidate]) -> Candidate | None:
 def candidate_limit(nodes_total: int) -> int:
     """How many candidates the search needs before it may stop (with at least one
     that violates no budget)."""
-    wanted = max(nodes_total * _MIN_CANDIDATES_PERCENT // 100, _MIN_CANDIDATES_ABSOLUTE)
-    return min(wanted, nodes_total)
+    return min(_CANDIDATES, nodes_total)

@@ -81,9 +81,15 @@ class Code(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class NodeFailure:
-    """Why one node was ruled out: reason -> count (devices, or 1 for node-level)."""
+    """Why one node was ruled out: reason -> count (devices, or 1 for node-level).
+
+    ``refused_by`` names, per reason, the Node annotations (the node configuration
+    layer) that ruled cards out under it; reasons the pod's own annotations or the
+    cards' state caused are not listed there.
+    """
 
     reasons: Mapping[Reason, int]
+    refused_by: Mapping[Reason, frozenset[str]] = field(default_factory=dict)
 
     @property
     def code(self) -> Code:
@@ -95,6 +101,15 @@ class NodeFailure:
         """The reason that ruled out most devices; ties go to the earlier-declared one."""
         order = list(Reason)
         return max(self.reasons, key=lambda r: (self.reasons[r], -order.index(r)))
+
+    def main_reason_text(self) -> str:
+        """The main reason's name, with the Node annotations that caused it, if any:
+        ``CardTypeMismatch (node annotation nvidia.com/use-gputype)``."""
+        reason = self.main_reason()
+        keys = self.refused_by.get(reason)
+        if not keys:
+            return reason.value
+        return f"{reason.value} (node annotation {', '.join(sorted(keys))})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +130,7 @@ class Diagnosis:
         per_reason: dict[str, int] = {}
         for failure in self.node_failures.values():
             if failure.reasons:
-                name = failure.main_reason().value
+                name = failure.main_reason_text()
                 per_reason[name] = per_reason.get(name, 0) + 1
         parts = sorted(per_reason.items(), key=lambda kv: (-kv[1], kv[0]))
         body = ", ".join(f"{n} {reason}" for reason, n in parts)

@@ -16,6 +16,7 @@ from vgpu_operator.demo import DemoResult, PlacedPod, render_result, run_demo
 from vgpu_operator.testing.controlplane import Binaries
 
 L40S_SECOND_CARD = "GPU-0b7e2c41-5a66-4f1e-8c2d-4a5b00000001"
+A100_WHOLE_CARD = "GPU-3a9d1f70-2b4c-4e55-8f10-a1000000d001"
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +146,17 @@ def test_rendered_table_names_every_pod_and_why_the_waiting_ones_wait(
     assert "team-quota/quota-second" in waiting_section
     assert "ResourceQuotaNotFit" in waiting_section
     assert "CardInsufficientMemory" in waiting_section
+
+
+def test_urgent_pod_preempts_the_batch_job_and_takes_its_card(demo: DemoResult) -> None:
+    assert [(p.name, p.message) for p in demo.preempted] == [
+        ("batch-a100", "Preempted by vgpu-demo/urgent-a100 on node gpu-a100-mig")
+    ]
+    urgent = demo.placed_pod("urgent-a100")
+    assert urgent.node == "gpu-a100-mig"
+    assert [(g.card_uuid, g.memory_mib, g.cores) for g in urgent.gpus] == [
+        (A100_WHOLE_CARD, 20000, 40)
+    ]
+    with pytest.raises(KeyError):
+        demo.placed_pod("batch-a100")
+    assert "Preempted:" in render_result(demo)

@@ -10,7 +10,11 @@ carry keys only this suite reads:
 - ``allocations``: per container, the exact devices booked, as ``uuid``, ``usedmem``,
   ``usedcores`` and, for a MIG instance, ``instance`` (order within a container ignored);
 - ``rejected``: whether admission refused the pod (the decision has ``rejected``);
-- ``annotations``: annotations the decision must carry with exactly these values.
+- ``annotations``: annotations the decision must carry with exactly these values;
+- ``message``: the pending message (kube-scheduler's form) exactly.
+
+A scenario may also carry ``expectWarnings``: per node, words that must each appear in
+one of the warnings ``simulate`` prints for the node's unreadable annotations.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ def _extra_problems(expected: Mapping[str, Any], got: Mapping[str, Any]) -> list
         have_allocs = [sorted(_allocation_key(e) for e in c) for c in got["containers"]]
         if want_allocs != have_allocs:
             problems.append(f"{key}: allocations={have_allocs} (expected {want_allocs})")
+    if "message" in expected and got.get("message") != expected["message"]:
+        problems.append(f"{key}: message={got.get('message')!r} (expected {expected['message']!r})")
     for name, value in (expected.get("annotations") or {}).items():
         if got["annotations"].get(name) != value:
             problems.append(
@@ -89,6 +95,11 @@ def _all_problems(scenario: Mapping[str, Any], output: Mapping[str, Any]) -> lis
         got = by_pod.get(expected["pod"])
         if got is not None:
             problems.extend(_extra_problems(expected, got))
+    warnings = output.get("warnings") or {}
+    for node, words in (scenario.get("expectWarnings") or {}).items():
+        for word in words:
+            if not any(word in w for w in warnings.get(node, [])):
+                problems.append(f"warnings of {node}: none mentions {word!r} ({warnings})")
     return problems
 
 

@@ -229,12 +229,86 @@ def test_node_policy_chooses_node(
 
 
 @pytest.mark.parametrize(
+    ("config", "busy_policy", "idle_policy", "pod_policy", "node"),
+    [
+        pytest.param({}, "spread", "spread", None, "idle", id="nodes-say-spread"),
+        pytest.param({}, None, "spread", None, "idle", id="idle-node-says-spread"),
+        pytest.param({"nodeSchedulerPolicy": "spread"}, "binpack", "binpack", None, "busy",
+                     id="nodes-say-binpack"),
+        pytest.param({}, "spread", "spread", "binpack", "busy", id="pod-over-nodes"),
+        pytest.param({}, "tightest", None, None, "busy", id="unreadable-node-value-ignored"),
+    ],
+)  # fmt: skip
+def test_node_annotation_sets_node_policy(
+    config: dict[str, str],
+    busy_policy: str | None,
+    idle_policy: str | None,
+    pod_policy: str | None,
+    node: str,
+) -> None:
+    busy = make_node("busy").gpu("GPU-b0")
+    idle = make_node("idle").gpu("GPU-i0")
+    for built, policy in ((busy, busy_policy), (idle, idle_policy)):
+        if policy is not None:
+            built.annotate(names.NODE_SCHEDULER_POLICY, policy)
+    state = cluster(busy, idle, config=load_config({"scheduler": config}))
+    state.set_pod(
+        make_pod("running").container(gpu=1, gpumem=4096).on_node("busy", "GPU-b0,NVIDIA,4096,0:;")
+        .obj()
+    )  # fmt: skip
+    pod = make_pod("p").container(gpu=1, gpumem=1024)
+    if pod_policy is not None:
+        pod.annotate(names.NODE_SCHEDULER_POLICY, pod_policy)
+    for use_index in (True, False):
+        state.use_index = use_index
+        decision = state.schedule(pod.obj(), 0)
+        state.rollback(decision.pod)
+        assert decision.node == node
+
+
+@pytest.mark.parametrize(
+    ("packed_holds", "spread_holds", "node"),
+    [
+        # packed 10*(1/2 + 0 + 1000/10000) = 6 against spread 30 - 0 = 30.
+        pytest.param((1000, 0), None, "spread", id="empty-spread-node-wins"),
+        # packed 10*(1/2 + 50/100 + 9000/10000) = 19 against spread 30 - 15 = 15.
+        pytest.param((9000, 50), (5000, 50), "packed", id="full-binpack-node-wins"),
+    ],
+)
+def test_mixed_policies_compare_on_one_scale(
+    packed_holds: tuple[int, int], spread_holds: tuple[int, int] | None, node: str
+) -> None:
+    """A binpack node's fullness weighs against a spread node's emptiness."""
+    packed = make_node("packed").gpu("GPU-p0", memory_mib=10000, count=2)
+    packed.annotate(names.NODE_SCHEDULER_POLICY, "binpack")
+    spread = make_node("spread").gpu("GPU-s0", memory_mib=10000, count=2)
+    spread.annotate(names.NODE_SCHEDULER_POLICY, "spread")
+    state = cluster(packed, spread)
+    for name, holds in (("packed", packed_holds), ("spread", spread_holds)):
+        if holds is not None:
+            memory, cores = holds
+            card = "GPU-p0" if name == "packed" else "GPU-s0"
+            state.set_pod(
+                make_pod(f"on-{name}").container(gpu=1, gpumem=memory, cores=cores)
+                .on_node(name, f"{card},NVIDIA,{memory},{cores}:;").obj()
+            )  # fmt: skip
+    pod = make_pod("p").container(gpu=1, gpumem=1000).obj()
+    for use_index in (True, False):
+        state.use_index = use_index
+        decision = state.schedule(pod, 0)
+        state.rollback(decision.pod)
+        assert decision.node == node
+
+
+@pytest.mark.parametrize(
     ("config", "node_annotation", "pod_annotation", "card"),
     [
         pytest.param({}, None, None, "GPU-1", id="default-spread"),
         pytest.param({"gpuSchedulerPolicy": "binpack"}, None, None, "GPU-0", id="config-binpack"),
-        pytest.param({}, "binpack", None, "GPU-1", id="node-annotation-ignored"),
+        pytest.param({}, "binpack", None, "GPU-0", id="node-over-config"),
+        pytest.param({"gpuSchedulerPolicy": "binpack"}, "spread", None, "GPU-1", id="node-spread"),
         pytest.param({}, "binpack", "spread", "GPU-1", id="pod-over-node"),
+        pytest.param({}, "best-fit", None, "GPU-1", id="unreadable-node-value-ignored"),
         pytest.param({}, None, "binpack", "GPU-0", id="pod-binpack"),
     ],
 )

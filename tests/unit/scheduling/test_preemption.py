@@ -157,7 +157,7 @@ def test_negative_priorities_sum_sanely() -> None:
 def test_candidate_limit() -> None:
     assert preemption.candidate_limit(3) == 3
     assert preemption.candidate_limit(500) == 100
-    assert preemption.candidate_limit(5000) == 500
+    assert preemption.candidate_limit(5000) == 100
 
 
 def test_eligibility_and_priority() -> None:
