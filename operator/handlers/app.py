@@ -279,6 +279,25 @@ class OperatorApp:
     async def on_node(self, event: Mapping[str, Any], **_: Any) -> None:
         if self.feed is not None:
             self.feed.node_event(event.get("type"), event["object"])
+            await self._report_node_warnings()
+
+    async def _report_node_warnings(self) -> None:
+        """Unreadable node-layer annotations: a Warning Event on the Node (issue 14)."""
+        assert self.feed is not None
+        for warning in self.feed.take_node_warnings():
+            if self.reporter is None:
+                continue
+            try:
+                await self.reporter.object_event(
+                    warning.node,
+                    "Node",
+                    "NodeAnnotationIgnored",
+                    warning.message,
+                    kube_events.TYPE_WARNING,
+                )
+            except Exception as exc:
+                name = (warning.node.get("metadata") or {}).get("name")
+                log.warning("event_write_failed", node=name, error=str(exc))
 
     async def on_quota(self, event: Mapping[str, Any], **_: Any) -> None:
         if self.feed is not None:
@@ -410,6 +429,7 @@ class OperatorApp:
                 await self.on_config(None, item)
             nodes = await listing.list_all(self.api, listing.NODES)
             self.feed.nodes_listed(nodes.items, nodes.resource_version)
+            await self._report_node_warnings()
             inventories = await listing.list_all(self.api, listing.DEVICE_INVENTORIES)
             self.feed.inventories_listed(inventories.items, inventories.resource_version)
             quotas = await listing.list_all(self.api, listing.RESOURCE_QUOTAS)

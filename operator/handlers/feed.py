@@ -40,6 +40,7 @@ class EngineInputs(Protocol):
 
     def set_config(self, config: device_config.DeviceConfig) -> None: ...
     def set_node(self, node: Mapping[str, Any]) -> None: ...
+    def node_warnings(self, name: str) -> tuple[str, ...]: ...
     def remove_node(self, name: str) -> None: ...
     def set_inventory(
         self,
@@ -63,6 +64,14 @@ class ConfigOutcome(enum.Enum):
     UNCHANGED = "unchanged"
     REJECTED = "rejected"
     KEPT = "kept"  # the ConfigMap was deleted: the last good config stays
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWarning:
+    """A Node annotation of the node configuration layer that could not be read."""
+
+    node: Mapping[str, Any]
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +136,10 @@ class StateFeed:
         #: Pods with a Binding in flight or just written: key -> uid.
         self._binding: dict[PodKey, str] = {}
         self._node_fingerprints: dict[str, str] = {}
+        #: Per node, the unreadable node-layer annotations last reported, so a Node's
+        #: routine updates do not repeat its Event; and the reports not yet written.
+        self._node_warnings: dict[str, tuple[str, ...]] = {}
+        self._unreported: list[NodeWarning] = []
         self._quota_fingerprints: dict[str, str] = {}
         self._inventory_fingerprints: dict[str, str] = {}
         self._inventory_nodes: dict[str, str] = {}  # inventory name -> node name
@@ -261,8 +274,19 @@ class StateFeed:
         for key in result.remove:
             self._forget_node(key)
 
+    def take_node_warnings(self) -> list[NodeWarning]:
+        """The node-layer warnings found since the last call (for Events on the Nodes)."""
+        taken, self._unreported = self._unreported, []
+        return taken
+
     def _apply_node(self, name: str, node: dict[str, Any]) -> None:
         self._engine.set_node(node)
+        warnings = self._engine.node_warnings(name)
+        if warnings != self._node_warnings.get(name, ()):
+            self._node_warnings[name] = warnings
+            for message in warnings:
+                log.warning("node_annotation_ignored", node=name, problem=message)
+                self._unreported.append(NodeWarning(node, message))
         fingerprint = pod_facts.node_fingerprint(node)
         if self._node_fingerprints.get(name) != fingerprint:
             self._node_fingerprints[name] = fingerprint
@@ -271,6 +295,7 @@ class StateFeed:
     def _forget_node(self, name: str) -> None:
         self._engine.remove_node(name)
         self._node_fingerprints.pop(name, None)
+        self._node_warnings.pop(name, None)
         log.info("node_removed", node=name)
 
     # --- device inventories ---------------------------------------------------------------

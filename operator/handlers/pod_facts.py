@@ -25,6 +25,15 @@ _NODE_ANNOTATIONS_THAT_MATTER: Final = (
     names.NODE_DEVICE_CORDON,
     names.NODE_SCHEDULER_POLICY,
     names.GPU_SCHEDULER_POLICY,
+    # The node layer's card restrictions (issue 14): lifting one may let parked pods fit.
+    names.GPU_USE_TYPE,
+    names.GPU_NOUSE_TYPE,
+    names.GPU_USE_UUID,
+    names.GPU_NOUSE_UUID,
+    names.HYGON_USE_TYPE,
+    names.HYGON_NOUSE_TYPE,
+    names.HYGON_USE_UUID,
+    names.HYGON_NOUSE_UUID,
 )
 
 

@@ -21,6 +21,7 @@ from vgpu_operator.kube import requests
 COMPONENT: Final = "vgpu-scheduler"
 TYPE_NORMAL: Final = "Normal"
 TYPE_WARNING: Final = "Warning"
+_CLUSTER_SCOPED: Final = frozenset({"Node"})
 #: Kubernetes limits an Event message to 1 KiB; longer ones are cut, as kubelet does.
 MAX_MESSAGE_CHARS: Final = 1024
 
@@ -51,12 +52,11 @@ class ObjectRef:
         )
 
     def as_wire(self) -> dict[str, str]:
-        ref = {
-            "apiVersion": self.api_version,
-            "kind": self.kind,
-            "namespace": self.namespace,
-            "name": self.name,
-        }
+        ref = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+        if self.kind not in _CLUSTER_SCOPED:
+            # A Node's Events live in "default" but name no namespace, as kubelet's do
+            # (``kubectl describe node`` looks for exactly that).
+            ref["namespace"] = self.namespace
         if self.uid:
             ref["uid"] = self.uid
         return ref

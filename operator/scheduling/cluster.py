@@ -536,6 +536,11 @@ class ClusterState:
     def register_errors(self) -> dict[str, str]:
         return {n.name: n.register_error for n in self._nodes.values() if n.register_error}
 
+    def node_warnings(self, name: str) -> tuple[str, ...]:
+        """The node-layer annotations of one node that could not be read (and are ignored)."""
+        node = self._nodes.get(name)
+        return () if node is None else node.layer.problems
+
     def node_layer_problems(self) -> dict[str, tuple[str, ...]]:
         """Per node, the node-layer annotations that could not be read (and are ignored)."""
         return {n.name: n.layer.problems for n in self._nodes.values() if n.layer.problems}

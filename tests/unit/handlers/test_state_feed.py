@@ -35,6 +35,14 @@ class FakeEngine:
     def set_node(self, node: Mapping[str, Any]) -> None:
         self.nodes[node["metadata"]["name"]] = node
 
+    def node_warnings(self, name: str) -> tuple[str, ...]:
+        # Stands in for the engine's reading of the node layer: one warning per
+        # annotation whose value starts with "bad".
+        annotations = self.nodes[name]["metadata"].get("annotations") or {}
+        return tuple(
+            f"{k} unreadable" for k, v in sorted(annotations.items()) if v.startswith("bad")
+        )
+
     def remove_node(self, name: str) -> None:
         self.nodes.pop(name, None)
 
@@ -267,6 +275,37 @@ def test_node_change_wakes_only_when_schedulable_facts_change(
     feed.node_event("MODIFIED", node("n1", 3))
     assert queue.parked_count == 0
     assert engine.nodes["n1"]["metadata"]["resourceVersion"] == "3"
+
+
+def _annotated(name: str, version: int, annotations: dict[str, str]) -> dict[str, Any]:
+    built = node(name, version)
+    built["metadata"]["annotations"] = annotations
+    return built
+
+
+def test_unreadable_node_annotations_are_reported_once_per_change(feed: StateFeed) -> None:
+    feed.node_event("ADDED", _annotated("n1", 1, {names.NODE_SCHEDULER_POLICY: "bad-1"}))
+    taken = feed.take_node_warnings()
+    assert [(w.node["metadata"]["name"], w.message) for w in taken] == [
+        ("n1", f"{names.NODE_SCHEDULER_POLICY} unreadable")
+    ]
+    assert feed.take_node_warnings() == []
+    # A routine update with the same problem says nothing new...
+    feed.node_event("MODIFIED", _annotated("n1", 2, {names.NODE_SCHEDULER_POLICY: "bad-1"}))
+    assert feed.take_node_warnings() == []
+    # ...fixing it says nothing, and breaking it again is reported again.
+    feed.node_event("MODIFIED", _annotated("n1", 3, {names.NODE_SCHEDULER_POLICY: "spread"}))
+    assert feed.take_node_warnings() == []
+    feed.node_event("MODIFIED", _annotated("n1", 4, {names.GPU_USE_TYPE: "bad-2"}))
+    assert [w.message for w in feed.take_node_warnings()] == [f"{names.GPU_USE_TYPE} unreadable"]
+
+
+def test_node_restriction_change_wakes_parked_pods(feed: StateFeed, queue: SchedulingQueue) -> None:
+    feed.node_event("ADDED", _annotated("n1", 1, {names.GPU_USE_TYPE: "A100"}))
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    feed.node_event("MODIFIED", _annotated("n1", 2, {names.GPU_USE_TYPE: "A100,H100"}))
+    assert queue.parked_count == 0
 
 
 def test_node_deletion_removes_it_from_the_engine(feed: StateFeed, engine: FakeEngine) -> None:
