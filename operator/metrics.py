@@ -14,7 +14,7 @@ import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Final, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -50,6 +50,19 @@ class Result(enum.StrEnum):
     BIND_CONFLICT = "bind_conflict"
     PREEMPTING = "preempting"  # evicting victims, or waiting for them to go
     ERROR = "error"
+
+
+class WebhookResult(enum.StrEnum):
+    """What the webhook answered (the ``result`` label; a closed set)."""
+
+    MUTATED = "mutated"  # a GPU pod, routed to us with its defaults
+    DENIED = "denied"  # refused with a message
+    PASSED = "passed"  # not ours: let through unchanged
+    NOT_READY = "not_ready"  # the operator had not started: let through unchanged
+
+
+#: Pod creation to Binding: seconds to minutes (pods may wait for room).
+_CREATE_TO_BOUND_BUCKETS_S: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
 class DeviceRow(Protocol):
@@ -105,8 +118,9 @@ class _StateCollector(Collector):
                 "Device memory booked by pods on this card.",
                 labels=labels,
             ),
+            # Capacities are gauges: no `_total` suffix, which means a counter.
             "memory_total": GaugeMetricFamily(
-                f"{PREFIX}_device_memory_total_bytes",
+                f"{PREFIX}_device_memory_capacity_bytes",
                 "Device memory this card registers (after memory scaling).",
                 labels=labels,
             ),
@@ -116,7 +130,7 @@ class _StateCollector(Collector):
                 labels=labels,
             ),
             "cores_total": GaugeMetricFamily(
-                f"{PREFIX}_device_cores_total_ratio",
+                f"{PREFIX}_device_cores_capacity_ratio",
                 "Compute this card registers, in whole cards (after core scaling).",
                 labels=labels,
             ),
@@ -126,7 +140,7 @@ class _StateCollector(Collector):
                 labels=labels,
             ),
             "slots_total": GaugeMetricFamily(
-                f"{PREFIX}_device_shares_total",
+                f"{PREFIX}_device_shares_capacity",
                 "Pod containers this card may hold (deviceSplitCount).",
                 labels=labels,
             ),
@@ -150,14 +164,16 @@ class _StateCollector(Collector):
         )
         limit = GaugeMetricFamily(
             f"{PREFIX}_quota_limit",
-            "The namespace's ResourceQuota limit for a device resource.",
+            "The namespace's ResourceQuota limit for a device resource; no series where "
+            "there is no limit, so `used > limit` alerts only where a limit exists.",
             labels=["namespace", "resource"],
         )
         table = self.quotas() if self.quotas is not None else {}
         for namespace, resources in sorted(table.items()):
             for resource, (used_value, limit_value) in sorted(resources.items()):
                 used.add_metric([namespace, resource], used_value)
-                limit.add_metric([namespace, resource], limit_value)
+                if limit_value > 0:  # the engine's 0 means "no limit", not "nothing allowed"
+                    limit.add_metric([namespace, resource], limit_value)
         yield used
         yield limit
 
@@ -200,13 +216,47 @@ class OperatorMetrics:
             "Device configurations refused as invalid (the last good one stays).",
             registry=self.registry,
         )
+        self._not_routed = Counter(
+            f"{PREFIX}_gpu_pods_not_routed",
+            "GPU pods found on the default scheduler (created while the webhook was down).",
+            registry=self.registry,
+        )
         self._leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this replica makes decisions, 0 while it stands by.",
             registry=self.registry,
         )
+        self._create_to_bound = Histogram(
+            f"{PREFIX}_pod_create_to_bound_seconds",
+            "From a pod's creationTimestamp to its Binding: what a user waits, queueing "
+            "and waiting for room included (second resolution, from the API server).",
+            buckets=_CREATE_TO_BOUND_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._webhook_requests = Counter(
+            f"{PREFIX}_webhook_requests",
+            "Admission requests the webhook answered, by result.",
+            ["result"],
+            registry=self.registry,
+        )
+        self._webhook_duration = Histogram(
+            f"{PREFIX}_webhook_duration_seconds",
+            "Time the webhook took to answer one admission request.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._api_errors = Counter(
+            f"{PREFIX}_api_errors",
+            "Failed requests to the Kubernetes API, by what was being done.",
+            ["operation"],
+            registry=self.registry,
+        )
         for result in Result:
             self._attempts.labels(result=result.value)
+        for answer in WebhookResult:
+            self._webhook_requests.labels(result=answer.value)
+        # process_cpu_seconds_total, process_resident_memory_bytes, open fds...
+        ProcessCollector(registry=self.registry)
         self._state = _StateCollector()
         self.registry.register(self._state)
 
@@ -226,6 +276,20 @@ class OperatorMetrics:
 
     def config_rejected(self) -> None:
         self._config_rejected.inc()
+
+    def bound_after(self, seconds_since_creation: float) -> None:
+        self._create_to_bound.observe(max(0.0, seconds_since_creation))
+
+    def webhook_answered(self, result: WebhookResult, duration_s: float) -> None:
+        self._webhook_requests.labels(result=result.value).inc()
+        self._webhook_duration.observe(duration_s)
+
+    def api_error(self, operation: str) -> None:
+        """A failed API request; ``operation`` is one of a few fixed words (bounded)."""
+        self._api_errors.labels(operation=operation).inc()
+
+    def not_routed(self) -> None:
+        self._not_routed.inc()
 
     def leadership(self, active: bool) -> None:
         self._leader.set(1 if active else 0)

@@ -13,7 +13,13 @@ import math
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    ProcessCollector,
+    start_http_server,
+)
 
 from vgpu_operator.agent.readings import MachineReading
 
@@ -53,7 +59,8 @@ class AgentMetrics:
             registry=self.registry,
         )
         self.memory_total = Gauge(
-            "vgpu_agent_gpu_memory_total_bytes",
+            # A gauge: no `_total` suffix, which means a counter (promtool check metrics).
+            "vgpu_agent_gpu_memory_capacity_bytes",
             "Memory of the card.",
             labelnames=_GPU_LABELS,
             registry=self.registry,
@@ -96,6 +103,8 @@ class AgentMetrics:
             registry=self.registry,
         )
         self.heartbeat_age.set_function(self._heartbeat_age_s)
+        # process_cpu_seconds_total, process_resident_memory_bytes, open fds...
+        ProcessCollector(registry=self.registry)
 
     def observe(self, reading: MachineReading) -> None:
         """Record one reading's telemetry."""

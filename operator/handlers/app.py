@@ -22,7 +22,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import kopf
@@ -30,12 +30,21 @@ import structlog
 
 from vgpu_operator import config as device_config
 from vgpu_operator import names
-from vgpu_operator.handlers import admission, feed, leadership, queue, reporting, serving, worker
+from vgpu_operator.handlers import (
+    admission,
+    feed,
+    leadership,
+    pod_facts,
+    queue,
+    reporting,
+    serving,
+    worker,
+)
 from vgpu_operator.handlers.options import OperatorOptions
 from vgpu_operator.kube import binding, client, eviction, listing, peering
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
-from vgpu_operator.metrics import OperatorMetrics
+from vgpu_operator.metrics import OperatorMetrics, WebhookResult
 from vgpu_operator.scheduling import cluster
 
 log = structlog.get_logger("vgpu_operator.operator")
@@ -121,6 +130,8 @@ class OperatorApp:
         self._server: serving.HttpServer | None = None
         self._resync_lock = asyncio.Lock()
         self.started = asyncio.Event()
+        #: uids of GPU pods already reported as left to the default scheduler.
+        self._not_routed_reported: set[str] = set()
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -182,6 +193,8 @@ class OperatorApp:
             )
             await self._server.start(options.metrics_addr, options.metrics_port)
         self._spawn("config watch", self._watch_config())
+        if not options.standalone:
+            self._spawn("quota watch", self._watch_quotas())
         self._spawn("scheduling worker", self.worker.run())
         self._spawn("housekeeping", self._housekeeping())
         self.started.set()
@@ -299,35 +312,65 @@ class OperatorApp:
             self.feed.inventory_event(event.get("type"), event["object"])
 
     async def on_pod_admission(self, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        started = time.monotonic()
         if self.state is None:
-            return  # not started: let the pod through unchanged (failurePolicy Ignore)
+            # Not started: let the pod through unchanged (failurePolicy Ignore).
+            self.metrics.webhook_answered(WebhookResult.NOT_READY, time.monotonic() - started)
+            return
         result = self.state.admit(_raw(body))
         if not result.handled:
+            self.metrics.webhook_answered(WebhookResult.PASSED, time.monotonic() - started)
             return
         if not result.allowed:
+            # An ordinary answer, not a fault: info (Kopf's own error line is filtered out).
             log.info("pod_denied", pod=cluster.pod_key(_raw(body)), reason=result.message)
+            self.metrics.webhook_answered(WebhookResult.DENIED, time.monotonic() - started)
             raise kopf.AdmissionError(result.message, code=403)
         mutated = result.pod
         patch.fns.append(lambda raw: admission.apply_mutation(cast(dict[str, Any], raw), mutated))
+        self.metrics.webhook_answered(WebhookResult.MUTATED, time.monotonic() - started)
 
     # --- config -------------------------------------------------------------------------
     async def _watch_config(self) -> None:
-        assert self.api is not None
         path = f"/api/v1/namespaces/{self.options.namespace}/configmaps"
         selector = f"metadata.name={self.options.config_map}"
+        await self._watch("config", path, self.on_config, field_selector=selector)
+
+    async def _watch_quotas(self) -> None:
+        """ResourceQuotas, on every replica. Kopf pauses its watches on a standby, but a
+        standby's webhook still answers (the Service picks any Ready replica) and refuses
+        pods by quota: without this it would answer from the listing it took at start."""
+        assert self.feed is not None
+        feed_ = self.feed
+
+        async def on_quota(kind: str | None, obj: Mapping[str, Any]) -> None:
+            feed_.quota_event(kind, obj)
+
+        await self._watch("quota", listing.RESOURCE_QUOTAS, on_quota)
+
+    async def _watch(
+        self,
+        what: str,
+        path: str,
+        on_event: Callable[[str | None, Mapping[str, Any]], Awaitable[None]],
+        *,
+        field_selector: str | None = None,
+    ) -> None:
+        """List, then watch, ``path`` forever; ``on_event(None, obj)`` for listed objects."""
+        assert self.api is not None
         version: str | None = None
         delays = iter(_RESYNC_RETRY_S)
         while True:
             try:
                 if version is None:
-                    found = await listing.list_all(self.api, path, field_selector=selector)
+                    found = await listing.list_all(self.api, path, field_selector=field_selector)
                     for item in found.items:
-                        await self.on_config(None, item)
+                        await on_event(None, item)
                     version = found.resource_version
                 async for kind, obj in listing.watch(
-                    self.api, path, resource_version=version, field_selector=selector
+                    self.api, path, resource_version=version, field_selector=field_selector
                 ):
-                    await self.on_config(kind, obj)
+                    await on_event(kind, obj)
                     version = (obj.get("metadata") or {}).get("resourceVersion") or version
                 delays = iter(_RESYNC_RETRY_S)
             except listing.WatchExpired:
@@ -336,7 +379,8 @@ class OperatorApp:
                 raise
             except Exception as exc:
                 delay = next(delays, _RESYNC_RETRY_S[-1])
-                log.warning("config_watch_failed", error=str(exc), retry_after_s=delay)
+                log.warning(f"{what}_watch_failed", error=str(exc), retry_after_s=delay)
+                self.metrics.api_error(f"{what}_watch")
                 version = None
                 await asyncio.sleep(delay)
 
@@ -368,6 +412,7 @@ class OperatorApp:
                     )
                 except Exception as exc:
                     log.warning("event_write_failed", config_map=name, error=str(exc))
+                    self.metrics.api_error("report")
 
     # --- full listings ------------------------------------------------------------------
     async def resync(self) -> None:
@@ -413,6 +458,7 @@ class OperatorApp:
             except Exception as exc:
                 delay = next(delays, _RESYNC_RETRY_S[-1])
                 log.warning("resync_failed", error=str(exc), retry_after_s=delay)
+                self.metrics.api_error("resync")
                 await asyncio.sleep(delay)
 
     async def _housekeeping(self) -> None:
@@ -424,13 +470,47 @@ class OperatorApp:
             self.metrics.queue_size(len(self.queue), self.queue.parked_count)
             for node in self.feed.check_heartbeats():
                 log.warning("inventory_stale", node=node)
+            if self._is_leader():
+                await self._report_not_routed()
             if time.monotonic() - last_resync >= self.options.resync_interval_s:
                 last_resync = time.monotonic()
                 try:
                     await self.resync()
                 except Exception as exc:
                     log.warning("resync_failed", error=str(exc))
+                    self.metrics.api_error("resync")
                 self.queue.wake_all()
+
+    async def _report_not_routed(self) -> None:
+        """GPU pods created while the webhook was down keep ``default-scheduler`` and would
+        wait forever: tell their owners (once per pod) how to fix them.
+
+        They cannot be adopted: a pod's scheduler name is immutable.
+        """
+        assert self.feed is not None
+        assert self.state is not None
+        assert self.reporter is not None
+        waiting = self.feed.waiting_for(pod_facts.DEFAULT_SCHEDULER)
+        present: set[str] = set()
+        for pod in waiting:
+            uid = str((pod.get("metadata") or {}).get("uid") or "")
+            present.add(uid)
+            if uid in self._not_routed_reported:
+                continue
+            admitted = self.state.admit(pod)
+            if not admitted.handled:
+                continue  # not a GPU pod: the default scheduler's business
+            self._not_routed_reported.add(uid)
+            wanted = pod_facts.extended_resources_of(pod)
+            message = reporting.not_routed_message(pod, wanted, self.feed.scheduler_name)
+            log.warning("gpu_pod_not_routed", pod=cluster.pod_key(pod))
+            self.metrics.not_routed()
+            try:
+                await self.reporter.not_routed(pod, message)
+            except Exception as exc:
+                log.warning("event_write_failed", pod=cluster.pod_key(pod), error=str(exc))
+                self.metrics.api_error("report")
+        self._not_routed_reported &= present
 
     async def _read_peering(self) -> Mapping[str, Any] | None:
         assert self.api is not None
@@ -444,12 +524,27 @@ def _raw(body: Any) -> dict[str, Any]:
     return {key: body[key] for key in body}
 
 
+class _DenialsAreNotErrors(logging.Filter):
+    """Drops Kopf's error line for a webhook denial (``kopf.AdmissionError``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(
+            message.startswith(f"{kind} {WEBHOOK_ID!r} failed permanently")
+            for kind in ("Webhook", "Handler")
+        )
+
+
 def configure_kopf(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
     """Kopf settings for a scheduler (each with the reason)."""
     # Our own Events carry the scheduling news; Kopf's would add an Event per log line.
     settings.posting.enabled = False
     # A handler per watch event at INFO would drown the log at thousands of pods.
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    objects_log = logging.getLogger("kopf.objects")
+    objects_log.setLevel(logging.WARNING)
+    # A webhook denial is an answer, logged by us at info; Kopf logs it as a handler error.
+    if not any(isinstance(f, _DenialsAreNotErrors) for f in objects_log.filters):
+        objects_log.addFilter(_DenialsAreNotErrors())
     # Reconnect quickly after an API server restart; pending pods must not wait long.
     settings.watching.reconnect_backoff = 0.5
     settings.watching.connect_timeout = 30

@@ -155,6 +155,14 @@ class StateFeed:
     def scheduler_name(self) -> str:
         return self._config.scheduler.scheduler_name
 
+    def waiting_for(self, scheduler_name: str) -> list[dict[str, Any]]:
+        """Unbound live pods that name ``scheduler_name`` (another scheduler's, too)."""
+        return [
+            pod
+            for pod, _ in self._unbound.values()
+            if pod_facts.scheduler_name_of(pod) == scheduler_name
+        ]
+
     def pending_pod(self, key: PodKey) -> dict[str, Any] | None:
         """The latest copy of a pod waiting for this scheduler, or None."""
         entry = self._unbound.get(key)

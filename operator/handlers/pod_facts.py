@@ -7,6 +7,7 @@ decision change" (fingerprints, so that routine status updates wake nobody).
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 from collections.abc import Mapping
@@ -98,8 +99,33 @@ def is_waiting_for_scheduler(pod: Mapping[str, Any]) -> bool:
     return not _spec(pod).get("schedulingGates")
 
 
+def created_at(pod: Mapping[str, Any]) -> float | None:
+    """``metadata.creationTimestamp`` as a Unix time, if present and readable."""
+    value = _meta(pod).get("creationTimestamp")
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
 def scheduler_name_of(pod: Mapping[str, Any]) -> str:
-    return str(_spec(pod).get("schedulerName") or "default-scheduler")
+    return str(_spec(pod).get("schedulerName") or DEFAULT_SCHEDULER)
+
+
+def extended_resources_of(pod: Mapping[str, Any]) -> set[str]:
+    """Domain-qualified resource names (``nvidia.com/gpu``...) any container asks for."""
+    spec = _spec(pod)
+    found: set[str] = set()
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        resources = container.get("resources") or {} if isinstance(container, Mapping) else {}
+        for section in ("limits", "requests"):
+            found.update(k for k in resources.get(section) or {} if "/" in str(k))
+    return found
 
 
 def priority_of(pod: Mapping[str, Any]) -> int:

@@ -9,7 +9,7 @@ them. The condition carries kube-scheduler's node-counting message
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import structlog
@@ -24,6 +24,9 @@ REASON_FAILED_SCHEDULING: Final = "FailedScheduling"
 REASON_SCHEDULED: Final = "Scheduled"
 REASON_PREEMPTED: Final = "Preempted"
 REASON_PREEMPTING: Final = "Preempting"
+#: A GPU pod created while the webhook did not answer: it kept the default scheduler.
+REASON_NOT_ROUTED: Final = "NotRoutedToGpuScheduler"
+CONDITION_NOT_ROUTED: Final = "vgpu-operator.io/RoutedToGpuScheduler"
 
 
 def _now() -> datetime.datetime:
@@ -52,6 +55,18 @@ def preempted_message(preemptor: Mapping[str, Any], node: str) -> str:
 
 def preempting_message(node: str, victims: int) -> str:
     return f"Preempting {victims} pod{'s' if victims != 1 else ''} on node {node}"
+
+
+def not_routed_message(pod: Mapping[str, Any], resources: Iterable[str], scheduler: str) -> str:
+    """Why a GPU pod on the default scheduler gets no share, and how to fix it."""
+    names_ = ", ".join(sorted(resources)) or "a GPU resource"
+    return (
+        f"The pod asks for {names_} but was created while the vgpu-operator webhook did "
+        "not answer, so it kept schedulerName default-scheduler and gets no GPU share "
+        "(a pod's scheduler cannot be changed after creation). Delete it so that its "
+        f"controller recreates it while the operator runs, or set schedulerName: {scheduler} "
+        "in its template."
+    )
 
 
 def _pod_ref(pod: Mapping[str, Any]) -> events.ObjectRef:
@@ -114,6 +129,22 @@ class KubeReporter:
             ref, REASON_PREEMPTING, message, self._clock(), events.TYPE_NORMAL
         )
         await self._write(write, ref, REASON_PREEMPTING)
+
+    async def not_routed(self, pod: Mapping[str, Any], message: str) -> None:
+        """A Warning Event and a False condition on a GPU pod left to the default scheduler."""
+        ref = _pod_ref(pod)
+        now = self._clock()
+        condition = {
+            "type": CONDITION_NOT_ROUTED,
+            "status": "False",
+            "reason": "CreatedWhileWebhookDown",
+            "message": message,
+            "lastProbeTime": None,
+            "lastTransitionTime": now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        await conditions.patch_pod_condition(self._api, ref.namespace, ref.name, condition)
+        write = self._events.record(ref, REASON_NOT_ROUTED, message, now, events.TYPE_WARNING)
+        await self._write(write, ref, REASON_NOT_ROUTED)
 
     def forget(self, namespace: str, name: str) -> None:
         self._events.forget(namespace, name)

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from vgpu_operator.handlers import feed, queue
+from vgpu_operator.handlers import feed, pod_facts, queue
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics, Result
@@ -275,6 +275,7 @@ class SchedulingWorker:
             raise
         except Exception as exc:
             log.warning("preemption_failed", pod=key, node=node, error=str(exc))
+            self._metrics.api_error("evict")
             refused.append("")
         if not refused:
             return
@@ -314,6 +315,7 @@ class SchedulingWorker:
             self._engine.rollback(key)
             self._feed.binding_failed(key)
             self._metrics.attempt(Result.ERROR)
+            self._metrics.api_error("bind")
             backoff_s = self._queue.retry_later(key)
             log.warning("bind_failed", pod=key, node=node, error=str(exc), retry_after_s=backoff_s)
             return
@@ -323,6 +325,9 @@ class SchedulingWorker:
             self._engine.confirm(key)
             self._feed.binding_succeeded(key)
             self._metrics.attempt(Result.SCHEDULED)
+            created = pod_facts.created_at(pod)
+            if created is not None:
+                self._metrics.bound_after(time.time() - created)
             log.info("pod_bound", pod=key, node=node)
             self._report(key, self._reporter.scheduled(pod, node))
             return
@@ -341,6 +346,7 @@ class SchedulingWorker:
             fresh = await self._binder.read_pod(str(meta.get("namespace")), str(meta.get("name")))
         except Exception as exc:
             log.warning("pod_reread_failed", pod=key, error=str(exc))
+            self._metrics.api_error("pod_read")
             self._queue.retry_later(key)
             return
         if fresh is None:
@@ -380,6 +386,7 @@ class SchedulingWorker:
                 raise
             except Exception as exc:
                 log.warning("report_failed", pod=key, error=str(exc))
+                self._metrics.api_error("report")
             finally:
                 if self._reports.get(key) is task:
                     del self._reports[key]

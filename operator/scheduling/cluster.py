@@ -456,6 +456,8 @@ class ClusterState:
         if not self.preemption_enabled or not preemption.eligible(pod) or diagnosis.error:
             return None
         priority = preemption.priority_of(pod)
+        if self._awaits_earlier_victims(pod, priority):
+            return None
         budgets = list(self._budgets.values())
         limit = preemption.candidate_limit(len(self._nodes))
         candidates: list[preemption.Candidate] = []
@@ -533,6 +535,17 @@ class ClusterState:
             nominated_node=chosen.node,
             victims=tuple(p.key for p in chosen.victims.pods),
         )
+
+    def _awaits_earlier_victims(self, pod: Mapping[str, Any], priority: int) -> bool:
+        """kube-scheduler's ``PodEligibleToPreemptOthers``: a pod already nominated to a
+        node where a lower-priority pod is terminating waits for it instead of preempting
+        again (read from ``status.nominatedNodeName``, so it holds across restarts)."""
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        node = self._nodes.get(nominated) if isinstance(nominated, str) else None
+        if node is None:
+            return False
+        entries = (self._pods.get(k) for k in node.pods)
+        return any(e is not None and e.deleting and e.priority < priority for e in entries)
 
     def _victims_remain(self, nomination: _Nomination) -> bool:
         return any(v in self._pods for v in nomination.victims)

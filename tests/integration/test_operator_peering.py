@@ -6,13 +6,19 @@ record themselves in a ClusterKopfPeering object of the test's own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import base64
+import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from integration import operator_env as env
+from integration.test_operator_webhook import WEBHOOKS, _free_port, make_pki
 
+from vgpu_operator.handlers.app import WEBHOOK_ID
+from vgpu_operator.handlers.options import WebhookOptions
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
@@ -111,3 +117,109 @@ def test_one_replica_decides_and_the_other_takes_over(
             first.stop()
         if second is not None:
             second.stop()
+
+
+def test_a_standby_answers_the_webhook_from_current_quotas(
+    control_plane: ControlPlane,
+    namespace: str,
+    peering: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The Service sends admission requests to any Ready replica. A standby's Kopf watches
+    are paused; its webhook must still see a quota created after it started."""
+    cp = control_plane
+    env.install_crd(cp)
+    scheduler = env.unique("sched")
+    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    pki = make_pki(tmp_path)
+    port = _free_port()
+    webhook = WebhookOptions(
+        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
+    )
+    first = OperatorThread(env.options(cp, namespace, standalone=False, peering=peering)).start()
+    second: OperatorThread | None = None
+    config_name = f"vgpu-standby-{namespace}"
+    try:
+        env.wait_until("the first replica to lead", lambda: _leader(first), 30)
+        options = env.options(cp, namespace, standalone=False, peering=peering, webhook=webhook)
+        second = OperatorThread(options).start()
+        cp.create(WEBHOOKS, _webhook_to(config_name, namespace, port, pki.ca.read_bytes()))
+        quota_path = f"/api/v1/namespaces/{namespace}/resourcequotas"
+        cp.create(
+            quota_path,
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": "gpu"},
+                "spec": {"hard": {"limits.nvidia.com/gpumem": "100000"}},
+            },
+        )
+
+        def pod(name: str, memory: int) -> dict[str, Any]:
+            limits = {"nvidia.com/gpumem": str(memory)}
+            container = {"name": "main", "image": "registry.invalid/x"}
+            container["resources"] = {"limits": limits}
+            meta = {"name": name, "namespace": namespace}
+            return {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": meta,
+                "spec": {"containers": [container]},
+            }
+
+        def refused(memory: int) -> Callable[[], str | None]:
+            def attempt() -> str | None:
+                try:
+                    cp.create(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", pod("p", memory))
+                except ApiError as exc:
+                    return exc.body if "exceeding resource quota" in exc.body else None
+                return None
+
+            return attempt
+
+        # The standby knows the quota as it was (its listing or its watch)...
+        env.wait_until("the standby to refuse by the quota", refused(200000), 30)
+        # ...and the quota changes while it stands by.
+        cp.patch(f"{quota_path}/gpu", {"spec": {"hard": {"limits.nvidia.com/gpumem": "1000"}}})
+        assert not _leader(second)
+        message = env.wait_until("the standby to refuse by the new quota", refused(4000), 30)
+        assert "limit 1000" in message
+        assert not _leader(second), "the answer must come from the standby"
+        # A denial is an ordinary answer: never an error line.
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    finally:
+        cp.delete(f"{WEBHOOKS}/{config_name}")
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def _webhook_to(name: str, namespace: str, port: int, ca: bytes) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "pods.vgpu-operator.io",
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+                    "caBundle": base64.b64encode(ca).decode(),
+                },
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+            }
+        ],
+    }

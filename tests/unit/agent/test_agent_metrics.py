@@ -31,7 +31,7 @@ def test_telemetry_is_exported_per_card() -> None:
     metrics = AgentMetrics()
     metrics.observe(_reading())
     card = {"uuid": "GPU-a", "index": "0"}
-    assert _value(metrics, "vgpu_agent_gpu_memory_total_bytes", **card) == 1000 * MIB
+    assert _value(metrics, "vgpu_agent_gpu_memory_capacity_bytes", **card) == 1000 * MIB
     assert _value(metrics, "vgpu_agent_gpu_memory_used_bytes", **card) == 10 * MIB
     assert _value(metrics, "vgpu_agent_gpu_utilization_ratio", **card) == 0.5
     assert _value(metrics, "vgpu_agent_gpu_temperature_celsius", **card) == 55.0
@@ -47,7 +47,7 @@ def test_values_nvml_stops_giving_and_vanished_cards_are_dropped() -> None:
     assert _value(metrics, "vgpu_agent_gpu_power_watts", **card) is None
     assert _value(metrics, "vgpu_agent_gpu_temperature_celsius", **card) == 55.0
     metrics.observe(MachineReading(gpus=()))
-    assert _value(metrics, "vgpu_agent_gpu_memory_total_bytes", **card) is None
+    assert _value(metrics, "vgpu_agent_gpu_memory_capacity_bytes", **card) is None
 
 
 def test_errors_are_counted_by_operation_from_zero() -> None:
@@ -74,7 +74,7 @@ def test_exposition_uses_the_documented_names() -> None:
     text = generate_latest(metrics.registry).decode()
     for name in (
         "vgpu_agent_gpu_memory_used_bytes",
-        "vgpu_agent_gpu_memory_total_bytes",
+        "vgpu_agent_gpu_memory_capacity_bytes",
         "vgpu_agent_gpu_utilization_ratio",
         "vgpu_agent_gpu_temperature_celsius",
         "vgpu_agent_gpu_power_watts",

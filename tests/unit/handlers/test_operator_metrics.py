@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vgpu_operator.metrics import OperatorMetrics, Result
+from vgpu_operator.metrics import OperatorMetrics, Result, WebhookResult
 from vgpu_operator.scheduling.cluster import DeviceUsageRow
 
 ROW = DeviceUsageRow("n1", "GPU-0", "NVIDIA", "A100", 2, 10, 3000, 40960, 50, 100)
@@ -39,10 +39,10 @@ def test_device_and_quota_figures_are_read_at_scrape_time() -> None:
     labels = {"node": "n1", "device": "GPU-0", "vendor": "NVIDIA", "type": "A100"}
     get = metrics.registry.get_sample_value
     assert get("vgpu_operator_device_memory_allocated_bytes", labels) == 3000 * 1024 * 1024
-    assert get("vgpu_operator_device_memory_total_bytes", labels) == 40960 * 1024 * 1024
+    assert get("vgpu_operator_device_memory_capacity_bytes", labels) == 40960 * 1024 * 1024
     assert get("vgpu_operator_device_cores_allocated_ratio", labels) == 0.5
     assert get("vgpu_operator_device_shares_allocated", labels) == 2
-    assert get("vgpu_operator_device_shares_total", labels) == 10
+    assert get("vgpu_operator_device_shares_capacity", labels) == 10
     quota_labels = {"namespace": "team-a", "resource": "limits.nvidia.com/gpumem"}
     assert get("vgpu_operator_quota_used", quota_labels) == 3000
     assert get("vgpu_operator_quota_limit", quota_labels) == 10000
@@ -54,3 +54,31 @@ def test_exposition_is_text_format() -> None:
     body, content_type = OperatorMetrics().render()
     assert content_type.startswith("text/plain")
     assert b"vgpu_operator_scheduling_attempts_total" in body
+
+
+def test_an_unlimited_quota_resource_exports_no_limit_series() -> None:
+    # The engine reports "no limit" as 0: a limit series of 0 would make every
+    # `used > limit` alert fire for namespaces that have no limit at all.
+    metrics = OperatorMetrics()
+    quotas = {"team-a": {"limits.nvidia.com/gpumem": (3000, 0)}}
+    metrics.read_state_from(list, lambda: quotas)
+    labels = {"namespace": "team-a", "resource": "limits.nvidia.com/gpumem"}
+    get = metrics.registry.get_sample_value
+    assert get("vgpu_operator_quota_used", labels) == 3000
+    assert get("vgpu_operator_quota_limit", labels) is None
+
+
+def test_webhook_answers_latency_api_errors_and_process_figures() -> None:
+    metrics = OperatorMetrics()
+    metrics.webhook_answered(WebhookResult.DENIED, 0.001)
+    metrics.webhook_answered(WebhookResult.MUTATED, 0.002)
+    metrics.bound_after(1.5)
+    metrics.api_error("bind")
+    get = metrics.registry.get_sample_value
+    assert get("vgpu_operator_webhook_requests_total", {"result": "denied"}) == 1
+    assert get("vgpu_operator_webhook_requests_total", {"result": "passed"}) == 0
+    assert get("vgpu_operator_webhook_duration_seconds_count") == 2
+    assert get("vgpu_operator_pod_create_to_bound_seconds_bucket", {"le": "2.5"}) == 1
+    assert get("vgpu_operator_pod_create_to_bound_seconds_bucket", {"le": "1.0"}) == 0
+    assert get("vgpu_operator_api_errors_total", {"operation": "bind"}) == 1
+    assert get("process_cpu_seconds_total") is not None

@@ -1,0 +1,70 @@
+"""A GPU pod created while the webhook did not answer keeps ``default-scheduler``; it can
+never be adopted (the scheduler name is immutable), so the operator tells its owner, on
+the pod, how to fix it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from integration import operator_env as env
+
+from vgpu_operator.handlers import reporting
+from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.testing.controlplane import ControlPlane
+
+
+def _default_scheduler_pod(namespace: str, name: str, limits: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            # Nothing places it: no node matches (the default scheduler does not run here).
+            "nodeSelector": {env.TEST_LABEL: f"{namespace}-none"},
+            "containers": [
+                {"name": "main", "image": "registry.invalid/x", "resources": {"limits": limits}}
+            ],
+        },
+    }
+
+
+def test_a_gpu_pod_left_to_the_default_scheduler_is_reported_with_the_fix(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    cp = control_plane
+    env.install_crd(cp)
+    scheduler = env.unique("sched")
+    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    # Created before the operator runs, as while its webhook was down.
+    gpu = _default_scheduler_pod(namespace, "gpu", {"nvidia.com/gpu": "1"})
+    cpu = _default_scheduler_pod(namespace, "cpu", {"cpu": "1"})
+    env.create_pod(cp, gpu)
+    env.create_pod(cp, cpu)
+    try:
+        with OperatorThread(env.options(cp, namespace)) as operator:
+
+            def reported() -> dict[str, Any] | None:
+                pod = env.get_pod(cp, namespace, "gpu")
+                return dict(env.condition(pod, reporting.CONDITION_NOT_ROUTED) or {}) or None
+
+            condition = env.wait_until("the not-routed condition", reported, 60)
+            events = env.wait_until(
+                "the not-routed Event", lambda: env.events_for(cp, namespace, "gpu"), 30
+            )
+            metric = operator.app.metrics.registry.get_sample_value(
+                "vgpu_operator_gpu_pods_not_routed_total"
+            )
+        assert condition["status"] == "False"
+        assert "nvidia.com/gpu" in condition["message"]
+        assert f"schedulerName: {scheduler}" in condition["message"]
+        assert [e["reason"] for e in events] == [reporting.REASON_NOT_ROUTED]
+        assert events[0]["type"] == "Warning"
+        assert metric is not None
+        assert metric >= 1
+        # A CPU pod on the default scheduler is none of our business.
+        assert (
+            env.condition(env.get_pod(cp, namespace, "cpu"), reporting.CONDITION_NOT_ROUTED) is None
+        )
+        assert env.events_for(cp, namespace, "cpu") == []
+    finally:
+        env.cleanup_group(cp, namespace)
