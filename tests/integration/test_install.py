@@ -278,6 +278,27 @@ def test_the_agent_reports_its_own_node_on_its_own_token(
         inventory = env.wait_until("the agent's inventory of node A", reported, 60)
     assert inventory["status"]["nodeName"] == node
     assert len(inventory["status"]["devices"]) == 4
+    # `-o wide` adds where the readings come from and the driver, after the summary.
+    wide = installed.run(["get", "dinv", node, "-o", "wide"])
+    assert wide.returncode == 0, wide.stderr
+    header, row = wide.stdout.splitlines()[:2]
+    assert header.split() == [
+        "NAME",
+        "NODE",
+        "GPUS",
+        "HEALTHY",
+        "MODEL",
+        "MEMORY",
+        "MIB",
+        "HEARTBEAT",
+        "BACKEND",
+        "DRIVER",
+        "CUDA",
+        "CORDONED",
+    ]
+    assert inventory["status"]["backend"] in row.split()
+    narrow = installed.run(["get", "dinv", node])
+    assert "BACKEND" not in narrow.stdout
 
 
 def _refused(done: subprocess.CompletedProcess[str]) -> str:
