@@ -23,6 +23,8 @@ BIND_PHASE: Final = "hami.io/bind-phase"
 BIND_TIME: Final = "hami.io/bind-time"
 NVIDIA_DEVICES_TO_ALLOCATE: Final = "hami.io/vgpu-devices-to-allocate"
 NVIDIA_DEVICES_ALLOCATED: Final = "hami.io/vgpu-devices-allocated"
+#: HAMi v2.10: the MIG instance (profile and placement) of each allocated MIG device.
+MIG_ALLOCATIONS: Final = "hami.io/vgpu-mig-allocations"
 
 # --- Pod annotations written by users ---
 GPU_USE_TYPE: Final = "nvidia.com/use-gputype"

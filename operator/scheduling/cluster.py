@@ -21,12 +21,14 @@ from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, mig_allocations, model
+from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.devices.quantity import as_int
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     admission,
     disruption,
+    mig_records,
     node_basics,
     node_layer,
     placement,
@@ -109,6 +111,11 @@ class _PodEntry:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Being deleted: it leaves anyway, so it is never a victim.
     deleting: bool = False
+    #: HAMi v2.10's MIG entries and the allocation as decoded, for pods whose instances
+    #: are known only from that JSON: re-read when the node's cards change.
+    mig_records: tuple[MigAllocation, ...] = ()
+    decoded: dict[str, model.PodSingleDevice] = field(default_factory=dict)
+    init_count: int = 0
 
     @property
     def collapsed(self) -> dict[str, model.PodSingleDevice]:
@@ -275,19 +282,49 @@ class ClusterState:
         except CodecError:
             devices = {}  # an unreadable allocation holds nothing; handlers log it
         init_count = len((pod.get("spec") or {}).get("initContainers") or [])
+        records = mig_records.read(annotations)
         entry = _PodEntry(
             key=key,
             namespace=key.split("/", 1)[0],
             node=node,
             requests=node_basics.pod_requests(pod),
             devices=devices,
-            bookings=placement.collapse(devices, init_count),
+            bookings={},
             priority=preemption.priority_of(pod),
             started=_start_time(pod),
             labels=dict(meta.get("labels") or {}),
             deleting=deleting,
+            mig_records=records,
+            decoded=devices,
+            init_count=init_count,
         )
+        self._read_mig_records(entry)
         self._add_pod(entry)
+
+    def _read_mig_records(self, entry: _PodEntry) -> None:
+        """Book the pod's devices, with the instances its HAMi v2.10 JSON names."""
+        devices = dict(entry.decoded)
+        if entry.mig_records:
+            geometries_of = self._geometries_of(entry.node or "")
+            for vendor_word, single in devices.items():
+                if self._vendors.spec(vendor_word).supports_mig:
+                    devices[vendor_word] = mig_records.with_suffixes(
+                        single, entry.mig_records, geometries_of
+                    )
+        entry.devices = devices
+        entry.bookings = placement.collapse(devices, entry.init_count)
+
+    def _geometries_of(self, node_name: str) -> mig_records.GeometriesOf:
+        node = self._nodes.get(node_name)
+        cards = {} if node is None else {d.id: d for d in node.registered}
+
+        def geometries_of(uuid: str) -> tuple[model.Geometry, ...] | None:
+            card = cards.get(uuid)
+            if card is None or card.mode != model.MODE_MIG:
+                return None
+            return self._vendors.mig_geometries(card.type)
+
+        return geometries_of
 
     def remove_pod(self, key: PodKey) -> None:
         self._drop_pod(key)
@@ -376,6 +413,10 @@ class ClusterState:
             encoded = codec.encode_pod_single_device(single, spec.to_allocate_annotation)
             annotations[spec.to_allocate_annotation] = encoded
             annotations[spec.allocated_annotation] = encoded
+            if spec.supports_mig:
+                records = mig_records.records_for(single, self._geometries_of(node))
+                if records:
+                    annotations[names.MIG_ALLOCATIONS] = mig_allocations.encode(records)
         return annotations
 
     def confirm(self, key: PodKey) -> None:
@@ -622,6 +663,12 @@ class ClusterState:
         node.registered = tuple(devices)
         node.pair_scores = scores
         node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())
+        for key in sorted(node.pods):
+            entry = self._pods.get(key)
+            if entry is not None and entry.mig_records:
+                self._drop_pod(key)
+                self._read_mig_records(entry)
+                self._add_pod(entry)
         self._touch(node)
 
     def _touch(self, node: _NodeEntry) -> None:

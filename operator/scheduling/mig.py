@@ -23,9 +23,10 @@ Deliberate differences from HAMi v2.9, each fixing a weakness listed in §14 ite
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from vgpu_operator import errors
 from vgpu_operator.devices import codec, model
@@ -253,3 +254,91 @@ def is_percentage_refused(request: model.ContainerRequest) -> bool:
     counts ``Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE`` for the card.
     """
     return request.uses_percentage
+
+
+# --- HAMi v2.10's record of an instance: profile and placement --------------------------
+
+#: NVIDIA's GPU-instance placements on A100 and H100, by the compute slices a profile
+#: name starts with (``3g.40gb`` -> 3): the instance's size in memory slices (of 8) and
+#: the starts it may take (NVML's ``GetGpuInstancePossiblePlacements``).
+_PLACEMENT_RULES: Final = {
+    1: (1, (0, 1, 2, 3, 4, 5, 6)),
+    2: (2, (0, 2, 4)),
+    3: (4, (0, 4)),
+    4: (4, (0,)),
+    7: (8, (0,)),
+}
+_PROFILE_RE: Final = re.compile(r"([0-9]+)g\.")
+
+
+def _rule(profile: str) -> tuple[int, tuple[int, ...]] | None:
+    match = _PROFILE_RE.match(profile)
+    return None if match is None else _PLACEMENT_RULES.get(int(match.group(1)))
+
+
+def placements(geometry: model.Geometry) -> list[tuple[int, int] | None]:
+    """Per slot of the flattened geometry, its (start, size) in memory slices.
+
+    The seed's geometries name their instances but not where each sits on the card, so a
+    layout is chosen: every instance at a start NVIDIA allows, none overlapping, the
+    earliest such layout in geometry order (``1g`` + 3 x ``2g`` puts the 1g at 6). A
+    geometry with a profile name outside NVIDIA's ``Ng.…`` form, or that cannot be laid
+    out, has no placements (all None).
+    """
+    instances = flatten(geometry)
+    rules = [_rule(t.name) for t in instances]
+    if any(r is None for r in rules):
+        return [None] * len(instances)
+    chosen: list[tuple[int, int]] = []
+
+    def place(position: int, taken: int) -> bool:
+        if position == len(rules):
+            return True
+        size, starts = rules[position] or (0, ())
+        for start in starts:
+            mask = ((1 << size) - 1) << start
+            if taken & mask:
+                continue
+            chosen.append((start, size))
+            if place(position + 1, taken | mask):
+                return True
+            chosen.pop()
+        return False
+
+    if not place(0, 0):
+        return [None] * len(instances)
+    return list(chosen)
+
+
+def describe(
+    geometries: Sequence[model.Geometry], geometry: int, slot: int
+) -> tuple[str, int, int] | None:
+    """(profile, start, size) of instance ``[geometry-slot]``, or None when unknown."""
+    if not 0 <= geometry < len(geometries):
+        return None
+    instances = flatten(geometries[geometry])
+    spots = placements(geometries[geometry])
+    if not 0 <= slot < len(instances) or spots[slot] is None:
+        return None
+    start, size = spots[slot] or (0, 0)
+    return instances[slot].name, start, size
+
+
+def find_instance(
+    geometries: Sequence[model.Geometry],
+    profile: str,
+    start: int,
+    size: int,
+    prefer: int | None = None,
+) -> tuple[int, int] | None:
+    """The (geometry, slot) whose instance has this profile and placement: in geometry
+    ``prefer`` if it has one, else in the first geometry that does; None if none."""
+    order = list(range(len(geometries)))
+    if prefer is not None and 0 <= prefer < len(geometries):
+        order.remove(prefer)
+        order.insert(0, prefer)
+    for geometry in order:
+        for slot in range(len(flatten(geometries[geometry]))):
+            if describe(geometries, geometry, slot) == (profile, start, size):
+                return geometry, slot
+    return None

@@ -70,6 +70,10 @@ class Vendors:
             return nvidia.mutate_container(self._config.nvidia, container, pod)
         return _mutate_plain(self._configs[common_word], container)
 
+    def mig_geometries(self, card_type: str) -> tuple[model.Geometry, ...]:
+        """The MIG geometries configured for a card model (none when it has no entry)."""
+        return mig.geometries_for(card_type, self._mig_tables)
+
     def prepare_card(self, card: model.DeviceUsage) -> None:
         """Give a MIG card its geometry table before usage is booked on it."""
         if card.vendor == nvidia.COMMON_WORD and card.mode == model.MODE_MIG:

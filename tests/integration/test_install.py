@@ -447,6 +447,49 @@ def test_the_operator_schedules_on_its_own_token(
     assert env.allocation(bound)
 
 
+def test_the_operator_preempts_on_its_own_token(
+    installed: Cluster, operator_token: str, tmp_path: Path
+) -> None:
+    """Evictions, nominatedNodeName, Events and the PodDisruptionBudget watch are allowed."""
+    cp = installed.cp
+    node = f"gpu-p-{uuid.uuid4().hex[:6]}"
+    cp.create_fake_gpu_node(node, gpus=1)
+    env.write_inventory(cp, node, env.cards(node, 1, memory_mib=10000))
+    namespace = f"team-{uuid.uuid4().hex[:6]}"
+    cp.ensure_namespace(namespace)
+    classes = {"low": 10, "high": 1000}
+    for name, value in classes.items():
+        body = {"metadata": {"name": f"{namespace}-{name}"}, "value": value}
+        cp.create("/apis/scheduling.k8s.io/v1/priorityclasses", body)
+    kubeconfig = token_kubeconfig(cp, operator_token, tmp_path / "operator.kubeconfig")
+    options = env.options(
+        cp,
+        NAMESPACE,
+        kubeconfig=kubeconfig,
+        config_map="vgpu-device-config",
+        standalone=False,
+        peering="vgpu-operator",
+    )
+
+    def create(name: str, priority: str, gpumem: int) -> None:
+        pod = env.gpu_pod(namespace, name, scheduler="vgpu-scheduler", group="-", gpumem=gpumem)
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        pod["spec"]["priorityClassName"] = f"{namespace}-{priority}"
+        env.create_pod(cp, pod)
+
+    with OperatorThread(options):
+        create("batch", "low", 8000)
+        env.wait_bound(cp, namespace, "batch", 90)
+        create("urgent", "high", 6000)
+        bound = env.wait_bound(cp, namespace, "urgent", 90)
+    assert bound["spec"]["nodeName"] == node
+    assert "batch" not in {p["metadata"]["name"] for p in env.list_pods(cp, namespace)}
+    reasons = {e["reason"] for e in env.events_for(cp, namespace, "urgent")}
+    assert "Preempting" in reasons
+    for name in classes:
+        cp.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{namespace}-{name}")
+
+
 def _exists(cp: ControlPlane, path: str) -> bool:
     try:
         return bool(cp.get(f"{path}/vgpu-operator"))

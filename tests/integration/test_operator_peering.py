@@ -20,6 +20,7 @@ from integration.test_operator_webhook import WEBHOOKS, _free_port, make_pki
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.options import WebhookOptions
 from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.metrics import Result
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
 PEERING_MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "peering.yaml"
@@ -61,9 +62,9 @@ def peering(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
 
 def _attempts(operator: OperatorThread) -> float:
     total = 0.0
-    for result in ("scheduled", "unschedulable", "rejected", "bind_conflict", "error"):
+    for result in Result:
         value = operator.app.metrics.registry.get_sample_value(
-            "vgpu_operator_scheduling_attempts_total", {"result": result}
+            "vgpu_operator_scheduling_attempts_total", {"result": result.value}
         )
         total += value or 0.0
     return total

@@ -487,3 +487,40 @@ def test_allocations_never_share_an_instance_and_release_restores_idle(
     for geometry, slot in taken:
         mig.release(card, geometry, slot)
     assert card.mig == model.MigState(geometries=table)
+
+
+# --- placements for HAMi v2.10's record --------------------------------------------------
+
+
+def _geometry(*shapes: tuple[str, int]) -> model.Geometry:
+    return tuple(model.MigTemplate(name, 1, 1, count) for name, count in shapes)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "expected"),
+    [
+        ((("1g.5gb", 7),), [(i, 1) for i in range(7)]),
+        ((("1g.5gb", 1), ("2g.10gb", 3)), [(6, 1), (0, 2), (2, 2), (4, 2)]),
+        ((("3g.20gb", 2),), [(0, 4), (4, 4)]),
+        ((("4g.20gb", 1), ("2g.10gb", 1), ("1g.5gb", 1)), [(0, 4), (4, 2), (6, 1)]),
+        ((("3g.20gb", 1), ("2g.10gb", 1), ("1g.5gb", 2)), [(4, 4), (0, 2), (2, 1), (3, 1)]),
+        ((("7g.40gb", 1),), [(0, 8)]),
+        ((("1g.5gb", 8),), [None] * 8),
+        ((("small", 1),), [None]),
+    ],
+    ids=["7x1g", "1g+3x2g", "2x3g", "4g+2g+1g", "3g+2g+2x1g", "7g", "too-many", "unknown"],
+)
+def test_placements_follow_nvidias_rules(
+    shapes: tuple[tuple[str, int], ...], expected: list[tuple[int, int] | None]
+) -> None:
+    assert mig.placements(_geometry(*shapes)) == expected
+
+
+def test_find_instance_prefers_the_named_geometry() -> None:
+    geometries = (_geometry(("1g.5gb", 7)), _geometry(("1g.5gb", 1), ("2g.10gb", 3)))
+    assert mig.find_instance(geometries, "1g.5gb", 6, 1) == (0, 6)
+    assert mig.find_instance(geometries, "1g.5gb", 6, 1, prefer=1) == (1, 0)
+    assert mig.find_instance(geometries, "2g.10gb", 2, 2) == (1, 2)
+    assert mig.find_instance(geometries, "3g.20gb", 0, 4) is None
+    assert mig.describe(geometries, 1, 3) == ("2g.10gb", 4, 2)
+    assert mig.describe(geometries, 2, 0) is None
