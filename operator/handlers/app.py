@@ -84,9 +84,9 @@ class KubePreemptor:
         self._api = api
         self._reporter = reporter
 
-    async def evict(self, victim: str) -> eviction.EvictOutcome:
+    async def evict(self, victim: str, uid: str) -> eviction.EvictOutcome:
         namespace, _, name = victim.partition("/")
-        return await eviction.evict_pod(self._api, namespace, name, uid="")
+        return await eviction.evict_pod(self._api, namespace, name, uid)
 
     async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None:
         meta = pod.get("metadata") or {}

@@ -76,6 +76,8 @@ class Decision:
     rejected: str | None = None
     nominated_node: str | None = None
     victims: tuple[PodKey, ...] = ()
+    #: The victims' uids as the books saw them (an Eviction's precondition).
+    victim_uids: Mapping[PodKey, str] = field(default_factory=dict)
 
 
 AdmissionResult = admission.AdmissionResult
@@ -111,6 +113,7 @@ class _PodEntry:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Being deleted: it leaves anyway, so it is never a victim.
     deleting: bool = False
+    uid: str = ""
     #: HAMi v2.10's MIG entries and the allocation as decoded, for pods whose instances
     #: are known only from that JSON: re-read when the node's cards change.
     mig_records: tuple[MigAllocation, ...] = ()
@@ -294,6 +297,7 @@ class ClusterState:
             started=_start_time(pod),
             labels=dict(meta.get("labels") or {}),
             deleting=deleting,
+            uid=str(meta.get("uid") or ""),
             mig_records=records,
             decoded=devices,
             init_count=init_count,
@@ -548,6 +552,7 @@ class ClusterState:
             diagnosis=diagnosis,
             nominated_node=chosen.node,
             victims=tuple(p.key for p in chosen.victims.pods),
+            victim_uids={v: self._pods[v].uid for v in victims if v in self._pods},
         )
 
     def _awaits_earlier_victims(self, pod: Mapping[str, Any], priority: int) -> bool:
