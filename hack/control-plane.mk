@@ -1,10 +1,12 @@
-# Test control plane binaries (kube-apiserver, etcd, kwok). Included by the main Makefile.
+# Test control plane binaries (kube-apiserver, etcd, kwok) and the test tools kubectl and
+# promtool. Included by the main Makefile.
 #
 #   make control-plane-bins   build them once (slow the first time) and print their directory
 #
 # They are built from the Go module proxy into ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/
-# <component>-<version>/ and reused later; $(CONTROL_PLANE_BIN_DIR) holds symlinks to all three.
-# If $KUBEBUILDER_ASSETS contains kube-apiserver and etcd, those are used (kwok is still built).
+# <component>-<version>/ and reused later; $(CONTROL_PLANE_BIN_DIR) holds symlinks to all five.
+# If $KUBEBUILDER_ASSETS contains kube-apiserver and etcd, those are used (the others are
+# still built).
 # Versions: hack/control-plane/versions.env. Needs Go >= 1.26 (PATH, /usr/local/go/bin or $GO).
 
 CONTROL_PLANE_BUILD := hack/control-plane/build.sh

@@ -89,6 +89,32 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 @click.option("--webhook-cert", type=click.Path(exists=True, path_type=Path), default=None)
 @click.option("--webhook-key", type=click.Path(exists=True, path_type=Path), default=None)
 @click.option("--webhook-ca", type=click.Path(exists=True, path_type=Path), default=None)
+@click.option(
+    "--webhook-tls-secret",
+    default=None,
+    help="Self-managed TLS instead of --webhook-cert/--webhook-key: keep a CA and serving "
+    "certificate in this Secret of --namespace, renew them, and patch the caBundle of "
+    "--webhook-configuration.",
+)
+@click.option(
+    "--webhook-service",
+    default="vgpu-operator-webhook",
+    show_default=True,
+    help="The webhook's Service, named in the self-managed certificate.",
+)
+@click.option(
+    "--webhook-configuration",
+    default="vgpu-operator",
+    show_default=True,
+    help="The MutatingWebhookConfiguration whose caBundle self-managed TLS keeps current.",
+)
+@click.option(
+    "--webhook-tls-dir",
+    type=click.Path(path_type=Path),
+    default=Path("/tmp/vgpu-operator-webhook-tls"),
+    show_default=True,
+    help="Where self-managed TLS writes the serving certificate and key.",
+)
 def run(
     kubeconfig: Path | None,
     namespace: str,
@@ -107,14 +133,23 @@ def run(
     webhook_cert: Path | None,
     webhook_key: Path | None,
     webhook_ca: Path | None,
+    webhook_tls_secret: str | None,
+    webhook_service: str,
+    webhook_configuration: str,
+    webhook_tls_dir: Path,
 ) -> None:
     # Imported here so that `vgpu-operator --help` does not load Kopf.
     from vgpu_operator import logging as vgpu_logging
     from vgpu_operator.control import options as operator_options
     from vgpu_operator.handlers import runtime
 
-    if webhook_port is not None and (webhook_cert is None or webhook_key is None):
-        raise click.UsageError("--webhook-port needs --webhook-cert and --webhook-key")
+    has_files = webhook_cert is not None and webhook_key is not None
+    if webhook_port is not None and not has_files and webhook_tls_secret is None:
+        raise click.UsageError(
+            "--webhook-port needs --webhook-cert and --webhook-key, or --webhook-tls-secret"
+        )
+    if webhook_tls_secret is not None and (webhook_cert or webhook_key):
+        raise click.UsageError("--webhook-tls-secret excludes --webhook-cert/--webhook-key")
     vgpu_logging.configure(log_format, log_level)  # type: ignore[arg-type]
     webhook = None
     if webhook_port is not None:
@@ -124,6 +159,10 @@ def run(
             certfile=webhook_cert,
             pkeyfile=webhook_key,
             cafile=webhook_ca,
+            tls_secret=webhook_tls_secret,
+            service=webhook_service,
+            configuration=webhook_configuration or None,
+            tls_dir=webhook_tls_dir,
         )
     options = operator_options.OperatorOptions(
         kubeconfig=kubeconfig,

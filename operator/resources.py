@@ -268,6 +268,11 @@ _PRINTER_COLUMNS: Final = (
     {"name": "Memory MiB", "type": "integer", "jsonPath": ".status.summary.totalMemoryMiB"},
     # A date column prints as an age ("12s"): the time since the last heartbeat.
     {"name": "Heartbeat", "type": "date", "jsonPath": ".status.heartbeat"},
+    # `-o wide` only (priority 1): where the readings come from, and the cordoned cards.
+    {"name": "Backend", "type": "string", "jsonPath": ".status.backend", "priority": 1},
+    {"name": "Driver", "type": "string", "jsonPath": ".status.driverVersion", "priority": 1},
+    {"name": "CUDA", "type": "string", "jsonPath": ".status.cudaVersion", "priority": 1},
+    {"name": "Cordoned", "type": "string", "jsonPath": ".spec.cordonedDevices", "priority": 1},
 )
 
 # JSON-schema keys that a structural OpenAPI v3 schema in a CRD does not accept, or that

@@ -26,6 +26,14 @@ class WebhookOptions:
     #: When set, Kopf creates/patches a MutatingWebhookConfiguration of this name itself
     #: (handy for local runs and tests); otherwise manifests/ provides a static one.
     managed_name: str | None = None
+    #: Self-managed TLS (no cert-manager): the operator keeps its own CA and serving
+    #: certificate in this Secret of its namespace, serves them from ``tls_dir``
+    #: (``certfile``/``pkeyfile`` are ignored) and patches ``configuration``'s caBundle.
+    tls_secret: str | None = None
+    service: str = "vgpu-operator-webhook"
+    configuration: str | None = "vgpu-operator"
+    tls_dir: Path = Path("/tmp/vgpu-operator-webhook-tls")
+    tls_check_interval_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)

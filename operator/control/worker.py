@@ -69,7 +69,7 @@ class Reporter(Protocol):
 class Preemptor(Protocol):
     """Preemption's writes: evictions and the preemptor's ``nominatedNodeName``."""
 
-    async def evict(self, victim: PodKey) -> EvictOutcome: ...
+    async def evict(self, victim: PodKey, uid: str) -> EvictOutcome: ...
     async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None: ...
     async def preempted(self, victim: PodKey, preemptor: Mapping[str, Any], node: str) -> None: ...
     async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None: ...
@@ -251,12 +251,13 @@ class SchedulingWorker:
             log.error("preemption_without_preemptor", pod=key)
             self._engine.cancel_preemption(key)
             return False
-        self._spawn(f"preempt {key}", self._preempt(key, pod, node, decision.victims))
+        self._spawn(f"preempt {key}", self._preempt(key, pod, node, decision))
         return False
 
     async def _preempt(
-        self, key: PodKey, pod: Mapping[str, Any], node: str, victims: tuple[PodKey, ...]
+        self, key: PodKey, pod: Mapping[str, Any], node: str, decision: cluster.Decision
     ) -> None:
+        victims = decision.victims
         preemptor = self._preemptor
         assert preemptor is not None
         refused: list[PodKey] = []
@@ -264,7 +265,7 @@ class SchedulingWorker:
             await preemptor.nominate(pod, node)
             await preemptor.preempting(pod, node, len(victims))
             for victim in victims:
-                outcome = await preemptor.evict(victim)
+                outcome = await preemptor.evict(victim, decision.victim_uids.get(victim, ""))
                 if outcome is EvictOutcome.REFUSED:
                     refused.append(victim)
                     continue

@@ -37,6 +37,7 @@ from vgpu_operator.control import (
     queue,
     reporting,
     serving,
+    webhook_tls,
     worker,
 )
 from vgpu_operator.control.options import OperatorOptions
@@ -52,6 +53,8 @@ log = structlog.get_logger("vgpu_operator.operator")
 #: How often the housekeeping task refreshes gauges and checks inventory heartbeats.
 _HOUSEKEEPING_S = 5.0
 _RESYNC_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+#: How often Kopf's webhook server re-reads its certificate files (a hash of three files).
+_CERT_FILE_CHECK_S = 5.0
 
 
 class KubeBinder:
@@ -84,9 +87,9 @@ class KubePreemptor:
         self._api = api
         self._reporter = reporter
 
-    async def evict(self, victim: str) -> eviction.EvictOutcome:
+    async def evict(self, victim: str, uid: str) -> eviction.EvictOutcome:
         namespace, _, name = victim.partition("/")
-        return await eviction.evict_pod(self._api, namespace, name, uid="")
+        return await eviction.evict_pod(self._api, namespace, name, uid)
 
     async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None:
         meta = pod.get("metadata") or {}
@@ -193,6 +196,17 @@ class OperatorApp:
             )
             await self._server.start(options.metrics_addr, options.metrics_port)
         self._spawn("config watch", self._watch_config())
+        webhook = options.webhook
+        if webhook is not None and webhook.tls_secret is not None:
+            tls = webhook_tls.SelfManagedTls(tls_target(options))
+            self._spawn(
+                "webhook tls",
+                tls.keep_fresh(
+                    self.api,
+                    webhook.tls_check_interval_s,
+                    on_error=lambda: self.metrics.api_error("webhook_tls"),
+                ),
+            )
         if not options.standalone:
             self._spawn("quota watch", self._watch_quotas())
         self._spawn("scheduling worker", self.worker.run())
@@ -524,6 +538,39 @@ def _raw(body: Any) -> dict[str, Any]:
     return {key: body[key] for key in body}
 
 
+def tls_target(options: OperatorOptions) -> webhook_tls.TlsTarget:
+    """Where self-managed webhook TLS keeps its certificates (``--webhook-tls-secret``)."""
+    webhook = options.webhook
+    assert webhook is not None
+    assert webhook.tls_secret is not None
+    return webhook_tls.TlsTarget(
+        namespace=options.namespace,
+        secret=webhook.tls_secret,
+        service=webhook.service,
+        configuration=webhook.configuration,
+        directory=webhook.tls_dir,
+    )
+
+
+async def prepare_webhook_tls(options: OperatorOptions) -> None:
+    """Before Kopf starts its webhook server: the certificate files must exist."""
+    if options.webhook is None or options.webhook.tls_secret is None:
+        return
+    tls = webhook_tls.SelfManagedTls(tls_target(options))
+    delays = iter(_RESYNC_RETRY_S)
+    async with client.api_client(options.kubeconfig) as api:
+        while True:
+            try:
+                await tls.sync(api)
+                return
+            except Exception as exc:
+                delay = next(delays, None)
+                if delay is None:
+                    raise
+                log.warning("webhook_tls_sync_failed", error=str(exc), retry_after_s=delay)
+                await asyncio.sleep(delay)
+
+
 class _DenialsAreNotErrors(logging.Filter):
     """Drops Kopf's error line for a webhook denial (``kopf.AdmissionError``)."""
 
@@ -554,13 +601,19 @@ def configure_kopf(settings: kopf.OperatorSettings, options: OperatorOptions) ->
     settings.peering.stealth = True
     webhook = options.webhook
     if webhook is not None:
+        certfile, pkeyfile = webhook.certfile, webhook.pkeyfile
+        if webhook.tls_secret is not None:
+            target = tls_target(options)
+            certfile, pkeyfile = target.certfile, target.keyfile
         settings.admission.server = kopf.WebhookServer(
             addr=webhook.addr,
             port=webhook.port,
             host=webhook.host,
-            certfile=str(webhook.certfile) if webhook.certfile else None,
-            pkeyfile=str(webhook.pkeyfile) if webhook.pkeyfile else None,
+            certfile=str(certfile) if certfile else None,
+            pkeyfile=str(pkeyfile) if pkeyfile else None,
             cafile=str(webhook.cafile) if webhook.cafile else None,
+            # Renewed certificates (cert-manager's Secret, or our own) are picked up soon.
+            file_check_interval=_CERT_FILE_CHECK_S,
         )
         if webhook.managed_name:
             settings.admission.managed = webhook.managed_name
@@ -630,6 +683,7 @@ async def run(
 ) -> None:
     """Run Kopf with the app's registry until ``stop_flag`` is raised (or a signal)."""
     options = app.options
+    await prepare_webhook_tls(options)
     with contextlib.suppress(asyncio.CancelledError):
         await kopf.operator(
             registry=build_registry(app),

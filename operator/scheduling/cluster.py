@@ -76,6 +76,8 @@ class Decision:
     rejected: str | None = None
     nominated_node: str | None = None
     victims: tuple[PodKey, ...] = ()
+    #: The victims' uids as the books saw them (an Eviction's precondition).
+    victim_uids: Mapping[PodKey, str] = field(default_factory=dict)
 
 
 AdmissionResult = admission.AdmissionResult
@@ -111,6 +113,7 @@ class _PodEntry:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Being deleted: it leaves anyway, so it is never a victim.
     deleting: bool = False
+    uid: str = ""
     #: HAMi v2.10's MIG entries and the allocation as decoded, for pods whose instances
     #: are known only from that JSON: re-read when the node's cards change.
     mig_records: tuple[MigAllocation, ...] = ()
@@ -289,30 +292,45 @@ class ClusterState:
             node=node,
             requests=node_basics.pod_requests(pod),
             devices=devices,
-            bookings={},
+            bookings=placement.collapse(devices, init_count),
             priority=preemption.priority_of(pod),
             started=_start_time(pod),
             labels=dict(meta.get("labels") or {}),
             deleting=deleting,
+            uid=str(meta.get("uid") or ""),
             mig_records=records,
             decoded=devices,
             init_count=init_count,
         )
-        self._read_mig_records(entry)
         self._add_pod(entry)
+        if records:
+            self._read_mig_records(node)
 
-    def _read_mig_records(self, entry: _PodEntry) -> None:
-        """Book the pod's devices, with the instances its HAMi v2.10 JSON names."""
-        devices = dict(entry.decoded)
-        if entry.mig_records:
-            geometries_of = self._geometries_of(entry.node or "")
+    def _read_mig_records(self, node_name: str) -> None:
+        """Book the MIG instances that pods on the node name only in HAMi v2.10's JSON,
+        as slots of one geometry per card (``mig_records.choose_geometries``)."""
+        node = self._nodes.get(node_name)
+        if node is None:
+            return
+        entries = [self._pods[k] for k in sorted(node.pods) if k in self._pods]
+        entries = [e for e in entries if e.mig_records]
+        if not entries:
+            return
+        geometries_of = self._geometries_of(node_name)
+        prefer = mig_records.choose_geometries(
+            (r for e in entries for r in e.mig_records), geometries_of
+        )
+        for entry in entries:
+            devices = dict(entry.decoded)
             for vendor_word, single in devices.items():
                 if self._vendors.spec(vendor_word).supports_mig:
                     devices[vendor_word] = mig_records.with_suffixes(
-                        single, entry.mig_records, geometries_of
+                        single, entry.mig_records, geometries_of, prefer
                     )
-        entry.devices = devices
-        entry.bookings = placement.collapse(devices, entry.init_count)
+            self._drop_pod(entry.key)
+            entry.devices = devices
+            entry.bookings = placement.collapse(devices, entry.init_count)
+            self._add_pod(entry)
 
     def _geometries_of(self, node_name: str) -> mig_records.GeometriesOf:
         node = self._nodes.get(node_name)
@@ -534,6 +552,7 @@ class ClusterState:
             diagnosis=diagnosis,
             nominated_node=chosen.node,
             victims=tuple(p.key for p in chosen.victims.pods),
+            victim_uids={v: self._pods[v].uid for v in victims if v in self._pods},
         )
 
     def _awaits_earlier_victims(self, pod: Mapping[str, Any], priority: int) -> bool:
@@ -663,12 +682,7 @@ class ClusterState:
         node.registered = tuple(devices)
         node.pair_scores = scores
         node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())
-        for key in sorted(node.pods):
-            entry = self._pods.get(key)
-            if entry is not None and entry.mig_records:
-                self._drop_pod(key)
-                self._read_mig_records(entry)
-                self._add_pod(entry)
+        self._read_mig_records(node.name)
         self._touch(node)
 
     def _touch(self, node: _NodeEntry) -> None:

@@ -46,10 +46,9 @@ class Job:
     resources: node_basics.PodResources
     init_requests: tuple[ContainerRequests, ...]
     app_requests: tuple[ContainerRequests, ...]
-    #: The pod's own node policy; None when it names none (the node layer, then the
-    #: ConfigMap decide, per node: ``node_policy_on``).
+    #: The pod's own node policy; None when it names none (then each node's own, from
+    #: its annotation or the ConfigMap, ranks it: ``ClusterState``).
     pod_node_policy: str | None
-    default_node_policy: str
     gpu_policy: str | None
     default_gpu_policy: str
     weights: policies.ScoringWeights
@@ -89,7 +88,6 @@ class Job:
             init_requests=tuple(vendors.requests(c) for c in spec.get("initContainers") or []),
             app_requests=tuple(vendors.requests(c) for c in spec.get("containers") or []),
             pod_node_policy=node_policy,
-            default_node_policy=config.scheduler.node_scheduler_policy,
             gpu_policy=None if gpu_policy is None else policies.normalize_gpu_policy(gpu_policy),
             default_gpu_policy=config.scheduler.gpu_scheduler_policy,
             weights=policies.parse_scoring_weights(annotations.get(names.DEVICE_SCORING_WEIGHTS)),
@@ -106,10 +104,6 @@ class Job:
         if layer.gpu_policy is not None:
             return layer.gpu_policy
         return self.default_gpu_policy
-
-    def node_policy_on(self, layer: node_layer.NodeLayer) -> str:
-        """The node policy that scores a node: pod, else node annotation, else ConfigMap."""
-        return self.pod_node_policy or layer.node_policy or self.default_node_policy
 
 
 @dataclass(slots=True)

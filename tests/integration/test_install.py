@@ -24,13 +24,16 @@ from typing import Any
 import pytest
 import yaml
 from integration import operator_env as env
+from integration.test_operator_webhook import _free_port
 
 from vgpu_operator import names
 from vgpu_operator.agent.inventory import RegistrationOptions
 from vgpu_operator.agent.main import AgentSettings, run_agent
 from vgpu_operator.agent.metrics import AgentMetrics
 from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.handlers.options import WebhookOptions
 from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.kube import certs
 from vgpu_operator.testing.controlplane import ApiError, Binaries, ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
@@ -278,6 +281,27 @@ def test_the_agent_reports_its_own_node_on_its_own_token(
         inventory = env.wait_until("the agent's inventory of node A", reported, 60)
     assert inventory["status"]["nodeName"] == node
     assert len(inventory["status"]["devices"]) == 4
+    # `-o wide` adds where the readings come from and the driver, after the summary.
+    wide = installed.run(["get", "dinv", node, "-o", "wide"])
+    assert wide.returncode == 0, wide.stderr
+    header, row = wide.stdout.splitlines()[:2]
+    assert header.split() == [
+        "NAME",
+        "NODE",
+        "GPUS",
+        "HEALTHY",
+        "MODEL",
+        "MEMORY",
+        "MIB",
+        "HEARTBEAT",
+        "BACKEND",
+        "DRIVER",
+        "CUDA",
+        "CORDONED",
+    ]
+    assert inventory["status"]["backend"] in row.split()
+    narrow = installed.run(["get", "dinv", node])
+    assert "BACKEND" not in narrow.stdout
 
 
 def _refused(done: subprocess.CompletedProcess[str]) -> str:
@@ -389,6 +413,13 @@ def test_the_operator_schedules_on_its_own_token(
     namespace = f"team-{uuid.uuid4().hex[:6]}"
     cp.ensure_namespace(namespace)
     kubeconfig = token_kubeconfig(cp, operator_token, tmp_path / "operator.kubeconfig")
+    # As the Deployment runs it: peering, and the webhook with self-managed TLS.
+    webhook = WebhookOptions(
+        port=_free_port(),
+        addr="127.0.0.1",
+        tls_secret="vgpu-operator-webhook-tls",
+        tls_dir=tmp_path / "tls",
+    )
     options = env.options(
         cp,
         NAMESPACE,
@@ -396,10 +427,18 @@ def test_the_operator_schedules_on_its_own_token(
         config_map="vgpu-device-config",
         standalone=False,
         peering="vgpu-operator",
+        webhook=webhook,
     )
     with OperatorThread(options):
         # The manifests ship only the peering CRD: the operator makes its peering object.
         env.wait_until("the operator's peering object", lambda: _exists(cp, PEERINGS), 30)
+        # Its own Secret and the manifests' webhook configuration, under its own RBAC.
+        secret = cp.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/vgpu-operator-webhook-tls")
+        webhooks = cp.get(
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/vgpu-operator"
+        )
+        bundle = webhooks["webhooks"][0]["clientConfig"]["caBundle"]
+        assert bundle == secret["data"][certs.CA_BUNDLE]
         pod = env.gpu_pod(namespace, "shared", scheduler="vgpu-scheduler", group="-", gpumem=4096)
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
         env.create_pod(cp, pod)

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 from integration import operator_env as env
+from prometheus_client.parser import text_string_to_metric_families
 
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.controlplane import ControlPlane
@@ -64,7 +65,10 @@ def test_the_operator_endpoint_passes_promtool(
     try:
         with OperatorThread(env.options(cp, namespace)) as operator:
             env.create_pod(
-                cp, env.gpu_pod(namespace, "p", scheduler=scheduler, group=namespace, gpumem=1024)
+                cp,
+                env.gpu_pod(
+                    namespace, "p", scheduler=scheduler, group=namespace, gpumem=1024, gpucores=10
+                ),
             )
             env.wait_bound(cp, namespace, "p")
             server = operator.app._server
@@ -78,6 +82,23 @@ def test_the_operator_endpoint_passes_promtool(
     assert "process_resident_memory_bytes" in exposition
     checked = _promtool_check(promtool, exposition)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The namespace limits gpumem only: what it uses without a limit has no limit series
+    # (a 0 there would make every `used > limit` alert fire).
+    used, limits = _quota_series(exposition, namespace)
+    assert limits == {"nvidia.com/gpumem": 100000}
+    assert used.keys() > limits.keys()
+
+
+def _quota_series(exposition: str, namespace: str) -> tuple[dict[str, float], dict[str, float]]:
+    found: dict[str, dict[str, float]] = {"used": {}, "limit": {}}
+    for family in text_string_to_metric_families(exposition):
+        kind = family.name.removeprefix("vgpu_operator_quota_")
+        if kind not in found:
+            continue
+        for sample in family.samples:
+            if sample.labels["namespace"] == namespace:
+                found[kind][sample.labels["resource"]] = sample.value
+    return found["used"], found["limit"]
 
 
 def test_the_agent_endpoint_passes_promtool(

@@ -375,7 +375,12 @@ def test_binds_in_flight_are_bounded() -> None:
 # --- preemption -------------------------------------------------------------------------
 
 PREEMPTING = Decision(
-    "ns/a", False, diagnosis=NO_MEMORY, nominated_node="n1", victims=("ns/v1", "ns/v2")
+    "ns/a",
+    False,
+    diagnosis=NO_MEMORY,
+    nominated_node="n1",
+    victims=("ns/v1", "ns/v2"),
+    victim_uids={"ns/v1": "u-v1"},
 )
 
 
@@ -384,9 +389,9 @@ class Preemptor:
         self.outcomes: dict[str, EvictOutcome | Exception] = {}
         self.log: list[str] = []
 
-    async def evict(self, victim: str) -> EvictOutcome:
+    async def evict(self, victim: str, uid: str) -> EvictOutcome:
         outcome = self.outcomes.get(victim, EvictOutcome.EVICTED)
-        self.log.append(f"evict {victim}")
+        self.log.append(f"evict {victim}" + (f" uid={uid}" if uid else ""))
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -427,7 +432,7 @@ def test_preempting_pod_is_nominated_and_its_victims_evicted_not_bound() -> None
     assert preemptor.log == [
         "nominate a n1",
         "preempting 2 on n1",
-        "evict ns/v1",
+        "evict ns/v1 uid=u-v1",
         "preempted ns/v1 by a on n1",
         "evict ns/v2",
         "preempted ns/v2 by a on n1",

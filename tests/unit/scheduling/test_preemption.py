@@ -3,7 +3,8 @@ and the operator-side life of a preemption in the books (hold, wait, timeout, ca
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from typing import Any
 
 from builders import cluster, make_node, make_pod
 
@@ -170,9 +171,11 @@ def test_eligibility_and_priority() -> None:
 # --- the books: hold, wait, timeout, cancel --------------------------------------------------
 
 
-def running(name: str, priority: int, memory: int) -> Mapping[str, object]:
+def running(name: str, priority: int, memory: int) -> dict[str, Any]:
     pod = make_pod(name).container(gpu=1, gpumem=memory).on_node("n", f"GPU-0,NVIDIA,{memory},0:;")
-    return pod.spec("priority", priority).obj()
+    obj = pod.spec("priority", priority).obj()
+    obj["metadata"]["uid"] = f"uid-{name}"
+    return obj
 
 
 URGENT = make_pod("urgent").container(gpu=1, gpumem=6000).spec("priority", 1000).obj()
@@ -191,6 +194,7 @@ def test_preemption_holds_the_freed_shares_until_the_victims_leave() -> None:
     decision = state.schedule(URGENT, 0)
     assert not decision.scheduled
     assert (decision.nominated_node, decision.victims) == ("n", ("default/batch",))
+    assert decision.victim_uids == {"default/batch": "uid-batch"}
     # While the victim terminates, nothing else takes the card, nor is it chosen again.
     assert not state.schedule(FILLER, 1).scheduled
     state.set_pod(running("batch", 1, 9000))  # a routine update of the victim
@@ -244,7 +248,7 @@ def test_deleting_pod_is_no_victim() -> None:
     state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000))
     state.preemption_enabled = True
     leaving = running("batch", 1, 9000)
-    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # type: ignore[index]
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     state.set_pod(leaving)
     decision = state.schedule(URGENT, 0)
     assert (decision.scheduled, decision.victims) == (False, ())
