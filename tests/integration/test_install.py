@@ -354,6 +354,28 @@ def test_the_agent_may_not_write_another_nodes_inventory(
     assert len(installed.cp.get(f"{INVENTORIES}/{node_b}")["status"]["devices"]) == 2
 
 
+def test_the_agent_may_not_make_its_own_inventory_describe_another_node(
+    installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str
+) -> None:
+    node_a, node_b = gpu_nodes
+    env.write_inventory(installed.cp, node_a, env.cards("a", 2))  # a full, valid status
+    status = json.dumps({"status": {"nodeName": node_b}})
+    message = _refused(
+        installed.run(
+            [
+                "patch",
+                f"{names.DEVICE_INVENTORY_PLURAL}.{names.CRD_GROUP}",
+                node_a,
+                "--subresource=status",
+                "--type=merge",
+                f"-p={status}",
+            ],
+            token=agent_token,
+        )
+    )
+    assert f"not status.nodeName {node_b}" in message
+
+
 def test_an_agent_token_bound_to_no_node_writes_no_inventory(
     installed: Cluster, gpu_nodes: tuple[str, str], tmp_path: Path
 ) -> None:
