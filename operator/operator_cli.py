@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-#: Shown in ``--help``; the full story is in handlers/app.py.
+#: Shown in ``--help``; the full story is in handlers/app.py and control/.
 _RUN_HELP = """Run the operator: watch pods, nodes, DeviceInventories, quotas and the
 device-config ConfigMap, and bind pending pods that use our schedulerName."""
 
@@ -140,7 +140,7 @@ def run(
 ) -> None:
     # Imported here so that `vgpu-operator --help` does not load Kopf.
     from vgpu_operator import logging as vgpu_logging
-    from vgpu_operator.handlers import options as operator_options
+    from vgpu_operator.control import options as operator_options
     from vgpu_operator.handlers import runtime
 
     has_files = webhook_cert is not None and webhook_key is not None

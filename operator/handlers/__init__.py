@@ -1,10 +1,8 @@
-"""The operator process: Kopf handlers around the scheduling engine (the only Kopf user).
+"""The operator process's Kopf layer (the only Kopf user): thin I/O and wiring.
 
-Thin I/O lives in ``app`` (handlers, wiring, full listings), ``runtime`` (running it) and
-``serving`` (metrics and probes); the logic is in small modules testable without Kopf or
-a cluster: ``feed`` (objects -> engine, queue and wake-ups), ``queue`` (backoff and
-parking), ``worker`` (decide -> bind -> confirm), ``versions`` (stale-event guard),
-``pod_facts``, ``leadership`` (peering), ``reporting``, ``admission``.
+``app`` registers the handlers and feeds what they receive to the scheduling runtime in
+``vgpu_operator.control``; ``runtime`` runs it; ``admission`` turns the webhook's
+mutated pod into Kopf's patch. The logic lives below, testable without Kopf or a cluster.
 
 No module here registers anything on import: ``app.build_registry`` binds the handlers
 to one ``app.OperatorApp``, so several operators can share a process.

@@ -30,8 +30,7 @@ import structlog
 
 from vgpu_operator import config as device_config
 from vgpu_operator import names
-from vgpu_operator.handlers import (
-    admission,
+from vgpu_operator.control import (
     feed,
     leadership,
     pod_facts,
@@ -41,7 +40,8 @@ from vgpu_operator.handlers import (
     webhook_tls,
     worker,
 )
-from vgpu_operator.handlers.options import OperatorOptions
+from vgpu_operator.control.options import OperatorOptions
+from vgpu_operator.handlers import admission
 from vgpu_operator.kube import binding, client, eviction, listing, peering
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.handlers import app as operator_app
-from vgpu_operator.handlers.options import OperatorOptions
 
 
 def run_forever(options: OperatorOptions) -> None:

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 import yaml
 
 from vgpu_operator import names
+from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.devices import codec
-from vgpu_operator.handlers.options import OperatorOptions
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
 T = TypeVar("T")

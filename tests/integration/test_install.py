@@ -31,7 +31,7 @@ from vgpu_operator.agent.inventory import RegistrationOptions
 from vgpu_operator.agent.main import AgentSettings, run_agent
 from vgpu_operator.agent.metrics import AgentMetrics
 from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
-from vgpu_operator.handlers.options import WebhookOptions
+from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import certs
 from vgpu_operator.testing.controlplane import ApiError, Binaries, ControlPlane

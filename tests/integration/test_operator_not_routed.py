@@ -8,7 +8,7 @@ from typing import Any
 
 from integration import operator_env as env
 
-from vgpu_operator.handlers import reporting
+from vgpu_operator.control import reporting
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.controlplane import ControlPlane
 

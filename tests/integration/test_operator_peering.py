@@ -17,8 +17,8 @@ import yaml
 from integration import operator_env as env
 from integration.test_operator_webhook import WEBHOOKS, _free_port, make_pki
 
+from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.app import WEBHOOK_ID
-from vgpu_operator.handlers.options import WebhookOptions
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.metrics import Result
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane

@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from integration import operator_env as env
 
+from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.app import WEBHOOK_ID
-from vgpu_operator.handlers.options import WebhookOptions
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 

@@ -21,8 +21,8 @@ import pytest
 from integration import operator_env as env
 from integration.test_operator_webhook import WEBHOOKS, _free_port
 
+from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.app import WEBHOOK_ID
-from vgpu_operator.handlers.options import WebhookOptions
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import certs
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from vgpu_operator import logging as vgpu_logging
 from vgpu_operator import operator_cli
+from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.handlers import runtime
-from vgpu_operator.handlers.options import OperatorOptions
 
 
 def test_help_lists_the_options() -> None:

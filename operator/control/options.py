@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from vgpu_operator.handlers.feed import DEFAULT_CONFIG_KEY
+from vgpu_operator.control.feed import DEFAULT_CONFIG_KEY
 
 DEFAULT_NAMESPACE: Final = "vgpu-operator"
 DEFAULT_CONFIG_MAP: Final = "vgpu-device-config"

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from vgpu_operator.handlers import feed, pod_facts, queue
+from vgpu_operator.control import feed, pod_facts, queue
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics, Result

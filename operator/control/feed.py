@@ -24,9 +24,9 @@ import structlog
 
 from vgpu_operator import config as device_config
 from vgpu_operator import resources
+from vgpu_operator.control import pod_facts, queue, versions
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError, ConfigError
-from vgpu_operator.handlers import pod_facts, queue, versions
 from vgpu_operator.scheduling import cluster
 
 log = structlog.get_logger("vgpu_operator.feed")

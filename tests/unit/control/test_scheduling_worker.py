@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from vgpu_operator import names
-from vgpu_operator.handlers.feed import StateFeed
-from vgpu_operator.handlers.queue import SchedulingQueue
-from vgpu_operator.handlers.worker import SchedulingWorker
+from vgpu_operator.control.feed import StateFeed
+from vgpu_operator.control.queue import SchedulingQueue
+from vgpu_operator.control.worker import SchedulingWorker
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics

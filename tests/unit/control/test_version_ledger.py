@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vgpu_operator.handlers.versions import VersionLedger, parse_version, version_of
+from vgpu_operator.control.versions import VersionLedger, parse_version, version_of
 
 
 @pytest.mark.parametrize(

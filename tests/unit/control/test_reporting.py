@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vgpu_operator.handlers.reporting import (
+from vgpu_operator.control.reporting import (
     failed_scheduling_message,
     preempted_message,
     preempting_message,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vgpu_operator.handlers.queue import ClusterEvent, SchedulingQueue, release_could_help
+from vgpu_operator.control.queue import ClusterEvent, SchedulingQueue, release_could_help
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vgpu_operator.handlers.leadership import PeeringGate, is_active, peering_priority
+from vgpu_operator.control.leadership import PeeringGate, is_active, peering_priority
 
 NOW = datetime.datetime(2030, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 

@@ -10,9 +10,9 @@ import pytest
 
 from vgpu_operator import config as device_config
 from vgpu_operator import names
+from vgpu_operator.control.feed import ConfigOutcome, StateFeed
+from vgpu_operator.control.queue import SchedulingQueue
 from vgpu_operator.devices import model
-from vgpu_operator.handlers.feed import ConfigOutcome, StateFeed
-from vgpu_operator.handlers.queue import SchedulingQueue
 
 SCHED = "vgpu-scheduler"
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from vgpu_operator import names
-from vgpu_operator.handlers import pod_facts
+from vgpu_operator.control import pod_facts
 
 
 def pod(**parts: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import asyncio
 
 import aiohttp
 
-from vgpu_operator.handlers.serving import HttpServer
+from vgpu_operator.control.serving import HttpServer
 from vgpu_operator.metrics import OperatorMetrics, Result
 
 
