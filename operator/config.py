@@ -56,6 +56,8 @@ class VendorConfig(_Section):
     device_split_count: int = Field(10, alias="deviceSplitCount", ge=1)
     device_memory_scaling: float = Field(1.0, alias="deviceMemoryScaling", gt=0)
     device_core_scaling: float = Field(1.0, alias="deviceCoreScaling", gt=0)
+    #: Only vendors whose spec supports MIG read it (NVIDIA).
+    known_mig_geometries: tuple[MigGeometryConfig, ...] = Field((), alias="knownMigGeometries")
 
     @property
     def effective_memory_factor(self) -> int:
@@ -76,7 +78,6 @@ class NvidiaConfig(VendorConfig):
         "default", alias="gpuCorePolicy"
     )
     runtime_class_name: str = Field("", alias="runtimeClassName")
-    known_mig_geometries: tuple[MigGeometryConfig, ...] = Field((), alias="knownMigGeometries")
 
 
 class HygonConfig(VendorConfig):
@@ -117,10 +118,29 @@ class NodeOverride(_Section):
 
 
 class DeviceConfig(_Section):
+    """The whole file. The two vendors HAMi's chart configures have typed sections; any
+    other vendor's section is kept as given and read with its spec's config type
+    (``section``), so a vendor added to the table needs no field here."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow", frozen=True)
+
     nvidia: NvidiaConfig = NvidiaConfig()
     hygon: HygonConfig = HygonConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     node_config: tuple[NodeOverride, ...] = Field((), alias="nodeconfig")
+
+    def section(self, key: str, config_type: type[VendorConfig]) -> VendorConfig:
+        """A vendor's section: the typed field when there is one, else the raw section
+        (or the defaults) validated as ``config_type``; a bad value names its field."""
+        declared = getattr(self, key, None) if key in type(self).model_fields else None
+        if isinstance(declared, VendorConfig):
+            return declared
+        raw = (self.model_extra or {}).get(key) or {}
+        try:
+            return config_type.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ConfigError(_field_path((key, *first["loc"])), first["msg"]) from exc
 
     def node_override(self, node_name: str) -> NodeOverride | None:
         for entry in self.node_config:

@@ -14,26 +14,17 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from vgpu_operator import names
+from vgpu_operator.devices import catalog
 
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
-#: Node annotations the engine reads (device registration, HAMi's handshake, cordons).
+#: Node annotations the engine reads: each vendor's (registration, scores, the node
+#: layer's card restrictions: lifting one may let parked pods fit), then the rest.
 _NODE_ANNOTATIONS_THAT_MATTER: Final = (
-    names.NODE_NVIDIA_REGISTER,
-    names.NODE_NVIDIA_SCORE,
-    names.NODE_HYGON_REGISTER,
+    *catalog.node_annotations(),
     names.NODE_DEVICE_CORDON,
     names.NODE_SCHEDULER_POLICY,
     names.GPU_SCHEDULER_POLICY,
-    # The node layer's card restrictions (issue 14): lifting one may let parked pods fit.
-    names.GPU_USE_TYPE,
-    names.GPU_NOUSE_TYPE,
-    names.GPU_USE_UUID,
-    names.GPU_NOUSE_UUID,
-    names.HYGON_USE_TYPE,
-    names.HYGON_NOUSE_TYPE,
-    names.HYGON_USE_UUID,
-    names.HYGON_NOUSE_UUID,
 )
 
 

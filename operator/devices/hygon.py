@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Final
 
 from vgpu_operator import names
+from vgpu_operator.config import HygonConfig
 from vgpu_operator.devices import vendor
 
 COMMON_WORD: Final = "DCU"
 
 SPEC: Final = vendor.VendorSpec(
     common_word=COMMON_WORD,
+    config_key="hygon",
+    config_type=HygonConfig,
     type_marker="DCU",
     register_annotation=names.NODE_HYGON_REGISTER,
     score_annotation=None,

@@ -1,37 +1,14 @@
-"""NVIDIA: vocabulary, admission defaults and the GPU-count health rule."""
+"""NVIDIA: its row of the vendor table and HAMi's admission defaults (MutateAdmission)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
 from vgpu_operator import names
-from vgpu_operator.config import NvidiaConfig
+from vgpu_operator.config import NvidiaConfig, VendorConfig
 from vgpu_operator.devices import vendor
 
 COMMON_WORD: Final = "NVIDIA"
-
-SPEC: Final = vendor.VendorSpec(
-    common_word=COMMON_WORD,
-    type_marker="NVIDIA",
-    register_annotation=names.NODE_NVIDIA_REGISTER,
-    score_annotation=names.NODE_NVIDIA_SCORE,
-    to_allocate_annotation=names.NVIDIA_DEVICES_TO_ALLOCATE,
-    allocated_annotation=names.NVIDIA_DEVICES_ALLOCATED,
-    use_type_annotation=names.GPU_USE_TYPE,
-    nouse_type_annotation=names.GPU_NOUSE_TYPE,
-    use_uuid_annotation=names.GPU_USE_UUID,
-    nouse_uuid_annotation=names.GPU_NOUSE_UUID,
-    mode_annotation=names.GPU_VGPU_MODE,
-    numa_bind_annotation=names.GPU_NUMA_BIND,
-    supports_mig=True,
-    supports_topology=True,
-)
-
-
-def hami_type(model_name: str) -> str:
-    """The type string HAMi registers: the NVML name, prefixed unless it starts with NVIDIA."""
-    return model_name if model_name.upper().startswith("NVIDIA") else f"NVIDIA-{model_name}"
 
 
 def _env_append(container: dict[str, Any], name: str, value: str) -> None:
@@ -109,24 +86,28 @@ def mutate_container(config: NvidiaConfig, container: dict[str, Any], pod: dict[
     return has_resource
 
 
-@dataclass(slots=True)
-class GpuCountTracker:
-    """Seed 000 §9: notice GPUs that vanish from, or change in number on, a node.
+def _mutate(config: VendorConfig, container: dict[str, Any], pod: dict[str, Any]) -> bool:
+    if not isinstance(config, NvidiaConfig):
+        raise TypeError(f"NVIDIA's section must be read as NvidiaConfig, got {type(config)}")
+    return mutate_container(config, container, pod)
 
-    ``observe`` returns (healthy, refresh): a node whose allocatable GPU count falls to
-    0 after having GPUs is unhealthy (its devices are dropped); a changed count asks
-    for the device list to be read again.
-    """
 
-    reported: int = 0
-
-    def observe(self, allocatable: int) -> tuple[bool, bool]:
-        if allocatable == 0:
-            if self.reported > 0:
-                self.reported = 0
-                return False, False
-            return True, False
-        if allocatable != self.reported:
-            self.reported = allocatable
-            return True, True
-        return True, False
+SPEC: Final = vendor.VendorSpec(
+    common_word=COMMON_WORD,
+    config_key="nvidia",
+    config_type=NvidiaConfig,
+    type_marker="NVIDIA",
+    register_annotation=names.NODE_NVIDIA_REGISTER,
+    score_annotation=names.NODE_NVIDIA_SCORE,
+    to_allocate_annotation=names.NVIDIA_DEVICES_TO_ALLOCATE,
+    allocated_annotation=names.NVIDIA_DEVICES_ALLOCATED,
+    use_type_annotation=names.GPU_USE_TYPE,
+    nouse_type_annotation=names.GPU_NOUSE_TYPE,
+    use_uuid_annotation=names.GPU_USE_UUID,
+    nouse_uuid_annotation=names.GPU_NOUSE_UUID,
+    mode_annotation=names.GPU_VGPU_MODE,
+    numa_bind_annotation=names.GPU_NUMA_BIND,
+    supports_mig=True,
+    supports_topology=True,
+    mutate=_mutate,
+)

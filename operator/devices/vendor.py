@@ -1,12 +1,14 @@
 """What a device vendor is, as data: names, annotation keys and the pure predicates.
 
-Both vendors (NVIDIA and Hygon DCU) are instances of ``VendorSpec``; what differs
-between them is data, so the scheduling algorithms are written once.
+Every vendor (NVIDIA, Hygon DCU) is one ``VendorSpec`` in the table of
+``devices.catalog``; what differs between them is data (wire keys, config section,
+admission mutation, whether cards need MIG preparation), so the scheduling algorithms
+are written once and every vendor list is derived from the table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +28,31 @@ class ResourceNames:
     cores: str
 
 
+#: Admission defaults for one container, in place (seed 001 ``MutateAdmission``); True
+#: when the container asks this vendor for devices.
+Mutation = Callable[[VendorConfig, dict[str, Any], dict[str, Any]], bool]
+
+
+def mutate_plain(config: VendorConfig, container: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """A vendor without HAMi-core extras: only the default count is filled in."""
+    limits = container.setdefault("resources", {}).setdefault("limits", {})
+    if config.resource_count_name in limits:
+        return True
+    wanted = (config.resource_memory_name, config.resource_core_name)
+    if config.default_gpu_num > 0 and any(n in limits for n in wanted if n):
+        limits[config.resource_count_name] = config.default_gpu_num
+        return True
+    return has_resource(container, config.resource_count_name)
+
+
 @dataclass(frozen=True, slots=True)
 class VendorSpec:
-    """The fixed vocabulary of one vendor."""
+    """Everything that makes one vendor: one row of the vendor table."""
 
     common_word: str
+    #: Its section in ``device-config.yaml`` and the model that reads it.
+    config_key: str
+    config_type: type[VendorConfig]
     #: A card is visible to this vendor when its type contains this (case-insensitive).
     type_marker: str
     register_annotation: str
@@ -43,8 +65,23 @@ class VendorSpec:
     nouse_uuid_annotation: str
     mode_annotation: str | None = None
     numa_bind_annotation: str | None = None
+    #: Cards in MIG mode get their geometry table before usage is booked on them.
     supports_mig: bool = False
     supports_topology: bool = False
+    mutate: Mutation = mutate_plain
+
+    def node_annotations(self) -> tuple[str, ...]:
+        """The Node annotations of this vendor the engine reads (registration, scores, the
+        node layer's card restrictions)."""
+        keys = (
+            self.register_annotation,
+            self.score_annotation,
+            self.use_type_annotation,
+            self.nouse_type_annotation,
+            self.use_uuid_annotation,
+            self.nouse_uuid_annotation,
+        )
+        return tuple(k for k in keys if k)
 
 
 def resource_names(config: VendorConfig) -> ResourceNames:

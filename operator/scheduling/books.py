@@ -18,8 +18,10 @@ from typing import Any
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model
+from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.devices.quantity import as_int
+from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     disruption,
@@ -134,9 +136,15 @@ class ClusterBooks:
     """What the engine knows of the cluster, kept current by the ``set_*``/``remove_*``
     inputs. Not thread-safe: callers serialise access."""
 
-    def __init__(self, config: DeviceConfig, inventory_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        config: DeviceConfig,
+        inventory_timeout_s: float | None = None,
+        vendor_table: Sequence[VendorSpec] = VENDOR_TABLE,
+    ) -> None:
         self._config = config
-        self._vendors = Vendors(config)
+        self._vendor_table = tuple(vendor_table)
+        self._vendors = Vendors(config, self._vendor_table)
         self._inventory_timeout_s = inventory_timeout_s
         self._nodes: dict[str, NodeEntry] = {}
         self._pods: dict[PodKey, PodEntry] = {}
@@ -169,7 +177,7 @@ class ClusterBooks:
 
     def set_config(self, config: DeviceConfig) -> None:
         self._config = config
-        self._vendors = Vendors(config)
+        self._vendors = Vendors(config, self._vendor_table)
         ledger = self._new_ledger()
         for quota in self._quota_objects.values():
             ledger.set_quota(quota)
@@ -305,7 +313,7 @@ class ClusterBooks:
             card = cards.get(uuid)
             if card is None or card.mode != model.MODE_MIG:
                 return None
-            return self._vendors.mig_geometries(card.type)
+            return self._vendors.mig_geometries(card)
 
         return geometries_of
 

@@ -1,41 +1,41 @@
-"""The vendors the engine schedules, configured: names, requests and card preparation."""
+"""The vendor table, configured: what the engine asks of vendors, derived from the table.
+
+The table (``devices.catalog.VENDOR_TABLE`` unless the caller injects another) says what
+each vendor is; the device config says how it is set up. Nothing here names a vendor.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpu_operator.config import DeviceConfig, VendorConfig
-from vgpu_operator.devices import hygon, model, nvidia, vendor
+from vgpu_operator.devices import model, vendor
 from vgpu_operator.scheduling import mig
 
 
 class Vendors:
-    """NVIDIA and Hygon DCU with the current config; looked up by common word."""
+    """The table's vendors with the current config; looked up by common word."""
 
-    def __init__(self, config: DeviceConfig) -> None:
-        self._config = config
-        self._specs: dict[str, vendor.VendorSpec] = {
-            nvidia.COMMON_WORD: nvidia.SPEC,
-            hygon.COMMON_WORD: hygon.SPEC,
-        }
+    def __init__(self, config: DeviceConfig, table: Sequence[vendor.VendorSpec]) -> None:
+        self._table = tuple(table)
+        self._specs = {spec.common_word: spec for spec in self._table}
         self._configs: dict[str, VendorConfig] = {
-            nvidia.COMMON_WORD: config.nvidia,
-            hygon.COMMON_WORD: config.hygon,
+            spec.common_word: config.section(spec.config_key, spec.config_type)
+            for spec in self._table
         }
-        self._mig_tables = tuple(
-            mig.KnownGeometries(
-                entry.models,
-                tuple(
-                    tuple(model.MigTemplate(t.name, t.memory, t.core, t.count) for t in geometry)
-                    for geometry in entry.allowed_geometries
-                ),
-            )
-            for entry in config.nvidia.known_mig_geometries
-        )
+        self._mig_tables = {
+            spec.common_word: _geometry_table(self._configs[spec.common_word])
+            for spec in self._table
+            if spec.supports_mig
+        }
+
+    @property
+    def table(self) -> tuple[vendor.VendorSpec, ...]:
+        return self._table
 
     def specs(self) -> list[vendor.VendorSpec]:
-        return list(self._specs.values())
+        return list(self._table)
 
     def spec(self, common_word: str) -> vendor.VendorSpec:
         return self._specs[common_word]
@@ -66,27 +66,27 @@ class Vendors:
 
     def mutate(self, common_word: str, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         """Admission defaults for one container; True if it asks this vendor for devices."""
-        if common_word == nvidia.COMMON_WORD:
-            return nvidia.mutate_container(self._config.nvidia, container, pod)
-        return _mutate_plain(self._configs[common_word], container)
+        return self._specs[common_word].mutate(self._configs[common_word], container, pod)
 
-    def mig_geometries(self, card_type: str) -> tuple[model.Geometry, ...]:
-        """The MIG geometries configured for a card model (none when it has no entry)."""
-        return mig.geometries_for(card_type, self._mig_tables)
+    def mig_geometries(self, card: model.DeviceInfo) -> tuple[model.Geometry, ...]:
+        """The MIG geometries configured for a card's model (none when it has no entry)."""
+        return mig.geometries_for(card.type, self._mig_tables.get(card.vendor, ()))
 
     def prepare_card(self, card: model.DeviceUsage) -> None:
         """Give a MIG card its geometry table before usage is booked on it."""
-        if card.vendor == nvidia.COMMON_WORD and card.mode == model.MODE_MIG:
-            mig.attach(card, self._mig_tables)
+        table = self._mig_tables.get(card.vendor)
+        if table is not None and card.mode == model.MODE_MIG:
+            mig.attach(card, table)
 
 
-def _mutate_plain(config: VendorConfig, container: dict[str, Any]) -> bool:
-    """A vendor without HAMi-core extras: only the default count is filled in."""
-    limits = container.setdefault("resources", {}).setdefault("limits", {})
-    if config.resource_count_name in limits:
-        return True
-    wanted = (config.resource_memory_name, config.resource_core_name)
-    if config.default_gpu_num > 0 and any(n in limits for n in wanted if n):
-        limits[config.resource_count_name] = config.default_gpu_num
-        return True
-    return vendor.has_resource(container, config.resource_count_name)
+def _geometry_table(config: VendorConfig) -> tuple[mig.KnownGeometries, ...]:
+    return tuple(
+        mig.KnownGeometries(
+            entry.models,
+            tuple(
+                tuple(model.MigTemplate(t.name, t.memory, t.core, t.count) for t in geometry)
+                for geometry in entry.allowed_geometries
+            ),
+        )
+        for entry in config.known_mig_geometries
+    )
