@@ -1,0 +1,551 @@
+"""The books: the cluster as the engine knows it.
+
+Nodes and their cards (from DeviceInventories or HAMi's register annotations), the pods
+that hold shares on them, namespace quotas and disruption budgets, reservations made by
+decisions (reserve, confirm, rollback) and preemptors' holds, and the ranking index that
+keeps nodes in policy order with a free-capacity summary each. Handlers feed it plain
+dicts; ``decision.ClusterState`` adds the scheduling cycle on top, like kube-scheduler's
+cache beside its scheduling cycle. Pure and synchronous: no I/O, no clock reads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import codec, model
+from vgpu_operator.devices.mig_allocations import MigAllocation
+from vgpu_operator.devices.quantity import as_int
+from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling import (
+    disruption,
+    mig_records,
+    node_basics,
+    node_layer,
+    placement,
+    policies,
+    preemption,
+)
+from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.vendors import Vendors
+
+PodKey = str  # "namespace/name"
+
+
+_TERMINATED = ("Succeeded", "Failed")
+
+
+#: How long a preemptor's hold on the shares its victims free lasts without a bind.
+DEFAULT_NOMINATION_TIMEOUT_S = 300.0
+
+
+def pod_key(pod: Mapping[str, Any]) -> PodKey:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsageRow:
+    """One card's booking, for metrics and the demo table."""
+
+    node: str
+    uuid: str
+    vendor: str
+    type: str
+    used_slots: int
+    total_slots: int
+    used_memory_mib: int
+    total_memory_mib: int
+    used_cores: int
+    total_cores: int
+
+
+@dataclass(slots=True)
+class PodEntry:
+    key: PodKey
+    namespace: str
+    node: str | None
+    requests: node_basics.PodResources
+    devices: dict[str, model.PodSingleDevice]
+    bookings: dict[str, list[placement.Booking]]
+    reserved: bool = False
+    priority: int = 0
+    started: float | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Being deleted: it leaves anyway, so it is never a victim.
+    deleting: bool = False
+    uid: str = ""
+    #: HAMi v2.10's MIG entries and the allocation as decoded, for pods whose instances
+    #: are known only from that JSON: re-read when the node's cards change.
+    mig_records: tuple[MigAllocation, ...] = ()
+    decoded: dict[str, model.PodSingleDevice] = field(default_factory=dict)
+    init_count: int = 0
+
+    @property
+    def collapsed(self) -> dict[str, model.PodSingleDevice]:
+        return placement.as_pod_devices(self.bookings)
+
+
+@dataclass(slots=True)
+class NodeEntry:
+    name: str
+    order: int
+    facts: node_basics.NodeFacts
+    inventory: tuple[model.DeviceInfo, ...] | None = None
+    inventory_scores: model.PairScores = field(default_factory=dict)
+    inventory_cordoned: frozenset[str] = frozenset()
+    heartbeat: float | None = None
+    registered: tuple[model.DeviceInfo, ...] = ()
+    pair_scores: model.PairScores = field(default_factory=dict)
+    register_error: str | None = None
+    layer: node_layer.NodeLayer = node_layer.EMPTY
+    gpus_lost: bool = False
+    reported_gpus: int = 0
+    pods: set[PodKey] = field(default_factory=set)
+    cards: list[model.DeviceUsage] = field(default_factory=list)
+    used: node_basics.PodResources = field(default_factory=node_basics.PodResources)
+    score: float = 0.0
+    summary: placement.Summary = field(default_factory=placement.Summary)
+    dirty: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    node: str
+    victims: frozenset[PodKey]
+    until: float
+
+
+def _start_time(pod: Mapping[str, Any]) -> float | None:
+    raw = (pod.get("status") or {}).get("startTime")
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class ClusterBooks:
+    """What the engine knows of the cluster, kept current by the ``set_*``/``remove_*``
+    inputs. Not thread-safe: callers serialise access."""
+
+    def __init__(self, config: DeviceConfig, inventory_timeout_s: float | None = None) -> None:
+        self._config = config
+        self._vendors = Vendors(config)
+        self._inventory_timeout_s = inventory_timeout_s
+        self._nodes: dict[str, NodeEntry] = {}
+        self._pods: dict[PodKey, PodEntry] = {}
+        self._quota = self._new_ledger()
+        self._quota_objects: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._next_order = 0
+        # Nodes in preference order for spread (score ascending) and binpack (descending);
+        # equal scores go to the node registered first. Kept current through ``_dirty``.
+        self._spread_rank: list[tuple[float, int, str]] = []
+        self._binpack_rank: list[tuple[float, int, str]] = []
+        # For pods that name no node policy: each node ranked by its own policy (node
+        # annotation, else ConfigMap) on one scale, best first (``policies.node_preference``).
+        self._layered_rank: list[tuple[float, int, str]] = []
+        self._ranked: dict[str, tuple[float, float]] = {}
+        self._dirty: set[str] = set()
+        self._budgets: dict[tuple[str, str], disruption.Budget] = {}
+        #: Preemptors waiting for their victims, with the hold on the freed shares.
+        self._nominations: dict[PodKey, Nomination] = {}
+        #: Victims of a preemption whose deletion has not been seen yet.
+        self._preempted: set[PodKey] = set()
+        self.nomination_timeout_s = DEFAULT_NOMINATION_TIMEOUT_S
+        #: Whether a pod that fits nowhere may preempt (the caller must then evict).
+        self.preemption_enabled = False
+        #: Decide with the reference path only (used by tests to compare the two).
+        self.use_index = True
+
+    @property
+    def config(self) -> DeviceConfig:
+        return self._config
+
+    def set_config(self, config: DeviceConfig) -> None:
+        self._config = config
+        self._vendors = Vendors(config)
+        ledger = self._new_ledger()
+        for quota in self._quota_objects.values():
+            ledger.set_quota(quota)
+        self._quota = ledger
+        for entry in self._pods.values():
+            self._quota.add_usage(entry.namespace, entry.collapsed)
+        for node in self._nodes.values():
+            self._register(node)
+
+    def _new_ledger(self) -> QuotaLedger:
+        return QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
+
+    def set_node(self, node: Mapping[str, Any]) -> None:
+        facts = node_basics.NodeFacts.from_node(node)
+        entry = self._node_entry(facts.name)
+        entry.facts = facts
+        self._observe_gpu_count(entry)
+        self._register(entry)
+
+    def _node_entry(self, name: str) -> NodeEntry:
+        """The node's entry, created on first sight (by its Node or its inventory, in
+        either order) with the pods already known to run there."""
+        entry = self._nodes.get(name)
+        if entry is None:
+            entry = NodeEntry(name, self._next_order, node_basics.NodeFacts(name))
+            self._next_order += 1
+            self._nodes[name] = entry
+            entry.pods.update(p.key for p in self._pods.values() if p.node == name)
+        return entry
+
+    def remove_node(self, name: str) -> None:
+        if name in self._nodes:
+            self._unrank(name)
+            del self._nodes[name]
+
+    def set_inventory(
+        self,
+        node_name: str,
+        devices: Sequence[model.DeviceInfo],
+        pair_scores: model.PairScores,
+        heartbeat: float | None,
+        cordoned: Sequence[str] = (),
+    ) -> None:
+        entry = self._node_entry(node_name)
+        entry.inventory = tuple(devices)
+        entry.inventory_scores = pair_scores
+        entry.inventory_cordoned = frozenset(cordoned)
+        entry.heartbeat = heartbeat
+        self._register(entry)
+
+    def remove_inventory(self, node_name: str) -> None:
+        entry = self._nodes.get(node_name)
+        if entry is not None:
+            entry.inventory = None
+            entry.heartbeat = None
+            self._register(entry)
+
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        """Record a pod; one bound with an allocation holds its devices until it ends.
+
+        A pending preemptor's hold on its nominated node survives updates of the pod
+        (its ``nominatedNodeName`` status, for one) until it binds, ends or times out.
+        """
+        key = pod_key(pod)
+        meta = pod.get("metadata") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        node = (pod.get("spec") or {}).get("nodeName") or None
+        deleting = bool(meta.get("deletionTimestamp"))
+        if node is None and key in self._nominations and not deleting and phase not in _TERMINATED:
+            return
+        self._drop_pod(key)
+        self._nominations.pop(key, None)
+        if node is None or phase in _TERMINATED:
+            return
+        annotations = meta.get("annotations") or {}
+        try:
+            devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
+        except CodecError:
+            devices = {}  # an unreadable allocation holds nothing; handlers log it
+        init_count = len((pod.get("spec") or {}).get("initContainers") or [])
+        records = mig_records.read(annotations)
+        entry = PodEntry(
+            key=key,
+            namespace=key.split("/", 1)[0],
+            node=node,
+            requests=node_basics.pod_requests(pod),
+            devices=devices,
+            bookings=placement.collapse(devices, init_count),
+            priority=preemption.priority_of(pod),
+            started=_start_time(pod),
+            labels=dict(meta.get("labels") or {}),
+            deleting=deleting,
+            uid=str(meta.get("uid") or ""),
+            mig_records=records,
+            decoded=devices,
+            init_count=init_count,
+        )
+        self._add_pod(entry)
+        if records:
+            self._read_mig_records(node)
+
+    def _read_mig_records(self, node_name: str) -> None:
+        """Book the MIG instances that pods on the node name only in HAMi v2.10's JSON,
+        as slots of one geometry per card (``mig_records.choose_geometries``)."""
+        node = self._nodes.get(node_name)
+        if node is None:
+            return
+        entries = [self._pods[k] for k in sorted(node.pods) if k in self._pods]
+        entries = [e for e in entries if e.mig_records]
+        if not entries:
+            return
+        geometries_of = self._geometries_of(node_name)
+        prefer = mig_records.choose_geometries(
+            (r for e in entries for r in e.mig_records), geometries_of
+        )
+        for entry in entries:
+            devices = dict(entry.decoded)
+            for vendor_word, single in devices.items():
+                if self._vendors.spec(vendor_word).supports_mig:
+                    devices[vendor_word] = mig_records.with_suffixes(
+                        single, entry.mig_records, geometries_of, prefer
+                    )
+            self._drop_pod(entry.key)
+            entry.devices = devices
+            entry.bookings = placement.collapse(devices, entry.init_count)
+            self._add_pod(entry)
+
+    def _geometries_of(self, node_name: str) -> mig_records.GeometriesOf:
+        node = self._nodes.get(node_name)
+        cards = {} if node is None else {d.id: d for d in node.registered}
+
+        def geometries_of(uuid: str) -> tuple[model.Geometry, ...] | None:
+            card = cards.get(uuid)
+            if card is None or card.mode != model.MODE_MIG:
+                return None
+            return self._vendors.mig_geometries(card.type)
+
+        return geometries_of
+
+    def remove_pod(self, key: PodKey) -> None:
+        self._drop_pod(key)
+        self._nominations.pop(key, None)
+        self._preempted.discard(key)
+
+    def set_budget(self, pdb: Mapping[str, Any]) -> None:
+        """Record a PodDisruptionBudget (preemption spares the pods it protects if it can)."""
+        budget = disruption.Budget.from_object(pdb)
+        self._budgets[(budget.namespace, budget.name)] = budget
+
+    def remove_budget(self, namespace: str, name: str) -> None:
+        self._budgets.pop((namespace, name), None)
+
+    def set_quota(self, quota: Mapping[str, Any]) -> None:
+        meta = quota.get("metadata") or {}
+        self._quota.set_quota(quota)
+        self._quota_objects[(meta.get("namespace") or "default", meta.get("name", ""))] = quota
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        self._quota.remove_quota(namespace, name)
+        self._quota_objects.pop((namespace, name), None)
+
+    def confirm(self, key: PodKey) -> None:
+        """The pod is bound: its reservation (or preemption hold) becomes a booking."""
+        entry = self._pods.get(key)
+        if entry is not None:
+            entry.reserved = False
+        self._nominations.pop(key, None)
+
+    def rollback(self, key: PodKey) -> None:
+        entry = self._pods.get(key)
+        if entry is not None and entry.reserved and key not in self._nominations:
+            self._drop_pod(key)
+
+    def cancel_preemption(self, key: PodKey) -> None:
+        """Give up a preemptor's hold (an eviction was refused): its victims that are
+        still running may be chosen again by a later decision."""
+        nomination = self._nominations.pop(key, None)
+        if nomination is None:
+            return
+        entry = self._pods.get(key)
+        if entry is not None and entry.reserved:
+            self._drop_pod(key)
+        for victim in nomination.victims:
+            self._preempted.discard(victim)
+
+    def nominated_node(self, key: PodKey) -> str | None:
+        nomination = self._nominations.get(key)
+        return None if nomination is None else nomination.node
+
+    def _fresh_cards(self, node: NodeEntry, skip: frozenset[PodKey]) -> list[model.DeviceUsage]:
+        """A node's cards booked with its pods, except ``skip`` (cf. ``_refresh``)."""
+        cards = [model.DeviceUsage.from_info(info) for info in node.registered]
+        for card in cards:
+            self._vendors.prepare_card(card)
+        by_id = {card.id: card for card in cards}
+        for key in sorted(node.pods - skip):
+            entry = self._pods.get(key)
+            if entry is not None:
+                placement.book(by_id, entry.bookings)
+        return cards
+
+    def _victims_remain(self, nomination: Nomination) -> bool:
+        return any(v in self._pods for v in nomination.victims)
+
+    def _expire_nominations(self, now: float) -> None:
+        for key, nomination in list(self._nominations.items()):
+            if nomination.until < now:
+                self.cancel_preemption(key)
+
+    def device_usage(self) -> list[DeviceUsageRow]:
+        rows: list[DeviceUsageRow] = []
+        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+            self._refresh(node)
+            for card in node.cards:
+                rows.append(
+                    DeviceUsageRow(
+                        node.name,
+                        card.id,
+                        card.vendor,
+                        card.type,
+                        card.used,
+                        card.count,
+                        card.used_memory_mib,
+                        card.total_memory_mib,
+                        card.used_cores,
+                        card.total_cores,
+                    )
+                )
+        return rows
+
+    def quota_usage(self) -> dict[str, dict[str, tuple[int, int]]]:
+        return {ns: self._quota.usage(ns) for ns in self._quota.namespaces()}
+
+    def holding_pods(self) -> dict[PodKey, str]:
+        """Pods that hold devices or reservations, and their nodes."""
+        return {k: e.node for k, e in self._pods.items() if e.node is not None}
+
+    def node_names(self) -> list[str]:
+        return [n.name for n in sorted(self._nodes.values(), key=lambda n: n.order)]
+
+    def register_errors(self) -> dict[str, str]:
+        return {n.name: n.register_error for n in self._nodes.values() if n.register_error}
+
+    def node_warnings(self, name: str) -> tuple[str, ...]:
+        """The node-layer annotations of one node that could not be read (and are ignored)."""
+        node = self._nodes.get(name)
+        return () if node is None else node.layer.problems
+
+    def node_layer_problems(self) -> dict[str, tuple[str, ...]]:
+        """Per node, the node-layer annotations that could not be read (and are ignored)."""
+        return {n.name: n.layer.problems for n in self._nodes.values() if n.layer.problems}
+
+    def _add_pod(self, entry: PodEntry) -> None:
+        self._pods[entry.key] = entry
+        self._quota.add_usage(entry.namespace, entry.collapsed)
+        node = self._nodes.get(entry.node or "")
+        if node is not None:
+            node.pods.add(entry.key)
+            self._touch(node)
+
+    def _drop_pod(self, key: PodKey) -> None:
+        entry = self._pods.pop(key, None)
+        if entry is None:
+            return
+        self._quota.remove_usage(entry.namespace, entry.collapsed)
+        node = self._nodes.get(entry.node or "")
+        if node is not None:
+            node.pods.discard(key)
+            self._touch(node)
+
+    def _observe_gpu_count(self, node: NodeEntry) -> None:
+        """Seed 000 §9: GPUs that vanish from a node's allocatable make it unhealthy."""
+        allocatable = node.facts.allocatable.get(self._config.nvidia.resource_count_name)
+        count = 0 if allocatable is None else as_int(allocatable) or 0
+        if count == 0:
+            node.gpus_lost = node.reported_gpus > 0 or node.gpus_lost
+        else:
+            node.gpus_lost = False
+        node.reported_gpus = count
+
+    def _register(self, node: NodeEntry) -> None:
+        """Work out which cards a node offers, from its inventory or its annotations."""
+        node.register_error = None
+        devices: list[model.DeviceInfo] = []
+        scores: dict[str, Mapping[str, int]] = {}
+        if node.inventory is not None:
+            devices = list(node.inventory)
+            scores = dict(node.inventory_scores)
+        else:
+            for spec in self._vendors.specs():
+                raw = node.facts.annotations.get(spec.register_annotation)
+                if not raw:
+                    continue
+                try:
+                    devices.extend(
+                        codec.decode_node_devices(raw, spec.register_annotation, spec.common_word)
+                    )
+                    if spec.score_annotation and node.facts.annotations.get(spec.score_annotation):
+                        scores.update(
+                            codec.decode_pair_scores(
+                                node.facts.annotations[spec.score_annotation],
+                                spec.score_annotation,
+                            )
+                        )
+                except CodecError as exc:
+                    devices = [d for d in devices if d.vendor != spec.common_word]
+                    node.register_error = str(exc)
+        override = self._config.node_override(node.name)
+        if override is not None:
+            banned_ids = set(override.filter_devices.uuid)
+            banned_idx = set(override.filter_devices.index)
+            devices = [d for d in devices if d.id not in banned_ids and d.index not in banned_idx]
+        node.registered = tuple(devices)
+        node.pair_scores = scores
+        node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())
+        self._read_mig_records(node.name)
+        self._touch(node)
+
+    def _touch(self, node: NodeEntry) -> None:
+        node.dirty = True
+        self._dirty.add(node.name)
+
+    def _unrank(self, name: str) -> None:
+        ranked = self._ranked.pop(name, None)
+        node = self._nodes.get(name)
+        self._dirty.discard(name)
+        if ranked is None:
+            return
+        if node is None:
+            return
+        order = node.order
+        score, preference = ranked
+        for ranking, entry in (
+            (self._spread_rank, (score, order, name)),
+            (self._binpack_rank, (-score, order, name)),
+            (self._layered_rank, (-preference, order, name)),
+        ):
+            at = bisect.bisect_left(ranking, entry)
+            if at < len(ranking) and ranking[at] == entry:
+                del ranking[at]
+
+    def _refresh(self, node: NodeEntry) -> None:
+        """Rebuild a node's card usage from its registered cards and its pods (§4.3)."""
+        if not node.dirty:
+            return
+        cards = [model.DeviceUsage.from_info(info) for info in node.registered]
+        for card in cards:
+            self._vendors.prepare_card(card)
+        by_id = {card.id: card for card in cards}
+        used = node_basics.PodResources()
+        for key in sorted(node.pods):
+            entry = self._pods.get(key)
+            if entry is None:
+                continue
+            used = used + entry.requests
+            placement.book(by_id, entry.bookings)
+        node.cards = cards
+        node.used = used
+        node.score = policies.node_score(cards)
+        node.summary = placement.Summary.of(cards)
+        node.dirty = False
+
+    def _rerank_dirty(self) -> None:
+        for name in list(self._dirty):
+            node = self._nodes.get(name)
+            self._unrank(name)
+            if node is None:
+                continue
+            self._refresh(node)
+            preference = self._layered_preference(node)
+            bisect.insort(self._spread_rank, (node.score, node.order, name))
+            bisect.insort(self._binpack_rank, (-node.score, node.order, name))
+            bisect.insort(self._layered_rank, (-preference, node.order, name))
+            self._ranked[name] = (node.score, preference)
+        self._dirty.clear()
+
+    def _layered_preference(self, node: NodeEntry) -> float:
+        policy = node.layer.node_policy or self._config.scheduler.node_scheduler_policy
+        return policies.node_preference(node.score, policy)

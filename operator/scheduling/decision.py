@@ -1,0 +1,381 @@
+"""One decision, top to bottom: ``ClusterState.schedule``.
+
+For one pending pod: admission defaults (and refusals), one parsed job, the node walk
+(indexed: best-ranked first with O(1) rule-outs; reference: every node, best score), the
+Fit on the chosen node's cards, a reservation in the books so the next decision cannot
+take the same shares, the annotations a Binding must carry; or, when no node fits, the
+per-node diagnosis and, where allowed, preemption (kube-scheduler's DefaultPreemption
+with the device Fit as the filter). The books it reads and writes are ``books``.
+
+Two paths decide, and must decide the same (the tests compare them): the reference
+path fits the pod on every node and takes the best node score, as HAMi does; the
+indexed path visits nodes best-score first, skips nodes whose free-capacity summary
+rules them out in O(1), and stops at the first node that fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpu_operator import names
+from vgpu_operator.devices import codec, mig_allocations, model
+from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling import (
+    admission,
+    mig_records,
+    node_basics,
+    placement,
+    policies,
+    preemption,
+)
+from vgpu_operator.scheduling.books import (
+    ClusterBooks,
+    NodeEntry,
+    Nomination,
+    PodEntry,
+    PodKey,
+    pod_key,
+)
+from vgpu_operator.scheduling.status import Code, Diagnosis, NodeFailure, Reason
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of scheduling one pod.
+
+    ``annotations`` are what the Binding must carry (``hami.io/vgpu-node``,
+    ``hami.io/vgpu-time``, ``hami.io/vgpu-devices-to-allocate``, ``-allocated``,
+    ``hami.io/bind-phase``...). ``rejected`` is set when admission would refuse the pod
+    (e.g. over quota); ``diagnosis`` when no node fits.
+
+    A pod that fits nowhere but may preempt is not scheduled yet: ``nominated_node``
+    names the node it will take once ``victims`` (to evict now) are gone, ``devices``
+    are the shares held for it meanwhile. ``nominated_node`` without ``victims``: the
+    pod still waits for the victims of an earlier decision to terminate.
+    """
+
+    pod: PodKey
+    scheduled: bool
+    node: str | None = None
+    devices: Mapping[str, model.PodSingleDevice] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    diagnosis: Diagnosis | None = None
+    rejected: str | None = None
+    nominated_node: str | None = None
+    victims: tuple[PodKey, ...] = ()
+    #: The victims' uids as the books saw them (an Eviction's precondition).
+    victim_uids: Mapping[PodKey, str] = field(default_factory=dict)
+
+
+AdmissionResult = admission.AdmissionResult
+
+
+class ClusterState(ClusterBooks):
+    """The books plus the scheduling cycle: the engine's one entry point."""
+
+    def admit(self, pod: Mapping[str, Any]) -> admission.AdmissionResult:
+        return admission.admit(pod, self._config, self._vendors, self._quota)
+
+    def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
+        key = pod_key(pod)
+        self._expire_nominations(now)
+        held = self._pods.get(key)
+        nomination = self._nominations.pop(key, None)
+        self._drop_pod(key)
+        admitted = self.admit(pod)
+        if admitted.handled and not admitted.allowed:
+            diagnosis = self._diagnose(admitted.pod, now)
+            return Decision(key, False, diagnosis=diagnosis, rejected=admitted.message)
+        subject = admitted.pod if admitted.allowed else pod
+        try:
+            job = placement.Job.from_pod(subject, self._config, self._vendors, self._quota)
+        except CodecError as exc:
+            failure = Diagnosis({}, len(self._nodes), error=str(exc))
+            return Decision(key, False, diagnosis=failure)
+        found = self._find(job, now)
+        if found is None:
+            diagnosis = self._diagnose(subject, now, job)
+            if nomination is not None and held is not None and self._victims_remain(nomination):
+                # kube-scheduler's rule: a nominated pod whose victims are still
+                # terminating waits for them rather than preempting again.
+                self._nominations[key] = nomination
+                self._add_pod(held)
+                return Decision(key, False, diagnosis=diagnosis, nominated_node=nomination.node)
+            preempting = self._preempt(job, subject, diagnosis, now)
+            if preempting is None:
+                return Decision(key, False, diagnosis=diagnosis)
+            chosen, outcome = preempting
+            return self._nominate(key, job, subject, chosen, outcome, diagnosis, now)
+        node, outcome = found
+        annotations = self._annotations(node.name, outcome, now)
+        devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
+        entry = PodEntry(
+            key=key,
+            namespace=job.namespace,
+            node=node.name,
+            requests=job.resources,
+            devices=devices,
+            bookings=placement.collapse(devices, job.init_count),
+            reserved=True,
+            priority=preemption.priority_of(subject),
+            labels=dict((subject.get("metadata") or {}).get("labels") or {}),
+        )
+        self._add_pod(entry)
+        return Decision(key, True, node.name, devices, annotations)
+
+    def _annotations(self, node: str, outcome: placement.Outcome, now: float) -> dict[str, str]:
+        annotations = {
+            names.ASSIGNED_NODE: node,
+            names.ASSIGNED_TIME: codec.encode_vgpu_time(now),
+            names.BIND_PHASE: codec.BindPhase.ALLOCATING.value,
+            names.BIND_TIME: codec.encode_vgpu_time(now),
+        }
+        for vendor_word, single in outcome.devices.items():
+            if not any(single):
+                continue
+            spec = self._vendors.spec(vendor_word)
+            encoded = codec.encode_pod_single_device(single, spec.to_allocate_annotation)
+            annotations[spec.to_allocate_annotation] = encoded
+            annotations[spec.allocated_annotation] = encoded
+            if spec.supports_mig:
+                records = mig_records.records_for(single, self._geometries_of(node))
+                if records:
+                    annotations[names.MIG_ALLOCATIONS] = mig_allocations.encode(records)
+        return annotations
+
+    def _preempt(
+        self, job: placement.Job, pod: Mapping[str, Any], diagnosis: Diagnosis, now: float
+    ) -> tuple[preemption.Candidate, placement.Outcome] | None:
+        """The node and victims kube-scheduler's DefaultPreemption would choose, with
+        our Fit deciding whether the pod fits once they are gone (module preemption)."""
+        if not self.preemption_enabled or not preemption.eligible(pod) or diagnosis.error:
+            return None
+        priority = preemption.priority_of(pod)
+        if self._awaits_earlier_victims(pod, priority):
+            return None
+        budgets = list(self._budgets.values())
+        limit = preemption.candidate_limit(len(self._nodes))
+        candidates: list[preemption.Candidate] = []
+        without_violations = 0
+        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+            failure = diagnosis.node_failures.get(node.name)
+            if failure is None or failure.code is not Code.UNSCHEDULABLE:
+                continue  # no release can fix what rules this node out
+            occupants = [
+                preemption.Occupant(e.key, e.priority, e.started, e.labels)
+                for e in (self._pods[k] for k in sorted(node.pods) if k in self._pods)
+                if not e.deleting and not e.reserved and e.key not in self._preempted
+            ]
+
+            trial = _RemovalTrial(self, node, job, now)
+            victims = preemption.select_victims(priority, occupants, budgets, trial.fits)
+            if victims is None:
+                continue
+            candidates.append(preemption.Candidate(node.name, victims))
+            without_violations += victims.budget_violations == 0
+            if without_violations and len(candidates) >= limit:
+                break
+        chosen = preemption.pick_node(candidates)
+        if chosen is None:
+            return None
+        trial = _RemovalTrial(self, self._nodes[chosen.node], job, now)
+        return chosen, trial.outcome(chosen.victims.keys)
+
+    def _nominate(
+        self,
+        key: PodKey,
+        job: placement.Job,
+        pod: Mapping[str, Any],
+        chosen: preemption.Candidate,
+        outcome: placement.Outcome,
+        diagnosis: Diagnosis,
+        now: float,
+    ) -> Decision:
+        """Mark the victims and hold the shares they free for the preemptor, so that no
+        other pod takes them while the victims terminate."""
+        victims = chosen.victims.keys
+        self._preempted.update(victims)
+        self._nominations[key] = Nomination(chosen.node, victims, now + self.nomination_timeout_s)
+        devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
+        entry = PodEntry(
+            key=key,
+            namespace=job.namespace,
+            node=chosen.node,
+            requests=job.resources,
+            devices=devices,
+            bookings=placement.collapse(devices, job.init_count),
+            reserved=True,
+            priority=preemption.priority_of(pod),
+            labels=dict((pod.get("metadata") or {}).get("labels") or {}),
+        )
+        self._add_pod(entry)
+        return Decision(
+            key,
+            False,
+            devices=devices,
+            annotations=self._annotations(chosen.node, outcome, now),
+            diagnosis=diagnosis,
+            nominated_node=chosen.node,
+            victims=tuple(p.key for p in chosen.victims.pods),
+            victim_uids={v: self._pods[v].uid for v in victims if v in self._pods},
+        )
+
+    def _awaits_earlier_victims(self, pod: Mapping[str, Any], priority: int) -> bool:
+        """kube-scheduler's ``PodEligibleToPreemptOthers``: a pod already nominated to a
+        node where a lower-priority pod is terminating waits for it instead of preempting
+        again (read from ``status.nominatedNodeName``, so it holds across restarts)."""
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        node = self._nodes.get(nominated) if isinstance(nominated, str) else None
+        if node is None:
+            return False
+        entries = (self._pods.get(k) for k in node.pods)
+        return any(e is not None and e.deleting and e.priority < priority for e in entries)
+
+    def _node_gate(
+        self,
+        node: NodeEntry,
+        job: placement.Job,
+        now: float,
+        leaving: Sequence[PodEntry] = (),
+    ) -> Reason | None:
+        """Node-level reasons, checked before any card is looked at (as if ``leaving``
+        had left the node)."""
+        used = node.used
+        for entry in leaving:
+            used = used - entry.requests
+        reason = node_basics.check_node(
+            job.pod, job.resources, node.facts, used, len(node.pods) - len(leaving)
+        )
+        if reason is not None:
+            return reason
+        if not job.wants_devices:
+            return None
+        if node.gpus_lost or not node.registered:
+            return Reason.NODE_UNREGISTERED
+        if (
+            self._inventory_timeout_s is not None
+            and node.inventory is not None
+            and (node.heartbeat is None or now - node.heartbeat > self._inventory_timeout_s)
+        ):
+            return Reason.INVENTORY_STALE
+        return None
+
+    def _try_node(self, node: NodeEntry, job: placement.Job, now: float) -> placement.Outcome:
+        self._refresh(node)
+        gate = self._node_gate(node, job, now)
+        if gate is not None:
+            return placement.Outcome.rejected({gate: 1})
+        return placement.fit_pod(
+            job, node.cards, node.facts, node.pair_scores, node.inventory_cordoned, node.layer
+        )
+
+    def _find(self, job: placement.Job, now: float) -> tuple[NodeEntry, placement.Outcome] | None:
+        if not self.use_index:
+            return self._find_reference(job, now)
+        self._rerank_dirty()
+        if job.pod_node_policy is None:
+            ranking = self._layered_rank
+        elif job.pod_node_policy == policies.SPREAD:
+            ranking = self._spread_rank
+        else:
+            ranking = self._binpack_rank
+        for _score, _order, name in ranking:
+            node = self._nodes[name]
+            if job.wants_devices and not node.summary.may_fit(job):
+                continue
+            outcome = self._try_node(node, job, now)
+            if outcome.ok:
+                return node, outcome
+        return None
+
+    def _find_reference(
+        self, job: placement.Job, now: float
+    ) -> tuple[NodeEntry, placement.Outcome] | None:
+        best: tuple[tuple[float, int], NodeEntry, placement.Outcome] | None = None
+        for node in self._nodes.values():
+            outcome = self._try_node(node, job, now)
+            if not outcome.ok:
+                continue
+            rank = (self._rank_key(node, job), node.order)
+            if best is None or rank < best[0]:
+                best = (rank, node, outcome)
+        return None if best is None else (best[1], best[2])
+
+    def _rank_key(self, node: NodeEntry, job: placement.Job) -> float:
+        """The reference path's key (lower is better), the same as the index's lists."""
+        if job.pod_node_policy is None:
+            return -self._layered_preference(node)
+        return node.score if job.pod_node_policy == policies.SPREAD else -node.score
+
+    def _diagnose(
+        self, pod: Mapping[str, Any], now: float, job: placement.Job | None = None
+    ) -> Diagnosis:
+        if job is None:
+            try:
+                job = placement.Job.from_pod(pod, self._config, self._vendors, self._quota)
+            except CodecError as exc:
+                return Diagnosis({}, len(self._nodes), error=str(exc))
+        failures: dict[str, NodeFailure] = {}
+        for node in self._nodes.values():
+            outcome = self._try_node(node, job, now)
+            if not outcome.ok:
+                refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
+                failures[node.name] = NodeFailure(dict(outcome.reasons), refused_by)
+        return Diagnosis(failures, len(self._nodes))
+
+
+class _RemovalTrial:
+    """Fit one pod on one node as if some of its pods had left (their quota usage too),
+    for the victim search.
+
+    The search asks again and again with fewer pods removed (one put back at a time), so
+    a trial starts from the cards of the last one that fitted and books back only the
+    pods returned since, instead of rebuilding the node from all its pods.
+    """
+
+    def __init__(self, state: ClusterState, node: NodeEntry, job: placement.Job, now: float):
+        self._state = state
+        self._node = node
+        self._job = job
+        self._now = now
+        self._fitted: tuple[frozenset[PodKey], list[model.DeviceUsage]] | None = None
+        state._refresh(node)
+
+    def fits(self, removed: frozenset[PodKey]) -> bool:
+        return self.outcome(removed).ok
+
+    def outcome(self, removed: frozenset[PodKey]) -> placement.Outcome:
+        state, node, job = self._state, self._node, self._job
+        leaving = [state._pods[k] for k in sorted(removed) if k in state._pods]
+        gate = state._node_gate(node, job, self._now, leaving)
+        if gate is not None:
+            return placement.Outcome.rejected({gate: 1})
+        cards = self._cards_without(removed)
+        # A quota is freed only by pods of the pod's own namespace.
+        released = [e for e in leaving if e.namespace == job.namespace]
+        for entry in released:
+            state._quota.remove_usage(entry.namespace, entry.collapsed)
+        try:
+            outcome = placement.fit_pod(
+                job, cards, node.facts, node.pair_scores, node.inventory_cordoned
+            )
+        finally:
+            for entry in released:
+                state._quota.add_usage(entry.namespace, entry.collapsed)
+        if outcome.ok:
+            self._fitted = (removed, cards)
+        return outcome
+
+    def _cards_without(self, removed: frozenset[PodKey]) -> list[model.DeviceUsage]:
+        if self._fitted is None or not removed <= self._fitted[0]:
+            return self._state._fresh_cards(self._node, removed)
+        last_removed, last_cards = self._fitted
+        cards = [card.copy() for card in last_cards]
+        by_id = {card.id: card for card in cards}
+        for key in sorted(last_removed - removed):
+            entry = self._state._pods.get(key)
+            if entry is not None:
+                placement.book(by_id, entry.bookings)
+        return cards
