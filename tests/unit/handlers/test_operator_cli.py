@@ -67,3 +67,33 @@ def test_webhook_needs_a_certificate(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(operator_cli.run, ["--webhook-port", "9443"])
     assert result.exit_code != 0
     assert "--webhook-cert" in result.output
+
+
+def test_self_managed_webhook_tls_needs_no_certificate_files(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[OperatorOptions] = []
+    monkeypatch.setattr(runtime, "run_forever", seen.append)
+    monkeypatch.setattr(vgpu_logging, "configure", lambda *args, **kwargs: "json")
+    args = ["--webhook-port", "9443", "--webhook-tls-secret", "tls", "--namespace", "gpu"]
+    result = CliRunner().invoke(operator_cli.run, args)
+    assert result.exit_code == 0, result.output
+    (options,) = seen
+    webhook = options.webhook
+    assert webhook is not None
+    assert webhook.tls_secret == "tls"
+    assert webhook.service == "vgpu-operator-webhook"
+    assert webhook.configuration == "vgpu-operator"
+
+
+def test_self_managed_tls_and_certificate_files_exclude_each_other(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(runtime, "run_forever", lambda options: None)
+    cert = tmp_path / "tls.crt"
+    cert.write_text("x")
+    args = ["--webhook-port", "9443", "--webhook-tls-secret", "tls"]
+    args += ["--webhook-cert", str(cert), "--webhook-key", str(cert)]
+    result = CliRunner().invoke(operator_cli.run, args)
+    assert result.exit_code != 0
+    assert "excludes" in result.output
