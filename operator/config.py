@@ -8,6 +8,7 @@ per-node entry > this global config.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -149,8 +150,13 @@ class DeviceConfig(_Section):
         return None
 
 
+@functools.lru_cache(maxsize=256)
 def parse_gpu_policy(value: str) -> tuple[str, ...]:
-    """Split a GPU policy (a name or HAMi v2.10's comma chain) into known tokens."""
+    """Split a GPU policy (a name or HAMi v2.10's comma chain) into known tokens.
+
+    Cached: the engine asks for the same few policy strings on every node and card, and
+    each distinct string is parsed once (a bad one raises every time: errors are not
+    cached)."""
     tokens = tuple(t.strip() for t in value.split(",") if t.strip())
     for token in tokens:
         if token not in GPU_POLICY_TOKENS:

@@ -105,38 +105,66 @@ def split_list(value: str | None) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+@dataclass(frozen=True, slots=True)
+class CardFilter:
+    """One vendor's card restrictions from a set of annotations (a pod's or a node's),
+    read once and then asked for every card: type, mode, UUID, NUMA binding."""
+
+    use_types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = ()
+    use_uuids: tuple[str, ...] = ()
+    nouse_uuids: tuple[str, ...] = ()
+    #: The vgpu-mode annotation as written (None: absent, any mode passes).
+    mode: str | None = None
+    numa_bind: bool = False
+
+    @classmethod
+    def read(cls, spec: VendorSpec, annotations: Mapping[str, str]) -> CardFilter:
+        upper = [item.upper() for item in split_list(annotations.get(spec.use_type_annotation))]
+        return cls(
+            use_types=tuple(upper),
+            nouse_types=tuple(
+                item.upper() for item in split_list(annotations.get(spec.nouse_type_annotation))
+            ),
+            use_uuids=tuple(split_list(annotations.get(spec.use_uuid_annotation))),
+            nouse_uuids=tuple(split_list(annotations.get(spec.nouse_uuid_annotation))),
+            mode=None if spec.mode_annotation is None else annotations.get(spec.mode_annotation),
+            numa_bind=spec.numa_bind_annotation is not None
+            and is_true(annotations.get(spec.numa_bind_annotation)),
+        )
+
+    def type_allowed(self, card_type: str) -> bool:
+        """use-/nouse-type: case-insensitive substring of the card type; both apply."""
+        upper = card_type.upper()
+        if self.use_types and not any(item in upper for item in self.use_types):
+            return False
+        return not any(item in upper for item in self.nouse_types)
+
+    def mode_allowed(self, card_mode: str) -> bool:
+        """vgpu-mode: the card mode must be a substring of the annotation."""
+        return self.mode is None or card_mode in self.mode
+
+    def uuid_allowed(self, card_id: str) -> bool:
+        """use-/nouse-uuid: exact match against trimmed items; both apply; empty = none."""
+        if self.use_uuids and card_id not in self.use_uuids:
+            return False
+        return card_id not in self.nouse_uuids
+
+
 def type_allowed(spec: VendorSpec, annotations: Mapping[str, str], card_type: str) -> bool:
-    """use-/nouse-type: case-insensitive substring of the card type; both apply."""
-    upper = card_type.upper()
-    wanted = [item.upper() for item in split_list(annotations.get(spec.use_type_annotation))]
-    if wanted and not any(item in upper for item in wanted):
-        return False
-    banned = [item.upper() for item in split_list(annotations.get(spec.nouse_type_annotation))]
-    return not any(item in upper for item in banned)
+    return CardFilter.read(spec, annotations).type_allowed(card_type)
 
 
 def mode_allowed(spec: VendorSpec, annotations: Mapping[str, str], card_mode: str) -> bool:
-    """vgpu-mode: the card mode must be a substring of the annotation (empty mode passes)."""
-    if spec.mode_annotation is None:
-        return True
-    wanted = annotations.get(spec.mode_annotation)
-    if wanted is None:
-        return True
-    return card_mode in wanted
+    return CardFilter.read(spec, annotations).mode_allowed(card_mode)
 
 
 def uuid_allowed(spec: VendorSpec, annotations: Mapping[str, str], card_id: str) -> bool:
-    """use-/nouse-uuid: exact match against trimmed items; both apply; empty = none."""
-    wanted = split_list(annotations.get(spec.use_uuid_annotation))
-    if wanted and card_id not in wanted:
-        return False
-    return card_id not in split_list(annotations.get(spec.nouse_uuid_annotation))
+    return CardFilter.read(spec, annotations).uuid_allowed(card_id)
 
 
 def numa_bind(spec: VendorSpec, annotations: Mapping[str, str]) -> bool:
-    if spec.numa_bind_annotation is None:
-        return False
-    return is_true(annotations.get(spec.numa_bind_annotation))
+    return CardFilter.read(spec, annotations).numa_bind
 
 
 def _lookup(resources: Mapping[str, Any], name: str) -> tuple[bool, int | None]:

@@ -175,6 +175,16 @@ class ClusterBooks:
     def config(self) -> DeviceConfig:
         return self._config
 
+    @property
+    def vendors(self) -> Vendors:
+        """The vendor table, configured."""
+        return self._vendors
+
+    @property
+    def quota(self) -> QuotaLedger:
+        """The namespaces' quota ledger (read it; the books keep it current)."""
+        return self._quota
+
     def set_config(self, config: DeviceConfig) -> None:
         self._config = config
         self._vendors = Vendors(config, self._vendor_table)

@@ -94,9 +94,12 @@ class ClusterState(ClusterBooks):
         except CodecError as exc:
             failure = Diagnosis({}, len(self._nodes), error=str(exc))
             return Decision(key, False, diagnosis=failure)
-        found = self._find(job, now)
+        # What the search learns of each node it fits is kept for the diagnosis, which
+        # then fits only the nodes the search could rule out without a Fit.
+        tried: dict[str, placement.Outcome] = {}
+        found = self._find(job, now, tried)
         if found is None:
-            diagnosis = self._diagnose(subject, now, job)
+            diagnosis = self._diagnose(subject, now, job, tried)
             if nomination is not None and held is not None and self._victims_remain(nomination):
                 # kube-scheduler's rule: a nominated pod whose victims are still
                 # terminating waits for them rather than preempting again.
@@ -271,9 +274,13 @@ class ClusterState(ClusterBooks):
             job, node.cards, node.facts, node.pair_scores, node.inventory_cordoned, node.layer
         )
 
-    def _find(self, job: placement.Job, now: float) -> tuple[NodeEntry, placement.Outcome] | None:
+    def _find(
+        self, job: placement.Job, now: float, tried: dict[str, placement.Outcome]
+    ) -> tuple[NodeEntry, placement.Outcome] | None:
+        """The node the pod goes to, with its Fit; ``tried`` receives every node's Fit
+        made on the way."""
         if not self.use_index:
-            return self._find_reference(job, now)
+            return self._find_reference(job, now, tried)
         self._rerank_dirty()
         if job.pod_node_policy is None:
             ranking = self._layered_rank
@@ -288,15 +295,17 @@ class ClusterState(ClusterBooks):
             outcome = self._try_node(node, job, now)
             if outcome.ok:
                 return node, outcome
+            tried[name] = outcome
         return None
 
     def _find_reference(
-        self, job: placement.Job, now: float
+        self, job: placement.Job, now: float, tried: dict[str, placement.Outcome]
     ) -> tuple[NodeEntry, placement.Outcome] | None:
         best: tuple[tuple[float, int], NodeEntry, placement.Outcome] | None = None
         for node in self._nodes.values():
             outcome = self._try_node(node, job, now)
             if not outcome.ok:
+                tried[node.name] = outcome
                 continue
             rank = (self._rank_key(node, job), node.order)
             if best is None or rank < best[0]:
@@ -310,16 +319,23 @@ class ClusterState(ClusterBooks):
         return node.score if job.pod_node_policy == policies.SPREAD else -node.score
 
     def _diagnose(
-        self, pod: Mapping[str, Any], now: float, job: placement.Job | None = None
+        self,
+        pod: Mapping[str, Any],
+        now: float,
+        job: placement.Job | None = None,
+        tried: Mapping[str, placement.Outcome] | None = None,
     ) -> Diagnosis:
+        """Per node, why the pod does not fit; ``tried`` holds Fits the search already made
+        in this attempt (the books have not changed since), which are not made again."""
         if job is None:
             try:
                 job = placement.Job.from_pod(pod, self._config, self._vendors, self._quota)
             except CodecError as exc:
                 return Diagnosis({}, len(self._nodes), error=str(exc))
         failures: dict[str, NodeFailure] = {}
+        known = tried or {}
         for node in self._nodes.values():
-            outcome = self._try_node(node, job, now)
+            outcome = known.get(node.name) or self._try_node(node, job, now)
             if not outcome.ok:
                 refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
                 failures[node.name] = NodeFailure(dict(outcome.reasons), refused_by)

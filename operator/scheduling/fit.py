@@ -61,6 +61,9 @@ class FitOptions:
     #: The node layer's restriction annotations (``node_layer.NodeLayer.restrictions``),
     #: checked before the pod's own: both must allow a card.
     node_restrictions: Mapping[str, str] = field(default_factory=dict)
+    #: The pod's restrictions for this vendor, read once per pod (read from
+    #: ``annotations`` when absent).
+    card_filter: vendor.CardFilter | None = None
 
 
 @dataclass(slots=True)
@@ -117,8 +120,9 @@ def fit_container(
     picked: list[Pick] = []
     reasons: Counter[Reason] = Counter()
     refused_by: dict[Reason, set[str]] = {}
-    annotations = options.annotations
     spec = options.spec
+    pod_filter = options.card_filter or vendor.CardFilter.read(spec, options.annotations)
+    node_types, node_uuids = _node_filters(spec, options.node_restrictions)
     topo = options.topology_aware
 
     i = len(typed) - 1
@@ -131,14 +135,12 @@ def fit_container(
         if card.id in options.cordoned:
             reasons[Reason.CARD_CORDONED] += 1
             continue
-        node_refusal = _node_type_refusal(spec, options.node_restrictions, card.type)
+        node_refusal = _first_refusal(node_types, card.type, vendor.CardFilter.type_allowed)
         if node_refusal is not None:
             reasons[Reason.CARD_TYPE_MISMATCH] += 1
             refused_by.setdefault(Reason.CARD_TYPE_MISMATCH, set()).add(node_refusal)
             continue
-        if not vendor.type_allowed(spec, annotations, card.type) or not vendor.mode_allowed(
-            spec, annotations, card.mode
-        ):
+        if not pod_filter.type_allowed(card.type) or not pod_filter.mode_allowed(card.mode):
             reasons[Reason.CARD_TYPE_MISMATCH] += 1
             continue
         if options.numa_bind and card.numa != prev_numa:
@@ -147,12 +149,12 @@ def fit_container(
             nums = origin
             prev_numa = card.numa
             picked = []
-        node_refusal = _node_uuid_refusal(spec, options.node_restrictions, card.id)
+        node_refusal = _first_refusal(node_uuids, card.id, vendor.CardFilter.uuid_allowed)
         if node_refusal is not None:
             reasons[Reason.CARD_UUID_MISMATCH] += 1
             refused_by.setdefault(Reason.CARD_UUID_MISMATCH, set()).add(node_refusal)
             continue
-        if not vendor.uuid_allowed(spec, annotations, card.id):
+        if not pod_filter.uuid_allowed(card.id):
             reasons[Reason.CARD_UUID_MISMATCH] += 1
             continue
         if card.count <= card.used:
@@ -216,28 +218,38 @@ def fit_container(
     return FitResult(False, [], reasons, refused_by)
 
 
-def _node_type_refusal(
-    spec: vendor.VendorSpec, restrictions: Mapping[str, str], card_type: str
-) -> str | None:
-    """The node annotation that rules this card type out, or None."""
-    if not restrictions:
-        return None
-    for key in (spec.use_type_annotation, spec.nouse_type_annotation):
-        if key in restrictions and not vendor.type_allowed(
-            spec, {key: restrictions[key]}, card_type
-        ):
-            return key
-    return None
+#: A node annotation's key and the card filter it makes.
+_NodeFilter = tuple[str, vendor.CardFilter]
 
 
-def _node_uuid_refusal(
-    spec: vendor.VendorSpec, restrictions: Mapping[str, str], card_id: str
-) -> str | None:
-    """The node annotation that rules this card out by UUID, or None."""
+def _node_filters(
+    spec: vendor.VendorSpec, restrictions: Mapping[str, str]
+) -> tuple[list[_NodeFilter], list[_NodeFilter]]:
+    """The node layer's type and UUID restrictions, each read once, with the annotation
+    that sets it (a refusal names it)."""
+
+    def filters(keys: tuple[str, str]) -> list[_NodeFilter]:
+        return [
+            (k, vendor.CardFilter.read(spec, {k: restrictions[k]}))
+            for k in keys
+            if k in restrictions
+        ]
+
     if not restrictions:
-        return None
-    for key in (spec.use_uuid_annotation, spec.nouse_uuid_annotation):
-        if key in restrictions and not vendor.uuid_allowed(spec, {key: restrictions[key]}, card_id):
+        return [], []
+    types = filters((spec.use_type_annotation, spec.nouse_type_annotation))
+    uuids = filters((spec.use_uuid_annotation, spec.nouse_uuid_annotation))
+    return types, uuids
+
+
+def _first_refusal(
+    filters: Sequence[_NodeFilter],
+    value: str,
+    allowed: Callable[[vendor.CardFilter, str], bool],
+) -> str | None:
+    """The node annotation that rules ``value`` out, or None."""
+    for key, card_filter in filters:
+        if not allowed(card_filter, value):
             return key
     return None
 

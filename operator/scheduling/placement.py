@@ -55,6 +55,8 @@ class Job:
     vendors: Vendors
     quota: QuotaLedger
     memory_factors: Mapping[str, int]
+    #: Per vendor, the pod's card restrictions, read once for every card of every node.
+    card_filters: Mapping[str, vendor.CardFilter] = field(default_factory=dict)
 
     @property
     def init_count(self) -> int:
@@ -94,6 +96,10 @@ class Job:
             vendors=vendors,
             quota=quota,
             memory_factors=vendors.memory_factors(),
+            card_filters={
+                spec.common_word: vendor.CardFilter.read(spec, annotations)
+                for spec in vendors.specs()
+            },
         )
 
     def policy_on(self, layer: node_layer.NodeLayer) -> str:
@@ -295,6 +301,7 @@ def fit_pod(
                 pair_scores=pair_scores,
                 quota_ok=_quota_check(job, vendor_word, per_vendor, position),
                 node_restrictions=layer.restrictions,
+                card_filter=job.card_filters.get(vendor_word),
             )
             result = fit.fit_container(work, request, options)
             if not result.ok:
@@ -309,7 +316,10 @@ def fit_pod(
 
 
 def _numa(job: Job, spec: vendor.VendorSpec) -> bool:
-    return vendor.numa_bind(spec, job.annotations)
+    card_filter = job.card_filters.get(spec.common_word)
+    if card_filter is None:
+        return vendor.numa_bind(spec, job.annotations)
+    return card_filter.numa_bind
 
 
 def _quota_check(
