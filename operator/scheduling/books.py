@@ -523,17 +523,12 @@ class ClusterBooks:
         """Rebuild a node's card usage from its registered cards and its pods (§4.3)."""
         if not node.dirty:
             return
-        cards = [model.DeviceUsage.from_info(info) for info in node.registered]
-        for card in cards:
-            self._vendors.prepare_card(card)
-        by_id = {card.id: card for card in cards}
+        cards = self._fresh_cards(node, frozenset())
         used = node_basics.PodResources()
         for key in sorted(node.pods):
             entry = self._pods.get(key)
-            if entry is None:
-                continue
-            used = used + entry.requests
-            placement.book(by_id, entry.bookings)
+            if entry is not None:
+                used = used + entry.requests
         node.cards = cards
         node.used = used
         node.score = policies.node_score(cards)

@@ -180,8 +180,12 @@ class ClusterState(ClusterBooks):
         chosen = preemption.pick_node(candidates)
         if chosen is None:
             return None
-        trial = _RemovalTrial(self, self._nodes[chosen.node], job, now)
-        return chosen, trial.outcome(chosen.victims.keys)
+        outcome = _RemovalTrial(self, self._nodes[chosen.node], job, now).outcome(
+            chosen.victims.keys
+        )
+        # The search found that the pod fits once the victims leave; a fresh trial that
+        # disagrees would be an engine bug, and must not evict anyone.
+        return (chosen, outcome) if outcome.ok else None
 
     def _nominate(
         self,

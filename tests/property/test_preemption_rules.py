@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
+from unittest import mock
 
 from hypothesis import event, given
 from hypothesis import strategies as st
 
 from vgpu_operator import simulation
+from vgpu_operator.scheduling import decision as decision_module
 
 MEMORY = 10000
 CORES = 100
@@ -131,3 +133,17 @@ def test_victims_are_lower_and_local_and_cards_stay_within_capacity(scenario: Js
             assert slots <= SLOTS, f"{card}: {slots} tasks"
             assert memory <= MEMORY, f"{card}: {memory} MiB"
             assert cores <= CORES, f"{card}: {cores} cores"
+
+
+@given(scenarios())
+def test_incremental_trials_choose_as_fresh_ones_would(scenario: Json) -> None:
+    """The victim search books back returned pods onto the last fitting cards; rebuilding
+    the node from scratch for every trial must choose exactly the same."""
+    fast = simulation.simulate(scenario)
+
+    def fresh(trial: Any, removed: frozenset[str]) -> Any:
+        return trial._state._fresh_cards(trial._node, removed)
+
+    with mock.patch.object(decision_module._RemovalTrial, "_cards_without", fresh):
+        slow = simulation.simulate(scenario)
+    assert fast == slow
