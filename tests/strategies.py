@@ -54,6 +54,8 @@ class NodeSpec:
     name: str
     cards: tuple[model.DeviceInfo, ...]
     unschedulable: bool = False
+    #: The node configuration layer: policy and card-restriction annotations.
+    annotations: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class ClusterSpec:
             builder = make_node(spec.name).allocatable(gpus=str(len(spec.cards)), pods="110")
             if spec.unschedulable:
                 builder.unschedulable()
+            for key, value in spec.annotations:
+                builder.annotate(key, value)
             state.set_node(builder.obj()[0])
             state.set_inventory(spec.name, spec.cards, {}, heartbeat=0.0)
         for quota in self.quotas:
@@ -105,10 +109,34 @@ def cards(draw: st.DrawFn, node: str, mig: bool | None = None) -> tuple[model.De
 
 
 @st.composite
+def node_layers(draw: st.DrawFn) -> tuple[tuple[str, str], ...]:
+    """Mostly none; else node/GPU policies (now and then unreadable) and type limits."""
+    if draw(st.integers(0, 2)) == 0:
+        return ()
+    choices = (
+        (names.NODE_SCHEDULER_POLICY, ("binpack", "spread", "packed")),
+        (names.GPU_SCHEDULER_POLICY, ("binpack", "spread", "topology-aware", "fastest")),
+        (names.GPU_USE_TYPE, ("A100", "H100,T4")),
+        (names.GPU_NOUSE_TYPE, ("T4",)),
+    )
+    out = []
+    for key, values in choices:
+        value = draw(st.sampled_from((None, None, *values)))
+        if value is not None:
+            out.append((key, value))
+    return tuple(out)
+
+
+@st.composite
 def clusters(draw: st.DrawFn, mig: bool | None = None) -> ClusterSpec:
     """1-4 nodes; now and then a cordoned node and namespace quotas."""
     nodes = tuple(
-        NodeSpec(name, draw(cards(name, mig)), unschedulable=draw(st.integers(0, 9)) == 0)
+        NodeSpec(
+            name,
+            draw(cards(name, mig)),
+            unschedulable=draw(st.integers(0, 9)) == 0,
+            annotations=draw(node_layers()),
+        )
         for name in ("a", "b", "c", "d")[: draw(st.integers(1, 4))]
     )
     quotas: list[Json] = []
