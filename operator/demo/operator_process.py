@@ -1,0 +1,138 @@
+"""The operator as its own process (``vgpu-operator run``), stopped with the demo."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Final
+
+from vgpu_operator.demo.settings import CONFIG_MAP, OPERATOR_NAMESPACE, DemoError, wait_for
+
+# Runs ``vgpu-operator run``; the thread ends the operator if the demo dies without
+# stopping it (the operator would otherwise retry a vanished API server forever).
+_OPERATOR_MAIN: Final = """
+import os, signal, threading, time
+parent = os.getppid()
+def _orphaned():
+    while os.getppid() == parent:
+        time.sleep(1)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=_orphaned, daemon=True).start()
+from vgpu_operator.operator_cli import run
+run(prog_name="vgpu-operator run")
+"""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class OperatorProcess:
+    """``vgpu-operator run --standalone`` as a child process, logging to a file."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, env: Mapping[str, str]) -> None:
+        self.log_path = log_path
+        self.metrics_port = _free_port()
+        self._argv = [
+            sys.executable,
+            "-c",
+            _OPERATOR_MAIN,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--standalone",
+            "--namespace",
+            OPERATOR_NAMESPACE,
+            "--config-map",
+            CONFIG_MAP,
+            "--metrics-port",
+            str(self.metrics_port),
+            "--log-format",
+            "json",
+        ]
+        # The package directory is called operator/: never let the working directory
+        # shadow the standard library's module of that name.
+        self._env = {**env, "PYTHONSAFEPATH": "1"}
+        self._log: IO[bytes] | None = None
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self._log = self.log_path.open("ab")
+        self._popen = subprocess.Popen(
+            self._argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self._env,
+            cwd=self.log_path.parent,
+            start_new_session=True,  # Ctrl-C reaches the demo, which stops it in order
+        )
+
+    @property
+    def alive(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def check_alive(self) -> None:
+        if self._popen is not None and self._popen.poll() is not None:
+            raise DemoError(
+                f"the operator exited with status {self._popen.returncode}\n"
+                f"--- last lines of {self.log_path}:\n{self.log_tail()}"
+            )
+
+    def wait_ready(self, timeout_s: float) -> None:
+        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+        def ready() -> bool:
+            self.check_alive()
+            try:
+                with opener.open(url, timeout=2) as response:
+                    return bool(response.status == 200)
+            except urllib.error.HTTPError as exc:
+                exc.close()
+                return False
+            except OSError:
+                return False
+
+        try:
+            wait_for("the operator to become ready", ready, timeout_s)
+        except DemoError as exc:
+            tail = self.log_tail()
+            raise DemoError(f"{exc}\n--- last lines of {self.log_path}:\n{tail}") from None
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM (Kopf exits cleanly), SIGKILL after ``timeout_s``; the exit status."""
+        popen, self._popen = self._popen, None
+        status = None
+        if popen is not None:
+            if popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGTERM)
+                try:
+                    popen.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(popen.pid, signal.SIGKILL)
+                    popen.wait()
+            status = popen.returncode
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return status
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
