@@ -65,7 +65,7 @@ class Manifest:
 
 def default_examples_dir() -> Path:
     """The repository's ``examples/`` (found through the source of this module)."""
-    return Path(__file__).resolve().parent.parent / "examples"
+    return Path(__file__).resolve().parents[2] / "examples"
 
 
 def load_manifests(path: Path) -> list[Manifest]:

@@ -19,12 +19,15 @@ The binaries are found in ``$VGPU_CONTROL_PLANE_BIN_DIR`` (set by the Makefile),
 Every process runs in its own process group. A small guardian process kills those groups and
 removes the temporary directory if the Python process dies without cleaning up (even SIGKILL);
 an ``atexit`` hook stops whatever is still running at a normal interpreter exit.
+
+The parts live beside it: ``binaries`` (finding them), ``pki`` (certificates and
+kubeconfigs), ``processes`` (children and the guardian), ``kwok`` (stages and fake nodes),
+``errors``; the names below are re-exported so that callers import from here.
 """
 
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
 import datetime
 import ipaddress
@@ -33,10 +36,7 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -44,15 +44,32 @@ import urllib.error
 import urllib.request
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Final, Self, TypeVar
+from typing import Any, Self
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from vgpu_operator.testing.binaries import Binaries, default_cache_dir, find_binaries, find_tool
+from vgpu_operator.testing.errors import JSON, ApiError, BinariesNotFoundError, ControlPlaneError
+from vgpu_operator.testing.kwok import (
+    FAKE_NODE_ANNOTATION,
+    FAKE_NODE_IP,
+    KWOK_STAGES,
+    POD_CIDR,
+    SERVICE_CLUSTER_IP_RANGE,
+    fake_gpu_node_manifest,
+)
+from vgpu_operator.testing.pki import (
+    CertificateAuthority,
+    ClientCredentials,
+    Pki,
+    kubeconfig_yaml,
+    pem_cert,
+    pem_key,
+)
+from vgpu_operator.testing.processes import ChildProcess, Guardian, free_port, wait_until
 
 __all__ = [
     "FAKE_NODE_ANNOTATION",
@@ -66,802 +83,9 @@ __all__ = [
     "default_cache_dir",
     "fake_gpu_node_manifest",
     "find_binaries",
+    "find_tool",
     "run_forever",
 ]
-
-JSON = dict[str, Any]
-T = TypeVar("T")
-
-BIN_DIR_ENV = "VGPU_CONTROL_PLANE_BIN_DIR"
-CACHE_DIR_ENV = "VGPU_CACHE_DIR"
-KUBEBUILDER_ASSETS_ENV = "KUBEBUILDER_ASSETS"
-
-#: Marks a node as managed by kwok (``--manage-nodes-with-annotation-selector``).
-FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
-
-SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
-POD_CIDR = "10.244.0.0/16"
-FAKE_NODE_IP = "10.1.0.1"
-
-_LOG_TAIL_LINES = 40
-
-
-class ControlPlaneError(RuntimeError):
-    """The control plane could not be started, or a request to it failed."""
-
-
-class BinariesNotFoundError(ControlPlaneError):
-    """kube-apiserver, etcd or kwok is missing; ``make control-plane-bins`` builds them."""
-
-
-class ApiError(ControlPlaneError):
-    """A request made with :meth:`ControlPlane.request` got an unexpected HTTP status."""
-
-    def __init__(self, method: str, path: str, status: int, body: str) -> None:
-        self.method = method
-        self.path = path
-        self.status = status
-        self.body = body
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            parsed = None
-        self.reason: str = parsed.get("reason", "") if isinstance(parsed, dict) else ""
-        super().__init__(f"{method} {path}: HTTP {status}: {body[:500]}")
-
-
-# --------------------------------------------------------------------------------------------------
-# Binaries
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Binaries:
-    kube_apiserver: Path
-    etcd: Path
-    kwok: Path | None
-
-
-def default_cache_dir() -> Path:
-    """`$VGPU_CACHE_DIR` or `~/.cache/vgpu-operator`: where `make control-plane-bins` builds."""
-    env = os.environ.get(CACHE_DIR_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "vgpu-operator"
-
-
-def _version_key(path: Path) -> tuple[int, ...]:
-    # <component>-v1.34.10 -> (1, 34, 10); unparsable names sort first.
-    return tuple(int(n) for n in re.findall(r"\d+", path.parent.name.rsplit("-v", 1)[-1]))
-
-
-def _is_executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def _search_dirs() -> list[tuple[str, Path, tuple[str, ...]]]:
-    """(description, directory, binaries it may provide), in order of preference."""
-    dirs: list[tuple[str, Path, tuple[str, ...]]] = []
-    if env := os.environ.get(BIN_DIR_ENV):
-        dirs.append((f"${BIN_DIR_ENV}", Path(env), ("kube-apiserver", "etcd", "kwok", *TOOLS)))
-    if env := os.environ.get(KUBEBUILDER_ASSETS_ENV):
-        dirs.append((f"${KUBEBUILDER_ASSETS_ENV}", Path(env), ("kube-apiserver", "etcd", "kwok")))
-    return dirs
-
-
-def _find_binary(name: str) -> tuple[Path | None, list[str]]:
-    looked: list[str] = []
-    for description, directory, provides in _search_dirs():
-        if name not in provides:
-            continue
-        candidate = directory / name
-        looked.append(f"{description}={directory}")
-        if _is_executable(candidate):
-            return candidate, looked
-    # The build cache: <cache>/bin/<name>-<version>/<name>, newest version first.
-    bin_root = default_cache_dir() / "bin"
-    looked.append(f"{bin_root}/{name}-*/")
-    cached = sorted(
-        (p for p in bin_root.glob(f"{name}-v*/{name}") if _is_executable(p)),
-        key=_version_key,
-        reverse=True,
-    )
-    return (cached[0] if cached else None), looked
-
-
-#: Test tools built beside the control plane (hack/control-plane/build.sh).
-TOOLS: Final = ("kubectl", "promtool")
-
-
-def find_tool(name: str) -> Path:
-    """One of ``TOOLS`` (kubectl, promtool), or raise BinariesNotFoundError."""
-    path, looked = _find_binary(name)
-    if path is None:
-        raise BinariesNotFoundError(
-            f"{name} not found: looked in {', '.join(looked)}\n"
-            "Run `make control-plane-bins` (builds it once beside the control plane)."
-        )
-    return path
-
-
-def find_binaries(*, need_kwok: bool = True) -> Binaries:
-    """Locate kube-apiserver, etcd and (if ``need_kwok``) kwok, or raise BinariesNotFoundError."""
-    found: dict[str, Path | None] = {}
-    missing: list[str] = []
-    for name in ("kube-apiserver", "etcd", "kwok"):
-        path, looked = _find_binary(name)
-        found[name] = path
-        if path is None and (need_kwok or name != "kwok"):
-            missing.append(f"  {name}: looked in {', '.join(looked)}")
-    if missing:
-        raise BinariesNotFoundError(
-            "control-plane binaries not found:\n"
-            + "\n".join(missing)
-            + "\nRun `make control-plane-bins` (builds them once into "
-            f"{default_cache_dir() / 'bin'}; slow the first time), or point "
-            f"${BIN_DIR_ENV} or ${KUBEBUILDER_ASSETS_ENV} at a directory that has them."
-        )
-    apiserver, etcd = found["kube-apiserver"], found["etcd"]
-    assert apiserver is not None
-    assert etcd is not None
-    return Binaries(kube_apiserver=apiserver, etcd=etcd, kwok=found["kwok"])
-
-
-# --------------------------------------------------------------------------------------------------
-# Certificates
-# --------------------------------------------------------------------------------------------------
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _pem_cert(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-class _CertificateAuthority:
-    """An ECDSA P-256 CA that signs serving and client certificates (strict-X.509 compliant)."""
-
-    def __init__(self, common_name: str, validity: datetime.timedelta) -> None:
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        self._validity = validity
-        now = datetime.datetime.now(datetime.UTC)
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-        self.ski = x509.SubjectKeyIdentifier.from_public_key(self.key.public_key())
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + validity)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(self.ski, critical=False)
-            .sign(self.key, hashes.SHA256())
-        )
-
-    def issue(
-        self,
-        common_name: str,
-        *,
-        organizations: Sequence[str] = (),
-        server: bool = False,
-        client: bool = False,
-        dns_names: Sequence[str] = (),
-        ip_addresses: Sequence[str] = (),
-    ) -> tuple[bytes, bytes]:
-        """Return (certificate PEM, PKCS8 key PEM)."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
-        attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-        usages = []
-        if server:
-            usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
-        if client:
-            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(attrs))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + self._validity)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(self.ski),
-                critical=False,
-            )
-        )
-        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
-        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        cert = builder.sign(self.key, hashes.SHA256())
-        return _pem_cert(cert), _pem_key(key)
-
-
-@dataclass(frozen=True)
-class ClientCredentials:
-    """A client certificate for ``user`` (CN) in ``groups`` (O), and a kubeconfig that uses it."""
-
-    user: str
-    groups: tuple[str, ...]
-    cert_path: Path
-    key_path: Path
-    kubeconfig_path: Path
-
-
-def _kubeconfig(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str) -> str:
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode("ascii")
-
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "vgpu-test",
-                "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
-            }
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {
-                    "client-certificate-data": b64(cert_pem),
-                    "client-key-data": b64(key_pem),
-                },
-            }
-        ],
-        "contexts": [{"name": "vgpu-test", "context": {"cluster": "vgpu-test", "user": user}}],
-        "current-context": "vgpu-test",
-        "preferences": {},
-    }
-    # JSON is valid YAML; no YAML dependency needed.
-    return json.dumps(config, indent=2) + "\n"
-
-
-# --------------------------------------------------------------------------------------------------
-# Processes
-# --------------------------------------------------------------------------------------------------
-
-# Runs as a separate process holding the read end of a pipe from us. Lines "+pg N"/"-pg N" and
-# "+dir P"/"-dir P" register or forget process groups and directories. At EOF (we closed the pipe
-# or died, even by SIGKILL) it kills the remaining groups and removes the remaining directories.
-_GUARDIAN = r"""
-import os, shutil, signal, sys
-groups, dirs = set(), set()
-for line in sys.stdin:
-    op, _, arg = line.rstrip("\n").partition(" ")
-    if op == "+pg": groups.add(int(arg))
-    elif op == "-pg": groups.discard(int(arg))
-    elif op == "+dir": dirs.add(arg)
-    elif op == "-dir": dirs.discard(arg)
-for pg in groups:
-    try: os.killpg(pg, signal.SIGKILL)
-    except OSError: pass
-for d in dirs:
-    shutil.rmtree(d, ignore_errors=True)
-"""
-
-
-class _Guardian:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[str] | None = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _GUARDIAN],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # no terminal signals: it must outlive us
-            text=True,
-        )
-
-    def send(self, line: str) -> None:
-        with self._lock:
-            if self._proc is None or self._proc.stdin is None:
-                return
-            try:
-                self._proc.stdin.write(line + "\n")
-                self._proc.stdin.flush()
-            except (BrokenPipeError, ValueError):
-                pass
-
-    def close(self) -> None:
-        with self._lock:
-            proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.stdin is not None:
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-class _Process:
-    """A child in its own process group, logging stdout+stderr to a file."""
-
-    def __init__(
-        self,
-        name: str,
-        argv: Sequence[str],
-        log_path: Path,
-        guardian: _Guardian,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-    ) -> None:
-        self.name = name
-        self.log_path = log_path
-        self._guardian = guardian
-        self._log: IO[bytes] | None = log_path.open("ab")
-        self._log.write(f"--- {time.strftime('%H:%M:%S')} starting {' '.join(argv)}\n".encode())
-        self._log.flush()
-        try:
-            self.popen: subprocess.Popen[bytes] = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=dict(env) if env is not None else None,
-                cwd=cwd,
-            )
-        except OSError:
-            self._log.close()
-            self._log = None
-            raise
-        self.pgid = self.popen.pid  # start_new_session: pid == pgid
-        guardian.send(f"+pg {self.pgid}")
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pgid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=timeout)
-        # Kill whatever is left in the group (the leader may have exited before its children).
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pgid, signal.SIGKILL)
-        self.popen.wait()
-        self._guardian.send(f"-pg {self.pgid}")
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_until(
-    what: str,
-    check: Callable[[], T | None],
-    timeout: float,
-    *,
-    interval: float = 0.2,
-    alive: Callable[[], str | None] | None = None,
-) -> T:
-    """Call ``check`` until it returns non-None; ``alive`` returns an error text to stop early."""
-    deadline = time.monotonic() + timeout
-    last_error = ""
-    while True:
-        if alive is not None and (problem := alive()):
-            raise ControlPlaneError(f"{what}: {problem}")
-        try:
-            result = check()
-        except (OSError, ControlPlaneError, ValueError) as exc:
-            last_error = f" (last error: {exc})"
-            result = None
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise ControlPlaneError(f"timed out after {timeout:.0f}s: {what}{last_error}")
-        time.sleep(interval)
-
-
-# --------------------------------------------------------------------------------------------------
-# KWOK
-# --------------------------------------------------------------------------------------------------
-
-#: Stages for kwok >= 0.8 (which has no built-in stages): the "fast" set from kwok v0.8.0
-#: kustomize/stage/{node/fast,node/heartbeat-with-lease,pod/fast} (kubernetes-sigs/kwok,
-#: Apache-2.0; one template action wrapped onto two lines).
-#: Nodes become Ready at once; bound pods go Pending -> Running; Job pods complete; pods with a
-#: deletionTimestamp are deleted (no kubelet finishes graceful deletion otherwise).
-KWOK_STAGES = r"""
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: node-initialize
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Node
-  selector:
-    matchExpressions:
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: 'NotIn'
-      values:
-      - 'True'
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      {{ $lastTransitionTime := or .metadata.creationTimestamp $now }}
-      conditions:
-      {{ range NodeConditions }}
-      - lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $lastTransitionTime | Quote }}
-        message: {{ .message | Quote }}
-        reason: {{ .reason | Quote }}
-        status: {{ .status | Quote }}
-        type: {{ .type  | Quote}}
-      {{ end }}
-
-      {{ $hasInternalIP := false }}
-      {{ $hasHostname := false }}
-      {{ range .status.addresses }}
-        {{ if eq .type "InternalIP" }}
-          {{ $hasInternalIP = true }}
-        {{ end }}
-        {{ if eq .type "Hostname" }}
-          {{ $hasHostname = true }}
-        {{ end }}
-      {{ end }}
-      {{ if or (not $hasInternalIP) (not $hasHostname) }}
-      addresses:
-      {{ end }}
-      {{ if not $hasInternalIP }}
-      {{ with NodeIP }}
-      - address: {{ . | Quote }}
-        type: InternalIP
-      {{ end }}
-      {{ end }}
-      {{ if not $hasHostname }}
-      {{ with NodeName }}
-      - address: {{ . | Quote }}
-        type: Hostname
-      {{ end }}
-      {{ end }}
-
-      {{ with NodePort }}
-      daemonEndpoints:
-        kubeletEndpoint:
-          Port: {{ . }}
-      {{ end }}
-
-      allocatable:
-      {{ with .status.allocatable }}
-      {{ YAML . 1 }}
-      {{ else }}
-        cpu: 1k
-        memory: 1Ti
-        pods: 1M
-      {{ end }}
-      capacity:
-      {{ with .status.capacity }}
-      {{ YAML . 1 }}
-      {{ else }}
-        cpu: 1k
-        memory: 1Ti
-        pods: 1M
-      {{ end }}
-
-      {{ $nodeInfo := .status.nodeInfo }}
-      {{ $kwokVersion := printf "kwok-%s" Version }}
-      nodeInfo:
-        architecture: {{ or $nodeInfo.architecture "amd64" }}
-        bootID: {{ or $nodeInfo.bootID `""` }}
-        containerRuntimeVersion: {{ or $nodeInfo.containerRuntimeVersion $kwokVersion }}
-        kernelVersion: {{ or $nodeInfo.kernelVersion $kwokVersion }}
-        kubeProxyVersion: {{ or $nodeInfo.kubeProxyVersion $kwokVersion }}
-        kubeletVersion: {{ or $nodeInfo.kubeletVersion $kwokVersion }}
-        machineID: {{ or $nodeInfo.machineID `""` }}
-        operatingSystem: {{ or $nodeInfo.operatingSystem "linux" }}
-        osImage: {{ or $nodeInfo.osImage `""` }}
-        systemUUID: {{ or $nodeInfo.systemUUID `""` }}
-      phase: Running
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: node-heartbeat-with-lease
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Node
-  selector:
-    matchExpressions:
-    - key: '.status.phase'
-      operator: 'In'
-      values:
-      - 'Running'
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: 'In'
-      values:
-      - 'True'
-  delay:
-    durationMilliseconds: 600000
-    jitterDurationMilliseconds: 610000
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      {{ $lastTransitionTime := or .metadata.creationTimestamp $now }}
-      conditions:
-      {{ range NodeConditions }}
-      - lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $lastTransitionTime | Quote }}
-        message: {{ .message | Quote }}
-        reason: {{ .reason | Quote }}
-        status: {{ .status | Quote }}
-        type: {{ .type | Quote }}
-      {{ end }}
-
-      addresses:
-      {{ with .status.addresses }}
-      {{ YAML . 1 }}
-      {{ else }}
-      {{ with NodeIP }}
-      - address: {{ . | Quote }}
-        type: InternalIP
-      {{ end }}
-      {{ with NodeName }}
-      - address: {{ . | Quote }}
-        type: Hostname
-      {{ end }}
-      {{ end }}
-
-      {{ with NodePort }}
-      daemonEndpoints:
-        kubeletEndpoint:
-          Port: {{ . }}
-      {{ end }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-ready
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values:
-      - 'Pending'
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: 'NotIn'
-      values:
-      - 'True'
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: Initialized
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: Ready
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: ContainersReady
-      {{ range .spec.readinessGates }}
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: {{ .conditionType | Quote }}
-      {{ end }}
-
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: true
-        restartCount: 0
-        state:
-          running:
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-
-      initContainerStatuses:
-      {{ range .spec.initContainers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: true
-        restartCount: 0
-        {{ if eq .restartPolicy "Always" }}
-        started: true
-        state:
-          running:
-            startedAt: {{ $now | Quote }}
-        {{ else }}
-        state:
-          terminated:
-            exitCode: 0
-            finishedAt: {{ $now | Quote }}
-            reason: Completed
-            startedAt: {{ $now | Quote }}
-        {{ end }}
-      {{ end }}
-      {{ $hostIPs := NodeIPsWith .spec.nodeName }}
-      {{ with $hostIPs }}
-      hostIP: {{ index . 0 | Quote }}
-      hostIPs:
-      {{ range . }}
-      - ip: {{ . | Quote }}
-      {{ end }}
-      {{ end }}
-      {{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" )
-          ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
-      {{ with $podIPs }}
-      podIP: {{ index . 0 | Quote }}
-      podIPs:
-      {{ range . }}
-      - ip: {{ . | Quote }}
-      {{ end }}
-      {{ end }}
-      phase: Running
-      startTime: {{ $now | Quote }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-complete
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values:
-      - 'Running'
-    - key: '.metadata.ownerReferences.[].kind'
-      operator: 'In'
-      values:
-      - 'Job'
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      {{ $root := . }}
-      containerStatuses:
-      {{ range $index, $item := .spec.containers }}
-      {{ $origin := index $root.status.containerStatuses $index }}
-      - image: {{ $item.image | Quote }}
-        name: {{ $item.name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 0
-            finishedAt: {{ $now | Quote }}
-            reason: Completed
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Succeeded
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-delete
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'Exists'
-  next:
-    delete: true
-"""
-
-
-def fake_gpu_node_manifest(
-    name: str,
-    *,
-    gpus: int = 8,
-    gpu_resource: str = "nvidia.com/gpu",
-    cpu: str = "64",
-    memory: str = "512Gi",
-    pods: str = "110",
-    extra_capacity: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
-    annotations: Mapping[str, str] | None = None,
-    taints: Sequence[Mapping[str, str]] = (),
-) -> JSON:
-    """A Node object that kwok manages (annotation ``kwok.x-k8s.io/node: fake``).
-
-    Capacity and allocatable are set in ``status``; kwok's node-initialize stage keeps them.
-    """
-    capacity = {"cpu": cpu, "memory": memory, "pods": pods, gpu_resource: str(gpus)}
-    capacity.update(extra_capacity or {})
-    key, value = FAKE_NODE_ANNOTATION
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "type": "kwok",
-                **(labels or {}),
-            },
-            "annotations": {key: value, **(annotations or {})},
-        },
-        "spec": {"taints": [dict(t) for t in taints]} if taints else {},
-        "status": {"capacity": dict(capacity), "allocatable": dict(capacity)},
-    }
-
-
-# --------------------------------------------------------------------------------------------------
-# The control plane
-# --------------------------------------------------------------------------------------------------
 
 _live: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
 
@@ -871,19 +95,6 @@ def _stop_all_at_exit() -> None:
     for plane in list(_live):
         with contextlib.suppress(Exception):
             plane.stop()
-
-
-@dataclass
-class _Pki:
-    ca: _CertificateAuthority
-    ca_path: Path
-    ca_pem: bytes
-    serving_cert: Path
-    serving_key: Path
-    sa_key: Path
-    sa_pub: Path
-    admin: ClientCredentials | None = None
-    extra: dict[str, ClientCredentials] = field(default_factory=dict)
 
 
 class ControlPlane:
@@ -913,12 +124,12 @@ class ControlPlane:
         self._extra_apiserver_args = tuple(extra_apiserver_args)
         self._kwok_stages = KWOK_STAGES if kwok_stages is None else kwok_stages
         self._lock = threading.RLock()
-        self._guardian: _Guardian | None = None
+        self._guardian: Guardian | None = None
         self._workdir: Path | None = None
-        self._pki: _Pki | None = None
-        self._etcd: _Process | None = None
-        self._apiserver: _Process | None = None
-        self._kwok: _Process | None = None
+        self._pki: Pki | None = None
+        self._etcd: ChildProcess | None = None
+        self._apiserver: ChildProcess | None = None
+        self._kwok: ChildProcess | None = None
         self._etcd_port = 0
         self._apiserver_port = 0
         self._kwok_port = 0
@@ -1019,7 +230,7 @@ class ControlPlane:
             if self._workdir is not None:
                 raise ControlPlaneError("already started")
             binaries = self.binaries
-            self._guardian = _Guardian()
+            self._guardian = Guardian()
             base = str(self._base_dir) if self._base_dir is not None else None
             self._workdir = Path(tempfile.mkdtemp(prefix="vgpu-control-plane-", dir=base))
             if not self._keep_workdir:
@@ -1027,7 +238,7 @@ class ControlPlane:
             _live.add(self)
             try:
                 (self._workdir / "logs").mkdir()
-                self._apiserver_port = _free_port()
+                self._apiserver_port = free_port()
                 self._make_pki()
                 self._start_etcd(binaries.etcd)
                 self._start_apiserver(binaries.kube_apiserver)
@@ -1041,7 +252,7 @@ class ControlPlane:
         """Stop every process started (kwok, kube-apiserver, etcd) and remove the workdir."""
         with self._lock:
             for attr in ("_kwok", "_apiserver", "_etcd"):
-                proc: _Process | None = getattr(self, attr)
+                proc: ChildProcess | None = getattr(self, attr)
                 if proc is not None:
                     proc.stop()
                     setattr(self, attr, None)
@@ -1095,7 +306,7 @@ class ControlPlane:
             home.mkdir(exist_ok=True)
             stages = self.workdir / "kwok-stages.yaml"
             stages.write_text(self._kwok_stages)
-            self._kwok_port = _free_port()
+            self._kwok_port = free_port()
             key, value = FAKE_NODE_ANNOTATION
             argv = [
                 str(kwok_bin),
@@ -1139,7 +350,7 @@ class ControlPlane:
             _write_private(key_path, key_pem)
             _write_private(
                 kubeconfig_path,
-                _kubeconfig(self.server, self._pki.ca_pem, cert_pem, key_pem, user).encode(),
+                kubeconfig_yaml(self.server, self._pki.ca_pem, cert_pem, key_pem, user).encode(),
             )
             creds = ClientCredentials(
                 user=user,
@@ -1242,7 +453,7 @@ class ControlPlane:
             node = self.get(f"/api/v1/nodes/{name}")
             return node if _condition_true(node, "Ready") else None
 
-        return _wait_until(f"node {name} to become Ready", check, timeout)
+        return wait_until(f"node {name} to become Ready", check, timeout)
 
     def wait_for_pod_phase(
         self, namespace: str, name: str, phase: str = "Running", *, timeout: float = 60.0
@@ -1251,24 +462,26 @@ class ControlPlane:
             pod = self.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
             return pod if pod.get("status", {}).get("phase") == phase else None
 
-        return _wait_until(f"pod {namespace}/{name} to reach phase {phase}", check, timeout)
+        return wait_until(f"pod {namespace}/{name} to reach phase {phase}", check, timeout)
 
     # -- internals ---------------------------------------------------------------------------------
 
     def _spawn(
         self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None
-    ) -> _Process:
+    ) -> ChildProcess:
         assert self._guardian is not None
-        return _Process(name, argv, self.log_path(name), self._guardian, env=env, cwd=self.workdir)
+        return ChildProcess(
+            name, argv, self.log_path(name), self._guardian, env=env, cwd=self.workdir
+        )
 
-    def _wait_healthy(self, what: str, proc: _Process, check: Callable[[], bool]) -> None:
+    def _wait_healthy(self, what: str, proc: ChildProcess, check: Callable[[], bool]) -> None:
         def alive() -> str | None:
             if proc.alive():
                 return None
             return f"{proc.name} exited with status {proc.popen.returncode}"
 
         try:
-            _wait_until(
+            wait_until(
                 f"{what} to become healthy",
                 lambda: True if check() else None,
                 self.startup_timeout,
@@ -1282,8 +495,8 @@ class ControlPlane:
     def _make_pki(self) -> None:
         pki_dir = self.workdir / "pki"
         pki_dir.mkdir(mode=0o700)
-        ca = _CertificateAuthority("vgpu-test-ca", datetime.timedelta(days=30))
-        ca_pem = _pem_cert(ca.cert)
+        ca = CertificateAuthority("vgpu-test-ca", datetime.timedelta(days=30))
+        ca_pem = pem_cert(ca.cert)
         ca_path = pki_dir / "ca.crt"
         ca_path.write_bytes(ca_pem)
         service_ip = str(next(ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE).hosts()))
@@ -1304,13 +517,13 @@ class ControlPlane:
         _write_private(serving_key, key)
         sa = ec.generate_private_key(ec.SECP256R1())
         sa_key, sa_pub = pki_dir / "sa.key", pki_dir / "sa.pub"
-        _write_private(sa_key, _pem_key(sa))
+        _write_private(sa_key, pem_key(sa))
         sa_pub.write_bytes(
             sa.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             )
         )
-        self._pki = _Pki(
+        self._pki = Pki(
             ca=ca,
             ca_path=ca_path,
             ca_pem=ca_pem,
@@ -1322,8 +535,8 @@ class ControlPlane:
         self._pki.admin = self.create_client_credentials("admin", ("system:masters",))
 
     def _start_etcd(self, etcd_bin: Path) -> None:
-        self._etcd_port = _free_port()
-        peer = f"http://127.0.0.1:{_free_port()}"
+        self._etcd_port = free_port()
+        peer = f"http://127.0.0.1:{free_port()}"
         client = self.etcd_url
         argv = [
             str(etcd_bin),
