@@ -1,4 +1,4 @@
-"""Fixtures for tests against a real kube-apiserver + etcd + kwok (see vgpu_operator.testing.controlplane).
+"""Fixtures for tests against a real kube-apiserver + etcd + kwok (see testing/controlplane).
 
 Everything collected under tests/integration/ is marked ``integration``. When the binaries are
 missing the tests are skipped, unless VGPU_REQUIRE_CONTROL_PLANE is set (``make test`` and CI
