@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vgpu_operator.errors import ConfigError
 
-NODE_POLICIES = ("binpack", "spread")
-GPU_POLICY_TOKENS = ("binpack", "spread", "topology-aware", "mutex", "numa")
-CORE_POLICIES = ("default", "force", "disable")
+#: The policy vocabulary, here once: node policies, and the GPU policy tokens (a GPU
+#: policy is one token or HAMi v2.10's comma chain of them).
+BINPACK: Final = "binpack"
+SPREAD: Final = "spread"
+TOPOLOGY: Final = "topology-aware"
+MUTEX: Final = "mutex"
+NUMA: Final = "numa"
+NODE_POLICIES: Final = (BINPACK, SPREAD)
+GPU_POLICY_TOKENS: Final = (BINPACK, SPREAD, TOPOLOGY, MUTEX, NUMA)
+CORE_POLICIES: Final = ("default", "force", "disable")
 
 
 class _Section(BaseModel):

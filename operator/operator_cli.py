@@ -6,19 +6,15 @@ from pathlib import Path
 
 import click
 
+from vgpu_operator.cli_options import kubeconfig_option, logging_options
+
 #: Shown in ``--help``; the full story is in handlers/app.py and control/.
 _RUN_HELP = """Run the operator: watch pods, nodes, DeviceInventories, quotas and the
 device-config ConfigMap, and bind pending pods that use our schedulerName."""
 
 
 @click.command("run", help=_RUN_HELP)
-@click.option(
-    "--kubeconfig",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar="KUBECONFIG",
-    default=None,
-    help="Kubeconfig file; default: in-cluster service account, else ~/.kube/config.",
-)
+@kubeconfig_option
 @click.option(
     "--namespace",
     default="vgpu-operator",
@@ -54,14 +50,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     show_default=True,
     help="Port for /metrics, /healthz and /readyz; 0 picks a free port, -1 disables.",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["auto", "json", "console"]),
-    default="auto",
-    show_default=True,
-    help="auto: console on a terminal, JSON otherwise.",
-)
-@click.option("--log-level", default="INFO", show_default=True)
+@logging_options
 @click.option(
     "--inventory-timeout",
     "inventory_timeout_s",

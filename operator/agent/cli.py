@@ -10,6 +10,7 @@ from typing import cast
 import click
 
 from vgpu_operator import resources
+from vgpu_operator.cli_options import kubeconfig_option, logging_options
 from vgpu_operator.errors import ConfigError
 
 
@@ -26,12 +27,7 @@ from vgpu_operator.errors import ConfigError
     show_default=True,
     help="nvml, or sim:FILE / sim:NAME for a simulated machine (bundled: see docs/agent.md).",
 )
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False, exists=True),
-    default=None,
-    help="Kubeconfig file; default: in-cluster config, else $KUBECONFIG or ~/.kube/config.",
-)
+@kubeconfig_option
 @click.option(
     "--heartbeat-interval", type=click.FloatRange(min=0.1), default=30.0, show_default=True
 )
@@ -62,18 +58,11 @@ from vgpu_operator.errors import ConfigError
     default=1.0,
     show_default=True,
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["auto", "json", "console"]),
-    default="auto",
-    show_default=True,
-    help="auto: console on a terminal, JSON otherwise.",
-)
-@click.option("--log-level", default="INFO", show_default=True)
+@logging_options
 def agent_command(
     node_name: str,
     backend: str,
-    kubeconfig: str | None,
+    kubeconfig: Path | None,
     heartbeat_interval: float,
     poll_interval: float,
     metrics_port: int,
@@ -114,7 +103,11 @@ def agent_command(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await run_agent(
-            settings, source, kubeconfig=kubeconfig, metrics_port=metrics_port, stop=stop
+            settings,
+            source,
+            kubeconfig=None if kubeconfig is None else str(kubeconfig),
+            metrics_port=metrics_port,
+            stop=stop,
         )
 
     asyncio.run(main())

@@ -28,10 +28,10 @@ from vgpu_operator.control import pod_facts, queue, versions
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError, ConfigError
 from vgpu_operator.scheduling import cluster
+from vgpu_operator.scheduling.pod_key import PodKey
 
 log = structlog.get_logger("vgpu_operator.feed")
 
-PodKey = str
 DEFAULT_CONFIG_KEY = "device-config.yaml"
 
 
@@ -52,6 +52,7 @@ class EngineInputs(Protocol):
     ) -> None: ...
     def remove_inventory(self, node_name: str) -> None: ...
     def set_pod(self, pod: Mapping[str, Any]) -> None: ...
+    def allocation_error(self, key: PodKey) -> str | None: ...
     def remove_pod(self, key: PodKey) -> None: ...
     def set_quota(self, quota: Mapping[str, Any]) -> None: ...
     def remove_quota(self, namespace: str, name: str) -> None: ...
@@ -218,6 +219,15 @@ class StateFeed:
                 return  # an older copy than the Binding we are writing or just wrote
             del self._binding[key]
         self._engine.set_pod(pod)
+        problem = self._engine.allocation_error(key)
+        if problem is not None:
+            # Its shares are not booked: say so, or the card looks freer than it is.
+            log.warning(
+                "pod_allocation_unreadable",
+                pod=key,
+                node=pod_facts.node_name_of(pod),
+                error=problem,
+            )
         self._track_holder(key, pod)
         if pod_facts.is_waiting_for_scheduler(pod):
             fingerprint = pod_facts.pod_fingerprint(pod)

@@ -24,6 +24,8 @@ from typing import Any, Final
 
 import structlog
 
+from vgpu_operator.timestamps import parse_rfc3339
+
 log = structlog.get_logger("vgpu_operator.leadership")
 
 #: 2100-01-01T00:00:00Z; priorities count down from it, so older replicas rank higher.
@@ -38,16 +40,6 @@ def peering_priority(started_at_s: float, rng: random.Random | None = None) -> i
     return (_PRIORITY_EPOCH_S - int(started_at_s)) * 1000 + tail
 
 
-def _parse_time(value: object) -> datetime.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
-
-
 def is_active(
     peers: Mapping[str, Any], identity: str, priority: int, now: datetime.datetime
 ) -> bool:
@@ -57,7 +49,7 @@ def is_active(
         if peer_id == identity or not isinstance(info, Mapping):
             continue
         lifetime = info.get("lifetime", DEFAULT_LIFETIME_S)
-        lastseen = _parse_time(info.get("lastseen"))
+        lastseen = parse_rfc3339(info.get("lastseen"))
         alive_until = (
             lastseen + datetime.timedelta(seconds=lifetime)
             if lastseen is not None and isinstance(lifetime, int | float)

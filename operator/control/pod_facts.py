@@ -7,7 +7,6 @@ decision change" (fingerprints, so that routine status updates wake nobody).
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from typing import Any, Final
 
 from vgpu_operator import names
 from vgpu_operator.devices import catalog
+from vgpu_operator.timestamps import unix_time
 
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
@@ -92,13 +92,7 @@ def is_waiting_for_scheduler(pod: Mapping[str, Any]) -> bool:
 
 def created_at(pod: Mapping[str, Any]) -> float | None:
     """``metadata.creationTimestamp`` as a Unix time, if present and readable."""
-    value = _meta(pod).get("creationTimestamp")
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return unix_time(_meta(pod).get("creationTimestamp"))
 
 
 DEFAULT_SCHEDULER = "default-scheduler"

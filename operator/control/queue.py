@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from vgpu_operator.scheduling import status
-
-PodKey = str
+from vgpu_operator.scheduling.pod_key import PodKey
 
 
 class ClusterEvent(enum.Enum):

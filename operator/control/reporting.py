@@ -17,6 +17,7 @@ import structlog
 from vgpu_operator.kube import conditions, events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.scheduling import status
+from vgpu_operator.timestamps import format_rfc3339
 
 log = structlog.get_logger("vgpu_operator.reporting")
 
@@ -140,7 +141,7 @@ class KubeReporter:
             "reason": "CreatedWhileWebhookDown",
             "message": message,
             "lastProbeTime": None,
-            "lastTransitionTime": now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTransitionTime": format_rfc3339(now),
         }
         await conditions.patch_pod_condition(self._api, ref.namespace, ref.name, condition)
         write = self._events.record(ref, REASON_NOT_ROUTED, message, now, events.TYPE_WARNING)

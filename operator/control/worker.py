@@ -34,10 +34,9 @@ from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics, Result
 from vgpu_operator.scheduling import cluster, status
+from vgpu_operator.scheduling.pod_key import PodKey
 
 log = structlog.get_logger("vgpu_operator.worker")
-
-PodKey = str
 
 
 class EngineDecisions(Protocol):

@@ -11,13 +11,10 @@ from typing import Any, Final
 from kubernetes_asyncio import client
 
 from vgpu_operator.kube import requests
+from vgpu_operator.timestamps import format_rfc3339
 
 POD_SCHEDULED: Final = "PodScheduled"
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
-
-
-def _rfc3339(now: datetime.datetime) -> str:
-    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def current_condition(
@@ -49,7 +46,7 @@ def unschedulable_condition(
         and current.get("message") == message
     ):
         return None
-    transition = _rfc3339(now)
+    transition = format_rfc3339(now)
     if (
         current is not None
         and current.get("status") == "False"

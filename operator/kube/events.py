@@ -17,6 +17,7 @@ from typing import Any, Final
 from kubernetes_asyncio import client
 
 from vgpu_operator.kube import requests
+from vgpu_operator.timestamps import format_rfc3339
 
 COMPONENT: Final = "vgpu-scheduler"
 TYPE_NORMAL: Final = "Normal"
@@ -24,10 +25,6 @@ TYPE_WARNING: Final = "Warning"
 _CLUSTER_SCOPED: Final = frozenset({"Node"})
 #: Kubernetes limits an Event message to 1 KiB; longer ones are cut, as kubelet does.
 MAX_MESSAGE_CHARS: Final = 1024
-
-
-def _rfc3339(now: datetime.datetime) -> str:
-    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +106,7 @@ class EventAggregator:
     ) -> EventWrite:
         message = message[:MAX_MESSAGE_CHARS]
         key = (ref.namespace, ref.name, ref.uid, reason)
-        stamp = _rfc3339(now)
+        stamp = format_rfc3339(now)
         series = self._series.get(key)
         if series is not None and series.message == message:
             series.count += 1

@@ -8,7 +8,7 @@ reads the objects. Everything returned is a plain dict.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 import structlog
@@ -18,6 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from vgpu_operator import names, resources
 from vgpu_operator.errors import VgpuError
 from vgpu_operator.kube.client import to_dict
+from vgpu_operator.timestamps import format_rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -164,7 +165,7 @@ async def patch_inventory_status(
 
 async def patch_inventory_heartbeat(api: client.ApiClient, name: str, heartbeat: datetime) -> None:
     """Move only ``status.heartbeat`` forward."""
-    await patch_inventory_status(api, name, {"heartbeat": _rfc3339(heartbeat)})
+    await patch_inventory_status(api, name, {"heartbeat": format_rfc3339(heartbeat, micro=True)})
 
 
 async def patch_node_annotations(
@@ -176,10 +177,6 @@ async def patch_node_annotations(
         body={"metadata": {"annotations": dict(annotations)}},
         _content_type=MERGE_PATCH,
     )
-
-
-def _rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class InventoryWriter:

@@ -11,7 +11,6 @@ cache beside its scheduling cycle. Pure and synchronous: no I/O, no clock reads.
 from __future__ import annotations
 
 import bisect
-import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,22 +31,16 @@ from vgpu_operator.scheduling import (
     policies,
     preemption,
 )
+from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
-
-PodKey = str  # "namespace/name"
-
+from vgpu_operator.timestamps import unix_time
 
 _TERMINATED = ("Succeeded", "Failed")
 
 
 #: How long a preemptor's hold on the shares its victims free lasts without a bind.
 DEFAULT_NOMINATION_TIMEOUT_S = 300.0
-
-
-def pod_key(pod: Mapping[str, Any]) -> PodKey:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +116,7 @@ class Nomination:
 
 
 def _start_time(pod: Mapping[str, Any]) -> float | None:
-    raw = (pod.get("status") or {}).get("startTime")
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return unix_time((pod.get("status") or {}).get("startTime"))
 
 
 class ClusterBooks:
@@ -165,6 +152,8 @@ class ClusterBooks:
         self._nominations: dict[PodKey, Nomination] = {}
         #: Victims of a preemption whose deletion has not been seen yet.
         self._preempted: set[PodKey] = set()
+        #: Bound pods whose allocation annotation could not be read, and why.
+        self._allocation_errors: dict[PodKey, str] = {}
         self.nomination_timeout_s = DEFAULT_NOMINATION_TIMEOUT_S
         #: Whether a pod that fits nowhere may preempt (the caller must then evict).
         self.preemption_enabled = False
@@ -260,13 +249,16 @@ class ClusterBooks:
             return
         self._drop_pod(key)
         self._nominations.pop(key, None)
+        self._allocation_errors.pop(key, None)
         if node is None or phase in _TERMINATED:
             return
         annotations = meta.get("annotations") or {}
         try:
             devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
-        except CodecError:
-            devices = {}  # an unreadable allocation holds nothing; handlers log it
+        except CodecError as exc:
+            # Nothing can be booked from it; the runtime reports it (allocation_error).
+            devices = {}
+            self._allocation_errors[key] = str(exc)
         init_count = len((pod.get("spec") or {}).get("initContainers") or [])
         records = mig_records.read(annotations)
         entry = PodEntry(
@@ -331,6 +323,11 @@ class ClusterBooks:
         self._drop_pod(key)
         self._nominations.pop(key, None)
         self._preempted.discard(key)
+        self._allocation_errors.pop(key, None)
+
+    def allocation_error(self, key: PodKey) -> str | None:
+        """Why a bound pod's allocation annotation could not be read (it books nothing)."""
+        return self._allocation_errors.get(key)
 
     def set_budget(self, pdb: Mapping[str, Any]) -> None:
         """Record a PodDisruptionBudget (preemption spares the pods it protects if it can)."""

@@ -5,10 +5,9 @@ from vgpu_operator.scheduling.books import (
     DEFAULT_NOMINATION_TIMEOUT_S,
     ClusterBooks,
     DeviceUsageRow,
-    PodKey,
-    pod_key,
 )
 from vgpu_operator.scheduling.decision import AdmissionResult, ClusterState, Decision
+from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 
 __all__ = [
     "DEFAULT_NOMINATION_TIMEOUT_S",

@@ -35,9 +35,8 @@ from vgpu_operator.scheduling.books import (
     NodeEntry,
     Nomination,
     PodEntry,
-    PodKey,
-    pod_key,
 )
+from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.status import Code, Diagnosis, NodeFailure, Reason
 
 

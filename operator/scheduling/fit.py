@@ -1,12 +1,13 @@
 """Fit: choose cards for one container on one node (hami-semantics §5 fitInDevices, §6 Fit).
 
 The checks run in HAMi's order and a card is counted under the first check it fails;
-``CHECK_ORDER`` pins that order. Cards are scanned from the end of the policy-sorted
-list. Topology-aware selection keeps HAMi's quirks on purpose, because they decide
-which cards a pod gets (hami-semantics §14.6): every candidate counts towards the
-quota check of the next one, and with numa-bind a change of NUMA node drops the
-candidates gathered so far. What differs is only how the best combination is found
-(exactly, without enumerating every combination).
+``CHECK_ORDER`` lists that order (``test_fit_order`` checks it on cards that fail several
+checks). Cards are scanned from the end of the policy-sorted list. Topology-aware
+selection keeps HAMi's quirks on purpose, because they decide which cards a pod gets
+(hami-semantics §14.6): every candidate counts towards the quota check of the next one,
+and with numa-bind a change of NUMA node drops the candidates gathered so far. What
+differs is only how the best combination is found (exactly, without enumerating every
+combination).
 """
 
 from __future__ import annotations

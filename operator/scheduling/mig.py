@@ -246,16 +246,6 @@ def release(device: model.DeviceUsage, geometry: int, slot: int) -> None:
         reset(state)
 
 
-def is_percentage_refused(request: model.ContainerRequest) -> bool:
-    """True when a request sizes its memory as a percentage, which MIG cards refuse.
-
-    Seed 003 §2.2.3: MIG mode needs a fixed memory size matching an instance, never a
-    percentage. The caller applies this on ``mig``-mode cards only, at Fit step 15, and
-    counts ``Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE`` for the card.
-    """
-    return request.uses_percentage
-
-
 # --- HAMi v2.10's record of an instance: profile and placement --------------------------
 
 #: NVIDIA's GPU-instance placements on A100 and H100, by the compute slices a profile

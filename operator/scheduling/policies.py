@@ -7,15 +7,16 @@ from dataclasses import dataclass
 from typing import Final
 
 from vgpu_operator import names
+
+# The vocabulary lives in config (the ConfigMap validates with it); re-exported for the engine.
+from vgpu_operator.config import BINPACK as BINPACK
+from vgpu_operator.config import MUTEX as MUTEX
+from vgpu_operator.config import NUMA as NUMA
+from vgpu_operator.config import SPREAD as SPREAD
+from vgpu_operator.config import TOPOLOGY as TOPOLOGY
 from vgpu_operator.config import parse_gpu_policy
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError
-
-BINPACK: Final = "binpack"
-SPREAD: Final = "spread"
-TOPOLOGY: Final = "topology-aware"
-MUTEX: Final = "mutex"
-NUMA: Final = "numa"
 
 
 @dataclass(frozen=True, slots=True)

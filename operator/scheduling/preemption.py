@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator.scheduling import disruption
-
-PodKey = str
+from vgpu_operator.scheduling.pod_key import PodKey
 
 #: kube-scheduler sums priorities offset by this, so negative priorities compare sanely.
 _PRIORITY_OFFSET = 2**31

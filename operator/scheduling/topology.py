@@ -31,8 +31,10 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Final, TypeAlias
 
+from vgpu_operator.devices import model
+
 #: card UUID -> peer UUID -> score of that ordered pair; a missing entry scores 0.
-PairScores: TypeAlias = Mapping[str, Mapping[str, int]]
+PairScores: TypeAlias = model.PairScores
 
 _NO_SCORES: Final[Mapping[str, int]] = {}
 #: Greedy starts tried at most (one per class, the most promising first).

@@ -56,6 +56,9 @@ class Engine:
     def set_pod(self, pod: Mapping[str, Any]) -> None:
         self.log.append(f"set {pod['metadata']['name']} node={pod['spec'].get('nodeName')}")
 
+    def allocation_error(self, key: str) -> str | None:
+        return None
+
     def remove_pod(self, key: str) -> None:
         self.log.append(f"remove {key}")
 

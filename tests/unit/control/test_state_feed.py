@@ -64,6 +64,9 @@ class FakeEngine:
         self.pods[key] = pod
         self.calls.append(f"set {key} node={pod.get('spec', {}).get('nodeName')}")
 
+    def allocation_error(self, key: str) -> str | None:
+        return None
+
     def remove_pod(self, key: str) -> None:
         self.pods.pop(key, None)
         self.calls.append(f"remove {key}")

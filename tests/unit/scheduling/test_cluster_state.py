@@ -471,3 +471,14 @@ def test_running_pod_booked_whatever_the_order_of_events(order: tuple[str, ...])
     for event in order:
         _EVENTS[event](state)
     assert booked(state) == {"GPU-0": (1, 16000, 100)}
+
+
+def test_an_unreadable_allocation_is_reported_and_cleared_when_the_pod_changes() -> None:
+    state = cluster(make_node("n").gpu("GPU-a"))
+    pod = make_pod("p").container(1, 1000).on_node("n", allocated="GPU-a,NVIDIA,oops,0:;").obj()
+    state.set_pod(pod)
+    problem = state.allocation_error("default/p")
+    assert problem is not None
+    assert "oops" in problem or "integer" in problem
+    state.remove_pod("default/p")
+    assert state.allocation_error("default/p") is None

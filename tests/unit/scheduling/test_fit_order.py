@@ -65,23 +65,6 @@ def no_quota(_candidates: Sequence[tuple[str, int, int]]) -> bool:
     return False
 
 
-def test_check_order_is_hamis() -> None:
-    assert fit.CHECK_ORDER == (
-        R.CARD_NOT_HEALTH,
-        R.CARD_CORDONED,
-        R.CARD_TYPE_MISMATCH,
-        R.CARD_UUID_MISMATCH,
-        R.CARD_TIME_SLICING_EXHAUSTED,
-        R.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
-        R.RESOURCE_QUOTA_NOT_FIT,
-        R.CARD_INSUFFICIENT_MEMORY,
-        R.CARD_INSUFFICIENT_CORE,
-        R.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
-        R.CARD_COMPUTE_UNITS_EXHAUSTED,
-        R.CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
-    )
-
-
 # Each failure, alone on one card, and the option set that provokes it.
 _FAILS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "health": ({"health": False}, {}),

@@ -408,22 +408,6 @@ def test_custom_filter_fails_mig_card_without_table() -> None:
     assert not mig.custom_filter(make_card(card_type="NVIDIA T4"), 1, [])
 
 
-@pytest.mark.parametrize(
-    ("memory_mib", "memory_percent", "expected"),
-    [
-        pytest.param(0, 50, True, id="percentage"),
-        pytest.param(0, 100, True, id="count-only-defaulted-to-100-percent"),
-        pytest.param(4096, model.MEMORY_PERCENT_UNSET, False, id="fixed"),
-        pytest.param(4096, 50, False, id="fixed-wins-over-percentage"),
-    ],
-)
-def test_is_percentage_refused(memory_mib: int, memory_percent: int, expected: bool) -> None:
-    request = model.ContainerRequest(
-        count=1, vendor="NVIDIA", memory_mib=memory_mib, memory_percent=memory_percent, cores=0
-    )
-    assert mig.is_percentage_refused(request) is expected
-
-
 # --- properties: the filter predicts allocation ----------------------------------------
 
 MEMORIES_MIB = (1, 4096, 5120, 8192, 10240, 20000, 20480, 40000, 40960, 50000)
