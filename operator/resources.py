@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
@@ -245,6 +246,29 @@ def devices_from_inventory(
     if inventory.status is None:
         raise CodecError("status", "the agent has not reported yet")
     return devices_from_status(inventory.status)
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryReading:
+    """What the scheduler takes from one DeviceInventory event, validated once."""
+
+    devices: list[model.DeviceInfo]
+    pair_scores: dict[str, dict[str, int]]
+    cordoned: frozenset[str]
+    heartbeat: datetime | None
+
+
+def read_inventory(obj: Mapping[str, Any]) -> InventoryReading:
+    """A DeviceInventory object (plain dict) read in one validation: its cards, pair
+    scores, cordoned cards and heartbeat. Raises ``CodecError`` like
+    ``devices_from_inventory``."""
+    inventory = parse_inventory(obj)
+    if inventory.status is None:
+        raise CodecError("status", "the agent has not reported yet")
+    devices, scores = devices_from_status(inventory.status)
+    return InventoryReading(
+        devices, scores, frozenset(inventory.spec.cordoned_devices), inventory.status.heartbeat
+    )
 
 
 def cordoned_devices(obj: Mapping[str, Any]) -> frozenset[str]:

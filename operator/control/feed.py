@@ -338,9 +338,7 @@ class StateFeed:
         if isinstance(status, Mapping) and isinstance(status.get("nodeName"), str):
             node = status["nodeName"] or name
         try:
-            devices, pair_scores = resources.devices_from_inventory(obj)
-            cordoned = sorted(resources.cordoned_devices(obj))
-            heartbeat_at = resources.heartbeat_of(obj)
+            reading = resources.read_inventory(obj)
         except CodecError as exc:
             # Without a readable report the node's devices are unknown: offer none.
             if exc.field == "status":
@@ -349,7 +347,9 @@ class StateFeed:
                 log.warning("inventory_unreadable", node=node, field=exc.field, error=exc.message)
             self._forget_inventory(name)
             return
-        heartbeat = heartbeat_at.timestamp() if heartbeat_at is not None else None
+        devices, pair_scores = reading.devices, reading.pair_scores
+        cordoned = sorted(reading.cordoned)
+        heartbeat = reading.heartbeat.timestamp() if reading.heartbeat is not None else None
         previous_node = self._inventory_nodes.get(name)
         if previous_node is not None and previous_node != node:
             self._engine.remove_inventory(previous_node)

@@ -81,8 +81,12 @@ class PodEntry:
     init_count: int = 0
 
     @property
-    def collapsed(self) -> dict[str, model.PodSingleDevice]:
-        return placement.as_pod_devices(self.bookings)
+    def quota_sums(self) -> dict[str, tuple[int, int]]:
+        """Per vendor, the memory and cores this pod holds (what its quota counts)."""
+        return {
+            v: (sum(b.memory_mib for b in bs), sum(b.cores for b in bs))
+            for v, bs in self.bookings.items()
+        }
 
 
 @dataclass(slots=True)
@@ -182,7 +186,7 @@ class ClusterBooks:
             ledger.set_quota(quota)
         self._quota = ledger
         for entry in self._pods.values():
-            self._quota.add_usage(entry.namespace, entry.collapsed)
+            self._quota.add_sums(entry.namespace, entry.quota_sums)
         for node in self._nodes.values():
             self._register(node)
 
@@ -439,7 +443,7 @@ class ClusterBooks:
 
     def _add_pod(self, entry: PodEntry) -> None:
         self._pods[entry.key] = entry
-        self._quota.add_usage(entry.namespace, entry.collapsed)
+        self._quota.add_sums(entry.namespace, entry.quota_sums)
         node = self._nodes.get(entry.node or "")
         if node is not None:
             node.pods.add(entry.key)
@@ -449,7 +453,7 @@ class ClusterBooks:
         entry = self._pods.pop(key, None)
         if entry is None:
             return
-        self._quota.remove_usage(entry.namespace, entry.collapsed)
+        self._quota.remove_sums(entry.namespace, entry.quota_sums)
         node = self._nodes.get(entry.node or "")
         if node is not None:
             node.pods.discard(key)

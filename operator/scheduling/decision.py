@@ -252,7 +252,7 @@ class ClusterState(ClusterBooks):
         for entry in leaving:
             used = used - entry.requests
         reason = node_basics.check_node(
-            job.pod, job.resources, node.facts, used, len(node.pods) - len(leaving)
+            job.pod, job.resources, node.facts, used, len(node.pods) - len(leaving), job.node_terms
         )
         if reason is not None:
             return reason
@@ -375,14 +375,14 @@ class _RemovalTrial:
         # A quota is freed only by pods of the pod's own namespace.
         released = [e for e in leaving if e.namespace == job.namespace]
         for entry in released:
-            state._quota.remove_usage(entry.namespace, entry.collapsed)
+            state._quota.remove_sums(entry.namespace, entry.quota_sums)
         try:
             outcome = placement.fit_pod(
                 job, cards, node.facts, node.pair_scores, node.inventory_cordoned
             )
         finally:
             for entry in released:
-                state._quota.add_usage(entry.namespace, entry.collapsed)
+                state._quota.add_sums(entry.namespace, entry.quota_sums)
         if outcome.ok:
             self._fitted = (removed, cards)
         return outcome

@@ -152,13 +152,37 @@ def _term_matches(term: Mapping[str, Any], node: NodeFacts) -> bool:
 
 
 def affinity_matches(pod_spec: Mapping[str, Any], node: NodeFacts) -> bool:
-    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = required.get("nodeSelectorTerms")
-    if not terms:
-        return True
-    return any(_term_matches(term, node) for term in terms)
+    """Whether the pod spec's required node affinity admits the node."""
+    return PodNodeTerms.of({"spec": pod_spec}).affinity_matches(node)
+
+
+@dataclass(frozen=True, slots=True)
+class PodNodeTerms:
+    """What a pod asks of any node (tolerations, node selector, required node affinity),
+    read once per attempt and checked against every node."""
+
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    selector: tuple[tuple[str, str], ...] = ()
+    #: The required nodeSelectorTerms; None when the pod has none (every node passes).
+    affinity_terms: tuple[Mapping[str, Any], ...] | None = None
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodNodeTerms:
+        spec = pod.get("spec") or {}
+        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ) or {}
+        terms = required.get("nodeSelectorTerms")
+        return cls(
+            tolerations=tuple(spec.get("tolerations") or ()),
+            selector=tuple((k, str(v)) for k, v in (spec.get("nodeSelector") or {}).items()),
+            affinity_terms=tuple(terms) if terms else None,
+        )
+
+    def affinity_matches(self, node: NodeFacts) -> bool:
+        if self.affinity_terms is None:
+            return True
+        return any(_term_matches(term, node) for term in self.affinity_terms)
 
 
 def check_node(
@@ -167,10 +191,12 @@ def check_node(
     node: NodeFacts,
     used: PodResources,
     pod_count: int,
+    terms: PodNodeTerms | None = None,
 ) -> Reason | None:
-    """The first kube-scheduler rule the node breaks for this pod, or None."""
-    spec = pod.get("spec") or {}
-    tolerations = spec.get("tolerations") or []
+    """The first kube-scheduler rule the node breaks for this pod, or None (``terms``:
+    the pod's node terms when already read, else they are read from ``pod``)."""
+    terms = terms or PodNodeTerms.of(pod)
+    tolerations = terms.tolerations
     if node.unschedulable and not _tolerates(
         tolerations, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
     ):
@@ -182,10 +208,9 @@ def check_node(
     for taint in node.taints:
         if taint.get("effect") in _BLOCKING_EFFECTS and not _tolerates(tolerations, taint):
             return Reason.NODE_UNTOLERATED_TAINT
-    selector = spec.get("nodeSelector") or {}
-    if any(node.labels.get(k) != str(v) for k, v in selector.items()):
+    if any(node.labels.get(k) != v for k, v in terms.selector):
         return Reason.NODE_SELECTOR_MISMATCH
-    if not affinity_matches(spec, node):
+    if not terms.affinity_matches(node):
         return Reason.NODE_AFFINITY_MISMATCH
     if node.allocatable_pods is not None and pod_count + 1 > node.allocatable_pods:
         return Reason.TOO_MANY_PODS

@@ -57,6 +57,8 @@ class Job:
     memory_factors: Mapping[str, int]
     #: Per vendor, the pod's card restrictions, read once for every card of every node.
     card_filters: Mapping[str, vendor.CardFilter] = field(default_factory=dict)
+    #: What the pod asks of any node (tolerations, selector, affinity), read once.
+    node_terms: node_basics.PodNodeTerms = field(default_factory=node_basics.PodNodeTerms)
 
     @property
     def init_count(self) -> int:
@@ -100,6 +102,7 @@ class Job:
                 spec.common_word: vendor.CardFilter.read(spec, annotations)
                 for spec in vendors.specs()
             },
+            node_terms=node_basics.PodNodeTerms.of(pod),
         )
 
     def policy_on(self, layer: node_layer.NodeLayer) -> str:
@@ -200,14 +203,6 @@ def collapse(
         if bookings:
             out[vendor_word] = bookings
     return out
-
-
-def as_pod_devices(bookings: Mapping[str, Sequence[Booking]]) -> dict[str, model.PodSingleDevice]:
-    """Bookings as one pseudo-container per vendor, the shape the quota ledger sums."""
-    return {
-        v: (tuple(model.ContainerDevice(b.uuid, v, b.memory_mib, b.cores) for b in bs),)
-        for v, bs in bookings.items()
-    }
 
 
 def book(cards: Mapping[str, model.DeviceUsage], bookings: Mapping[str, Sequence[Booking]]) -> None:

@@ -28,6 +28,19 @@ from typing import Any, Final
 from vgpu_operator import errors
 from vgpu_operator.devices import codec, model
 
+#: Per vendor common word: (memory MiB, cores) a pod holds.
+VendorSums = Mapping[str, tuple[int, int]]
+
+
+def _sums(pod_devices: model.PodDevices) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for vendor, single in pod_devices.items():
+        memory = sum(d.memory_mib for container in single for d in container)
+        cores = sum(d.cores for container in single for d in container)
+        out[vendor] = (memory, cores)
+    return out
+
+
 LIMITS_PREFIX: Final = "limits."
 
 
@@ -128,18 +141,27 @@ class QuotaLedger:
 
     def add_usage(self, namespace: str, pod_devices: model.PodDevices) -> None:
         """Book a placed pod's devices (callers pass collapsed per-card usage)."""
-        for resource, amount in self._count(pod_devices).items():
+        self.add_sums(namespace, _sums(pod_devices))
+
+    def remove_usage(self, namespace: str, pod_devices: model.PodDevices) -> None:
+        """Release a pod's devices; usage never goes below 0."""
+        self.remove_sums(namespace, _sums(pod_devices))
+
+    def add_sums(self, namespace: str, sums: VendorSums) -> None:
+        """Book what a placed pod holds, per vendor (memory MiB, cores), as the books
+        keep it: no per-container detail is needed to count a quota."""
+        for resource, amount in self._count(sums).items():
             if amount == 0:
                 continue
             used = self._used.setdefault(namespace, {})
             used[resource] = used.get(resource, 0) + amount
 
-    def remove_usage(self, namespace: str, pod_devices: model.PodDevices) -> None:
-        """Release a pod's devices; usage never goes below 0."""
+    def remove_sums(self, namespace: str, sums: VendorSums) -> None:
+        """Release what ``add_sums`` booked; usage never goes below 0."""
         used = self._used.get(namespace)
         if used is None:
             return
-        for resource, amount in self._count(pod_devices).items():
+        for resource, amount in self._count(sums).items():
             remaining = used.get(resource, 0) - amount
             if remaining > 0:
                 used[resource] = remaining
@@ -151,17 +173,15 @@ class QuotaLedger:
         """What placed pods of the namespace hold of one resource."""
         return self._used.get(namespace, {}).get(resource, 0)
 
-    def _count(self, pod_devices: model.PodDevices) -> dict[str, int]:
+    def _count(self, sums: VendorSums) -> dict[str, int]:
         totals: dict[str, int] = {}
-        for vendor, single in pod_devices.items():
+        for vendor, (memory, cores) in sums.items():
             memory_resource = self._memory_resources.get(vendor)
             core_resource = self._core_resources.get(vendor)
-            for container in single:
-                for device in container:
-                    if memory_resource is not None:
-                        totals[memory_resource] = totals.get(memory_resource, 0) + device.memory_mib
-                    if core_resource is not None:
-                        totals[core_resource] = totals.get(core_resource, 0) + device.cores
+            if memory_resource is not None:
+                totals[memory_resource] = totals.get(memory_resource, 0) + memory
+            if core_resource is not None:
+                totals[core_resource] = totals.get(core_resource, 0) + cores
         return totals
 
     # --- the check ---------------------------------------------------------------------
