@@ -104,6 +104,20 @@ def _name_key(obj: Mapping[str, Any]) -> str:
     return str(meta.get("name") or "")
 
 
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """One watched kind, as the feed handles it: how its objects are keyed, the ledger
+    that drops stale events, and what applying or forgetting one does."""
+
+    name: str
+    key: Callable[[Mapping[str, Any]], str]
+    ledger: versions.VersionLedger
+    apply: Callable[[str, Mapping[str, Any]], None]
+    forget: Callable[[str], None]
+    #: Logged when a relist no longer shows an object (it went while we were not watching).
+    vanished: str | None = None
+
+
 class StateFeed:
     """See the module docstring. ``wall_clock`` gives epoch seconds (heartbeats)."""
 
@@ -146,6 +160,69 @@ class StateFeed:
         self._inventory_nodes: dict[str, str] = {}  # inventory name -> node name
         self._heartbeats: dict[str, float | None] = {}  # node -> last heartbeat
         self._stale_nodes: set[str] = set()
+        # The five watched kinds differ only in these rows; events and relists of every
+        # kind go through ``_event`` and ``_listed``.
+        self._pod_kind = _Kind(
+            "pod",
+            cluster.pod_key,
+            self._pods,
+            lambda key, pod: self._apply_pod(key, pod_facts.slim(pod)),
+            self._forget_pod,
+            vanished="pod_vanished",
+        )
+        self._node_kind = _Kind(
+            "node",
+            _name_key,
+            self._nodes,
+            lambda key, node: self._apply_node(key, pod_facts.slim(node)),
+            self._forget_node,
+        )
+        self._inventory_kind = _Kind(
+            "inventory", _name_key, self._inventories, self._apply_inventory, self._forget_inventory
+        )
+        self._quota_kind = _Kind(
+            "quota",
+            _namespaced_key,
+            self._quotas,
+            lambda key, quota: self._apply_quota(key, pod_facts.slim(quota)),
+            self._forget_quota,
+        )
+        self._budget_kind = _Kind(
+            "budget",
+            _namespaced_key,
+            self._budgets,
+            lambda _key, pdb: self._engine.set_budget(pod_facts.slim(pdb)),
+            self._forget_budget,
+        )
+
+    # --- every kind -----------------------------------------------------------------------
+    def _event(self, kind: _Kind, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """A watch event (``None`` for Kopf's initial listing, ADDED, MODIFIED, DELETED),
+        applied unless the ledger has seen a newer version of the object."""
+        key = kind.key(obj)
+        version = versions.version_of(obj)
+        if event_type == "DELETED":
+            if kind.ledger.accept_delete(key, version):
+                kind.forget(key)
+            return
+        if kind.ledger.accept_update(key, version):
+            kind.apply(key, obj)
+
+    def _listed(
+        self, kind: _Kind, items: Iterable[Mapping[str, Any]], list_version: str | None
+    ) -> None:
+        """A full listing: apply what is newer, forget what is gone."""
+        by_key = {kind.key(item): item for item in items}
+        result = kind.ledger.reconcile(
+            {k: versions.version_of(v) for k, v in by_key.items()},
+            versions.parse_version(list_version),
+        )
+        for key in result.apply:
+            kind.apply(key, by_key[key])
+        for key in result.remove:
+            if kind.vanished is not None:
+                log.info(kind.vanished, **{kind.name: key})
+            kind.forget(key)
 
     # --- views ------------------------------------------------------------------------
     @property
@@ -177,27 +254,10 @@ class StateFeed:
 
     # --- pods ---------------------------------------------------------------------------
     def pod_event(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
-        """A watch event (``None`` for Kopf's initial listing, ADDED, MODIFIED, DELETED)."""
-        key = cluster.pod_key(pod)
-        version = versions.version_of(pod)
-        if event_type == "DELETED":
-            if self._pods.accept_delete(key, version):
-                self._forget_pod(key)
-            return
-        if self._pods.accept_update(key, version):
-            self._apply_pod(key, pod_facts.slim(pod))
+        self._event(self._pod_kind, event_type, pod)
 
     def pods_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
-        by_key = {cluster.pod_key(item): item for item in items}
-        result = self._pods.reconcile(
-            {k: versions.version_of(v) for k, v in by_key.items()},
-            versions.parse_version(list_version),
-        )
-        for key in result.apply:
-            self._apply_pod(key, pod_facts.slim(by_key[key]))
-        for key in result.remove:
-            log.info("pod_vanished", pod=key)
-            self._forget_pod(key)
+        self._listed(self._pod_kind, items, list_version)
 
     def binding_started(self, key: PodKey, uid: str) -> None:
         self._binding[key] = uid
@@ -264,25 +324,10 @@ class StateFeed:
 
     # --- nodes --------------------------------------------------------------------------
     def node_event(self, event_type: str | None, node: Mapping[str, Any]) -> None:
-        key = _name_key(node)
-        version = versions.version_of(node)
-        if event_type == "DELETED":
-            if self._nodes.accept_delete(key, version):
-                self._forget_node(key)
-            return
-        if self._nodes.accept_update(key, version):
-            self._apply_node(key, pod_facts.slim(node))
+        self._event(self._node_kind, event_type, node)
 
     def nodes_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
-        by_key = {_name_key(item): item for item in items}
-        result = self._nodes.reconcile(
-            {k: versions.version_of(v) for k, v in by_key.items()},
-            versions.parse_version(list_version),
-        )
-        for key in result.apply:
-            self._apply_node(key, pod_facts.slim(by_key[key]))
-        for key in result.remove:
-            self._forget_node(key)
+        self._listed(self._node_kind, items, list_version)
 
     def take_node_warnings(self) -> list[NodeWarning]:
         """The node-layer warnings found since the last call (for Events on the Nodes)."""
@@ -310,27 +355,12 @@ class StateFeed:
 
     # --- device inventories ---------------------------------------------------------------
     def inventory_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
-        key = _name_key(obj)
-        version = versions.version_of(obj)
-        if event_type == "DELETED":
-            if self._inventories.accept_delete(key, version):
-                self._forget_inventory(key)
-            return
-        if self._inventories.accept_update(key, version):
-            self._apply_inventory(key, obj)
+        self._event(self._inventory_kind, event_type, obj)
 
     def inventories_listed(
         self, items: Iterable[Mapping[str, Any]], list_version: str | None
     ) -> None:
-        by_key = {_name_key(item): item for item in items}
-        result = self._inventories.reconcile(
-            {k: versions.version_of(v) for k, v in by_key.items()},
-            versions.parse_version(list_version),
-        )
-        for key in result.apply:
-            self._apply_inventory(key, by_key[key])
-        for key in result.remove:
-            self._forget_inventory(key)
+        self._listed(self._inventory_kind, items, list_version)
 
     def _apply_inventory(self, name: str, obj: Mapping[str, Any]) -> None:
         status = obj.get("status")
@@ -397,25 +427,10 @@ class StateFeed:
 
     # --- quotas -------------------------------------------------------------------------
     def quota_event(self, event_type: str | None, quota: Mapping[str, Any]) -> None:
-        key = _namespaced_key(quota)
-        version = versions.version_of(quota)
-        if event_type == "DELETED":
-            if self._quotas.accept_delete(key, version):
-                self._forget_quota(key)
-            return
-        if self._quotas.accept_update(key, version):
-            self._apply_quota(key, pod_facts.slim(quota))
+        self._event(self._quota_kind, event_type, quota)
 
     def quotas_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
-        by_key = {_namespaced_key(item): item for item in items}
-        result = self._quotas.reconcile(
-            {k: versions.version_of(v) for k, v in by_key.items()},
-            versions.parse_version(list_version),
-        )
-        for key in result.apply:
-            self._apply_quota(key, pod_facts.slim(by_key[key]))
-        for key in result.remove:
-            self._forget_quota(key)
+        self._listed(self._quota_kind, items, list_version)
 
     def _apply_quota(self, key: str, quota: dict[str, Any]) -> None:
         self._engine.set_quota(quota)
@@ -432,25 +447,10 @@ class StateFeed:
 
     # --- pod disruption budgets (read by preemption only: no pod is woken) ----------------
     def budget_event(self, event_type: str | None, pdb: Mapping[str, Any]) -> None:
-        key = _namespaced_key(pdb)
-        version = versions.version_of(pdb)
-        if event_type == "DELETED":
-            if self._budgets.accept_delete(key, version):
-                self._forget_budget(key)
-            return
-        if self._budgets.accept_update(key, version):
-            self._engine.set_budget(pod_facts.slim(pdb))
+        self._event(self._budget_kind, event_type, pdb)
 
     def budgets_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
-        by_key = {_namespaced_key(item): item for item in items}
-        result = self._budgets.reconcile(
-            {k: versions.version_of(v) for k, v in by_key.items()},
-            versions.parse_version(list_version),
-        )
-        for key in result.apply:
-            self._engine.set_budget(pod_facts.slim(by_key[key]))
-        for key in result.remove:
-            self._forget_budget(key)
+        self._listed(self._budget_kind, items, list_version)
 
     def _forget_budget(self, key: str) -> None:
         namespace, _, name = key.partition("/")
