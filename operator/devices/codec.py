@@ -576,19 +576,8 @@ def parse_fit_reasons(text: str, field: str = "reason") -> dict[str, int]:
 
 
 def parse_integer_quantity(value: object, field: str) -> int:
-    """Read a Kubernetes quantity that must be a whole number (``Quantity.AsInt64``).
-
-    Accepts ints and quantity strings: ``"32768"``, ``"1k"`` (1000), ``"1Ki"`` (1024),
-    ``"1.5Ki"`` (1536), ``"2e3"``. Fractional results (``"1.5"``, ``"500m"``), values
-    outside int64 and anything unparsable raise ``CodecError`` naming ``field``.
-    """
-    amount = quantity.parse_quantity(value, field)
-    if amount.denominator != 1:
-        raise errors.CodecError(field, f"quantity {value!r} is not a whole number")
-    whole = int(amount)
-    if not _INT64_MIN <= whole <= _INT64_MAX:
-        raise errors.CodecError(field, f"quantity {value!r} does not fit in int64")
-    return whole
+    """A whole-number quantity (``quantity.parse_whole``, the one integer reader)."""
+    return quantity.parse_whole(value, field)
 
 
 __all__ = [

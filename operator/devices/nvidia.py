@@ -7,6 +7,7 @@ from typing import Any, Final
 from vgpu_operator import names
 from vgpu_operator.config import NvidiaConfig, VendorConfig
 from vgpu_operator.devices import vendor
+from vgpu_operator.devices.quantity import as_int
 
 COMMON_WORD: Final = "NVIDIA"
 
@@ -31,7 +32,7 @@ def mutate_container(config: NvidiaConfig, container: dict[str, Any], pod: dict[
     names_ = vendor.resource_names(config)
     resources = container.setdefault("resources", {})
     limits = resources.setdefault("limits", {})
-    percentage = vendor.as_int_or_none(limits.get(names_.memory_percentage))
+    percentage = as_int(limits.get(names_.memory_percentage))
     if names_.memory_percentage in limits and (percentage is None or not 0 <= percentage <= 100):
         raise ValueError(
             f"container {container.get('name', '')!r}: {names_.memory_percentage} must be an "
@@ -66,10 +67,7 @@ def mutate_container(config: NvidiaConfig, container: dict[str, Any], pod: dict[
         )
         if pct_present:
             exclusive = percentage == 100 or (
-                vendor.as_int_or_none(
-                    (resources.get("requests") or {}).get(names_.memory_percentage)
-                )
-                == 100
+                as_int((resources.get("requests") or {}).get(names_.memory_percentage)) == 100
                 and names_.memory_percentage not in limits
             )
         else:

@@ -60,12 +60,28 @@ def parse_quantity(value: object, field: str = "quantity") -> Fraction:
     return number * _SUFFIXES[suffix]
 
 
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+
+
+def parse_whole(value: object, field: str = "quantity") -> int:
+    """Read a quantity that must be a whole number (``Quantity.AsInt64``): ``"32768"``,
+    ``"1k"`` (1000), ``"1Ki"`` (1024), ``"1.5Ki"`` (1536), ``"2e3"``. Fractions
+    (``"1.5"``, ``"500m"``), values outside int64 and anything unparsable raise
+    ``CodecError`` naming ``field``. The one integer reader of the project."""
+    amount = parse_quantity(value, field)
+    if amount.denominator != 1:
+        raise CodecError(field, f"quantity {value!r} is not a whole number")
+    whole = int(amount)
+    if not _INT64_MIN <= whole <= _INT64_MAX:
+        raise CodecError(field, f"quantity {value!r} does not fit in int64")
+    return whole
+
+
 def as_int(value: object, field: str = "quantity") -> int | None:
-    """The quantity as an integer, or None when it is not a whole number (HAMi's AsInt64)."""
+    """``parse_whole``, or None when the value is not a readable whole number (for callers
+    where a missing or bad value means "unknown", never "none requested")."""
     try:
-        parsed = parse_quantity(value, field)
+        return parse_whole(value, field)
     except CodecError:
         return None
-    if parsed.denominator != 1:
-        return None
-    return int(parsed)

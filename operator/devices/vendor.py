@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from vgpu_operator.config import VendorConfig
 from vgpu_operator.devices import model
-from vgpu_operator.devices.quantity import as_int
+from vgpu_operator.devices.quantity import parse_whole
+from vgpu_operator.errors import CodecError
 
 _MAX_INT32 = 2**31 - 1
 _TRUE_WORDS = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -167,52 +168,123 @@ def numa_bind(spec: VendorSpec, annotations: Mapping[str, str]) -> bool:
     return CardFilter.read(spec, annotations).numa_bind
 
 
-def _lookup(resources: Mapping[str, Any], name: str) -> tuple[bool, int | None]:
-    """(present, integer value or None): limits are consulted before requests."""
+_MISSING: Final = object()
+
+
+def _raw(resources: Mapping[str, Any], name: str) -> object:
+    """The value of one resource, limits before requests; ``_MISSING`` when absent."""
     for section in ("limits", "requests"):
         values = resources.get(section) or {}
         if name and name in values:
-            return True, as_int(values[name], name)
-    return False, None
+            return values[name]
+    return _MISSING
+
+
+def _whole(container: Mapping[str, Any], name: str, raw: object, unit: str) -> int:
+    """A resource value that must be a whole number of ``unit``; the error says which
+    container and what to write instead."""
+    field = f"container {container.get('name', '')!r}: {name}"
+    try:
+        return parse_whole(raw, field)
+    except CodecError:
+        raise CodecError(field, f"must be a whole number of {unit}", str(raw)) from None
+
+
+def _memory_problem(raw: object, value: int, limit: int) -> str:
+    suffixed = isinstance(raw, str) and any(c.isalpha() for c in raw.strip().lstrip("+-"))
+    got = (
+        f"{raw!r}, which is {value} MiB (a quantity suffix multiplies the number of MiB)"
+        if suffixed
+        else f"{value}"
+    )
+    return (
+        f"must be a number of MiB between 0 and {limit}, got {got}; "
+        "write the number of MiB, for example 4096 for 4 GiB"
+    )
 
 
 def container_request(
     spec: VendorSpec, config: VendorConfig, container: Mapping[str, Any]
 ) -> model.ContainerRequest | None:
-    """HAMi's GenerateResourceRequests for one container (hami-semantics §2)."""
+    """HAMi's GenerateResourceRequests for one container (hami-semantics §2).
+
+    None when the container asks this vendor for nothing (no count, or a count of 0).
+    A value that cannot be honoured raises ``CodecError`` saying what to write: unlike
+    HAMi, which drops such a container's whole request (and so places a GPU pod with no
+    GPU), a request is never silently turned into "no request".
+    """
     resources = container.get("resources") or {}
     names = resource_names(config)
-    present, count = _lookup(resources, names.count)
-    if not present or count is None or count <= 0:
+    raw = _raw(resources, names.count)
+    if raw is _MISSING:
+        return None
+    count = _whole(container, names.count, raw, "devices")
+    if count < 0:
+        field = f"container {container.get('name', '')!r}: {names.count}"
+        raise CodecError(field, "must not be negative", str(raw))
+    if count == 0:
         return None
     factor = config.effective_memory_factor
     memory = 0
-    present, value = _lookup(resources, names.memory)
-    if present:
-        # A memory value we cannot honour drops the whole request rather than under-allocate.
-        if value is None or value < 0 or value > _MAX_INT32 // factor:
-            return None
+    raw = _raw(resources, names.memory)
+    if raw is not _MISSING:
+        value = _whole(container, names.memory, raw, "MiB")
+        limit = _MAX_INT32 // factor
+        if value < 0 or value > limit:
+            field = f"container {container.get('name', '')!r}: {names.memory}"
+            raise CodecError(field, _memory_problem(raw, value, limit))
         memory = value * factor
     percent = model.MEMORY_PERCENT_UNSET
-    present, value = _lookup(resources, names.memory_percentage)
-    if present and value is not None and value > 0:
-        percent = min(value, 100)
+    raw = _raw(resources, names.memory_percentage)
+    if raw is not _MISSING:
+        value = _whole(container, names.memory_percentage, raw, "percent")
+        if value > 0:
+            percent = min(value, 100)
     if percent == model.MEMORY_PERCENT_UNSET and memory == 0:
         if config.default_memory != 0:
             memory = config.default_memory
         else:
             percent = 100
     cores = config.default_cores
-    present, value = _lookup(resources, names.cores)
-    if present and value is not None:
-        cores = value
+    raw = _raw(resources, names.cores)
+    if raw is not _MISSING:
+        cores = _whole(container, names.cores, raw, "percent of a GPU's compute")
+        if cores < 0:
+            field = f"container {container.get('name', '')!r}: {names.cores}"
+            raise CodecError(field, "must be between 0 and 100 (percent)", str(raw))
     return model.ContainerRequest(count, spec.common_word, memory, percent, cores)
+
+
+def admission_problem(
+    spec: VendorSpec, config: VendorConfig, container: Mapping[str, Any]
+) -> str | None:
+    """Why the webhook must refuse this container's request for this vendor (a value
+    ``container_request`` cannot read), or None."""
+    try:
+        container_request(spec, config, container)
+    except CodecError as exc:
+        return str(exc)
+    return None
+
+
+def admission_warning(
+    spec: VendorSpec, config: VendorConfig, container: Mapping[str, Any]
+) -> str | None:
+    """What the engine will quietly adjust, for the webhook to say (kubectl shows admission
+    warnings): cores above 100 are booked as 100, as HAMi does."""
+    try:
+        request = container_request(spec, config, container)
+    except CodecError:
+        return None
+    if request is None or request.cores <= 100:
+        return None
+    names = resource_names(config)
+    return (
+        f"container {container.get('name', '')!r}: {names.cores}={request.cores} is a "
+        "percentage of one GPU's compute; it is booked as 100 (the whole card's compute)"
+    )
 
 
 def has_resource(container: Mapping[str, Any], name: str) -> bool:
     resources = container.get("resources") or {}
     return any(name in (resources.get(s) or {}) for s in ("limits", "requests"))
-
-
-def as_int_or_none(value: object) -> int | None:
-    return None if value is None else as_int(value)

@@ -325,7 +325,9 @@ class OperatorApp:
         if self.feed is not None:
             self.feed.inventory_event(event.get("type"), event["object"])
 
-    async def on_pod_admission(self, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    async def on_pod_admission(
+        self, body: kopf.Body, patch: kopf.Patch, warnings: list[str], **_: Any
+    ) -> None:
         started = time.monotonic()
         if self.state is None:
             # Not started: let the pod through unchanged (failurePolicy Ignore).
@@ -342,6 +344,8 @@ class OperatorApp:
             raise kopf.AdmissionError(result.message, code=403)
         mutated = result.pod
         patch.fns.append(lambda raw: admission.apply_mutation(cast(dict[str, Any], raw), mutated))
+        # kubectl prints these to whoever created the pod (e.g. gpucores above 100).
+        warnings.extend(result.warnings)
         self.metrics.webhook_answered(WebhookResult.MUTATED, time.monotonic() - started)
 
     # --- config -------------------------------------------------------------------------

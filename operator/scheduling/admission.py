@@ -14,7 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
+from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling import policies
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
 
@@ -29,6 +32,8 @@ class AdmissionResult:
     pod: Mapping[str, Any]
     message: str = ""
     handled: bool = False  # the pod asks for a device this operator schedules
+    #: Admitted, but the user should know (the API server passes these to kubectl).
+    warnings: tuple[str, ...] = ()
 
 
 def admit(
@@ -54,6 +59,14 @@ def admit(
     if not wants:
         return AdmissionResult(True, mutated)
     for container in [*(spec.get("initContainers") or []), *containers]:
+        for word in sorted(wants):
+            problem = vendors.admission_problem(word, container)
+            if problem is not None:
+                return AdmissionResult(False, mutated, problem, handled=True)
+    problem = annotation_problem((mutated.get("metadata") or {}).get("annotations") or {})
+    if problem is not None:
+        return AdmissionResult(False, mutated, problem, handled=True)
+    for container in [*(spec.get("initContainers") or []), *containers]:
         if (container.get("securityContext") or {}).get("privileged"):
             name = container.get("name", "")
             return AdmissionResult(False, mutated, f"container {name} is privileged", handled=True)
@@ -63,7 +76,29 @@ def admit(
     refusal = _over_quota(mutated, vendors, quota)
     if refusal:
         return AdmissionResult(False, mutated, refusal, handled=True)
-    return AdmissionResult(True, mutated, handled=True)
+    warnings = tuple(
+        warning
+        for container in [*(spec.get("initContainers") or []), *containers]
+        for word in sorted(wants)
+        if (warning := vendors.admission_warning(word, container)) is not None
+    )
+    return AdmissionResult(True, mutated, handled=True, warnings=warnings)
+
+
+def annotation_problem(annotations: Mapping[str, Any]) -> str | None:
+    """Why a scheduling annotation the engine cannot read must be refused (it would wait
+    forever), naming the accepted form; None when every one is readable.
+
+    Policy names are not refused: like HAMi, the engine reads an unknown GPU policy as
+    ``spread`` and an unknown node policy as none given.
+    """
+    weights = annotations.get(names.DEVICE_SCORING_WEIGHTS)
+    if weights is not None:
+        try:
+            policies.parse_scoring_weights(str(weights))
+        except CodecError as exc:
+            return f"annotation {names.DEVICE_SCORING_WEIGHTS}={weights!r}: {exc.message}"
+    return None
 
 
 def _over_quota(pod: Mapping[str, Any], vendors: Vendors, quota: QuotaLedger) -> str:

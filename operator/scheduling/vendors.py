@@ -64,6 +64,16 @@ class Vendors:
                 out[word] = request
         return out
 
+    def admission_problem(self, common_word: str, container: Mapping[str, Any]) -> str | None:
+        """Why the webhook must refuse this container's request for a vendor, or None."""
+        spec = self._specs[common_word]
+        return vendor.admission_problem(spec, self._configs[common_word], container)
+
+    def admission_warning(self, common_word: str, container: Mapping[str, Any]) -> str | None:
+        """What the engine will adjust in this container's request, for the user to see."""
+        spec = self._specs[common_word]
+        return vendor.admission_warning(spec, self._configs[common_word], container)
+
     def mutate(self, common_word: str, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         """Admission defaults for one container; True if it asks this vendor for devices."""
         return self._specs[common_word].mutate(self._configs[common_word], container, pod)

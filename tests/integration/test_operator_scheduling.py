@@ -299,3 +299,19 @@ def test_metrics_show_the_booking_per_device(setup: Setup, operator: OperatorThr
     assert sample("vgpu_operator_device_cores_allocated_ratio") == 0.25
     assert sample("vgpu_operator_device_shares_allocated") == 1
     assert re.search(r'vgpu_operator_scheduling_attempts_total\{result="scheduled"\} [1-9]', text)
+
+
+def test_unreadable_memory_never_binds_a_gpu_pod_without_a_gpu(
+    setup: Setup, operator: OperatorThread
+) -> None:
+    """Without the webhook (created straight for our scheduler), a gpumem in bytes must
+    not become "no request": the pod waits and says what to change."""
+    env.gpu_node(setup.cp, setup.node("a"), env.cards(setup.node("a"), 1), group=setup.namespace)
+    pod = env.gpu_pod(setup.namespace, "bytes", scheduler=setup.scheduler, group=setup.namespace)
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "4Gi"
+    env.create_pod(setup.cp, pod)
+    condition = _wait_condition(setup, "bytes", r"nvidia\.com/gpumem.*MiB")
+    assert condition["reason"] in ("Unschedulable", "SchedulerError")
+    setup.create("fine", gpumem=1000)  # the node is usable: only the bad pod waits
+    env.wait_bound(setup.cp, setup.namespace, "fine")
+    assert not setup.get("bytes")["spec"].get("nodeName")

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from integration import operator_env as env
 
+from vgpu_operator import names
 from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
@@ -254,3 +255,26 @@ def test_pod_over_its_namespace_quota_is_refused(webhooked: Webhooked) -> None:
         env.create_pod(w.cp, pod)
     assert denied.value.status == 403
     assert "quota" in str(denied.value).lower()
+
+
+@pytest.mark.parametrize("gpumem", ["4Gi", "16G", "2147483648", "1e30"])
+def test_memory_in_bytes_is_refused_naming_the_unit(webhooked: Webhooked, gpumem: str) -> None:
+    pod = _plain_pod(
+        webhooked.namespace, "bytes", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": gpumem}
+    )
+    with pytest.raises(ApiError) as denied:
+        env.create_pod(webhooked.cp, pod)
+    assert denied.value.status == 403
+    message = str(denied.value)
+    assert "nvidia.com/gpumem" in message
+    assert "MiB" in message
+    assert env.list_pods(webhooked.cp, webhooked.namespace) == []
+
+
+def test_unreadable_scoring_weights_are_refused(webhooked: Webhooked) -> None:
+    pod = _plain_pod(webhooked.namespace, "weights", {"nvidia.com/gpu": "1"})
+    pod["metadata"]["annotations"] = {names.DEVICE_SCORING_WEIGHTS: "slot=lots"}
+    with pytest.raises(ApiError) as denied:
+        env.create_pod(webhooked.cp, pod)
+    assert denied.value.status == 403
+    assert names.DEVICE_SCORING_WEIGHTS in str(denied.value)

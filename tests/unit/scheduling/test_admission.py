@@ -388,3 +388,44 @@ def test_schedule_over_quota_pod_rejected_with_message() -> None:
     assert decision.rejected is not None
     assert "exceeding resource quota" in decision.rejected
     assert names.ASSIGNED_NODE not in decision.annotations
+
+
+# --- requests that cannot be honoured (issue 10) ----------------------------------------
+
+
+@pytest.mark.parametrize("gpumem", ["4Gi", "16G", 2147483648, "1e30", "4.5", -1])
+def test_memory_that_is_not_a_mib_count_is_refused_naming_the_unit(gpumem: Any) -> None:
+    pod = make_pod("p").container(1, gpumem).obj()
+    result = state().admit(pod)
+    assert result.handled
+    assert not result.allowed
+    assert GPUMEM in result.message
+    assert "MiB" in result.message
+
+
+@pytest.mark.parametrize("count", ["1.5", "one", -2])
+def test_unreadable_gpu_count_is_refused(count: Any) -> None:
+    result = state().admit(make_pod("p").container(count, 1000).obj())
+    assert not result.allowed
+    assert GPU in result.message
+
+
+def test_cores_above_100_are_admitted_with_a_warning_that_says_so() -> None:
+    result = state().admit(make_pod("p").container(1, 1000, 150).obj())
+    assert result.allowed
+    assert len(result.warnings) == 1
+    assert GPUCORES in result.warnings[0]
+    assert "100" in result.warnings[0]
+
+
+def test_ordinary_request_has_no_warning() -> None:
+    result = state().admit(make_pod("p").container(1, 1000, 50).obj())
+    assert result.allowed
+    assert result.warnings == ()
+
+
+def test_unreadable_scoring_weights_are_refused() -> None:
+    pod = make_pod("p").container(1, 1000).annotate(names.DEVICE_SCORING_WEIGHTS, "x").obj()
+    result = state().admit(pod)
+    assert not result.allowed
+    assert names.DEVICE_SCORING_WEIGHTS in result.message

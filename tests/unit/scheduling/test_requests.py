@@ -8,8 +8,11 @@ import pytest
 
 from vgpu_operator.config import load_config
 from vgpu_operator.devices import model, nvidia, vendor
+from vgpu_operator.errors import CodecError
 
 UNSET = model.MEMORY_PERCENT_UNSET
+#: The request cannot be honoured: refused with an error (never read as "no request").
+REFUSED = "refused"
 MAX_INT32 = 2**31 - 1
 
 
@@ -57,14 +60,14 @@ def want(count: int, memory_mib: int, percent: int, cores: int) -> model.Contain
         pytest.param({"nvidia.com/gpu": "3"}, None, want(3, 0, 100, 0), id="count-as-string"),
         pytest.param({"nvidia.com/gpumem": 4096}, None, None, id="no-count-no-request"),
         pytest.param({"nvidia.com/gpu": 0}, None, None, id="count-zero-no-request"),
-        pytest.param({"nvidia.com/gpu": -1}, None, None, id="count-negative-no-request"),
-        pytest.param({"nvidia.com/gpu": "1.5"}, None, None, id="count-non-integer-no-request"),
-        pytest.param({"nvidia.com/gpu": "one"}, None, None, id="count-not-a-number-no-request"),
+        pytest.param({"nvidia.com/gpu": -1}, None, REFUSED, id="count-negative-refused"),
+        pytest.param({"nvidia.com/gpu": "1.5"}, None, REFUSED, id="count-non-integer-refused"),
+        pytest.param({"nvidia.com/gpu": "one"}, None, REFUSED, id="count-not-a-number-refused"),
         pytest.param(
             {"nvidia.com/gpu": "1.5"},
             {"nvidia.com/gpu": 1},
-            None,
-            id="bad-limit-does-not-fall-back-to-requests",
+            REFUSED,
+            id="bad-limit-refused-not-replaced-by-requests",
         ),
         pytest.param(
             {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 0},
@@ -75,14 +78,14 @@ def want(count: int, memory_mib: int, percent: int, cores: int) -> model.Contain
         pytest.param(
             {"nvidia.com/gpu": 1, "nvidia.com/gpumem": -1},
             None,
-            None,
-            id="memory-negative-drops-request",
+            REFUSED,
+            id="memory-negative-refused",
         ),
         pytest.param(
             {"nvidia.com/gpu": 1, "nvidia.com/gpumem": "4.5"},
             None,
-            None,
-            id="memory-non-integer-drops-request",
+            REFUSED,
+            id="memory-non-integer-refused",
         ),
         pytest.param(
             {"nvidia.com/gpu": 1, "nvidia.com/gpumem": MAX_INT32},
@@ -93,8 +96,8 @@ def want(count: int, memory_mib: int, percent: int, cores: int) -> model.Contain
         pytest.param(
             {"nvidia.com/gpu": 1, "nvidia.com/gpumem": MAX_INT32 + 1},
             None,
-            None,
-            id="memory-overflow-drops-request",
+            REFUSED,
+            id="memory-overflow-refused",
         ),
         pytest.param(
             {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 50},
@@ -123,8 +126,8 @@ def want(count: int, memory_mib: int, percent: int, cores: int) -> model.Contain
         pytest.param(
             {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": "half"},
             None,
-            want(1, 0, 100, 0),
-            id="percentage-non-integer-is-unset",
+            REFUSED,
+            id="percentage-non-integer-refused",
         ),
         pytest.param(
             {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4096, "nvidia.com/gpumem-percentage": 50},
@@ -141,17 +144,21 @@ def want(count: int, memory_mib: int, percent: int, cores: int) -> model.Contain
         pytest.param(
             {"nvidia.com/gpu": 1, "nvidia.com/gpucores": "x"},
             None,
-            want(1, 0, 100, 0),
-            id="cores-non-integer-keep-default",
+            REFUSED,
+            id="cores-non-integer-refused",
         ),
     ],
 )
 def test_container_request_default_config_parses(
     limits: dict[str, Any] | None,
     requests: dict[str, Any] | None,
-    expected: model.ContainerRequest | None,
+    expected: model.ContainerRequest | str | None,
 ) -> None:
-    assert request(limits, requests) == expected
+    if expected == REFUSED:
+        with pytest.raises(CodecError):
+            request(limits, requests)
+    else:
+        assert request(limits, requests) == expected
 
 
 @pytest.mark.parametrize(
@@ -178,8 +185,8 @@ def test_container_request_default_config_parses(
         pytest.param(
             {"nvidia.com/gpu": 1, "nvidia.com/gpumem": MAX_INT32 // 1024 + 1},
             {"memoryFactor": 1024},
-            None,
-            id="memory-factor-overflow-drops-request",
+            REFUSED,
+            id="memory-factor-overflow-refused",
         ),
         pytest.param(
             {"nvidia.com/gpu": 1},
@@ -232,9 +239,13 @@ def test_container_request_default_config_parses(
     ],
 )
 def test_container_request_configured_parses(
-    limits: dict[str, Any], config: dict[str, Any], expected: model.ContainerRequest | None
+    limits: dict[str, Any], config: dict[str, Any], expected: model.ContainerRequest | str | None
 ) -> None:
-    assert request(limits, None, **config) == expected
+    if expected == REFUSED:
+        with pytest.raises(CodecError, match="MiB"):
+            request(limits, None, **config)
+    else:
+        assert request(limits, None, **config) == expected
 
 
 @pytest.mark.parametrize(
@@ -250,3 +261,21 @@ def test_uses_percentage_only_without_memory(
     memory_mib: int, percent: int, uses_percentage: bool
 ) -> None:
     assert want(1, memory_mib, percent, 0).uses_percentage is uses_percentage
+
+
+@pytest.mark.parametrize(
+    "gpumem",
+    [
+        pytest.param("4Gi", id="binary-suffix"),
+        pytest.param("16G", id="decimal-suffix"),
+        pytest.param(2147483648, id="bytes-over-int32"),
+        pytest.param("1e30", id="exponent"),
+    ],
+)
+def test_memory_in_bytes_is_refused_with_the_unit_named(gpumem: Any) -> None:
+    with pytest.raises(CodecError) as refused:
+        request({"nvidia.com/gpu": 1, "nvidia.com/gpumem": gpumem})
+    message = str(refused.value)
+    assert "nvidia.com/gpumem" in message
+    assert "MiB" in message
+    assert "'c'" in message  # the container is named
