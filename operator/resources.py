@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vgpu_operator import names
-from vgpu_operator.devices import links, model
+from vgpu_operator.devices import links, model, plausibility
 from vgpu_operator.errors import CodecError
 
 #: What ``kubectl`` prints for the (singular) resource; the plural is in names.py.
@@ -96,10 +96,20 @@ class Device(_Wire):
         min_length=1, description="HAMi type string (NVIDIA-<model> unless it starts so)."
     )
     memory_mib: int = Field(
-        alias="memoryMiB", ge=0, description="Registered memory (total x memory scaling)."
+        alias="memoryMiB",
+        ge=0,
+        le=plausibility.MAX_MEMORY_MIB,
+        description="Registered memory (total x memory scaling).",
     )
-    cores: int = Field(ge=0, description="Registered compute, 100 x core scaling.")
-    split_count: int = Field(alias="splitCount", ge=1, description="Tasks that may share it.")
+    cores: int = Field(
+        ge=0, le=plausibility.MAX_CORES, description="Registered compute, 100 x core scaling."
+    )
+    split_count: int = Field(
+        alias="splitCount",
+        ge=1,
+        le=plausibility.MAX_SPLIT_COUNT,
+        description="Tasks that may share it.",
+    )
     numa_node: int | None = Field(None, alias="numaNode", ge=0, description="null if unknown.")
     pci_bus_id: str | None = Field(None, alias="pciBusId", pattern=_PCI_BUS_ID_PATTERN)
     health: DeviceHealth
@@ -144,7 +154,12 @@ class DeviceInventoryStatus(_Wire):
     driver_version: str | None = Field(None, alias="driverVersion")
     cuda_version: str | None = Field(None, alias="cudaVersion")
     heartbeat: datetime = Field(description="Last time the agent confirmed this report.")
-    devices: tuple[Device, ...] = ()
+    # Keyed by UUID: the API server refuses a report that lists one card twice.
+    devices: tuple[Device, ...] = Field(
+        (),
+        max_length=plausibility.MAX_DEVICES,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["uuid"]},
+    )
     summary: Summary
     conditions: tuple[Condition, ...] = Field(
         (),
@@ -309,6 +324,13 @@ def render_crd() -> dict[str, Any]:
     schema = {
         "type": "object",
         "description": "The GPUs of one node and how they are connected.",
+        "x-kubernetes-validations": [
+            {
+                "rule": "!has(self.status) || self.status.nodeName == self.metadata.name",
+                "message": "status.nodeName must equal metadata.name: an inventory describes "
+                "only the node it is named after",
+            }
+        ],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},

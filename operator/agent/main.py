@@ -27,6 +27,7 @@ from vgpu_operator.agent.backoff import Backoff
 from vgpu_operator.agent.inventory import RegistrationOptions, build_status, same_report
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.devices import codec
+from vgpu_operator.errors import CodecError
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.inventory import CrdMissingError, NodeNotFoundError
 from vgpu_operator.kube.inventory import InventoryWriter as KubeInventoryWriter
@@ -52,6 +53,8 @@ class AgentSettings:
     backoff_max_s: float = 60.0
     #: Longest single wait for an NVML event; bounds how long shutdown waits for it.
     health_wait_s: float = 1.0
+    #: The whole status is written again at least this often, whatever the server shows.
+    reassert_interval_s: float = 300.0
 
 
 class InventoryWriter(Protocol):
@@ -61,7 +64,11 @@ class InventoryWriter(Protocol):
 
     async def write_status(self, node_name: str, status: Mapping[str, Any]) -> None: ...
 
-    async def write_heartbeat(self, node_name: str, heartbeat: datetime) -> None: ...
+    async def write_heartbeat(
+        self, node_name: str, heartbeat: datetime
+    ) -> Mapping[str, Any] | None:
+        """Returns the object as the server holds it after the write, when known."""
+        ...
 
     async def write_node_annotations(
         self, node_name: str, annotations: Mapping[str, str | None]
@@ -97,6 +104,7 @@ class Agent:
         self._last_written: resources.DeviceInventoryStatus | None = None
         self._last_annotations: dict[str, str] = {}
         self._heartbeat_at: datetime | None = None
+        self._asserted_at: datetime | None = None
         self._wake = asyncio.Event()
 
     @property
@@ -163,8 +171,31 @@ class Agent:
         if not self._synced or not same_report(self._last_written, status):
             await self._write_status(status, now)
         elif self._heartbeat_due(now):
-            await self._write_heartbeat(now)
+            server = await self._write_heartbeat(now)
+            # The server's copy is what the scheduler reads: whoever changed it (a
+            # careless admin, a stolen token), the agent's reading is what stands.
+            if self._server_differs(server, status):
+                log.warning("inventory_overwritten", node=self.settings.node_name)
+                await self._write_status(status, now)
+            elif self._reassert_due(now):
+                await self._write_status(status, now)
         return self._next_delay(now)
+
+    def _server_differs(
+        self, server: Mapping[str, Any] | None, status: resources.DeviceInventoryStatus
+    ) -> bool:
+        if server is None:
+            return False
+        try:
+            held = resources.parse_inventory(server).status
+        except CodecError:
+            return True
+        return not same_report(held, status)
+
+    def _reassert_due(self, now: datetime) -> bool:
+        if self._asserted_at is None:
+            return True
+        return (now - self._asserted_at).total_seconds() >= self.settings.reassert_interval_s
 
     async def _write_status(self, status: resources.DeviceInventoryStatus, now: datetime) -> None:
         node = self.settings.node_name
@@ -178,6 +209,7 @@ class Agent:
         self._last_written = status
         self._synced = True
         self._heartbeat_at = now
+        self._asserted_at = now
         self.metrics.heartbeat_written()
         if changed:
             log.info(
@@ -189,13 +221,14 @@ class Agent:
         if self.settings.write_hami_annotations:
             await self._write_annotations(status, now)
 
-    async def _write_heartbeat(self, now: datetime) -> None:
+    async def _write_heartbeat(self, now: datetime) -> Mapping[str, Any] | None:
         self._operation = Operation.HEARTBEAT
-        await self.writer.write_heartbeat(self.settings.node_name, now)
+        server = await self.writer.write_heartbeat(self.settings.node_name, now)
         self._heartbeat_at = now
         self.metrics.heartbeat_written()
         if self.settings.write_hami_annotations and self._last_written is not None:
             await self._write_annotations(self._last_written, now)
+        return server
 
     async def _write_annotations(
         self, status: resources.DeviceInventoryStatus, now: datetime

@@ -18,7 +18,7 @@ import enum
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
 
@@ -68,11 +68,19 @@ class ConfigOutcome(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeWarning:
-    """A Node annotation of the node configuration layer that could not be read."""
+class ObjectWarning:
+    """Something wrong with an object the operator reads, for a Warning Event on it: a
+    Node annotation it ignores, a DeviceInventory it refuses."""
 
-    node: Mapping[str, Any]
+    obj: Mapping[str, Any]
+    kind: str
+    reason: str
     message: str
+
+
+#: Event reasons of the warnings.
+NODE_ANNOTATION_IGNORED: Final = "NodeAnnotationIgnored"
+INVENTORY_REFUSED: Final = "InventoryRefused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +162,9 @@ class StateFeed:
         #: Per node, the unreadable node-layer annotations last reported, so a Node's
         #: routine updates do not repeat its Event; and the reports not yet written.
         self._node_warnings: dict[str, tuple[str, ...]] = {}
-        self._unreported: list[NodeWarning] = []
+        self._unreported: list[ObjectWarning] = []
+        #: Per DeviceInventory, why it is refused (reported once per change of reason).
+        self._inventory_problems: dict[str, str] = {}
         self._quota_fingerprints: dict[str, str] = {}
         self._inventory_fingerprints: dict[str, str] = {}
         self._inventory_nodes: dict[str, str] = {}  # inventory name -> node name
@@ -329,8 +339,8 @@ class StateFeed:
     def nodes_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
         self._listed(self._node_kind, items, list_version)
 
-    def take_node_warnings(self) -> list[NodeWarning]:
-        """The node-layer warnings found since the last call (for Events on the Nodes)."""
+    def take_warnings(self) -> list[ObjectWarning]:
+        """The warnings found since the last call (for Events on their objects)."""
         taken, self._unreported = self._unreported, []
         return taken
 
@@ -341,7 +351,9 @@ class StateFeed:
             self._node_warnings[name] = warnings
             for message in warnings:
                 log.warning("node_annotation_ignored", node=name, problem=message)
-                self._unreported.append(NodeWarning(node, message))
+                self._unreported.append(
+                    ObjectWarning(node, "Node", NODE_ANNOTATION_IGNORED, message)
+                )
         fingerprint = pod_facts.node_fingerprint(node)
         if self._node_fingerprints.get(name) != fingerprint:
             self._node_fingerprints[name] = fingerprint
@@ -363,20 +375,31 @@ class StateFeed:
         self._listed(self._inventory_kind, items, list_version)
 
     def _apply_inventory(self, name: str, obj: Mapping[str, Any]) -> None:
-        status = obj.get("status")
+        # An inventory describes only the node it is named after: one that claims another
+        # node would let whoever may write it redefine that node's GPUs.
         node = name
-        if isinstance(status, Mapping) and isinstance(status.get("nodeName"), str):
-            node = status["nodeName"] or name
+        status = obj.get("status")
+        claimed = status.get("nodeName") if isinstance(status, Mapping) else None
+        if claimed is not None and claimed != name:
+            self._refuse_inventory(
+                name,
+                obj,
+                f"status.nodeName {claimed!r} differs from the inventory's name {name!r}: an "
+                "inventory describes only the node it is named after; its devices are ignored",
+            )
+            return
         try:
             reading = resources.read_inventory(obj)
         except CodecError as exc:
             # Without a readable report the node's devices are unknown: offer none.
             if exc.field == "status":
                 log.info("inventory_not_reported_yet", node=node)
+                self._forget_inventory(name)
             else:
-                log.warning("inventory_unreadable", node=node, field=exc.field, error=exc.message)
-            self._forget_inventory(name)
+                self._refuse_inventory(name, obj, f"unreadable, its devices are ignored: {exc}")
             return
+        if self._inventory_problems.pop(name, None) is not None:
+            log.info("inventory_accepted_again", node=node)
         devices, pair_scores = reading.devices, reading.pair_scores
         cordoned = sorted(reading.cordoned)
         heartbeat = reading.heartbeat.timestamp() if reading.heartbeat is not None else None
@@ -399,6 +422,16 @@ class StateFeed:
             log.info("inventory_fresh_again", node=node)
         if changed or revived:
             self._wake(queue.ClusterEvent.INVENTORY_CHANGED, node=node)
+
+    def _refuse_inventory(self, name: str, obj: Mapping[str, Any], problem: str) -> None:
+        """Offer none of the inventory's devices, and say why (log, and an Event once per
+        change of reason)."""
+        self._forget_inventory(name)
+        if self._inventory_problems.get(name) == problem:
+            return
+        self._inventory_problems[name] = problem
+        log.warning("inventory_refused", inventory=name, problem=problem)
+        self._unreported.append(ObjectWarning(obj, "DeviceInventory", INVENTORY_REFUSED, problem))
 
     def _forget_inventory(self, name: str) -> None:
         node = self._inventory_nodes.pop(name, name)

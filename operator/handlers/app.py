@@ -293,25 +293,26 @@ class OperatorApp:
     async def on_node(self, event: Mapping[str, Any], **_: Any) -> None:
         if self.feed is not None:
             self.feed.node_event(event.get("type"), event["object"])
-            await self._report_node_warnings()
+            await self._report_warnings()
 
-    async def _report_node_warnings(self) -> None:
-        """Unreadable node-layer annotations: a Warning Event on the Node (issue 14)."""
+    async def _report_warnings(self) -> None:
+        """What the feed could not use (unreadable Node annotations, refused inventories):
+        a Warning Event on the object."""
         assert self.feed is not None
-        for warning in self.feed.take_node_warnings():
+        for warning in self.feed.take_warnings():
             if self.reporter is None:
                 continue
             try:
                 await self.reporter.object_event(
-                    warning.node,
-                    "Node",
-                    "NodeAnnotationIgnored",
+                    warning.obj,
+                    warning.kind,
+                    warning.reason,
                     warning.message,
                     kube_events.TYPE_WARNING,
                 )
             except Exception as exc:
-                name = (warning.node.get("metadata") or {}).get("name")
-                log.warning("event_write_failed", node=name, error=str(exc))
+                name = (warning.obj.get("metadata") or {}).get("name")
+                log.warning("event_write_failed", kind=warning.kind, name=name, error=str(exc))
 
     async def on_quota(self, event: Mapping[str, Any], **_: Any) -> None:
         if self.feed is not None:
@@ -324,6 +325,7 @@ class OperatorApp:
     async def on_inventory(self, event: Mapping[str, Any], **_: Any) -> None:
         if self.feed is not None:
             self.feed.inventory_event(event.get("type"), event["object"])
+            await self._report_warnings()
 
     async def on_pod_admission(
         self, body: kopf.Body, patch: kopf.Patch, warnings: list[str], **_: Any
@@ -447,9 +449,10 @@ class OperatorApp:
                 await self.on_config(None, item)
             nodes = await listing.list_all(self.api, listing.NODES)
             self.feed.nodes_listed(nodes.items, nodes.resource_version)
-            await self._report_node_warnings()
+            await self._report_warnings()
             inventories = await listing.list_all(self.api, listing.DEVICE_INVENTORIES)
             self.feed.inventories_listed(inventories.items, inventories.resource_version)
+            await self._report_warnings()
             quotas = await listing.list_all(self.api, listing.RESOURCE_QUOTAS)
             self.feed.quotas_listed(quotas.items, quotas.resource_version)
             budgets = await listing.list_all(self.api, listing.POD_DISRUPTION_BUDGETS)

@@ -163,9 +163,13 @@ async def patch_inventory_status(
     return result
 
 
-async def patch_inventory_heartbeat(api: client.ApiClient, name: str, heartbeat: datetime) -> None:
-    """Move only ``status.heartbeat`` forward."""
-    await patch_inventory_status(api, name, {"heartbeat": format_rfc3339(heartbeat, micro=True)})
+async def patch_inventory_heartbeat(
+    api: client.ApiClient, name: str, heartbeat: datetime
+) -> dict[str, Any]:
+    """Move only ``status.heartbeat`` forward; returns the object as the server now has it."""
+    return await patch_inventory_status(
+        api, name, {"heartbeat": format_rfc3339(heartbeat, micro=True)}
+    )
 
 
 async def patch_node_annotations(
@@ -191,8 +195,8 @@ class InventoryWriter:
     async def write_status(self, node_name: str, status: Mapping[str, Any]) -> None:
         await patch_inventory_status(self.api, node_name, status)
 
-    async def write_heartbeat(self, node_name: str, heartbeat: datetime) -> None:
-        await patch_inventory_heartbeat(self.api, node_name, heartbeat)
+    async def write_heartbeat(self, node_name: str, heartbeat: datetime) -> dict[str, Any]:
+        return await patch_inventory_heartbeat(self.api, node_name, heartbeat)
 
     async def write_node_annotations(
         self, node_name: str, annotations: Mapping[str, str | None]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, plausibility
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.devices.quantity import as_int
@@ -433,9 +433,15 @@ class ClusterBooks:
         return {n.name: n.register_error for n in self._nodes.values() if n.register_error}
 
     def node_warnings(self, name: str) -> tuple[str, ...]:
-        """The node-layer annotations of one node that could not be read (and are ignored)."""
+        """The annotations of one node that could not be read and are ignored: the node
+        layer's, and a device registration (its vendor's cards are then not offered)."""
         node = self._nodes.get(name)
-        return () if node is None else node.layer.problems
+        if node is None:
+            return ()
+        if node.register_error is None:
+            return node.layer.problems
+        registration = f"{node.register_error}; the node's cards from it are not offered"
+        return (*node.layer.problems, registration)
 
     def node_layer_problems(self) -> dict[str, tuple[str, ...]]:
         """Per node, the node-layer annotations that could not be read (and are ignored)."""
@@ -483,9 +489,13 @@ class ClusterBooks:
                 if not raw:
                     continue
                 try:
-                    devices.extend(
-                        codec.decode_node_devices(raw, spec.register_annotation, spec.common_word)
+                    registered = codec.decode_node_devices(
+                        raw, spec.register_annotation, spec.common_word
                     )
+                    problems = plausibility.card_problems(registered)
+                    if problems:
+                        raise CodecError(spec.register_annotation, "; ".join(problems[:3]))
+                    devices.extend(registered)
                     if spec.score_annotation and node.facts.annotations.get(spec.score_annotation):
                         scores.update(
                             codec.decode_pair_scores(

@@ -456,3 +456,53 @@ def test_agent_command_runs_until_sigterm_logging_json(
     events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert "inventory_reported" in {e["event"] for e in events}
     assert all("timestamp" in e and "level" in e for e in events)
+
+
+def test_a_tampered_inventory_is_put_back_by_its_agent(
+    control_plane: ControlPlane,
+    node: dict[str, Any],
+    machine_file: Callable[[str], Path],
+    start_agent: Callable[..., AgentThread],
+) -> None:
+    """Someone (here the admin) sets a card's memory to 900000 MiB on the server; the agent
+    compares the server's copy with its own reading and writes the truth back."""
+    name = node["metadata"]["name"]
+    start_agent(name, machine_file("t4-legacy"), reassert_interval_s=3600.0)
+    first = wait_for("the inventory", lambda: reported(control_plane, name))
+    real = first["status"]["devices"][0]["memoryMiB"]
+    devices = [dict(d) for d in first["status"]["devices"]]
+    devices[0]["memoryMiB"] = 900000
+    control_plane.patch(f"{INVENTORIES}/{name}/status", {"status": {"devices": devices}})
+
+    def restored() -> dict[str, Any] | None:
+        obj = get_inventory(control_plane, name)
+        return obj if obj["status"]["devices"][0]["memoryMiB"] == real else None
+
+    wait_for("the agent to put the real memory back", restored, timeout=15)
+
+
+def test_an_inventory_naming_another_node_is_refused_by_the_api_server(
+    control_plane: ControlPlane, node: dict[str, Any]
+) -> None:
+    """The CRD's schema: an inventory describes only the node it is named after, and lists
+    each card once."""
+    name = node["metadata"]["name"]
+    evil = {
+        "apiVersion": resources.API_VERSION,
+        "kind": names.DEVICE_INVENTORY_KIND,
+        "metadata": {"name": f"{name}-evil"},
+    }
+    control_plane.create(INVENTORIES, evil)
+    status = {
+        "nodeName": name,
+        "heartbeat": "2026-01-01T00:00:00Z",
+        "devices": [],
+        "summary": {"gpuCount": 0, "healthyCount": 0, "totalMemoryMiB": 0},
+    }
+    with pytest.raises(ApiError) as refused:
+        control_plane.patch(
+            f"{INVENTORIES}/{name}-evil/status",
+            {"status": status},
+        )
+    assert refused.value.status == 422
+    assert "nodeName" in str(refused.value)

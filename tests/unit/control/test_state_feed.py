@@ -288,19 +288,19 @@ def _annotated(name: str, version: int, annotations: dict[str, str]) -> dict[str
 
 def test_unreadable_node_annotations_are_reported_once_per_change(feed: StateFeed) -> None:
     feed.node_event("ADDED", _annotated("n1", 1, {names.NODE_SCHEDULER_POLICY: "bad-1"}))
-    taken = feed.take_node_warnings()
-    assert [(w.node["metadata"]["name"], w.message) for w in taken] == [
+    taken = feed.take_warnings()
+    assert [(w.obj["metadata"]["name"], w.message) for w in taken] == [
         ("n1", f"{names.NODE_SCHEDULER_POLICY} unreadable")
     ]
-    assert feed.take_node_warnings() == []
+    assert feed.take_warnings() == []
     # A routine update with the same problem says nothing new...
     feed.node_event("MODIFIED", _annotated("n1", 2, {names.NODE_SCHEDULER_POLICY: "bad-1"}))
-    assert feed.take_node_warnings() == []
+    assert feed.take_warnings() == []
     # ...fixing it says nothing, and breaking it again is reported again.
     feed.node_event("MODIFIED", _annotated("n1", 3, {names.NODE_SCHEDULER_POLICY: "spread"}))
-    assert feed.take_node_warnings() == []
+    assert feed.take_warnings() == []
     feed.node_event("MODIFIED", _annotated("n1", 4, {names.GPU_USE_TYPE: "bad-2"}))
-    assert [w.message for w in feed.take_node_warnings()] == [f"{names.GPU_USE_TYPE} unreadable"]
+    assert [w.message for w in feed.take_warnings()] == [f"{names.GPU_USE_TYPE} unreadable"]
 
 
 def test_node_restriction_change_wakes_parked_pods(feed: StateFeed, queue: SchedulingQueue) -> None:
@@ -363,6 +363,35 @@ def test_unreadable_inventory_offers_no_devices(
     broken["status"]["devices"][0]["memoryMiB"] = -5
     feed.inventory_event("MODIFIED", broken)
     assert "n1" not in engine.inventories
+
+
+def test_unreadable_inventory_is_reported_on_the_object_once(
+    feed: StateFeed, engine: FakeEngine, clock: Clock
+) -> None:
+    broken = inventory(1, heartbeat_s=clock.now)
+    broken["status"]["devices"][0]["memoryMiB"] = -5
+    feed.inventory_event("ADDED", broken)
+    (warning,) = feed.take_warnings()
+    assert (warning.kind, warning.reason) == ("DeviceInventory", "InventoryRefused")
+    assert "memoryMiB" in warning.message
+    broken["metadata"]["resourceVersion"] = "2"
+    feed.inventory_event("MODIFIED", broken)
+    assert feed.take_warnings() == []  # the same problem is not repeated
+
+
+def test_inventory_claiming_another_node_is_refused(
+    feed: StateFeed, engine: FakeEngine, clock: Clock
+) -> None:
+    """An inventory named "evil" that says it describes n1 must not replace n1's cards."""
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now))
+    evil = inventory(1, heartbeat_s=clock.now, uuids=("GPU-fake",))
+    evil["metadata"]["name"] = "evil"
+    feed.inventory_event("ADDED", evil)
+    assert engine.inventories["n1"][0] == ["GPU-0"]
+    assert "evil" not in engine.inventories
+    (warning,) = feed.take_warnings()
+    assert warning.obj["metadata"]["name"] == "evil"
+    assert "nodeName" in warning.message
 
 
 def test_heartbeat_alone_wakes_nobody_but_a_revived_node_does(

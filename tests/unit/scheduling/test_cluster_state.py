@@ -482,3 +482,20 @@ def test_an_unreadable_allocation_is_reported_and_cleared_when_the_pod_changes()
     assert "oops" in problem or "integer" in problem
     state.remove_pod("default/p")
     assert state.allocation_error("default/p") is None
+
+
+def test_an_implausible_register_annotation_offers_nothing_and_says_why() -> None:
+    from vgpu_operator.devices import codec, model
+
+    huge = model.DeviceInfo("GPU-h", 0, 10, 900_000_000, 100, "NVIDIA H100", 0, True)
+    node = make_node("n").obj()[0]
+    node["metadata"]["annotations"] = {
+        names.NODE_NVIDIA_REGISTER: codec.encode_node_devices_json([huge])
+    }
+    state = ClusterState(load_config({}))
+    state.set_node(node)
+    decision = state.schedule(make_pod("p").container(1, 1000).obj(), now=0.0)
+    assert not decision.scheduled
+    (warning,) = state.node_warnings("n")
+    assert names.NODE_NVIDIA_REGISTER in warning
+    assert "900000000" in warning
