@@ -63,3 +63,8 @@ crds: dev
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# kubelet's device-plugin API: Python code generated from the vendored api.proto.
+.PHONY: deviceplugin-api
+deviceplugin-api: dev
+	$(BIN)/python hack/gen-deviceplugin-api.py

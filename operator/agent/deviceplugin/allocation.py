@@ -1,0 +1,208 @@
+"""Allocate, as a pure function: one pod and kubelet's device IDs in, the container's
+settings and the pod's annotation patch out (issue 13; HAMi's device plugin, §1.3 and §6.3
+of the node-side notes).
+
+kubelet calls Allocate once per container with the fake device IDs it picked
+(``<GPU UUID>-<i>``). The pod's ``hami.io/vgpu-devices-to-allocate`` holds one entry per
+container (init containers first); the next non-empty entry belongs to this call. The
+answer is what HAMi-core needs: the visible GPUs, the memory limit per GPU and the compute
+limit, the shared-cache file, and the mounts of ``libvgpu.so`` and its preload. Consuming
+the entry (and, when none is left, ``bind-phase: success``) is one patch, which the gRPC
+layer writes with the pod's resourceVersion as a precondition.
+
+Nothing here guesses: every check that fails raises ``AllocationError`` with a message
+that says what is wrong and what to do; the caller then marks the pod failed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from vgpu_operator import names
+from vgpu_operator.devices import codec, model
+from vgpu_operator.devices.vendor import is_true
+from vgpu_operator.errors import CodecError
+
+#: Inside the container, where HAMi-core's files are mounted (HAMi's default hook path).
+CONTAINER_HOOK_DIR: Final = "/usr/local/vgpu"
+LOCK_DIR: Final = "/tmp/vgpulock"
+PRELOAD_FILE: Final = "/etc/ld.so.preload"
+DISABLE_CONTROL_ENV: Final = "CUDA_DISABLE_CONTROL"
+
+
+class AllocationError(Exception):
+    """Allocate cannot honour the call; the message is for the pod's Event and kubelet."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostPaths:
+    """Where HAMi-core lives on the host (the agent installs it there)."""
+
+    #: The host directory holding libvgpu.so, ld.so.preload and per-container caches.
+    hook_dir: str = "/usr/local/vgpu"
+    #: The library file to mount as libvgpu.so (a versioned file when installed so).
+    library: str = "libvgpu.so"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    """What the node's device config says about sharing (seed 000 §1)."""
+
+    device_memory_scaling: float = 1.0
+    #: HAMi's gpuCorePolicy: ``disable`` turns HAMi-core's compute limit off.
+    core_policy: str = "default"
+    host: HostPaths = field(default_factory=HostPaths)
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerGrant:
+    """What one container receives, and the patch that consumes its entry."""
+
+    container: str
+    devices: tuple[model.ContainerDevice, ...]
+    envs: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+    #: The annotations to merge-patch onto the pod.
+    patch: Mapping[str, str]
+    #: The host directory to (re)create for the container's shared cache.
+    cache_dir: str
+
+
+def physical_uuid(device_id: str) -> str:
+    """``GPU-abc-3`` -> ``GPU-abc``: the card a fake device ID belongs to."""
+    base, sep, index = device_id.rpartition("-")
+    if not sep or not index.isdigit():
+        raise AllocationError(f"device ID {device_id!r} is not <GPU UUID>-<n>")
+    return base
+
+
+def device_ids(uuid: str, split_count: int) -> list[str]:
+    """The fake device IDs advertised for one card: one per share."""
+    return [f"{uuid}-{i}" for i in range(split_count)]
+
+
+def _containers_in_order(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = pod.get("spec") or {}
+    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+
+
+def _asks_for(container: Mapping[str, Any], resource: str) -> bool:
+    resources = container.get("resources") or {}
+    return any(resource in (resources.get(s) or {}) for s in ("limits", "requests"))
+
+
+def _disables_control(container: Mapping[str, Any]) -> bool:
+    for env in container.get("env") or []:
+        if env.get("name") == DISABLE_CONTROL_ENV:
+            return is_true(str(env.get("value", "")))
+    return False
+
+
+def allocate(
+    pod: Mapping[str, Any],
+    requested_ids: Sequence[str],
+    resource: str,
+    settings: NodeSettings,
+) -> ContainerGrant:
+    """The next container's grant for kubelet's ``requested_ids``; raises
+    ``AllocationError`` when the pod, its annotation and the IDs do not agree."""
+    meta = pod.get("metadata") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    where = f"pod {meta.get('namespace')}/{meta.get('name')}"
+    raw = annotations.get(names.NVIDIA_DEVICES_TO_ALLOCATE)
+    if raw is None:
+        raise AllocationError(f"{where} has no {names.NVIDIA_DEVICES_TO_ALLOCATE} annotation")
+    try:
+        entries = list(codec.decode_pod_single_device(raw, names.NVIDIA_DEVICES_TO_ALLOCATE))
+    except CodecError as exc:
+        raise AllocationError(f"{where}: unreadable allocation: {exc}") from None
+    position = next((i for i, entry in enumerate(entries) if entry), None)
+    if position is None:
+        raise AllocationError(f"{where}: every container's devices were already handed out")
+    devices = entries[position]
+    containers = _containers_in_order(pod)
+    if position >= len(containers):
+        raise AllocationError(
+            f"{where}: the allocation names container #{position}, the pod has "
+            f"{len(containers)}; was a container injected after scheduling?"
+        )
+    container = containers[position]
+    name = str(container.get("name", ""))
+    if not _asks_for(container, resource):
+        raise AllocationError(
+            f"{where}: container {name!r} does not ask for {resource}, yet the allocation's "
+            "next entry is for it; was a container injected after scheduling?"
+        )
+    if len(requested_ids) != len(devices):
+        raise AllocationError(
+            f"{where}: kubelet asks for {len(requested_ids)} devices for container {name!r}, "
+            f"the allocation holds {len(devices)}"
+        )
+    wanted = Counter(d.uuid for d in devices)
+    if any(codec.split_mig_uuid(uuid)[1] is not None for uuid in wanted):
+        raise AllocationError(
+            f"{where}: container {name!r} is allocated MIG instances, which this agent does "
+            "not create yet; schedule it on a card in hami-core mode"
+        )
+    given = Counter(physical_uuid(i) for i in requested_ids)
+    if given != wanted:
+        raise AllocationError(
+            f"{where}: kubelet chose devices on {sorted(given)}, the scheduler allocated "
+            f"{sorted(wanted)} to container {name!r}"
+        )
+    entries[position] = ()
+    patch = {
+        names.NVIDIA_DEVICES_TO_ALLOCATE: codec.encode_pod_single_device(
+            tuple(entries), names.NVIDIA_DEVICES_TO_ALLOCATE
+        )
+    }
+    if not any(entries):
+        patch[names.BIND_PHASE] = codec.BindPhase.SUCCESS.value
+    uid = str(meta.get("uid", ""))
+    return _grant(name, tuple(devices), container, uid, patch, settings)
+
+
+def _grant(
+    name: str,
+    devices: tuple[model.ContainerDevice, ...],
+    container: Mapping[str, Any],
+    pod_uid: str,
+    patch: Mapping[str, str],
+    settings: NodeSettings,
+) -> ContainerGrant:
+    envs: dict[str, str] = {"NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}
+    for index, device in enumerate(devices):
+        envs[f"CUDA_DEVICE_MEMORY_LIMIT_{index}"] = f"{device.memory_mib}m"
+    envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores)
+    cache_name = f"{pod_uid}_{name}"
+    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{CONTAINER_HOOK_DIR}/{cache_name}.cache"
+    if settings.device_memory_scaling > 1:
+        envs["CUDA_OVERSUBSCRIBE"] = "true"
+    if settings.core_policy == "disable":
+        envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
+    host = settings.host
+    cache_dir = f"{host.hook_dir}/containers/{cache_name}"
+    # The directory first: the library is mounted into it.
+    mounts = [
+        Mount(CONTAINER_HOOK_DIR, cache_dir, False),
+        Mount(f"{CONTAINER_HOOK_DIR}/libvgpu.so", f"{host.hook_dir}/{host.library}", True),
+        Mount(LOCK_DIR, LOCK_DIR, False),
+    ]
+    if not _disables_control(container):
+        mounts.append(Mount(PRELOAD_FILE, f"{host.hook_dir}/ld.so.preload", True))
+    return ContainerGrant(name, devices, envs, tuple(mounts), dict(patch), cache_dir)
+
+
+def failed_patch() -> Mapping[str, str]:
+    """What the caller patches onto a pod whose Allocate failed."""
+    return {names.BIND_PHASE: codec.BindPhase.FAILED.value}

@@ -1,0 +1,170 @@
+"""The device plugin's Allocate core: which container, which checks, what it receives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vgpu_operator import names
+from vgpu_operator.agent.deviceplugin import allocation
+from vgpu_operator.agent.deviceplugin.allocation import AllocationError, NodeSettings
+from vgpu_operator.devices import codec, model
+
+GPU = "nvidia.com/gpu"
+
+
+def container(name: str, gpus: int | None = 1, env: dict[str, str] | None = None) -> Any:
+    limits = {} if gpus is None else {GPU: gpus}
+    built: dict[str, Any] = {"name": name, "resources": {"limits": limits}}
+    if env:
+        built["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return built
+
+
+def pod(
+    entries: list[list[tuple[str, int, int]]],
+    containers: list[Any],
+    inits: list[Any] | None = None,
+) -> dict[str, Any]:
+    single = tuple(
+        tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entry) for entry in entries
+    )
+    value = codec.encode_pod_single_device(single, names.NVIDIA_DEVICES_TO_ALLOCATE)
+    spec: dict[str, Any] = {"containers": containers}
+    if inits:
+        spec["initContainers"] = inits
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": "p",
+            "uid": "u1",
+            "annotations": {names.NVIDIA_DEVICES_TO_ALLOCATE: value},
+        },
+        "spec": spec,
+    }
+
+
+def consume(current: dict[str, Any], grant: allocation.ContainerGrant) -> dict[str, Any]:
+    current["metadata"]["annotations"].update(grant.patch)
+    return current
+
+
+def test_one_container_gets_its_cards_limits_and_mounts() -> None:
+    p = pod([[("GPU-a", 4096, 30)]], [container("main")])
+    grant = allocation.allocate(p, ["GPU-a-3"], GPU, NodeSettings())
+    assert grant.container == "main"
+    assert grant.envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-a"
+    assert grant.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
+    assert grant.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert "CUDA_OVERSUBSCRIBE" not in grant.envs
+    paths = {m.container_path for m in grant.mounts}
+    assert {"/usr/local/vgpu", "/usr/local/vgpu/libvgpu.so", "/tmp/vgpulock"} <= paths
+    assert allocation.PRELOAD_FILE in paths
+    assert grant.patch[names.BIND_PHASE] == "success"
+
+
+def test_two_containers_are_served_in_order_and_success_comes_with_the_last() -> None:
+    p = pod(
+        [[("GPU-a", 1000, 10)], [("GPU-b", 2000, 20), ("GPU-c", 3000, 20)]],
+        [container("first"), container("second", 2)],
+    )
+    first = allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings())
+    assert first.container == "first"
+    assert names.BIND_PHASE not in first.patch
+    second = allocation.allocate(consume(p, first), ["GPU-c-1", "GPU-b-9"], GPU, NodeSettings())
+    assert second.container == "second"
+    assert second.envs["CUDA_DEVICE_MEMORY_LIMIT_1"] == "3000m"
+    assert second.patch[names.BIND_PHASE] == "success"
+    with pytest.raises(AllocationError, match="already handed out"):
+        allocation.allocate(consume(p, second), ["GPU-a-0"], GPU, NodeSettings())
+
+
+def test_init_containers_come_first() -> None:
+    p = pod([[("GPU-a", 1000, 10)], [("GPU-a", 500, 5)]], [container("app")], [container("init")])
+    assert allocation.allocate(p, ["GPU-a-1"], GPU, NodeSettings()).container == "init"
+
+
+def test_a_container_without_gpus_is_skipped_by_position() -> None:
+    p = pod([[], [("GPU-a", 1000, 10)]], [container("sidecar", None), container("gpu")])
+    assert allocation.allocate(p, ["GPU-a-1"], GPU, NodeSettings()).container == "gpu"
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [
+        pytest.param(["GPU-a-0", "GPU-a-1"], "asks for 2 devices", id="count-mismatch"),
+        pytest.param(["GPU-z-0"], "kubelet chose devices", id="other-card"),
+        pytest.param(["no-index"], "not <GPU UUID>-<n>", id="bad-id"),
+    ],
+)
+def test_kubelets_ids_must_match_the_allocation(ids: list[str], match: str) -> None:
+    p = pod([[("GPU-a", 1000, 10)]], [container("main")])
+    with pytest.raises(AllocationError, match=match):
+        allocation.allocate(p, ids, GPU, NodeSettings())
+
+
+def test_an_injected_container_is_refused_not_served_anothers_devices() -> None:
+    p = pod([[("GPU-a", 1000, 10)]], [container("istio-proxy", None), container("main")])
+    with pytest.raises(AllocationError, match=r"does not ask for nvidia\.com/gpu"):
+        allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings())
+
+
+def test_cuda_disable_control_skips_the_preload() -> None:
+    p = pod([[("GPU-a", 1000, 10)]], [container("main", env={"CUDA_DISABLE_CONTROL": "true"})])
+    grant = allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings())
+    assert allocation.PRELOAD_FILE not in {m.container_path for m in grant.mounts}
+
+
+def test_oversubscription_and_core_policy_reach_the_container() -> None:
+    p = pod([[("GPU-a", 1000, 10)]], [container("main")])
+    settings = NodeSettings(device_memory_scaling=2.0, core_policy="disable")
+    grant = allocation.allocate(p, ["GPU-a-0"], GPU, settings)
+    assert grant.envs["CUDA_OVERSUBSCRIBE"] == "true"
+    assert grant.envs["GPU_CORE_UTILIZATION_POLICY"] == "disable"
+
+
+def test_mig_entries_are_refused_with_a_clear_error() -> None:
+    p = pod([[("GPU-a[0-1]", 5120, 14)]], [container("main")])
+    with pytest.raises(AllocationError, match="MIG"):
+        allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings())
+
+
+def test_missing_or_garbage_annotation_is_an_error() -> None:
+    p = pod([[("GPU-a", 1000, 10)]], [container("main")])
+    p["metadata"]["annotations"][names.NVIDIA_DEVICES_TO_ALLOCATE] = "GPU-a,NVIDIA,x,y:;"
+    with pytest.raises(AllocationError, match="unreadable"):
+        allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings())
+    del p["metadata"]["annotations"][names.NVIDIA_DEVICES_TO_ALLOCATE]
+    with pytest.raises(AllocationError, match="has no"):
+        allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings())
+
+
+cards = st.sampled_from(["GPU-a", "GPU-b", "GPU-c", "GPU-d"])
+entries = st.lists(
+    st.lists(st.tuples(cards, st.integers(1, 80000), st.integers(0, 100)), max_size=3),
+    min_size=1,
+    max_size=5,
+)
+
+
+@given(entries)
+def test_every_container_gets_exactly_its_own_entry_once(layout: list[Any]) -> None:
+    """Served in kubelet's order, each GPU container receives its own entry, nothing is
+    handed out twice, and success is written exactly when the last entry goes."""
+    containers = [container(f"c{i}", len(e) if e else None) for i, e in enumerate(layout)]
+    current = pod(layout, containers)
+    for i, entry in enumerate(layout):
+        if not entry:
+            continue
+        ids = [f"{uuid}-{n}" for n, (uuid, _, _) in enumerate(entry)]
+        grant = allocation.allocate(current, ids, GPU, NodeSettings())
+        assert grant.container == f"c{i}"
+        assert [(d.uuid, d.memory_mib, d.cores) for d in grant.devices] == entry
+        last = not any(layout[i + 1 :])
+        assert (names.BIND_PHASE in grant.patch) == last
+        current = consume(current, grant)
+    with pytest.raises(AllocationError):
+        allocation.allocate(current, ["GPU-a-0"], GPU, NodeSettings())
