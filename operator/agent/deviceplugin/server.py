@@ -1,0 +1,220 @@
+"""The device plugin kubelet talks to: a ``grpc.aio`` servicer of the v1beta1 API, and the
+registration call (issue 13). Thin: the decisions are in ``allocation`` and ``lookup``.
+
+The plugin advertises ``splitCount`` fake devices per card (``<UUID>-<i>``), steers
+kubelet's choice with GetPreferredAllocation to the cards the pod's annotation names, and
+on Allocate hands the container its share. A failed Allocate marks the pod
+``bind-phase: failed`` and returns an error that says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import grpc
+import structlog
+
+from vgpu_operator.agent.deviceplugin import allocation, api_pb2, api_pb2_grpc, lookup
+from vgpu_operator.agent.deviceplugin.allocation import AllocationError, NodeSettings
+
+log = structlog.get_logger("vgpu_operator.deviceplugin")
+
+API_VERSION: Final = "v1beta1"
+HEALTHY: Final = "Healthy"
+UNHEALTHY: Final = "Unhealthy"
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """One physical card as the plugin advertises it."""
+
+    uuid: str
+    split_count: int
+    healthy: bool
+    numa: int | None = None
+
+
+#: The pods bound to this node, as the API server has them now.
+PodSource = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
+#: Merge-patch annotations onto a pod, guarded by its resourceVersion.
+Patcher = Callable[[Mapping[str, Any], Mapping[str, str]], Awaitable[None]]
+
+
+def advertised(cards: Sequence[Card]) -> list[api_pb2.Device]:
+    """Every fake device of every card; an unhealthy card's devices are all Unhealthy."""
+    devices: list[api_pb2.Device] = []
+    for card in cards:
+        topology = (
+            None
+            if card.numa is None
+            else api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=card.numa)])
+        )
+        for device_id in allocation.device_ids(card.uuid, card.split_count):
+            devices.append(
+                api_pb2.Device(
+                    ID=device_id,
+                    health=HEALTHY if card.healthy else UNHEALTHY,
+                    topology=topology,
+                )
+            )
+    return devices
+
+
+def preferred(available: Sequence[str], must: Sequence[str], uuids: Sequence[str]) -> list[str]:
+    """One available ID on each card the pod's entry names (``must`` first); empty when
+    the cards cannot all be covered (kubelet then chooses, and Allocate checks)."""
+    chosen = list(must)
+    wanted = list(uuids)
+    for device_id in must:
+        uuid = allocation.physical_uuid(device_id)
+        if uuid in wanted:
+            wanted.remove(uuid)
+    for uuid in wanted:
+        pick = next(
+            (i for i in available if i not in chosen and allocation.physical_uuid(i) == uuid),
+            None,
+        )
+        if pick is None:
+            return []
+        chosen.append(pick)
+    return chosen
+
+
+class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
+    """One count resource (``nvidia.com/gpu``) of one node."""
+
+    def __init__(
+        self,
+        node: str,
+        resource: str,
+        cards: Sequence[Card],
+        pods: PodSource,
+        patch: Patcher,
+        settings: NodeSettings | None = None,
+    ) -> None:
+        self.node = node
+        self.resource = resource
+        self._cards = list(cards)
+        self._pods = pods
+        self._patch = patch
+        self.settings = settings or NodeSettings()
+        self._changed = asyncio.Event()
+        self._allocating = asyncio.Lock()
+
+    def set_cards(self, cards: Sequence[Card]) -> None:
+        """New readings (health, split): ListAndWatch sends the full list again."""
+        self._cards = list(cards)
+        self._changed.set()
+
+    async def GetDevicePluginOptions(
+        self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
+    ) -> api_pb2.DevicePluginOptions:
+        return api_pb2.DevicePluginOptions(get_preferred_allocation_available=True)
+
+    async def ListAndWatch(
+        self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+        while True:
+            self._changed.clear()
+            yield api_pb2.ListAndWatchResponse(devices=advertised(self._cards))
+            await self._changed.wait()
+
+    async def GetPreferredAllocation(
+        self, request: api_pb2.PreferredAllocationRequest, context: grpc.aio.ServicerContext
+    ) -> api_pb2.PreferredAllocationResponse:
+        pods = await self._pods()
+        responses = []
+        for wanted in request.container_requests:
+            ids: list[str] = []
+            try:
+                pod = lookup.pod_for(pods, self.node, wanted.allocation_size)
+                entry = lookup.next_entry(pod) or ()
+                ids = preferred(
+                    list(wanted.available_deviceIDs),
+                    list(wanted.must_include_deviceIDs),
+                    [d.uuid for d in entry],
+                )
+            except AllocationError as exc:
+                log.info("no_preference", node=self.node, reason=str(exc))
+            responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return api_pb2.PreferredAllocationResponse(container_responses=responses)
+
+    async def Allocate(
+        self, request: api_pb2.AllocateRequest, context: grpc.aio.ServicerContext
+    ) -> api_pb2.AllocateResponse:
+        # kubelet may call concurrently; finding the pod and consuming its entry must not
+        # interleave with another call's.
+        async with self._allocating:
+            responses = []
+            for wanted in request.container_requests:
+                ids = list(wanted.devices_ids)
+                pods = await self._pods()
+                try:
+                    pod = lookup.pod_for(pods, self.node, len(ids))
+                except AllocationError as exc:
+                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+                    raise  # abort raises; this keeps type checkers sure
+                try:
+                    grant = allocation.allocate(pod, ids, self.resource, self.settings)
+                except AllocationError as exc:
+                    log.warning("allocate_failed", node=self.node, error=str(exc))
+                    await self._patch(pod, allocation.failed_patch())
+                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+                    raise
+                await self._patch(pod, grant.patch)
+                responses.append(_response(grant))
+                log.info(
+                    "allocated",
+                    node=self.node,
+                    container=grant.container,
+                    devices=[d.uuid for d in grant.devices],
+                )
+            return api_pb2.AllocateResponse(container_responses=responses)
+
+    async def PreStartContainer(
+        self, request: api_pb2.PreStartContainerRequest, context: grpc.aio.ServicerContext
+    ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()
+
+
+def _response(grant: allocation.ContainerGrant) -> api_pb2.ContainerAllocateResponse:
+    return api_pb2.ContainerAllocateResponse(
+        envs=dict(grant.envs),
+        mounts=[
+            api_pb2.Mount(
+                container_path=m.container_path, host_path=m.host_path, read_only=m.read_only
+            )
+            for m in grant.mounts
+        ],
+    )
+
+
+async def serve(plugin: GpuDevicePlugin, socket_path: str) -> grpc.aio.Server:
+    """Serve the plugin on a unix socket (serve first, then register)."""
+    server = grpc.aio.server()
+    # The generated gRPC module is untyped (grpc_tools writes no stubs for it).
+    api_pb2_grpc.add_DevicePluginServicer_to_server(plugin, server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"unix://{socket_path}")
+    await server.start()
+    return server
+
+
+async def register(
+    kubelet_socket: str, endpoint: str, resource: str, timeout_s: float = 5.0
+) -> None:
+    """Tell kubelet where the plugin serves ``resource`` (``endpoint`` is the socket's file
+    name in kubelet's device-plugin directory)."""
+    async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
+        stub = api_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+        await stub.Register(
+            api_pb2.RegisterRequest(
+                version=API_VERSION,
+                endpoint=endpoint,
+                resource_name=resource,
+                options=api_pb2.DevicePluginOptions(get_preferred_allocation_available=True),
+            ),
+            timeout=timeout_s,
+        )

@@ -1,0 +1,214 @@
+"""The device plugin over real unix sockets: kubelet's calls, as kubelet makes them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from vgpu_operator import names
+from vgpu_operator.agent.deviceplugin import api_pb2, api_pb2_grpc, server
+from vgpu_operator.agent.deviceplugin.server import Card, GpuDevicePlugin
+from vgpu_operator.devices import codec, model
+
+NODE = "node-a"
+GPU = "nvidia.com/gpu"
+
+
+def bound_pod(name: str, entries: list[list[tuple[str, int, int]]], created: str) -> dict[str, Any]:
+    single = tuple(
+        tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entry) for entry in entries
+    )
+    value = codec.encode_pod_single_device(single, names.NVIDIA_DEVICES_TO_ALLOCATE)
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": name,
+            "uid": f"uid-{name}",
+            "creationTimestamp": created,
+            "annotations": {
+                names.NVIDIA_DEVICES_TO_ALLOCATE: value,
+                names.BIND_PHASE: "allocating",
+            },
+        },
+        "spec": {
+            "nodeName": NODE,
+            "containers": [
+                {"name": f"c{i}", "resources": {"limits": {GPU: len(e)}}}
+                for i, e in enumerate(entries)
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+class FakeApi:
+    """The pods bound to the node; patches are applied as the API server would."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+        self.patches: list[tuple[str, dict[str, str]]] = []
+
+    async def list(self) -> Sequence[Mapping[str, Any]]:
+        return self.pods
+
+    async def patch(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        name = pod["metadata"]["name"]
+        self.patches.append((name, dict(annotations)))
+        for held in self.pods:
+            if held["metadata"]["name"] == name:
+                held["metadata"]["annotations"].update(annotations)
+
+
+class FakeKubelet(api_pb2_grpc.RegistrationServicer):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.registered: list[api_pb2.RegisterRequest] = []
+
+    async def Register(self, request: Any, context: Any) -> api_pb2.Empty:
+        self.registered.append(request)
+        return api_pb2.Empty()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+CARDS = [Card("GPU-a", 4, True, numa=0), Card("GPU-b", 4, False, numa=1)]
+
+
+async def _with_plugin(tmp_path: Path, api: FakeApi, body: Any) -> Any:
+    plugin = GpuDevicePlugin(NODE, GPU, CARDS, api.list, api.patch)
+    socket = str(tmp_path / "vgpu-operator-nvidia.sock")
+    grpc_server = await server.serve(plugin, socket)
+    try:
+        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+            return await body(api_pb2_grpc.DevicePluginStub(channel), plugin)
+    finally:
+        await grpc_server.stop(None)
+
+
+def test_registration_names_the_resource_and_our_socket(tmp_path: Path) -> None:
+    async def scenario() -> list[Any]:
+        kubelet = FakeKubelet()
+        kubelet_server = grpc.aio.server()
+        api_pb2_grpc.add_RegistrationServicer_to_server(kubelet, kubelet_server)
+        socket = str(tmp_path / "kubelet.sock")
+        kubelet_server.add_insecure_port(f"unix://{socket}")
+        await kubelet_server.start()
+        try:
+            await server.register(socket, "vgpu-operator-nvidia.sock", GPU)
+        finally:
+            await kubelet_server.stop(None)
+        return kubelet.registered
+
+    (request,) = run(scenario())
+    assert (request.version, request.endpoint, request.resource_name) == (
+        "v1beta1",
+        "vgpu-operator-nvidia.sock",
+        GPU,
+    )
+    assert request.options.get_preferred_allocation_available
+
+
+def test_list_and_watch_advertises_split_devices_with_health_and_numa(tmp_path: Path) -> None:
+    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
+        options = await stub.GetDevicePluginOptions(api_pb2.Empty())
+        stream = stub.ListAndWatch(api_pb2.Empty())
+        first = await stream.read()
+        plugin.set_cards([Card("GPU-a", 2, False)])
+        second = await stream.read()
+        stream.cancel()
+        return options, first, second
+
+    options, first, second = run(_with_plugin(tmp_path, FakeApi([]), body))
+    assert options.get_preferred_allocation_available
+    ids = {d.ID: d for d in first.devices}
+    assert set(ids) == {f"GPU-a-{i}" for i in range(4)} | {f"GPU-b-{i}" for i in range(4)}
+    assert ids["GPU-a-0"].health == "Healthy"
+    assert ids["GPU-b-3"].health == "Unhealthy"
+    assert ids["GPU-b-3"].topology.nodes[0].ID == 1
+    assert [(d.ID, d.health) for d in second.devices] == [
+        ("GPU-a-0", "Unhealthy"),
+        ("GPU-a-1", "Unhealthy"),
+    ]
+
+
+def test_preferred_allocation_steers_kubelet_to_the_annotated_cards(tmp_path: Path) -> None:
+    api = FakeApi([bound_pod("p", [[("GPU-b", 1000, 10)]], "2026-01-01T00:00:00Z")])
+
+    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
+        request = api_pb2.PreferredAllocationRequest(
+            container_requests=[
+                api_pb2.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=["GPU-a-0", "GPU-a-1", "GPU-b-2", "GPU-b-3"],
+                    allocation_size=1,
+                )
+            ]
+        )
+        return await stub.GetPreferredAllocation(request)
+
+    answer = run(_with_plugin(tmp_path, api, body))
+    assert list(answer.container_responses[0].deviceIDs) == ["GPU-b-2"]
+
+
+def test_allocate_hands_the_container_its_share_and_consumes_the_entry(tmp_path: Path) -> None:
+    api = FakeApi([bound_pod("p", [[("GPU-a", 4096, 30)]], "2026-01-01T00:00:00Z")])
+
+    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
+        request = api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-a-2"])]
+        )
+        return await stub.Allocate(request)
+
+    answer = run(_with_plugin(tmp_path, api, body))
+    envs = dict(answer.container_responses[0].envs)
+    assert envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-a"
+    assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
+    assert envs["CUDA_DEVICE_SM_LIMIT"] == "30"
+    first_mount = next(iter(answer.container_responses[0].mounts))
+    assert first_mount.container_path == "/usr/local/vgpu"
+    ((name, patch),) = api.patches
+    assert name == "p"
+    assert patch[names.BIND_PHASE] == "success"
+
+
+def test_an_ambiguous_allocate_is_refused_and_nobody_is_served(tmp_path: Path) -> None:
+    """Two pods wait on this node for one device each, on different cards: kubelet's IDs
+    alone cannot say which container this is, so the plugin refuses instead of guessing."""
+    api = FakeApi(
+        [
+            bound_pod("first", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:00Z"),
+            bound_pod("second", [[("GPU-b", 1000, 10)]], "2026-01-01T00:00:01Z"),
+        ]
+    )
+
+    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
+        request = api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-a-0"])]
+        )
+        return await stub.Allocate(request)
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        run(_with_plugin(tmp_path, api, body))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "refusing to guess" in (refused.value.details() or "")
+    assert api.patches == []
+
+
+def test_a_mismatched_allocate_marks_the_pod_failed(tmp_path: Path) -> None:
+    api = FakeApi([bound_pod("p", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:00Z")])
+
+    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
+        request = api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-b-0"])]
+        )
+        return await stub.Allocate(request)
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        run(_with_plugin(tmp_path, api, body))
+    assert "kubelet chose devices" in (refused.value.details() or "")
+    assert api.patches == [("p", {names.BIND_PHASE: "failed"})]
