@@ -58,6 +58,20 @@ from vgpu_operator.errors import ConfigError
     default=1.0,
     show_default=True,
 )
+@click.option(
+    "--device-plugin-dir",
+    default="",
+    help="kubelet's device-plugin directory (/var/lib/kubelet/device-plugins on a node), "
+    "where the agent serves and registers the count resource; empty (the default) runs "
+    "no device plugin. Needs manifests/agent-device-plugin.yaml (the pods it may read "
+    "and settle).",
+)
+@click.option(
+    "--device-plugin-resource",
+    default="nvidia.com/gpu",
+    show_default=True,
+    help="The count resource the device plugin advertises (resourceCountName).",
+)
 @logging_options
 def agent_command(
     node_name: str,
@@ -70,6 +84,8 @@ def agent_command(
     device_split_count: int,
     device_memory_scaling: float,
     device_core_scaling: float,
+    device_plugin_dir: str,
+    device_plugin_resource: str,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -95,6 +111,8 @@ def agent_command(
             core_scaling=device_core_scaling,
         ),
         write_hami_annotations=write_hami_annotations,
+        device_plugin_dir=device_plugin_dir or None,
+        device_plugin_resource=device_plugin_resource,
     )
 
     async def main() -> None:

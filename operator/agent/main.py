@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
@@ -24,6 +25,9 @@ from vgpu_operator import names, resources
 from vgpu_operator.agent import health
 from vgpu_operator.agent.backends import Backend
 from vgpu_operator.agent.backoff import Backoff
+from vgpu_operator.agent.deviceplugin.allocation import NodeSettings
+from vgpu_operator.agent.deviceplugin.runner import PluginRunner
+from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin, cards_of
 from vgpu_operator.agent.inventory import RegistrationOptions, build_status, same_report
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.devices import codec
@@ -31,6 +35,8 @@ from vgpu_operator.errors import CodecError
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.inventory import CrdMissingError, NodeNotFoundError
 from vgpu_operator.kube.inventory import InventoryWriter as KubeInventoryWriter
+from vgpu_operator.kube.pods import patch_pod_annotations, pods_on_node
+from vgpu_operator.kube.requests import ApiClient
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +61,10 @@ class AgentSettings:
     health_wait_s: float = 1.0
     #: The whole status is written again at least this often, whatever the server shows.
     reassert_interval_s: float = 300.0
+    #: kubelet's device-plugin directory; None runs no device plugin (no kubelet here).
+    device_plugin_dir: str | None = None
+    #: The count resource the plugin advertises (the device config's resourceCountName).
+    device_plugin_resource: str = "nvidia.com/gpu"
 
 
 class InventoryWriter(Protocol):
@@ -90,8 +100,11 @@ class Agent:
         *,
         metrics: AgentMetrics | None = None,
         clock: Callable[[], datetime] = _utc_now,
+        on_status: Callable[[resources.DeviceInventoryStatus], None] | None = None,
     ) -> None:
         self.settings = settings
+        #: Told every status written (the device plugin advertises what is reported).
+        self.on_status = on_status
         self.backend = backend
         self.writer = writer
         self.metrics = AgentMetrics() if metrics is None else metrics
@@ -210,6 +223,8 @@ class Agent:
         self._synced = True
         self._heartbeat_at = now
         self._asserted_at = now
+        if self.on_status is not None:
+            self.on_status(status)
         self.metrics.heartbeat_written()
         if changed:
             log.info(
@@ -374,5 +389,31 @@ async def run_agent(
     agent_metrics.serve(metrics_port)
     stop_event = asyncio.Event() if stop is None else stop
     async with api_client(kubeconfig) as api:
-        agent = Agent(settings, backend, KubeInventoryWriter(api), metrics=agent_metrics)
-        await agent.run(stop_event)
+        if settings.device_plugin_dir is None:
+            agent = Agent(settings, backend, KubeInventoryWriter(api), metrics=agent_metrics)
+            await agent.run(stop_event)
+            return
+        plugin = device_plugin(settings, api)
+        agent = Agent(
+            settings,
+            backend,
+            KubeInventoryWriter(api),
+            metrics=agent_metrics,
+            on_status=lambda status: plugin.set_cards(cards_of(status)),
+        )
+        runner = PluginRunner(plugin, Path(settings.device_plugin_dir))
+        await asyncio.gather(agent.run(stop_event), runner.run(stop_event))
+
+
+def device_plugin(settings: AgentSettings, api: ApiClient) -> GpuDevicePlugin:
+    """The kubelet device plugin of this node, reading and settling pods through ``api``."""
+    node = settings.node_name
+
+    async def pods() -> list[dict[str, Any]]:
+        return await pods_on_node(api, node)
+
+    async def patch(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        await patch_pod_annotations(api, pod, annotations)
+
+    node_settings = NodeSettings(device_memory_scaling=settings.registration.memory_scaling)
+    return GpuDevicePlugin(node, settings.device_plugin_resource, [], pods, patch, node_settings)

@@ -17,6 +17,7 @@ from typing import Any, Final
 import grpc
 import structlog
 
+from vgpu_operator import resources
 from vgpu_operator.agent.deviceplugin import allocation, api_pb2, api_pb2_grpc, lookup
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError, NodeSettings
 
@@ -41,6 +42,21 @@ class Card:
 PodSource = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
 #: Merge-patch annotations onto a pod, guarded by its resourceVersion.
 Patcher = Callable[[Mapping[str, Any], Mapping[str, str]], Awaitable[None]]
+
+
+def cards_of(status: resources.DeviceInventoryStatus) -> list[Card]:
+    """The cards a status reports, as the plugin advertises them (the same split count, so
+    kubelet's capacity equals the scheduler's slots)."""
+    return [
+        Card(
+            d.uuid,
+            d.split_count,
+            d.health is resources.DeviceHealth.HEALTHY,
+            d.numa_node,
+        )
+        for d in status.devices
+        if d.mode is resources.DeviceMode.HAMI_CORE
+    ]
 
 
 def advertised(cards: Sequence[Card]) -> list[api_pb2.Device]:

@@ -1,0 +1,35 @@
+"""The pods of one node, as the device plugin reads and settles them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vgpu_operator.kube import requests
+from vgpu_operator.kube.requests import ApiClient
+
+
+async def pods_on_node(api: ApiClient, node: str) -> list[dict[str, Any]]:
+    """Every pod bound to ``node`` (one LIST with a field selector)."""
+    found = await requests.request_json(
+        api, "GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node}"}
+    )
+    items = found.get("items") or []
+    return [item for item in items if isinstance(item, dict)]
+
+
+async def patch_pod_annotations(
+    api: ApiClient, pod: Mapping[str, Any], annotations: Mapping[str, str]
+) -> None:
+    """Merge-patch annotations onto the pod as it was read: the resourceVersion makes the
+    API server refuse the patch (409) if the pod changed meanwhile, so an entry is never
+    consumed twice."""
+    meta = pod.get("metadata") or {}
+    body = {
+        "metadata": {
+            "annotations": dict(annotations),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+    }
+    path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
+    await requests.request_json(api, "PATCH", path, body=body, content_type=requests.MERGE_PATCH)
