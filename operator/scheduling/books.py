@@ -158,6 +158,12 @@ class ClusterBooks:
         self._preempted: set[PodKey] = set()
         #: Bound pods whose allocation annotation could not be read, and why.
         self._allocation_errors: dict[PodKey, str] = {}
+        #: Bumped when what admission and parsing depend on changes (config, quota limits);
+        #: the decision's per-pod parse cache is valid within one epoch.
+        self._epoch = 0
+        #: The decision's parse of each waiting pod (``decision._Attempt``); kept here so
+        #: that the books drop it when the pod is bound or gone.
+        self._attempts: dict[PodKey, object] = {}
         self.nomination_timeout_s = DEFAULT_NOMINATION_TIMEOUT_S
         #: Whether a pod that fits nowhere may preempt (the caller must then evict).
         self.preemption_enabled = False
@@ -179,6 +185,7 @@ class ClusterBooks:
         return self._quota
 
     def set_config(self, config: DeviceConfig) -> None:
+        self._epoch += 1
         self._config = config
         self._vendors = Vendors(config, self._vendor_table)
         ledger = self._new_ledger()
@@ -254,6 +261,8 @@ class ClusterBooks:
         self._drop_pod(key)
         self._nominations.pop(key, None)
         self._allocation_errors.pop(key, None)
+        if node is not None or phase in _TERMINATED:
+            self._attempts.pop(key, None)  # no longer waiting: its parse is done with
         if node is None or phase in _TERMINATED:
             return
         annotations = meta.get("annotations") or {}
@@ -324,6 +333,7 @@ class ClusterBooks:
         return geometries_of
 
     def remove_pod(self, key: PodKey) -> None:
+        self._attempts.pop(key, None)
         self._drop_pod(key)
         self._nominations.pop(key, None)
         self._preempted.discard(key)
@@ -342,11 +352,13 @@ class ClusterBooks:
         self._budgets.pop((namespace, name), None)
 
     def set_quota(self, quota: Mapping[str, Any]) -> None:
+        self._epoch += 1
         meta = quota.get("metadata") or {}
         self._quota.set_quota(quota)
         self._quota_objects[(meta.get("namespace") or "default", meta.get("name", ""))] = quota
 
     def remove_quota(self, namespace: str, name: str) -> None:
+        self._epoch += 1
         self._quota.remove_quota(namespace, name)
         self._quota_objects.pop((namespace, name), None)
 

@@ -71,11 +71,43 @@ class Decision:
 AdmissionResult = admission.AdmissionResult
 
 
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """One pod as admitted and parsed, valid while the pod object and the books' epoch
+    (config and quota limits) are the same."""
+
+    source: Mapping[str, Any]
+    epoch: int
+    admitted: admission.AdmissionResult
+    job: placement.Job | None
+    error: str
+
+
 class ClusterState(ClusterBooks):
     """The books plus the scheduling cycle: the engine's one entry point."""
 
     def admit(self, pod: Mapping[str, Any]) -> admission.AdmissionResult:
         return admission.admit(pod, self._config, self._vendors, self._quota)
+
+    def _parse(self, key: PodKey, pod: Mapping[str, Any]) -> _Attempt:
+        """The pod admitted and parsed into a Job, once: a waiting pod retried with the
+        same object (the runtime keeps it until the pod changes) and the same config and
+        quota limits reuses the last parse instead of replaying admission on a copy."""
+        cached = self._attempts.get(key)
+        if isinstance(cached, _Attempt) and cached.source is pod and cached.epoch == self._epoch:
+            return cached
+        admitted = self.admit(pod)
+        subject = admitted.pod if admitted.allowed else pod
+        job: placement.Job | None = None
+        error = ""
+        if admitted.allowed or not admitted.handled:
+            try:
+                job = placement.Job.from_pod(subject, self._config, self._vendors, self._quota)
+            except CodecError as exc:
+                error = str(exc)
+        attempt = _Attempt(pod, self._epoch, admitted, job, error)
+        self._attempts[key] = attempt
+        return attempt
 
     def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
         key = pod_key(pod)
@@ -83,16 +115,16 @@ class ClusterState(ClusterBooks):
         held = self._pods.get(key)
         nomination = self._nominations.pop(key, None)
         self._drop_pod(key)
-        admitted = self.admit(pod)
+        attempt = self._parse(key, pod)
+        admitted = attempt.admitted
         if admitted.handled and not admitted.allowed:
             diagnosis = self._diagnose(admitted.pod, now)
             return Decision(key, False, diagnosis=diagnosis, rejected=admitted.message)
         subject = admitted.pod if admitted.allowed else pod
-        try:
-            job = placement.Job.from_pod(subject, self._config, self._vendors, self._quota)
-        except CodecError as exc:
-            failure = Diagnosis({}, len(self._nodes), error=str(exc))
+        if attempt.job is None:
+            failure = Diagnosis({}, len(self._nodes), error=attempt.error)
             return Decision(key, False, diagnosis=failure)
+        job = attempt.job
         # What the search learns of each node it fits is kept for the diagnosis, which
         # then fits only the nodes the search could rule out without a Fit.
         tried: dict[str, placement.Outcome] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from builders import (
@@ -499,3 +500,26 @@ def test_an_implausible_register_annotation_offers_nothing_and_says_why() -> Non
     (warning,) = state.node_warnings("n")
     assert names.NODE_NVIDIA_REGISTER in warning
     assert "900000000" in warning
+
+
+class _CountingState(ClusterState):
+    admissions = 0
+
+    def admit(self, pod: Any) -> Any:
+        self.admissions += 1
+        return super().admit(pod)
+
+
+def test_a_retried_pod_is_admitted_and_parsed_once_until_something_it_depends_on_changes() -> None:
+    state = _CountingState(load_config({}))
+    make_node("n").gpu("GPU-a", memory_mib=1000).install(state)
+    pod = make_pod("p").container(1, 4000).obj()  # fits nowhere: it is retried
+    assert not state.schedule(pod, now=0.0).scheduled
+    assert not state.schedule(pod, now=1.0).scheduled
+    assert state.admissions == 1
+    state.set_quota(resource_quota("default", gpumem=10**6))
+    assert not state.schedule(pod, now=2.0).scheduled
+    assert state.admissions == 2
+    changed = make_pod("p").container(1, 500).obj()  # the pod itself changed
+    assert state.schedule(changed, now=3.0).scheduled
+    assert state.admissions == 3
