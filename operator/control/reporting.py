@@ -23,6 +23,7 @@ log = structlog.get_logger("vgpu_operator.reporting")
 
 REASON_FAILED_SCHEDULING: Final = "FailedScheduling"
 REASON_SCHEDULED: Final = "Scheduled"
+REASON_REQUEST_ADJUSTED: Final = "GpuRequestAdjusted"
 REASON_PREEMPTED: Final = "Preempted"
 REASON_PREEMPTING: Final = "Preempting"
 #: A GPU pod created while the webhook did not answer: it kept the default scheduler.
@@ -112,6 +113,14 @@ class KubeReporter:
             )
             self._events.forget(ref.namespace, ref.name)
             await events.write_event(self._api, write)
+
+    async def adjusted(self, pod: Mapping[str, Any], message: str) -> None:
+        """A Warning Event: the engine booked less than the pod wrote (cores above 100)."""
+        ref = _pod_ref(pod)
+        write = self._events.record(
+            ref, REASON_REQUEST_ADJUSTED, message, self._clock(), events.TYPE_WARNING
+        )
+        await self._write(write, ref, REASON_REQUEST_ADJUSTED)
 
     async def preempted(self, victim: str, preemptor: Mapping[str, Any], node: str) -> None:
         """The Event on an evicted victim (named ``namespace/name``)."""

@@ -63,6 +63,7 @@ class Reporter(Protocol):
     async def rejected(self, pod: Mapping[str, Any], message: str) -> None: ...
     async def failed(self, pod: Mapping[str, Any], message: str) -> None: ...
     async def scheduled(self, pod: Mapping[str, Any], node: str) -> None: ...
+    async def adjusted(self, pod: Mapping[str, Any], message: str) -> None: ...
 
 
 class Preemptor(Protocol):
@@ -329,7 +330,7 @@ class SchedulingWorker:
             if created is not None:
                 self._metrics.bound_after(time.time() - created)
             log.info("pod_bound", pod=key, node=node)
-            self._report(key, self._reporter.scheduled(pod, node))
+            self._report(key, self._bound_news(pod, node, decision.warnings))
             return
         self._engine.rollback(key)
         self._feed.binding_failed(key)
@@ -370,6 +371,15 @@ class SchedulingWorker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    async def _bound_news(
+        self, pod: Mapping[str, Any], node: str, warnings: tuple[str, ...]
+    ) -> None:
+        """One report (one per pod runs at a time): the Scheduled Event, then what the
+        engine adjusted in the request."""
+        await self._reporter.scheduled(pod, node)
+        for warning in warnings:
+            await self._reporter.adjusted(pod, warning)
 
     def _report(self, key: PodKey, coro: Awaitable[None]) -> None:
         running = self._reports.get(key)

@@ -66,6 +66,9 @@ class Decision:
     victims: tuple[PodKey, ...] = ()
     #: The victims' uids as the books saw them (an Eviction's precondition).
     victim_uids: Mapping[PodKey, str] = field(default_factory=dict)
+    #: What the engine adjusted in the request (cores above 100 booked as 100): the
+    #: runtime tells the pod's owner in a Warning Event.
+    warnings: tuple[str, ...] = ()
 
 
 AdmissionResult = admission.AdmissionResult
@@ -157,7 +160,9 @@ class ClusterState(ClusterBooks):
             labels=dict((subject.get("metadata") or {}).get("labels") or {}),
         )
         self._add_pod(entry)
-        return Decision(key, True, node.name, devices, annotations)
+        return Decision(
+            key, True, node.name, devices, annotations, warnings=attempt.admitted.warnings
+        )
 
     def _annotations(self, node: str, outcome: placement.Outcome, now: float) -> dict[str, str]:
         annotations = {

@@ -315,3 +315,16 @@ def test_unreadable_memory_never_binds_a_gpu_pod_without_a_gpu(
     setup.create("fine", gpumem=1000)  # the node is usable: only the bad pod waits
     env.wait_bound(setup.cp, setup.namespace, "fine")
     assert not setup.get("bytes")["spec"].get("nodeName")
+
+
+def test_cores_above_100_are_booked_as_100_and_the_pod_is_told(
+    setup: Setup, operator: OperatorThread
+) -> None:
+    env.gpu_node(setup.cp, setup.node("a"), env.cards(setup.node("a"), 1), group=setup.namespace)
+    setup.create("greedy", gpumem=1000, gpucores=150)
+    pod = env.wait_bound(setup.cp, setup.namespace, "greedy")
+    ((_card, _memory, cores),) = env.allocation(pod)
+    assert cores == 100
+    event = _wait_event(setup, "greedy", "GpuRequestAdjusted")
+    assert event["type"] == "Warning"
+    assert "nvidia.com/gpucores" in event["message"]

@@ -115,6 +115,9 @@ class Reporter:
     async def failed(self, pod: Mapping[str, Any], message: str) -> None:
         self.reports.append(("failed", pod["metadata"]["name"], message))
 
+    async def adjusted(self, pod: Mapping[str, Any], message: str) -> None:
+        self.reports.append(("adjusted", pod["metadata"]["name"], message))
+
     async def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
         self.reports.append(("scheduled", pod["metadata"]["name"], node))
 
