@@ -72,6 +72,19 @@ from vgpu_operator.errors import ConfigError
     show_default=True,
     help="The count resource the device plugin advertises (resourceCountName).",
 )
+@click.option(
+    "--hami-core-dir",
+    default="/usr/local/vgpu",
+    show_default=True,
+    help="HAMi-core's directory on the host (mounted at the same path into the agent): "
+    "libvgpu.so, ld.so.preload and the per-container cache directories.",
+)
+@click.option(
+    "--hami-core-library",
+    default="",
+    help="A libvgpu.so to install into --hami-core-dir at start (the image carries one); "
+    "empty installs nothing.",
+)
 @logging_options
 def agent_command(
     node_name: str,
@@ -86,6 +99,8 @@ def agent_command(
     device_core_scaling: float,
     device_plugin_dir: str,
     device_plugin_resource: str,
+    hami_core_dir: str,
+    hami_core_library: str,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -113,6 +128,8 @@ def agent_command(
         write_hami_annotations=write_hami_annotations,
         device_plugin_dir=device_plugin_dir or None,
         device_plugin_resource=device_plugin_resource,
+        hami_core_dir=hami_core_dir,
+        hami_core_library=hami_core_library or None,
     )
 
     async def main() -> None:

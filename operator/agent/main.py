@@ -22,10 +22,10 @@ from typing import Any, Protocol
 import structlog
 
 from vgpu_operator import names, resources
-from vgpu_operator.agent import health
+from vgpu_operator.agent import hamicore, health
 from vgpu_operator.agent.backends import Backend
 from vgpu_operator.agent.backoff import Backoff
-from vgpu_operator.agent.deviceplugin.allocation import NodeSettings
+from vgpu_operator.agent.deviceplugin.allocation import CONTAINER_HOOK_DIR, HostPaths, NodeSettings
 from vgpu_operator.agent.deviceplugin.runner import PluginRunner
 from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin, cards_of
 from vgpu_operator.agent.inventory import RegistrationOptions, build_status, same_report
@@ -65,6 +65,11 @@ class AgentSettings:
     device_plugin_dir: str | None = None
     #: The count resource the plugin advertises (the device config's resourceCountName).
     device_plugin_resource: str = "nvidia.com/gpu"
+    #: HAMi-core's directory on the host, mounted at the same path into the agent.
+    hami_core_dir: str = "/usr/local/vgpu"
+    #: The libvgpu.so the image carries, installed into hami_core_dir at start; None
+    #: installs nothing (the library is put there some other way).
+    hami_core_library: str | None = None
 
 
 class InventoryWriter(Protocol):
@@ -393,6 +398,13 @@ async def run_agent(
             agent = Agent(settings, backend, KubeInventoryWriter(api), metrics=agent_metrics)
             await agent.run(stop_event)
             return
+        if settings.hami_core_library is not None:
+            await asyncio.to_thread(
+                hamicore.install,
+                Path(settings.hami_core_library),
+                Path(settings.hami_core_dir),
+                CONTAINER_HOOK_DIR,
+            )
         plugin = device_plugin(settings, api)
         agent = Agent(
             settings,
@@ -415,5 +427,8 @@ def device_plugin(settings: AgentSettings, api: ApiClient) -> GpuDevicePlugin:
     async def patch(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
         await patch_pod_annotations(api, pod, annotations)
 
-    node_settings = NodeSettings(device_memory_scaling=settings.registration.memory_scaling)
+    node_settings = NodeSettings(
+        device_memory_scaling=settings.registration.memory_scaling,
+        host=HostPaths(hook_dir=settings.hami_core_dir),
+    )
     return GpuDevicePlugin(node, settings.device_plugin_resource, [], pods, patch, node_settings)

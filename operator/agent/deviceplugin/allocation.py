@@ -45,6 +45,8 @@ class HostPaths:
     hook_dir: str = "/usr/local/vgpu"
     #: The library file to mount as libvgpu.so (a versioned file when installed so).
     library: str = "libvgpu.so"
+    #: HAMi-core's lock directory on the host (the same path inside containers).
+    lock_dir: str = LOCK_DIR
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +198,7 @@ def _grant(
     mounts = [
         Mount(CONTAINER_HOOK_DIR, cache_dir, False),
         Mount(f"{CONTAINER_HOOK_DIR}/libvgpu.so", f"{host.hook_dir}/{host.library}", True),
-        Mount(LOCK_DIR, LOCK_DIR, False),
+        Mount(LOCK_DIR, host.lock_dir, False),
     ]
     if not _disables_control(container):
         mounts.append(Mount(PRELOAD_FILE, f"{host.hook_dir}/ld.so.preload", True))

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import grpc
 import structlog
 
 from vgpu_operator import resources
+from vgpu_operator.agent import hamicore
 from vgpu_operator.agent.deviceplugin import allocation, api_pb2, api_pb2_grpc, lookup
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError, NodeSettings
 
@@ -175,6 +177,7 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
                     raise  # abort raises; this keeps type checkers sure
                 try:
                     grant = allocation.allocate(pod, ids, self.resource, self.settings)
+                    await asyncio.to_thread(self._prepare_host, grant)
                 except AllocationError as exc:
                     log.warning("allocate_failed", node=self.node, error=str(exc))
                     await self._patch(pod, allocation.failed_patch())
@@ -189,6 +192,19 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
                     devices=[d.uuid for d in grant.devices],
                 )
             return api_pb2.AllocateResponse(container_responses=responses)
+
+    def _prepare_host(self, grant: allocation.ContainerGrant) -> None:
+        """The host directories the container's mounts need, made before kubelet hands
+        the mounts to the runtime."""
+        try:
+            hamicore.prepare_lock_dir(Path(self.settings.host.lock_dir))
+            hamicore.prepare_container_dir(Path(grant.cache_dir))
+        except OSError as exc:
+            raise AllocationError(
+                f"cannot prepare HAMi-core's directories on the host for container "
+                f"{grant.container!r}: {exc}; is {self.settings.host.hook_dir} mounted "
+                "into the agent, writable?"
+            ) from exc
 
     async def PreStartContainer(
         self, request: api_pb2.PreStartContainerRequest, context: grpc.aio.ServicerContext

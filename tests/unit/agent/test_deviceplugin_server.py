@@ -12,6 +12,7 @@ import pytest
 
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin import api_pb2, api_pb2_grpc, server
+from vgpu_operator.agent.deviceplugin.allocation import HostPaths, NodeSettings
 from vgpu_operator.agent.deviceplugin.server import Card, GpuDevicePlugin
 from vgpu_operator.devices import codec, model
 
@@ -80,8 +81,15 @@ def run(coro: Any) -> Any:
 CARDS = [Card("GPU-a", 4, True, numa=0), Card("GPU-b", 4, False, numa=1)]
 
 
+def host_settings(tmp_path: Path) -> NodeSettings:
+    """HAMi-core's host directories under the test's own folder."""
+    return NodeSettings(
+        host=HostPaths(hook_dir=str(tmp_path / "vgpu"), lock_dir=str(tmp_path / "vgpulock"))
+    )
+
+
 async def _with_plugin(tmp_path: Path, api: FakeApi, body: Any) -> Any:
-    plugin = GpuDevicePlugin(NODE, GPU, CARDS, api.list, api.patch)
+    plugin = GpuDevicePlugin(NODE, GPU, CARDS, api.list, api.patch, host_settings(tmp_path))
     socket = str(tmp_path / "vgpu-operator-nvidia.sock")
     grpc_server = await server.serve(plugin, socket)
     try:
@@ -171,6 +179,13 @@ def test_allocate_hands_the_container_its_share_and_consumes_the_entry(tmp_path:
     assert envs["CUDA_DEVICE_SM_LIMIT"] == "30"
     first_mount = next(iter(answer.container_responses[0].mounts))
     assert first_mount.container_path == "/usr/local/vgpu"
+    # The cache directory the first mount names exists on the host, writable by any user
+    # the container runs as, before kubelet hands the mount to the runtime.
+    cache = Path(first_mount.host_path)
+    assert cache == tmp_path / "vgpu" / "containers" / "uid-p_c0"
+    assert cache.is_dir()
+    assert cache.stat().st_mode & 0o777 == 0o777
+    assert (tmp_path / "vgpulock").stat().st_mode & 0o777 == 0o777
     ((name, patch),) = api.patches
     assert name == "p"
     assert patch[names.BIND_PHASE] == "success"
@@ -211,4 +226,37 @@ def test_a_mismatched_allocate_marks_the_pod_failed(tmp_path: Path) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         run(_with_plugin(tmp_path, api, body))
     assert "kubelet chose devices" in (refused.value.details() or "")
+    assert api.patches == [("p", {names.BIND_PHASE: "failed"})]
+
+
+def test_a_container_restarted_under_the_same_name_gets_an_empty_cache(tmp_path: Path) -> None:
+    stale = tmp_path / "vgpu" / "containers" / "uid-p_c0"
+    stale.mkdir(parents=True)
+    (stale / "old.cache").write_text("usage of the previous container")
+    api = FakeApi([bound_pod("p", [[("GPU-a", 4096, 30)]], "2026-01-01T00:00:00Z")])
+
+    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
+        request = api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-a-0"])]
+        )
+        return await stub.Allocate(request)
+
+    run(_with_plugin(tmp_path, api, body))
+    assert stale.is_dir()
+    assert list(stale.iterdir()) == []
+
+
+def test_an_unwritable_host_directory_fails_the_pod_and_says_where(tmp_path: Path) -> None:
+    (tmp_path / "vgpu").write_text("a file where the directory should be")
+    api = FakeApi([bound_pod("p", [[("GPU-a", 4096, 30)]], "2026-01-01T00:00:00Z")])
+
+    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
+        request = api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-a-0"])]
+        )
+        return await stub.Allocate(request)
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        run(_with_plugin(tmp_path, api, body))
+    assert "HAMi-core's directories" in (refused.value.details() or "")
     assert api.patches == [("p", {names.BIND_PHASE: "failed"})]
