@@ -69,6 +69,24 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     help="Seconds between full re-listings of the cluster.",
 )
 @click.option(
+    "--allocation-gate",
+    type=click.Choice(["books", "hami-lock", "off"]),
+    default="books",
+    show_default=True,
+    help="Bind at most one GPU pod per node until its device plugin answers (bind-phase "
+    "success or failed), so the plugin knows which pod an Allocate is for. hami-lock also "
+    "writes HAMi's hami.io/mutex.lock node annotation, for HAMi's own device plugin; off "
+    "binds without waiting (only safe where no plugin needs to tell pods apart).",
+)
+@click.option(
+    "--allocation-gate-timeout",
+    "allocation_gate_timeout_s",
+    type=click.FloatRange(min=1.0),
+    default=60.0,
+    show_default=True,
+    help="Seconds after which a node whose device plugin has not answered takes GPU pods again.",
+)
+@click.option(
     "--webhook-port",
     type=int,
     default=None,
@@ -117,6 +135,8 @@ def run(
     log_level: str,
     inventory_timeout_s: float,
     resync_interval_s: float,
+    allocation_gate: str,
+    allocation_gate_timeout_s: float,
     webhook_port: int | None,
     webhook_addr: str,
     webhook_cert: Path | None,
@@ -131,6 +151,7 @@ def run(
     from vgpu_operator import logging as vgpu_logging
     from vgpu_operator.control import options as operator_options
     from vgpu_operator.handlers import runtime
+    from vgpu_operator.scheduling.allocation_gate import GateMode
 
     has_files = webhook_cert is not None and webhook_key is not None
     if webhook_port is not None and not has_files and webhook_tls_secret is None:
@@ -166,6 +187,8 @@ def run(
         log_level=log_level,
         inventory_timeout_s=inventory_timeout_s or None,
         resync_interval_s=resync_interval_s,
+        allocation_gate=GateMode(allocation_gate),
+        allocation_gate_timeout_s=allocation_gate_timeout_s,
         webhook=webhook,
     )
     runtime.run_forever(options)

@@ -53,6 +53,7 @@ class EngineInputs(Protocol):
     def remove_inventory(self, node_name: str) -> None: ...
     def set_pod(self, pod: Mapping[str, Any]) -> None: ...
     def allocation_error(self, key: PodKey) -> str | None: ...
+    def expired_gates(self, now: float) -> list[tuple[str, PodKey]]: ...
     def remove_pod(self, key: PodKey) -> None: ...
     def set_quota(self, quota: Mapping[str, Any]) -> None: ...
     def remove_quota(self, namespace: str, name: str) -> None: ...
@@ -156,6 +157,8 @@ class StateFeed:
         self._unbound: dict[PodKey, tuple[dict[str, Any], str]] = {}
         #: Pods that book devices and have not finished: their end wakes parked pods.
         self._holders: set[PodKey] = set()
+        #: Bound pods whose device plugin has not answered: their answer opens a node.
+        self._allocating: set[PodKey] = set()
         #: Pods with a Binding in flight or just written: key -> uid.
         self._binding: dict[PodKey, str] = {}
         self._node_fingerprints: dict[str, str] = {}
@@ -323,6 +326,9 @@ class StateFeed:
         if key in self._holders:
             self._holders.discard(key)
             self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
+        if key in self._allocating:
+            self._allocating.discard(key)
+            self._wake(queue.ClusterEvent.NODE_SETTLED, pod=key)
 
     def _track_holder(self, key: PodKey, pod: Mapping[str, Any]) -> None:
         holds = pod_facts.holds_devices(pod) and not pod_facts.is_terminal(pod)
@@ -331,6 +337,19 @@ class StateFeed:
         elif key in self._holders:
             self._holders.discard(key)
             self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
+        if pod_facts.awaits_devices(pod):
+            self._allocating.add(key)
+        elif key in self._allocating:
+            self._allocating.discard(key)
+            self._wake(queue.ClusterEvent.NODE_SETTLED, pod=key)
+
+    def check_gates(self) -> list[tuple[str, PodKey]]:
+        """Allocation gates that timed out since the last check (node, holder): their
+        nodes take GPU pods again, so parked pods are retried (for the watchdog)."""
+        expired = self._engine.expired_gates(self._wall_clock())
+        if expired:
+            self._wake(queue.ClusterEvent.NODE_SETTLED)
+        return expired
 
     # --- nodes --------------------------------------------------------------------------
     def node_event(self, event_type: str | None, node: Mapping[str, Any]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from vgpu_operator.control.feed import DEFAULT_CONFIG_KEY
+from vgpu_operator.scheduling.allocation_gate import DEFAULT_TIMEOUT_S, GateMode
 
 DEFAULT_NAMESPACE: Final = "vgpu-operator"
 DEFAULT_CONFIG_MAP: Final = "vgpu-device-config"
@@ -59,4 +60,8 @@ class OperatorOptions:
     max_binds_in_flight: int = 32
     #: A Normal "Scheduled" Event per bound pod, as kube-scheduler writes.
     scheduled_events: bool = True
+    #: At most one GPU pod per node between its Binding and the device plugin's answer,
+    #: so the plugin can tell which pod an Allocate is for (``allocation_gate``).
+    allocation_gate: GateMode = GateMode.BOOKS
+    allocation_gate_timeout_s: float = DEFAULT_TIMEOUT_S
     webhook: WebhookOptions | None = None

@@ -23,6 +23,7 @@ TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 _NODE_ANNOTATIONS_THAT_MATTER: Final = (
     *catalog.node_annotations(),
     names.NODE_DEVICE_CORDON,
+    names.NODE_LOCK,  # HAMi's node lock released: the node may take a GPU pod again
     names.NODE_SCHEDULER_POLICY,
     names.GPU_SCHEDULER_POLICY,
 )
@@ -78,6 +79,17 @@ def is_deleting(obj: Mapping[str, Any]) -> bool:
 def holds_devices(pod: Mapping[str, Any]) -> bool:
     """Whether the pod was placed by a HAMi-style scheduler (it books devices)."""
     return names.ASSIGNED_NODE in annotations_of(pod)
+
+
+def awaits_devices(pod: Mapping[str, Any]) -> bool:
+    """Bound, alive, and its device plugin has not answered yet (``bind-phase``
+    ``allocating``): it holds its node's allocation gate."""
+    return (
+        node_name_of(pod) is not None
+        and annotations_of(pod).get(names.BIND_PHASE) == "allocating"
+        and not is_terminal(pod)
+        and not is_deleting(pod)
+    )
 
 
 def is_waiting_for_scheduler(pod: Mapping[str, Any]) -> bool:

@@ -28,6 +28,7 @@ class ClusterEvent(enum.Enum):
     """Changes that can make a parked pod fit (kube-scheduler's cluster events)."""
 
     POD_RELEASED = "PodReleased"  # a pod holding devices finished or went away
+    NODE_SETTLED = "NodeSettled"  # a node's previous GPU pod has its devices (or timed out)
     NODE_CHANGED = "NodeChanged"  # a node was added or its schedulable facts changed
     INVENTORY_CHANGED = "InventoryChanged"  # a node's devices or cordons changed
     QUOTA_CHANGED = "QuotaChanged"
@@ -35,7 +36,9 @@ class ClusterEvent(enum.Enum):
 
 
 #: Events that only help pods which more free capacity could help.
-_CAPACITY_EVENTS = frozenset({ClusterEvent.POD_RELEASED, ClusterEvent.QUOTA_CHANGED})
+_CAPACITY_EVENTS = frozenset(
+    {ClusterEvent.POD_RELEASED, ClusterEvent.NODE_SETTLED, ClusterEvent.QUOTA_CHANGED}
+)
 
 
 def release_could_help(diagnosis: status.Diagnosis | None) -> bool:

@@ -51,6 +51,7 @@ class OperatorProcess:
             "--kubeconfig",
             str(kubeconfig),
             "--standalone",
+            "--allocation-gate=off",
             "--namespace",
             OPERATOR_NAMESPACE,
             "--config-map",

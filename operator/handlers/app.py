@@ -144,6 +144,8 @@ class OperatorApp:
             device_config.DeviceConfig(), inventory_timeout_s=options.inventory_timeout_s
         )
         self.state.preemption_enabled = True
+        self.state.gate_mode = options.allocation_gate
+        self.state.gate_timeout_s = options.allocation_gate_timeout_s
         self.queue = queue.SchedulingQueue(
             initial_backoff_s=options.initial_backoff_s,
             max_backoff_s=options.max_backoff_s,
@@ -491,6 +493,9 @@ class OperatorApp:
             self.metrics.queue_size(len(self.queue), self.queue.parked_count)
             for node in self.feed.check_heartbeats():
                 log.warning("inventory_stale", node=node)
+            for node, holder in self.feed.check_gates():
+                # Its device plugin never answered: the node takes GPU pods again.
+                log.warning("allocation_gate_timed_out", node=node, pod=holder)
             if self._is_leader():
                 await self._report_not_routed()
             if time.monotonic() - last_resync >= self.options.resync_interval_s:

@@ -23,6 +23,7 @@ from vgpu_operator.devices.quantity import as_int
 from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
+    allocation_gate,
     disruption,
     mig_records,
     node_basics,
@@ -79,6 +80,8 @@ class PodEntry:
     mig_records: tuple[MigAllocation, ...] = ()
     decoded: dict[str, model.PodSingleDevice] = field(default_factory=dict)
     init_count: int = 0
+    #: Since when the pod holds its node's allocation gate (``allocation_gate``), if it does.
+    allocating_since: float | None = None
 
     @property
     def quota_sums(self) -> dict[str, tuple[int, int]]:
@@ -110,6 +113,8 @@ class NodeEntry:
     score: float = 0.0
     summary: placement.Summary = field(default_factory=placement.Summary)
     dirty: bool = True
+    #: Pods between their Binding and the device plugin's answer, and since when.
+    allocating: dict[PodKey, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +174,11 @@ class ClusterBooks:
         self.preemption_enabled = False
         #: Decide with the reference path only (used by tests to compare the two).
         self.use_index = True
+        #: At most one GPU pod per node between Binding and the plugin's answer.
+        self.gate_mode = allocation_gate.GateMode.OFF
+        self.gate_timeout_s = allocation_gate.DEFAULT_TIMEOUT_S
+        #: Gates already reported as timed out (``expired_gates``).
+        self._expired_gates: set[PodKey] = set()
 
     @property
     def config(self) -> DeviceConfig:
@@ -272,6 +282,11 @@ class ClusterBooks:
             # Nothing can be booked from it; the runtime reports it (allocation_error).
             devices = {}
             self._allocation_errors[key] = str(exc)
+        if allocation_gate.allocation_failed(annotations):
+            # The device plugin refused it: kubelet will not start it with these devices.
+            devices = {}
+        holds = any(any(single) for single in devices.values())
+        allocating_since = None if deleting else allocation_gate.holding_since(annotations, holds)
         init_count = len((pod.get("spec") or {}).get("initContainers") or [])
         records = mig_records.read(annotations)
         entry = PodEntry(
@@ -289,6 +304,7 @@ class ClusterBooks:
             mig_records=records,
             decoded=devices,
             init_count=init_count,
+            allocating_since=allocating_since,
         )
         self._add_pod(entry)
         if records:
@@ -465,6 +481,8 @@ class ClusterBooks:
         node = self._nodes.get(entry.node or "")
         if node is not None:
             node.pods.add(entry.key)
+            if entry.allocating_since is not None:
+                node.allocating[entry.key] = entry.allocating_since
             self._touch(node)
 
     def _drop_pod(self, key: PodKey) -> None:
@@ -475,7 +493,44 @@ class ClusterBooks:
         node = self._nodes.get(entry.node or "")
         if node is not None:
             node.pods.discard(key)
+            node.allocating.pop(key, None)
             self._touch(node)
+
+    # --- the allocation gate --------------------------------------------------------------
+    def gate_closed(self, node: NodeEntry, now: float, key: PodKey = "") -> bool:
+        """Whether another GPU pod on the node still waits for its devices (or, with
+        ``hami-lock``, HAMi's node lock is held), so no GPU pod may be bound there now."""
+        if self.gate_mode is allocation_gate.GateMode.OFF:
+            return False
+        timeout = self.gate_timeout_s
+        if any(now - since <= timeout for since in node.allocating.values()):
+            return True
+        if self.gate_mode is allocation_gate.GateMode.HAMI_LOCK:
+            holder = allocation_gate.lock_holder(node.facts.annotations, now, timeout)
+            # Correctness does not rest on this: taking the lock is a guarded write.
+            if holder is not None and holder != key and (not holder or holder in self._pods):
+                return True
+        return False
+
+    def gate_holders(self) -> dict[str, list[PodKey]]:
+        """Per node, the pods holding its gate (for status and tests)."""
+        return {n.name: sorted(n.allocating) for n in self._nodes.values() if n.allocating}
+
+    def expired_gates(self, now: float) -> list[tuple[str, PodKey]]:
+        """Gates that timed out since the last call (node, holder): their nodes are open
+        again, so parked pods should be retried, and the holders reported."""
+        if self.gate_mode is allocation_gate.GateMode.OFF:
+            return []
+        expired: list[tuple[str, PodKey]] = []
+        live: set[PodKey] = set()
+        for node in self._nodes.values():
+            for key, since in node.allocating.items():
+                live.add(key)
+                if now - since > self.gate_timeout_s and key not in self._expired_gates:
+                    self._expired_gates.add(key)
+                    expired.append((node.name, key))
+        self._expired_gates &= live
+        return sorted(expired)
 
     def _observe_gpu_count(self, node: NodeEntry) -> None:
         """Seed 000 §9: GPUs that vanish from a node's allocatable make it unhealthy."""

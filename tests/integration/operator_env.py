@@ -21,6 +21,7 @@ import yaml
 from vgpu_operator import names
 from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.devices import codec
+from vgpu_operator.scheduling.allocation_gate import GateMode
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
 T = TypeVar("T")
@@ -328,6 +329,8 @@ def options(
         "log_format": "console",
         "initial_backoff_s": 0.2,
         "max_backoff_s": 2.0,
+        # KWOK nodes have no kubelet to answer; the gate's own tests run a stand-in.
+        "allocation_gate": GateMode.OFF,
     }
     values.update(overrides)
     return OperatorOptions(**values)

@@ -51,6 +51,7 @@ class OperatorProcess:
             "--config-map",
             env.CONFIG_MAP,
             "--standalone",
+            "--allocation-gate=off",
             "--metrics-port",
             "-1",
             "--log-format",

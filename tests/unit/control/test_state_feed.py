@@ -28,6 +28,7 @@ class FakeEngine:
         self.budgets: dict[tuple[str, str], Mapping[str, Any]] = {}
         self.config: device_config.DeviceConfig | None = None
         self.calls: list[str] = []
+        self.expired: list[tuple[str, str]] = []
 
     def set_config(self, config: device_config.DeviceConfig) -> None:
         self.config = config
@@ -66,6 +67,10 @@ class FakeEngine:
 
     def allocation_error(self, key: str) -> str | None:
         return None
+
+    def expired_gates(self, now: float) -> list[tuple[str, str]]:
+        expired, self.expired = self.expired, []
+        return expired
 
     def remove_pod(self, key: str) -> None:
         self.pods.pop(key, None)
@@ -225,6 +230,32 @@ def test_end_of_a_device_holder_wakes_parked_pods(
     assert queue.parked_count == 0
     clock.now += 1
     assert queue.pop() == "ns/w"
+
+
+def test_device_plugin_answer_wakes_pods_parked_behind_the_gate(
+    feed: StateFeed, queue: SchedulingQueue
+) -> None:
+    allocating = {names.ASSIGNED_NODE: "n1", names.BIND_PHASE: "allocating"}
+    feed.pod_event("ADDED", pod("h", 2, node="n1", phase="Pending", annotations=allocating))
+    feed.pod_event("ADDED", pod("w", 1, uid="u2"))
+    park(queue, "ns/w")
+    feed.pod_event("MODIFIED", pod("h", 3, node="n1", phase="Pending", annotations=allocating))
+    assert queue.parked_count == 1  # still allocating: nothing changed for the gate
+    settled = {**allocating, names.BIND_PHASE: "success"}
+    feed.pod_event("MODIFIED", pod("h", 4, node="n1", phase="Pending", annotations=settled))
+    assert queue.parked_count == 0
+
+
+def test_timed_out_gates_wake_parked_pods(
+    feed: StateFeed, engine: FakeEngine, queue: SchedulingQueue
+) -> None:
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    assert feed.check_gates() == []
+    assert queue.parked_count == 1
+    engine.expired = [("n1", "ns/h")]
+    assert feed.check_gates() == [("n1", "ns/h")]
+    assert queue.parked_count == 0
 
 
 def test_bound_pod_without_devices_wakes_nobody_when_it_ends(
