@@ -630,6 +630,10 @@ class ClusterBooks:
             if node is None:
                 continue
             self._refresh(node)
+            if not node.summary.has_room():
+                # Full: no pod that wants a device fits, so no search walks past it
+                # (``decision._find`` sends pods that want none to the reference path).
+                continue
             preference = self._layered_preference(node)
             bisect.insort(self._spread_rank, (node.score, node.order, name))
             bisect.insort(self._binpack_rank, (-node.score, node.order, name))

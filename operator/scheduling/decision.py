@@ -341,7 +341,9 @@ class ClusterState(ClusterBooks):
     ) -> tuple[NodeEntry, placement.Outcome] | None:
         """The node the pod goes to, with its Fit; ``tried`` receives every node's Fit
         made on the way."""
-        if not self.use_index:
+        if not self.use_index or not job.wants_devices:
+            # The index ranks only nodes with a free card; a pod that wants no device
+            # (rare here) may go to a full one.
             return self._find_reference(job, now, tried)
         self._rerank_dirty()
         if job.pod_node_policy is None:

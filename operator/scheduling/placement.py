@@ -130,9 +130,10 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class VendorSummary:
-    """Per vendor: each usable card's free (memory MiB, cores), and whether MIG is there."""
+    """Per vendor: each usable card's free memory MiB, free cores and total memory MiB
+    (a percentage request's size depends on the card), and whether MIG is there."""
 
-    free: tuple[tuple[int, int], ...] = ()
+    free: tuple[tuple[int, int, int], ...] = ()
     has_mig: bool = False
 
 
@@ -143,21 +144,35 @@ class Summary:
     A card counts when it is healthy and has a free slot; a container's request can only
     fit if at least ``count`` such cards each have its memory and cores free (MIG cards
     can give one container several instances, so only the first test applies to them).
+    A request by percentage (a whole-GPU request asks for 100 % by default) is measured
+    on each card as Fit measures it, so full cards rule their node out here too.
     """
 
     vendors: Mapping[str, VendorSummary] = field(default_factory=dict)
 
     @classmethod
     def of(cls, cards: Sequence[model.DeviceUsage]) -> Summary:
-        free: dict[str, list[tuple[int, int]]] = {}
+        free: dict[str, list[tuple[int, int, int]]] = {}
         mig_vendors: set[str] = set()
         for card in cards:
             free.setdefault(card.vendor, [])
             if card.mode == model.MODE_MIG:
                 mig_vendors.add(card.vendor)
             if card.health and card.used < card.count:
-                free[card.vendor].append((card.free_memory_mib, card.free_cores))
+                free[card.vendor].append(
+                    (card.free_memory_mib, card.free_cores, card.total_memory_mib)
+                )
         return cls({v: VendorSummary(tuple(f), v in mig_vendors) for v, f in free.items()})
+
+    def has_room(self) -> bool:
+        """Whether any card has a free slot and free memory (else ``may_fit`` is False
+        for every pod that wants a device: every request asks for at least 1 MiB or
+        1 %, which is at least 1 MiB of a card of 100 MiB or more)."""
+        return any(
+            memory > 0 or total < 100
+            for summary in self.vendors.values()
+            for memory, _cores, total in summary.free
+        )
 
     def may_fit(self, job: Job) -> bool:
         for requests in (*job.init_requests, *job.app_requests):
@@ -165,8 +180,15 @@ class Summary:
                 have = self.vendors.get(vendor_word)
                 if have is None or not have.free:
                     return False
-                memory, cores = request.memory_mib, min(request.cores, 100)
-                able = sum(1 for m, c in have.free if m >= memory and c >= cores)
+                cores = min(request.cores, 100)
+                if request.uses_percentage:
+                    percent = request.memory_percent
+                    able = sum(
+                        1 for m, c, total in have.free if m >= total * percent // 100 and c >= cores
+                    )
+                else:
+                    memory = request.memory_mib
+                    able = sum(1 for m, c, _total in have.free if m >= memory and c >= cores)
                 if able == 0 or (not have.has_mig and able < request.count):
                     return False
         return True
@@ -325,6 +347,8 @@ def _quota_check(
 ) -> fit.QuotaCheck:
     """Quota as HAMi v2.10 checks it inside Fit: the pod's allocation so far *with* this
     container's candidates, collapsed per card (init peak vs app sum), against the ledger."""
+    if not job.quota.has_limits(job.namespace):
+        return _no_quota
     earlier = [list(c) for c in per_vendor.get(vendor_word, [])][:position]
     factor = job.memory_factors.get(vendor_word, 1)
 
@@ -338,3 +362,8 @@ def _quota_check(
         return job.quota.fits(job.namespace, vendor_word, memory, cores, factor)
 
     return quota_ok
+
+
+def _no_quota(candidates: Sequence[tuple[str, int, int]]) -> bool:
+    """The check of a namespace that no ResourceQuota limits: every candidate passes."""
+    return True

@@ -127,6 +127,15 @@ class QuotaLedger:
             quotas.pop(name, None)
             self._forget_empty(namespace)
 
+    def has_limits(self, namespace: str) -> bool:
+        """Whether any quota of the namespace sets a non-zero limit (else nothing is
+        ever refused by quota there, and Fit need not ask per card)."""
+        return any(
+            amount > 0
+            for limits in self._limits.get(namespace, {}).values()
+            for amount in limits.values()
+        )
+
     def limit(self, namespace: str, resource: str) -> int:
         """The effective limit: the smallest non-zero one over the namespace's quotas,
         or 0 (unlimited) when none sets a non-zero limit."""
