@@ -240,7 +240,10 @@ class SimulatedNvml:
     """Serves one ``SimMachine`` through the subset of pynvml that NvmlReader uses.
 
     ``node_name`` seeds the UUIDs a file leaves out, so one file on many (KWOK) nodes
-    still gives every card a cluster-wide unique UUID. ``error`` builds the exception
+    still gives every card a cluster-wide unique UUID. ``pinned_uuids=False`` derives the
+    UUIDs a file does pin from the node name too (the pinned one seeds it), so a bundled
+    machine on a thousand nodes is a thousand sets of cards rather than one set a thousand
+    times; the demo keeps the pins, which its examples name. ``error`` builds the exception
     for an NVML return code: ``SimulatedNvmlError`` by default; tests pass the real
     binding's ``NVMLError`` (which picks the code's subclass) to check that the reader
     copes with the real exception classes.
@@ -251,9 +254,11 @@ class SimulatedNvml:
         machine: SimMachine,
         node_name: str = "sim",
         *,
+        pinned_uuids: bool = True,
         error: type[Exception] = SimulatedNvmlError,
     ) -> None:
         self._node_name = node_name
+        self._pinned_uuids = pinned_uuids
         self._error = error
         self._changed = threading.Condition()
         self._emitted: set[tuple[str, int]] = set()
@@ -345,7 +350,11 @@ class SimulatedNvml:
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
         card = self._device_call("nvmlDeviceGetUUID", handle)
         if handle.mig_slot is not None:
-            return self._mig(card, handle).uuid or _mig_uuid(card.uuid, handle.mig_slot)
+            pinned = self._mig(card, handle).uuid
+            if pinned is not None and self._pinned_uuids:
+                return pinned
+            # Unpinned, a MIG instance follows its card's (per-node) UUID.
+            return _mig_uuid(card.uuid, handle.mig_slot)
         return card.uuid
 
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
@@ -498,7 +507,7 @@ class SimulatedNvml:
         )
         return _Card(
             index=index,
-            uuid=gpu.uuid or _derived_uuid(self._node_name, machine.name, index),
+            uuid=self._card_uuid(index, gpu, machine),
             name=gpu.name or defaults.name or "",
             memory_mib=memory_mib or 0,
             bus_id=gpu.pci_bus_id or f"00000000:{0x18 + 0x10 * index:02X}:00.0",
@@ -507,6 +516,13 @@ class SimulatedNvml:
             telemetry=telemetry,
             unsupported=frozenset(machine.unsupported + defaults.unsupported + gpu.unsupported),
         )
+
+    def _card_uuid(self, index: int, gpu: SimGpu, machine: SimMachine) -> str:
+        if gpu.uuid is not None and self._pinned_uuids:
+            return gpu.uuid
+        # The pinned UUID (else the card's index) tells the cards of one machine apart.
+        seed = gpu.uuid if gpu.uuid is not None else str(index)
+        return _derived_uuid(self._node_name, machine.name, seed)
 
     def _system_call(self, name: str) -> None:
         if name in self._machine.unsupported:
@@ -552,8 +568,8 @@ def _attach_nvlinks(cards: list[_Card], nvlink: SimNvlink) -> None:
             )
 
 
-def _derived_uuid(node_name: str, machine_name: str, index: int) -> str:
-    return "GPU-" + str(uuid_lib.uuid5(_UUID_NAMESPACE, f"{node_name}/{machine_name}/{index}"))
+def _derived_uuid(node_name: str, machine_name: str, seed: str) -> str:
+    return "GPU-" + str(uuid_lib.uuid5(_UUID_NAMESPACE, f"{node_name}/{machine_name}/{seed}"))
 
 
 def _mig_uuid(gpu_uuid: str, slot: int) -> str:

@@ -207,6 +207,33 @@ def test_uuids_a_file_leaves_out_differ_per_node() -> None:
     assert [g.uuid for g in first.read().gpus] == a
 
 
+def _card_and_mig_uuids(machine: simulated.SimMachine, node: str, *, pinned: bool) -> list[str]:
+    sim = simulated.SimulatedNvml(machine, node, pinned_uuids=pinned)
+    reader = nvml.NvmlReader(sim.module(), numa_from_bus_id=sim.sysfs_numa_node)
+    reader.open()
+    gpus = reader.read().gpus
+    return [g.uuid for g in gpus] + [m.uuid for g in gpus for m in g.mig_instances]
+
+
+@pytest.mark.parametrize("name", simulated.bundled_machines())
+def test_pinned_uuids_can_be_derived_per_node(name: str) -> None:
+    machine = simulated.load_machine(simulated.resolve_machine_path(name))
+    kept = _card_and_mig_uuids(machine, "node-a", pinned=True)
+    a = _card_and_mig_uuids(machine, "node-a", pinned=False)
+    b = _card_and_mig_uuids(machine, "node-b", pinned=False)
+    # The bundled files pin their cards, so two nodes share UUIDs unless told otherwise.
+    assert _card_and_mig_uuids(machine, "node-b", pinned=True) == kept
+    assert {g.uuid for g in machine.gpus if g.uuid} <= set(kept)
+    # Per node: as many distinct UUIDs, none shared with another node or with the pins.
+    assert len(set(a)) == len(a) == len(kept)
+    assert not set(a) & set(b)
+    assert not set(a) & set(kept)
+    assert all(u.startswith(("GPU-", "MIG-")) for u in a)
+    assert [u[:4] for u in a] == [u[:4] for u in kept]
+    # Stable: the same node derives the same UUIDs again.
+    assert _card_and_mig_uuids(machine, "node-a", pinned=False) == a
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
