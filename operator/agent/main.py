@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
 
@@ -32,6 +32,7 @@ from vgpu_operator.agent.inventory import RegistrationOptions, build_status, sam
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.devices import codec
 from vgpu_operator.errors import CodecError
+from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.inventory import CrdMissingError, NodeNotFoundError
 from vgpu_operator.kube.inventory import InventoryWriter as KubeInventoryWriter
@@ -39,6 +40,9 @@ from vgpu_operator.kube.pods import patch_pod_annotations, pods_on_node
 from vgpu_operator.kube.requests import ApiClient
 
 log = structlog.get_logger(__name__)
+
+#: Events the agent writes say they come from it, not from the scheduler.
+AGENT_COMPONENT: Final = "vgpu-agent"
 
 #: HAMi's handshake time layout (Go's "2006-01-02 15:04:05", local time).
 _HANDSHAKE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -427,8 +431,16 @@ def device_plugin(settings: AgentSettings, api: ApiClient) -> GpuDevicePlugin:
     async def patch(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
         await patch_pod_annotations(api, pod, annotations)
 
+    events = kube_events.EventAggregator(component=AGENT_COMPONENT)
+
+    async def report(pod: Mapping[str, Any], reason: str, message: str) -> None:
+        ref = kube_events.ObjectRef.of(pod, "Pod")
+        await kube_events.write_event(api, events.record(ref, reason, message, _utc_now()))
+
     node_settings = NodeSettings(
         device_memory_scaling=settings.registration.memory_scaling,
         host=HostPaths(hook_dir=settings.hami_core_dir),
     )
-    return GpuDevicePlugin(node, settings.device_plugin_resource, [], pods, patch, node_settings)
+    return GpuDevicePlugin(
+        node, settings.device_plugin_resource, [], pods, patch, node_settings, report
+    )

@@ -88,8 +88,10 @@ class EventAggregator:
     """Turns "this happened to that object" into Event writes, one series per
     (object, reason) and message."""
 
-    def __init__(self, instance: str = "") -> None:
+    def __init__(self, instance: str = "", component: str = COMPONENT) -> None:
         self._instance = instance or os.environ.get("HOSTNAME", "") or "vgpu-operator"
+        #: Who reports (``source.component``): the scheduler, or a node's agent.
+        self._component = component
         self._series: dict[tuple[str, str, str, str], _Series] = {}
         self._serial = 0
 
@@ -126,8 +128,8 @@ class EventAggregator:
             "count": 1,
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
+            "source": {"component": self._component},
+            "reportingComponent": self._component,
             "reportingInstance": self._instance,
         }
         return EventWrite(Action.CREATE, ref.namespace, name, body, message, event_type)

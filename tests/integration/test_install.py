@@ -427,6 +427,54 @@ def test_with_the_hami_opt_in_the_agent_patches_only_its_own_node(
         installed.run(["delete", "-f", "manifests/agent-hami-annotations.yaml"])
 
 
+def test_with_the_device_plugin_opt_in_the_agent_settles_pods_and_says_why(
+    installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str, tmp_path: Path
+) -> None:
+    """What the device plugin writes on its own token: it lists the pods bound to its node,
+    patches one's annotations, and writes a GpuAllocateFailed Event on it."""
+    opt_in = ["apply", "-f", "manifests/agent-device-plugin.yaml"]
+    assert installed.run(opt_in).returncode == 0
+    pod = f"vgpu-agent-{gpu_nodes[0]}"
+    event = tmp_path / "event.yaml"
+    event.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{pod}.allocate", "namespace": NAMESPACE},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod},
+                "reason": "GpuAllocateFailed",
+                "message": "kubelet chose devices on another card",
+                "type": "Warning",
+                "source": {"component": "vgpu-agent"},
+            }
+        )
+    )
+    try:
+        listed = installed.run(
+            ["get", "pods", "-A", f"--field-selector=spec.nodeName={gpu_nodes[0]}"],
+            token=agent_token,
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert pod in listed.stdout
+        patch = '-p={"metadata":{"annotations":{"hami.io/bind-phase":"failed"}}}'
+        patched = installed.run(
+            ["patch", "pod", "-n", NAMESPACE, pod, "--type=merge", patch], token=agent_token
+        )
+        assert patched.returncode == 0, patched.stderr
+        created = installed.run(["create", "-f", str(event)], token=agent_token)
+        assert created.returncode == 0, created.stderr
+        bumped = installed.run(
+            ["patch", "event", "-n", NAMESPACE, f"{pod}.allocate", "--type=merge", "-p={}"],
+            token=agent_token,
+        )
+        assert bumped.returncode == 0, bumped.stderr
+    finally:
+        installed.run(["delete", "-f", "manifests/agent-device-plugin.yaml"])
+    # Without the opt-in the agent writes no Event.
+    _refused(installed.run(["create", "-f", str(event)], token=agent_token))
+
+
 # --- the operator's identity --------------------------------------------------------------
 
 

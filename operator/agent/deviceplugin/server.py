@@ -44,6 +44,16 @@ class Card:
 PodSource = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
 #: Merge-patch annotations onto a pod, guarded by its resourceVersion.
 Patcher = Callable[[Mapping[str, Any], Mapping[str, str]], Awaitable[None]]
+#: Tell a pod's owner why its Allocate failed: (pod, reason, message), as a Warning Event.
+Reporter = Callable[[Mapping[str, Any], str, str], Awaitable[None]]
+
+#: The Event reason on a pod whose Allocate failed (kubelet then fails the pod with
+#: UnexpectedAdmissionError, which alone does not say why).
+ALLOCATE_FAILED: Final = "GpuAllocateFailed"
+
+
+async def _no_report(pod: Mapping[str, Any], reason: str, message: str) -> None:
+    return None
 
 
 def cards_of(status: resources.DeviceInventoryStatus) -> list[Card]:
@@ -112,8 +122,10 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
         pods: PodSource,
         patch: Patcher,
         settings: NodeSettings | None = None,
+        report: Reporter = _no_report,
     ) -> None:
         self.node = node
+        self._report = report
         self.resource = resource
         self._cards = list(cards)
         self._pods = pods
@@ -179,8 +191,7 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
                     grant = allocation.allocate(pod, ids, self.resource, self.settings)
                     await asyncio.to_thread(self._prepare_host, grant)
                 except AllocationError as exc:
-                    log.warning("allocate_failed", node=self.node, error=str(exc))
-                    await self._patch(pod, allocation.failed_patch())
+                    await self._fail(pod, str(exc))
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
                     raise
                 await self._patch(pod, grant.patch)
@@ -192,6 +203,25 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
                     devices=[d.uuid for d in grant.devices],
                 )
             return api_pb2.AllocateResponse(container_responses=responses)
+
+    async def _fail(self, pod: Mapping[str, Any], message: str) -> None:
+        """``bind-phase: failed`` (the operator then releases the booking) and an Event on
+        the pod saying why. Neither write may hide the other, nor the gRPC error."""
+        meta = pod.get("metadata") or {}
+        log.warning(
+            "allocate_failed",
+            node=self.node,
+            pod=f"{meta.get('namespace')}/{meta.get('name')}",
+            error=message,
+        )
+        try:
+            await self._patch(pod, allocation.failed_patch())
+        except Exception as exc:
+            log.error("allocate_failed_unrecorded", node=self.node, error=str(exc))
+        try:
+            await self._report(pod, ALLOCATE_FAILED, message)
+        except Exception as exc:
+            log.error("allocate_event_failed", node=self.node, error=str(exc))
 
     def _prepare_host(self, grant: allocation.ContainerGrant) -> None:
         """The host directories the container's mounts need, made before kubelet hands

@@ -53,6 +53,10 @@ class FakeApi:
     def __init__(self, pods: list[dict[str, Any]]) -> None:
         self.pods = pods
         self.patches: list[tuple[str, dict[str, str]]] = []
+        self.events: list[tuple[str, str, str]] = []
+
+    async def report(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+        self.events.append((pod["metadata"]["name"], reason, message))
 
     async def list(self) -> Sequence[Mapping[str, Any]]:
         return self.pods
@@ -89,7 +93,9 @@ def host_settings(tmp_path: Path) -> NodeSettings:
 
 
 async def _with_plugin(tmp_path: Path, api: FakeApi, body: Any) -> Any:
-    plugin = GpuDevicePlugin(NODE, GPU, CARDS, api.list, api.patch, host_settings(tmp_path))
+    plugin = GpuDevicePlugin(
+        NODE, GPU, CARDS, api.list, api.patch, host_settings(tmp_path), api.report
+    )
     socket = str(tmp_path / "vgpu-operator-nvidia.sock")
     grpc_server = await server.serve(plugin, socket)
     try:
@@ -225,8 +231,39 @@ def test_a_mismatched_allocate_marks_the_pod_failed(tmp_path: Path) -> None:
 
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         run(_with_plugin(tmp_path, api, body))
-    assert "kubelet chose devices" in (refused.value.details() or "")
+    details = refused.value.details() or ""
+    assert "kubelet chose devices" in details
     assert api.patches == [("p", {names.BIND_PHASE: "failed"})]
+    # The pod's owner reads why in its Events: kubelet's UnexpectedAdmissionError does not say.
+    assert api.events == [("p", "GpuAllocateFailed", details)]
+
+
+def test_a_failed_allocate_still_answers_when_the_pod_cannot_be_marked(tmp_path: Path) -> None:
+    api = FakeApi([bound_pod("p", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:00Z")])
+
+    async def broken_patch(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        raise RuntimeError("API server away")
+
+    async def scenario() -> Any:
+        plugin = GpuDevicePlugin(
+            NODE, GPU, CARDS, api.list, broken_patch, host_settings(tmp_path), api.report
+        )
+        socket = str(tmp_path / "p.sock")
+        grpc_server = await server.serve(plugin, socket)
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+                stub = api_pb2_grpc.DevicePluginStub(channel)
+                request = api_pb2.AllocateRequest(
+                    container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-b-0"])]
+                )
+                return await stub.Allocate(request)
+        finally:
+            await grpc_server.stop(None)
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        run(scenario())
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert [reason for _, reason, _ in api.events] == ["GpuAllocateFailed"]
 
 
 def test_a_container_restarted_under_the_same_name_gets_an_empty_cache(tmp_path: Path) -> None:
