@@ -119,6 +119,7 @@ class NodeOverride(_Section):
 
     name: str = Field(min_length=1)
     operating_mode: str | None = Field(None, alias="operatingmode")
+    mig_strategy: str | None = Field(None, alias="migstrategy")
     device_split_count: int | None = Field(None, alias="devicesplitcount", ge=1)
     device_memory_scaling: float | None = Field(None, alias="devicememoryscaling", gt=0)
     device_core_scaling: float | None = Field(None, alias="devicecorescaling", gt=0)

@@ -73,6 +73,22 @@ from vgpu_operator.errors import ConfigError
     help="The count resource the device plugin advertises (resourceCountName).",
 )
 @click.option(
+    "--config-map",
+    default="vgpu-device-config",
+    show_default=True,
+    help="The device-config ConfigMap whose nodeconfig entry for this node (and nvidia "
+    "section) the agent follows without restart; the --device-* flags are fallbacks for "
+    "what it does not say. Empty follows none.",
+)
+@click.option(
+    "--config-namespace",
+    envvar="POD_NAMESPACE",
+    default="vgpu-operator",
+    show_default=True,
+    help="The ConfigMap's namespace (env POD_NAMESPACE).",
+)
+@click.option("--config-key", default="device-config.yaml", show_default=True)
+@click.option(
     "--hami-core-dir",
     default="/usr/local/vgpu",
     show_default=True,
@@ -99,6 +115,9 @@ def agent_command(
     device_core_scaling: float,
     device_plugin_dir: str,
     device_plugin_resource: str,
+    config_map: str,
+    config_namespace: str,
+    config_key: str,
     hami_core_dir: str,
     hami_core_library: str,
     log_format: str,
@@ -128,6 +147,9 @@ def agent_command(
         write_hami_annotations=write_hami_annotations,
         device_plugin_dir=device_plugin_dir or None,
         device_plugin_resource=device_plugin_resource,
+        config_map=config_map or None,
+        config_namespace=config_namespace,
+        config_key=config_key,
         hami_core_dir=hami_core_dir,
         hami_core_library=hami_core_library or None,
     )

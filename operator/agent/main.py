@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 import structlog
 
 from vgpu_operator import names, resources
-from vgpu_operator.agent import hamicore, health
+from vgpu_operator.agent import config_watch, hamicore, health, nodeconfig
 from vgpu_operator.agent.backends import Backend
 from vgpu_operator.agent.backoff import Backoff
 from vgpu_operator.agent.deviceplugin.allocation import CONTAINER_HOOK_DIR, HostPaths, NodeSettings
@@ -71,6 +71,11 @@ class AgentSettings:
     device_plugin_resource: str = "nvidia.com/gpu"
     #: HAMi-core's directory on the host, mounted at the same path into the agent.
     hami_core_dir: str = "/usr/local/vgpu"
+    #: The device-config ConfigMap this node's settings follow; name None follows none
+    #: (the flags above are then all there is).
+    config_namespace: str = "vgpu-operator"
+    config_map: str | None = None
+    config_key: str = "device-config.yaml"
     #: The libvgpu.so the image carries, installed into hami_core_dir at start; None
     #: installs nothing (the library is put there some other way).
     hami_core_library: str | None = None
@@ -128,6 +133,23 @@ class Agent:
         self._heartbeat_at: datetime | None = None
         self._asserted_at: datetime | None = None
         self._wake = asyncio.Event()
+        #: This node's settings: the flags until the device config says otherwise.
+        self.node_config = nodeconfig.from_flags(settings.registration)
+        #: Told every new node config (the device plugin's Allocate settings follow it).
+        self.on_config: Callable[[nodeconfig.NodeConfig], None] | None = None
+        self._left_out: tuple[tuple[str, str], ...] = ()
+
+    def apply_config(self, config: nodeconfig.NodeConfig) -> None:
+        """New settings from the device config: reported (and advertised) at once."""
+        if config == self.node_config:
+            return
+        self.node_config = config
+        log.info("node_config_applied", node=self.settings.node_name, **nodeconfig.describe(config))
+        for setting in config.ignored:
+            log.warning("node_config_ignored", node=self.settings.node_name, setting=setting)
+        if self.on_config is not None:
+            self.on_config(config)
+        self._wake.set()
 
     @property
     def last_written(self) -> resources.DeviceInventoryStatus | None:
@@ -180,12 +202,19 @@ class Agent:
                 now=present,
             )
         self._reported_count = count.reported
+        # The count above is of every card NVML sees (a card vanishing is news even when
+        # the config leaves it out); what is reported is what this node offers.
+        selection = nodeconfig.select(reading, self.node_config)
+        if selection.left_out != self._left_out:
+            self._left_out = selection.left_out
+            for uuid, why in selection.left_out:
+                log.info("gpu_left_out", node=self.settings.node_name, uuid=uuid, why=why)
         now = self._clock()
         status = build_status(
-            reading,
+            selection.reading,
             node_name=self.settings.node_name,
             backend=self.backend.description,
-            options=self.settings.registration,
+            options=self.node_config.registration,
             count=count,
             heartbeat=now,
             previous=self._last_written,
@@ -400,7 +429,9 @@ async def run_agent(
     async with api_client(kubeconfig) as api:
         if settings.device_plugin_dir is None:
             agent = Agent(settings, backend, KubeInventoryWriter(api), metrics=agent_metrics)
-            await agent.run(stop_event)
+            await asyncio.gather(
+                agent.run(stop_event), follow_config(settings, api, agent, stop_event)
+            )
             return
         if settings.hami_core_library is not None:
             await asyncio.to_thread(
@@ -417,8 +448,35 @@ async def run_agent(
             metrics=agent_metrics,
             on_status=lambda status: plugin.set_cards(cards_of(status)),
         )
+        agent.on_config = lambda config: plugin.apply_config(
+            config.registration.memory_scaling, config.core_policy
+        )
         runner = PluginRunner(plugin, Path(settings.device_plugin_dir))
-        await asyncio.gather(agent.run(stop_event), runner.run(stop_event))
+        await asyncio.gather(
+            agent.run(stop_event),
+            runner.run(stop_event),
+            follow_config(settings, api, agent, stop_event),
+        )
+
+
+async def follow_config(
+    settings: AgentSettings, api: ApiClient, agent: Agent, stop: asyncio.Event
+) -> None:
+    """Follow the device-config ConfigMap (if one is named) until ``stop``."""
+    if settings.config_map is None:
+        return
+    follower = config_watch.ConfigFollower(
+        settings.node_name, settings.config_key, settings.registration, agent.apply_config
+    )
+    await config_watch.follow(
+        api,
+        follower,
+        settings.config_namespace,
+        settings.config_map,
+        stop,
+        backoff_initial_s=settings.backoff_initial_s,
+        backoff_max_s=settings.backoff_max_s,
+    )
 
 
 def device_plugin(settings: AgentSettings, api: ApiClient) -> GpuDevicePlugin:

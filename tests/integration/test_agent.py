@@ -506,3 +506,87 @@ def test_an_inventory_naming_another_node_is_refused_by_the_api_server(
         )
     assert refused.value.status == 422
     assert "nodeName" in str(refused.value)
+
+
+# --- the device config, followed without restart ------------------------------------------
+
+
+def _device_config(namespace: str, name: str, text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"device-config.yaml": text},
+    }
+
+
+def _advertised(socket: Path, responses: int, timeout: float = 30.0) -> list[list[str]]:
+    """The first ``responses`` device lists the plugin's ListAndWatch sends to kubelet."""
+    import grpc  # only this test speaks gRPC
+
+    from vgpu_operator.agent.deviceplugin import api_pb2, api_pb2_grpc
+
+    async def watch() -> list[list[str]]:
+        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+            stub = api_pb2_grpc.DevicePluginStub(channel)
+            stream = stub.ListAndWatch(api_pb2.Empty())
+            seen: list[list[str]] = []
+            while len(seen) < responses:
+                answer = await asyncio.wait_for(stream.read(), timeout)
+                seen.append(sorted(d.ID for d in answer.devices))
+            stream.cancel()
+            return seen
+
+    return asyncio.run(watch())
+
+
+def test_a_device_config_change_reaches_inventory_and_kubelet_without_restart(
+    control_plane: ControlPlane,
+    node: dict[str, Any],
+    namespace: str,
+    machine_file: Callable[[str], Path],
+    start_agent: Callable[..., AgentThread],
+    tmp_path: Path,
+) -> None:
+    """The node's nodeconfig entry (split, filterdevices) over the flags; a change to the
+    ConfigMap is reported and re-advertised by the running agent, and both say the same."""
+    import tempfile
+
+    name = node["metadata"]["name"]
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    entry = f"nodeconfig: [{{name: {name}, devicesplitcount: 4, filterdevices: {{index: [0]}}}}]"
+    control_plane.create(configmaps, _device_config(namespace, "dc", entry))
+    # A unix socket path must stay under 108 bytes: pytest's tmp_path can be longer.
+    plugin_dir = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
+    try:
+        start_agent(
+            name,
+            machine_file("l40s-pcie-4"),
+            config_map="dc",
+            config_namespace=namespace,
+            device_plugin_dir=str(plugin_dir),
+            hami_core_dir=str(tmp_path / "vgpu"),
+        )
+
+        def devices(split: int, count: int) -> list[dict[str, Any]] | None:
+            status = (get_inventory(control_plane, name).get("status")) or {}
+            found = status.get("devices") or []
+            ok = len(found) == count and all(d["splitCount"] == split for d in found)
+            return found if ok else None
+
+        first = wait_for("the nodeconfig split and filter", lambda: devices(4, 3))
+        assert 0 not in [d["index"] for d in first]
+        socket = plugin_dir / "vgpu-operator-nvidia.sock"
+        wait_for("the plugin's socket", socket.exists)
+        (listed,) = _advertised(socket, 1)
+        assert listed == sorted(f"{d['uuid']}-{i}" for d in first for i in range(4))
+
+        changed = _device_config(
+            namespace, "dc", f"nodeconfig: [{{name: {name}, devicesplitcount: 6}}]"
+        )
+        control_plane.request("PUT", f"{configmaps}/dc", changed)
+        after = wait_for("the changed split, every card back", lambda: devices(6, 4))
+        (relisted,) = _advertised(socket, 1)
+        assert relisted == sorted(f"{d['uuid']}-{i}" for d in after for i in range(6))
+    finally:
+        shutil.rmtree(plugin_dir, ignore_errors=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -133,6 +133,12 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
         self.settings = settings or NodeSettings()
         self._changed = asyncio.Event()
         self._allocating = asyncio.Lock()
+
+    def apply_config(self, memory_scaling: float, core_policy: str) -> None:
+        """The device config changed: later Allocates use its settings."""
+        self.settings = replace(
+            self.settings, device_memory_scaling=memory_scaling, core_policy=core_policy
+        )
 
     def set_cards(self, cards: Sequence[Card]) -> None:
         """New readings (health, split): ListAndWatch sends the full list again."""
