@@ -427,6 +427,23 @@ def test_with_the_hami_opt_in_the_agent_patches_only_its_own_node(
         installed.run(["delete", "-f", "manifests/agent-hami-annotations.yaml"])
 
 
+def test_the_agent_reads_the_device_config_and_no_other_configmap(
+    installed: Cluster, agent_token: str
+) -> None:
+    """It lists and watches the device config by name (how it follows its nodeconfig
+    entry), and may not list the namespace's other ConfigMaps."""
+    by_name = "--field-selector=metadata.name=vgpu-device-config"
+    listed = installed.run(["get", "configmaps", "-n", NAMESPACE, by_name], token=agent_token)
+    assert listed.returncode == 0, listed.stderr
+    assert "vgpu-device-config" in listed.stdout
+    watched = installed.run(
+        ["get", "configmaps", "-n", NAMESPACE, by_name, "--watch", "--request-timeout=2s"],
+        token=agent_token,
+    )
+    assert "forbidden" not in watched.stderr.lower(), watched.stderr
+    _refused(installed.run(["get", "configmaps", "-n", NAMESPACE], token=agent_token))
+
+
 def test_with_the_device_plugin_opt_in_the_agent_settles_pods_and_says_why(
     installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str, tmp_path: Path
 ) -> None:
