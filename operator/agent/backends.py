@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from vgpu_operator.agent.nvml import NvmlReader
 from vgpu_operator.agent.readings import MachineReading
@@ -30,6 +30,10 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def nvml_module(self) -> Any:
+        """The pynvml-shaped module it reads through (MIG instances are made with it)."""
+        ...
 
 
 def backend_from_spec(spec: str, node_name: str) -> Backend:

@@ -22,10 +22,15 @@ from typing import Any, Final, Protocol
 import structlog
 
 from vgpu_operator import names, resources
-from vgpu_operator.agent import config_watch, hamicore, health, nodeconfig
+from vgpu_operator.agent import config_watch, hamicore, health, mig, nodeconfig
 from vgpu_operator.agent.backends import Backend
 from vgpu_operator.agent.backoff import Backoff
-from vgpu_operator.agent.deviceplugin.allocation import CONTAINER_HOOK_DIR, HostPaths, NodeSettings
+from vgpu_operator.agent.deviceplugin.allocation import (
+    CONTAINER_HOOK_DIR,
+    HostPaths,
+    MigDevices,
+    NodeSettings,
+)
 from vgpu_operator.agent.deviceplugin.runner import PluginRunner
 from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin, cards_of
 from vgpu_operator.agent.inventory import RegistrationOptions, build_status, same_report
@@ -440,7 +445,11 @@ async def run_agent(
                 Path(settings.hami_core_dir),
                 CONTAINER_HOOK_DIR,
             )
-        plugin = device_plugin(settings, api)
+        # MIG entries: the geometry tables of the config in force when Allocate runs.
+        instances = mig.MigInstances(
+            backend.nvml_module, lambda card_type: agent.node_config.geometries_for(card_type)
+        )
+        plugin = device_plugin(settings, api, instances)
         agent = Agent(
             settings,
             backend,
@@ -479,7 +488,9 @@ async def follow_config(
     )
 
 
-def device_plugin(settings: AgentSettings, api: ApiClient) -> GpuDevicePlugin:
+def device_plugin(
+    settings: AgentSettings, api: ApiClient, mig_devices: MigDevices | None = None
+) -> GpuDevicePlugin:
     """The kubelet device plugin of this node, reading and settling pods through ``api``."""
     node = settings.node_name
 
@@ -500,5 +511,5 @@ def device_plugin(settings: AgentSettings, api: ApiClient) -> GpuDevicePlugin:
         host=HostPaths(hook_dir=settings.hami_core_dir),
     )
     return GpuDevicePlugin(
-        node, settings.device_plugin_resource, [], pods, patch, node_settings, report
+        node, settings.device_plugin_resource, [], pods, patch, node_settings, report, mig_devices
     )

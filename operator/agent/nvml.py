@@ -454,6 +454,10 @@ class NvmlReader:
     def _code(self, name: str, default: int) -> int:
         return int(getattr(self.nvml, name, default))
 
+    def nvml_module(self) -> Any:
+        """The module this reader reads through (opened)."""
+        return self._module()
+
     def _module(self) -> Any:
         if self.nvml is None:
             raise RuntimeError("NvmlReader.open() was not called")

@@ -45,6 +45,12 @@ _ERROR_NOT_SUPPORTED: Final = 3
 _ERROR_NOT_FOUND: Final = 6
 _ERROR_TIMEOUT: Final = 10
 _ERROR_GPU_IS_LOST: Final = 15
+_ERROR_IN_USE: Final = 19
+_ERROR_INSUFFICIENT_RESOURCES: Final = 23
+#: MIG: GPU instance profile id -> (compute slices, memory eighths), as on A100/H100; a
+#: card has 7 compute slices. CI profile ids number the same slice counts.
+_GI_PROFILES: Final = {0: (1, 1), 1: (2, 2), 2: (3, 4), 3: (4, 4), 4: (7, 8)}
+_COMPUTE_SLICES: Final = 7
 _EVENT_XID_CRITICAL: Final = 0x8
 _EVENT_SINGLE_BIT_ECC: Final = 0x1
 _EVENT_DOUBLE_BIT_ECC: Final = 0x2
@@ -222,6 +228,19 @@ class _Handle:
     mig_slot: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _GpuInstance:
+    index: int
+    gpu_instance_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ComputeInstance:
+    index: int
+    gpu_instance_id: int
+    compute_instance_id: int
+
+
 @dataclass(slots=True)
 class _Card:
     index: int
@@ -234,6 +253,11 @@ class _Card:
     telemetry: SimCard
     unsupported: frozenset[str]
     nvlinks: list[tuple[str, bool]] = field(default_factory=list)  # (remote bus, to switch)
+    #: MIG: every GPU instance (id -> profile), and the instances with a compute
+    #: instance, which are the MIG devices NVML lists. Start as the file says; the
+    #: agent's MIG calls change them (until the file changes).
+    gpu_instances: dict[int, str] = field(default_factory=dict)
+    instances: list[SimMigInstance] = field(default_factory=list)
 
 
 class SimulatedNvml:
@@ -297,6 +321,11 @@ class SimulatedNvml:
             "NVML_ERROR_NOT_FOUND": _ERROR_NOT_FOUND,
             "NVML_ERROR_TIMEOUT": _ERROR_TIMEOUT,
             "NVML_ERROR_GPU_IS_LOST": _ERROR_GPU_IS_LOST,
+            "NVML_ERROR_IN_USE": _ERROR_IN_USE,
+            "NVML_ERROR_INSUFFICIENT_RESOURCES": _ERROR_INSUFFICIENT_RESOURCES,
+            "NVML_GPU_INSTANCE_PROFILE_COUNT": 0x12,
+            "NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED": 0,
+            **{f"NVML_COMPUTE_INSTANCE_PROFILE_{n}_SLICE": i for i, (n, _) in _GI_PROFILES.items()},
             "NVML_FEATURE_DISABLED": 0,
             "NVML_FEATURE_ENABLED": 1,
             "NVML_DEVICE_MIG_DISABLE": 0,
@@ -395,7 +424,7 @@ class SimulatedNvml:
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _Handle, slot: int) -> _Handle:
         card = self._device_call("nvmlDeviceGetMigDeviceHandleByIndex", handle)
-        if not card.gpu.mig_mode or not 0 <= slot < len(card.gpu.mig_instances):
+        if not card.gpu.mig_mode or not 0 <= slot < len(card.instances):
             raise self._error(_ERROR_NOT_FOUND)
         return _Handle(handle.index, slot)
 
@@ -406,6 +435,96 @@ class SimulatedNvml:
     def nvmlDeviceGetComputeInstanceId(self, handle: _Handle) -> int:
         card = self._device_call("nvmlDeviceGetComputeInstanceId", handle)
         return self._mig(card, handle).compute_instance_id
+
+    # --- MIG management (the calls the agent makes to create instances) -------------
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> _Handle:
+        self._system_call("nvmlDeviceGetHandleByUUID")
+        text = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for card in self._cards:
+            if card.uuid == text:
+                return _Handle(card.index)
+        raise self._error(_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, handle: _Handle, profile: int, version: int = 2
+    ) -> SimpleNamespace:
+        card = self._device_call("nvmlDeviceGetGpuInstanceProfileInfo", handle)
+        if not card.gpu.mig_mode or profile not in _GI_PROFILES:
+            raise self._error(_ERROR_NOT_SUPPORTED)
+        slices, eighths = _GI_PROFILES[profile]
+        memory_mb = eighths * (card.memory_mib // 8) - 256
+        name = f"{slices}g.{-(-memory_mb // 1024)}gb"
+        return SimpleNamespace(
+            id=profile, sliceCount=slices, memorySizeMB=memory_mb, name=f"MIG {name}"
+        )
+
+    def nvmlDeviceCreateGpuInstance(self, handle: _Handle, profile: int) -> _GpuInstance:
+        card = self._device_call("nvmlDeviceCreateGpuInstance", handle)
+        info = self.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+        used = sum(_slices(p) for p in card.gpu_instances.values())
+        if used + info.sliceCount > _COMPUTE_SLICES:
+            raise self._error(_ERROR_INSUFFICIENT_RESOURCES)
+        gi = next(i for i in itertools.count(1) if i not in card.gpu_instances)
+        card.gpu_instances[gi] = info.name.removeprefix("MIG ")
+        return _GpuInstance(card.index, gi)
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: _Handle, gi: int) -> _GpuInstance:
+        card = self._device_call("nvmlDeviceGetGpuInstanceById", handle)
+        if gi not in card.gpu_instances:
+            raise self._error(_ERROR_NOT_FOUND)
+        return _GpuInstance(card.index, gi)
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gpu_instance: _GpuInstance, profile: int, engine: int, version: int = 2
+    ) -> SimpleNamespace:
+        if profile not in _GI_PROFILES:
+            raise self._error(_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(id=profile, sliceCount=_GI_PROFILES[profile][0])
+
+    def nvmlGpuInstanceCreateComputeInstance(
+        self, gpu_instance: _GpuInstance, profile: int
+    ) -> _ComputeInstance:
+        card = self._cards[gpu_instance.index]
+        gi = gpu_instance.gpu_instance_id
+        name = card.gpu_instances.get(gi)
+        if name is None:
+            raise self._error(_ERROR_NOT_FOUND)
+        if any(m.gpu_instance_id == gi for m in card.instances):
+            raise self._error(_ERROR_INSUFFICIENT_RESOURCES)
+        eighths = next(e for s, e in _GI_PROFILES.values() if s == _slices(name))
+        card.instances.append(
+            SimMigInstance(
+                profile=name,
+                memory_mib=eighths * (card.memory_mib // 8) - 256,
+                gpu_instance_id=gi,
+                compute_instance_id=0,
+                uuid=_mig_uuid(card.uuid, f"gi{gi}"),
+            )
+        )
+        return _ComputeInstance(card.index, gi, 0)
+
+    def nvmlGpuInstanceGetComputeInstanceById(
+        self, gpu_instance: _GpuInstance, ci: int
+    ) -> _ComputeInstance:
+        card = self._cards[gpu_instance.index]
+        gi = gpu_instance.gpu_instance_id
+        if not any(m.gpu_instance_id == gi and m.compute_instance_id == ci for m in card.instances):
+            raise self._error(_ERROR_NOT_FOUND)
+        return _ComputeInstance(card.index, gi, ci)
+
+    def nvmlComputeInstanceDestroy(self, compute_instance: _ComputeInstance) -> None:
+        card = self._cards[compute_instance.index]
+        card.instances = [
+            m for m in card.instances if m.gpu_instance_id != compute_instance.gpu_instance_id
+        ]
+
+    def nvmlGpuInstanceDestroy(self, gpu_instance: _GpuInstance) -> None:
+        card = self._cards[gpu_instance.index]
+        gi = gpu_instance.gpu_instance_id
+        if any(m.gpu_instance_id == gi for m in card.instances):
+            raise self._error(_ERROR_IN_USE)
+        card.gpu_instances.pop(gi, None)
 
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> SimpleNamespace:
         card = self._device_call("nvmlDeviceGetUtilizationRates", handle)
@@ -515,6 +634,8 @@ class SimulatedNvml:
             gpu=gpu,
             telemetry=telemetry,
             unsupported=frozenset(machine.unsupported + defaults.unsupported + gpu.unsupported),
+            gpu_instances={m.gpu_instance_id: m.profile for m in gpu.mig_instances},
+            instances=list(gpu.mig_instances),
         )
 
     def _card_uuid(self, index: int, gpu: SimGpu, machine: SimMachine) -> str:
@@ -540,7 +661,7 @@ class SimulatedNvml:
 
     def _mig(self, card: _Card, handle: _Handle) -> SimMigInstance:
         assert handle.mig_slot is not None
-        return card.gpu.mig_instances[handle.mig_slot]
+        return card.instances[handle.mig_slot]
 
     def _link(self, card: _Card, link: int) -> tuple[str, bool]:
         if not 0 <= link < len(card.nvlinks):
@@ -572,8 +693,14 @@ def _derived_uuid(node_name: str, machine_name: str, seed: str) -> str:
     return "GPU-" + str(uuid_lib.uuid5(_UUID_NAMESPACE, f"{node_name}/{machine_name}/{seed}"))
 
 
-def _mig_uuid(gpu_uuid: str, slot: int) -> str:
-    return "MIG-" + str(uuid_lib.uuid5(_UUID_NAMESPACE, f"{gpu_uuid}/mig/{slot}"))
+def _mig_uuid(gpu_uuid: str, key: int | str) -> str:
+    return "MIG-" + str(uuid_lib.uuid5(_UUID_NAMESPACE, f"{gpu_uuid}/mig/{key}"))
+
+
+def _slices(profile: str) -> int:
+    """``3g.20gb`` -> 3."""
+    head = profile.split("g.", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def _first(*values: _T | None) -> _T | None:
@@ -625,6 +752,11 @@ class SimulatedBackend:
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
+
+    def nvml_module(self) -> Any:
+        """The simulation's pynvml-shaped module (MIG instances are made through it)."""
+        self._reload_if_changed()
+        return self._opened_reader().nvml_module()
 
     def _opened_reader(self) -> NvmlReader:
         if self._reader is None:

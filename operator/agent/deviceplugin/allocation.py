@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from vgpu_operator import names
 from vgpu_operator.devices import codec, model
@@ -35,6 +35,15 @@ DISABLE_CONTROL_ENV: Final = "CUDA_DISABLE_CONTROL"
 
 class AllocationError(Exception):
     """Allocate cannot honour the call; the message is for the pod's Event and kubelet."""
+
+
+class MigDevices(Protocol):
+    """Where MIG instances come from (``agent.mig`` over NVML or the simulation)."""
+
+    def device(self, card_uuid: str, geometry: int, slot: int) -> str:
+        """The MIG device UUID of ``card_uuid[geometry-slot]``, created if need be;
+        raises AllocationError saying why not."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +85,16 @@ class ContainerGrant:
     mounts: tuple[Mount, ...]
     #: The annotations to merge-patch onto the pod.
     patch: Mapping[str, str]
-    #: The host directory to (re)create for the container's shared cache.
+    #: The host directory to (re)create for the container's shared cache ("" for none).
     cache_dir: str
+
+
+def card_of(uuid: str) -> str:
+    """An allocation entry's card: ``GPU-a[1-3]`` (a MIG instance of it) -> ``GPU-a``."""
+    try:
+        return codec.split_mig_uuid(uuid, names.NVIDIA_DEVICES_TO_ALLOCATE)[0]
+    except CodecError as exc:
+        raise AllocationError(str(exc)) from None
 
 
 def physical_uuid(device_id: str) -> str:
@@ -115,9 +132,11 @@ def allocate(
     requested_ids: Sequence[str],
     resource: str,
     settings: NodeSettings,
+    mig: MigDevices | None = None,
 ) -> ContainerGrant:
     """The next container's grant for kubelet's ``requested_ids``; raises
-    ``AllocationError`` when the pod, its annotation and the IDs do not agree."""
+    ``AllocationError`` when the pod, its annotation and the IDs do not agree. MIG
+    entries (``GPU-a[g-s]``) are asked of ``mig``, which may create the instance."""
     meta = pod.get("metadata") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     where = f"pod {meta.get('namespace')}/{meta.get('name')}"
@@ -150,18 +169,14 @@ def allocate(
             f"{where}: kubelet asks for {len(requested_ids)} devices for container {name!r}, "
             f"the allocation holds {len(devices)}"
         )
-    wanted = Counter(d.uuid for d in devices)
-    if any(codec.split_mig_uuid(uuid)[1] is not None for uuid in wanted):
-        raise AllocationError(
-            f"{where}: container {name!r} is allocated MIG instances, which this agent does "
-            "not create yet; schedule it on a card in hami-core mode"
-        )
+    wanted = Counter(card_of(d.uuid) for d in devices)
     given = Counter(physical_uuid(i) for i in requested_ids)
     if given != wanted:
         raise AllocationError(
             f"{where}: kubelet chose devices on {sorted(given)}, the scheduler allocated "
             f"{sorted(wanted)} to container {name!r}"
         )
+    visible = tuple(_visible(d.uuid, mig, where, name) for d in devices)
     entries[position] = ()
     patch = {
         names.NVIDIA_DEVICES_TO_ALLOCATE: codec.encode_pod_single_device(
@@ -171,29 +186,53 @@ def allocate(
     if not any(entries):
         patch[names.BIND_PHASE] = codec.BindPhase.SUCCESS.value
     uid = str(meta.get("uid", ""))
-    return _grant(name, tuple(devices), container, uid, patch, settings)
+    return _grant(name, tuple(devices), visible, container, uid, patch, settings)
+
+
+def _visible(uuid: str, mig: MigDevices | None, where: str, container: str) -> str:
+    """What NVIDIA_VISIBLE_DEVICES names for one entry: the card, or its MIG device."""
+    try:
+        card, instance = codec.split_mig_uuid(uuid, names.NVIDIA_DEVICES_TO_ALLOCATE)
+    except CodecError as exc:
+        raise AllocationError(f"{where}: {exc}") from None
+    if instance is None:
+        return card
+    if mig is None:
+        raise AllocationError(
+            f"{where}: container {container!r} is allocated MIG instance {uuid}, and this "
+            "agent manages no MIG devices"
+        )
+    try:
+        return mig.device(card, *instance)
+    except AllocationError as exc:
+        raise AllocationError(f"{where}: container {container!r}: {exc}") from None
 
 
 def _grant(
     name: str,
     devices: tuple[model.ContainerDevice, ...],
+    visible: tuple[str, ...],
     container: Mapping[str, Any],
     pod_uid: str,
     patch: Mapping[str, str],
     settings: NodeSettings,
 ) -> ContainerGrant:
-    envs: dict[str, str] = {"NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}
+    envs: dict[str, str] = {"NVIDIA_VISIBLE_DEVICES": ",".join(visible)}
+    cache_name = f"{pod_uid}_{name}"
+    host = settings.host
+    cache_dir = f"{host.hook_dir}/containers/{cache_name}"
+    if all(v != d.uuid for v, d in zip(visible, devices, strict=True)):
+        # Only MIG instances: the hardware partitions memory and compute, and HAMi-core
+        # is not loaded (HAMi's plugin does the same in MIG mode).
+        return ContainerGrant(name, devices, envs, (), dict(patch), "")
     for index, device in enumerate(devices):
         envs[f"CUDA_DEVICE_MEMORY_LIMIT_{index}"] = f"{device.memory_mib}m"
     envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores)
-    cache_name = f"{pod_uid}_{name}"
     envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{CONTAINER_HOOK_DIR}/{cache_name}.cache"
     if settings.device_memory_scaling > 1:
         envs["CUDA_OVERSUBSCRIBE"] = "true"
     if settings.core_policy == "disable":
         envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
-    host = settings.host
-    cache_dir = f"{host.hook_dir}/containers/{cache_name}"
     # The directory first: the library is mounted into it.
     mounts = [
         Mount(CONTAINER_HOOK_DIR, cache_dir, False),

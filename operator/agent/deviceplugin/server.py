@@ -58,7 +58,8 @@ async def _no_report(pod: Mapping[str, Any], reason: str, message: str) -> None:
 
 def cards_of(status: resources.DeviceInventoryStatus) -> list[Card]:
     """The cards a status reports, as the plugin advertises them (the same split count, so
-    kubelet's capacity equals the scheduler's slots)."""
+    kubelet's capacity equals the scheduler's slots). MIG cards too: a pod placed on one
+    asks kubelet for the count resource like any other, and its IDs are the card's."""
     return [
         Card(
             d.uuid,
@@ -67,7 +68,6 @@ def cards_of(status: resources.DeviceInventoryStatus) -> list[Card]:
             d.numa_node,
         )
         for d in status.devices
-        if d.mode is resources.DeviceMode.HAMI_CORE
     ]
 
 
@@ -123,9 +123,11 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
         patch: Patcher,
         settings: NodeSettings | None = None,
         report: Reporter = _no_report,
+        mig: allocation.MigDevices | None = None,
     ) -> None:
         self.node = node
         self._report = report
+        self._mig = mig
         self.resource = resource
         self._cards = list(cards)
         self._pods = pods
@@ -171,7 +173,7 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
                 ids = preferred(
                     list(wanted.available_deviceIDs),
                     list(wanted.must_include_deviceIDs),
-                    [d.uuid for d in entry],
+                    [allocation.card_of(d.uuid) for d in entry],
                 )
             except AllocationError as exc:
                 log.info("no_preference", node=self.node, reason=str(exc))
@@ -194,7 +196,10 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
                     raise  # abort raises; this keeps type checkers sure
                 try:
-                    grant = allocation.allocate(pod, ids, self.resource, self.settings)
+                    # In a worker thread: a MIG entry may create the instance through NVML.
+                    grant = await asyncio.to_thread(
+                        allocation.allocate, pod, ids, self.resource, self.settings, self._mig
+                    )
                     await asyncio.to_thread(self._prepare_host, grant)
                 except AllocationError as exc:
                     await self._fail(pod, str(exc))
@@ -232,6 +237,8 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
     def _prepare_host(self, grant: allocation.ContainerGrant) -> None:
         """The host directories the container's mounts need, made before kubelet hands
         the mounts to the runtime."""
+        if not grant.mounts:
+            return  # MIG instances only: HAMi-core is not loaded
         try:
             hamicore.prepare_lock_dir(Path(self.settings.host.lock_dir))
             hamicore.prepare_container_dir(Path(grant.cache_dir))

@@ -126,10 +126,39 @@ def test_oversubscription_and_core_policy_reach_the_container() -> None:
     assert grant.envs["GPU_CORE_UTILIZATION_POLICY"] == "disable"
 
 
-def test_mig_entries_are_refused_with_a_clear_error() -> None:
+def test_mig_entries_without_a_mig_backend_are_refused_with_a_clear_error() -> None:
     p = pod([[("GPU-a[0-1]", 5120, 14)]], [container("main")])
     with pytest.raises(AllocationError, match="MIG"):
         allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings())
+
+
+class RecordingMig:
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, int, int]] = []
+
+    def device(self, card_uuid: str, geometry: int, slot: int) -> str:
+        self.asked.append((card_uuid, geometry, slot))
+        return f"MIG-{card_uuid}-{geometry}-{slot}"
+
+
+def test_a_mig_entry_gets_its_instance_and_no_hami_core() -> None:
+    """kubelet's IDs are on the card; the container sees the MIG device the backend made,
+    and HAMi-core stays out (the hardware enforces the partition)."""
+    p = pod([[("GPU-a[1-3]", 5120, 14)]], [container("main")])
+    mig = RecordingMig()
+    grant = allocation.allocate(p, ["GPU-a-4"], GPU, NodeSettings(), mig)
+    assert mig.asked == [("GPU-a", 1, 3)]
+    assert grant.envs == {"NVIDIA_VISIBLE_DEVICES": "MIG-GPU-a-1-3"}
+    assert grant.mounts == ()
+    assert grant.patch[names.BIND_PHASE] == "success"
+
+
+def test_kubelet_ids_on_another_card_than_the_mig_entrys_are_refused() -> None:
+    p = pod([[("GPU-a[0-0]", 5120, 14)]], [container("main")])
+    mig = RecordingMig()
+    with pytest.raises(AllocationError, match="kubelet chose devices"):
+        allocation.allocate(p, ["GPU-b-0"], GPU, NodeSettings(), mig)
+    assert mig.asked == []  # nothing is created for a call that is refused
 
 
 def test_missing_or_garbage_annotation_is_an_error() -> None:
