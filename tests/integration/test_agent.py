@@ -418,13 +418,22 @@ def test_daemonset_manifest_is_accepted_by_the_api_server(control_plane: Control
         "ServiceAccount": "/api/v1/namespaces/vgpu-operator/serviceaccounts",
         "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/vgpu-operator/roles",
+        "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/vgpu-operator/rolebindings",
         "DaemonSet": "/apis/apps/v1/namespaces/vgpu-operator/daemonsets",
     }
     kinds = []
     for doc in yaml.safe_load_all(manifest.read_text()):
         created = control_plane.create(f"{paths[doc['kind']]}?dryRun=All", doc)
         kinds.append(created["kind"])
-    assert kinds == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
+    assert kinds == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "DaemonSet",
+    ]
 
 
 def test_agent_command_runs_until_sigterm_logging_json(

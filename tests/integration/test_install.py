@@ -397,7 +397,6 @@ def test_an_agent_token_bound_to_no_node_writes_no_inventory(
         pytest.param(["patch", "node", "{a}", "--type=merge", "-p={{}}"], id="patch-own-node"),
         pytest.param(["get", "secrets", "-A"], id="read-secrets"),
         pytest.param(["delete", "pod", "-n", NAMESPACE, "--all"], id="delete-pods"),
-        pytest.param(["get", "pods", "-A"], id="list-pods"),
         pytest.param(["delete", "deviceinventories.vgpu-operator.io", "{a}"], id="delete-inv"),
     ],
 )
@@ -444,13 +443,11 @@ def test_the_agent_reads_the_device_config_and_no_other_configmap(
     _refused(installed.run(["get", "configmaps", "-n", NAMESPACE], token=agent_token))
 
 
-def test_with_the_device_plugin_opt_in_the_agent_settles_pods_and_says_why(
+def test_the_device_plugin_settles_pods_on_its_node_and_says_why(
     installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str, tmp_path: Path
 ) -> None:
     """What the device plugin writes on its own token: it lists the pods bound to its node,
     patches one's annotations, and writes a GpuAllocateFailed Event on it."""
-    opt_in = ["apply", "-f", "manifests/agent-device-plugin.yaml"]
-    assert installed.run(opt_in).returncode == 0
     pod = f"vgpu-agent-{gpu_nodes[0]}"
     event = tmp_path / "event.yaml"
     event.write_text(
@@ -467,29 +464,46 @@ def test_with_the_device_plugin_opt_in_the_agent_settles_pods_and_says_why(
             }
         )
     )
-    try:
-        listed = installed.run(
-            ["get", "pods", "-A", f"--field-selector=spec.nodeName={gpu_nodes[0]}"],
-            token=agent_token,
+    listed = installed.run(
+        ["get", "pods", "-A", f"--field-selector=spec.nodeName={gpu_nodes[0]}"],
+        token=agent_token,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert pod in listed.stdout
+    patch = '-p={"metadata":{"annotations":{"hami.io/bind-phase":"failed"}}}'
+    patched = installed.run(
+        ["patch", "pod", "-n", NAMESPACE, pod, "--type=merge", patch], token=agent_token
+    )
+    assert patched.returncode == 0, patched.stderr
+    created = installed.run(["create", "-f", str(event)], token=agent_token)
+    assert created.returncode == 0, created.stderr
+    bumped = installed.run(
+        ["patch", "event", "-n", NAMESPACE, f"{pod}.allocate", "--type=merge", "-p={}"],
+        token=agent_token,
+    )
+    assert bumped.returncode == 0, bumped.stderr
+
+
+def test_the_device_plugin_may_not_touch_pods_elsewhere_or_their_spec(
+    installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str
+) -> None:
+    node_a, node_b = gpu_nodes
+    other = agent_pod(installed.cp, node_b)  # any pod bound to node B
+    patch = '-p={"metadata":{"annotations":{"hami.io/bind-phase":"success"}}}'
+    message = _refused(
+        installed.run(
+            ["patch", "pod", "-n", NAMESPACE, other, "--type=merge", patch], token=agent_token
         )
-        assert listed.returncode == 0, listed.stderr
-        assert pod in listed.stdout
-        patch = '-p={"metadata":{"annotations":{"hami.io/bind-phase":"failed"}}}'
-        patched = installed.run(
-            ["patch", "pod", "-n", NAMESPACE, pod, "--type=merge", patch], token=agent_token
+    )
+    assert f"the agent on node {node_a} may change only pods bound to it" in message
+    own = f"vgpu-agent-{node_a}"
+    spec = '-p={"spec":{"activeDeadlineSeconds":5}}'
+    message = _refused(
+        installed.run(
+            ["patch", "pod", "-n", NAMESPACE, own, "--type=merge", spec], token=agent_token
         )
-        assert patched.returncode == 0, patched.stderr
-        created = installed.run(["create", "-f", str(event)], token=agent_token)
-        assert created.returncode == 0, created.stderr
-        bumped = installed.run(
-            ["patch", "event", "-n", NAMESPACE, f"{pod}.allocate", "--type=merge", "-p={}"],
-            token=agent_token,
-        )
-        assert bumped.returncode == 0, bumped.stderr
-    finally:
-        installed.run(["delete", "-f", "manifests/agent-device-plugin.yaml"])
-    # Without the opt-in the agent writes no Event.
-    _refused(installed.run(["create", "-f", str(event)], token=agent_token))
+    )
+    assert "annotations only" in message
 
 
 # --- the operator's identity --------------------------------------------------------------
