@@ -49,6 +49,7 @@ class Result(enum.StrEnum):
     REJECTED = "rejected"  # admission rules refuse it (quota)
     BIND_CONFLICT = "bind_conflict"
     PREEMPTING = "preempting"  # evicting victims, or waiting for them to go
+    GATED = "gated"  # decided; its Binding waits for the node's previous GPU pod
     ERROR = "error"
 
 

@@ -157,8 +157,11 @@ class StateFeed:
         self._unbound: dict[PodKey, tuple[dict[str, Any], str]] = {}
         #: Pods that book devices and have not finished: their end wakes parked pods.
         self._holders: set[PodKey] = set()
-        #: Bound pods whose device plugin has not answered: their answer opens a node.
-        self._allocating: set[PodKey] = set()
+        #: Bound pods whose device plugin has not answered, and their nodes: the
+        #: answer opens the node's allocation gate.
+        self._allocating: dict[PodKey, str] = {}
+        #: Called with a node whose allocation gate opened (the worker's Bindings wait).
+        self.on_settled: Callable[[str], None] = lambda node: None
         #: Pods with a Binding in flight or just written: key -> uid.
         self._binding: dict[PodKey, str] = {}
         self._node_fingerprints: dict[str, str] = {}
@@ -326,9 +329,12 @@ class StateFeed:
         if key in self._holders:
             self._holders.discard(key)
             self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
-        if key in self._allocating:
-            self._allocating.discard(key)
-            self._wake(queue.ClusterEvent.NODE_SETTLED, pod=key)
+        self._settle(key)
+
+    def _settle(self, key: PodKey) -> None:
+        node = self._allocating.pop(key, None)
+        if node is not None:
+            self.on_settled(node)
 
     def _track_holder(self, key: PodKey, pod: Mapping[str, Any]) -> None:
         holds = pod_facts.holds_devices(pod) and not pod_facts.is_terminal(pod)
@@ -337,18 +343,18 @@ class StateFeed:
         elif key in self._holders:
             self._holders.discard(key)
             self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
-        if pod_facts.awaits_devices(pod):
-            self._allocating.add(key)
-        elif key in self._allocating:
-            self._allocating.discard(key)
-            self._wake(queue.ClusterEvent.NODE_SETTLED, pod=key)
+        node = pod_facts.node_name_of(pod)
+        if node is not None and pod_facts.awaits_devices(pod):
+            self._allocating[key] = node
+        else:
+            self._settle(key)
 
     def check_gates(self) -> list[tuple[str, PodKey]]:
         """Allocation gates that timed out since the last check (node, holder): their
-        nodes take GPU pods again, so parked pods are retried (for the watchdog)."""
+        nodes take GPU pods again, so waiting Bindings go on (for the watchdog)."""
         expired = self._engine.expired_gates(self._wall_clock())
-        if expired:
-            self._wake(queue.ClusterEvent.NODE_SETTLED)
+        for node, _holder in expired:
+            self.on_settled(node)
         return expired
 
     # --- nodes --------------------------------------------------------------------------

@@ -46,6 +46,7 @@ class EngineDecisions(Protocol):
     def confirm(self, key: PodKey) -> None: ...
     def rollback(self, key: PodKey) -> None: ...
     def cancel_preemption(self, key: PodKey) -> None: ...
+    def bind_gate_open(self, node_name: str, key: PodKey, now: float) -> bool: ...
 
 
 class Binder(Protocol):
@@ -92,6 +93,10 @@ class AlwaysOpen:
         return 1
 
 
+def _holds_devices(decision: cluster.Decision) -> bool:
+    return any(any(single) for single in decision.devices.values())
+
+
 class SchedulingWorker:
     """See the module docstring. ``resync`` lists the cluster and feeds the engine."""
 
@@ -127,6 +132,9 @@ class SchedulingWorker:
         self._synced_opening = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._reports: dict[PodKey, asyncio.Task[None]] = {}
+        #: Bindings waiting for their node's allocation gate, and the one being written.
+        self._gate_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._binding_on: dict[str, PodKey] = {}
         self.synced = asyncio.Event()
 
     def poke(self) -> None:
@@ -295,12 +303,61 @@ class SchedulingWorker:
         decision: cluster.Decision,
         slot_held: bool,
     ) -> None:
+        gated = _holds_devices(decision)
+        if gated and not self._gate_passable(node, key):
+            # Wait for the node's previous GPU pod to get its devices without holding a
+            # bind slot: other nodes' Bindings go on meanwhile.
+            if slot_held:
+                self._bind_slots.release()
+                slot_held = False
+            try:
+                await self._await_gate(node, key)
+            except asyncio.CancelledError:
+                self._engine.rollback(key)
+                self._feed.binding_failed(key)
+                raise
+        if gated:
+            self._binding_on[node] = key
         if not slot_held:
             await self._bind_slots.acquire()
         try:
             await self._bind_once(key, pod, node, decision)
         finally:
             self._bind_slots.release()
+            if gated and self._binding_on.get(node) == key:
+                del self._binding_on[node]
+                # Bound: the gate stays shut until the plugin answers (the feed says
+                # so). Not bound: the next pod decided onto the node may try now.
+                self.node_settled(node)
+
+    # --- the allocation gate ----------------------------------------------------------------
+    def _gate_passable(self, node: str, key: PodKey) -> bool:
+        writing = self._binding_on.get(node)
+        if writing is not None and writing != key:
+            return False
+        return self._engine.bind_gate_open(node, key, self._wall_clock())
+
+    async def _await_gate(self, node: str, key: PodKey) -> None:
+        """Wait, in decision order, until the pod may be bound on ``node``."""
+        self._metrics.attempt(Result.GATED)
+        log.debug("binding_waits_for_allocation_gate", pod=key, node=node)
+        loop = asyncio.get_running_loop()
+        while not self._gate_passable(node, key):
+            turn: asyncio.Future[None] = loop.create_future()
+            self._gate_waiters.setdefault(node, []).append(turn)
+            try:
+                await turn
+            finally:
+                waiters = self._gate_waiters.get(node)
+                if waiters is not None and turn in waiters:
+                    waiters.remove(turn)
+
+    def node_settled(self, node: str) -> None:
+        """The node's previous GPU pod has its devices (or gave up, or timed out): the
+        Bindings waiting for it check again, the earliest first."""
+        for turn in self._gate_waiters.pop(node, []):
+            if not turn.done():
+                turn.set_result(None)
 
     async def _bind_once(
         self, key: PodKey, pod: Mapping[str, Any], node: str, decision: cluster.Decision

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -12,8 +13,11 @@ from typing import Any, Final
 
 from vgpu_operator import resources
 from vgpu_operator.agent.backends import backend_from_spec
+from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings, KubeletStandIn
 from vgpu_operator.agent.main import AgentSettings, run_agent
 from vgpu_operator.demo.settings import CRDS, INVENTORIES, DemoError, Json, wait_for
+from vgpu_operator.kube.client import api_client
+from vgpu_operator.kube.pods import pods_on_node
 from vgpu_operator.testing.controlplane import (
     ApiError,
     ControlPlane,
@@ -131,15 +135,23 @@ class AgentFleet:
     """One node agent per node (simulated backend), as asyncio tasks in one thread.
 
     Each is the agent's own ``run_agent``: it creates the DeviceInventory, writes the
-    status and keeps the heartbeat fresh until ``stop``.
+    status and keeps the heartbeat fresh until ``stop``. With ``plugin_root`` each agent
+    is also its node's device plugin (in ``plugin_root/<node>``) and a kubelet stand-in
+    drives it for the pods bound there, so allocations are handed out as on a real node.
     """
 
     def __init__(
-        self, kubeconfig: Path, nodes: Sequence[DemoNode], heartbeat_interval_s: float = 20.0
+        self,
+        kubeconfig: Path,
+        nodes: Sequence[DemoNode],
+        heartbeat_interval_s: float = 20.0,
+        plugin_root: Path | None = None,
     ) -> None:
         self._kubeconfig = kubeconfig
         self._nodes = tuple(nodes)
         self._heartbeat_interval_s = heartbeat_interval_s
+        self._plugin_root = plugin_root
+        self.standins: dict[str, KubeletStandIn] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._running = threading.Event()
@@ -174,11 +186,7 @@ class AgentFleet:
         self._running.set()
         runs = [
             run_agent(
-                AgentSettings(
-                    node_name=node.name,
-                    heartbeat_interval_s=self._heartbeat_interval_s,
-                    poll_interval_s=self._heartbeat_interval_s,
-                ),
+                self._settings(node),
                 backend_from_spec(f"sim:{node.machine}", node.name),
                 kubeconfig=str(self._kubeconfig),
                 metrics_port=0,
@@ -186,8 +194,40 @@ class AgentFleet:
             )
             for node in self._nodes
         ]
+        if self._plugin_root is not None:
+            runs += [self._standin(node.name, self._stop) for node in self._nodes]
         results = await asyncio.gather(*runs, return_exceptions=True)
         self.errors.extend(r for r in results if isinstance(r, BaseException))
+
+    def _settings(self, node: DemoNode) -> AgentSettings:
+        settings = AgentSettings(
+            node_name=node.name,
+            heartbeat_interval_s=self._heartbeat_interval_s,
+            poll_interval_s=self._heartbeat_interval_s,
+        )
+        if self._plugin_root is None:
+            return settings
+        home = self._plugin_root / node.name
+        return dataclasses.replace(
+            settings,
+            device_plugin_dir=str(home / "device-plugins"),
+            hami_core_dir=str(home / "vgpu"),
+        )
+
+    async def _standin(self, node: str, stop: asyncio.Event) -> None:
+        assert self._plugin_root is not None
+        async with api_client(str(self._kubeconfig)) as api:
+
+            async def pods() -> list[dict[str, Any]]:
+                return await pods_on_node(api, node)
+
+            standin = KubeletStandIn(node, self._plugin_root / node / "device-plugins", pods)
+            self.standins[node] = standin
+            await standin.run(stop)
+
+    def container_settings(self) -> list[ContainerSettings]:
+        """What every container received from its node's plugin so far."""
+        return [s for standin in self.standins.values() for s in list(standin.settings)]
 
 
 def wait_for_inventories(

@@ -51,7 +51,6 @@ class OperatorProcess:
             "--kubeconfig",
             str(kubeconfig),
             "--standalone",
-            "--allocation-gate=off",
             "--namespace",
             OPERATOR_NAMESPACE,
             "--config-map",

@@ -55,6 +55,40 @@ def render_nodes(cards: Mapping[str, CardFacts]) -> list[str]:
     return lines
 
 
+def _memory_limits(envs: Mapping[str, str]) -> str:
+    limits = [v for k, v in sorted(envs.items()) if k.startswith("CUDA_DEVICE_MEMORY_LIMIT_")]
+    return ",".join(v.removesuffix("m") for v in limits) or "-"
+
+
+def _render_containers(result: DemoResult) -> list[str]:
+    """What each GPU container receives from its node's device plugin (HAMi-core's
+    settings), as the kubelet stand-in got them."""
+    if not result.containers and not result.unsettled:
+        return []
+    lines = ["", "What each container receives from its node's device plugin:"]
+    rows: list[list[str]] = []
+    for got in result.containers:
+        if got.error is not None:
+            rows.append([got.pod, got.container, f"refused: {got.error}", "", ""])
+            continue
+        rows.append(
+            [
+                got.pod,
+                got.container,
+                ",".join(
+                    _short_uuid(u) for u in got.envs.get("NVIDIA_VISIBLE_DEVICES", "-").split(",")
+                ),
+                _memory_limits(got.envs),
+                got.envs.get("CUDA_DEVICE_SM_LIMIT", "-"),
+            ]
+        )
+    header = ["POD", "CONTAINER", "NVIDIA_VISIBLE_DEVICES", "MEMORY LIMIT MiB", "SM LIMIT %"]
+    lines += _table(header, rows, right={3, 4}) if rows else []
+    if result.unsettled:
+        lines.append(f"  still waiting for their device plugin: {', '.join(result.unsettled)}")
+    return lines
+
+
 def render_result(result: DemoResult) -> str:
     """The placement table, then each waiting pod and why it waits."""
     rows: list[list[str]] = []
@@ -77,6 +111,7 @@ def render_result(result: DemoResult) -> str:
             )
     header = ["POD", "NODE", "GPU", "MEMORY MiB", "CORES %"]
     lines = _table(header, rows, right={3, 4}) if rows else ["(no pod was bound)"]
+    lines += _render_containers(result)
     if result.waiting:
         lines += ["", "Waiting:"]
         for waiting in result.waiting:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_operator import names
+from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings
 from vgpu_operator.demo.nodes import CardFacts
 from vgpu_operator.demo.operator_process import OperatorProcess
 from vgpu_operator.demo.settings import POLL_S, DemoError, Json
@@ -77,6 +78,10 @@ class DemoResult:
     #: Seconds per phase, in the order they ran.
     timings_s: Mapping[str, float] = field(default_factory=dict)
     preempted: tuple[PreemptedPod, ...] = ()
+    #: What each GPU container received from its node's device plugin (kubelet stand-in).
+    containers: tuple[ContainerSettings, ...] = ()
+    #: Bound pods whose device plugin had not answered when the demo stopped waiting.
+    unsettled: tuple[str, ...] = ()
 
     def placed_pod(self, name: str) -> PlacedPod:
         """The bound pod called ``name`` (any namespace); KeyError if it is not bound."""
@@ -174,6 +179,31 @@ def read_preempted(cp: ControlPlane, namespaces: Sequence[str]) -> tuple[Preempt
             )
             found.append((_event_time(event), pod))
     return tuple(pod for _, pod in sorted(found, key=lambda item: item[0]))
+
+
+def awaiting_devices(snapshot: Snapshot) -> list[str]:
+    """Bound pods whose device plugin has not answered yet (``bind-phase`` allocating)."""
+    return sorted(
+        key
+        for key, pod in snapshot.pods.items()
+        if is_bound(pod)
+        and ((pod.get("metadata") or {}).get("annotations") or {}).get(names.BIND_PHASE)
+        == "allocating"
+    )
+
+
+def wait_for_allocations(
+    cp: ControlPlane, keys: Sequence[str], operator: OperatorProcess, timeout_s: float
+) -> list[str]:
+    """Poll until every bound pod's devices are handed out (or refused); the pods still
+    waiting for their device plugin when ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        operator.check_alive()
+        waiting = awaiting_devices(read_snapshot(cp, keys))
+        if not waiting or time.monotonic() >= deadline:
+            return waiting
+        time.sleep(POLL_S)
 
 
 def wait_for_decisions(

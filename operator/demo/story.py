@@ -37,6 +37,7 @@ from vgpu_operator.demo.result import (
     collect_result,
     read_preempted,
     read_snapshot,
+    wait_for_allocations,
     wait_for_decisions,
 )
 from vgpu_operator.demo.settings import DEFAULT_TIMEOUT_S, DemoError, Say
@@ -147,7 +148,7 @@ def run_demo(
         for manifest in setup:
             apply_manifest(cp, manifest)
         machines = create_nodes(cp, nodes)
-        fleet = AgentFleet(cp.kubeconfig_path, nodes)
+        fleet = AgentFleet(cp.kubeconfig_path, nodes, plugin_root=cp.workdir / "nodes")
         fleet.start()
         try:
             inventories = wait_for_inventories(cp, machines, fleet, timeout_s=60)
@@ -177,9 +178,16 @@ def run_demo(
                 preempted = read_preempted(cp, [key.split("/", 1)[0] for key in keys])
                 gone = {f"{p.namespace}/{p.name}" for p in preempted}
                 keys = [key for key in keys if key not in gone]
+                unsettled = wait_for_allocations(cp, keys, operator, timeout_s=20)
                 snapshot = read_snapshot(cp, keys)
                 result = collect_result(keys, snapshot, cards, clock.phases)
-                result = dataclasses.replace(result, preempted=preempted)
+                containers = tuple(s for s in fleet.container_settings() if s.pod in set(keys))
+                result = dataclasses.replace(
+                    result,
+                    preempted=preempted,
+                    containers=containers,
+                    unsettled=tuple(unsettled),
+                )
                 say("")
                 say(render_result(result))
                 say("")

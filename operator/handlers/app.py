@@ -191,6 +191,7 @@ class OperatorApp:
             preemptor=KubePreemptor(self.api, self.reporter),
             max_binds_in_flight=options.max_binds_in_flight,
         )
+        self.feed.on_settled = self.worker.node_settled
         self.metrics.read_state_from(self.state.device_usage, self.state.quota_usage)
         if options.metrics_port is not None:
             self._server = serving.HttpServer(

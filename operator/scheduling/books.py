@@ -497,20 +497,28 @@ class ClusterBooks:
             self._touch(node)
 
     # --- the allocation gate --------------------------------------------------------------
-    def gate_closed(self, node: NodeEntry, now: float, key: PodKey = "") -> bool:
-        """Whether another GPU pod on the node still waits for its devices (or, with
-        ``hami-lock``, HAMi's node lock is held), so no GPU pod may be bound there now."""
+    def bind_gate_open(self, node_name: str, key: PodKey, now: float) -> bool:
+        """Whether ``key``, decided onto the node, may be bound there now: no other pod
+        bound there still waits for its devices (and, with ``hami-lock``, HAMi's node
+        lock is not held by another pod). Pods decided but not yet bound do not count:
+        they wait for the gate themselves, in decision order."""
         if self.gate_mode is allocation_gate.GateMode.OFF:
-            return False
-        timeout = self.gate_timeout_s
-        if any(now - since <= timeout for since in node.allocating.values()):
             return True
+        node = self._nodes.get(node_name)
+        if node is None:
+            return True
+        timeout = self.gate_timeout_s
+        for holder, since in node.allocating.items():
+            entry = self._pods.get(holder)
+            bound = entry is not None and not entry.reserved
+            if holder != key and bound and now - since <= timeout:
+                return False
         if self.gate_mode is allocation_gate.GateMode.HAMI_LOCK:
-            holder = allocation_gate.lock_holder(node.facts.annotations, now, timeout)
+            owner = allocation_gate.lock_holder(node.facts.annotations, now, timeout)
             # Correctness does not rest on this: taking the lock is a guarded write.
-            if holder is not None and holder != key and (not holder or holder in self._pods):
-                return True
-        return False
+            if owner is not None and owner != key and (not owner or owner in self._pods):
+                return False
+        return True
 
     def gate_holders(self) -> dict[str, list[PodKey]]:
         """Per node, the pods holding its gate (for status and tests)."""
@@ -525,6 +533,9 @@ class ClusterBooks:
         live: set[PodKey] = set()
         for node in self._nodes.values():
             for key, since in node.allocating.items():
+                entry = self._pods.get(key)
+                if entry is None or entry.reserved:
+                    continue  # decided, not bound yet: it holds no gate
                 live.add(key)
                 if now - since > self.gate_timeout_s and key not in self._expired_gates:
                     self._expired_gates.add(key)

@@ -24,7 +24,6 @@ from vgpu_operator.devices import codec, mig_allocations, model
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     admission,
-    allocation_gate,
     mig_records,
     node_basics,
     placement,
@@ -135,14 +134,6 @@ class ClusterState(ClusterBooks):
         found = self._find(job, now, tried)
         if found is None:
             diagnosis = self._diagnose(subject, now, job, tried)
-            if _gated_somewhere(diagnosis):
-                # A node fits once its previous pod has its devices (seconds): wait for
-                # that rather than preempt anyone.
-                if nomination is not None and held is not None:
-                    self._nominations[key] = nomination
-                    self._add_pod(held)
-                    return Decision(key, False, diagnosis=diagnosis, nominated_node=nomination.node)
-                return Decision(key, False, diagnosis=diagnosis)
             if nomination is not None and held is not None and self._victims_remain(nomination):
                 # kube-scheduler's rule: a nominated pod whose victims are still
                 # terminating waits for them rather than preempting again.
@@ -316,22 +307,11 @@ class ClusterState(ClusterBooks):
             return Reason.INVENTORY_STALE
         return None
 
-    def _gate_shut(self, node: NodeEntry, job: placement.Job, now: float) -> bool:
-        if self.gate_mode is allocation_gate.GateMode.OFF or not job.wants_devices:
-            return False
-        key = pod_key(job.pod) if self.gate_mode is allocation_gate.GateMode.HAMI_LOCK else ""
-        return self.gate_closed(node, now, key)
-
-    def _try_node(
-        self, node: NodeEntry, job: placement.Job, now: float, *, gated: bool = True
-    ) -> placement.Outcome:
+    def _try_node(self, node: NodeEntry, job: placement.Job, now: float) -> placement.Outcome:
         self._refresh(node)
         gate = self._node_gate(node, job, now)
         if gate is not None:
             return placement.Outcome.rejected({gate: 1})
-        if gated and self._gate_shut(node, job, now):
-            # Checked before the Fit (cheap); the diagnosis fits such nodes to say more.
-            return placement.Outcome.rejected({Reason.NODE_ALLOCATION_IN_PROGRESS: 1})
         return placement.fit_pod(
             job, node.cards, node.facts, node.pair_scores, node.inventory_cordoned, node.layer
         )
@@ -400,22 +380,10 @@ class ClusterState(ClusterBooks):
         known = tried or {}
         for node in self._nodes.values():
             outcome = known.get(node.name) or self._try_node(node, job, now)
-            if Reason.NODE_ALLOCATION_IN_PROGRESS in outcome.reasons:
-                # Say what the gate hides: a node that would not fit anyway says why.
-                fitted = self._try_node(node, job, now, gated=False)
-                if not fitted.ok:
-                    outcome = fitted
             if not outcome.ok:
                 refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
                 failures[node.name] = NodeFailure(dict(outcome.reasons), refused_by)
         return Diagnosis(failures, len(self._nodes))
-
-
-def _gated_somewhere(diagnosis: Diagnosis) -> bool:
-    return any(
-        Reason.NODE_ALLOCATION_IN_PROGRESS in failure.reasons
-        for failure in diagnosis.node_failures.values()
-    )
 
 
 class _RemovalTrial:

@@ -43,9 +43,6 @@ class Reason(enum.StrEnum):
     INSUFFICIENT_NODE_MEMORY = "InsufficientMemory"
     TOO_MANY_PODS = "TooManyPods"
     INVENTORY_STALE = "InventoryStale"
-    #: Another GPU pod on the node still waits for its devices (``allocation_gate``):
-    #: the node fits, but must hand those out first.
-    NODE_ALLOCATION_IN_PROGRESS = "NodeAllocationInProgress"
 
 
 #: Reasons whose count is not "devices ruled out by this check".

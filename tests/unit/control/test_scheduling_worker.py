@@ -16,6 +16,7 @@ from vgpu_operator import names
 from vgpu_operator.control.feed import StateFeed
 from vgpu_operator.control.queue import SchedulingQueue
 from vgpu_operator.control.worker import SchedulingWorker
+from vgpu_operator.devices import model
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics
@@ -34,6 +35,7 @@ class Engine:
         self.decisions: dict[str, Decision | Exception] = {}
         self.log: list[str] = []
         self.cancelled: list[str] = []
+        self.shut: set[str] = set()
 
     def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
@@ -58,6 +60,12 @@ class Engine:
 
     def allocation_error(self, key: str) -> str | None:
         return None
+
+    def expired_gates(self, now: float) -> list[tuple[str, str]]:
+        return []
+
+    def bind_gate_open(self, node_name: str, key: str, now: float) -> bool:
+        return node_name not in self.shut
 
     def remove_pod(self, key: str) -> None:
         self.log.append(f"remove {key}")
@@ -207,6 +215,39 @@ def test_fitting_pod_is_bound_with_annotations_then_confirmed() -> None:
     assert "ns/a" not in rig.queue
     assert ("scheduled", "a", "n1") in rig.reporter.reports
     assert rig.attempts("scheduled") == 1
+
+
+def test_bindings_wait_in_order_for_the_nodes_allocation_gate() -> None:
+    gpu = {"NVIDIA": ((model.ContainerDevice("GPU-0", "NVIDIA", 1024, 10),),)}
+
+    async def scenario() -> tuple[Rig, list[list[str]]]:
+        rig = Rig()
+        rig.engine.shut.add("n1")
+        seen: list[list[str]] = []
+        for name in ("a", "b"):
+            rig.engine.decisions[f"ns/{name}"] = Decision(
+                f"ns/{name}", True, "n1", devices=gpu, annotations=ANNOTATIONS
+            )
+            rig.add(name)
+            rig.decide_next()
+        rig.engine.decisions["ns/plain"] = Decision("ns/plain", True, "n1", annotations={})
+        rig.add("plain")
+        rig.decide_next()  # no devices: it does not wait for the gate
+        await asyncio.sleep(0.05)
+        seen.append([b[0] for b in rig.binder.bound])
+        rig.engine.shut.discard("n1")
+        rig.worker.node_settled("n1")
+        await asyncio.sleep(0.05)
+        seen.append([b[0] for b in rig.binder.bound])
+        await settle(rig)
+        return rig, seen
+
+    rig, seen = asyncio.run(scenario())
+    assert seen[0] == ["plain"]
+    # Once open, the earliest decided binds first (this fake gate stays open after).
+    assert seen[1] == ["plain", "a", "b"]
+    assert rig.attempts("gated") == 2
+    assert rig.reporter.reports.count(("scheduled", "a", "n1")) == 1
 
 
 @pytest.mark.parametrize(

@@ -232,30 +232,36 @@ def test_end_of_a_device_holder_wakes_parked_pods(
     assert queue.pop() == "ns/w"
 
 
-def test_device_plugin_answer_wakes_pods_parked_behind_the_gate(
-    feed: StateFeed, queue: SchedulingQueue
-) -> None:
+def test_device_plugin_answer_opens_the_nodes_gate(feed: StateFeed) -> None:
+    settled: list[str] = []
+    feed.on_settled = settled.append
     allocating = {names.ASSIGNED_NODE: "n1", names.BIND_PHASE: "allocating"}
     feed.pod_event("ADDED", pod("h", 2, node="n1", phase="Pending", annotations=allocating))
-    feed.pod_event("ADDED", pod("w", 1, uid="u2"))
-    park(queue, "ns/w")
     feed.pod_event("MODIFIED", pod("h", 3, node="n1", phase="Pending", annotations=allocating))
-    assert queue.parked_count == 1  # still allocating: nothing changed for the gate
-    settled = {**allocating, names.BIND_PHASE: "success"}
-    feed.pod_event("MODIFIED", pod("h", 4, node="n1", phase="Pending", annotations=settled))
-    assert queue.parked_count == 0
+    assert settled == []  # still allocating: nothing changed for the gate
+    answered = {**allocating, names.BIND_PHASE: "success"}
+    feed.pod_event("MODIFIED", pod("h", 4, node="n1", phase="Pending", annotations=answered))
+    assert settled == ["n1"]
+    feed.pod_event("MODIFIED", pod("h", 5, node="n1", phase="Running", annotations=answered))
+    assert settled == ["n1"]
 
 
-def test_timed_out_gates_wake_parked_pods(
-    feed: StateFeed, engine: FakeEngine, queue: SchedulingQueue
-) -> None:
-    feed.pod_event("ADDED", pod("w", 1))
-    park(queue, "ns/w")
+def test_deleting_a_pod_that_awaits_its_devices_opens_the_gate(feed: StateFeed) -> None:
+    settled: list[str] = []
+    feed.on_settled = settled.append
+    allocating = {names.ASSIGNED_NODE: "n1", names.BIND_PHASE: "allocating"}
+    feed.pod_event("ADDED", pod("h", 2, node="n1", phase="Pending", annotations=allocating))
+    feed.pod_event("DELETED", pod("h", 3, node="n1", phase="Pending", annotations=allocating))
+    assert settled == ["n1"]
+
+
+def test_timed_out_gates_open_their_nodes(feed: StateFeed, engine: FakeEngine) -> None:
+    settled: list[str] = []
+    feed.on_settled = settled.append
     assert feed.check_gates() == []
-    assert queue.parked_count == 1
     engine.expired = [("n1", "ns/h")]
     assert feed.check_gates() == [("n1", "ns/h")]
-    assert queue.parked_count == 0
+    assert settled == ["n1"]
 
 
 def test_bound_pod_without_devices_wakes_nobody_when_it_ends(
