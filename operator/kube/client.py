@@ -15,6 +15,8 @@ from typing import Any
 
 from kubernetes_asyncio import client, config
 
+from vgpu_operator.kube import session
+
 #: Present in every pod's environment; absent on a workstation.
 _IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
 
@@ -28,6 +30,7 @@ async def create_api_client(
     account if running in a pod, else ``$KUBECONFIG`` / ``~/.kube/config``.
 
     The caller owns the client and must ``await api.close()`` (or use ``api_client``).
+    Its HTTP session is the long-lived one of ``session.tune``.
     """
     configuration = client.Configuration()
     if kubeconfig is not None:
@@ -43,7 +46,9 @@ async def create_api_client(
         await config.load_kube_config(
             context=context, client_configuration=configuration, persist_config=False
         )
-    return client.ApiClient(configuration=configuration)
+    api = client.ApiClient(configuration=configuration)
+    await session.tune(api)
+    return api
 
 
 @asynccontextmanager

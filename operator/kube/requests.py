@@ -11,8 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeAlias
+from urllib.parse import urlencode
 
+import aiohttp
 from kubernetes_asyncio import client
+
+from vgpu_operator.kube import session
 
 #: The client type, for modules above ``kube`` that must not import the library.
 ApiClient: TypeAlias = client.ApiClient
@@ -42,6 +46,16 @@ class ApiError(Exception):
         return str(data.get("reason", "")) if isinstance(data, dict) else ""
 
 
+async def auth_headers(api: client.ApiClient) -> dict[str, str]:
+    """The client's credentials as headers (a bearer token, refreshed by the client's
+    own hook when it expires; client certificates are in the session's TLS context)."""
+    configuration = api.configuration
+    if "BearerToken" not in configuration.api_key:
+        return {}
+    value = await configuration.get_api_key_with_prefix("BearerToken")
+    return {"Authorization": str(value)} if value else {}
+
+
 async def request_json(
     api: client.ApiClient,
     method: str,
@@ -54,26 +68,31 @@ async def request_json(
 ) -> dict[str, Any]:
     """Send one request; return the decoded JSON object (``{}`` for an empty body).
 
+    Straight through the client's long-lived session (``session.tune``): the generated
+    client's generic request path (parameter sanitising, its own JSON encoding) is not
+    needed for a path and a dict, and costs more than the request itself in a burst.
     Raises ``ApiError`` for HTTP statuses outside 2xx.
     """
-    headers = {"Accept": JSON_CONTENT, "Content-Type": content_type}
-    response = await api.call_api(
-        path,
+    configuration = api.configuration
+    headers = {"Accept": JSON_CONTENT, "Content-Type": content_type, **await auth_headers(api)}
+    url = f"{configuration.host}{path}"
+    if query:
+        url = f"{url}?{urlencode(list(query.items()))}"
+    data = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+    async with session.session_of(api).request(
         method,
-        query_params=list(query.items()) if query else None,
-        header_params=headers,
-        body=body,
-        auth_settings=["BearerToken"],
-        _preload_content=False,
-        _request_timeout=timeout_s,
-    )
-    try:
+        url,
+        data=data,
+        headers=headers,
+        proxy=configuration.proxy,
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+        server_hostname=configuration.tls_server_name,
+    ) as response:
         raw = await response.read()
-    finally:
-        response.release()
-    if not 200 <= response.status < 300:
-        raise ApiError(method, path, response.status, raw.decode(errors="replace"))
+        status = response.status
+    if not 200 <= status < 300:
+        raise ApiError(method, path, status, raw.decode(errors="replace"))
     if not raw:
         return {}
-    data = json.loads(raw)
-    return data if isinstance(data, dict) else {"items": data}
+    decoded = json.loads(raw)
+    return decoded if isinstance(decoded, dict) else {"items": decoded}
