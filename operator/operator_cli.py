@@ -87,6 +87,13 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     help="Seconds after which a node whose device plugin has not answered takes GPU pods again.",
 )
 @click.option(
+    "--scheduled-events/--no-scheduled-events",
+    default=True,
+    show_default=True,
+    help="A Normal Scheduled Event per bound pod, as kube-scheduler writes; written while "
+    "no Binding is in flight, at most a few seconds late.",
+)
+@click.option(
     "--webhook-port",
     type=int,
     default=None,
@@ -137,6 +144,7 @@ def run(
     resync_interval_s: float,
     allocation_gate: str,
     allocation_gate_timeout_s: float,
+    scheduled_events: bool,
     webhook_port: int | None,
     webhook_addr: str,
     webhook_cert: Path | None,
@@ -189,6 +197,7 @@ def run(
         resync_interval_s=resync_interval_s,
         allocation_gate=GateMode(allocation_gate),
         allocation_gate_timeout_s=allocation_gate_timeout_s,
+        scheduled_events=scheduled_events,
         webhook=webhook,
     )
     runtime.run_forever(options)

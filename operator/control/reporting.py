@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import structlog
 
+from vgpu_operator.control.deferred import DeferredWrites
 from vgpu_operator.kube import conditions, events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.scheduling import status
@@ -85,11 +86,14 @@ class KubeReporter:
         aggregator: events.EventAggregator | None = None,
         clock: Callable[[], datetime.datetime] = _now,
         scheduled_events: bool = True,
+        deferred: DeferredWrites | None = None,
     ) -> None:
         self._api = api
         self._events = aggregator or events.EventAggregator()
         self._clock = clock
         self._scheduled_events = scheduled_events
+        #: Where the Scheduled Events wait for a quiet moment (None: written at once).
+        self._deferred = deferred
 
     async def unschedulable(self, pod: Mapping[str, Any], diagnosis: status.Diagnosis) -> None:
         await self._not_scheduled(pod, diagnosis.message(), failed_scheduling_message(diagnosis))
@@ -112,7 +116,15 @@ class KubeReporter:
                 events.TYPE_NORMAL,
             )
             self._events.forget(ref.namespace, ref.name)
-            await events.write_event(self._api, write)
+            if self._deferred is None:
+                await events.write_event(self._api, write)
+                return
+            api = self._api
+
+            async def later() -> None:
+                await events.write_event(api, write)
+
+            self._deferred.put(later)
 
     async def adjusted(self, pod: Mapping[str, Any], message: str) -> None:
         """A Warning Event: the engine booked less than the pod wrote (cores above 100)."""

@@ -128,6 +128,7 @@ class SchedulingWorker:
         self._clock = clock
         self._wall_clock = wall_clock
         self._bind_slots = asyncio.Semaphore(max_binds_in_flight)
+        self._binds_in_flight = 0
         self._wakeup = asyncio.Event()
         self._synced_opening = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -143,7 +144,12 @@ class SchedulingWorker:
 
     @property
     def binds_in_flight(self) -> int:
-        return sum(1 for t in self._tasks if t.get_name().startswith("bind "))
+        return self._binds_in_flight
+
+    def busy(self) -> bool:
+        """Whether a Binding is being written or a pod is ready to decide (writes that
+        may wait, ``deferred.DeferredWrites``, wait for this to be False)."""
+        return self._binds_in_flight > 0 or self._queue.has_ready()
 
     # --- the loop -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -320,9 +326,11 @@ class SchedulingWorker:
             self._binding_on[node] = key
         if not slot_held:
             await self._bind_slots.acquire()
+        self._binds_in_flight += 1
         try:
             await self._bind_once(key, pod, node, decision)
         finally:
+            self._binds_in_flight -= 1
             self._bind_slots.release()
             if gated and self._binding_on.get(node) == key:
                 del self._binding_on[node]

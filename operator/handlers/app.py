@@ -31,6 +31,7 @@ import structlog
 from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.control import (
+    deferred,
     feed,
     leadership,
     pod_facts,
@@ -128,6 +129,7 @@ class OperatorApp:
         self.worker: worker.SchedulingWorker | None = None
         self.reporter: reporting.KubeReporter | None = None
         self.gate: worker.Gate | None = None
+        self.deferred: deferred.DeferredWrites | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._forever: list[asyncio.Task[None]] = []  # must run as long as the process
         self._server: serving.HttpServer | None = None
@@ -157,10 +159,13 @@ class OperatorApp:
             config_key=options.config_key,
             inventory_timeout_s=options.inventory_timeout_s,
         )
+        # Scheduled Events wait while Bindings are being written (control/deferred.py).
+        self.deferred = deferred.DeferredWrites()
         self.reporter = reporting.KubeReporter(
             self.api,
             aggregator=kube_events.EventAggregator(self.identity),
             scheduled_events=options.scheduled_events,
+            deferred=self.deferred,
         )
         if not options.standalone:
             await self._ensure_peering()
@@ -192,6 +197,7 @@ class OperatorApp:
             max_binds_in_flight=options.max_binds_in_flight,
         )
         self.feed.on_settled = self.worker.node_settled
+        self.deferred.busy = self.worker.busy
         self.metrics.read_state_from(self.state.device_usage, self.state.quota_usage)
         if options.metrics_port is not None:
             self._server = serving.HttpServer(
@@ -213,6 +219,7 @@ class OperatorApp:
         if not options.standalone:
             self._spawn("quota watch", self._watch_quotas())
         self._spawn("scheduling worker", self.worker.run())
+        self._spawn("deferred events", self.deferred.run(self._deferred_write_failed))
         self._spawn("housekeeping", self._housekeeping())
         self.started.set()
         log.info(
@@ -260,6 +267,10 @@ class OperatorApp:
         self._tasks.append(task)
         if forever:
             self._forever.append(task)
+
+    def _deferred_write_failed(self, exc: Exception) -> None:
+        log.warning("event_write_failed", error=str(exc))
+        self.metrics.api_error("report")
 
     def _poke_worker(self) -> None:
         if self.worker is not None:
