@@ -36,6 +36,11 @@ class DemoNode:
     taints: tuple[Mapping[str, str], ...] = ()
 
 
+#: The demo's device config (examples/device-config.yaml), read by the operator and,
+#: for their own node's settings and MIG geometries, by the agents.
+DEMO_CONFIG_NAMESPACE: Final = "vgpu-operator"
+DEMO_CONFIG_MAP: Final = "vgpu-device-config"
+
 #: Keeps pods that do not ask for MIG off the MIG node (the MIG example tolerates it).
 #: Under HAMi's rules a pod that names no ``nvidia.com/vgpu-mode`` may take a MIG
 #: instance: the exclusive example would take the whole card as a 7g.40gb instance.
@@ -212,6 +217,9 @@ class AgentFleet:
             settings,
             device_plugin_dir=str(home / "device-plugins"),
             hami_core_dir=str(home / "vgpu"),
+            # The device config the operator reads (MIG geometries, node settings).
+            config_namespace=DEMO_CONFIG_NAMESPACE,
+            config_map=DEMO_CONFIG_MAP,
         )
 
     async def _standin(self, node: str, stop: asyncio.Event) -> None:

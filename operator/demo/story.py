@@ -163,12 +163,13 @@ def run_demo(
                 say("operator ready")
                 clock.lap("operator start")
                 keys = []
+                say(f"applying {len(examples)} objects from {source}, each pod once the")
+                say("previous one is decided (so the table reads the same on every run)...")
                 for manifest in examples:
                     apply_manifest(cp, manifest)
                     if manifest.kind == "Pod":
                         keys.append(f"{manifest.namespace}/{manifest.name}")
-                say(f"applied {len(examples)} objects from {source} ({len(keys)} pods)")
-                say("waiting for the scheduler's decisions...")
+                        wait_for_decisions(cp, keys[-1:], operator, timeout_s)
                 snapshot = wait_for_decisions(cp, keys, operator, timeout_s)
                 clock.lap("scheduling")
                 if story:

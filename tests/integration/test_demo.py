@@ -160,3 +160,30 @@ def test_urgent_pod_preempts_the_batch_job_and_takes_its_card(demo: DemoResult) 
     with pytest.raises(KeyError):
         demo.placed_pod("batch-a100")
     assert "Preempted:" in render_result(demo)
+
+
+def test_every_placed_container_received_exactly_its_own_pods_cards(demo: DemoResult) -> None:
+    """Through the allocation gate, the agents' device plugins and the kubelet stand-ins:
+    each container's visible devices and limits are its own pod's allocation."""
+    assert demo.unsettled == ()
+    received = {got.pod: got for got in demo.containers}
+    for pod in demo.placed:
+        if not pod.gpus:
+            continue
+        got = received[f"{pod.namespace}/{pod.name}"]
+        assert got.error is None, got.error
+        visible = got.envs["NVIDIA_VISIBLE_DEVICES"].split(",")
+        if any("[" in g.uuid for g in pod.gpus):  # a MIG instance: its own UUID
+            assert all(v.startswith("MIG-") for v in visible), visible
+            continue
+        assert sorted(visible) == sorted(g.card_uuid for g in pod.gpus)
+        limits = sorted(v for k, v in got.envs.items() if k.startswith("CUDA_DEVICE_MEMORY_LIMIT_"))
+        assert limits == sorted(f"{g.memory_mib}m" for g in pod.gpus)
+        assert got.envs["CUDA_DEVICE_SM_LIMIT"] == str(pod.gpus[0].cores)
+
+
+def test_the_table_shows_what_each_container_receives(demo: DemoResult) -> None:
+    text = render_result(demo)
+    section = text.split("What each container receives from its node's device plugin:", 1)[1]
+    assert "NVIDIA_VISIBLE_DEVICES" in section
+    assert "vgpu-demo/shared-a" in section
