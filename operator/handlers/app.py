@@ -43,11 +43,12 @@ from vgpu_operator.control import (
 )
 from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.handlers import admission
-from vgpu_operator.kube import binding, client, eviction, listing, peering
+from vgpu_operator.kube import binding, client, eviction, listing, node_lock, peering
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics, WebhookResult
 from vgpu_operator.scheduling import cluster
+from vgpu_operator.scheduling.allocation_gate import GateMode
 
 log = structlog.get_logger("vgpu_operator.operator")
 
@@ -59,23 +60,34 @@ _CERT_FILE_CHECK_S = 5.0
 
 
 class KubeBinder:
-    """``worker.Binder`` over the API."""
+    """``worker.Binder`` over the API. With ``lock_timeout_s`` (``hami-lock``) a GPU pod's
+    Binding is preceded by HAMi's node lock, released again if the Binding fails."""
 
-    def __init__(self, api: ApiClient) -> None:
+    def __init__(self, api: ApiClient, lock_timeout_s: float | None = None) -> None:
         self._api = api
+        self._lock_timeout_s = lock_timeout_s
 
     async def bind(
         self, pod: Mapping[str, Any], node: str, annotations: Mapping[str, str]
     ) -> binding.BindOutcome:
         meta = pod.get("metadata") or {}
-        return await binding.bind_pod(
-            self._api,
-            str(meta.get("namespace") or "default"),
-            str(meta.get("name") or ""),
-            str(meta.get("uid") or ""),
-            node,
-            annotations,
-        )
+        namespace = str(meta.get("namespace") or "default")
+        name = str(meta.get("name") or "")
+        locking = self._lock_timeout_s is not None and names.ASSIGNED_NODE in annotations
+        if locking:
+            assert self._lock_timeout_s is not None
+            if not await node_lock.take(self._api, node, namespace, name, self._lock_timeout_s):
+                log.info("node_lock_busy", pod=f"{namespace}/{name}", node=node)
+                return binding.BindOutcome.CONFLICT
+        outcome = binding.BindOutcome.CONFLICT
+        try:
+            outcome = await binding.bind_pod(
+                self._api, namespace, name, str(meta.get("uid") or ""), node, annotations
+            )
+            return outcome
+        finally:
+            if locking and outcome is not binding.BindOutcome.BOUND:
+                await node_lock.release(self._api, node, namespace, name)
 
     async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return await binding.read_pod(self._api, namespace, name)
@@ -188,7 +200,12 @@ class OperatorApp:
             self.state,
             self.feed,
             self.queue,
-            KubeBinder(self.api),
+            KubeBinder(
+                self.api,
+                lock_timeout_s=options.allocation_gate_timeout_s
+                if options.allocation_gate is GateMode.HAMI_LOCK
+                else None,
+            ),
             self.reporter,
             self.metrics,
             resync=self._resync_until_done,
