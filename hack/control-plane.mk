@@ -14,6 +14,10 @@ CONTROL_PLANE_BIN_DIR := $(shell $(CONTROL_PLANE_BUILD) --print-dir)
 # For recipes that run the tests (vgpu_operator.testing.controlplane reads it).
 export VGPU_CONTROL_PLANE_BIN_DIR := $(CONTROL_PLANE_BIN_DIR)
 
-.PHONY: control-plane-bins
+.PHONY: control-plane-bins control-plane-bench-bins
 control-plane-bins:
 	@$(CONTROL_PLANE_BUILD)
+
+# The same plus kube-scheduler and toxiproxy-server, for `make bench` only.
+control-plane-bench-bins:
+	@$(CONTROL_PLANE_BUILD) --bench

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Build (once) and cache the binaries of the test control plane: kube-apiserver, etcd and kwok,
 # and the two test tools beside them: kubectl (the README's install steps are run with it) and
-# promtool (checks the operator's and the agent's metrics endpoints).
+# promtool (checks the operator's and the agent's metrics endpoints). With --bench also the
+# benchmark's two: kube-scheduler (its baseline) and toxiproxy (its network faults); `make test`
+# never builds them, so a cold CI stays as fast as before.
 #
 #   hack/control-plane/build.sh              ensure the binaries exist; print the bin dir (last line)
+#   hack/control-plane/build.sh --bench      the same, plus kube-scheduler and toxiproxy
 #   hack/control-plane/build.sh --print-dir  print the bin dir only; build nothing
 #
 # Each binary is cached outside the repository, per component and version:
 #   ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/<component>-<version>/<component>
 # and a combined directory of symlinks to all five is what tests use (VGPU_CONTROL_PLANE_BIN_DIR).
-# kubectl is built from the kube-apiserver wrapper's go.mod/go.sum (same module versions, so the
-# second of the two reuses most of Go's build cache).
+# kubectl and kube-scheduler are built from the kube-apiserver wrapper's go.mod/go.sum (same
+# module versions, so they reuse most of Go's build cache). toxiproxy is linked into the combined
+# directory as toxiproxy-server, kube-scheduler under its own name.
 # A cached binary is trusted only if `<binary> --version` reports the expected version.
 # If $KUBEBUILDER_ASSETS holds kube-apiserver and etcd, those are used instead of building them
 # (kwok, kubectl and promtool are still built and cached).
@@ -43,7 +47,12 @@ if [[ "${1:-}" == "--print-dir" ]]; then
     printf '%s\n' "$COMBINED"
     exit 0
 fi
-[[ $# -eq 0 ]] || die "usage: $0 [--print-dir]"
+BENCH=0
+if [[ "${1:-}" == "--bench" ]]; then
+    BENCH=1
+    shift
+fi
+[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir]"
 
 # --- Go environment -------------------------------------------------------------------------------
 GO=${GO:-}
@@ -62,7 +71,8 @@ JOBS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 # expected version substring printed by `<bin> --version` (`kubectl version --client`)
 expected_version() {
     case "$1" in
-        kube-apiserver) printf 'Kubernetes %s' "$K8S_VERSION" ;;
+        kube-apiserver | kube-scheduler) printf 'Kubernetes %s' "$K8S_VERSION" ;;
+        toxiproxy) printf 'toxiproxy-server version %s' "${TOXIPROXY_VERSION#v}" ;;
         kubectl) printf 'Client Version: %s' "$K8S_VERSION" ;;
         etcd) printf 'etcd Version: %s' "${ETCD_VERSION#v}" ;;
         kwok) printf 'kwok version %s' "$KWOK_VERSION" ;;
@@ -73,6 +83,7 @@ expected_version() {
 version_output() { # <path> <component>
     case "$2" in
         kubectl) "$1" version --client 2>&1 ;;
+        toxiproxy) "$1" -version 2>&1 ;;
         *) "$1" --version 2>&1 ;;
     esac
 }
@@ -98,17 +109,18 @@ check_go() {
 
 component_version() {
     case "$1" in
-        kube-apiserver | kubectl) printf '%s' "$K8S_VERSION" ;;
+        kube-apiserver | kubectl | kube-scheduler) printf '%s' "$K8S_VERSION" ;;
+        toxiproxy) printf '%s' "$TOXIPROXY_VERSION" ;;
         etcd) printf '%s' "$ETCD_VERSION" ;;
         kwok) printf '%s' "$KWOK_VERSION" ;;
         promtool) printf '%s' "$PROMTOOL_VERSION" ;;
     esac
 }
 
-# the wrapper module a component is built from (kubectl shares kube-apiserver's)
+# the wrapper module a component is built from (kubectl and kube-scheduler share kube-apiserver's)
 wrapper_dir() {
     case "$1" in
-        kubectl) printf '%s' "$HERE/kube-apiserver" ;;
+        kubectl | kube-scheduler) printf '%s' "$HERE/kube-apiserver" ;;
         *) printf '%s' "$HERE/$1" ;;
     esac
 }
@@ -154,7 +166,7 @@ build_component() { # <component>
     # Build in a copy so the repository's go.mod/go.sum are never modified.
     cp "$(wrapper_dir "$c")/go.mod" "$(wrapper_dir "$c")/go.sum" "$work/"
     case "$c" in
-        kube-apiserver | kubectl)
+        kube-apiserver | kubectl | kube-scheduler)
             check_wrapper_version "$c" k8s.io/kubernetes "$K8S_VERSION"
             local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
             local date p
@@ -176,6 +188,11 @@ build_component() { # <component>
             check_wrapper_version "$c" sigs.k8s.io/kwok "$KWOK_VERSION"
             ldflags="-s -w"
             pkg=sigs.k8s.io/kwok/cmd/kwok
+            ;;
+        toxiproxy)
+            check_wrapper_version "$c" github.com/Shopify/toxiproxy/v2 "$TOXIPROXY_VERSION"
+            ldflags="-s -w -X github.com/Shopify/toxiproxy/v2.Version=${TOXIPROXY_VERSION#v}"
+            pkg=github.com/Shopify/toxiproxy/v2/cmd/server
             ;;
         promtool)
             # Prometheus v3.<minor>.<patch> is Go module v0.<minor, 3 digits>.<patch>.
@@ -216,6 +233,7 @@ main() {
     else
         components=(etcd kwok kube-apiserver kubectl promtool)
     fi
+    (( BENCH )) && components+=(kube-scheduler toxiproxy)
     local c
     for c in "${components[@]}"; do
         build_component "$c"
@@ -231,6 +249,10 @@ main() {
     link_into_combined kwok "$BIN_ROOT/kwok-$KWOK_VERSION/kwok"
     link_into_combined kubectl "$BIN_ROOT/kubectl-$K8S_VERSION/kubectl"
     link_into_combined promtool "$BIN_ROOT/promtool-$PROMTOOL_VERSION/promtool"
+    if (( BENCH )); then
+        link_into_combined kube-scheduler "$BIN_ROOT/kube-scheduler-$K8S_VERSION/kube-scheduler"
+        link_into_combined toxiproxy-server "$BIN_ROOT/toxiproxy-$TOXIPROXY_VERSION/toxiproxy"
+    fi
     log "all binaries ready in $COMBINED ($((SECONDS - total))s)"
     printf '%s\n' "$COMBINED"
 }
