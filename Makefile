@@ -17,7 +17,7 @@ help:
 	@echo "make test     - unit, property, scenario and integration tests (sets everything up)"
 	@echo "make demo     - local control plane, simulated GPU nodes, the operator and sample pods"
 	@echo "make lint     - ruff, mypy --strict, import-linter"
-	@echo "make bench    - scheduling latency and topology selection figures"
+	@echo "make bench    - micro-benchmarks, then the end-to-end benchmark (docs/benchmarks.md)"
 
 -include hack/control-plane.mk
 
@@ -52,8 +52,17 @@ lint: dev
 	$(BIN)/mypy -p vgpu_operator
 	$(BIN)/lint-imports
 
-bench: dev
+# The benchmark's extra (matplotlib for its plots), installed on first use only.
+$(BIN)/.bench-deps: $(BIN)/.deps
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,bench]' --config-settings editable_mode=strict
+	touch $@
+
+# BENCH_NODES (default 1000), BENCH_SCALE (0.1 for a quick run), BENCH_5000=1 for the
+# 5,000-node run, BENCH_FAULTS=0 to skip the fault runs; see tests/bench/e2e/README.md.
+bench: dev control-plane-bench-bins $(BIN)/.bench-deps
 	$(BIN)/python tests/bench/run.py
+	VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) $(BIN)/python tests/bench/run_e2e.py \
+		--docs docs/benchmarks.md
 
 demo: dev control-plane-bins
 	VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) $(BIN)/vgpu-operator demo

@@ -1,0 +1,522 @@
+"""The end-to-end bench, start to finish: ``python tests/bench/run_e2e.py`` (``make bench``).
+
+Environment (each also a flag): BENCH_NODES (1000), BENCH_SCALE (1.0: pod counts are
+multiplied by it), BENCH_5000 (0: also the 5,000-node run), BENCH_FAULTS (1),
+BENCH_OPERATOR_ARGS (extra ``vgpu-operator run`` flags, e.g. the bind gate's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e import ceiling, counting, faults, fleet, procs, report, runs, workloads
+from e2e.api import Api
+from e2e.tracking import Tracker
+from vgpu_operator.demo.nodes import install_crd
+from vgpu_operator.testing.controlplane import ClientCredentials, ControlPlane, find_tool
+
+OPERATOR_NAMESPACE = "vgpu-operator"
+RAISED_QPS = (1000, 2000)
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=_env_int("BENCH_NODES", 1000))
+    parser.add_argument("--scale", type=float, default=float(os.environ.get("BENCH_SCALE", 1.0)))
+    parser.add_argument("--with-5000", type=int, default=_env_int("BENCH_5000", 0))
+    parser.add_argument("--faults", type=int, default=_env_int("BENCH_FAULTS", 1))
+    parser.add_argument("--operator-args", default=os.environ.get("BENCH_OPERATOR_ARGS", ""))
+    parser.add_argument("--docs", type=Path, default=None, help="write docs/benchmarks.md here")
+    parser.add_argument("--results", type=Path, default=Path(".bench/e2e.json"))
+    return parser.parse_args()
+
+
+def _scaled(count: int, scale: float, at_least: int = 10) -> int:
+    return max(at_least, round(count * scale))
+
+
+class Session:
+    """One cluster: the control plane, nodes, the operator and the runs on them."""
+
+    def __init__(
+        self, cp: ControlPlane, args: argparse.Namespace, nodes: int, workdir: Path
+    ) -> None:
+        self.cp = cp
+        self.args = args
+        self.node_count = nodes
+        self.workdir = workdir  # logs, configs and the audit log; kept after a failure
+        self.creds = {
+            user: cp.create_client_credentials(user, ("system:masters",))
+            for user in ("bench", "vgpu-operator", "kube-scheduler", "bench-ceiling")
+        }
+        self.operator: procs.Child | None = None
+        self.operator_port = 0
+        self.operator_kubeconfig = self.creds["vgpu-operator"].kubeconfig_path
+        self.rss_samples: list[tuple[float, float, float]] = []
+        self.sampler: procs.Sampler | None = None
+        self.bench: runs.Bench | None = None
+
+    # -- the operator ---------------------------------------------------------------------
+
+    def operator_scheduler(self) -> runs.Scheduler:
+        return runs.Scheduler(
+            label="vgpu-operator",
+            user="vgpu-operator",
+            pid=lambda: self.operator.pid if self.operator and self.operator.alive else None,
+            metrics_url=lambda: (
+                f"http://127.0.0.1:{self.operator_port}/metrics" if self.operator else None
+            ),
+        )
+
+    async def start_operator(self) -> float:
+        """Start the operator; seconds until it answers /readyz."""
+        extra = shlex.split(self.args.operator_args)
+        child, port = procs.operator(
+            self.operator_kubeconfig, self.workdir, OPERATOR_NAMESPACE, extra
+        )
+        child.start()
+        self.operator, self.operator_port = child, port
+        ready = await child.wait_http(f"http://127.0.0.1:{port}/readyz", 300)
+        self.sampler = procs.Sampler(child.pid)
+        self.sampler.start()
+        assert self.bench is not None
+        self.bench.rss = self.sampler
+        return ready
+
+    async def stop_operator(self) -> None:
+        if self.sampler is not None:
+            await self.sampler.stop()
+            self.rss_samples.extend(self.sampler.samples)
+            self.sampler = None
+        if self.operator is not None:
+            await asyncio.to_thread(self.operator.stop)
+            self.operator = None
+
+    # -- kube-scheduler -------------------------------------------------------------------
+
+    async def kube_scheduler_run(self, name: str, qps: int, burst: int, count: int) -> runs.Result:
+        assert self.bench is not None
+        binary = find_tool("kube-scheduler")
+        child, _port = procs.kube_scheduler(
+            binary, self.creds["kube-scheduler"].kubeconfig_path, self.workdir, qps, burst
+        )
+        child.start()
+        try:
+            await asyncio.sleep(5.0)  # its informers sync; nothing to place yet
+            child.check()
+            scheduler = runs.Scheduler(
+                label=f"kube-scheduler (QPS {qps}, burst {burst})",
+                user="kube-scheduler",
+                pid=lambda: child.pid if child.alive else None,
+            )
+            workload = workloads.Workload(
+                name,
+                "whole-GPU pods via nvidia.com/gpu",
+                count,
+                workloads.whole(workloads.KUBE_SCHEDULER),
+            )
+            return await runs.run(self.bench, name, scheduler, workload)
+        finally:
+            await asyncio.to_thread(child.stop)
+
+
+async def setup(session: Session) -> tuple[runs.Bench, asyncio.Event, asyncio.Task[None], float]:
+    cp = session.cp
+    api = Api.for_plane(cp, session.creds["bench"])
+    await asyncio.to_thread(install_crd, cp)
+    await api.ensure_namespace(OPERATOR_NAMESPACE)
+    started = time.time()
+    nodes = await asyncio.to_thread(fleet.plan, session.node_count)
+    await fleet.create(api, nodes)
+    setup_s = time.time() - started
+    stop = asyncio.Event()
+    beats = asyncio.get_running_loop().create_task(fleet.heartbeats(api, nodes, stop))
+    bench = runs.Bench(
+        cp=cp,
+        api=api,
+        nodes=nodes,
+        cards=fleet.card_limits(nodes),
+        gpus_per_node={n.name: len(n.cards) for n in nodes},
+        workdir=session.workdir,
+        audit=counting.AuditLog(session.workdir / "audit.log"),
+    )
+    session.bench = bench
+    print(
+        f"[bench] {len(nodes)} nodes, {len(bench.cards)} cards ready in {setup_s:.0f}s", flush=True
+    )
+    return bench, stop, beats, setup_s
+
+
+def control_plane(bench_dir: Path) -> ControlPlane:
+    """The tests' control plane, with a write-only audit log for counting writes per user."""
+    policy = bench_dir / "audit-policy.yaml"
+    policy.write_text(counting.AUDIT_POLICY)
+    return ControlPlane(
+        kwok=True,
+        base_dir=bench_dir,
+        extra_apiserver_args=(
+            f"--audit-policy-file={policy}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
+            f"--audit-log-path={bench_dir / 'audit.log'}",
+        ),
+    )
+
+
+async def baselines(session: Session, bench: runs.Bench, scale: float) -> None:
+    count = min(_scaled(2000, scale), len(bench.cards))
+    binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
+    try:
+        await ceiling.ceiling(bench, binder, count)
+    finally:
+        await binder.close()
+    await session.kube_scheduler_run("ks-default", 50, 100, count)
+    await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
+
+
+async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> None:
+    op = session.operator_scheduler()
+    cards = len(bench.cards)
+    models = sorted(fleet.models(bench.nodes))
+    uuids = [fleet.first_card(bench.nodes, machine) for machine, _ in fleet.MACHINES]
+    make_unfit, is_unfit = workloads.mixed_unfit(10)
+    plan = [
+        workloads.Workload(
+            "whole", "whole-GPU pods", min(_scaled(2000, scale), cards), workloads.whole()
+        ),
+        workloads.Workload(
+            "fractional",
+            "fractional pods (8 GiB, 20 cores)",
+            _scaled(2000, scale),
+            workloads.fractional(),
+        ),
+        workloads.Workload(
+            "multi",
+            "4-GPU topology-aware pods",
+            min(_scaled(500, scale), cards // 4),
+            workloads.multi(4),
+        ),
+        workloads.Workload(
+            "selected",
+            "type- and UUID-selected pods",
+            _scaled(800, scale),
+            workloads.selected(models, uuids),
+        ),
+        workloads.Workload(
+            "unfit",
+            "fractional pods, 1 in 10 unfittable",
+            _scaled(500, scale),
+            make_unfit,
+            is_unfit,
+        ),
+    ]
+    for workload in plan:
+        await runs.run(bench, workload.name, op, workload)
+    for rate in (50, 100, 200):
+        count = _scaled(rate * 30, scale, at_least=rate * 5)
+        workload = workloads.Workload(
+            f"steady-{rate}",
+            f"fractional pods arriving at {rate}/s",
+            count,
+            workloads.fractional(2048, 5),
+        )
+        await runs.run(bench, workload.name, op, workload, "steady", rate=rate)
+
+
+async def restart_with_residents(session: Session, bench: runs.Bench, count: int) -> dict[str, Any]:
+    """Stop the operator, leave ``count`` bound pods and one new pod, start it again."""
+    await session.stop_operator()
+    started = time.time()
+    namespace = await ceiling.residents(bench, count)
+    created_s = time.time() - started
+    probe_ns = "bench-probe"
+    await bench.api.ensure_namespace(probe_ns)
+    tracker = Tracker(bench.api, probe_ns)
+    tracker.start()
+    probe = workloads.fractional(4096, 10)(probe_ns, 0)
+    await bench.api.create(f"/api/v1/namespaces/{probe_ns}/pods", probe)
+    ready_s = await session.start_operator()
+    assert session.operator is not None
+    bound = await tracker.wait(lambda: bool(tracker.bound), 300)
+    await tracker.stop()
+    first_bind_s = (max(tracker.bound.values()) - session.operator.started_at) if bound else None
+    await asyncio.sleep(2.0)
+    pid = session.operator.pid
+    facts = {
+        "bound pods already present": f"{count:,} (created in {created_s:.0f} s)",
+        "operator start to /readyz": f"{ready_s:.1f} s",
+        "operator start to first bind": f"{first_bind_s:.1f} s" if first_bind_s else "no bind",
+        f"RSS with {count:,} pods": (
+            f"{procs.rss_mib(pid):.0f} MiB (peak {procs.peak_rss_mib(pid):.0f} MiB)"
+        ),
+    }
+    check = await bench.recount()
+    facts["recount"] = check.summary()
+    print(f"[bench] restart: {facts}", flush=True)
+    await bench.clean(probe_ns)
+    await bench.clean(namespace)
+    return facts
+
+
+async def fault_runs(session: Session, bench: runs.Bench, scale: float) -> None:
+    count = min(_scaled(1000, scale), len(bench.cards))
+    op = session.operator_scheduler()
+
+    def burst(name: str) -> workloads.Workload:
+        return workloads.Workload(name, name, count, workloads.whole())
+
+    async def restart_operator() -> dict[str, Any]:
+        await session.stop_operator()
+        await session.start_operator()
+        return {}
+
+    await runs.run(
+        bench,
+        "fault-operator",
+        op,
+        burst("operator restart"),
+        "fault",
+        during=faults.fault(count, restart_operator),
+    )
+
+    async def restart_apiserver() -> dict[str, Any]:
+        await asyncio.to_thread(session.cp.restart_apiserver)
+        return {}
+
+    await runs.run(
+        bench,
+        "fault-apiserver",
+        op,
+        burst("API server restart"),
+        "fault",
+        during=faults.fault(count, restart_apiserver),
+    )
+    # The network faults: the operator reaches the API server through toxiproxy.
+    binary = find_tool("toxiproxy-server")
+    proxy_child, api_port = procs.toxiproxy(binary, session.workdir)
+    proxy_child.start()
+    try:
+        await proxy_child.wait_http(f"http://127.0.0.1:{api_port}/version", 30)
+        listen = procs.free_port()
+        upstream = session.cp.server.removeprefix("https://")
+        await asyncio.to_thread(
+            faults.toxiproxy_call,
+            api_port,
+            "POST",
+            "/proxies",
+            {"name": "apiserver", "listen": f"127.0.0.1:{listen}", "upstream": upstream},
+        )
+        session.operator_kubeconfig = _kubeconfig_via(
+            session.creds["vgpu-operator"], listen, session.workdir
+        )
+        await session.stop_operator()
+        await session.start_operator()
+        toxics = [
+            (
+                "fault-latency",
+                "latency 200 ms for 10 s",
+                faults.proxy_toxic(
+                    api_port,
+                    "apiserver",
+                    {
+                        "name": "lat",
+                        "type": "latency",
+                        "attributes": {"latency": 200, "jitter": 50},
+                    },
+                    10,
+                ),
+            ),
+            (
+                "fault-reset",
+                "connections reset for 5 s",
+                faults.proxy_toxic(
+                    api_port,
+                    "apiserver",
+                    {"name": "reset", "type": "reset_peer", "attributes": {"timeout": 0}},
+                    5,
+                ),
+            ),
+            ("fault-partition", "partition for 15 s", faults.partition(api_port, "apiserver", 15)),
+        ]
+        for name, what, inject in toxics:
+            await runs.run(
+                bench, name, op, burst(what), "fault", during=faults.fault(count, inject)
+            )
+    finally:
+        session.operator_kubeconfig = session.creds["vgpu-operator"].kubeconfig_path
+        await session.stop_operator()
+        await asyncio.to_thread(proxy_child.stop)
+
+
+def _kubeconfig_via(creds: ClientCredentials, port: int, workdir: Path) -> Path:
+    config = yaml.safe_load(creds.kubeconfig_path.read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path = workdir / "operator-via-proxy.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+async def one_cluster(args: argparse.Namespace, nodes: int, *, full: bool) -> report.Cluster:
+    scale = args.scale
+    bench_dir = Path(tempfile.mkdtemp(prefix=f"vgpu-bench-{nodes}-"))
+    print(f"[bench] logs, configs and the audit log: {bench_dir}", flush=True)
+    cp = control_plane(bench_dir)
+    with cp:
+        session = Session(cp, args, nodes, bench_dir)
+        bench, stop, beats, setup_s = await setup(session)
+        try:
+            await baselines(session, bench, scale)
+            await session.start_operator()
+            op = session.operator_scheduler()
+            if full:
+                await operator_runs(session, bench, scale)
+            else:
+                count = min(_scaled(2000, scale), len(bench.cards))
+                await runs.run(
+                    bench,
+                    "whole",
+                    op,
+                    workloads.Workload("whole", "whole-GPU pods", count, workloads.whole()),
+                )
+            facts: dict[str, Any] = {}
+            if full:
+                facts = await restart_with_residents(session, bench, _scaled(10 * nodes, scale))
+                if args.faults:
+                    await fault_runs(session, bench, scale)
+        finally:
+            await session.stop_operator()
+            stop.set()
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
+            await bench.api.close()
+        cluster = report.Cluster(
+            nodes=nodes,
+            cards=len(bench.cards),
+            models=fleet.models(bench.nodes),
+            setup_s=setup_s,
+            results=bench.results,
+            rss=session.rss_samples,
+            facts=facts,
+        )
+    if all(r.check_ok for r in cluster.results):
+        shutil.rmtree(bench_dir, ignore_errors=True)
+    return cluster
+
+
+def machine_facts() -> dict[str, Any]:
+    def version(tool: str, flag: str = "--version") -> str:
+        with contextlib.suppress(Exception):
+            out = subprocess.run(
+                [str(find_tool(tool)), flag], capture_output=True, text=True, timeout=10
+            )
+            return (out.stdout or out.stderr).splitlines()[0].strip()
+        return "?"
+
+    cpu = "?"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "?"
+        )
+    memory = "?"
+    with contextlib.suppress(OSError), open("/proc/meminfo") as fh:
+        memory = f"{int(fh.readline().split()[1]) / 2**20:.0f} GiB"
+    return {
+        "machine": f"{os.cpu_count()} cores ({cpu}), {memory} memory, {platform.platform()}",
+        "python": platform.python_version(),
+        "kube-apiserver": version("kube-apiserver"),
+        "kube-scheduler": version("kube-scheduler"),
+        "etcd": version("etcd"),
+        "kwok": version("kwok"),
+        "toxiproxy": version("toxiproxy-server", "-version"),
+        "operator commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "?",
+        "when": time.strftime("%Y-%m-%d %H:%M %Z"),
+    }
+
+
+async def amain(args: argparse.Namespace) -> int:
+    clusters = [await one_cluster(args, args.nodes, full=True)]
+    if args.with_5000:
+        clusters.append(await one_cluster(args, 5000, full=False))
+    facts = machine_facts()
+    facts["command"] = (
+        f"BENCH_NODES={args.nodes} BENCH_SCALE={args.scale} BENCH_5000={args.with_5000} "
+        f"BENCH_FAULTS={args.faults} python tests/bench/run_e2e.py"
+    )
+    if args.operator_args:
+        facts["operator flags"] = args.operator_args
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(
+        json.dumps(
+            {"facts": facts, "clusters": [asdict(c) for c in clusters]}, indent=1, default=str
+        )
+    )
+    if args.docs is not None:
+        report.write(args.docs, clusters, facts)
+        print(f"[bench] wrote {args.docs}", flush=True)
+    failed = [r.name for c in clusters for r in c.results if not r.check_ok]
+    if failed:
+        print(f"[bench] correctness check FAILED in: {', '.join(failed)}", flush=True)
+        return 1
+    return 0
+
+
+def main() -> int:
+    return asyncio.run(amain(options()))
+
+
+async def small(cp: ControlPlane, workdir: Path, nodes: int = 20) -> list[runs.Result]:
+    """A small correctness-only version (``make test``): about 200 pods of every kind on
+    ``nodes`` nodes through the operator; the results, each with its recount."""
+    args = argparse.Namespace(operator_args="")
+    session = Session(cp, args, nodes, workdir)
+    bench, stop, beats, _setup_s = await setup(session)
+    try:
+        await session.start_operator()
+        op = session.operator_scheduler()
+        models = sorted(fleet.models(bench.nodes))
+        uuids = [fleet.first_card(bench.nodes, machine) for machine, _ in fleet.MACHINES]
+        make_unfit, is_unfit = workloads.mixed_unfit(10)
+        # The UUID-selected pods go first: a whole-GPU pod could take their card.
+        plan = [
+            workloads.Workload("selected", "type/UUID", 40, workloads.selected(models, uuids)),
+            workloads.Workload("whole", "whole-GPU", 40, workloads.whole()),
+            workloads.Workload("fractional", "fractional", 70, workloads.fractional()),
+            workloads.Workload("multi", "4-GPU topology-aware", 10, workloads.multi(4)),
+            workloads.Workload("unfit", "1 in 10 unfit", 40, make_unfit, is_unfit),
+        ]
+        for workload in plan:
+            # Kept: the later runs are placed beside the earlier ones, and recounted with them.
+            await runs.run(bench, workload.name, op, workload, timeout_s=120, keep=True)
+    finally:
+        await session.stop_operator()
+        stop.set()
+        beats.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beats
+        await bench.api.close()
+    return bench.results

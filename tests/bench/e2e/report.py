@@ -1,0 +1,290 @@
+"""docs/benchmarks.md and its plots, written from one bench's results.
+
+The section between the ``profile`` markers is kept from the existing file: it holds the
+profiles (py-spy) taken by hand, which the bench does not take itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from e2e.runs import Result
+
+PROFILE_BEGIN = "<!-- profile:begin -->"
+PROFILE_END = "<!-- profile:end -->"
+PROFILE_PLACEHOLDER = """## Profile before and after
+
+(To be filled: py-spy figures of the operator during the whole-GPU burst, before and
+after the hot-path work: where the main thread spends its time.)
+"""
+
+
+@dataclass
+class Cluster:
+    """One cluster's results (1,000 nodes, or the 5,000-node run)."""
+
+    nodes: int
+    cards: int
+    models: dict[str, int]
+    setup_s: float
+    results: list[Result]
+    rss: list[tuple[float, float, float]] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def _f(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(ours: float | None, theirs: float | None) -> str:
+    if not ours or not theirs:
+        return "-"
+    return f"{ours / theirs:.2f}"
+
+
+def _find(results: Sequence[Result], name: str) -> Result | None:
+    return next((r for r in results if r.name == name), None)
+
+
+def throughput_table(cluster: Cluster) -> str:
+    results = cluster.results
+    ceiling = _find(results, "ceiling")
+    default = _find(results, "ks-default")
+    raised = _find(results, "ks-raised")
+    whole = _find(results, "whole")
+    lines = [
+        "| run | placed by | pods | placed | pods/s | ÷ kube-scheduler (raised QPS) | "
+        "÷ kube-scheduler (QPS 50) | ÷ ceiling | p50 / p99 s (watch) | p50 / p99 s (timestamps) "
+        "| p50 / p99 s (histogram) | writes/pod (own) | CPU ms/pod | peak RSS MiB | check |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if r.kind not in ("burst", "ceiling"):
+            continue
+        lines.append(
+            f"| {r.name} | {r.scheduler} | {r.pods} | {r.placed} | {_f(r.pods_per_s)} | "
+            f"{_ratio(r.pods_per_s, raised.pods_per_s if raised else None)} | "
+            f"{_ratio(r.pods_per_s, default.pods_per_s if default else None)} | "
+            f"{_ratio(r.pods_per_s, ceiling.pods_per_s if ceiling else None)} | "
+            f"{_f(r.watch_p50_s, 2)} / {_f(r.watch_p99_s, 2)} | "
+            f"{_f(r.stamp_p50_s, 0)} / {_f(r.stamp_p99_s, 0)} | "
+            f"{_f(r.hist_p50_s, 2)} / {_f(r.hist_p99_s, 2)} | {_f(r.writes_per_pod, 2)} | "
+            f"{_f(r.cpu_ms_per_pod)} | {_f(r.peak_rss_mib, 0)} | "
+            f"{'ok' if r.check_ok else 'FAILED'} |"
+        )
+    if whole is not None:
+        frac = _find(results, "fractional")
+        lines.append("")
+        ratio = _ratio(frac.pods_per_s if frac else None, whole.pods_per_s)
+        lines.append(f"Fractional ÷ whole-GPU (operator): {ratio}.")
+    return "\n".join(lines)
+
+
+def steady_table(cluster: Cluster) -> str:
+    lines = [
+        "| arrivals/s | pods | placed | binds/s | p50 / p99 s (watch) | p50 / p99 s (timestamps) "
+        "| p50 / p99 s (histogram) | CPU ms/pod | check |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in cluster.results:
+        if r.kind != "steady":
+            continue
+        lines.append(
+            f"| {r.extra.get('rate')} | {r.pods} | {r.placed} | {_f(r.pods_per_s)} | "
+            f"{_f(r.watch_p50_s, 2)} / {_f(r.watch_p99_s, 2)} | {_f(r.stamp_p50_s, 0)} / "
+            f"{_f(r.stamp_p99_s, 0)} | {_f(r.hist_p50_s, 2)} / {_f(r.hist_p99_s, 2)} | "
+            f"{_f(r.cpu_ms_per_pod)} | {'ok' if r.check_ok else 'FAILED'} |"
+        )
+    return "\n".join(lines)
+
+
+def fault_table(cluster: Cluster) -> str:
+    lines = [
+        "| fault | pods | placed | fault lasted s | recovered s (to next bind) | all placed s "
+        "| check |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in cluster.results:
+        if r.kind != "fault":
+            continue
+        lines.append(
+            f"| {r.what} | {r.pods} | {r.placed} | {_f(r.extra.get('fault_s'))} | "
+            f"{_f(r.extra.get('recover_s'), 2)} | {_f(r.duration_s)} | "
+            f"{'ok' if r.check_ok and r.completed else 'FAILED'}: {r.check} |"
+        )
+    return "\n".join(lines)
+
+
+def writes_table(cluster: Cluster) -> str:
+    lines = [
+        "| run | placed by | own writes per placed pod | every client's writes per placed pod |",
+        "|---|---|---|---|",
+    ]
+    for r in cluster.results:
+        if r.kind not in ("burst", "ceiling") or not r.writes:
+            continue
+        own = ", ".join(f"{k} {v:.2f}" for k, v in r.writes.items())
+        every = ", ".join(f"{k} {v:.2f}" for k, v in (r.extra.get("all_writes") or {}).items())
+        lines.append(f"| {r.name} | {r.scheduler} | {own} | {every} |")
+    return "\n".join(lines)
+
+
+def plots(clusters: Sequence[Cluster], folder: Path) -> list[str]:
+    """throughput.png, latency-cdf.png, rss.png; the file names written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    main = clusters[0]
+    written = []
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in main.results:
+        if r.kind in ("burst", "ceiling") and r.name in (
+            "ceiling",
+            "ks-default",
+            "ks-raised",
+            "whole",
+            "fractional",
+            "multi",
+        ):
+            ax.plot(r.bound_at, range(1, len(r.bound_at) + 1), label=f"{r.name} ({r.scheduler})")
+    ax.set_xlabel("seconds since the first pod was created")
+    ax.set_ylabel("pods bound")
+    ax.set_title(f"Bursts at {main.nodes} nodes: pods bound over time")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(folder / "throughput.png", dpi=110)
+    plt.close(fig)
+    written.append("throughput.png")
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in main.results:
+        if r.latencies_s and r.kind in ("burst", "steady"):
+            values = sorted(r.latencies_s)
+            ys = [(i + 1) / len(values) for i in range(len(values))]
+            label = f"steady {r.extra.get('rate')}/s" if r.kind == "steady" else r.name
+            ax.plot(values, ys, label=f"{label} ({r.scheduler})")
+    ax.set_xscale("log")
+    ax.set_xlabel("creation to bound, seconds (bench's watch)")
+    ax.set_ylabel("fraction of pods")
+    ax.set_title(f"Latency CDF at {main.nodes} nodes")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(folder / "latency-cdf.png", dpi=110)
+    plt.close(fig)
+    written.append("latency-cdf.png")
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for cluster in clusters:
+        if cluster.rss:
+            t0 = cluster.rss[0][0]
+            ax.plot(
+                [t - t0 for t, _c, _r in cluster.rss],
+                [r for _t, _c, r in cluster.rss],
+                label=f"{cluster.nodes} nodes",
+            )
+    ax.set_xlabel("seconds since the operator started (restarts start a new process)")
+    ax.set_ylabel("operator RSS, MiB")
+    ax.set_title("Operator resident memory over the bench")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(folder / "rss.png", dpi=110)
+    plt.close(fig)
+    written.append("rss.png")
+    return written
+
+
+def _kept_profile(path: Path) -> str:
+    if path.exists():
+        match = re.search(
+            re.escape(PROFILE_BEGIN) + r"\n(.*?)" + re.escape(PROFILE_END), path.read_text(), re.S
+        )
+        if match:
+            return match.group(1)
+    return PROFILE_PLACEHOLDER
+
+
+def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> None:
+    folder = path.parent / "benchmarks"
+    pictures = plots(clusters, folder)
+    out = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (tests/bench/e2e); do not edit by hand except the profile "
+        "section, which the bench keeps. Figures depend on the machine: compare ratios, "
+        "which are taken in the same run and cluster.",
+        "",
+        "## Machine and versions",
+        "",
+    ]
+    for key, value in facts.items():
+        out.append(f"- {key}: {value}")
+    out += ["", "## Commands", ""]
+    out.append(
+        "- Every figure below: `make bench` (micro-benchmarks first, then this end-to-end "
+        "bench; `BENCH_NODES`, `BENCH_SCALE`, `BENCH_5000=1`, `BENCH_FAULTS=0`: "
+        "tests/bench/e2e/README.md). The end-to-end part alone: "
+        f"`{facts.get('command', '')}`."
+    )
+    out.append(
+        "- pods/s: pods bound ÷ (last bind seen - first pod's creation request), from the "
+        "bench's watch. p50/p99 (watch): the bench's creation answer to the first watch event "
+        "showing the pod bound. p50/p99 (timestamps): `creationTimestamp` to the `PodScheduled` "
+        "condition's `lastTransitionTime` (whole seconds). p50/p99 (histogram): the bucket "
+        "bounds of `vgpu_operator_pod_create_to_bound_seconds`, diffed over the run."
+    )
+    out.append(
+        "- writes/pod (own): the scheduler's own create/update/patch/delete requests in the "
+        "run's namespace, from the API server's audit log (one identity each), ÷ pods placed. "
+        "Every client's: `apiserver_request_total` write verbs, diffed over the run (the "
+        "bench's pod creations, KWOK's status updates and the inventories' heartbeats included)."
+    )
+    out.append(
+        "- CPU ms/pod: utime+stime of the scheduler's process (/proc/<pid>/stat) over the run ÷ "
+        "pods placed. Peak RSS: the highest 0.5 s sample of /proc/<pid>/statm in the run."
+    )
+    for cluster in clusters:
+        out += [
+            "",
+            f"## {cluster.nodes:,} nodes",
+            "",
+            f"{cluster.nodes:,} KWOK nodes, {cluster.cards:,} cards "
+            f"({', '.join(f'{n:,} {m}' for m, n in cluster.models.items())}); nodes and "
+            f"inventories created and Ready in {cluster.setup_s:.0f} s.",
+            "",
+            "### Bursts, baselines and ratios",
+            "",
+            throughput_table(cluster),
+        ]
+        if any(r.kind == "steady" for r in cluster.results):
+            out += [
+                "",
+                "### Steady arrivals (operator, fractional pods)",
+                "",
+                steady_table(cluster),
+            ]
+        if cluster.facts:
+            out += ["", "### Restart and memory", ""]
+            out += [f"- {k}: {v}" for k, v in cluster.facts.items()]
+        if any(r.kind == "fault" for r in cluster.results):
+            out += [
+                "",
+                "### Faults during a burst (operator, whole-GPU pods)",
+                "",
+                fault_table(cluster),
+            ]
+        out += ["", "### API writes per placed pod, by request", "", writes_table(cluster)]
+    out += ["", "## Plots", ""]
+    out += [f"![{name}](benchmarks/{name})" for name in pictures]
+    out += ["", PROFILE_BEGIN, _kept_profile(path).rstrip("\n"), PROFILE_END, ""]
+    path.write_text("\n".join(out))
