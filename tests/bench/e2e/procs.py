@@ -164,10 +164,10 @@ def operator(
         namespace,
         "--metrics-port",
         str(port),
-        "--metrics-addr",
-        "127.0.0.1",
         "--log-format",
         "json",
+        # KWOK nodes run no device plugin to answer the allocation gate (issue 13).
+        "--allocation-gate=off",
         *extra,
     ]
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
