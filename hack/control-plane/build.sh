@@ -14,7 +14,7 @@
 # and a combined directory of symlinks to all five is what tests use (VGPU_CONTROL_PLANE_BIN_DIR).
 # kubectl and kube-scheduler are built from the kube-apiserver wrapper's go.mod/go.sum (same
 # module versions, so they reuse most of Go's build cache). toxiproxy is linked into the combined
-# directory as toxiproxy-server, kube-scheduler under its own name.
+# directory under their own names.
 # A cached binary is trusted only if `<binary> --version` reports the expected version.
 # If $KUBEBUILDER_ASSETS holds kube-apiserver and etcd, those are used instead of building them
 # (kwok, kubectl and promtool are still built and cached).
@@ -251,7 +251,7 @@ main() {
     link_into_combined promtool "$BIN_ROOT/promtool-$PROMTOOL_VERSION/promtool"
     if (( BENCH )); then
         link_into_combined kube-scheduler "$BIN_ROOT/kube-scheduler-$K8S_VERSION/kube-scheduler"
-        link_into_combined toxiproxy-server "$BIN_ROOT/toxiproxy-$TOXIPROXY_VERSION/toxiproxy"
+        link_into_combined toxiproxy "$BIN_ROOT/toxiproxy-$TOXIPROXY_VERSION/toxiproxy"
     fi
     log "all binaries ready in $COMBINED ($((SECONDS - total))s)"
     printf '%s\n' "$COMBINED"

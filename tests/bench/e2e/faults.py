@@ -9,6 +9,7 @@ with a reason and whether any card was over-committed.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 import urllib.request
@@ -32,27 +33,29 @@ async def _third_bound(tracker: Tracker, total: int) -> None:
     await tracker.wait(lambda: len(tracker.bound) >= total // 3, 600)
 
 
-async def _next_bind(tracker: Tracker, after: float, timeout_s: float = 300) -> float | None:
-    seen = len(tracker.bound)
-    if not await tracker.wait(lambda: len(tracker.bound) > seen, timeout_s):
-        return None
-    return max(tracker.bound.values()) - after
-
-
 def fault(
     total: int,
     inject: Callable[[], Awaitable[dict[str, Any]]],
 ) -> Callable[[Tracker], Coroutine[Any, Any, dict[str, Any]]]:
     """Wait for a third of ``total`` bound, run ``inject`` (which returns when the fault is
-    over), then measure the time to the next bind."""
+    over), let the burst finish, and measure from the end of the fault to the first bind
+    after it (None when the burst finished while the fault lasted) and the longest pause
+    between binds from the fault's start to the end of the burst."""
 
     async def during(tracker: Tracker) -> dict[str, Any]:
         await _third_bound(tracker, total)
         began = time.time()
+        bound_before = len(tracker.bound)
         figures = await inject()
         healed = time.time()
         figures["fault_s"] = healed - began
-        figures["recover_s"] = await _next_bind(tracker, healed)
+        figures["bound_during"] = len(tracker.bound) - bound_before
+        await tracker.wait(lambda: len(tracker.bound) >= total, 600)
+        after = [t for t in tracker.bound.values() if t >= healed]
+        figures["recover_s"] = min(after) - healed if after else None
+        # What a user sees: the longest stretch without a bind from the fault's start on.
+        points = [began, *sorted(t for t in tracker.bound.values() if t >= began)]
+        figures["pause_s"] = max((b - a for a, b in itertools.pairwise(points)), default=None)
         return figures
 
     return during

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from e2e import ceiling, counting, faults, fleet, procs, report, runs, workloads
+from e2e import ceiling, counting, faults, fleet, gate, procs, report, runs, workloads
 from e2e.api import Api
 from e2e.tracking import Tracker
 from vgpu_operator.demo.nodes import install_crd
@@ -32,6 +32,7 @@ from vgpu_operator.testing.controlplane import ClientCredentials, ControlPlane, 
 
 OPERATOR_NAMESPACE = "vgpu-operator"
 RAISED_QPS = (1000, 2000)
+PARTS = frozenset({"baselines", "operator", "restart", "faults", "gate"})
 
 
 def _env_int(name: str, default: int) -> int:
@@ -45,6 +46,11 @@ def options() -> argparse.Namespace:
     parser.add_argument("--with-5000", type=int, default=_env_int("BENCH_5000", 0))
     parser.add_argument("--faults", type=int, default=_env_int("BENCH_FAULTS", 1))
     parser.add_argument("--operator-args", default=os.environ.get("BENCH_OPERATOR_ARGS", ""))
+    parser.add_argument(
+        "--only",
+        default=os.environ.get("BENCH_ONLY", ""),
+        help="comma list of parts to run: baselines, operator, restart, faults, gate",
+    )
     parser.add_argument("--docs", type=Path, default=None, help="write docs/benchmarks.md here")
     parser.add_argument("--results", type=Path, default=Path(".bench/e2e.json"))
     return parser.parse_args()
@@ -71,6 +77,7 @@ class Session:
         self.operator: procs.Child | None = None
         self.operator_port = 0
         self.operator_kubeconfig = self.creds["vgpu-operator"].kubeconfig_path
+        self.gate_args: list[str] = []  # gate.py turns the allocation gate on
         self.rss_samples: list[tuple[float, float, float]] = []
         self.sampler: procs.Sampler | None = None
         self.bench: runs.Bench | None = None
@@ -89,7 +96,7 @@ class Session:
 
     async def start_operator(self) -> float:
         """Start the operator; seconds until it answers /readyz."""
-        extra = shlex.split(self.args.operator_args)
+        extra = [*shlex.split(self.args.operator_args), *self.gate_args]
         child, port = procs.operator(
             self.operator_kubeconfig, self.workdir, OPERATOR_NAMESPACE, extra
         )
@@ -311,7 +318,7 @@ async def fault_runs(session: Session, bench: runs.Bench, scale: float) -> None:
         during=faults.fault(count, restart_apiserver),
     )
     # The network faults: the operator reaches the API server through toxiproxy.
-    binary = find_tool("toxiproxy-server")
+    binary = find_tool("toxiproxy")
     proxy_child, api_port = procs.toxiproxy(binary, session.workdir)
     proxy_child.start()
     try:
@@ -385,25 +392,25 @@ async def one_cluster(args: argparse.Namespace, nodes: int, *, full: bool) -> re
     with cp:
         session = Session(cp, args, nodes, bench_dir)
         bench, stop, beats, setup_s = await setup(session)
+        parts = set(filter(None, args.only.split(","))) or PARTS
+        facts: dict[str, Any] = {}
         try:
-            await baselines(session, bench, scale)
+            if "baselines" in parts:
+                await baselines(session, bench, scale)
             await session.start_operator()
             op = session.operator_scheduler()
-            if full:
+            if full and "operator" in parts:
                 await operator_runs(session, bench, scale)
-            else:
+            elif "operator" in parts:
                 count = min(_scaled(2000, scale), len(bench.cards))
-                await runs.run(
-                    bench,
-                    "whole",
-                    op,
-                    workloads.Workload("whole", "whole-GPU pods", count, workloads.whole()),
-                )
-            facts: dict[str, Any] = {}
-            if full:
+                whole = workloads.Workload("whole", "whole-GPU pods", count, workloads.whole())
+                await runs.run(bench, "whole", op, whole)
+            if full and "restart" in parts:
                 facts = await restart_with_residents(session, bench, _scaled(10 * nodes, scale))
-                if args.faults:
-                    await fault_runs(session, bench, scale)
+            if full and "faults" in parts and args.faults:
+                await fault_runs(session, bench, scale)
+            if full and "gate" in parts:
+                await gate.gate_runs(session, bench)
         finally:
             await session.stop_operator()
             stop.set()
@@ -449,7 +456,7 @@ def machine_facts() -> dict[str, Any]:
         "kube-scheduler": version("kube-scheduler"),
         "etcd": version("etcd"),
         "kwok": version("kwok"),
-        "toxiproxy": version("toxiproxy-server", "-version"),
+        "toxiproxy": version("toxiproxy", "-version"),
         "operator commit": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip()

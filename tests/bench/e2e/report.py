@@ -104,17 +104,36 @@ def steady_table(cluster: Cluster) -> str:
 
 def fault_table(cluster: Cluster) -> str:
     lines = [
-        "| fault | pods | placed | fault lasted s | recovered s (to next bind) | all placed s "
-        "| check |",
-        "|---|---|---|---|---|---|---|",
+        "| fault | pods | placed | fault lasted s | pods bound during it | longest pause in "
+        "binding s | first bind after it s | burst took s | check |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in cluster.results:
         if r.kind != "fault":
             continue
         lines.append(
             f"| {r.what} | {r.pods} | {r.placed} | {_f(r.extra.get('fault_s'))} | "
+            f"{r.extra.get('bound_during', '-')} | {_f(r.extra.get('pause_s'), 2)} | "
             f"{_f(r.extra.get('recover_s'), 2)} | {_f(r.duration_s)} | "
             f"{'ok' if r.check_ok and r.completed else 'FAILED'}: {r.check} |"
+        )
+    return "\n".join(lines)
+
+
+def gate_table(cluster: Cluster) -> str:
+    lines = [
+        "| allocation gate | nodes | pods | placed | seconds | binds per node per second "
+        "| p50 / p99 s (watch) | check |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in cluster.results:
+        if r.kind != "gate":
+            continue
+        lines.append(
+            f"| {r.extra.get('gate')} | {r.extra.get('nodes')} | {r.pods} | {r.placed} | "
+            f"{_f(r.duration_s)} | {_f(r.extra.get('binds_per_node_s'), 2)} | "
+            f"{_f(r.watch_p50_s, 2)} / {_f(r.watch_p99_s, 2)} | "
+            f"{'ok' if r.check_ok and r.completed else 'FAILED'} |"
         )
     return "\n".join(lines)
 
@@ -282,6 +301,17 @@ def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> Non
                 "### Faults during a burst (operator, whole-GPU pods)",
                 "",
                 fault_table(cluster),
+            ]
+        if any(r.kind == "gate" for r in cluster.results):
+            out += [
+                "",
+                "### The allocation gate's cost",
+                "",
+                "Extra KWOK nodes with the real agent, its device plugin and the kubelet "
+                "stand-in (which writes bind-phase success through the plugin's Allocate); "
+                "the same burst with `--allocation-gate=off` and `=books`.",
+                "",
+                gate_table(cluster),
             ]
         out += ["", "### API writes per placed pod, by request", "", writes_table(cluster)]
     out += ["", "## Plots", ""]

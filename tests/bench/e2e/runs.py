@@ -79,7 +79,7 @@ class Bench:
         Its CPU is read after the scrape before a run and ahead of it after, so that the
         cost of rendering its metrics stays out of the run's figure."""
         pid = scheduler.pid()
-        shot: dict[str, Any] = {"apiserver": await self.api.text("/metrics")}
+        shot: dict[str, Any] = {"apiserver": await self.api.text("/metrics"), "pid": pid}
         if not before:
             shot["cpu"] = procs.cpu_seconds(pid) if pid else None
         url = scheduler.metrics_url()
@@ -229,7 +229,9 @@ def _result(
         )
         result.all_writes_per_pod = sum(every.values()) / placed
         result.extra["all_writes"] = {k: v / placed for k, v in sorted(every.items())}
-    if before["cpu"] is not None and after["cpu"] is not None and placed:
+    # A process restarted during the run (faults) has no CPU figure of its own for it.
+    same = before["pid"] == after["pid"]
+    if same and before["cpu"] is not None and after["cpu"] is not None and placed:
         result.cpu_ms_per_pod = 1000 * (after["cpu"] - before["cpu"]) / placed
     if before["operator"] and after["operator"]:
         metric = "vgpu_operator_pod_create_to_bound_seconds"
@@ -237,7 +239,7 @@ def _result(
         last = counting.histogram(after["operator"], metric)
         result.hist_p50_s = counting.histogram_quantile(last, first, 0.5)
         result.hist_p99_s = counting.histogram_quantile(last, first, 0.99)
-    if bench.rss is not None and scheduler.pid() == bench.rss.pid:
+    if same and bench.rss is not None and scheduler.pid() == bench.rss.pid:
         window = [rss for when, _cpu, rss in bench.rss.samples if start <= when <= end + 1]
         result.peak_rss_mib = max(window, default=None)
     return result
@@ -260,7 +262,8 @@ def _line(result: Result) -> str:
         return "-" if value is None else f"{value:.2f}"
 
     return (
-        f"[bench] {result.name:<24} {result.scheduler:<28} {result.placed}/{result.pods} placed "
+        f"[bench {time.strftime('%H:%M:%S')}] {result.name:<18} {result.scheduler:<24} "
+        f"{result.placed}/{result.pods} placed "
         f"in {result.duration_s:.1f}s = {result.pods_per_s:.1f} pods/s; p50/p99 "
         f"{s(result.watch_p50_s)}/{s(result.watch_p99_s)} s; writes/pod "
         f"{s(result.writes_per_pod)}; cpu ms/pod {s(result.cpu_ms_per_pod)}; "
