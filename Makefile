@@ -18,6 +18,7 @@ help:
 	@echo "make demo     - local control plane, simulated GPU nodes, the operator and sample pods"
 	@echo "make lint     - ruff, mypy --strict, import-linter"
 	@echo "make bench    - micro-benchmarks, then the end-to-end benchmark (docs/benchmarks.md)"
+	@echo "make deviceplugin-conformance - kubelet's device manager, the harness of the device-plugin tests"
 
 -include hack/control-plane.mk
 
@@ -35,14 +36,14 @@ $(BIN)/.linked: $(BIN)/.deps $(PKG_SOURCES)
 
 dev: $(BIN)/.linked
 
-test: dev control-plane-bins
+test: dev control-plane-bins deviceplugin-conformance
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest
 
 test-unit: dev
 	$(BIN)/pytest -m 'not integration'
 
-test-integration: dev control-plane-bins
+test-integration: dev control-plane-bins deviceplugin-conformance
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest -m integration
 

@@ -21,3 +21,14 @@ control-plane-bins:
 # The same plus kube-scheduler and toxiproxy-server, for `make bench` only.
 control-plane-bench-bins:
 	@$(CONTROL_PLANE_BUILD) --bench
+
+# kubelet's device manager (k8s.io/kubernetes at the same version) as a harness for the agent's
+# device plugin (hack/deviceplugin-conformance); cached per version and source hash. Built after
+# the control plane it shares Go's build cache with, so only its own packages compile then.
+DEVICEPLUGIN_CONFORMANCE := $(shell $(CONTROL_PLANE_BUILD) --print-path deviceplugin-conformance)
+# tests/integration/test_deviceplugin_conformance.py runs it.
+export VGPU_DEVICEPLUGIN_CONFORMANCE := $(DEVICEPLUGIN_CONFORMANCE)
+
+.PHONY: deviceplugin-conformance
+deviceplugin-conformance: control-plane-bins
+	@$(CONTROL_PLANE_BUILD) deviceplugin-conformance

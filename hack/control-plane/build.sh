@@ -8,6 +8,12 @@
 #   hack/control-plane/build.sh              ensure the binaries exist; print the bin dir (last line)
 #   hack/control-plane/build.sh --bench      the same, plus kube-scheduler and toxiproxy
 #   hack/control-plane/build.sh --print-dir  print the bin dir only; build nothing
+#   hack/control-plane/build.sh deviceplugin-conformance
+#                                            ensure the device-plugin conformance harness exists
+#                                            (hack/deviceplugin-conformance: kubelet's device
+#                                            manager at K8S_VERSION); print its path (last line)
+#   hack/control-plane/build.sh --print-path deviceplugin-conformance
+#                                            print that path only; build nothing
 #
 # Each binary is cached outside the repository, per component and version:
 #   ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/<component>-<version>/<component>
@@ -15,6 +21,10 @@
 # kubectl and kube-scheduler are built from the kube-apiserver wrapper's go.mod/go.sum (same
 # module versions, so they reuse most of Go's build cache). toxiproxy is linked into the combined
 # directory under their own names.
+# The conformance harness is our own source, so its cache key also carries a hash of that source:
+#   .../bin/deviceplugin-conformance-<K8S_VERSION>-<hash>/deviceplugin-conformance
+# Its go.mod has kube-apiserver's module versions, so after the control plane only its own
+# few dozen packages (kubelet's, cadvisor's) are compiled.
 # A cached binary is trusted only if `<binary> --version` reports the expected version.
 # If $KUBEBUILDER_ASSETS holds kube-apiserver and etcd, those are used instead of building them
 # (kwok, kubectl and promtool are still built and cached).
@@ -43,16 +53,33 @@ else
     COMBINED="$BIN_ROOT/control-plane-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
 fi
 
+# --- the device-plugin conformance harness (our source: keyed by version and a source hash) ----------
+HARNESS=deviceplugin-conformance
+HARNESS_SRC="$HERE/../$HARNESS"
+harness_hash() {
+    (cd "$HARNESS_SRC" && cat go.mod go.sum ./*.go) | sha256sum | cut -c1-12
+}
+harness_path() {
+    printf '%s' "$BIN_ROOT/$HARNESS-$K8S_VERSION-$(harness_hash)/$HARNESS"
+}
+
 if [[ "${1:-}" == "--print-dir" ]]; then
     printf '%s\n' "$COMBINED"
     exit 0
 fi
-BENCH=0
+if [[ "${1:-}" == "--print-path" && "${2:-}" == "$HARNESS" && $# -eq 2 ]]; then
+    harness_path; printf '\n'
+    exit 0
+fi
+BENCH=0 ONLY_HARNESS=0
 if [[ "${1:-}" == "--bench" ]]; then
     BENCH=1
     shift
+elif [[ "${1:-}" == "$HARNESS" ]]; then
+    ONLY_HARNESS=1
+    shift
 fi
-[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir]"
+[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir | $HARNESS | --print-path $HARNESS]"
 
 # --- Go environment -------------------------------------------------------------------------------
 GO=${GO:-}
@@ -73,6 +100,7 @@ expected_version() {
     case "$1" in
         kube-apiserver | kube-scheduler) printf 'Kubernetes %s' "$K8S_VERSION" ;;
         toxiproxy) printf 'toxiproxy-server version %s' "${TOXIPROXY_VERSION#v}" ;;
+        "$HARNESS") printf '%s kubelet %s source %s' "$HARNESS" "$K8S_VERSION" "$(harness_hash)" ;;
         kubectl) printf 'Client Version: %s' "$K8S_VERSION" ;;
         etcd) printf 'etcd Version: %s' "${ETCD_VERSION#v}" ;;
         kwok) printf 'kwok version %s' "$KWOK_VERSION" ;;
@@ -83,7 +111,7 @@ expected_version() {
 version_output() { # <path> <component>
     case "$2" in
         kubectl) "$1" version --client 2>&1 ;;
-        toxiproxy) "$1" -version 2>&1 ;;
+        toxiproxy | "$HARNESS") "$1" -version 2>&1 ;;
         *) "$1" --version 2>&1 ;;
     esac
 }
@@ -111,6 +139,7 @@ component_version() {
     case "$1" in
         kube-apiserver | kubectl | kube-scheduler) printf '%s' "$K8S_VERSION" ;;
         toxiproxy) printf '%s' "$TOXIPROXY_VERSION" ;;
+        "$HARNESS") printf '%s-%s' "$K8S_VERSION" "$(harness_hash)" ;;
         etcd) printf '%s' "$ETCD_VERSION" ;;
         kwok) printf '%s' "$KWOK_VERSION" ;;
         promtool) printf '%s' "$PROMTOOL_VERSION" ;;
@@ -121,6 +150,7 @@ component_version() {
 wrapper_dir() {
     case "$1" in
         kubectl | kube-scheduler) printf '%s' "$HERE/kube-apiserver" ;;
+        "$HARNESS") printf '%s' "$HARNESS_SRC" ;;
         *) printf '%s' "$HERE/$1" ;;
     esac
 }
@@ -166,6 +196,14 @@ build_component() { # <component>
     # Build in a copy so the repository's go.mod/go.sum are never modified.
     cp "$(wrapper_dir "$c")/go.mod" "$(wrapper_dir "$c")/go.sum" "$work/"
     case "$c" in
+        "$HARNESS")
+            # Our own source too; the same tags as kube-apiserver so Go's build cache is shared.
+            cp "$HARNESS_SRC"/*.go "$work/"
+            check_wrapper_version "$c" k8s.io/kubernetes "$K8S_VERSION"
+            ldflags="-s -w -X main.kubernetesVersion=$K8S_VERSION -X main.sourceHash=$(harness_hash)"
+            tags="selinux,notest,grpcnotrace"
+            pkg=.
+            ;;
         kube-apiserver | kubectl | kube-scheduler)
             check_wrapper_version "$c" k8s.io/kubernetes "$K8S_VERSION"
             local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
@@ -219,13 +257,23 @@ link_into_combined() { # <component> <source binary>
     ln -sfn "$2" "$COMBINED/$1"
 }
 
-main() {
+lock() {
     mkdir -p "$BIN_ROOT"
     # Serialise concurrent runs (two make invocations, CI matrix jobs sharing a cache).
     if command -v flock >/dev/null 2>&1; then
         exec 9>"$BIN_ROOT/.lock"
         flock 9
     fi
+}
+
+build_harness() {
+    lock
+    build_component "$HARNESS"
+    harness_path; printf '\n'
+}
+
+main() {
+    lock
     local total=$SECONDS
     local -a components=(kwok kubectl promtool)
     if use_kubebuilder_assets; then
@@ -257,4 +305,5 @@ main() {
     printf '%s\n' "$COMBINED"
 }
 
+if (( ONLY_HARNESS )); then build_harness; exit; fi
 main "$@"; exit
