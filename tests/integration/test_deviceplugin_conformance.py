@@ -99,7 +99,8 @@ class Kubelet:
     def call(self, op: str, *, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
         stdin: IO[str] | None = self._proc.stdin
         stdout: IO[str] | None = self._proc.stdout
-        assert stdin is not None and stdout is not None
+        assert stdin is not None
+        assert stdout is not None
         stdin.write(json.dumps({"op": op, **fields}) + "\n")
         stdin.flush()
         ready, _, _ = select.select([stdout], [], [], timeout)
@@ -141,6 +142,9 @@ class Kubelet:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait(10)
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            if pipe is not None:
+                pipe.close()
         self._log_file.close()
 
 
@@ -151,6 +155,8 @@ class GpuNode:
     machine: Path
     #: The cards as the agent reported them: (uuid, numaNode).
     cards: list[tuple[str, int | None]]
+    #: HAMi-core's host directory the agent was given.
+    hami_core_dir: Path
 
 
 def ids_of(card: str) -> set[str]:
@@ -163,7 +169,7 @@ def counts(state: dict[str, Any]) -> tuple[int | None, int | None]:
 
 @pytest.fixture
 def gpu_node(
-    control_plane: ControlPlane, kubeconfig_env: Path, harness_binary: Path, tmp_path: Path
+    harness_binary: Path, control_plane: ControlPlane, kubeconfig_env: Path, tmp_path: Path
 ) -> Iterator[GpuNode]:
     """A KWOK node whose kubelet is the harness, and the agent on l40s-pcie-4 (split 5)
     serving the device plugin in the harness's directory."""
@@ -187,12 +193,14 @@ def gpu_node(
             health_wait_s=0.2,
             registration=RegistrationOptions(split_count=SPLIT),
             device_plugin_dir=str(directory),
+            # Allocate makes each container's cache directory here, on this host.
+            hami_core_dir=str(tmp_path / "vgpu"),
         )
         agent = AgentThread(settings, machine, kubeconfig_env)
         agent.start()
         inventory = wait_for("the inventory", lambda: reported(control_plane, name))
         cards = [(d["uuid"], d["numaNode"]) for d in inventory["status"]["devices"]]
-        yield GpuNode(name, kubelet, machine, cards)
+        yield GpuNode(name, kubelet, machine, cards, tmp_path / "vgpu")
     finally:
         if agent is not None:
             agent.stop()
@@ -259,6 +267,14 @@ def read_pod(control_plane: ControlPlane, pod: dict[str, Any]) -> dict[str, Any]
     return control_plane.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
 
 
+def running(control_plane: ControlPlane, pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod once KWOK has written its status. KWOK, not the harness, plays kubelet's status
+    writer; waiting for it keeps its writes from racing the plugin's resourceVersion-guarded
+    patch (which would fail the Allocate with a conflict)."""
+    meta = pod["metadata"]
+    return control_plane.wait_for_pod_phase(meta["namespace"], meta["name"], timeout=30)
+
+
 def cards_of(ids: list[str]) -> list[str]:
     return sorted(i.rsplit("-", 1)[0] for i in ids)
 
@@ -268,9 +284,7 @@ def test_kubelet_registers_the_plugin_and_counts_every_share(gpu_node: GpuNode) 
         "the plugin's devices", lambda s: counts(s) == (CARDS * SPLIT, CARDS * SPLIT)
     )
     # Every share of every card, healthy, with the card's NUMA node for the topology manager.
-    expected = {
-        device_id: [numa] for card, numa in gpu_node.cards for device_id in ids_of(card)
-    }
+    expected = {device_id: [numa] for card, numa in gpu_node.cards for device_id in ids_of(card)}
     assert {d["id"]: d["numa"] for d in state["healthy_devices"]} == expected
     assert {numa for _, numa in gpu_node.cards} == {0, 1}
 
@@ -299,7 +313,7 @@ def test_kubelet_takes_the_annotated_cards_and_hands_the_containers_their_shares
     pod = bound_pod(
         control_plane, namespace, gpu_node.name, [[(d, 1000, 30)], [(c, 2000, 20), (a, 2000, 20)]]
     )
-    reply = kubelet.ok("admit", pod=read_pod(control_plane, pod))
+    reply = kubelet.ok("admit", pod=running(control_plane, pod))
     first, second = reply["containers"]
     assert cards_of(first["device_ids"]) == [d]
     assert cards_of(second["device_ids"]) == sorted([c, a])
@@ -313,12 +327,15 @@ def test_kubelet_takes_the_annotated_cards_and_hands_the_containers_their_shares
     assert second["envs"]["NVIDIA_VISIBLE_DEVICES"] == f"{c},{a}"
     assert second["envs"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
     assert second["envs"]["CUDA_DEVICE_MEMORY_LIMIT_1"] == "2000m"
+    host = gpu_node.hami_core_dir
+    cache_dir = host / "containers" / f"{pod['metadata']['uid']}_c0"
     assert {m["container_path"]: (m["host_path"], m["read_only"]) for m in first["mounts"]} == {
-        "/usr/local/vgpu": (f"/usr/local/vgpu/containers/{pod['metadata']['uid']}_c0", False),
-        "/usr/local/vgpu/libvgpu.so": ("/usr/local/vgpu/libvgpu.so", True),
+        "/usr/local/vgpu": (str(cache_dir), False),
+        "/usr/local/vgpu/libvgpu.so": (str(host / "libvgpu.so"), True),
         "/tmp/vgpulock": ("/tmp/vgpulock", False),
-        "/etc/ld.so.preload": ("/usr/local/vgpu/ld.so.preload", True),
+        "/etc/ld.so.preload": (str(host / "ld.so.preload"), True),
     }
+    assert cache_dir.is_dir()  # made before kubelet got the answer
     assert (first["devices"], first["cdi_devices"], first["annotations"]) == ([], [], {})
     # Every entry handed out: the pod is settled.
     annotations = read_pod(control_plane, pod)["metadata"]["annotations"]
@@ -332,13 +349,13 @@ def test_an_allocate_no_pod_awaits_fails_in_kubelet_and_frees_the_shares(
     kubelet.wait_state("the plugin's devices", lambda s: counts(s) == (20, 20))
     (card, _), *_ = gpu_node.cards
     stray = bound_pod(control_plane, namespace, gpu_node.name, [[(card, 1000, 10)]], annotate=False)
-    reply = kubelet.call("admit", pod=read_pod(control_plane, stray))
+    reply = kubelet.call("admit", pod=running(control_plane, stray))
     assert not reply["ok"]
     assert "FailedPrecondition" in reply["error"]
     assert f"no pod bound to {gpu_node.name} awaits 1 device(s)" in reply["error"]
     # kubelet gave the shares back: a pod the plugin knows is served afterwards.
     pod = bound_pod(control_plane, namespace, gpu_node.name, [[(card, 1000, 10)]])
-    (container,) = kubelet.ok("admit", pod=read_pod(control_plane, pod))["containers"]
+    (container,) = kubelet.ok("admit", pod=running(control_plane, pod))["containers"]
     assert cards_of(container["device_ids"]) == [card]
 
 
@@ -349,7 +366,7 @@ def test_after_a_kubelet_restart_the_plugin_registers_again_and_allocations_surv
     kubelet.wait_state("the plugin's devices", lambda s: counts(s) == (20, 20))
     (a, _), (b, _), *_ = gpu_node.cards
     before = bound_pod(control_plane, namespace, gpu_node.name, [[(b, 3000, 40)]])
-    admitted = kubelet.ok("admit", pod=read_pod(control_plane, before))["containers"]
+    admitted = kubelet.ok("admit", pod=running(control_plane, before))["containers"]
 
     kubelet.ok("restart")  # a new device manager: wipes the directory, new kubelet.sock
     kubelet.wait_state("the plugin again", lambda s: counts(s) == (20, 20))
@@ -358,10 +375,9 @@ def test_after_a_kubelet_restart_the_plugin_registers_again_and_allocations_surv
     assert kubelet.ok("options", pod=read_pod(control_plane, before))["containers"] == admitted
     # And the new manager reaches the plugin: a new pod is served.
     after = bound_pod(control_plane, namespace, gpu_node.name, [[(a, 1000, 10)]])
-    (container,) = kubelet.ok("admit", pod=read_pod(control_plane, after))["containers"]
+    (container,) = kubelet.ok("admit", pod=running(control_plane, after))["containers"]
     assert cards_of(container["device_ids"]) == [a]
     assert container["envs"]["NVIDIA_VISIBLE_DEVICES"] == a
     # kubelet.sock was re-created by the new manager and the plugin's socket is back.
     assert (kubelet.directory / "kubelet.sock").exists()
     assert (kubelet.directory / "vgpu-operator-nvidia.sock").exists()
-
