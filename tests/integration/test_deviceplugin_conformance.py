@@ -342,6 +342,24 @@ def test_kubelet_takes_the_annotated_cards_and_hands_the_containers_their_shares
     assert annotations[names.BIND_PHASE] == "success"
 
 
+def test_kubelet_reuses_an_init_containers_device_and_the_app_still_gets_its_cards(
+    control_plane: ControlPlane, namespace: str, gpu_node: GpuNode
+) -> None:
+    # kubelet hands a finished init container's devices to the next container before it
+    # asks the plugin for more: the app container's IDs include one on the init's card.
+    kubelet = gpu_node.kubelet
+    kubelet.wait_state("the plugin's devices", lambda s: counts(s) == (20, 20))
+    (a, _), (b, _), (c, _), _ = gpu_node.cards
+    entries = [[(a, 1000, 10)], [(b, 2000, 20), (c, 2000, 20)]]
+    pod = bound_pod(control_plane, namespace, gpu_node.name, entries, init=1)
+    init, app = kubelet.ok("admit", pod=running(control_plane, pod))["containers"]
+    assert cards_of(init["device_ids"]) == [a]
+    assert init["device_ids"][0] in app["device_ids"]
+    assert app["envs"]["NVIDIA_VISIBLE_DEVICES"] == f"{b},{c}"
+    annotations = read_pod(control_plane, pod)["metadata"]["annotations"]
+    assert annotations[names.BIND_PHASE] == "success"
+
+
 def test_an_allocate_no_pod_awaits_fails_in_kubelet_and_frees_the_shares(
     control_plane: ControlPlane, namespace: str, gpu_node: GpuNode
 ) -> None:

@@ -115,6 +115,32 @@ def _containers_in_order(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
 
 
+def _init_cards(pod: Mapping[str, Any], annotations: Mapping[str, str], position: int) -> set[str]:
+    """The cards of the init containers before ``position`` that kubelet may hand on.
+
+    kubelet gives the devices of a pod's init containers to the containers after them
+    before it takes new ones (its device manager's "devices to reuse"; a restartable init
+    container keeps its own), whatever the plugin prefers. Those IDs then sit on an init
+    container's card, not on the cards the scheduler gave this container: the entry is
+    still what the container gets. The init containers' cards are read from the full
+    allocation, since their entries to allocate are consumed by now.
+    """
+    raw = annotations.get(names.NVIDIA_DEVICES_ALLOCATED)
+    if not raw:
+        return set()
+    try:
+        allocated = codec.decode_pod_single_device(raw, names.NVIDIA_DEVICES_ALLOCATED)
+    except CodecError:
+        return set()
+    inits = (pod.get("spec") or {}).get("initContainers") or []
+    return {
+        card_of(device.uuid)
+        for init, entry in zip(inits[:position], allocated, strict=False)
+        if init.get("restartPolicy") != "Always"
+        for device in entry
+    }
+
+
 def _asks_for(container: Mapping[str, Any], resource: str) -> bool:
     resources = container.get("resources") or {}
     return any(resource in (resources.get(s) or {}) for s in ("limits", "requests"))
@@ -171,7 +197,7 @@ def allocate(
         )
     wanted = Counter(card_of(d.uuid) for d in devices)
     given = Counter(physical_uuid(i) for i in requested_ids)
-    if given != wanted:
+    if given != wanted and not set(given - wanted) <= _init_cards(pod, annotations, position):
         raise AllocationError(
             f"{where}: kubelet chose devices on {sorted(given)}, the scheduler allocated "
             f"{sorted(wanted)} to container {name!r}"

@@ -87,6 +87,43 @@ def test_init_containers_come_first() -> None:
     assert allocation.allocate(p, ["GPU-a-1"], GPU, NodeSettings()).container == "init"
 
 
+def with_full_allocation(p: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the operator binds it: the full allocation beside the entries to hand out."""
+    annotations = p["metadata"]["annotations"]
+    annotations[names.NVIDIA_DEVICES_ALLOCATED] = annotations[names.NVIDIA_DEVICES_TO_ALLOCATE]
+    return p
+
+
+def test_kubelet_may_hand_an_app_container_its_init_containers_device() -> None:
+    # kubelet reuses a finished init container's IDs for the next containers; the app
+    # container still gets the cards the scheduler gave it.
+    entries = [[("GPU-a", 1000, 10)], [("GPU-b", 2000, 20), ("GPU-c", 2000, 20)]]
+    p = with_full_allocation(pod(entries, [container("app", 2)], [container("init")]))
+    consume(p, allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings()))
+    grant = allocation.allocate(p, ["GPU-a-0", "GPU-b-3"], GPU, NodeSettings())
+    assert grant.container == "app"
+    assert grant.envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-b,GPU-c"
+
+
+@pytest.mark.parametrize(
+    ("init", "ids"),
+    [
+        pytest.param(container("init"), ["GPU-z-0", "GPU-b-1"], id="card-no-init-had"),
+        pytest.param(
+            {**container("sidecar"), "restartPolicy": "Always"},
+            ["GPU-a-0", "GPU-b-1"],
+            id="sidecar-keeps-its-devices",
+        ),
+    ],
+)
+def test_only_an_init_containers_card_is_excused(init: dict[str, Any], ids: list[str]) -> None:
+    entries = [[("GPU-a", 1000, 10)], [("GPU-b", 2000, 20), ("GPU-c", 2000, 20)]]
+    p = with_full_allocation(pod(entries, [container("app", 2)], [init]))
+    consume(p, allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings()))
+    with pytest.raises(AllocationError, match="kubelet chose devices"):
+        allocation.allocate(p, ids, GPU, NodeSettings())
+
+
 def test_a_container_without_gpus_is_skipped_by_position() -> None:
     p = pod([[], [("GPU-a", 1000, 10)]], [container("sidecar", None), container("gpu")])
     assert allocation.allocate(p, ["GPU-a-1"], GPU, NodeSettings()).container == "gpu"
