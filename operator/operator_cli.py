@@ -66,7 +66,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     type=float,
     default=300.0,
     show_default=True,
-    help="Seconds between full re-listings of the cluster.",
+    help="Seconds between retries of every parked pod (the watches keep the books current).",
 )
 @click.option(
     "--allocation-gate",

@@ -53,7 +53,8 @@ class OperatorOptions:
     log_level: str = "INFO"
     #: A DeviceInventory whose heartbeat is older than this offers no devices (None: never).
     inventory_timeout_s: float | None = 120.0
-    #: Full re-listing of the cluster and a retry of every parked pod.
+    #: How often every parked pod is retried (the watches keep the books current; a
+    #: kind is listed again only when its watch's resourceVersion has expired).
     resync_interval_s: float = 300.0
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 60.0

@@ -2,15 +2,16 @@
 
 Handlers are registered on a registry of their own (``build_registry``), bound to one
 ``OperatorApp``, so that two operators can run in one process (tests of restarts and
-peering) without sharing state. Every handler is thin: it hands the object to the feed
-(``feed.StateFeed``) and returns. Kopf is used only with ``on.event`` (it stores nothing
-on the objects: no progress annotations, no finalizers), ``on.mutate`` for the webhook,
-peering, and startup/cleanup.
+peering) without sharing state. Kopf does what it does well and nothing per object: the
+mutating webhook (``on.mutate``), peering, startup, cleanup and login; it stores nothing
+on the objects (no progress annotations, no finalizers).
 
-Watched through Kopf: Pods, Nodes, ResourceQuotas, PodDisruptionBudgets and
-DeviceInventories, cluster-wide.
-The device-config ConfigMap is watched by our own small watch in the operator's
-namespace (Kopf would watch every ConfigMap of the cluster to see one).
+The kinds the engine reads (Pods, Nodes, DeviceInventories, ResourceQuotas,
+PodDisruptionBudgets, cluster-wide) are watched by plain list-then-watch loops that hand
+each event straight to the feed (``control/watching.py``): Kopf's per-event handler
+pipeline cost more than the decision itself in a burst. The device-config ConfigMap is
+watched by our own small watch in the operator's namespace (a cluster-wide watch would
+see every ConfigMap of the cluster to find one).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from vgpu_operator.control import (
     queue,
     reporting,
     serving,
+    watching,
     webhook_tls,
     worker,
 )
@@ -142,6 +144,9 @@ class OperatorApp:
         self.reporter: reporting.KubeReporter | None = None
         self.gate: worker.Gate | None = None
         self.deferred: deferred.DeferredWrites | None = None
+        self.watches: watching.FeedWatches | None = None
+        self._config_listed = asyncio.Event()
+        self._opened_before = False
         self._tasks: list[asyncio.Task[None]] = []
         self._forever: list[asyncio.Task[None]] = []  # must run as long as the process
         self._server: serving.HttpServer | None = None
@@ -193,9 +198,6 @@ class OperatorApp:
             )
             self.gate = gate
             self._spawn("peering gate", gate.run())
-            # A standby replica's Kopf watches are paused; a listing keeps what its webhook
-            # answers with (config, quotas) current until it becomes the active one.
-            self._spawn("standby resync", self._resync_until_done(), forever=False)
         self.worker = worker.SchedulingWorker(
             self.state,
             self.feed,
@@ -208,7 +210,7 @@ class OperatorApp:
             ),
             self.reporter,
             self.metrics,
-            resync=self._resync_until_done,
+            resync=self._sync_for_opening,
             gate=self.gate,
             preemptor=KubePreemptor(self.api, self.reporter),
             max_binds_in_flight=options.max_binds_in_flight,
@@ -222,6 +224,13 @@ class OperatorApp:
             )
             await self._server.start(options.metrics_addr, options.metrics_port)
         self._spawn("config watch", self._watch_config())
+        self.watches = watching.FeedWatches(
+            self.api,
+            self.feed,
+            report_warnings=self._report_warnings,
+            on_error=self.metrics.api_error,
+        )
+        self._spawn("watches", self.watches.run())
         webhook = options.webhook
         if webhook is not None and webhook.tls_secret is not None:
             tls = webhook_tls.SelfManagedTls(tls_target(options))
@@ -233,8 +242,6 @@ class OperatorApp:
                     on_error=lambda: self.metrics.api_error("webhook_tls"),
                 ),
             )
-        if not options.standalone:
-            self._spawn("quota watch", self._watch_quotas())
         self._spawn("scheduling worker", self.worker.run())
         self._spawn("deferred events", self.deferred.run(self._deferred_write_failed))
         self._spawn("housekeeping", self._housekeeping())
@@ -317,15 +324,6 @@ class OperatorApp:
         assert self.api is not None, "login runs after startup"
         return await connection_info(self.api, self.options.namespace)
 
-    async def on_pod(self, event: Mapping[str, Any], **_: Any) -> None:
-        if self.feed is not None:
-            self.feed.pod_event(event.get("type"), event["object"])
-
-    async def on_node(self, event: Mapping[str, Any], **_: Any) -> None:
-        if self.feed is not None:
-            self.feed.node_event(event.get("type"), event["object"])
-            await self._report_warnings()
-
     async def _report_warnings(self) -> None:
         """What the feed could not use (unreadable Node annotations, refused inventories):
         a Warning Event on the object."""
@@ -344,19 +342,6 @@ class OperatorApp:
             except Exception as exc:
                 name = (warning.obj.get("metadata") or {}).get("name")
                 log.warning("event_write_failed", kind=warning.kind, name=name, error=str(exc))
-
-    async def on_quota(self, event: Mapping[str, Any], **_: Any) -> None:
-        if self.feed is not None:
-            self.feed.quota_event(event.get("type"), event["object"])
-
-    async def on_budget(self, event: Mapping[str, Any], **_: Any) -> None:
-        if self.feed is not None:
-            self.feed.budget_event(event.get("type"), event["object"])
-
-    async def on_inventory(self, event: Mapping[str, Any], **_: Any) -> None:
-        if self.feed is not None:
-            self.feed.inventory_event(event.get("type"), event["object"])
-            await self._report_warnings()
 
     async def on_pod_admission(
         self, body: kopf.Body, patch: kopf.Patch, warnings: list[str], **_: Any
@@ -385,19 +370,9 @@ class OperatorApp:
     async def _watch_config(self) -> None:
         path = f"/api/v1/namespaces/{self.options.namespace}/configmaps"
         selector = f"metadata.name={self.options.config_map}"
-        await self._watch("config", path, self.on_config, field_selector=selector)
-
-    async def _watch_quotas(self) -> None:
-        """ResourceQuotas, on every replica. Kopf pauses its watches on a standby, but a
-        standby's webhook still answers (the Service picks any Ready replica) and refuses
-        pods by quota: without this it would answer from the listing it took at start."""
-        assert self.feed is not None
-        feed_ = self.feed
-
-        async def on_quota(kind: str | None, obj: Mapping[str, Any]) -> None:
-            feed_.quota_event(kind, obj)
-
-        await self._watch("quota", listing.RESOURCE_QUOTAS, on_quota)
+        await self._watch(
+            "config", path, self.on_config, field_selector=selector, listed=self._config_listed
+        )
 
     async def _watch(
         self,
@@ -406,8 +381,10 @@ class OperatorApp:
         on_event: Callable[[str | None, Mapping[str, Any]], Awaitable[None]],
         *,
         field_selector: str | None = None,
+        listed: asyncio.Event | None = None,
     ) -> None:
-        """List, then watch, ``path`` forever; ``on_event(None, obj)`` for listed objects."""
+        """List, then watch, ``path`` forever; ``on_event(None, obj)`` for listed objects
+        (then ``listed`` is set)."""
         assert self.api is not None
         version: str | None = None
         delays = iter(_RESYNC_RETRY_S)
@@ -418,6 +395,8 @@ class OperatorApp:
                     for item in found.items:
                         await on_event(None, item)
                     version = found.resource_version
+                    if listed is not None:
+                        listed.set()
                 async for kind, obj in listing.watch(
                     self.api, path, resource_version=version, field_selector=field_selector
                 ):
@@ -499,6 +478,24 @@ class OperatorApp:
                 duration_s=round(time.monotonic() - started, 3),
             )
 
+    async def _sync_for_opening(self) -> None:
+        """What the worker waits for after the gate opens, before its first decision:
+        books that hold every pod anyone bound before.
+
+        A standalone operator's first opening waits for the first listings of its own
+        watches (started with the process: nobody bound anything they could miss), so
+        a restart lists the cluster once, not twice. Any other opening (a failover, where
+        the previous leader may have bound pods a moment ago) lists everything afresh.
+        """
+        if self.options.standalone and not self._opened_before and self.watches is not None:
+            self._opened_before = True
+            await self._config_listed.wait()
+            await self.watches.listed.wait()
+            log.info("watches_listed")
+            return
+        self._opened_before = True
+        await self._resync_until_done()
+
     async def _resync_until_done(self) -> None:
         delays = iter(_RESYNC_RETRY_S)
         while True:
@@ -516,7 +513,7 @@ class OperatorApp:
     async def _housekeeping(self) -> None:
         assert self.queue is not None
         assert self.feed is not None
-        last_resync = time.monotonic()
+        last_wake = time.monotonic()
         while True:
             await asyncio.sleep(_HOUSEKEEPING_S)
             self.metrics.queue_size(len(self.queue), self.queue.parked_count)
@@ -527,13 +524,10 @@ class OperatorApp:
                 log.warning("allocation_gate_timed_out", node=node, pod=holder)
             if self._is_leader():
                 await self._report_not_routed()
-            if time.monotonic() - last_resync >= self.options.resync_interval_s:
-                last_resync = time.monotonic()
-                try:
-                    await self.resync()
-                except Exception as exc:
-                    log.warning("resync_failed", error=str(exc))
-                    self.metrics.api_error("resync")
+            if time.monotonic() - last_wake >= self.options.resync_interval_s:
+                # The watches keep the books current (control/watching.py): no relisting,
+                # only a retry of every parked pod.
+                last_wake = time.monotonic()
                 self.queue.wake_all()
 
     async def _report_not_routed(self) -> None:
@@ -691,19 +685,6 @@ def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:
     kopf.on.startup(registry=registry, id="startup")(app.on_startup)
     kopf.on.cleanup(registry=registry, id="cleanup")(app.on_cleanup)
     kopf.on.login(registry=registry, id="login")(app.on_login)
-    kopf.on.event("v1", "pods", registry=registry, id="pods")(app.on_pod)
-    kopf.on.event("v1", "nodes", registry=registry, id="nodes")(app.on_node)
-    kopf.on.event("v1", "resourcequotas", registry=registry, id="quotas")(app.on_quota)
-    kopf.on.event("policy", "v1", "poddisruptionbudgets", registry=registry, id="budgets")(
-        app.on_budget
-    )
-    kopf.on.event(
-        names.CRD_GROUP,
-        names.CRD_VERSION,
-        names.DEVICE_INVENTORY_PLURAL,
-        registry=registry,
-        id="inventories",
-    )(app.on_inventory)
     if app.options.webhook is not None:
         kopf.on.mutate(
             "v1",

@@ -78,6 +78,10 @@ def namespaced_peering_path(namespace: str, name: str) -> str:
     return f"/apis/kopf.dev/v1/namespaces/{namespace}/kopfpeerings/{name}"
 
 
+#: A watch event that only moves the resourceVersion on.
+BOOKMARK: Final = "BOOKMARK"
+
+
 class WatchExpired(Exception):
     """The server no longer has the requested resourceVersion (410): list again."""
 
@@ -89,9 +93,11 @@ async def watch(
     resource_version: str | None,
     field_selector: str | None = None,
     timeout_s: int = 300,
+    bookmarks: bool = False,
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """Stream ``(type, object)`` watch events from ``resource_version`` until the server
-    ends the watch (after about ``timeout_s``). Bookmarks are skipped; a 410 raises
+    ends the watch (after about ``timeout_s``). Bookmarks (only a resourceVersion) are
+    yielded as ``BOOKMARK`` when ``bookmarks``, else skipped; a 410 raises
     ``WatchExpired``; other stream errors raise ``ApiError``."""
     query: list[tuple[str, str | int]] = [
         ("watch", "true"),
@@ -121,7 +127,7 @@ async def watch(
             event = json.loads(line)
             kind = str(event.get("type") or "")
             obj = event.get("object") or {}
-            if kind == "BOOKMARK":
+            if kind == BOOKMARK and not bookmarks:
                 continue
             if kind == "ERROR":
                 code = obj.get("code") if isinstance(obj, Mapping) else None
