@@ -124,6 +124,17 @@ class Nomination:
     until: float
 
 
+def _same_shares(old: PodEntry, new: PodEntry) -> bool:
+    """Whether two entries of a pod book the same on the same node (what a node's
+    cards, usage, score and summary are built from)."""
+    return (
+        old.node == new.node
+        and old.bookings == new.bookings
+        and old.requests == new.requests
+        and old.devices.keys() == new.devices.keys()
+    )
+
+
 def _start_time(pod: Mapping[str, Any]) -> float | None:
     return unix_time((pod.get("status") or {}).get("startTime"))
 
@@ -268,6 +279,8 @@ class ClusterBooks:
         deleting = bool(meta.get("deletionTimestamp"))
         if node is None and key in self._nominations and not deleting and phase not in _TERMINATED:
             return
+        previous = self._pods.get(key)
+        clean = previous is not None and self._is_clean(previous.node)
         self._drop_pod(key)
         self._nominations.pop(key, None)
         self._allocation_errors.pop(key, None)
@@ -309,6 +322,10 @@ class ClusterBooks:
         self._add_pod(entry)
         if records:
             self._read_mig_records(node)
+        elif clean and previous is not None and _same_shares(previous, entry):
+            # The bound copy of a reservation, or a status update: the node's cards,
+            # score and summary stand, so it need not be rebuilt and ranked again.
+            self._untouch(node)
 
     def _read_mig_records(self, node_name: str) -> None:
         """Book the MIG instances that pods on the node name only in HAMi v2.10's JSON,
@@ -594,6 +611,18 @@ class ClusterBooks:
         node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())
         self._read_mig_records(node.name)
         self._touch(node)
+
+    def _is_clean(self, name: str | None) -> bool:
+        node = self._nodes.get(name or "")
+        return node is not None and not node.dirty
+
+    def _untouch(self, name: str) -> None:
+        """Undo the touches of dropping and re-adding a pod with the same shares on a
+        node that was clean before."""
+        node = self._nodes.get(name)
+        if node is not None:
+            node.dirty = False
+            self._dirty.discard(name)
 
     def _touch(self, node: NodeEntry) -> None:
         node.dirty = True

@@ -1,0 +1,49 @@
+"""Updates of a pod the books already hold: the same shares keep the node as it is, other
+shares rebuild it (the node's cards must always match what its pods book)."""
+
+from __future__ import annotations
+
+import copy
+
+from builders import bound, cluster, make_node, make_pod
+
+from vgpu_operator import names
+from vgpu_operator.scheduling.cluster import ClusterState
+
+
+def _usage(state: ClusterState) -> dict[str, tuple[int, int]]:
+    return {r.uuid: (r.used_slots, r.used_memory_mib) for r in state.device_usage()}
+
+
+def _placed(state: ClusterState) -> dict[str, object]:
+    pod = make_pod("p").container(gpu=1, gpumem=4000).obj()
+    decision = state.schedule(pod, now=0.0)
+    assert decision.scheduled
+    state.confirm(decision.pod)
+    copy_ = bound(pod, decision)
+    state.set_pod(copy_)
+    return copy_
+
+
+def test_a_status_update_keeps_the_booking() -> None:
+    state = cluster(make_node("n").gpu("GPU-0").gpu("GPU-1"))
+    pod = _placed(state)
+    before = _usage(state)
+    running = copy.deepcopy(pod)
+    running["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
+    state.set_pod(running)
+    assert _usage(state) == before
+    assert sum(slots for slots, _ in before.values()) == 1
+
+
+def test_an_update_to_other_shares_moves_the_booking() -> None:
+    state = cluster(make_node("n").gpu("GPU-0").gpu("GPU-1"))
+    pod = _placed(state)
+    held = next(uuid for uuid, (slots, _) in _usage(state).items() if slots)
+    other = "GPU-1" if held == "GPU-0" else "GPU-0"
+    moved = copy.deepcopy(pod)
+    moved["metadata"]["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = f"{other},NVIDIA,6000,0:;"
+    state.set_pod(moved)
+    usage = _usage(state)
+    assert usage[other] == (1, 6000)
+    assert usage[held] == (0, 0)
