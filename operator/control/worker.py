@@ -394,7 +394,8 @@ class SchedulingWorker:
             created = pod_facts.created_at(pod)
             if created is not None:
                 self._metrics.bound_after(time.time() - created)
-            log.info("pod_bound", pod=key, node=node)
+            # One line per pod at info would cost more than the decision in a burst.
+            log.debug("pod_bound", pod=key, node=node)
             self._report(key, self._bound_news(pod, node, decision.warnings))
             return
         self._engine.rollback(key)
