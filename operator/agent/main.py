@@ -32,7 +32,7 @@ from vgpu_operator.agent.deviceplugin.allocation import (
     NodeSettings,
 )
 from vgpu_operator.agent.deviceplugin.runner import PluginRunner
-from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin, cards_of
+from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin, StaleRead, cards_of
 from vgpu_operator.agent.inventory import RegistrationOptions, build_status, same_report
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.devices import codec
@@ -42,7 +42,7 @@ from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.inventory import CrdMissingError, NodeNotFoundError
 from vgpu_operator.kube.inventory import InventoryWriter as KubeInventoryWriter
 from vgpu_operator.kube.pods import patch_pod_annotations, pods_on_node
-from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.kube.requests import ApiClient, ApiError
 
 log = structlog.get_logger(__name__)
 
@@ -498,7 +498,12 @@ def device_plugin(
         return await pods_on_node(api, node)
 
     async def patch(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
-        await patch_pod_annotations(api, pod, annotations)
+        try:
+            await patch_pod_annotations(api, pod, annotations)
+        except ApiError as exc:
+            if exc.status == 409:
+                raise StaleRead(str(exc)) from exc
+            raise
 
     events = kube_events.EventAggregator(component=AGENT_COMPONENT)
 

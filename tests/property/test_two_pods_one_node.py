@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vgpu_operator import names
@@ -78,6 +78,7 @@ def serve(
     return outcomes
 
 
+@settings(max_examples=400)
 @given(layouts, layouts, st.booleans(), st.booleans())
 def test_no_container_ever_receives_another_pods_allocation(
     first: list[Any], second: list[Any], second_first: bool, gated: bool

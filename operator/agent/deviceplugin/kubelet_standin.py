@@ -184,41 +184,67 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
             return
         self._admitted.add(uid)
         spec = pod.get("spec") or {}
-        containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-        for container in containers:
+        inits = [(c, True) for c in spec.get("initContainers") or []]
+        containers = [*inits, *((c, False) for c in spec.get("containers") or [])]
+        # kubelet hands a finished init container's devices on to the next containers
+        # (its devicesToReuse) before it takes free ones.
+        reusable: list[str] = []
+        for container, is_init in containers:
             count = requested(container, self.resource)
             if count == 0:
                 continue
-            result = await self._allocate(stub, pod, uid, str(container.get("name")), count)
+            name = str(container.get("name"))
+            result = await self._allocate(stub, pod, uid, name, count, reusable)
             self.settings.append(result)
             if result.error is not None:
                 log.info("standin_admission_failed", pod=result.pod, error=result.error)
                 return  # kubelet fails the pod's admission at the first container
+            sidecar = container.get("restartPolicy") == "Always"
+            if is_init and not sidecar:
+                reusable = sorted(set(reusable) | set(result.device_ids))
+            else:
+                reusable = [d for d in reusable if d not in result.device_ids]
 
     async def _allocate(
-        self, stub: Any, pod: Mapping[str, Any], uid: str, container: str, count: int
+        self,
+        stub: Any,
+        pod: Mapping[str, Any],
+        uid: str,
+        container: str,
+        count: int,
+        reusable: Sequence[str],
     ) -> ContainerSettings:
         key = _key(pod)
+        chosen = list(reusable[:count])
         free = sorted(d for d, h in self.devices.items() if h == HEALTHY and d not in self._in_use)
-        if len(free) < count:
+        needed = count - len(chosen)
+        if len(free) < needed:
             return ContainerSettings(
                 key, container, (), error=f"{count} {self.resource} wanted, {len(free)} free"
             )
-        chosen = free[:count]
-        if self._options.get_preferred_allocation_available:
+        if needed and self._options.get_preferred_allocation_available:
             preferred = await stub.GetPreferredAllocation(
                 api_pb2.PreferredAllocationRequest(
                     container_requests=[
                         api_pb2.ContainerPreferredAllocationRequest(
-                            available_deviceIDs=free, allocation_size=count
+                            available_deviceIDs=[*chosen, *free],
+                            must_include_deviceIDs=chosen,
+                            allocation_size=count,
                         )
                     ]
                 )
             )
-            ids = list(preferred.container_responses[0].deviceIDs)
-            # kubelet ignores a preference that is not a valid choice.
-            if len(ids) == count and set(ids) <= set(free):
-                chosen = ids
+            # kubelet takes what the plugin prefers among the free devices, then fills up.
+            for device in preferred.container_responses[0].deviceIDs:
+                if needed and device in free and device not in chosen:
+                    chosen.append(device)
+                    needed -= 1
+        for device in free:
+            if not needed:
+                break
+            if device not in chosen:
+                chosen.append(device)
+                needed -= 1
         try:
             response = await stub.Allocate(
                 api_pb2.AllocateRequest(

@@ -2,9 +2,9 @@
 
 kubelet tells Allocate only device IDs. The pod is the one bound to this node whose
 allocation still has an entry to hand out, with as many devices as kubelet asks for; when
-more than one pod could be it and their next entries differ, the call is refused rather
-than served with another pod's devices (the operator's per-node gate keeps that rare: it
-binds the next GPU pod to a node only once the previous one is settled).
+more than one pod could be it, the call is refused rather than served with another pod's
+devices (the operator's per-node allocation gate prevents that: it binds the next GPU pod
+to a node only once the previous one is settled).
 """
 
 from __future__ import annotations
@@ -56,15 +56,17 @@ def pod_for(pods: Iterable[Mapping[str, Any]], node: str, count: int) -> Mapping
             f"no pod bound to {node} awaits {count} device(s) "
             f"({len(candidates)} pod(s) await other counts)"
         )
-    first = next_entry(sized[0])
-    if any(next_entry(p) != first for p in sized[1:]):
+    if len(sized) > 1:
+        # Even identical next entries are refused: the pods' later entries, container
+        # names and cache directories differ, so serving the wrong one would hand the
+        # next container the other pod's remainder (the property tests find such cases).
         keys = sorted(
             f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}"
             for p in sized
         )
         raise AllocationError(
-            f"{len(sized)} pods bound to {node} await {count} device(s) with different "
-            f"allocations ({', '.join(keys)}); refusing to guess which one this is"
+            f"{len(sized)} pods bound to {node} await {count} device(s) "
+            f"({', '.join(keys)}); refusing to guess which one this is (the operator's "
+            "allocation gate keeps one pod per node waiting; is it off?)"
         )
-    # Identical entries: serving the oldest is safe (kubelet admits in creation order).
-    return min(sized, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp", "")))
+    return sized[0]

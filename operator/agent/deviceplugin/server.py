@@ -44,6 +44,16 @@ class Card:
 PodSource = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
 #: Merge-patch annotations onto a pod, guarded by its resourceVersion.
 Patcher = Callable[[Mapping[str, Any], Mapping[str, str]], Awaitable[None]]
+
+#: Reads and guarded writes per container before Allocate gives up on a pod that keeps
+#: changing under it (KWOK or kubelet writing its status, for one).
+_ATTEMPTS: Final = 3
+
+
+class StaleRead(Exception):
+    """The pod changed between our read and our guarded patch (HTTP 409): read again."""
+
+
 #: Tell a pod's owner why its Allocate failed: (pod, reason, message), as a Warning Event.
 Reporter = Callable[[Mapping[str, Any], str, str], Awaitable[None]]
 
@@ -189,23 +199,38 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
             responses = []
             for wanted in request.container_requests:
                 ids = list(wanted.devices_ids)
-                pods = await self._pods()
-                try:
-                    pod = lookup.pod_for(pods, self.node, len(ids))
-                except AllocationError as exc:
-                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-                    raise  # abort raises; this keeps type checkers sure
-                try:
-                    # In a worker thread: a MIG entry may create the instance through NVML.
-                    grant = await asyncio.to_thread(
-                        allocation.allocate, pod, ids, self.resource, self.settings, self._mig
-                    )
-                    await asyncio.to_thread(self._prepare_host, grant)
-                except AllocationError as exc:
-                    await self._fail(pod, str(exc))
-                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-                    raise
-                await self._patch(pod, grant.patch)
+                for attempt in range(1, _ATTEMPTS + 1):
+                    pods = await self._pods()
+                    try:
+                        pod = lookup.pod_for(pods, self.node, len(ids))
+                    except AllocationError as exc:
+                        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+                        raise  # abort raises; this keeps type checkers sure
+                    try:
+                        # In a worker thread: a MIG entry may create the instance via NVML.
+                        grant = await asyncio.to_thread(
+                            allocation.allocate, pod, ids, self.resource, self.settings, self._mig
+                        )
+                        await asyncio.to_thread(self._prepare_host, grant)
+                    except AllocationError as exc:
+                        await self._fail(pod, str(exc))
+                        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+                        raise
+                    try:
+                        # Guarded by the pod's resourceVersion: an entry is consumed once.
+                        await self._patch(pod, grant.patch)
+                        break
+                    except StaleRead:
+                        if attempt < _ATTEMPTS:
+                            continue  # the same work again on a fresh read (idempotent)
+                        message = (
+                            f"the pod kept changing while its allocation was being "
+                            f"recorded ({_ATTEMPTS} tries); its admission fails, and a "
+                            "controller's replacement is scheduled again"
+                        )
+                        await self._fail(pod, message)
+                        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+                        raise
                 responses.append(_response(grant))
                 log.info(
                     "allocated",
@@ -226,13 +251,29 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
             error=message,
         )
         try:
-            await self._patch(pod, allocation.failed_patch())
+            await self._patch_fresh(pod, allocation.failed_patch())
         except Exception as exc:
             log.error("allocate_failed_unrecorded", node=self.node, error=str(exc))
         try:
             await self._report(pod, ALLOCATE_FAILED, message)
         except Exception as exc:
             log.error("allocate_event_failed", node=self.node, error=str(exc))
+
+    async def _patch_fresh(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        """Patch ``pod``, reading it again (by uid) when it changed since it was read."""
+        uid = (pod.get("metadata") or {}).get("uid")
+        current = pod
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                await self._patch(current, annotations)
+                return
+            except StaleRead:
+                if attempt == _ATTEMPTS:
+                    raise
+            fresh = [p for p in await self._pods() if (p.get("metadata") or {}).get("uid") == uid]
+            if not fresh:
+                return  # gone: nothing left to mark
+            current = fresh[0]
 
     def _prepare_host(self, grant: allocation.ContainerGrant) -> None:
         """The host directories the container's mounts need, made before kubelet hands

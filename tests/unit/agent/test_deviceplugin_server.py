@@ -54,6 +54,8 @@ class FakeApi:
         self.pods = pods
         self.patches: list[tuple[str, dict[str, str]]] = []
         self.events: list[tuple[str, str, str]] = []
+        #: Patches still to refuse as the API server does when the pod changed (409).
+        self.conflicts = 0
 
     async def report(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
         self.events.append((pod["metadata"]["name"], reason, message))
@@ -63,6 +65,9 @@ class FakeApi:
 
     async def patch(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
         name = pod["metadata"]["name"]
+        if self.conflicts:
+            self.conflicts -= 1
+            raise server.StaleRead(f"{name} changed")
         self.patches.append((name, dict(annotations)))
         for held in self.pods:
             if held["metadata"]["name"] == name:
@@ -218,6 +223,36 @@ def test_an_ambiguous_allocate_is_refused_and_nobody_is_served(tmp_path: Path) -
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "refusing to guess" in (refused.value.details() or "")
     assert api.patches == []
+
+
+def _allocate_one(tmp_path: Path, api: FakeApi) -> Any:
+    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
+        request = api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-a-0"])]
+        )
+        return await stub.Allocate(request)
+
+    return run(_with_plugin(tmp_path, api, body))
+
+
+def test_a_pod_that_changed_under_the_patch_is_read_again_and_served_once(
+    tmp_path: Path,
+) -> None:
+    api = FakeApi([bound_pod("p", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:00Z")])
+    api.conflicts = 2
+    answer = _allocate_one(tmp_path, api)
+    assert dict(answer.container_responses[0].envs)["NVIDIA_VISIBLE_DEVICES"] == "GPU-a"
+    ((_name, patch),) = api.patches  # consumed exactly once
+    assert patch[names.BIND_PHASE] == "success"
+
+
+def test_a_pod_that_keeps_changing_is_failed_not_served_twice(tmp_path: Path) -> None:
+    api = FakeApi([bound_pod("p", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:00Z")])
+    api.conflicts = 3
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        _allocate_one(tmp_path, api)
+    assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert api.patches == [("p", {names.BIND_PHASE: "failed"})]
 
 
 def test_a_mismatched_allocate_marks_the_pod_failed(tmp_path: Path) -> None:

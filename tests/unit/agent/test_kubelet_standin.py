@@ -109,3 +109,26 @@ def test_requested_reads_limits_then_requests() -> None:
     assert requested({"resources": {"requests": {GPU: "1"}}}, GPU) == 1
     assert requested({"resources": {}}, GPU) == 0
     assert requested({"resources": {"limits": {GPU: "x"}}}, GPU) == 0
+
+
+def test_an_init_containers_devices_are_handed_on_as_kubelet_does(tmp_path: Path) -> None:
+    """kubelet gives the app container the finished init container's device first."""
+    layout = [[("GPU-a", 1000, 10)], [("GPU-b", 2000, 20)]]
+    pod = bound_pod("init", layout, "2026-01-01T00:00:01Z")
+    annotations = pod["metadata"]["annotations"]
+    annotations[names.NVIDIA_DEVICES_ALLOCATED] = annotations[names.NVIDIA_DEVICES_TO_ALLOCATE]
+    init, app = pod["spec"]["containers"]
+    init["name"], app["name"] = "setup", "main"
+    pod["spec"]["initContainers"] = [init]
+    pod["spec"]["containers"] = [app]
+
+    async def body(standin: KubeletStandIn, api: FakeApi) -> Any:
+        api.pods.append(pod)
+        await _eventually(lambda: len(standin.settings) == 2)
+        return standin.settings
+
+    setup, main = _play(tmp_path, FakeApi([]), body)
+    assert setup.error is None
+    assert main.error is None, main.error
+    assert main.device_ids[0] == setup.device_ids[0]  # reused
+    assert main.envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-b"  # still its own card
