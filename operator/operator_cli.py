@@ -87,6 +87,13 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     help="Seconds after which a node whose device plugin has not answered takes GPU pods again.",
 )
 @click.option(
+    "--max-binds-in-flight",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Bindings written at once (more helps while the API server has CPU to spare).",
+)
+@click.option(
     "--scheduled-events/--no-scheduled-events",
     default=True,
     show_default=True,
@@ -144,6 +151,7 @@ def run(
     resync_interval_s: float,
     allocation_gate: str,
     allocation_gate_timeout_s: float,
+    max_binds_in_flight: int,
     scheduled_events: bool,
     webhook_port: int | None,
     webhook_addr: str,
@@ -197,6 +205,7 @@ def run(
         resync_interval_s=resync_interval_s,
         allocation_gate=GateMode(allocation_gate),
         allocation_gate_timeout_s=allocation_gate_timeout_s,
+        max_binds_in_flight=max_binds_in_flight,
         scheduled_events=scheduled_events,
         webhook=webhook,
     )

@@ -58,7 +58,9 @@ class OperatorOptions:
     resync_interval_s: float = 300.0
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 60.0
-    max_binds_in_flight: int = 32
+    #: Bindings written at once. The API server answers a Binding in 100-500 ms under a
+    #: burst, so this many in flight bounds the rate at this many per that latency.
+    max_binds_in_flight: int = 64
     #: A Normal "Scheduled" Event per bound pod, as kube-scheduler writes.
     scheduled_events: bool = True
     #: At most one GPU pod per node between its Binding and the device plugin's answer,

@@ -22,9 +22,9 @@ from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client
 from yarl import URL
 
-#: Connections to the API server kept open at most (Bindings, status patches, Events,
-#: listings); watches hold one each for as long as they run.
-MAX_CONNECTIONS: Final = 64
+#: Connections to the API server kept open at most: the Bindings in flight (64 by
+#: default), the watches (one each, for as long as they run), Events, status patches.
+MAX_CONNECTIONS: Final = 96
 
 
 def ssl_context(configuration: client.Configuration) -> ssl.SSLContext:
