@@ -466,9 +466,6 @@ def machine_facts() -> dict[str, Any]:
 
 
 async def amain(args: argparse.Namespace) -> int:
-    clusters = [await one_cluster(args, args.nodes, full=True)]
-    if args.with_5000:
-        clusters.append(await one_cluster(args, 5000, full=False))
     facts = machine_facts()
     facts["command"] = (
         f"BENCH_NODES={args.nodes} BENCH_SCALE={args.scale} BENCH_5000={args.with_5000} "
@@ -476,6 +473,20 @@ async def amain(args: argparse.Namespace) -> int:
     )
     if args.operator_args:
         facts["operator flags"] = args.operator_args
+    sizes = [(args.nodes, True)] + ([(5000, False)] if args.with_5000 else [])
+    clusters: list[report.Cluster] = []
+    for nodes, full in sizes:
+        clusters.append(await one_cluster(args, nodes, full=full))
+        # Written after each cluster: a later one that fails leaves the earlier figures.
+        save(args, clusters, facts)
+    failed = [r.name for c in clusters for r in c.results if not r.check_ok]
+    if failed:
+        print(f"[bench] correctness check FAILED in: {', '.join(failed)}", flush=True)
+        return 1
+    return 0
+
+
+def save(args: argparse.Namespace, clusters: list[report.Cluster], facts: dict[str, Any]) -> None:
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(
         json.dumps(
@@ -485,11 +496,6 @@ async def amain(args: argparse.Namespace) -> int:
     if args.docs is not None:
         report.write(args.docs, clusters, facts)
         print(f"[bench] wrote {args.docs}", flush=True)
-    failed = [r.name for c in clusters for r in c.results if not r.check_ok]
-    if failed:
-        print(f"[bench] correctness check FAILED in: {', '.join(failed)}", flush=True)
-        return 1
-    return 0
 
 
 def main() -> int:
