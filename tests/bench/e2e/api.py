@@ -63,6 +63,15 @@ class Api:
         headers = {"Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = content_type
+        try:
+            return await self._once(method, path, data, headers, timeout_s)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            # A kept-alive connection the server had closed: once more on a fresh one.
+            return await self._once(method, path, data, headers, timeout_s)
+
+    async def _once(
+        self, method: str, path: str, data: str | None, headers: dict[str, str], timeout_s: float
+    ) -> Json:
         async with self._session.request(
             method,
             self.server + path,

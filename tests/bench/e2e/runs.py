@@ -4,14 +4,17 @@ with a reason), and read what it cost; then recount the whole cluster and clean 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from e2e import checks, counting, procs
-from e2e.api import Api, Json, gather_limited
+from e2e.api import Api, ApiError, Json, gather_limited
 from e2e.fleet import BenchNode
 from e2e.tracking import Tracker
 from e2e.workloads import Workload
@@ -93,12 +96,16 @@ class Bench:
         return checks.recount(pods, self.cards, self.gpus_per_node)
 
     async def clean(self, namespace: str) -> None:
-        await self.api.delete_pods(namespace)
+        """Delete the run's pods and wait until they are gone. A delete of thousands of
+        pods may outlive its request (the server goes on deleting): ask again until none
+        is left."""
         for _ in range(600):
+            with contextlib.suppress(ApiError, aiohttp.ClientError, asyncio.TimeoutError):
+                await self.api.delete_pods(namespace)
             left = await self.api.request("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")
             if not left.get("items"):
                 break
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(1.0)
         # Let the schedulers see the deletions before the next run starts.
         await asyncio.sleep(2.0)
 
@@ -138,6 +145,12 @@ async def run(
             try:
                 await api.create(f"/api/v1/namespaces/{namespace}/pods", body)
                 break
+            except ApiError as exc:
+                if exc.status == 409:  # an earlier try got through after all
+                    break
+                if attempt == 59:
+                    raise
+                await asyncio.sleep(0.5)
             except Exception:  # the API server may be restarting (faults): try again
                 if attempt == 59:
                     raise
