@@ -7,6 +7,7 @@ asyncio client keeps its own cost low and the same code is the binding ceiling's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import time
@@ -119,10 +120,18 @@ class Api:
                 raise
 
     async def delete_pods(self, namespace: str) -> None:
-        """Every pod of the namespace, at once (grace 0: KWOK runs no kubelet to wait for)."""
-        await self.request(
-            "DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0", timeout_s=300
-        )
+        """Every pod of the namespace (grace 0: KWOK runs no kubelet to wait for). One
+        DELETE per pod, many at once: the server deletes a collection one pod at a time
+        (``--delete-collection-workers`` is 1), which outlives the request at thousands."""
+        pods = await self.list_all(f"/api/v1/namespaces/{namespace}/pods")
+
+        async def delete(name: str) -> None:
+            with contextlib.suppress(ApiError):
+                await self.request(
+                    "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}?gracePeriodSeconds=0"
+                )
+
+        await gather_limited(32, [delete(pod["metadata"]["name"]) for pod in pods])
 
     async def watch(self, path: str, resource_version: str = "") -> AsyncIterator[Json]:
         """Watch events (``{"type", "object"}``) until the server ends the stream."""
