@@ -134,11 +134,13 @@ def _ready(node: Json) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-async def heartbeats(api: Api, nodes: list[BenchNode], stop: asyncio.Event) -> None:
+async def heartbeats(
+    api: Api, nodes: list[BenchNode], stop: asyncio.Event, interval_s: float = HEARTBEAT_INTERVAL_S
+) -> None:
     """Move every inventory's heartbeat every 30 s, spread evenly, like the agents do.
     Each write runs on its own (at most 32 at once), so a slow API server delays beats
     rather than stretching the cycle past the operator's inventory timeout."""
-    gap = HEARTBEAT_INTERVAL_S / max(1, len(nodes))
+    gap = interval_s / max(1, len(nodes))
     gate = asyncio.Semaphore(32)
     pending: set[asyncio.Task[None]] = set()
 

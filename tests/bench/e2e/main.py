@@ -47,6 +47,13 @@ def options() -> argparse.Namespace:
     parser.add_argument("--faults", type=int, default=_env_int("BENCH_FAULTS", 1))
     parser.add_argument("--operator-args", default=os.environ.get("BENCH_OPERATOR_ARGS", ""))
     parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=float(os.environ.get("BENCH_HEARTBEAT_S", 30.0)),
+        help="seconds between an inventory's heartbeats (the agent's 30); 0: none, and the "
+        "operator runs with --inventory-timeout=0",
+    )
+    parser.add_argument(
         "--only",
         default=os.environ.get("BENCH_ONLY", ""),
         help="comma list of parts to run: baselines, operator, restart, faults, gate",
@@ -97,6 +104,8 @@ class Session:
     async def start_operator(self) -> float:
         """Start the operator; seconds until it answers /readyz."""
         extra = [*shlex.split(self.args.operator_args), *self.gate_args]
+        if not getattr(self.args, "heartbeat", 30.0):
+            extra.insert(0, "--inventory-timeout=0")  # nothing moves the heartbeats
         child, port = procs.operator(
             self.operator_kubeconfig, self.workdir, OPERATOR_NAMESPACE, extra
         )
@@ -156,7 +165,10 @@ async def setup(session: Session) -> tuple[runs.Bench, asyncio.Event, asyncio.Ta
     await fleet.create(api, nodes)
     setup_s = time.time() - started
     stop = asyncio.Event()
-    beats = asyncio.get_running_loop().create_task(fleet.heartbeats(api, nodes, stop))
+    interval = getattr(session.args, "heartbeat", 30.0)
+    beats = asyncio.get_running_loop().create_task(
+        fleet.heartbeats(api, nodes, stop, interval) if interval else _until(stop)
+    )
     bench = runs.Bench(
         cp=cp,
         api=api,
@@ -171,6 +183,10 @@ async def setup(session: Session) -> tuple[runs.Bench, asyncio.Event, asyncio.Ta
         f"[bench] {len(nodes)} nodes, {len(bench.cards)} cards ready in {setup_s:.0f}s", flush=True
     )
     return bench, stop, beats, setup_s
+
+
+async def _until(stop: asyncio.Event) -> None:
+    await stop.wait()
 
 
 def control_plane(bench_dir: Path) -> ControlPlane:
@@ -406,7 +422,8 @@ async def one_cluster(args: argparse.Namespace, nodes: int, *, full: bool) -> re
                 whole = workloads.Workload("whole", "whole-GPU pods", count, workloads.whole())
                 await runs.run(bench, "whole", op, whole)
             if full and "restart" in parts:
-                facts = await restart_with_residents(session, bench, _scaled(10 * nodes, scale))
+                # Ten bound pods per node whatever the scale: the restart aim is about them.
+                facts = await restart_with_residents(session, bench, 10 * nodes)
             if full and "faults" in parts and args.faults:
                 await fault_runs(session, bench, scale)
             if full and "gate" in parts:
@@ -469,7 +486,8 @@ async def amain(args: argparse.Namespace) -> int:
     facts = machine_facts()
     facts["command"] = (
         f"BENCH_NODES={args.nodes} BENCH_SCALE={args.scale} BENCH_5000={args.with_5000} "
-        f"BENCH_FAULTS={args.faults} python tests/bench/run_e2e.py"
+        f"BENCH_FAULTS={args.faults} BENCH_HEARTBEAT_S={args.heartbeat:g} "
+        "python tests/bench/run_e2e.py"
     )
     if args.operator_args:
         facts["operator flags"] = args.operator_args
