@@ -59,6 +59,11 @@ def options() -> argparse.Namespace:
         help="comma list of parts to run: baselines, operator, restart, faults, gate",
     )
     parser.add_argument("--docs", type=Path, default=None, help="write docs/benchmarks.md here")
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="run nothing: write --docs again from the saved --results",
+    )
     parser.add_argument("--results", type=Path, default=Path(".bench/e2e.json"))
     return parser.parse_args()
 
@@ -516,8 +521,23 @@ def save(args: argparse.Namespace, clusters: list[report.Cluster], facts: dict[s
         print(f"[bench] wrote {args.docs}", flush=True)
 
 
+def render_saved(args: argparse.Namespace) -> int:
+    """docs/benchmarks.md again from a saved results file (after changing the report)."""
+    saved = json.loads(args.results.read_text())
+    clusters = []
+    for raw in saved["clusters"]:
+        results = [runs.Result(**r) for r in raw.pop("results")]
+        rss = [tuple(point) for point in raw.pop("rss")]
+        clusters.append(report.Cluster(**raw, results=results, rss=rss))
+    save(args, clusters, saved["facts"])
+    return 0
+
+
 def main() -> int:
-    return asyncio.run(amain(options()))
+    args = options()
+    if args.render_only:
+        return render_saved(args)
+    return asyncio.run(amain(args))
 
 
 async def small(cp: ControlPlane, workdir: Path, nodes: int = 20) -> list[runs.Result]:

@@ -16,6 +16,12 @@ from e2e.runs import Result
 
 PROFILE_BEGIN = "<!-- profile:begin -->"
 PROFILE_END = "<!-- profile:end -->"
+NOTES_BEGIN = "<!-- notes:begin -->"
+NOTES_END = "<!-- notes:end -->"
+NOTES_PLACEHOLDER = """## Reading the figures
+
+(Hand-written notes on the last run: what bounds each number; kept by the bench.)
+"""
 PROFILE_PLACEHOLDER = """## Profile before and after
 
 (To be filled: py-spy figures of the operator during the whole-GPU burst, before and
@@ -50,6 +56,13 @@ def _find(results: Sequence[Result], name: str) -> Result | None:
     return next((r for r in results if r.name == name), None)
 
 
+def _created(r: Result) -> str:
+    """How fast the bench created the pods: a scheduler cannot bind faster than this."""
+    if r.kind == "ceiling" or not r.create_s:
+        return "-"
+    return f"{r.pods / r.create_s:.0f}"
+
+
 def throughput_table(cluster: Cluster) -> str:
     results = cluster.results
     ceiling = _find(results, "ceiling")
@@ -57,16 +70,17 @@ def throughput_table(cluster: Cluster) -> str:
     raised = _find(results, "ks-raised")
     whole = _find(results, "whole")
     lines = [
-        "| run | placed by | pods | placed | pods/s | ÷ kube-scheduler (raised QPS) | "
+        "| run | placed by | pods | created/s | placed | pods/s | ÷ kube-scheduler (raised QPS) | "
         "÷ kube-scheduler (QPS 50) | ÷ ceiling | p50 / p99 s (watch) | p50 / p99 s (timestamps) "
         "| p50 / p99 s (histogram) | writes/pod (own) | CPU ms/pod | peak RSS MiB | check |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if r.kind not in ("burst", "ceiling"):
             continue
         lines.append(
-            f"| {r.name} | {r.scheduler} | {r.pods} | {r.placed} | {_f(r.pods_per_s)} | "
+            f"| {r.name} | {r.scheduler} | {r.pods} | {_created(r)} | {r.placed} | "
+            f"{_f(r.pods_per_s)} | "
             f"{_ratio(r.pods_per_s, raised.pods_per_s if raised else None)} | "
             f"{_ratio(r.pods_per_s, default.pods_per_s if default else None)} | "
             f"{_ratio(r.pods_per_s, ceiling.pods_per_s if ceiling else None)} | "
@@ -223,14 +237,13 @@ def plots(clusters: Sequence[Cluster], folder: Path) -> list[str]:
     return written
 
 
-def _kept_profile(path: Path) -> str:
+def _kept(path: Path, begin: str, end: str, placeholder: str) -> str:
+    """The hand-written text between two markers of the existing file, if any."""
     if path.exists():
-        match = re.search(
-            re.escape(PROFILE_BEGIN) + r"\n(.*?)" + re.escape(PROFILE_END), path.read_text(), re.S
-        )
+        match = re.search(re.escape(begin) + r"\n(.*?)" + re.escape(end), path.read_text(), re.S)
         if match:
             return match.group(1)
-    return PROFILE_PLACEHOLDER
+    return placeholder
 
 
 def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> None:
@@ -239,8 +252,8 @@ def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> Non
     out = [
         "# Benchmarks",
         "",
-        "Written by `make bench` (tests/bench/e2e); do not edit by hand except the profile "
-        "section, which the bench keeps. Figures depend on the machine: compare ratios, "
+        "Written by `make bench` (tests/bench/e2e); do not edit by hand except the notes and "
+        "profile sections, which the bench keeps. Figures depend on the machine: compare ratios, "
         "which are taken in the same run and cluster.",
         "",
         "## Machine and versions",
@@ -272,6 +285,12 @@ def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> Non
         "- CPU ms/pod: utime+stime of the scheduler's process (/proc/<pid>/stat) over the run ÷ "
         "pods placed. Peak RSS: the highest 0.5 s sample of /proc/<pid>/statm in the run."
     )
+    out.append(
+        "- created/s: pods ÷ the seconds the bench took to create them (32 requests in "
+        "flight); no scheduler can place faster than its pods arrive."
+    )
+    notes = _kept(path, NOTES_BEGIN, NOTES_END, NOTES_PLACEHOLDER)
+    out += ["", NOTES_BEGIN, notes.rstrip("\n"), NOTES_END]
     for cluster in clusters:
         out += [
             "",
@@ -316,5 +335,6 @@ def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> Non
         out += ["", "### API writes per placed pod, by request", "", writes_table(cluster)]
     out += ["", "## Plots", ""]
     out += [f"![{name}](benchmarks/{name})" for name in pictures]
-    out += ["", PROFILE_BEGIN, _kept_profile(path).rstrip("\n"), PROFILE_END, ""]
+    profile = _kept(path, PROFILE_BEGIN, PROFILE_END, PROFILE_PLACEHOLDER)
+    out += ["", PROFILE_BEGIN, profile.rstrip("\n"), PROFILE_END, ""]
     path.write_text("\n".join(out))
