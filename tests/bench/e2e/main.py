@@ -225,7 +225,8 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
     op = session.operator_scheduler()
     cards = len(bench.cards)
     models = sorted(fleet.models(bench.nodes))
-    uuids = [fleet.first_card(bench.nodes, machine) for machine, _ in fleet.MACHINES]
+    # One card per node: each UUID-selected pod has its card to itself.
+    uuids = [node.cards[0]["uuid"] for node in bench.nodes]
     make_unfit, is_unfit = workloads.mixed_unfit(10)
     plan = [
         workloads.Workload(
