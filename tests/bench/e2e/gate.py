@@ -80,6 +80,7 @@ async def gate_runs(session: Any, bench: runs.Bench, count: int = 8) -> None:
             await session.stop_operator()
             session.gate_args = [f"--allocation-gate={mode}"]
             await session.start_operator()
+            await session.warm_up()
 
             def make(namespace: str, index: int) -> dict[str, Any]:
                 body = workloads.whole()(namespace, index)
