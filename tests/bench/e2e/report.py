@@ -100,15 +100,16 @@ def throughput_table(cluster: Cluster) -> str:
 
 def steady_table(cluster: Cluster) -> str:
     lines = [
-        "| arrivals/s | pods | placed | binds/s | p50 / p99 s (watch) | p50 / p99 s (timestamps) "
-        "| p50 / p99 s (histogram) | CPU ms/pod | check |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| arrivals/s | arrived/s (bench) | pods | placed | binds/s | p50 / p99 s (watch) "
+        "| p50 / p99 s (timestamps) | p50 / p99 s (histogram) | CPU ms/pod | check |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in cluster.results:
         if r.kind != "steady":
             continue
         lines.append(
-            f"| {r.extra.get('rate')} | {r.pods} | {r.placed} | {_f(r.pods_per_s)} | "
+            f"| {r.extra.get('rate')} | {_created(r)} | {r.pods} | {r.placed} | "
+            f"{_f(r.pods_per_s)} | "
             f"{_f(r.watch_p50_s, 2)} / {_f(r.watch_p99_s, 2)} | {_f(r.stamp_p50_s, 0)} / "
             f"{_f(r.stamp_p99_s, 0)} | {_f(r.hist_p50_s, 2)} / {_f(r.hist_p99_s, 2)} | "
             f"{_f(r.cpu_ms_per_pod)} | {'ok' if r.check_ok else 'FAILED'} |"
