@@ -93,6 +93,11 @@ class AlwaysOpen:
         return 1
 
 
+#: Reading back a pod whose Binding's answer was lost: first retry, and the longest wait.
+_REREAD_INITIAL_S = 0.5
+_REREAD_MAX_S = 5.0
+
+
 def _holds_devices(decision: cluster.Decision) -> bool:
     return any(any(single) for single in decision.devices.values())
 
@@ -378,13 +383,20 @@ class SchedulingWorker:
             self._feed.binding_failed(key)
             raise
         except Exception as exc:
-            self._engine.rollback(key)
-            self._feed.binding_failed(key)
-            self._metrics.attempt(Result.ERROR)
             self._metrics.api_error("bind")
-            backoff_s = self._queue.retry_later(key)
-            log.warning("bind_failed", pod=key, node=node, error=str(exc), retry_after_s=backoff_s)
-            return
+            log.warning("bind_answer_lost", pod=key, node=node, error=str(exc))
+            # The Binding may have been written before the answer was lost: the books
+            # keep its shares until the pod itself says (freeing them now could give
+            # the card to another pod while this one lands on it).
+            read_back = await self._outcome_from_the_pod(key, pod, node)
+            if read_back is None:
+                self._engine.rollback(key)
+                self._feed.binding_failed(key)
+                self._metrics.attempt(Result.ERROR)
+                backoff_s = self._queue.retry_later(key)
+                log.warning("bind_failed", pod=key, node=node, retry_after_s=backoff_s)
+                return
+            outcome = read_back
         finally:
             self._metrics.bind_finished(self._clock() - started)
         if outcome is BindOutcome.BOUND:
@@ -406,6 +418,34 @@ class SchedulingWorker:
             return
         self._metrics.attempt(Result.BIND_CONFLICT)
         await self._reread_after_conflict(key, pod, node)
+
+    async def _outcome_from_the_pod(
+        self, key: PodKey, pod: Mapping[str, Any], node: str
+    ) -> BindOutcome | None:
+        """What a Binding whose answer was lost did, read from the pod: BOUND (here, by
+        it), CONFLICT (bound elsewhere, or deleting), GONE, or None (still unbound: it was
+        not written). Reads until the API server answers; a drain cancels it."""
+        meta = pod.get("metadata") or {}
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        uid = meta.get("uid")
+        delay = _REREAD_INITIAL_S
+        while True:
+            try:
+                fresh = await self._binder.read_pod(namespace, name)
+                break
+            except Exception as exc:
+                self._metrics.api_error("pod_read")
+                log.warning("bind_outcome_unknown", pod=key, node=node, error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _REREAD_MAX_S)
+        if fresh is None or (uid and (fresh.get("metadata") or {}).get("uid") != uid):
+            return BindOutcome.GONE
+        bound_to = (fresh.get("spec") or {}).get("nodeName")
+        if not bound_to:
+            return None
+        if bound_to == node:
+            return BindOutcome.BOUND
+        return BindOutcome.CONFLICT
 
     async def _reread_after_conflict(self, key: PodKey, pod: Mapping[str, Any], node: str) -> None:
         meta = pod.get("metadata") or {}

@@ -81,15 +81,14 @@ class KubeBinder:
             if not await node_lock.take(self._api, node, namespace, name, self._lock_timeout_s):
                 log.info("node_lock_busy", pod=f"{namespace}/{name}", node=node)
                 return binding.BindOutcome.CONFLICT
-        outcome = binding.BindOutcome.CONFLICT
-        try:
-            outcome = await binding.bind_pod(
-                self._api, namespace, name, str(meta.get("uid") or ""), node, annotations
-            )
-            return outcome
-        finally:
-            if locking and outcome is not binding.BindOutcome.BOUND:
-                await node_lock.release(self._api, node, namespace, name)
+        # An exception leaves the lock: the Binding may have been written (its answer
+        # lost), and then HAMi's plugin needs the lock; if not, it expires.
+        outcome = await binding.bind_pod(
+            self._api, namespace, name, str(meta.get("uid") or ""), node, annotations
+        )
+        if locking and outcome is not binding.BindOutcome.BOUND:
+            await node_lock.release(self._api, node, namespace, name)
+        return outcome
 
     async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return await binding.read_pod(self._api, namespace, name)

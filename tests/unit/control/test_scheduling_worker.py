@@ -261,6 +261,7 @@ def test_failed_bind_rolls_back(outcome: Any, requeued: bool, result: str | None
     async def scenario() -> Rig:
         rig = Rig()
         rig.binder.outcome = outcome
+        rig.binder.fresh = pod("a", 1)  # read back after a lost answer: still unbound
         rig.add("a")
         rig.decide_next()
         await settle(rig)
@@ -276,6 +277,60 @@ def test_failed_bind_rolls_back(outcome: Any, requeued: bool, result: str | None
         assert rig.queue.pop() is None  # backing off
         rig.clock.now += 1.0
         assert rig.queue.pop() == "ns/a"
+
+
+class FlakyReads(Binder):
+    """The Binding's answer is lost; the first reads of the pod fail too."""
+
+    def __init__(self, fresh: Mapping[str, Any], failures: int) -> None:
+        super().__init__()
+        self.outcome = RuntimeError("Server disconnected")
+        self.fresh = fresh
+        self.failures = failures
+
+    async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("connection reset")
+        return self.fresh
+
+
+def test_a_lost_answer_keeps_the_booking_until_the_pod_says_it_was_bound() -> None:
+    """The Binding went through but its answer was lost: the shares stay booked (never
+    handed to another pod meanwhile) and the pod counts as bound."""
+
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.binder = FlakyReads(pod("a", 2, node="n1"), failures=1)
+        rig.worker._binder = rig.binder
+        rig.add("a")
+        rig.decide_next()
+        await asyncio.sleep(0.2)  # the first read fails: nothing is rolled back
+        assert "rollback ns/a" not in rig.engine.log
+        await asyncio.sleep(0.5)
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert "rollback ns/a" not in rig.engine.log
+    assert rig.engine.log[-1] == "confirm ns/a"
+    assert "ns/a" not in rig.queue
+
+
+def test_a_lost_answer_for_a_pod_bound_elsewhere_rolls_back_and_rereads() -> None:
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.binder = FlakyReads(pod("a", 2, node="n2"), failures=0)
+        rig.worker._binder = rig.binder
+        rig.add("a")
+        rig.decide_next()
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert "rollback ns/a" in rig.engine.log
+    assert "confirm ns/a" not in rig.engine.log
+    assert "set a node=n2" in rig.engine.log  # booked as the server has it
 
 
 def test_conflict_rolls_back_and_takes_the_pod_as_the_server_has_it() -> None:
