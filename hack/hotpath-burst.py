@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from integration import operator_env as env  # noqa: E402
 
+from vgpu_operator import names  # noqa: E402
 from vgpu_operator.testing.controlplane import ControlPlane  # noqa: E402
 
 NS = "bench"
@@ -60,6 +61,26 @@ def make_nodes(cp: ControlPlane, count: int) -> None:
 def make_pods(cp: ControlPlane, count: int, gpus: int, gpumem: int | None) -> None:
     def one(i: int) -> None:
         pod = env.gpu_pod(NS, f"p-{i:06d}", scheduler=SCHEDULER, group=NS, gpus=gpus, gpumem=gpumem)
+        env.create_pod(cp, pod)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(count)))
+
+
+def make_bound_pods(cp: ControlPlane, count: int, nodes: int) -> None:
+    """Pods already placed (as a restarted operator finds them): 4,000 MiB of one card
+    each, spread over every node's cards."""
+
+    def one(i: int) -> None:
+        node = f"gpu-{i % nodes:05d}"
+        card = f"GPU-{node}-{(i // nodes) % 8}"
+        pod = env.gpu_pod(NS, f"b-{i:06d}", scheduler=SCHEDULER, group=NS, gpumem=4000)
+        pod["spec"]["nodeName"] = node
+        pod["metadata"]["annotations"] = {
+            names.ASSIGNED_NODE: node,
+            names.NVIDIA_DEVICES_ALLOCATED: f"{card},NVIDIA,4000,0:;",
+            names.BIND_PHASE: "success",
+        }
         env.create_pod(cp, pod)
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -91,7 +112,8 @@ class BoundWatch(threading.Thread):
                     obj = event.get("object") or {}
                     meta = obj.get("metadata") or {}
                     self.version = meta.get("resourceVersion") or self.version
-                    if (obj.get("spec") or {}).get("nodeName"):
+                    placed = str(meta.get("name", "")).startswith("p-")
+                    if placed and (obj.get("spec") or {}).get("nodeName"):
                         with self.lock:
                             self.bound.setdefault(meta["name"], time.time())
 
@@ -138,6 +160,7 @@ def main() -> int:
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--out", default=None, help="append the result as JSON to this file")
     parser.add_argument("--label", default="")
+    parser.add_argument("--bound", type=int, default=0, help="pods already placed at start")
     parser.add_argument("--operator-repo", default=str(REPO), help="whose .venv runs the operator")
     parser.add_argument("--operator-args", default="", help="more options for `run`")
     args = parser.parse_args()
@@ -149,6 +172,10 @@ def main() -> int:
         t = time.time()
         make_nodes(cp, args.nodes)
         print(f"{args.nodes} nodes in {time.time() - t:.1f}s", flush=True)
+        if args.bound:
+            t = time.time()
+            make_bound_pods(cp, args.bound, args.nodes)
+            print(f"{args.bound} bound pods in {time.time() - t:.1f}s", flush=True)
         t = time.time()
         make_pods(cp, args.pods, args.gpus, args.gpumem)
         print(f"{args.pods} pods in {time.time() - t:.1f}s", flush=True)
@@ -186,7 +213,8 @@ def main() -> int:
                     print(log_path.read_text()[-3000:])
                     return 1
                 time.sleep(0.2)
-            print(f"operator synced after {time.time() - started:.1f}s", flush=True)
+            synced_s = time.time() - started
+            print(f"operator synced after {synced_s:.1f}s", flush=True)
             listed = cp.get(f"/api/v1/namespaces/{NS}/pods?limit=1")
             watch = BoundWatch(cp, listed["metadata"]["resourceVersion"])
             watch.start()
@@ -248,6 +276,8 @@ def main() -> int:
             steady = (len(times) * 8 // 10) / (hi - lo) if hi > lo else float("nan")
             result = {
                 "label": args.label,
+                "bound_at_start": args.bound,
+                "start_to_synced_s": round(synced_s, 2),
                 "nodes": args.nodes,
                 "pods": args.pods,
                 "gpus": args.gpus,
