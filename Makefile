@@ -51,6 +51,7 @@ lint: dev
 	$(BIN)/ruff check operator tests
 	$(BIN)/ruff format --check operator tests
 	$(BIN)/mypy -p vgpu_operator
+	$(BIN)/mypy tests/bench/e2e
 	$(BIN)/lint-imports
 
 # The benchmark's extra (matplotlib for its plots), installed on first use only.
