@@ -13,7 +13,7 @@ from typing import Any, Self
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import model
+from vgpu_operator.devices import codec, model
 from vgpu_operator.scheduling.cluster import ClusterState, Decision
 
 A100_40 = "NVIDIA A100-SXM4-40GB"
@@ -276,3 +276,35 @@ def card_uuids(decision: Decision) -> list[list[str]]:
     """Per container (init first), the card ids a decision chose."""
     single: Sequence[model.ContainerDevices] = decision.devices.get("NVIDIA", ())
     return [[d.uuid for d in container] for container in single]
+
+
+def pod_awaiting_devices(
+    name: str, entries: Sequence[Sequence[tuple[str, int, int]]], created: str, node: str
+) -> Json:
+    """A pod bound to ``node`` whose device plugin has not answered yet: one container per
+    entry (``(card uuid, memory MiB, cores)`` each), asking for as many ``nvidia.com/gpu``,
+    with the entries still to hand out in ``hami.io/vgpu-devices-to-allocate``."""
+    single = tuple(
+        tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entry) for entry in entries
+    )
+    value = codec.encode_pod_single_device(single, names.NVIDIA_DEVICES_TO_ALLOCATE)
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": name,
+            "uid": f"uid-{name}",
+            "creationTimestamp": created,
+            "annotations": {
+                names.NVIDIA_DEVICES_TO_ALLOCATE: value,
+                names.BIND_PHASE: "allocating",
+            },
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": f"c{i}", "resources": {"limits": {GPU: len(e)}}}
+                for i, e in enumerate(entries)
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }

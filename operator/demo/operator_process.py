@@ -16,9 +16,10 @@ from typing import IO, Final
 
 from vgpu_operator.demo.settings import CONFIG_MAP, OPERATOR_NAMESPACE, DemoError, wait_for
 
-# Runs ``vgpu-operator run``; the thread ends the operator if the demo dies without
-# stopping it (the operator would otherwise retry a vanished API server forever).
-_OPERATOR_MAIN: Final = """
+#: ``python -c`` source that runs ``vgpu-operator run`` (its arguments follow); the thread
+#: ends the operator if its parent (the demo, the bench) dies without stopping it: the
+#: operator would otherwise retry a vanished API server forever.
+OPERATOR_MAIN: Final = """
 import os, signal, threading, time
 parent = os.getppid()
 def _orphaned():
@@ -47,7 +48,7 @@ class OperatorProcess:
         self._argv = [
             sys.executable,
             "-c",
-            _OPERATOR_MAIN,
+            OPERATOR_MAIN,
             "--kubeconfig",
             str(kubeconfig),
             "--standalone",

@@ -11,13 +11,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from builders import pod_awaiting_devices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin import allocation, lookup
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError, NodeSettings
-from vgpu_operator.devices import codec, model
 
 GPU = "nvidia.com/gpu"
 NODE = "n"
@@ -33,29 +32,7 @@ layouts = st.lists(entry, min_size=1, max_size=3)
 
 
 def bound_pod(name: str, created: str, layout: list[list[tuple[str, int, int]]]) -> dict[str, Any]:
-    single = tuple(tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in e) for e in layout)
-    return {
-        "metadata": {
-            "namespace": "ns",
-            "name": name,
-            "uid": f"uid-{name}",
-            "creationTimestamp": created,
-            "annotations": {
-                names.NVIDIA_DEVICES_TO_ALLOCATE: codec.encode_pod_single_device(
-                    single, names.NVIDIA_DEVICES_TO_ALLOCATE
-                ),
-                names.BIND_PHASE: "allocating",
-            },
-        },
-        "spec": {
-            "nodeName": NODE,
-            "containers": [
-                {"name": f"c{i}", "resources": {"limits": {GPU: len(e)}}}
-                for i, e in enumerate(layout)
-            ],
-        },
-        "status": {"phase": "Pending"},
-    }
+    return pod_awaiting_devices(name, layout, created, NODE)
 
 
 def serve(

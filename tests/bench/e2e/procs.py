@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
+from vgpu_operator.demo.operator_process import OPERATOR_MAIN
+
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 _NO_PROXY: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -134,20 +136,6 @@ class Child:
         raise TimeoutError(f"{self.name}: {url} not ready after {timeout_s}s")
 
 
-# Ends the operator if the bench dies without stopping it (as the demo's runner does).
-_OPERATOR_MAIN: Final = """
-import os, signal, threading, time
-parent = os.getppid()
-def _orphaned():
-    while os.getppid() == parent:
-        time.sleep(1)
-    os.kill(os.getpid(), signal.SIGTERM)
-threading.Thread(target=_orphaned, daemon=True).start()
-from vgpu_operator.operator_cli import run
-run(prog_name="vgpu-operator run")
-"""
-
-
 def operator(
     kubeconfig: Path, workdir: Path, namespace: str, extra: Sequence[str] = ()
 ) -> tuple[Child, int]:
@@ -156,7 +144,7 @@ def operator(
     argv = [
         sys.executable,
         "-c",
-        _OPERATOR_MAIN,
+        OPERATOR_MAIN,
         "--kubeconfig",
         str(kubeconfig),
         "--standalone",

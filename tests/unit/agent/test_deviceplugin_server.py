@@ -9,42 +9,19 @@ from typing import Any
 
 import grpc
 import pytest
+from builders import pod_awaiting_devices
 
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin import api_pb2, api_pb2_grpc, server
 from vgpu_operator.agent.deviceplugin.allocation import HostPaths, NodeSettings
 from vgpu_operator.agent.deviceplugin.server import Card, GpuDevicePlugin
-from vgpu_operator.devices import codec, model
 
 NODE = "node-a"
 GPU = "nvidia.com/gpu"
 
 
 def bound_pod(name: str, entries: list[list[tuple[str, int, int]]], created: str) -> dict[str, Any]:
-    single = tuple(
-        tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entry) for entry in entries
-    )
-    value = codec.encode_pod_single_device(single, names.NVIDIA_DEVICES_TO_ALLOCATE)
-    return {
-        "metadata": {
-            "namespace": "ns",
-            "name": name,
-            "uid": f"uid-{name}",
-            "creationTimestamp": created,
-            "annotations": {
-                names.NVIDIA_DEVICES_TO_ALLOCATE: value,
-                names.BIND_PHASE: "allocating",
-            },
-        },
-        "spec": {
-            "nodeName": NODE,
-            "containers": [
-                {"name": f"c{i}", "resources": {"limits": {GPU: len(e)}}}
-                for i, e in enumerate(entries)
-            ],
-        },
-        "status": {"phase": "Pending"},
-    }
+    return pod_awaiting_devices(name, entries, created, NODE)
 
 
 class FakeApi:
