@@ -21,6 +21,7 @@ from vgpu_operator.agent.readings import MachineReading
 from vgpu_operator.config import DeviceConfig, NodeOverride
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling import mig
+from vgpu_operator.scheduling.vendors import geometry_table
 
 HAMI_CORE: Final = "hami-core"
 MIG: Final = "mig"
@@ -112,21 +113,8 @@ def resolve(config: DeviceConfig, node: str, flags: RegistrationOptions) -> Node
         operating_mode=mode,
         mig_strategy=strategy,
         core_policy=nvidia.gpu_core_policy,
-        mig_geometries=_geometries(config),
+        mig_geometries=geometry_table(config.nvidia),
         ignored=tuple(ignored),
-    )
-
-
-def _geometries(config: DeviceConfig) -> tuple[mig.KnownGeometries, ...]:
-    return tuple(
-        mig.KnownGeometries(
-            entry.models,
-            tuple(
-                tuple(model.MigTemplate(t.name, t.memory, t.core, t.count) for t in geometry)
-                for geometry in entry.allowed_geometries
-            ),
-        )
-        for entry in config.nvidia.known_mig_geometries
     )
 
 

@@ -25,7 +25,7 @@ class Vendors:
             for spec in self._table
         }
         self._mig_tables = {
-            spec.common_word: _geometry_table(self._configs[spec.common_word])
+            spec.common_word: geometry_table(self._configs[spec.common_word])
             for spec in self._table
             if spec.supports_mig
         }
@@ -89,7 +89,9 @@ class Vendors:
             mig.attach(card, table)
 
 
-def _geometry_table(config: VendorConfig) -> tuple[mig.KnownGeometries, ...]:
+def geometry_table(config: VendorConfig) -> tuple[mig.KnownGeometries, ...]:
+    """A vendor section's ``knownMigGeometries`` as the MIG rules read them (the
+    scheduler's and the node agent's one reading)."""
     return tuple(
         mig.KnownGeometries(
             entry.models,
