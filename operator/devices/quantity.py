@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 from typing import Final
@@ -44,19 +45,30 @@ def parse_quantity(value: object, field: str = "quantity") -> Fraction:
         return Fraction(value)
     if not isinstance(value, str):
         raise CodecError(field, "expected a quantity string or number", repr(value))
-    match = _PATTERN.match(value.strip())
+    parsed = _parse_text(value)
+    if isinstance(parsed, str):
+        raise CodecError(field, parsed, value)
+    return parsed
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Fraction | str:
+    """The quantity a string spells, or why it spells none. Cached: every decision reads
+    the same few strings ("1", "8192", "4Gi") again, and ``Fraction`` arithmetic is the
+    costly part; the cache is bounded, so odd strings cannot grow it."""
+    match = _PATTERN.match(text.strip())
     if match is None:
-        raise CodecError(field, "not a Kubernetes quantity", value)
+        return "not a Kubernetes quantity"
     number = Fraction(match["num"])
     if match["exp"]:
         power = int(match["exp"][1:])
         # Nothing past this fits any integer we use; the cap keeps "1e999999999" cheap.
         if abs(power) > _MAX_DECIMAL_EXPONENT:
-            raise CodecError(field, "quantity exponent out of range", value)
+            return "quantity exponent out of range"
         return number * Fraction(10) ** power
     suffix = match["suffix"] or ""
     if suffix not in _SUFFIXES:
-        raise CodecError(field, f"unknown quantity suffix {suffix!r}", value)
+        return f"unknown quantity suffix {suffix!r}"
     return number * _SUFFIXES[suffix]
 
 

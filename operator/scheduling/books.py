@@ -500,7 +500,7 @@ class ClusterBooks:
             node.pods.add(entry.key)
             if entry.allocating_since is not None:
                 node.allocating[entry.key] = entry.allocating_since
-            self._touch(node)
+            self._shift(node, entry, 1)
 
     def _drop_pod(self, key: PodKey) -> None:
         entry = self._pods.pop(key, None)
@@ -511,7 +511,20 @@ class ClusterBooks:
         if node is not None:
             node.pods.discard(key)
             node.allocating.pop(key, None)
+            self._shift(node, entry, -1)
+
+    def _shift(self, node: NodeEntry, entry: PodEntry, sign: int) -> None:
+        """One pod joins (1) or leaves (-1) a node whose cards are current: its shares
+        are added or taken away in place and the node is ranked again, instead of
+        rebuilding the node from all its pods (which grows with the pods a shared node
+        holds). A node whose cards are stale, or a pod on MIG, is rebuilt on next use."""
+        if node.dirty or not placement.shift(node.cards, entry.bookings, sign):
             self._touch(node)
+            return
+        node.used = node.used + entry.requests if sign > 0 else node.used - entry.requests
+        node.score = policies.node_score(node.cards)
+        node.summary = placement.Summary.of(node.cards)
+        self._dirty.add(node.name)
 
     # --- the allocation gate --------------------------------------------------------------
     def bind_gate_open(self, node_name: str, key: PodKey, now: float) -> bool:
@@ -614,7 +627,7 @@ class ClusterBooks:
 
     def _is_clean(self, name: str | None) -> bool:
         node = self._nodes.get(name or "")
-        return node is not None and not node.dirty
+        return node is not None and not node.dirty and node.name not in self._dirty
 
     def _untouch(self, name: str) -> None:
         """Undo the touches of dropping and re-adding a pod with the same shares on a
@@ -680,6 +693,29 @@ class ClusterBooks:
             bisect.insort(self._layered_rank, (-preference, node.order, name))
             self._ranked[name] = (node.score, preference)
         self._dirty.clear()
+
+    def drifted_nodes(self) -> list[str]:
+        """Nodes whose cards, usage, score or summary, as kept up to date pod by pod
+        (``_shift``), differ from a rebuild from their pods: always none unless the
+        in-place bookkeeping is wrong (the property tests call it after every step)."""
+        drifted = []
+        for node in self._nodes.values():
+            if node.dirty:
+                continue
+            cards = self._fresh_cards(node, frozenset())
+            used = node_basics.PodResources()
+            for key in node.pods:
+                entry = self._pods.get(key)
+                if entry is not None:
+                    used = used + entry.requests
+            if (
+                cards != node.cards
+                or used != node.used
+                or policies.node_score(cards) != node.score
+                or placement.Summary.of(cards) != node.summary
+            ):
+                drifted.append(node.name)
+        return drifted
 
     def _layered_preference(self, node: NodeEntry) -> float:
         policy = node.layer.node_policy or self._config.scheduler.node_scheduler_policy

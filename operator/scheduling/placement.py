@@ -245,6 +245,35 @@ def book(cards: Mapping[str, model.DeviceUsage], bookings: Mapping[str, Sequence
                     mig.restore(card, instance[0], instance[1])
 
 
+def shift(
+    cards: Sequence[model.DeviceUsage],
+    bookings: Mapping[str, Sequence[Booking]],
+    sign: int,
+) -> bool:
+    """Add (``sign`` 1) or take away (-1) one pod's bookings on a node's current cards in
+    place, so that a pod arriving or leaving costs its own bookings rather than a rebuild
+    from every pod on the node. Only plain shares add up this way: when a booking names a
+    MIG instance or lands on a MIG card (whose geometry the instances decide), nothing is
+    changed and False says the cards must be rebuilt (``book`` in pod order)."""
+    by_id = {card.id: card for card in cards}
+    targets: list[tuple[model.DeviceUsage, Booking]] = []
+    for entries in bookings.values():
+        for entry in entries:
+            card = by_id.get(entry.uuid)
+            if card is None:
+                if codec.split_mig_uuid(entry.uuid)[1] is not None:
+                    return False
+                continue  # unknown cards are ignored, as ``book`` ignores them
+            if card.mode == model.MODE_MIG or card.mig is not None:
+                return False
+            targets.append((card, entry))
+    for card, entry in targets:
+        card.used += sign * entry.slots
+        card.used_memory_mib += sign * entry.memory_mib
+        card.used_cores += sign * entry.cores
+    return True
+
+
 def _share_mig_geometry(
     devices: Sequence[model.ContainerDevice], app_cards: Sequence[model.DeviceUsage]
 ) -> None:

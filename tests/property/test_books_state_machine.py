@@ -157,6 +157,8 @@ class BooksMachine(RuleBasedStateMachine):
             assert cores <= card.cores, f"{row.uuid}: {cores} cores of {card.cores}"
         # Every card a pod holds is on the books while its node reports it.
         assert {u for u in expected if u in registered} <= seen
+        # What the books keep up to date pod by pod is what a rebuild would give.
+        assert self.state.drifted_nodes() == []
 
 
 TestBooks = BooksMachine.TestCase
