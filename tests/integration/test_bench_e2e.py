@@ -28,11 +28,19 @@ def test_small_bench_places_every_pod_and_overcommits_nothing(
     # would see the shared plane's other nodes.
     with ControlPlane(kwok=True, binaries=control_plane_binaries) as cp:
         results = asyncio.run(bench_main.small(cp, tmp_path))
-    assert [r.name for r in results] == ["selected", "whole", "fractional", "multi", "unfit"]
+    assert [r.name for r in results] == [
+        "whole-backlog",
+        "selected",
+        "whole",
+        "fractional",
+        "multi",
+        "unfit",
+    ]
     for result in results:
         assert result.completed, result.name
         assert result.check_ok, f"{result.name}: {result.check}"
     by_name = {r.name: r for r in results}
+    assert by_name["whole-backlog"].placed == 20
     assert by_name["whole"].placed == 40
     assert by_name["multi"].placed == 10
     assert by_name["unfit"].placed == 36

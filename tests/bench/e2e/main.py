@@ -25,12 +25,17 @@ from typing import Any
 import yaml
 
 from e2e import ceiling, counting, faults, fleet, gate, procs, report, runs, workloads
-from e2e.api import Api
+from e2e.api import Api, ApiError
 from e2e.tracking import Tracker
+from vgpu_operator import names
 from vgpu_operator.demo.nodes import install_crd
 from vgpu_operator.testing.controlplane import ClientCredentials, ControlPlane, find_tool
 
 OPERATOR_NAMESPACE = "vgpu-operator"
+#: The operator's device-config ConfigMap (its default name).
+DEVICE_CONFIG = "vgpu-device-config"
+#: The scheduler name of a backlog's pods until the operator is told to serve it.
+HELD_SCHEDULER = "vgpu-bench-held"
 RAISED_QPS = (1000, 2000)
 PARTS = frozenset({"baselines", "operator", "restart", "faults", "gate"})
 
@@ -138,6 +143,26 @@ class Session:
         await tracker.stop()
         await self.bench.clean(namespace)
 
+    async def serve(self, scheduler_name: str) -> None:
+        """Set the scheduler name the operator serves, through its device-config
+        ConfigMap (which it follows without a restart)."""
+        assert self.bench is not None
+        api = self.bench.api
+        text = f"scheduler:\n  schedulerName: {scheduler_name}\n"
+        path = f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/configmaps"
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": DEVICE_CONFIG, "namespace": OPERATOR_NAMESPACE},
+            "data": {"device-config.yaml": text},
+        }
+        try:
+            await api.create(path, body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            await api.merge_patch(f"{path}/{DEVICE_CONFIG}", {"data": body["data"]})
+
     async def stop_operator(self) -> None:
         if self.sampler is not None:
             await self.sampler.stop()
@@ -149,7 +174,9 @@ class Session:
 
     # -- kube-scheduler -------------------------------------------------------------------
 
-    async def kube_scheduler_run(self, name: str, qps: int, burst: int, count: int) -> runs.Result:
+    async def kube_scheduler_run(
+        self, name: str, qps: int, burst: int, count: int, rate: float | None = None
+    ) -> runs.Result:
         assert self.bench is not None
         binary = find_tool("kube-scheduler")
         child, _port = procs.kube_scheduler(
@@ -170,6 +197,8 @@ class Session:
                 count,
                 workloads.whole(workloads.KUBE_SCHEDULER),
             )
+            if rate:
+                return await runs.run(self.bench, name, scheduler, workload, "steady", rate=rate)
             return await runs.run(self.bench, name, scheduler, workload)
         finally:
             await asyncio.to_thread(child.stop)
@@ -234,6 +263,10 @@ async def baselines(session: Session, bench: runs.Bench, scale: float) -> None:
         await binder.close()
     await session.kube_scheduler_run("ks-default", 50, 100, count)
     await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
+    # The same arrivals as the operator's steady 100/s run (whole-GPU pods here): what
+    # this cluster lets a scheduler hold.
+    steady = min(_scaled(100 * 30, scale, at_least=500), len(bench.cards))
+    await session.kube_scheduler_run("ks-steady-100", *RAISED_QPS, steady, rate=100)
 
 
 async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> None:
@@ -275,6 +308,8 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
     ]
     for workload in plan:
         await runs.run(bench, workload.name, op, workload)
+        if workload.name == "whole":
+            await whole_backlog(session, bench, workload.count)
     for rate in (50, 100, 200):
         count = _scaled(rate * 30, scale, at_least=rate * 5)
         workload = workloads.Workload(
@@ -284,6 +319,26 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
             workloads.fractional(2048, 5),
         )
         await runs.run(bench, workload.name, op, workload, "steady", rate=rate)
+
+
+async def whole_backlog(session: Session, bench: runs.Bench, count: int) -> None:
+    """The whole-GPU burst again, with every pod waiting before the operator takes them
+    up (it serves their scheduler name from the release on), as the ceiling's pods are."""
+    backlog = workloads.Workload(
+        "whole-backlog",
+        "whole-GPU pods already waiting",
+        count,
+        workloads.whole(HELD_SCHEDULER),
+    )
+
+    async def release() -> None:
+        await session.serve(HELD_SCHEDULER)
+
+    try:
+        await runs.backlog(bench, backlog.name, session.operator_scheduler(), backlog, release)
+    finally:
+        await session.serve(names.SCHEDULER_NAME)
+        await session.warm_up()  # placed once the operator serves its own name again
 
 
 async def restart_with_residents(session: Session, bench: runs.Bench, count: int) -> dict[str, Any]:
@@ -577,6 +632,8 @@ async def small(cp: ControlPlane, workdir: Path, nodes: int = 20) -> list[runs.R
             workloads.Workload("multi", "4-GPU topology-aware", 10, workloads.multi(4)),
             workloads.Workload("unfit", "1 in 10 unfit", 40, make_unfit, is_unfit),
         ]
+        # Pods waiting before the operator takes them up (deleted afterwards).
+        await whole_backlog(session, bench, 20)
         for workload in plan:
             # Kept: the later runs are placed beside the earlier ones, and recounted with them.
             await runs.run(bench, workload.name, op, workload, timeout_s=120, keep=True)

@@ -198,6 +198,57 @@ async def run(
     return result
 
 
+async def backlog(
+    bench: Bench,
+    name: str,
+    scheduler: Scheduler,
+    workload: Workload,
+    release: Callable[[], Coroutine[Any, Any, None]],
+    *,
+    timeout_s: float = 600.0,
+) -> Result:
+    """The scheduler's side of the binding ceiling: ``workload``'s pods are all created
+    first, for a scheduler name nobody serves yet, and then ``release`` makes the
+    scheduler take them up at once. pods/s and latencies count from the release, so the
+    figure is deciding and binding pods that already exist, as the ceiling binds them."""
+    namespace = f"bench-{name}"
+    api = bench.api
+    await api.ensure_namespace(namespace)
+    tracker = Tracker(api, namespace)
+    tracker.start()
+    created_at = time.time()
+
+    async def create(index: int) -> None:
+        await api.create(f"/api/v1/namespaces/{namespace}/pods", workload.make(namespace, index))
+
+    await gather_limited(32, [create(i) for i in range(workload.count)])
+    create_s = time.time() - created_at
+    await asyncio.sleep(1.0)  # the scheduler has seen every pod (and left them alone)
+    before = await bench.snapshot(scheduler, before=True)
+    bench.audit.skip_to_end()
+    start = time.time()
+    await release()
+    names = [workload.make(namespace, i)["metadata"]["name"] for i in range(workload.count)]
+    for pod_name in names:
+        tracker.created[pod_name] = start
+    completed = await tracker.wait(lambda: set(names) <= tracker.bound.keys(), timeout_s)
+    await asyncio.sleep(1.0)  # the audit log and metrics catch up
+    after = await bench.snapshot(scheduler, before=False)
+    await tracker.stop()
+    result = _result(
+        bench, name, scheduler, workload, "backlog", start, create_s, tracker, before, after
+    )
+    result.completed = completed
+    # The operator's histogram counts from each pod's creation, before the release.
+    result.hist_p50_s = result.hist_p99_s = None
+    check = await bench.recount()
+    result.check, result.check_ok = check.summary(), check.ok
+    await bench.clean(namespace)
+    bench.results.append(result)
+    print(_line(result), flush=True)
+    return result
+
+
 def _result(
     bench: Bench,
     name: str,
