@@ -253,10 +253,19 @@ class ClusterBooks:
         cordoned: Sequence[str] = (),
     ) -> None:
         entry = self._node_entry(node_name)
-        entry.inventory = tuple(devices)
-        entry.inventory_scores = pair_scores
-        entry.inventory_cordoned = frozenset(cordoned)
+        inventory, banned = tuple(devices), frozenset(cordoned)
         entry.heartbeat = heartbeat
+        if (
+            entry.inventory == inventory
+            and entry.inventory_scores == pair_scores
+            and entry.inventory_cordoned == banned
+        ):
+            # A heartbeat (every agent, every 30 s): the cards are what they were, so the
+            # node keeps its cards, bookings and rank instead of being rebuilt.
+            return
+        entry.inventory = inventory
+        entry.inventory_scores = pair_scores
+        entry.inventory_cordoned = banned
         self._register(entry)
 
     def remove_inventory(self, node_name: str) -> None:

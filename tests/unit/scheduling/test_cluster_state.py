@@ -215,6 +215,20 @@ def test_old_heartbeat_inventory_stale(now: float, scheduled: bool) -> None:
         assert decision.diagnosis.to_json() == {"n": {"InventoryStale": 1}}
 
 
+def test_heartbeat_with_the_same_cards_keeps_bookings_and_freshens_the_node() -> None:
+    node = make_node("n").gpu("GPU-0")
+    state = cluster(node, inventory_timeout_s=60.0)
+    assert state.schedule(make_pod("a", "team").container(gpu=1, gpumem=4096).obj(), 0).scheduled
+    stale = state.schedule(POD.obj(), 100.0)
+    assert stale.diagnosis is not None
+    assert stale.diagnosis.to_json() == {"n": {"InventoryStale": 1}}
+    # The agent's heartbeat: the same cards, a new time.
+    state.set_inventory("n", node.obj()[1], {}, heartbeat=90.0)
+    assert booked(state) == {"GPU-0": (1, 4096, 0)}
+    assert state.schedule(POD.obj(), 100.0).scheduled
+    assert booked(state) == {"GPU-0": (2, 8192, 30)}
+
+
 def test_gpus_vanished_from_allocatable_node_unregistered() -> None:
     node = make_node("n").gpu("GPU-0").allocatable(gpus="1")
     state = cluster(node)
