@@ -51,7 +51,7 @@ class HttpServer:
             self._runner = None
 
     async def _serve_metrics(self, request: web.Request) -> web.Response:
-        body, content_type = self._metrics.render()
+        body, content_type = await self._metrics.render_beside_the_loop()
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def _serve_health(self, request: web.Request) -> web.Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from vgpu_operator.metrics import OperatorMetrics, Result, WebhookResult
 from vgpu_operator.scheduling.cluster import DeviceUsageRow
 
@@ -82,3 +84,40 @@ def test_webhook_answers_latency_api_errors_and_process_figures() -> None:
     assert get("vgpu_operator_pod_create_to_bound_seconds_bucket", {"le": "1.0"}) == 0
     assert get("vgpu_operator_api_errors_total", {"operation": "bind"}) == 1
     assert get("process_cpu_seconds_total") is not None
+
+
+def test_a_scrape_formats_a_copy_while_the_loop_goes_on() -> None:
+    """The books are read once, on the loop, when the scrape starts; formatting them
+    (thousands of cards) runs beside the loop, which keeps deciding meanwhile."""
+    metrics = OperatorMetrics()
+    rows = [
+        DeviceUsageRow(f"n{i}", f"GPU-{i}", "NVIDIA", "A100", 1, 10, 1000, 40960, 5, 100)
+        for i in range(20_000)
+    ]
+    metrics.read_state_from(lambda: rows, dict)
+
+    async def scrape_while_ticking() -> tuple[bytes, int]:
+        ticks = 0
+        done = asyncio.Event()
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0)
+        scrape = asyncio.create_task(metrics.render_beside_the_loop())
+        await asyncio.sleep(0)  # the scrape has taken its copy
+        rows.clear()  # the books change while the copy is formatted
+        before = ticks
+        body, _content_type = await scrape
+        done.set()
+        await ticker
+        return body, ticks - before
+
+    body, ticks_during = asyncio.run(scrape_while_ticking())
+    assert body.count(b"vgpu_operator_device_shares_capacity{") == 20_000
+    assert ticks_during > 0
+    assert metrics.render()[0].count(b"vgpu_operator_device_shares_capacity{") == 0
