@@ -28,12 +28,12 @@ from e2e import ceiling, counting, faults, fleet, gate, procs, report, runs, wor
 from e2e.api import Api, ApiError
 from e2e.tracking import Tracker
 from vgpu_operator import names
+from vgpu_operator.control.feed import DEFAULT_CONFIG_KEY
+from vgpu_operator.control.options import DEFAULT_CONFIG_MAP
 from vgpu_operator.demo.nodes import install_crd
 from vgpu_operator.testing.controlplane import ClientCredentials, ControlPlane, find_tool
 
 OPERATOR_NAMESPACE = "vgpu-operator"
-#: The operator's device-config ConfigMap (its default name).
-DEVICE_CONFIG = "vgpu-device-config"
 #: The scheduler name of a backlog's pods until the operator is told to serve it.
 HELD_SCHEDULER = "vgpu-bench-held"
 RAISED_QPS = (1000, 2000)
@@ -153,15 +153,15 @@ class Session:
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": DEVICE_CONFIG, "namespace": OPERATOR_NAMESPACE},
-            "data": {"device-config.yaml": text},
+            "metadata": {"name": DEFAULT_CONFIG_MAP, "namespace": OPERATOR_NAMESPACE},
+            "data": {DEFAULT_CONFIG_KEY: text},
         }
         try:
             await api.create(path, body)
         except ApiError as exc:
             if exc.status != 409:
                 raise
-            await api.merge_patch(f"{path}/{DEVICE_CONFIG}", {"data": body["data"]})
+            await api.merge_patch(f"{path}/{DEFAULT_CONFIG_MAP}", {"data": body["data"]})
 
     async def stop_operator(self) -> None:
         if self.sampler is not None:
