@@ -121,3 +121,38 @@ def test_a_scrape_formats_a_copy_while_the_loop_goes_on() -> None:
     assert body.count(b"vgpu_operator_device_shares_capacity{") == 20_000
     assert ticks_during > 0
     assert metrics.render()[0].count(b"vgpu_operator_device_shares_capacity{") == 0
+
+
+def _engine_section(body: bytes) -> bytes:
+    """The engine's families: from the first per-card one to the end of the text."""
+    return body[body.index(b"# HELP vgpu_operator_device_") :]
+
+
+def test_the_scrape_text_equals_the_generic_formatter_as_cards_change() -> None:
+    """/metrics writes the per-card lines itself and keeps unchanged cards' lines between
+    scrapes; what it serves must be what prometheus_client writes for the same books,
+    hostile label values included, after cards change, appear and go."""
+    metrics = OperatorMetrics()
+    rows = [
+        ROW,
+        DeviceUsageRow('n"2', "GPU\\1", "NVIDIA", "A100\nfake 1", 0, 10, 0, 81920, 0, 100),
+        DeviceUsageRow("ノード", "GPU-3", "", "", 10, 10, 81920, 81920, 100, 100),
+        DeviceUsageRow("n4", "GPU-4", "NVIDIA", "T4", 1, 4, 1, 2**40, 33, 300),
+    ]
+    quotas = {"team-a": {"limits.nvidia.com/gpumem": (3000, 10000)}}
+    metrics.read_state_from(lambda: rows, lambda: quotas)
+
+    def scrape() -> bytes:
+        return asyncio.run(metrics.render_beside_the_loop())[0]
+
+    assert _engine_section(scrape()) == _engine_section(metrics.render()[0])
+    rows[0] = DeviceUsageRow("n1", "GPU-0", "NVIDIA", "A100", 3, 10, 4000, 40960, 60, 100)
+    rows[1] = DeviceUsageRow('n"2', "GPU\\1", "NVIDIA", "A100\nfake 2", 0, 10, 0, 81920, 0, 100)
+    del rows[3]
+    rows.append(DeviceUsageRow("n5", "GPU-5", "NVIDIA", "H100", 0, 7, 0, 81559, 0, 100))
+    after = scrape()
+    assert _engine_section(after) == _engine_section(metrics.render()[0])
+    assert b'vgpu_operator_device_shares_allocated{device="GPU-0",node="n1"' in after
+    assert b"GPU-4" not in after
+    assert b'type="A100\\nfake 2"' in after
+    assert b"fake 1" not in after
