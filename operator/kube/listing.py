@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import orjson
 from kubernetes_asyncio import client
 
 from vgpu_operator import names
@@ -124,7 +125,9 @@ async def watch(
         async for line in response.content:
             if not line.strip():
                 continue
-            event = json.loads(line)
+            # The watch's every event passes here: orjson decodes it in less than half
+            # the time (and, like the API server, refuses NaN and Infinity).
+            event = orjson.loads(line)
             kind = str(event.get("type") or "")
             obj = event.get("object") or {}
             if kind == BOOKMARK and not bookmarks:

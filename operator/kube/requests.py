@@ -14,6 +14,7 @@ from typing import Any, Final, TypeAlias
 from urllib.parse import urlencode
 
 import aiohttp
+import orjson
 from kubernetes_asyncio import client
 
 from vgpu_operator.kube import session
@@ -94,5 +95,5 @@ async def request_json(
         raise ApiError(method, path, status, raw.decode(errors="replace"))
     if not raw:
         return {}
-    decoded = json.loads(raw)
+    decoded = orjson.loads(raw)
     return decoded if isinstance(decoded, dict) else {"items": decoded}
