@@ -71,7 +71,10 @@ def configure(
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        # Below the level, a call returns at once, before any processor runs: the
+        # per-pod debug events then cost nothing at info (filter_by_level would still
+        # build each event first; it stays for loggers set quieter than the root).
+        wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
         cache_logger_on_first_use=False,
     )
 

@@ -56,6 +56,16 @@ def test_level_filters_both_sources() -> None:
     assert [json.loads(line)["event"] for line in _lines(stream)] == ["shown"]
 
 
+def test_debug_events_appear_only_at_debug() -> None:
+    quiet, loud = io.StringIO(), io.StringIO()
+    vgpu_logging.configure("json", "INFO", stream=quiet)
+    structlog.get_logger("x").debug("pods_woken", woken=3)
+    vgpu_logging.configure("json", "DEBUG", stream=loud)
+    structlog.get_logger("x").debug("pods_woken", woken=3)
+    assert _lines(quiet) == []
+    assert [json.loads(line)["woken"] for line in _lines(loud)] == [3]
+
+
 @pytest.mark.parametrize(
     ("stream", "chosen"),
     [
