@@ -29,7 +29,19 @@ from vgpu_operator.errors import ConfigError
 )
 @kubeconfig_option
 @click.option(
-    "--heartbeat-interval", type=click.FloatRange(min=0.1), default=30.0, show_default=True
+    "--heartbeat-interval",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Seconds between renewals of the node's Lease (in vgpu-node-leases).",
+)
+@click.option(
+    "--lease-duration",
+    type=click.IntRange(min=1),
+    default=120,
+    show_default=True,
+    help="What the node's Lease says it lasts (spec.leaseDurationSeconds): the operator's "
+    "--inventory-timeout.",
 )
 @click.option("--poll-interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
 @click.option(
@@ -107,6 +119,7 @@ def agent_command(
     backend: str,
     kubeconfig: Path | None,
     heartbeat_interval: float,
+    lease_duration: int,
     poll_interval: float,
     metrics_port: int,
     write_hami_annotations: bool,
@@ -138,6 +151,7 @@ def agent_command(
     settings = AgentSettings(
         node_name=node_name,
         heartbeat_interval_s=heartbeat_interval,
+        lease_duration_s=lease_duration,
         poll_interval_s=poll_interval,
         registration=RegistrationOptions(
             split_count=device_split_count,

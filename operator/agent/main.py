@@ -1,11 +1,16 @@
 """The agent loop: read the machine, report what changed, heartbeat, never give up.
 
 Each poll reads the backend (in a worker thread), builds the DeviceInventory status and
-writes it when it differs from the last one written; between changes, a heartbeat patch
-moves ``status.heartbeat`` forward every ``heartbeat_interval_s``. A health event from
-the backend triggers a poll at once. Any failure (API down, CRD missing, a read error)
-is logged, counted and retried with capped exponential backoff; after one, the next
-success rewrites the whole status, so the latest state lands once the API is back.
+writes it when it differs from the last one written (``status.heartbeat`` set on that
+write). The heartbeat itself is the node's Lease (``node_leases``), renewed every
+``heartbeat_interval_s``: a small write the API server neither schema-validates nor fans
+out to the operator's inventory watch, where moving ``status.heartbeat`` of a multi-KB
+inventory was both. At each renewal the agent also reads its inventory back (from the API
+server's cache) and writes it again if someone else changed it. A health event from the
+backend triggers a poll at once. Any failure (API down, CRD missing, a read error) is
+logged, counted and retried with capped exponential backoff; after a failed inventory
+write, the next success rewrites the whole status, so the latest state lands once the API
+is back.
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.devices import codec
 from vgpu_operator.errors import CodecError
 from vgpu_operator.kube import events as kube_events
+from vgpu_operator.kube.agent_writer import AgentWriter as KubeAgentWriter
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.inventory import CrdMissingError, NodeNotFoundError
-from vgpu_operator.kube.inventory import InventoryWriter as KubeInventoryWriter
+from vgpu_operator.kube.node_lease import LeaseNamespaceMissingError
 from vgpu_operator.kube.pods import patch_pod_annotations, pods_on_node
 from vgpu_operator.kube.requests import ApiClient, ApiError
 
@@ -58,7 +64,11 @@ class AgentSettings:
     """How one agent behaves. Intervals are in seconds."""
 
     node_name: str
+    #: How often the node's Lease is renewed (and the inventory checked against the reading).
     heartbeat_interval_s: float = 30.0
+    #: What the Lease says it lasts (``spec.leaseDurationSeconds``): the operator's
+    #: ``--inventory-timeout``, which is what decides when the node counts as lost.
+    lease_duration_s: int = 120
     #: How often the machine is read; health events cut the wait short.
     poll_interval_s: float = 10.0
     registration: RegistrationOptions = field(default_factory=RegistrationOptions)
@@ -86,22 +96,28 @@ class AgentSettings:
     hami_core_library: str | None = None
 
 
-class InventoryWriter(Protocol):
-    """The API writes the agent makes (``kube.inventory.InventoryWriter``)."""
+class AgentWriter(Protocol):
+    """The API calls the agent makes (``kube.agent_writer.AgentWriter``)."""
 
     async def ensure(self, node_name: str) -> None: ...
 
     async def write_status(self, node_name: str, status: Mapping[str, Any]) -> None: ...
 
-    async def write_heartbeat(
-        self, node_name: str, heartbeat: datetime
-    ) -> Mapping[str, Any] | None:
-        """Returns the object as the server holds it after the write, when known."""
+    async def read_inventory(self, node_name: str) -> Mapping[str, Any] | None:
+        """The inventory as the server holds it; None when there is none."""
+        ...
+
+    async def renew_lease(self, node_name: str, renewed: datetime, duration_s: int) -> None:
+        """Renew the node's Lease (creating it when missing)."""
         ...
 
     async def write_node_annotations(
         self, node_name: str, annotations: Mapping[str, str | None]
     ) -> None: ...
+
+
+#: Operations after whose failure the server's inventory is in doubt.
+_INVENTORY_WRITES: Final = frozenset({Operation.CREATE, Operation.STATUS, Operation.ANNOTATIONS})
 
 
 def _utc_now() -> datetime:
@@ -115,7 +131,7 @@ class Agent:
         self,
         settings: AgentSettings,
         backend: Backend,
-        writer: InventoryWriter,
+        writer: AgentWriter,
         *,
         metrics: AgentMetrics | None = None,
         clock: Callable[[], datetime] = _utc_now,
@@ -135,6 +151,7 @@ class Agent:
         self._synced = False
         self._last_written: resources.DeviceInventoryStatus | None = None
         self._last_annotations: dict[str, str] = {}
+        #: The last Lease renewal.
         self._heartbeat_at: datetime | None = None
         self._asserted_at: datetime | None = None
         self._wake = asyncio.Event()
@@ -224,24 +241,39 @@ class Agent:
             heartbeat=now,
             previous=self._last_written,
         )
+        written = False
         if not self._synced or not same_report(self._last_written, status):
             await self._write_status(status, now)
-        elif self._heartbeat_due(now):
-            server = await self._write_heartbeat(now)
-            # The server's copy is what the scheduler reads: whoever changed it (a
-            # careless admin, a stolen token), the agent's reading is what stands.
-            if self._server_differs(server, status):
-                log.warning("inventory_overwritten", node=self.settings.node_name)
-                await self._write_status(status, now)
-            elif self._reassert_due(now):
-                await self._write_status(status, now)
+            written = True
+        if self._heartbeat_due(now):
+            await self._renew_lease(now)
+            if not written:
+                if self.settings.write_hami_annotations and self._last_written is not None:
+                    # HAMi's handshake, which its scheduler expects on every heartbeat.
+                    await self._write_annotations(self._last_written, now)
+                await self._check_server_copy(status, now)
         return self._next_delay(now)
 
-    def _server_differs(
-        self, server: Mapping[str, Any] | None, status: resources.DeviceInventoryStatus
-    ) -> bool:
+    async def _check_server_copy(
+        self, status: resources.DeviceInventoryStatus, now: datetime
+    ) -> None:
+        """The server's copy is what the scheduler reads: whoever changed it (a careless
+        admin, a stolen token), the agent's reading is what stands."""
+        self._operation = Operation.CHECK
+        server = await self.writer.read_inventory(self.settings.node_name)
         if server is None:
-            return False
+            log.warning("inventory_missing", node=self.settings.node_name)
+            self._ensured = False
+            await self._write_status(status, now)
+        elif self._server_differs(server, status):
+            log.warning("inventory_overwritten", node=self.settings.node_name)
+            await self._write_status(status, now)
+        elif self._reassert_due(now):
+            await self._write_status(status, now)
+
+    def _server_differs(
+        self, server: Mapping[str, Any], status: resources.DeviceInventoryStatus
+    ) -> bool:
         try:
             held = resources.parse_inventory(server).status
         except CodecError:
@@ -264,7 +296,6 @@ class Agent:
         changed = not same_report(self._last_written, status)
         self._last_written = status
         self._synced = True
-        self._heartbeat_at = now
         self._asserted_at = now
         if self.on_status is not None:
             self.on_status(status)
@@ -279,14 +310,11 @@ class Agent:
         if self.settings.write_hami_annotations:
             await self._write_annotations(status, now)
 
-    async def _write_heartbeat(self, now: datetime) -> Mapping[str, Any] | None:
+    async def _renew_lease(self, now: datetime) -> None:
         self._operation = Operation.HEARTBEAT
-        server = await self.writer.write_heartbeat(self.settings.node_name, now)
+        await self.writer.renew_lease(self.settings.node_name, now, self.settings.lease_duration_s)
         self._heartbeat_at = now
         self.metrics.heartbeat_written()
-        if self.settings.write_hami_annotations and self._last_written is not None:
-            await self._write_annotations(self._last_written, now)
-        return server
 
     async def _write_annotations(
         self, status: resources.DeviceInventoryStatus, now: datetime
@@ -316,15 +344,19 @@ class Agent:
         operation = self._operation
         self.metrics.report_failed(operation)
         delay = self._backoff.next_delay_s()
-        if operation is not Operation.READ:
+        if operation in _INVENTORY_WRITES:
             # Whatever we believed the server holds may be stale now (the object may be
             # gone, the server restarted): check it exists and write everything again.
+            # A failed Lease renewal or read-back leaves the inventory as it was: the
+            # next renewal retries, and its read-back finds anything that changed.
             self._ensured = False
             self._synced = False
             self._last_annotations = {}
         node = self.settings.node_name
         if isinstance(exc, CrdMissingError):
             log.error("inventory_crd_missing", node=node, error=str(exc), retry_in_s=delay)
+        elif isinstance(exc, LeaseNamespaceMissingError):
+            log.error("node_lease_namespace_missing", node=node, error=str(exc), retry_in_s=delay)
         elif isinstance(exc, NodeNotFoundError):
             log.error("node_not_found", node=node, error=str(exc), retry_in_s=delay)
         else:
@@ -433,7 +465,7 @@ async def run_agent(
     stop_event = asyncio.Event() if stop is None else stop
     async with api_client(kubeconfig) as api:
         if settings.device_plugin_dir is None:
-            agent = Agent(settings, backend, KubeInventoryWriter(api), metrics=agent_metrics)
+            agent = Agent(settings, backend, KubeAgentWriter(api), metrics=agent_metrics)
             await asyncio.gather(
                 agent.run(stop_event), follow_config(settings, api, agent, stop_event)
             )
@@ -453,7 +485,7 @@ async def run_agent(
         agent = Agent(
             settings,
             backend,
-            KubeInventoryWriter(api),
+            KubeAgentWriter(api),
             metrics=agent_metrics,
             on_status=lambda status: plugin.set_cards(cards_of(status)),
         )

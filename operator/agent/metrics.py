@@ -30,7 +30,10 @@ class Operation(enum.StrEnum):
     READ = "read"
     CREATE = "create"
     STATUS = "status"
+    #: Renewing the node's Lease.
     HEARTBEAT = "heartbeat"
+    #: Reading the inventory back to compare it with the reading.
+    CHECK = "check"
     ANNOTATIONS = "annotations"
 
 

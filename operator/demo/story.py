@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from vgpu_operator import node_leases
 from vgpu_operator.demo.manifests import (
     PREEMPTION_DIR,
     Manifest,
@@ -145,6 +146,8 @@ def run_demo(
         say(f"control plane up at {cp.server}")
         clock.lap("control plane")
         install_crd(cp)
+        # Where the agents renew their nodes' Leases (manifests/namespace.yaml in a cluster).
+        cp.ensure_namespace(node_leases.NAMESPACE)
         for manifest in setup:
             apply_manifest(cp, manifest)
         machines = create_nodes(cp, nodes)

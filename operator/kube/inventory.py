@@ -8,7 +8,6 @@ reads the objects. Everything returned is a plain dict.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any, Final
 
 import structlog
@@ -17,8 +16,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from vgpu_operator import names, resources
 from vgpu_operator.errors import VgpuError
+from vgpu_operator.kube import requests
 from vgpu_operator.kube.client import to_dict
-from vgpu_operator.timestamps import format_rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -163,13 +162,16 @@ async def patch_inventory_status(
     return result
 
 
-async def patch_inventory_heartbeat(
-    api: client.ApiClient, name: str, heartbeat: datetime
-) -> dict[str, Any]:
-    """Move only ``status.heartbeat`` forward; returns the object as the server now has it."""
-    return await patch_inventory_status(
-        api, name, {"heartbeat": format_rfc3339(heartbeat, micro=True)}
-    )
+async def read_inventory_cached(api: client.ApiClient, name: str) -> dict[str, Any] | None:
+    """The inventory as the API server's watch cache holds it (``resourceVersion=0``: no
+    etcd read), or None if there is none; for the agent's periodic check of its report."""
+    path = f"/apis/{_GROUP}/{_VERSION}/{_PLURAL}/{name}"
+    try:
+        return await requests.request_json(api, "GET", path, query={"resourceVersion": "0"})
+    except requests.ApiError as exc:
+        if exc.status == _NOT_FOUND:
+            return None
+        raise
 
 
 async def patch_node_annotations(
@@ -181,24 +183,3 @@ async def patch_node_annotations(
         body={"metadata": {"annotations": dict(annotations)}},
         _content_type=MERGE_PATCH,
     )
-
-
-class InventoryWriter:
-    """What the agent needs from the API, over one ApiClient."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-
-    async def ensure(self, node_name: str) -> None:
-        await ensure_inventory(self.api, node_name)
-
-    async def write_status(self, node_name: str, status: Mapping[str, Any]) -> None:
-        await patch_inventory_status(self.api, node_name, status)
-
-    async def write_heartbeat(self, node_name: str, heartbeat: datetime) -> dict[str, Any]:
-        return await patch_inventory_heartbeat(self.api, node_name, heartbeat)
-
-    async def write_node_annotations(
-        self, node_name: str, annotations: Mapping[str, str | None]
-    ) -> None:
-        await patch_node_annotations(self.api, node_name, annotations)

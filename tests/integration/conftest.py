@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from vgpu_operator import node_leases
 from vgpu_operator.testing.controlplane import (
     Binaries,
     BinariesNotFoundError,
@@ -50,8 +51,10 @@ def control_plane_binaries() -> Binaries:
 
 @pytest.fixture(scope="session")
 def control_plane(control_plane_binaries: Binaries) -> Iterator[ControlPlane]:
-    """A started control plane with kwok running, shared by the whole session."""
+    """A started control plane with kwok running, shared by the whole session; with the
+    namespace of the node Leases, as the install creates it (manifests/namespace.yaml)."""
     with ControlPlane(kwok=True, binaries=control_plane_binaries) as plane:
+        plane.ensure_namespace(node_leases.NAMESPACE)
         yield plane
 
 

@@ -1,6 +1,7 @@
 """The node agent on simulated machines against the real API server (kube-apiserver + etcd,
 KWOK nodes): the inventory appears and is owned by its Node, carries the links, changes
-when a card fails, heartbeats, and comes back after the API server restarts."""
+when a card fails, heartbeats through its node's Lease (the inventory left as it is), and
+comes back after the API server restarts."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from vgpu_operator import names, resources
+from vgpu_operator import names, node_leases, resources
 from vgpu_operator.agent.inventory import RegistrationOptions
 from vgpu_operator.agent.main import AgentSettings, run_agent
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
@@ -84,6 +85,7 @@ def node(control_plane: ControlPlane, crd: dict[str, Any]) -> Iterator[dict[str,
     obj = control_plane.create_fake_gpu_node(name, gpus=8)
     yield obj
     control_plane.delete(f"{INVENTORIES}/{name}")
+    control_plane.delete(node_leases.lease_path(name))
     control_plane.delete(f"/api/v1/nodes/{name}")
 
 
@@ -191,6 +193,16 @@ def reported(control_plane: ControlPlane, name: str) -> dict[str, Any] | None:
     return obj if obj.get("status") else None
 
 
+def renewed_at(control_plane: ControlPlane, name: str) -> float | None:
+    """When the node's Lease was last renewed, or None while there is none."""
+    try:
+        return node_leases.read_renewal(control_plane.get(node_leases.lease_path(name)))
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def rewrite(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     body = yaml.safe_load(path.read_text())
     change(body)
@@ -293,7 +305,36 @@ def test_a_failing_gpu_flips_its_health(
     assert [d.health for d in devices] == [True, True, True, False, True, True, True, True]
 
 
-def test_heartbeat_advances_while_nothing_changes(
+def test_the_lease_is_renewed_while_the_inventory_is_left_as_it_is(
+    control_plane: ControlPlane,
+    node: dict[str, Any],
+    machine_file: Callable[[str], Path],
+    start_agent: Callable[..., AgentThread],
+) -> None:
+    name = node["metadata"]["name"]
+    start_agent(name, machine_file("t4-legacy"), lease_duration_s=45)
+    first = wait_for("the inventory", lambda: reported(control_plane, name))
+    lease = wait_for("the node's Lease", lambda: renewed_at(control_plane, name))
+    obj = control_plane.get(node_leases.lease_path(name))
+    assert obj["spec"]["holderIdentity"] == name
+    assert obj["spec"]["leaseDurationSeconds"] == 45
+    # Owned by its Node, so that it goes with it, as the inventory does.
+    (owner,) = obj["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", name, node["metadata"]["uid"])
+
+    def later_than(previous: float) -> float | None:
+        current = renewed_at(control_plane, name)
+        return current if current is not None and current > previous else None
+
+    second = wait_for("a later renewal", lambda: later_than(lease), timeout=15)
+    wait_for("another renewal", lambda: later_than(second), timeout=15)
+    # Nothing changed on the machine: the inventory was not written again.
+    now = get_inventory(control_plane, name)
+    assert now["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert resources.heartbeat_of(now) == resources.heartbeat_of(first)
+
+
+def test_a_deleted_lease_is_created_again(
     control_plane: ControlPlane,
     node: dict[str, Any],
     machine_file: Callable[[str], Path],
@@ -301,19 +342,18 @@ def test_heartbeat_advances_while_nothing_changes(
 ) -> None:
     name = node["metadata"]["name"]
     start_agent(name, machine_file("t4-legacy"))
-    first = wait_for("the inventory", lambda: reported(control_plane, name))
-    beat = resources.heartbeat_of(first)
-    assert beat is not None
+    wait_for("the node's Lease", lambda: renewed_at(control_plane, name))
+    first = control_plane.get(node_leases.lease_path(name))["metadata"]["uid"]
+    control_plane.delete(node_leases.lease_path(name))
 
-    def later() -> dict[str, Any] | None:
-        obj = get_inventory(control_plane, name)
-        newer = resources.heartbeat_of(obj)
-        return obj if newer is not None and newer > beat else None
+    def recreated() -> str | None:
+        try:
+            uid = str(control_plane.get(node_leases.lease_path(name))["metadata"]["uid"])
+        except ApiError:
+            return None
+        return uid if uid != first else None
 
-    second = wait_for("a newer heartbeat", later, timeout=15)
-    # Only the heartbeat moved.
-    assert second["status"]["devices"] == first["status"]["devices"]
-    assert second["status"]["conditions"] == first["status"]["conditions"]
+    wait_for("the Lease to come back", recreated, timeout=15)
 
 
 def test_agent_writes_again_after_an_api_server_restart(
@@ -346,12 +386,11 @@ def test_agent_writes_again_after_an_api_server_restart(
         "Unhealthy",
         "Healthy",
     ]
-    # And it carries on heartbeating.
-    beat = resources.heartbeat_of(get_inventory(control_plane, name))
-    assert beat is not None
+    # And it carries on heartbeating: its Lease is renewed again.
+    beat = wait_for("the node's Lease", lambda: renewed_at(control_plane, name))
     wait_for(
-        "a heartbeat after the restart",
-        lambda: (resources.heartbeat_of(get_inventory(control_plane, name)) or beat) > beat,
+        "a renewal after the restart",
+        lambda: (renewed_at(control_plane, name) or 0.0) > beat,
         timeout=15,
     )
 
@@ -415,24 +454,27 @@ def test_daemonset_manifest_is_accepted_by_the_api_server(control_plane: Control
     manifest = Path(__file__).resolve().parents[2] / "manifests" / "agent-daemonset.yaml"
     control_plane.ensure_namespace("vgpu-operator")
     paths = {
-        "ServiceAccount": "/api/v1/namespaces/vgpu-operator/serviceaccounts",
+        "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
         "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/vgpu-operator/roles",
-        "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/vgpu-operator/rolebindings",
-        "DaemonSet": "/apis/apps/v1/namespaces/vgpu-operator/daemonsets",
+        "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+        "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
     }
-    kinds = []
+    made = []
     for doc in yaml.safe_load_all(manifest.read_text()):
-        created = control_plane.create(f"{paths[doc['kind']]}?dryRun=All", doc)
-        kinds.append(created["kind"])
-    assert kinds == [
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
-        "DaemonSet",
+        path = paths[doc["kind"]].format(ns=doc["metadata"].get("namespace"))
+        created = control_plane.create(f"{path}?dryRun=All", doc)
+        made.append((created["kind"], created["metadata"].get("namespace")))
+    assert made == [
+        ("ServiceAccount", "vgpu-operator"),
+        ("ClusterRole", None),
+        ("ClusterRoleBinding", None),
+        ("Role", "vgpu-operator"),
+        ("RoleBinding", "vgpu-operator"),
+        ("Role", node_leases.NAMESPACE),
+        ("RoleBinding", node_leases.NAMESPACE),
+        ("DaemonSet", "vgpu-operator"),
     ]
 
 
