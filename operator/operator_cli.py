@@ -57,7 +57,8 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     type=float,
     default=120.0,
     show_default=True,
-    help="Seconds without a DeviceInventory heartbeat before a node's devices are "
+    help="Seconds without a heartbeat (the node's Lease in vgpu-node-leases, or its "
+    "DeviceInventory's status.heartbeat, whichever is later) before a node's devices are "
     "unschedulable; 0 disables.",
 )
 @click.option(

@@ -1,8 +1,8 @@
 """Feeding the engine: cluster objects in, queue updates and wake-ups out.
 
 ``StateFeed`` is the one place that turns watch events and full listings of Pods, Nodes,
-DeviceInventories, ResourceQuotas, PodDisruptionBudgets and the device-config ConfigMap
-into calls on the engine (``ClusterState``), and decides which pods wait in the
+DeviceInventories, node Leases, ResourceQuotas, PodDisruptionBudgets and the device-config
+ConfigMap into calls on the engine (``ClusterState``), and decides which pods wait in the
 scheduling queue and which cluster events wake parked pods. It is synchronous and does
 no I/O, so the Kopf handlers around it stay thin and it can be tested with a fake engine.
 
@@ -23,7 +23,7 @@ from typing import Any, Final, Protocol
 import structlog
 
 from vgpu_operator import config as device_config
-from vgpu_operator import resources
+from vgpu_operator import node_leases, resources
 from vgpu_operator.control import pod_facts, queue, versions
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError, ConfigError
@@ -50,6 +50,7 @@ class EngineInputs(Protocol):
         heartbeat: float | None,
         cordoned: Sequence[str] = (),
     ) -> None: ...
+    def set_heartbeat(self, node_name: str, heartbeat: float | None) -> None: ...
     def remove_inventory(self, node_name: str) -> None: ...
     def set_pod(self, pod: Mapping[str, Any]) -> None: ...
     def allocation_error(self, key: PodKey) -> str | None: ...
@@ -149,6 +150,7 @@ class StateFeed:
         self._pods = versions.VersionLedger()
         self._nodes = versions.VersionLedger()
         self._inventories = versions.VersionLedger()
+        self._leases = versions.VersionLedger()
         self._quotas = versions.VersionLedger()
         self._budgets = versions.VersionLedger()
         self._config_version: int | None = None
@@ -174,9 +176,16 @@ class StateFeed:
         self._quota_fingerprints: dict[str, str] = {}
         self._inventory_fingerprints: dict[str, str] = {}
         self._inventory_nodes: dict[str, str] = {}  # inventory name -> node name
-        self._heartbeats: dict[str, float | None] = {}  # node -> last heartbeat
+        #: Per node with an accepted inventory, the inventory's own heartbeat; a node's
+        #: heartbeat is the later of it and its Lease's renewal (``_heartbeat``).
+        self._inventory_beats: dict[str, float | None] = {}
+        #: Per node Lease that reads as a heartbeat, its renewTime (any node: the Lease
+        #: may arrive before the inventory).
+        self._lease_beats: dict[str, float] = {}
+        #: Per node Lease that does not, why (logged once per change of reason).
+        self._lease_problems: dict[str, str] = {}
         self._stale_nodes: set[str] = set()
-        # The five watched kinds differ only in these rows; events and relists of every
+        # The six watched kinds differ only in these rows; events and relists of every
         # kind go through ``_event`` and ``_listed``.
         self._pod_kind = _Kind(
             "pod",
@@ -195,6 +204,9 @@ class StateFeed:
         )
         self._inventory_kind = _Kind(
             "inventory", _name_key, self._inventories, self._apply_inventory, self._forget_inventory
+        )
+        self._lease_kind = _Kind(
+            "lease", _name_key, self._leases, self._apply_lease, self._forget_lease
         )
         self._quota_kind = _Kind(
             "quota",
@@ -427,17 +439,16 @@ class StateFeed:
             log.info("inventory_accepted_again", node=node)
         devices, pair_scores = reading.devices, reading.pair_scores
         cordoned = sorted(reading.cordoned)
-        heartbeat = reading.heartbeat.timestamp() if reading.heartbeat is not None else None
         previous_node = self._inventory_nodes.get(name)
         if previous_node is not None and previous_node != node:
             self._engine.remove_inventory(previous_node)
         self._inventory_nodes[name] = node
-        self._engine.set_inventory(node, devices, pair_scores, heartbeat, cordoned)
-        # Stale before this report (whether or not the watchdog noticed it yet)?
-        was_stale = node in self._stale_nodes or (
-            node in self._heartbeats and self._is_stale(self._heartbeats[node])
+        was_stale = self._was_stale(node)
+        self._inventory_beats[node] = (
+            reading.heartbeat.timestamp() if reading.heartbeat is not None else None
         )
-        self._heartbeats[node] = heartbeat
+        heartbeat = self._heartbeat(node)
+        self._engine.set_inventory(node, devices, pair_scores, heartbeat, cordoned)
         fingerprint = pod_facts.digest([[_device_wire(d) for d in devices], pair_scores, cordoned])
         changed = self._inventory_fingerprints.get(name) != fingerprint
         self._inventory_fingerprints[name] = fingerprint
@@ -462,8 +473,62 @@ class StateFeed:
         node = self._inventory_nodes.pop(name, name)
         self._engine.remove_inventory(node)
         self._inventory_fingerprints.pop(name, None)
-        self._heartbeats.pop(node, None)
+        self._inventory_beats.pop(node, None)
         self._stale_nodes.discard(node)
+
+    # --- node Leases (the agents' heartbeats) ---------------------------------------------
+    def lease_event(self, event_type: str | None, lease: Mapping[str, Any]) -> None:
+        self._event(self._lease_kind, event_type, lease)
+
+    def leases_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
+        self._listed(self._lease_kind, items, list_version)
+
+    def _apply_lease(self, name: str, lease: Mapping[str, Any]) -> None:
+        # Each Lease is named after its node (the admission policy holds agents to it).
+        try:
+            renewed: float | None = node_leases.read_renewal(lease)
+        except CodecError as exc:
+            # Not a heartbeat, and the renewal read before it is not one now either: the
+            # node is as fresh as its inventory says, no fresher.
+            renewed = None
+            if self._lease_problems.get(name) != str(exc):
+                self._lease_problems[name] = str(exc)
+                log.warning("node_lease_unreadable", node=name, problem=str(exc))
+        else:
+            self._lease_problems.pop(name, None)
+        self._move_lease_beat(name, renewed)
+
+    def _forget_lease(self, name: str) -> None:
+        self._lease_problems.pop(name, None)
+        self._move_lease_beat(name, None)
+
+    def _move_lease_beat(self, node: str, renewed: float | None) -> None:
+        """Record the node's Lease renewal; a node with an inventory gets its new
+        heartbeat (cheap: nothing of its cards is rebuilt), and wakes pods if it revived."""
+        was_stale = self._was_stale(node)
+        if renewed is None:
+            self._lease_beats.pop(node, None)
+        else:
+            self._lease_beats[node] = renewed
+        if node not in self._inventory_beats:
+            return  # no inventory, nothing to keep fresh
+        heartbeat = self._heartbeat(node)
+        self._engine.set_heartbeat(node, heartbeat)
+        if was_stale and not self._is_stale(heartbeat):
+            self._stale_nodes.discard(node)
+            log.info("inventory_fresh_again", node=node)
+            self._wake(queue.ClusterEvent.INVENTORY_CHANGED, node=node)
+
+    def _heartbeat(self, node: str) -> float | None:
+        """The later of the node's inventory heartbeat and its Lease renewal."""
+        beats = (self._inventory_beats.get(node), self._lease_beats.get(node))
+        return max((beat for beat in beats if beat is not None), default=None)
+
+    def _was_stale(self, node: str) -> bool:
+        """Stale as the books have it now (whether or not the watchdog noticed it yet)."""
+        return node in self._stale_nodes or (
+            node in self._inventory_beats and self._is_stale(self._heartbeat(node))
+        )
 
     def _is_stale(self, heartbeat: float | None) -> bool:
         if self._inventory_timeout_s is None or heartbeat is None:
@@ -471,14 +536,15 @@ class StateFeed:
         return self._wall_clock() - heartbeat > self._inventory_timeout_s
 
     def check_heartbeats(self) -> list[str]:
-        """Nodes whose inventory has just gone stale (for the periodic watchdog's log).
+        """Nodes whose heartbeat (inventory and Lease) has just gone stale (for the
+        periodic watchdog's log).
 
         The engine applies the timeout itself at each decision; this only notices it.
         """
         newly_stale = [
             node
-            for node, heartbeat in self._heartbeats.items()
-            if node not in self._stale_nodes and self._is_stale(heartbeat)
+            for node in self._inventory_beats
+            if node not in self._stale_nodes and self._is_stale(self._heartbeat(node))
         ]
         self._stale_nodes.update(newly_stale)
         return newly_stale

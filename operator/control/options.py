@@ -51,7 +51,8 @@ class OperatorOptions:
     metrics_addr: str = "0.0.0.0"
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
-    #: A DeviceInventory whose heartbeat is older than this offers no devices (None: never).
+    #: A node whose heartbeat (the later of its Lease's renewal and its DeviceInventory's
+    #: status.heartbeat) is older than this offers no devices (None: never).
     inventory_timeout_s: float | None = 120.0
     #: How often every parked pod is retried (the watches keep the books current; a
     #: kind is listed again only when its watch's resourceVersion has expired).

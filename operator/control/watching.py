@@ -1,6 +1,7 @@
 """The feed's watches: one plain list-then-watch loop per kind the engine reads.
 
-Pods, Nodes, DeviceInventories, ResourceQuotas and PodDisruptionBudgets, cluster-wide.
+Pods, Nodes, DeviceInventories, ResourceQuotas and PodDisruptionBudgets, cluster-wide,
+and the node Leases (the agents' heartbeats) in their namespace.
 Each loop lists its kind once (``StateFeed.*_listed`` reconciles the books with the
 listing), then watches from the listing's resourceVersion and hands every event to the
 feed as it arrives: no per-event handler pipeline, no copies of the object beyond the
@@ -54,6 +55,7 @@ def kinds_of(state_feed: feed.StateFeed) -> tuple[WatchedKind, ...]:
             state_feed.inventory_event,
             True,
         ),
+        WatchedKind("lease", listing.NODE_LEASES, state_feed.leases_listed, state_feed.lease_event),
         WatchedKind(
             "quota", listing.RESOURCE_QUOTAS, state_feed.quotas_listed, state_feed.quota_event
         ),

@@ -7,11 +7,12 @@ mutating webhook (``on.mutate``), peering, startup, cleanup and login; it stores
 on the objects (no progress annotations, no finalizers).
 
 The kinds the engine reads (Pods, Nodes, DeviceInventories, ResourceQuotas,
-PodDisruptionBudgets, cluster-wide) are watched by plain list-then-watch loops that hand
-each event straight to the feed (``control/watching.py``): Kopf's per-event handler
-pipeline cost more than the decision itself in a burst. The device-config ConfigMap is
-watched by our own small watch in the operator's namespace (a cluster-wide watch would
-see every ConfigMap of the cluster to find one).
+PodDisruptionBudgets, cluster-wide; the node Leases in their namespace) are watched by
+plain list-then-watch loops that hand each event straight to the feed
+(``control/watching.py``): Kopf's per-event handler pipeline cost more than the decision
+itself in a burst. The device-config ConfigMap is watched by our own small watch in the
+operator's namespace (a cluster-wide watch would see every ConfigMap of the cluster to
+find one).
 """
 
 from __future__ import annotations
@@ -462,6 +463,8 @@ class OperatorApp:
             inventories = await listing.list_all(self.api, listing.DEVICE_INVENTORIES)
             self.feed.inventories_listed(inventories.items, inventories.resource_version)
             await self._report_warnings()
+            leases = await listing.list_all(self.api, listing.NODE_LEASES)
+            self.feed.leases_listed(leases.items, leases.resource_version)
             quotas = await listing.list_all(self.api, listing.RESOURCE_QUOTAS)
             self.feed.quotas_listed(quotas.items, quotas.resource_version)
             budgets = await listing.list_all(self.api, listing.POD_DISRUPTION_BUDGETS)
@@ -472,6 +475,7 @@ class OperatorApp:
                 "resync_done",
                 nodes=len(nodes.items),
                 inventories=len(inventories.items),
+                leases=len(leases.items),
                 quotas=len(quotas.items),
                 pods=len(pods.items),
                 duration_s=round(time.monotonic() - started, 3),

@@ -11,7 +11,7 @@ from typing import Any, Final
 import orjson
 from kubernetes_asyncio import client
 
-from vgpu_operator import names
+from vgpu_operator import names, node_leases
 from vgpu_operator.kube import requests
 
 PODS: Final = "/api/v1/pods"
@@ -21,6 +21,8 @@ POD_DISRUPTION_BUDGETS: Final = "/apis/policy/v1/poddisruptionbudgets"
 DEVICE_INVENTORIES: Final = (
     f"/apis/{names.CRD_GROUP}/{names.CRD_VERSION}/{names.DEVICE_INVENTORY_PLURAL}"
 )
+#: The node agents' heartbeats, in their one namespace.
+NODE_LEASES: Final = node_leases.COLLECTION
 
 
 @dataclass(frozen=True, slots=True)

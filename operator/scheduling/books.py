@@ -260,13 +260,20 @@ class ClusterBooks:
             and entry.inventory_scores == pair_scores
             and entry.inventory_cordoned == banned
         ):
-            # A heartbeat (every agent, every 30 s): the cards are what they were, so the
-            # node keeps its cards, bookings and rank instead of being rebuilt.
+            # A report with the same cards (the agent re-asserting it, an older agent's
+            # heartbeat): the node keeps its cards, bookings and rank, not rebuilt.
             return
         entry.inventory = inventory
         entry.inventory_scores = pair_scores
         entry.inventory_cordoned = banned
         self._register(entry)
+
+    def set_heartbeat(self, node_name: str, heartbeat: float | None) -> None:
+        """Move only the node's heartbeat (its Lease was renewed): nothing else of the node
+        changes, so nothing is rebuilt. A node without an inventory has no heartbeat."""
+        entry = self._nodes.get(node_name)
+        if entry is not None and entry.inventory is not None:
+            entry.heartbeat = heartbeat
 
     def remove_inventory(self, node_name: str) -> None:
         entry = self._nodes.get(node_name)

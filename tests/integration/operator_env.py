@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,11 +19,12 @@ from typing import Any, TypeVar
 
 import yaml
 
-from vgpu_operator import names
+from vgpu_operator import names, node_leases
 from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.devices import codec
 from vgpu_operator.scheduling.allocation_gate import GateMode
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.timestamps import format_rfc3339
 
 T = TypeVar("T")
 Json = dict[str, Any]
@@ -50,6 +52,11 @@ def wait_until(what: str, check: Callable[[], T | None], timeout_s: float = 60.0
 def rfc3339(moment: datetime.datetime | None = None) -> str:
     moment = moment or datetime.datetime.now(datetime.UTC)
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_micro(moment: datetime.datetime | None = None) -> str:
+    """A MicroTime (a Lease's renewTime) as the API server writes it."""
+    return format_rfc3339(moment or datetime.datetime.now(datetime.UTC), micro=True)
 
 
 def install_crd(cp: ControlPlane) -> None:
@@ -150,6 +157,48 @@ def write_inventory(
         f"{INVENTORIES}/{node}/status",
         {"status": inventory_status(node, node_cards, heartbeat)},
     )
+
+
+def renew_lease(cp: ControlPlane, node: str, renewed: datetime.datetime | None = None) -> Json:
+    """Renew (creating it first if needed) the node's Lease, as its agent does."""
+    moment = renewed or datetime.datetime.now(datetime.UTC)
+    spec = node_leases.renewal_spec(node, moment, 120)
+    try:
+        return cp.patch(node_leases.lease_path(node), {"spec": spec})
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+    uid = str(cp.get(f"/api/v1/nodes/{node}")["metadata"]["uid"])
+    return cp.create(node_leases.COLLECTION, node_leases.lease_manifest(node, moment, 120, uid))
+
+
+class LeaseRenewer:
+    """A node's agent, as far as its heartbeat goes: renews the node's Lease every
+    ``every_s`` in a thread, from entering the block until leaving it."""
+
+    def __init__(self, cp: ControlPlane, node: str, every_s: float = 1.0) -> None:
+        self._cp = cp
+        self._node = node
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{node}", daemon=True)
+        #: Wall-clock time of the last renewal the API server accepted.
+        self.last_renewed = 0.0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            renew_lease(self._cp, self._node)
+            self.last_renewed = time.time()
+            self._stop.wait(self._every_s)
+
+    def __enter__(self) -> LeaseRenewer:
+        self._thread.start()
+        wait_until("the first renewal", lambda: self.last_renewed > 0, 10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
 
 
 def gpu_node(
@@ -344,4 +393,5 @@ def cleanup_group(cp: ControlPlane, namespace: str) -> None:
     for node in nodes:
         name = node["metadata"]["name"]
         cp.delete(f"{INVENTORIES}/{name}")
+        cp.delete(node_leases.lease_path(name))
         cp.delete(f"/api/v1/nodes/{name}")

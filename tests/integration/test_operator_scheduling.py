@@ -8,6 +8,7 @@ each other's pods even though they share the control plane.
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -232,17 +233,33 @@ def test_quota_over_others_usage_waits_until_it_falls(
     env.wait_bound(setup.cp, setup.namespace, "second", 30)
 
 
-def test_stale_inventory_offers_nothing_until_it_reports_again(setup: Setup) -> None:
+def test_a_node_takes_pods_while_its_lease_or_its_report_is_fresh(setup: Setup) -> None:
+    """A node's heartbeat is the later of its Lease's renewal and its inventory's
+    status.heartbeat. With neither fresh it offers nothing; a Lease renewed by its agent
+    keeps it schedulable however old the report; when the renewals stop, it stops taking
+    pods once the timeout passes; a fresh report (an older agent's heartbeat) revives it."""
+    timeout_s = 5.0
     name = setup.node("s")
-    cards = env.cards(name, 1)
+    cards = env.cards(name, 2)
     env.gpu_node(setup.cp, name, cards, group=setup.namespace, inventory=False)
     env.write_inventory(setup.cp, name, cards, heartbeat="2020-01-01T00:00:00Z")
-    options = env.options(setup.cp, setup.namespace, inventory_timeout_s=30.0)
+    options = env.options(setup.cp, setup.namespace, inventory_timeout_s=timeout_s)
     with OperatorThread(options):
         setup.create("p1", gpumem=1000)
         _wait_condition(setup, "p1", r"InventoryStale")
-        env.write_inventory(setup.cp, name, cards)  # a fresh heartbeat
-        assert env.wait_bound(setup.cp, setup.namespace, "p1")["spec"]["nodeName"] == name
+        with env.LeaseRenewer(setup.cp, name, every_s=1.0) as agent:
+            assert env.wait_bound(setup.cp, setup.namespace, "p1")["spec"]["nodeName"] == name
+            # Longer than the timeout: later renewals, not only the first, keep it fresh.
+            time.sleep(timeout_s + 1.0)
+            setup.create("p2", gpumem=1000)
+            assert env.wait_bound(setup.cp, setup.namespace, "p2")["spec"]["nodeName"] == name
+        # The agent is gone: its last renewal ages past the timeout, and the report is old.
+        time.sleep(max(0.0, agent.last_renewed + timeout_s + 1.0 - time.time()))
+        setup.create("p3", gpumem=1000)
+        _wait_condition(setup, "p3", r"InventoryStale")
+        assert env.get_pod(setup.cp, setup.namespace, "p3")["spec"].get("nodeName") is None
+        env.write_inventory(setup.cp, name, cards)  # a fresh report
+        assert env.wait_bound(setup.cp, setup.namespace, "p3")["spec"]["nodeName"] == name
 
 
 def test_invalid_config_is_refused_and_the_last_good_one_stays(

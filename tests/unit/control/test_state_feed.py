@@ -24,6 +24,8 @@ class FakeEngine:
         self.pods: dict[str, Mapping[str, Any]] = {}
         self.nodes: dict[str, Mapping[str, Any]] = {}
         self.inventories: dict[str, tuple[list[str], float | None, list[str]]] = {}
+        #: Every heartbeat moved on its own (``set_heartbeat``), in order.
+        self.heartbeats: list[tuple[str, float | None]] = []
         self.quotas: dict[tuple[str, str], Mapping[str, Any]] = {}
         self.budgets: dict[tuple[str, str], Mapping[str, Any]] = {}
         self.config: device_config.DeviceConfig | None = None
@@ -56,6 +58,9 @@ class FakeEngine:
         cordoned: Sequence[str] = (),
     ) -> None:
         self.inventories[node_name] = ([d.id for d in devices], heartbeat, list(cordoned))
+
+    def set_heartbeat(self, node_name: str, heartbeat: float | None) -> None:
+        self.heartbeats.append((node_name, heartbeat))
 
     def remove_inventory(self, node_name: str) -> None:
         self.inventories.pop(node_name, None)
@@ -455,6 +460,99 @@ def test_inventory_content_change_wakes(
     park(queue, "ns/w")
     feed.inventory_event("MODIFIED", inventory(2, heartbeat_s=clock.now, uuids=("GPU-0", "GPU-1")))
     assert queue.parked_count == 0
+
+
+def node_lease(version: int, *, renewed_s: float | None, holder: str = "n1") -> dict[str, Any]:
+    """n1's Lease as the agent renews it (``renewed_s`` None: no renewTime)."""
+    spec: dict[str, Any] = {"holderIdentity": holder, "leaseDurationSeconds": 120}
+    if renewed_s is not None:
+        moment = datetime.datetime.fromtimestamp(renewed_s, datetime.UTC)
+        spec["renewTime"] = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "metadata": {
+            "name": "n1",
+            "namespace": "vgpu-node-leases",
+            "resourceVersion": str(version),
+        },
+        "spec": spec,
+    }
+
+
+def test_a_lease_renewal_is_the_nodes_heartbeat_when_later(
+    feed: StateFeed, engine: FakeEngine, clock: Clock
+) -> None:
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
+    feed.lease_event("ADDED", node_lease(1, renewed_s=clock.now - 5))
+    assert engine.heartbeats == [("n1", clock.now - 5)]
+    # The inventory's cards stay as they were: only the heartbeat moved.
+    assert engine.inventories["n1"] == (["GPU-0"], clock.now - 600, ["GPU-0"])
+    feed.lease_event("MODIFIED", node_lease(2, renewed_s=clock.now - 900))
+    assert engine.heartbeats[-1] == ("n1", clock.now - 600)  # the inventory's is later
+    assert feed.check_heartbeats() == ["n1"]
+
+
+def test_a_fresh_lease_keeps_a_node_with_an_old_report_fresh(
+    feed: StateFeed, queue: SchedulingQueue, clock: Clock
+) -> None:
+    feed.lease_event("ADDED", node_lease(1, renewed_s=clock.now))
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    clock.now += 30
+    feed.lease_event("MODIFIED", node_lease(2, renewed_s=clock.now))
+    assert queue.parked_count == 1  # a renewal of a fresh node wakes nobody
+    assert feed.check_heartbeats() == []
+    clock.now += 61
+    assert feed.check_heartbeats() == ["n1"]  # neither moved within the timeout
+    feed.lease_event("MODIFIED", node_lease(3, renewed_s=clock.now))
+    assert queue.parked_count == 0  # revived by its Lease
+    assert feed.stale_nodes == frozenset()
+
+
+def test_a_lease_without_an_inventory_does_nothing_until_one_comes(
+    feed: StateFeed, engine: FakeEngine, queue: SchedulingQueue, clock: Clock
+) -> None:
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    feed.lease_event("ADDED", node_lease(1, renewed_s=clock.now))
+    assert engine.heartbeats == []
+    assert engine.inventories == {}
+    assert queue.parked_count == 1
+    assert feed.check_heartbeats() == []
+    # The inventory arrives later with an old report: the Lease's renewal stands.
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
+    assert engine.inventories["n1"][1] == clock.now
+
+
+@pytest.mark.parametrize(
+    "unreadable",
+    [
+        pytest.param(node_lease(2, renewed_s=None), id="no-renew-time"),
+        pytest.param(node_lease(2, renewed_s=1000.0, holder="n2"), id="another-holder"),
+    ],
+)
+def test_an_unreadable_lease_is_no_heartbeat(
+    feed: StateFeed, engine: FakeEngine, clock: Clock, unreadable: dict[str, Any]
+) -> None:
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
+    feed.lease_event("ADDED", node_lease(1, renewed_s=clock.now))
+    feed.lease_event("MODIFIED", unreadable)
+    # Not fresh by default, and the renewal read before it does not stand either.
+    assert engine.heartbeats[-1] == ("n1", clock.now - 600)
+    assert feed.check_heartbeats() == ["n1"]
+
+
+def test_a_deleted_or_vanished_lease_leaves_the_inventory_heartbeat(
+    feed: StateFeed, engine: FakeEngine, clock: Clock
+) -> None:
+    feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
+    feed.lease_event("ADDED", node_lease(1, renewed_s=clock.now))
+    feed.lease_event("DELETED", node_lease(2, renewed_s=clock.now))
+    assert engine.heartbeats[-1] == ("n1", clock.now - 600)
+    feed.leases_listed([node_lease(3, renewed_s=clock.now)], "3")
+    assert engine.heartbeats[-1] == ("n1", clock.now)
+    feed.leases_listed([], "4")  # gone while nobody watched
+    assert engine.heartbeats[-1] == ("n1", clock.now - 600)
 
 
 def quota(version: int, hard: str) -> dict[str, Any]:

@@ -229,6 +229,40 @@ def test_heartbeat_with_the_same_cards_keeps_bookings_and_freshens_the_node() ->
     assert booked(state) == {"GPU-0": (2, 8192, 30)}
 
 
+def test_a_lease_renewal_moves_only_the_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``set_heartbeat`` (a node's Lease renewed): the node is fresh again, with its cards
+    and bookings as they were and nothing of it worked out again."""
+    state = cluster(make_node("n").gpu("GPU-0"), inventory_timeout_s=60.0)
+    assert state.schedule(make_pod("a", "team").container(gpu=1, gpumem=4096).obj(), 0).scheduled
+    stale = state.schedule(POD.obj(), 100.0)
+    assert stale.diagnosis is not None
+    assert stale.diagnosis.to_json() == {"n": {"InventoryStale": 1}}
+
+    def no_rebuild(*_: object) -> None:
+        raise AssertionError("a heartbeat must not register the node's cards again")
+
+    monkeypatch.setattr(ClusterState, "_register", no_rebuild)
+    state.set_heartbeat("n", 90.0)
+    monkeypatch.undo()
+    assert booked(state) == {"GPU-0": (1, 4096, 0)}
+    assert state.schedule(POD.obj(), 100.0).scheduled
+    # An unreadable or missing renewal (None) is no heartbeat: stale again.
+    state.set_heartbeat("n", None)
+    late = state.schedule(make_pod("b", "team").container(gpu=1, gpumem=1024).obj(), 100.0)
+    assert late.diagnosis is not None
+    assert late.diagnosis.to_json() == {"n": {"InventoryStale": 1}}
+
+
+def test_a_heartbeat_for_a_node_without_an_inventory_changes_nothing() -> None:
+    state = one_card(inventory_timeout_s=60.0)
+    state.set_heartbeat("ghost", 100.0)  # a Lease with no inventory behind it
+    state.remove_inventory("n")
+    state.set_heartbeat("n", 100.0)
+    decision = state.schedule(POD.obj(), 100.0)
+    assert decision.diagnosis is not None
+    assert decision.diagnosis.to_json() == {"n": {"NodeUnregistered": 1}}
+
+
 def test_gpus_vanished_from_allocatable_node_unregistered() -> None:
     node = make_node("n").gpu("GPU-0").allocatable(gpus="1")
     state = cluster(node)
