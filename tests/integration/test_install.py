@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import json
 import re
 import shlex
@@ -26,7 +27,7 @@ import yaml
 from integration import operator_env as env
 from integration.test_operator_webhook import _free_port
 
-from vgpu_operator import names
+from vgpu_operator import names, node_leases
 from vgpu_operator.agent.inventory import RegistrationOptions
 from vgpu_operator.agent.main import AgentSettings, run_agent
 from vgpu_operator.agent.metrics import AgentMetrics
@@ -34,6 +35,9 @@ from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
 from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import certs
+from vgpu_operator.kube.client import api_client
+from vgpu_operator.kube.node_lease import renew_node_lease
+from vgpu_operator.kube.requests import ApiError as KubeApiError
 from vgpu_operator.testing.controlplane import ApiError, Binaries, ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +45,8 @@ README = REPO / "README.md"
 NAMESPACE = "vgpu-operator"
 INVENTORIES = env.INVENTORIES
 PEERINGS = "/apis/kopf.dev/v1/clusterkopfpeerings"
+LEASES = node_leases.NAMESPACE
+ROLES = "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"
 
 
 def readme_install_commands() -> list[str]:
@@ -230,6 +236,9 @@ def test_the_readme_install_creates_every_object_in_one_run(installed: Cluster) 
         f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/vgpu-agent",
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/vgpu-operator",
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-agent-own-node",
+        f"/api/v1/namespaces/{LEASES}",
+        f"{ROLES.format(ns=LEASES)}/vgpu-agent-node-lease",
+        f"{ROLES.format(ns=LEASES)}/vgpu-operator-node-leases",
         INVENTORIES,
         PEERINGS,
     ):
@@ -279,6 +288,11 @@ def test_the_agent_reports_its_own_node_on_its_own_token(
             return obj if (obj.get("status") or {}).get("devices") else None
 
         inventory = env.wait_until("the agent's inventory of node A", reported, 60)
+        # Its heartbeat: the node's Lease, created, then renewed (patched) on its token.
+        first = env.wait_until("the Lease of node A", lambda: _renewal(cp, node), 30)
+        env.wait_until("a renewal of it", lambda: (_renewal(cp, node) or 0.0) > first, 30)
+    lease = cp.get(node_leases.lease_path(node))
+    assert lease["spec"]["holderIdentity"] == node
     assert inventory["status"]["nodeName"] == node
     assert len(inventory["status"]["devices"]) == 4
     # `-o wide` adds where the readings come from and the driver, after the summary.
@@ -302,6 +316,44 @@ def test_the_agent_reports_its_own_node_on_its_own_token(
     assert inventory["status"]["backend"] in row.split()
     narrow = installed.run(["get", "dinv", node])
     assert "BACKEND" not in narrow.stdout
+
+
+def _renewal(cp: ControlPlane, node: str) -> float | None:
+    try:
+        return node_leases.read_renewal(cp.get(node_leases.lease_path(node)))
+    except ApiError:
+        return None
+
+
+def _lease_file(tmp_path: Path, node: str, namespace: str = LEASES) -> str:
+    path = tmp_path / f"lease-{namespace}-{node}.yaml"
+    manifest = {
+        "apiVersion": node_leases.API_VERSION,
+        "kind": node_leases.KIND,
+        "metadata": {"name": node, "namespace": namespace},
+        "spec": {"holderIdentity": node, "leaseDurationSeconds": 120},
+    }
+    path.write_text(yaml.safe_dump(manifest))
+    return str(path)
+
+
+def _renew_as(kubeconfig: Path, node: str) -> None:
+    """The agent's own renewal (``kube.node_lease``: a merge patch, a create when there is
+    no Lease) on the credentials of ``kubeconfig``. (kubectl patch reads the object
+    first, which the agent may not.)"""
+
+    async def renew() -> None:
+        async with api_client(kubeconfig) as api:
+            await renew_node_lease(api, node, datetime.datetime.now(datetime.UTC), 120)
+
+    asyncio.run(renew())
+
+
+def _refused_write(kubeconfig: Path, node: str) -> str:
+    with pytest.raises(KubeApiError) as refused:
+        _renew_as(kubeconfig, node)
+    assert refused.value.status == 403, refused.value
+    return str(json.loads(refused.value.body)["message"])
 
 
 def _refused(done: subprocess.CompletedProcess[str]) -> str:
@@ -388,6 +440,79 @@ def test_an_agent_token_bound_to_no_node_writes_no_inventory(
         installed.run(["create", "-f", _inventory_file(tmp_path, "gpu-x")], token=unbound)
     )
     assert "this token names no node" in message
+    message = _refused(
+        installed.run(["create", "-f", _lease_file(tmp_path, "gpu-x")], token=unbound)
+    )
+    assert "this token names no node" in message
+
+
+def test_the_agent_renews_only_its_own_nodes_lease(
+    installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str, tmp_path: Path
+) -> None:
+    """RBAC lets the agent create and patch Leases in vgpu-node-leases; the admission
+    policy keeps it to the one named after the node in its token."""
+    cp = installed.cp
+    node_a, node_b = gpu_nodes
+    kubeconfig = token_kubeconfig(cp, agent_token, tmp_path / "agent.kubeconfig")
+    # Its own: created when missing, renewed when there.
+    cp.delete(node_leases.lease_path(node_a))
+    _renew_as(kubeconfig, node_a)
+    first = _renewal(cp, node_a)
+    assert first is not None
+    _renew_as(kubeconfig, node_a)
+    assert (_renewal(cp, node_a) or 0.0) > first
+    # Another node's: neither created nor renewed.
+    cp.delete(node_leases.lease_path(node_b))
+    message = _refused_write(kubeconfig, node_b)  # the create, after a 404 on the patch
+    assert "vgpu-agent-own-node" in message
+    assert f"may write only its own node, not {node_b}" in message
+    with pytest.raises(ApiError):
+        cp.get(node_leases.lease_path(node_b))
+    before = env.renew_lease(cp, node_b)  # node B's Lease, renewed by its own agent
+    message = _refused_write(kubeconfig, node_b)
+    assert f"may write only its own node, not {node_b}" in message
+    after = cp.get(node_leases.lease_path(node_b))
+    assert after["spec"]["renewTime"] == before["spec"]["renewTime"]
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        pytest.param(["get", "lease", "-n", LEASES, "{a}"], "cannot get", id="read-own-lease"),
+        pytest.param(["get", "leases", "-n", LEASES], "cannot list", id="list-leases"),
+        pytest.param(
+            ["delete", "lease", "-n", LEASES, "{a}"], "cannot delete", id="delete-own-lease"
+        ),
+        pytest.param(
+            ["create", "-f", "{elsewhere}"],
+            f'cannot create resource "leases" in API group "coordination.k8s.io" in the '
+            f'namespace "{NAMESPACE}"',
+            id="lease-in-the-agents-namespace",
+        ),
+        pytest.param(
+            ["create", "-f", "{node_lease}"],
+            'in the namespace "kube-node-lease"',
+            id="lease-in-kube-node-lease",
+        ),
+    ],
+)
+def test_the_agent_is_refused_other_lease_verbs_and_namespaces(
+    installed: Cluster,
+    gpu_nodes: tuple[str, str],
+    agent_token: str,
+    tmp_path: Path,
+    args: list[str],
+    refusal: str,
+) -> None:
+    node_a = gpu_nodes[0]
+    env.renew_lease(installed.cp, node_a)
+    installed.cp.ensure_namespace("kube-node-lease")
+    files = {
+        "elsewhere": _lease_file(tmp_path, node_a, NAMESPACE),
+        "node_lease": _lease_file(tmp_path, node_a, "kube-node-lease"),
+    }
+    filled = [arg.format(a=node_a, **files) for arg in args]
+    assert refusal in _refused(installed.run(filled, token=agent_token))
 
 
 @pytest.mark.parametrize(
@@ -509,6 +634,35 @@ def test_the_device_plugin_may_not_touch_pods_elsewhere_or_their_spec(
 # --- the operator's identity --------------------------------------------------------------
 
 
+def test_the_operator_lists_and_watches_the_node_leases(
+    installed: Cluster, gpu_nodes: tuple[str, str], operator_token: str
+) -> None:
+    """How it reads the agents' heartbeats (its watches run on these verbs)."""
+    env.renew_lease(installed.cp, gpu_nodes[1])
+    listed = installed.run(["get", "leases", "-n", LEASES], token=operator_token)
+    assert listed.returncode == 0, listed.stderr
+    assert gpu_nodes[1] in listed.stdout
+    watched = installed.run(
+        ["get", "leases", "-n", LEASES, "--watch", "--request-timeout=2s"], token=operator_token
+    )
+    assert "forbidden" not in watched.stderr.lower(), watched.stderr
+    assert gpu_nodes[1] in watched.stdout
+
+
+def test_the_operator_writes_no_lease(
+    installed: Cluster, gpu_nodes: tuple[str, str], operator_token: str, tmp_path: Path
+) -> None:
+    """A renewal as the agent makes it, on the operator's token: refused by RBAC (patch),
+    and the Lease stays as its agent left it."""
+    cp = installed.cp
+    before = env.renew_lease(cp, gpu_nodes[0])
+    kubeconfig = token_kubeconfig(cp, operator_token, tmp_path / "operator.kubeconfig")
+    message = _refused_write(kubeconfig, gpu_nodes[0])
+    assert 'cannot patch resource "leases"' in message
+    after = cp.get(node_leases.lease_path(gpu_nodes[0]))
+    assert after["spec"]["renewTime"] == before["spec"]["renewTime"]
+
+
 def test_the_operator_schedules_on_its_own_token(
     installed: Cluster, gpu_nodes: tuple[str, str], operator_token: str, tmp_path: Path
 ) -> None:
@@ -617,6 +771,10 @@ def _exists(cp: ControlPlane, path: str) -> bool:
             ["create", "-f", "{inventory}"],
             id="write-inventory",
         ),
+        pytest.param(["create", "-f", "{lease}"], id="create-lease"),
+        pytest.param(["delete", "lease", "-n", LEASES, "{a}"], id="delete-lease"),
+        pytest.param(["get", "lease", "-n", LEASES, "{a}"], id="get-one-lease"),
+        pytest.param(["get", "leases", "-n", "kube-system"], id="leases-elsewhere"),
     ],
 )
 def test_the_operator_is_refused(
@@ -629,7 +787,8 @@ def test_the_operator_is_refused(
 ) -> None:
     pod = f"vgpu-agent-{gpu_nodes[0]}"
     inventory = _inventory_file(tmp_path, "gpu-op")
-    filled = [arg.format(a=gpu_nodes[0], pod=pod, inventory=inventory) for arg in args]
+    lease = _lease_file(tmp_path, "gpu-op")
+    filled = [arg.format(a=gpu_nodes[0], pod=pod, inventory=inventory, lease=lease) for arg in args]
     done = installed.run(filled, token=operator_token)
     assert done.returncode != 0, done.stdout
     # The namespaced KopfPeering type is not even installed any more.
