@@ -153,7 +153,13 @@ class DeviceInventoryStatus(_Wire):
     backend: str = Field("", description="Where the readings came from: nvml or sim:<file>.")
     driver_version: str | None = Field(None, alias="driverVersion")
     cuda_version: str | None = Field(None, alias="cudaVersion")
-    heartbeat: datetime = Field(description="Last time the agent confirmed this report.")
+    # Named heartbeat since agents moved it on its own; now set on each report only (the
+    # node's heartbeat is its Lease, node_leases). Kept: an older agent still works.
+    heartbeat: datetime = Field(
+        description="When the agent last wrote this report. The node's liveness is its Lease "
+        "in vgpu-node-leases (kubectl get leases -n vgpu-node-leases); agents before Leases "
+        "moved this forward as their heartbeat."
+    )
     # Keyed by UUID: the API server refuses a report that lists one card twice.
     devices: tuple[Device, ...] = Field(
         (),
@@ -305,8 +311,15 @@ _PRINTER_COLUMNS: Final = (
     {"name": "Healthy", "type": "integer", "jsonPath": ".status.summary.healthyCount"},
     {"name": "Model", "type": "string", "jsonPath": ".status.summary.model"},
     {"name": "Memory MiB", "type": "integer", "jsonPath": ".status.summary.totalMemoryMiB"},
-    # A date column prints as an age ("12s"): the time since the last heartbeat.
-    {"name": "Heartbeat", "type": "date", "jsonPath": ".status.heartbeat"},
+    # A date column prints as an age ("12m"): the time since the last report, which no
+    # longer moves with the heartbeat. Node freshness: kubectl get leases -n vgpu-node-leases.
+    {
+        "name": "Last Report",
+        "type": "date",
+        "jsonPath": ".status.heartbeat",
+        "description": "When the agent last wrote this report (on a change, or to re-assert "
+        "it); the node's heartbeat is its Lease: kubectl get leases -n vgpu-node-leases",
+    },
     # `-o wide` only (priority 1): where the readings come from, and the cordoned cards.
     {"name": "Backend", "type": "string", "jsonPath": ".status.backend", "priority": 1},
     {"name": "Driver", "type": "string", "jsonPath": ".status.driverVersion", "priority": 1},

@@ -272,7 +272,7 @@ def test_kubectl_columns_show_the_summary(
     assert (cells["GPUs"], cells["Healthy"]) == (4, 4)
     assert cells["Model"] == "NVIDIA L40S"
     assert cells["Memory MiB"] == 4 * 46068
-    assert cells["Heartbeat"].endswith("s")  # rendered as an age
+    assert cells["Last Report"].endswith("s")  # rendered as an age
 
 
 def test_a_failing_gpu_flips_its_health(

@@ -269,18 +269,19 @@ def test_crd_names_and_scope() -> None:
     assert version["subresources"] == {"status": {}}
 
 
-def test_crd_columns_show_node_counts_model_memory_and_heartbeat_age() -> None:
+def test_crd_columns_show_node_counts_model_memory_and_last_report_age() -> None:
     columns = {c["name"]: c for c in _version(resources.render_crd())["additionalPrinterColumns"]}
     assert columns["Node"]["jsonPath"] == ".status.nodeName"
     assert columns["GPUs"]["jsonPath"] == ".status.summary.gpuCount"
     assert columns["Healthy"]["jsonPath"] == ".status.summary.healthyCount"
     assert columns["Model"]["jsonPath"] == ".status.summary.model"
     assert columns["Memory MiB"]["jsonPath"] == ".status.summary.totalMemoryMiB"
-    assert columns["Heartbeat"] == {
-        "name": "Heartbeat",
-        "type": "date",
-        "jsonPath": ".status.heartbeat",
-    }
+    # status.heartbeat moves only with a report now: the column must not promise liveness,
+    # and says where liveness is.
+    assert "Heartbeat" not in columns
+    report = columns["Last Report"]
+    assert (report["type"], report["jsonPath"]) == ("date", ".status.heartbeat")
+    assert "kubectl get leases -n vgpu-node-leases" in report["description"]
 
 
 def _walk(schema: Any) -> list[dict[str, Any]]:
