@@ -4,8 +4,9 @@ Four eight-card machines in turn (NVSwitch H100, NVLink-paired A100, PCIe L40S o
 sockets, L4 on one socket). Each inventory is built by the agent's own code (NVML reader
 over the simulated machine, ``inventory.build_status``) with card UUIDs derived from the
 node name. No agent process runs per node (a thousand would not fit on the machine); a
-heartbeat task moves each inventory's heartbeat every 30 s, as the agent does, so the
-operator sees the same stream of inventory updates as in a real cluster.
+heartbeat task renews each node's Lease every 30 s, as the agent does (the inventories
+are written once: their reports do not change), so the API server and the operator see
+the same stream of heartbeats as in a real cluster.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from e2e.api import Api, ApiError, Json, gather_limited
-from vgpu_operator import names, resources
+from vgpu_operator import names, node_leases, resources
 from vgpu_operator.agent import health, inventory
 from vgpu_operator.agent.nvml import NvmlReader
 from vgpu_operator.agent.simulated import SimMachine, SimulatedNvml, load_machine
@@ -35,6 +36,8 @@ MACHINES: Final = (
 )
 INVENTORIES: Final = f"/apis/{names.CRD_GROUP}/{names.CRD_VERSION}/{names.DEVICE_INVENTORY_PLURAL}"
 HEARTBEAT_INTERVAL_S: Final = 30.0
+#: What each Lease says it lasts: the operator's default --inventory-timeout, as the agent.
+LEASE_DURATION_S: Final = 120
 NODE_LABEL: Final = "vgpu-bench/node"
 
 
@@ -102,7 +105,14 @@ async def _create_node(api: Api, node: BenchNode) -> None:
     with contextlib.suppress(ApiError):
         await api.create("/api/v1/nodes", manifest)
     # A create drops the status; KWOK keeps the capacity once it is there.
-    await api.merge_patch(f"/api/v1/nodes/{node.name}/status", {"status": manifest["status"]})
+    created = await api.merge_patch(
+        f"/api/v1/nodes/{node.name}/status", {"status": manifest["status"]}
+    )
+    lease = node_leases.lease_manifest(
+        node.name, _now(), LEASE_DURATION_S, str(created["metadata"]["uid"])
+    )
+    with contextlib.suppress(ApiError):
+        await api.create(node_leases.COLLECTION, lease)
     body = {
         "apiVersion": f"{names.CRD_GROUP}/{names.CRD_VERSION}",
         "kind": names.DEVICE_INVENTORY_KIND,
@@ -115,8 +125,10 @@ async def _create_node(api: Api, node: BenchNode) -> None:
 
 
 async def create(api: Api, nodes: list[BenchNode], timeout_s: float = 600.0) -> float:
-    """Create every node and inventory, wait until KWOK made them Ready; seconds taken."""
+    """Create every node, its inventory and its Lease, wait until KWOK made them Ready;
+    seconds taken."""
     start = asyncio.get_running_loop().time()
+    await api.ensure_namespace(node_leases.NAMESPACE)
     await gather_limited(16, [_create_node(api, node) for node in nodes])
     wanted = {node.name for node in nodes}
     while True:
@@ -134,23 +146,26 @@ def _ready(node: Json) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
 async def heartbeats(
     api: Api, nodes: list[BenchNode], stop: asyncio.Event, interval_s: float = HEARTBEAT_INTERVAL_S
 ) -> None:
-    """Move every inventory's heartbeat every 30 s, spread evenly, like the agents do.
-    Each write runs on its own (at most 32 at once), so a slow API server delays beats
-    rather than stretching the cycle past the operator's inventory timeout."""
+    """Renew every node's Lease every 30 s, spread evenly, like the agents do (the same
+    merge patch of the spec). Each write runs on its own (at most 32 at once), so a slow
+    API server delays beats rather than stretching the cycle past the operator's
+    inventory timeout."""
     gap = interval_s / max(1, len(nodes))
     gate = asyncio.Semaphore(32)
     pending: set[asyncio.Task[None]] = set()
 
     async def beat(node: BenchNode) -> None:
         async with gate:
-            when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            spec = node_leases.renewal_spec(node.name, _now(), LEASE_DURATION_S)
             with contextlib.suppress(ApiError, OSError, asyncio.TimeoutError):
-                await api.merge_patch(
-                    f"{INVENTORIES}/{node.name}/status", {"status": {"heartbeat": when}}
-                )
+                await api.merge_patch(node_leases.lease_path(node.name), {"spec": spec})
 
     loop = asyncio.get_running_loop()
     next_at = loop.time()

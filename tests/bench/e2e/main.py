@@ -55,8 +55,8 @@ def options() -> argparse.Namespace:
         "--heartbeat",
         type=float,
         default=float(os.environ.get("BENCH_HEARTBEAT_S", 30.0)),
-        help="seconds between an inventory's heartbeats (the agent's 30); 0: none, and the "
-        "operator runs with --inventory-timeout=0",
+        help="seconds between renewals of each node's Lease, the heartbeat (the agent's 30); "
+        "0: none, and the operator runs with --inventory-timeout=0",
     )
     parser.add_argument(
         "--only",

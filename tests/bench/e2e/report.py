@@ -295,7 +295,7 @@ def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> Non
         "- writes/pod (own): the scheduler's own create/update/patch/delete requests in the "
         "run's namespace, from the API server's audit log (one identity each), ÷ pods placed. "
         "Every client's: `apiserver_request_total` write verbs, diffed over the run (the "
-        "bench's pod creations, KWOK's status updates and the inventories' heartbeats included)."
+        "bench's pod creations, KWOK's status updates and the nodes' Lease renewals included)."
     )
     out.append(
         "- CPU ms/pod: utime+stime of the scheduler's process (/proc/<pid>/stat) over the run ÷ "
