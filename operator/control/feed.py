@@ -445,7 +445,9 @@ class StateFeed:
         self._inventory_nodes[name] = node
         was_stale = self._was_stale(node)
         self._inventory_beats[node] = (
-            reading.heartbeat.timestamp() if reading.heartbeat is not None else None
+            self._not_after_now(reading.heartbeat.timestamp())
+            if reading.heartbeat is not None
+            else None
         )
         heartbeat = self._heartbeat(node)
         self._engine.set_inventory(node, devices, pair_scores, heartbeat, cordoned)
@@ -486,7 +488,7 @@ class StateFeed:
     def _apply_lease(self, name: str, lease: Mapping[str, Any]) -> None:
         # Each Lease is named after its node (the admission policy holds agents to it).
         try:
-            renewed: float | None = node_leases.read_renewal(lease)
+            renewed: float | None = self._not_after_now(node_leases.read_renewal(lease))
         except CodecError as exc:
             # Not a heartbeat, and the renewal read before it is not one now either: the
             # node is as fresh as its inventory says, no fresher.
@@ -518,6 +520,12 @@ class StateFeed:
             self._stale_nodes.discard(node)
             log.info("inventory_fresh_again", node=node)
             self._wake(queue.ClusterEvent.INVENTORY_CHANGED, node=node)
+
+    def _not_after_now(self, beat: float) -> float:
+        """A heartbeat stamped in the future (a node's clock ahead, or a careless
+        writer) counts as made now, when it is seen: a Lease renewed "in 2099" must not
+        keep a node fresh after its agent stops."""
+        return min(beat, self._wall_clock())
 
     def _heartbeat(self, node: str) -> float | None:
         """The later of the node's inventory heartbeat and its Lease renewal."""

@@ -555,6 +555,24 @@ def test_a_deleted_or_vanished_lease_leaves_the_inventory_heartbeat(
     assert engine.heartbeats[-1] == ("n1", clock.now - 600)
 
 
+@pytest.mark.parametrize("source", ["lease", "inventory"])
+def test_a_heartbeat_from_the_future_counts_from_when_it_is_seen(
+    feed: StateFeed, engine: FakeEngine, clock: Clock, source: str
+) -> None:
+    # A year ahead: read as is, the node would stay fresh for a year after its agent stops.
+    ahead = clock.now + 365 * 86400
+    if source == "lease":
+        feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
+        feed.lease_event("ADDED", node_lease(1, renewed_s=ahead))
+        assert engine.heartbeats[-1] == ("n1", clock.now)
+    else:
+        feed.inventory_event("ADDED", inventory(1, heartbeat_s=ahead))
+        assert engine.inventories["n1"][1] == clock.now
+    assert feed.check_heartbeats() == []
+    clock.now += 61
+    assert feed.check_heartbeats() == ["n1"]
+
+
 def quota(version: int, hard: str) -> dict[str, Any]:
     return {
         "metadata": {"name": "q", "namespace": "ns", "resourceVersion": str(version)},
