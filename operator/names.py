@@ -57,3 +57,6 @@ CRD_VERSION: Final = "v1alpha1"
 DEVICE_INVENTORY_KIND: Final = "DeviceInventory"
 DEVICE_INVENTORY_PLURAL: Final = "deviceinventories"
 DEVICE_INVENTORY_SHORT: Final = "dinv"
+#: The label on what the agent creates (its inventory, its node's Lease).
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_AGENT: Final = "vgpu-operator-agent"

@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from vgpu_operator import names
 from vgpu_operator.errors import CodecError
 from vgpu_operator.timestamps import format_rfc3339
 
@@ -25,8 +26,6 @@ NAMESPACE: Final = "vgpu-node-leases"
 API_VERSION: Final = "coordination.k8s.io/v1"
 KIND: Final = "Lease"
 COLLECTION: Final = f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/leases"
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY_AGENT: Final = "vgpu-operator-agent"
 
 # What the API server writes for a MicroTime (and accepts in RFC 3339): a full date and
 # time with an explicit zone. Anything looser (a date alone, no zone) is not a heartbeat.
@@ -56,7 +55,7 @@ def lease_manifest(
         "metadata": {
             "name": node_name,
             "namespace": NAMESPACE,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY_AGENT},
+            "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY_AGENT},
             "ownerReferences": [
                 {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}
             ],

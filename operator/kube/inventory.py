@@ -21,9 +21,6 @@ from vgpu_operator.kube.client import to_dict
 
 log = structlog.get_logger(__name__)
 
-MERGE_PATCH: Final = "application/merge-patch+json"
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY_AGENT: Final = "vgpu-operator-agent"
 
 _NOT_FOUND: Final = 404
 _CONFLICT: Final = 409
@@ -55,7 +52,7 @@ def inventory_manifest(node_name: str, node_uid: str) -> dict[str, Any]:
         "kind": names.DEVICE_INVENTORY_KIND,
         "metadata": {
             "name": node_name,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY_AGENT},
+            "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY_AGENT},
             "ownerReferences": [
                 {
                     "apiVersion": "v1",
@@ -156,7 +153,12 @@ async def patch_inventory_status(
     # The client would pick JSON-patch or strategic merge; custom resources take
     # merge patches. (The type stubs omit `_content_type`, which the client accepts.)
     patched = await _custom(api).patch_cluster_custom_object_status(  # type: ignore[call-arg]
-        _GROUP, _VERSION, _PLURAL, name, {"status": dict(status)}, _content_type=MERGE_PATCH
+        _GROUP,
+        _VERSION,
+        _PLURAL,
+        name,
+        {"status": dict(status)},
+        _content_type=requests.MERGE_PATCH,
     )
     result: dict[str, Any] = to_dict(patched)
     return result
@@ -181,5 +183,5 @@ async def patch_node_annotations(
     await client.CoreV1Api(api).patch_node(  # type: ignore[call-arg]
         node_name,
         body={"metadata": {"annotations": dict(annotations)}},
-        _content_type=MERGE_PATCH,
+        _content_type=requests.MERGE_PATCH,
     )
