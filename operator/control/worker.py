@@ -47,6 +47,7 @@ class EngineDecisions(Protocol):
     def rollback(self, key: PodKey) -> None: ...
     def cancel_preemption(self, key: PodKey) -> None: ...
     def bind_gate_open(self, node_name: str, key: PodKey, now: float) -> bool: ...
+    def bind_gate_enabled(self) -> bool: ...
 
 
 class Binder(Protocol):
@@ -314,7 +315,9 @@ class SchedulingWorker:
         decision: cluster.Decision,
         slot_held: bool,
     ) -> None:
-        gated = _holds_devices(decision)
+        # Without the allocation gate nothing asks a node's Bindings to go one at a time:
+        # the books already keep decisions apart, so they are all written at once.
+        gated = self._engine.bind_gate_enabled() and _holds_devices(decision)
         if gated and not self._gate_passable(node, key):
             # Wait for the node's previous GPU pod to get its devices without holding a
             # bind slot: other nodes' Bindings go on meanwhile.

@@ -543,6 +543,10 @@ class ClusterBooks:
         self._dirty.add(node.name)
 
     # --- the allocation gate --------------------------------------------------------------
+    def bind_gate_enabled(self) -> bool:
+        """Whether a node's GPU pods are bound one at a time (any gate mode but off)."""
+        return self.gate_mode is not allocation_gate.GateMode.OFF
+
     def bind_gate_open(self, node_name: str, key: PodKey, now: float) -> bool:
         """Whether ``key``, decided onto the node, may be bound there now: no other pod
         bound there still waits for its devices (and, with ``hami-lock``, HAMi's node

@@ -36,6 +36,7 @@ class Engine:
         self.log: list[str] = []
         self.cancelled: list[str] = []
         self.shut: set[str] = set()
+        self.gate_enabled = True
 
     def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
@@ -66,6 +67,9 @@ class Engine:
 
     def bind_gate_open(self, node_name: str, key: str, now: float) -> bool:
         return node_name not in self.shut
+
+    def bind_gate_enabled(self) -> bool:
+        return self.gate_enabled
 
     def remove_pod(self, key: str) -> None:
         self.log.append(f"remove {key}")
@@ -248,6 +252,34 @@ def test_bindings_wait_in_order_for_the_nodes_allocation_gate() -> None:
     assert seen[1] == ["plain", "a", "b"]
     assert rig.attempts("gated") == 2
     assert rig.reporter.reports.count(("scheduled", "a", "n1")) == 1
+
+
+@pytest.mark.parametrize(("gate_enabled", "together"), [(True, 1), (False, 3)])
+def test_a_nodes_gpu_bindings_go_one_at_a_time_only_with_the_gate(
+    gate_enabled: bool, together: int
+) -> None:
+    """With the gate on, one GPU Binding per node is written at a time (the plugin must
+    tell the pods apart); with it off, nothing holds the node's Bindings back."""
+    gpu = {"NVIDIA": ((model.ContainerDevice("GPU-0", "NVIDIA", 1024, 10),),)}
+
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.engine.gate_enabled = gate_enabled
+        rig.binder.gate = asyncio.Event()
+        for name in ("a", "b", "c"):
+            rig.engine.decisions[f"ns/{name}"] = Decision(
+                f"ns/{name}", True, "n1", devices=gpu, annotations=ANNOTATIONS
+            )
+            rig.add(name)
+            rig.decide_next()
+        await asyncio.sleep(0.05)
+        rig.binder.gate.set()
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert rig.binder.most_active == together
+    assert sorted(b[0] for b in rig.binder.bound) == ["a", "b", "c"]
 
 
 @pytest.mark.parametrize(
