@@ -35,6 +35,7 @@ from vgpu_operator import names
 from vgpu_operator.control import (
     deferred,
     feed,
+    heap,
     leadership,
     pod_facts,
     queue,
@@ -495,9 +496,11 @@ class OperatorApp:
             await self._config_listed.wait()
             await self.watches.listed.wait()
             log.info("watches_listed")
+            heap.settle()
             return
         self._opened_before = True
         await self._resync_until_done()
+        heap.settle()
 
     async def _resync_until_done(self) -> None:
         delays = iter(_RESYNC_RETRY_S)
