@@ -82,6 +82,9 @@ class PodEntry:
     init_count: int = 0
     #: Since when the pod holds its node's allocation gate (``allocation_gate``), if it does.
     allocating_since: float | None = None
+    #: What ``set_pod`` read the entry from (the config's epoch and ``_share_source``);
+    #: None for a decision's reservation.
+    source: tuple[Any, ...] | None = None
 
     @property
     def quota_sums(self) -> dict[str, tuple[int, int]]:
@@ -132,6 +135,22 @@ def _same_shares(old: PodEntry, new: PodEntry) -> bool:
         and old.bookings == new.bookings
         and old.requests == new.requests
         and old.devices.keys() == new.devices.keys()
+    )
+
+
+def _share_source(pod: Mapping[str, Any], node: str | None, deleting: bool) -> tuple[Any, ...]:
+    """Every part of a pod its entry is read from but the start time and labels: equal
+    sources give equal shares, quota sums, priority and gate."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    return (
+        meta.get("uid"),
+        node,
+        deleting,
+        meta.get("annotations"),
+        spec.get("priority"),
+        [c.get("resources") for c in spec.get("containers") or ()],
+        [c.get("resources") for c in spec.get("initContainers") or ()],
     )
 
 
@@ -296,6 +315,19 @@ class ClusterBooks:
         if node is None and key in self._nominations and not deleting and phase not in _TERMINATED:
             return
         previous = self._pods.get(key)
+        source = (self._epoch, *_share_source(pod, node, deleting))
+        if (
+            previous is not None
+            and previous.source is not None
+            and phase not in _TERMINATED
+            and previous.source == source
+        ):
+            # A status update (kubelet's or KWOK's) or the bound copy read again: nothing
+            # the shares, quotas or gate are read from changed, so the node stays as it
+            # is; only what preemption reads of the pod itself is taken afresh.
+            previous.started = _start_time(pod)
+            previous.labels = dict(meta.get("labels") or {})
+            return
         clean = previous is not None and self._is_clean(previous.node)
         self._drop_pod(key)
         self._nominations.pop(key, None)
@@ -334,6 +366,7 @@ class ClusterBooks:
             decoded=devices,
             init_count=init_count,
             allocating_since=allocating_since,
+            source=source,
         )
         self._add_pod(entry)
         if records:

@@ -47,3 +47,44 @@ def test_an_update_to_other_shares_moves_the_booking() -> None:
     usage = _usage(state)
     assert usage[other] == (1, 6000)
     assert usage[held] == (0, 0)
+
+
+def test_a_status_update_refreshes_what_preemption_reads() -> None:
+    state = cluster(make_node("n").gpu("GPU-0"))
+    pod = _placed(state)
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    running = copy.deepcopy(pod)
+    running["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
+    running["metadata"]["labels"] = {"app": "web"}
+    state.set_pod(running)
+    entry = state._pods[key]
+    assert entry.started == 1767225600.0
+    assert entry.labels == {"app": "web"}
+
+
+def test_an_ended_or_deleting_pod_is_read_again() -> None:
+    state = cluster(make_node("n").gpu("GPU-0"))
+    pod = _placed(state)
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    deleting = copy.deepcopy(pod)
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    state.set_pod(deleting)
+    assert state._pods[key].deleting
+    ended = copy.deepcopy(deleting)
+    ended["status"] = {"phase": "Succeeded"}
+    state.set_pod(ended)
+    assert all(slots == 0 for slots, _ in _usage(state).values())
+
+
+def test_a_resized_container_is_read_again() -> None:
+    state = cluster(make_node("n").gpu("GPU-0"))
+    pod = _placed(state)
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    before = state._pods[key].requests
+    resized = copy.deepcopy(pod)
+    resized["spec"]["containers"][0].setdefault("resources", {}).setdefault("requests", {})[
+        "cpu"
+    ] = "3"
+    state.set_pod(resized)
+    assert state._pods[key].requests != before
+    assert state._pods[key].requests.cpu == 3
