@@ -79,7 +79,7 @@ async def request_json(
     url = f"{configuration.host}{path}"
     if query:
         url = f"{url}?{urlencode(list(query.items()))}"
-    data = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+    data = orjson.dumps(body) if body is not None else None
     async with session.session_of(api).request(
         method,
         url,
