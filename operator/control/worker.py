@@ -94,6 +94,13 @@ class AlwaysOpen:
         return 1
 
 
+#: How long the worker decides back to back before the loop serves anything else. One
+#: decision per turn of the loop left the Bindings in flight refilled one per turn while
+#: answers, watch events and Events also wanted turns: in a 1,000-pod backlog they fell
+#: from 64 to a handful again and again (the API server then waits for us). A few
+#: milliseconds of decisions at once keep them near the bound.
+DECIDING_SLICE_S = 0.005
+
 #: Reading back a pod whose Binding's answer was lost: first retry, and the longest wait.
 _REREAD_INITIAL_S = 0.5
 _REREAD_MAX_S = 5.0
@@ -160,22 +167,28 @@ class SchedulingWorker:
     # --- the loop -----------------------------------------------------------------------
     async def run(self) -> None:
         """Decide forever (until cancelled)."""
+        slice_started = time.perf_counter()
         try:
             while True:
                 await self._ensure_active_and_synced()
-                # Hold a bind slot before deciding: the Binding task takes it over.
+                # Hold a bind slot before deciding: the Binding task takes it over (and
+                # a free slot is taken without yielding to the loop).
                 await self._bind_slots.acquire()
                 handed_over = False
                 try:
                     key = self._queue.pop()
                     if key is None:
                         await self._sleep_until_due()
+                        slice_started = time.perf_counter()
                         continue
                     handed_over = self._decide(key, slot_held=True)
                 finally:
                     if not handed_over:
                         self._bind_slots.release()
-                await asyncio.sleep(0)  # let watch events and webhooks in between decisions
+                if time.perf_counter() - slice_started >= DECIDING_SLICE_S:
+                    # Let watch events, Binding answers and webhooks in between.
+                    await asyncio.sleep(0)
+                    slice_started = time.perf_counter()
         finally:
             await self.drain(cancel=True)
 

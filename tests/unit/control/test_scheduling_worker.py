@@ -7,6 +7,7 @@ The engine, the binder and the reporter are fakes; the queue and the feed are re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -605,3 +606,26 @@ def test_waiting_for_victims_is_parked_quietly() -> None:
     assert preemptor.log == []
     assert rig.reporter.reports == []
     assert rig.queue.parked_count == 1
+
+
+def test_the_worker_decides_several_pods_per_turn_of_the_loop() -> None:
+    """Free bind slots are refilled at once, not one per turn of the event loop (where
+    Binding answers and watch events compete for turns)."""
+
+    async def scenario() -> tuple[int, int]:
+        rig = Rig(max_binds=16)
+        for index in range(10):
+            rig.add(f"p{index}")
+        task = asyncio.create_task(rig.worker.run())
+        await asyncio.sleep(0)  # the worker's first turn
+        first_turn = sum(1 for line in rig.engine.log if line.startswith("schedule "))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return first_turn, len(rig.binder.bound)
+
+    first_turn, bound = asyncio.run(scenario())
+    assert first_turn > 1
+    assert bound == 10
