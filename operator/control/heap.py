@@ -6,10 +6,9 @@ object leaves the cluster. CPython's full collection walks all of them whenever 
 new objects have survived: up to a quarter of a second each in the bench at 1,000 nodes,
 every decision and Binding stopped meanwhile. So once the listing is in, the garbage is
 collected and the survivors are frozen (``gc.freeze``): later full passes walk only
-objects made since. Frozen objects are
-still freed by their reference counts when the books let them go; a frozen cycle that
-becomes garbage waits for the next ``settle`` (each opening of the gate, after its
-listing), which unfreezes everything before collecting.
+objects made since. Frozen objects are still freed by their reference counts when the
+books let them go; a frozen cycle that becomes garbage waits for the next ``settle``
+(each opening of the gate, after its listing), which unfreezes everything first.
 """
 
 from __future__ import annotations
