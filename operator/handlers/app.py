@@ -59,6 +59,9 @@ log = structlog.get_logger("vgpu_operator.operator")
 #: How often the housekeeping task refreshes gauges and checks inventory heartbeats.
 _HOUSEKEEPING_S = 5.0
 _RESYNC_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+#: The longest the garbage collector stays off while the first listing comes in (the API
+#: server may not answer for a while; retries make garbage of their own).
+HEAP_HOLD_MAX_S = 120.0
 #: How often Kopf's webhook server re-reads its certificate files (a hash of three files).
 _CERT_FILE_CHECK_S = 5.0
 
@@ -231,7 +234,9 @@ class OperatorApp:
             report_warnings=self._report_warnings,
             on_error=self.metrics.api_error,
         )
+        heap.hold()
         self._spawn("watches", self.watches.run())
+        self._spawn("heap", self._settle_heap_once_listed(), forever=False)
         webhook = options.webhook
         if webhook is not None and webhook.tls_secret is not None:
             tls = webhook_tls.SelfManagedTls(tls_target(options))
@@ -496,11 +501,20 @@ class OperatorApp:
             await self._config_listed.wait()
             await self.watches.listed.wait()
             log.info("watches_listed")
-            heap.settle()
             return
         self._opened_before = True
         await self._resync_until_done()
         heap.settle()
+
+    async def _settle_heap_once_listed(self) -> None:
+        """The collector back on (and what the listing made frozen) once the watches
+        have listed everything, or after ``HEAP_HOLD_MAX_S`` if they cannot."""
+        assert self.watches is not None
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.watches.listed.wait(), HEAP_HOLD_MAX_S)
+        finally:
+            heap.settle()  # also when stopped before the listing is in
 
     async def _resync_until_done(self) -> None:
         delays = iter(_RESYNC_RETRY_S)
