@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from vgpu_operator import names
+from vgpu_operator.control import worker as worker_module
 from vgpu_operator.control.feed import StateFeed
 from vgpu_operator.control.queue import SchedulingQueue
 from vgpu_operator.control.worker import SchedulingWorker
@@ -608,9 +609,13 @@ def test_waiting_for_victims_is_parked_quietly() -> None:
     assert rig.queue.parked_count == 1
 
 
-def test_the_worker_decides_several_pods_per_turn_of_the_loop() -> None:
-    """Free bind slots are refilled at once, not one per turn of the event loop (where
-    Binding answers and watch events compete for turns)."""
+@pytest.mark.parametrize(("slice_s", "first_turn"), [(0.0, 1), (60.0, 10)])
+def test_the_worker_decides_for_a_slice_of_time_per_turn_of_the_loop(
+    monkeypatch: pytest.MonkeyPatch, slice_s: float, first_turn: int
+) -> None:
+    """Free bind slots are refilled for up to ``DECIDING_SLICE_S`` at once, not one per
+    turn of the event loop (where Binding answers and watch events compete for turns)."""
+    monkeypatch.setattr(worker_module, "DECIDING_SLICE_S", slice_s)
 
     async def scenario() -> tuple[int, int]:
         rig = Rig(max_binds=16)
@@ -618,14 +623,14 @@ def test_the_worker_decides_several_pods_per_turn_of_the_loop() -> None:
             rig.add(f"p{index}")
         task = asyncio.create_task(rig.worker.run())
         await asyncio.sleep(0)  # the worker's first turn
-        first_turn = sum(1 for line in rig.engine.log if line.startswith("schedule "))
+        decided = sum(1 for line in rig.engine.log if line.startswith("schedule "))
         for _ in range(50):
             await asyncio.sleep(0)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        return first_turn, len(rig.binder.bound)
+        return decided, len(rig.binder.bound)
 
-    first_turn, bound = asyncio.run(scenario())
-    assert first_turn > 1
+    decided, bound = asyncio.run(scenario())
+    assert decided == first_turn
     assert bound == 10
