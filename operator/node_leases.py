@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from vgpu_operator import names
 from vgpu_operator.errors import CodecError
-from vgpu_operator.timestamps import format_rfc3339
+from vgpu_operator.timestamps import format_rfc3339, unix_time
 
 #: Where every node's Lease lives (manifests/namespace.yaml; the roles name it too).
 NAMESPACE: Final = "vgpu-node-leases"
@@ -84,8 +84,7 @@ def read_renewal(lease: Mapping[str, Any]) -> float:
     renew_time = spec.get("renewTime")
     if not isinstance(renew_time, str) or not _RFC3339.fullmatch(renew_time):
         raise CodecError("spec.renewTime", "not an RFC 3339 time", repr(renew_time))
-    try:
-        parsed = datetime.datetime.fromisoformat(renew_time.replace("Z", "+00:00"))
-    except ValueError:
-        raise CodecError("spec.renewTime", "not a valid time", renew_time) from None
-    return parsed.timestamp()
+    renewed = unix_time(renew_time)
+    if renewed is None:
+        raise CodecError("spec.renewTime", "not a valid time", renew_time)
+    return renewed
