@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from e2e import runs
+from e2e import cpu, runs
 from e2e.api import Api, gather_limited
 from e2e.workloads import NOBODY, pod
 from vgpu_operator import names
@@ -34,9 +34,9 @@ def _allocation(
     }
 
 
-async def ceiling(bench: runs.Bench, binder: Api, count: int) -> runs.Result:
+async def ceiling(bench: runs.Bench, binder: Api, count: int, name: str = "ceiling") -> runs.Result:
     """Create ``count`` pods nobody schedules, then bind them all, one per card."""
-    namespace = "bench-ceiling"
+    namespace = f"bench-{name}"
     api = bench.api
     await api.ensure_namespace(namespace)
     cards = list(bench.cards.items())[:count]
@@ -50,27 +50,29 @@ async def ceiling(bench: runs.Bench, binder: Api, count: int) -> runs.Result:
     bench.audit.skip_to_end()
     bound_at: list[float] = []
     start = time.time()
+    cpu_before = bench.cpu_sample()
 
     async def bind(index: int) -> None:
         uuid, (node, memory, _cores, _split) = cards[index]
-        name = f"ceil-{index:05d}"
+        pod_name = f"ceil-{index:05d}"
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {
-                "name": name,
+                "name": pod_name,
                 "namespace": namespace,
                 "annotations": _allocation(uuid, memory, 0, node, codec.BindPhase.ALLOCATING),
             },
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await binder.create(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body)
+        await binder.create(f"/api/v1/namespaces/{namespace}/pods/{pod_name}/binding", body)
         bound_at.append(time.time() - start)
 
     await gather_limited(64, [bind(i) for i in range(len(cards))])
     duration = time.time() - start
+    cpu_after = bench.cpu_sample()
     result = runs.Result(
-        name="ceiling",
+        name=name,
         scheduler="binding ceiling (aiohttp)",
         kind="ceiling",
         what="pre-decided whole-GPU pods, one Binding each",
@@ -80,6 +82,7 @@ async def ceiling(bench: runs.Bench, binder: Api, count: int) -> runs.Result:
         pods_per_s=len(bound_at) / duration,
         bound_at=sorted(bound_at),
     )
+    result.extra["cpu_ms"] = cpu.per_pod(cpu_before, cpu_after, len(bound_at))
     writes = bench.audit.writes([namespace])
     mine = sum(n for (user, _what), n in writes.items() if user == "bench-ceiling")
     result.writes_per_pod = mine / max(1, len(bound_at))

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from e2e import ceiling, counting, faults, fleet, gate, procs, report, runs, workloads
+from e2e import ceiling, counting, cpu, faults, fleet, gate, procs, report, runs, workloads
 from e2e.api import Api, ApiError
 from e2e.tracking import Tracker
 from vgpu_operator import names
@@ -310,6 +310,7 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
         await runs.run(bench, workload.name, op, workload)
         if workload.name == "whole":
             await whole_backlog(session, bench, workload.count)
+            await split_pair(session, bench, workload.count)
     for rate in (50, 100, 200):
         count = _scaled(rate * 30, scale, at_least=rate * 5)
         workload = workloads.Workload(
@@ -321,11 +322,13 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
         await runs.run(bench, workload.name, op, workload, "steady", rate=rate)
 
 
-async def whole_backlog(session: Session, bench: runs.Bench, count: int) -> None:
+async def whole_backlog(
+    session: Session, bench: runs.Bench, count: int, name: str = "whole-backlog"
+) -> None:
     """The whole-GPU burst again, with every pod waiting before the operator takes them
     up (it serves their scheduler name from the release on), as the ceiling's pods are."""
     backlog = workloads.Workload(
-        "whole-backlog",
+        name,
         "whole-GPU pods already waiting",
         count,
         workloads.whole(HELD_SCHEDULER),
@@ -339,6 +342,36 @@ async def whole_backlog(session: Session, bench: runs.Bench, count: int) -> None
     finally:
         await session.serve(names.SCHEDULER_NAME)
         await session.warm_up()  # placed once the operator serves its own name again
+
+
+async def split_pair(session: Session, bench: runs.Bench, count: int) -> None:
+    """The ceiling and the backlog again, with the control plane (API server, etcd,
+    KWOK) on one half of the CPUs and the operator and the bench on the other: what the
+    ratio is when the scheduler does not take its CPU from the API server's."""
+    assert session.operator is not None
+    plane = list(session.cp.pids.values())
+    with cpu.split_cores(plane, [os.getpid(), session.operator.pid]) as split:
+        if split is None:
+            print("[bench] one CPU: no split-core pair", flush=True)
+            return
+        binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
+        try:
+            result = await ceiling.ceiling(bench, binder, count, name="ceiling-split")
+        finally:
+            await binder.close()
+        where = (
+            f"with the control plane on {_cpus(split[0])} and the operator and the "
+            f"bench on {_cpus(split[1])}"
+        )
+        result.kind, result.extra["cpus"] = "split", where
+        await whole_backlog(session, bench, count, name="whole-backlog-split")
+        bench.results[-1].kind = "split"
+        bench.results[-1].extra["cpus"] = where
+
+
+def _cpus(cpus: set[int]) -> str:
+    listed = ", ".join(str(c) for c in sorted(cpus))
+    return f"CPU {listed}" if len(cpus) == 1 else f"CPUs {listed}"
 
 
 async def restart_with_residents(session: Session, bench: runs.Bench, count: int) -> dict[str, Any]:

@@ -112,6 +112,50 @@ def throughput_table(cluster: Cluster) -> str:
     return "\n".join(lines)
 
 
+#: The processes of ``cpu_ms`` in the order shown; "scheduler" is the one placing the pods.
+CPU_COLUMNS = ("kube-apiserver", "etcd", "kwok", "scheduler", "bench", "other")
+
+
+def cpu_table(results: Sequence[Result]) -> str:
+    """Per run, the machine's CPU per placed pod, split by process (``e2e.cpu``)."""
+    lines = [
+        "| run | placed by | pods/s | machine CPU ms/pod | cores busy | "
+        + " | ".join(CPU_COLUMNS)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(CPU_COLUMNS),
+    ]
+    for r in results:
+        shares = r.extra.get("cpu_ms")
+        if not shares:
+            continue
+        cells = " | ".join(_f(shares.get(column), 2) for column in CPU_COLUMNS)
+        lines.append(
+            f"| {r.name} | {r.scheduler} | {_f(r.pods_per_s)} | {_f(shares.get('machine'), 2)} "
+            f"| {_f(shares.get('cores'), 2)} | {cells} |"
+        )
+    return "\n".join(lines)
+
+
+def split_section(cluster: Cluster) -> list[str]:
+    """The ceiling pair again with the control plane and the scheduler on separate CPUs."""
+    pair = [r for r in cluster.results if r.kind == "split"]
+    ceiling = _find(pair, "ceiling-split")
+    backlog = _find(pair, "whole-backlog-split")
+    if ceiling is None or backlog is None:
+        return []
+    return [
+        "",
+        "### The ceiling pair on separate cores",
+        "",
+        f"The binding ceiling and whole-backlog again, {ceiling.extra.get('cpus', '')}: "
+        "the operator's CPU is no longer taken from the API server's.",
+        "",
+        cpu_table(pair),
+        "",
+        f"whole-backlog-split ÷ ceiling-split: {_ratio(backlog.pods_per_s, ceiling.pods_per_s)}.",
+    ]
+
+
 def steady_table(cluster: Cluster) -> str:
     lines = [
         "| arrivals/s | placed by | arrived/s (bench) | pods | placed | binds/s | p50 / p99 s "
@@ -320,6 +364,19 @@ def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> Non
             "",
             throughput_table(cluster),
         ]
+        shared = [r for r in cluster.results if r.kind in THROUGHPUT_KINDS]
+        if any(r.extra.get("cpu_ms") for r in shared):
+            out += [
+                "",
+                "### Where the machine's CPU went, per placed pod",
+                "",
+                "From the run's start (the release, for the ceiling and the backlog: the "
+                "first Binding) to its last bind; `other` is the machine's busy time no "
+                "process named here accounts for (kernel threads, network, the rest).",
+                "",
+                cpu_table(shared),
+            ]
+        out += split_section(cluster)
         if any(r.kind == "steady" for r in cluster.results):
             out += [
                 "",

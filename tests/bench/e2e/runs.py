@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from e2e import checks, counting, procs
+from e2e import checks, counting, cpu, procs
 from e2e.api import Api, ApiError, Json, gather_limited
 from e2e.fleet import BenchNode
 from e2e.tracking import Tracker
@@ -91,6 +92,14 @@ class Bench:
             shot["cpu"] = procs.cpu_seconds(pid) if pid else None
         return shot
 
+    def cpu_sample(self, scheduler: Scheduler | None = None) -> dict[str, float]:
+        """CPU seconds so far of the control plane's processes, the bench (the ceiling's
+        client and every watch of the bench) and the scheduler, and of the machine."""
+        pids: dict[str, int | None] = {**self.cp.pids, "bench": os.getpid()}
+        if scheduler is not None:
+            pids["scheduler"] = scheduler.pid()
+        return cpu.sample(pids)
+
     async def recount(self) -> checks.Check:
         pods = await self.api.list_all("/api/v1/pods")
         return checks.recount(pods, self.cards, self.gpus_per_node)
@@ -133,6 +142,7 @@ async def run(
     before = await bench.snapshot(scheduler, before=True)
     bench.audit.skip_to_end()
     start = time.time()
+    cpu_before = bench.cpu_sample(scheduler)
     pending_fault = asyncio.create_task(during(tracker)) if during is not None else None
 
     async def create(index: int) -> None:
@@ -174,6 +184,7 @@ async def run(
         return fit <= tracker.bound.keys() and unfit <= tracker.waiting.keys()
 
     completed = await tracker.wait(done, timeout_s)
+    cpu_after = bench.cpu_sample(scheduler)
     extra = await pending_fault if pending_fault is not None else {}
     await asyncio.sleep(1.0)  # the audit log and metrics catch up
     after = await bench.snapshot(scheduler, before=False)
@@ -182,6 +193,7 @@ async def run(
         bench, name, scheduler, workload, kind, start, create_s, tracker, before, after
     )
     result.completed = completed
+    result.extra["cpu_ms"] = cpu.per_pod(cpu_before, cpu_after, result.placed)
     result.extra.update(extra)
     if rate:
         result.extra["rate"] = rate
@@ -227,11 +239,13 @@ async def backlog(
     before = await bench.snapshot(scheduler, before=True)
     bench.audit.skip_to_end()
     start = time.time()
+    cpu_before = bench.cpu_sample(scheduler)
     await release()
     names = [workload.make(namespace, i)["metadata"]["name"] for i in range(workload.count)]
     for pod_name in names:
         tracker.created[pod_name] = start
     completed = await tracker.wait(lambda: set(names) <= tracker.bound.keys(), timeout_s)
+    cpu_after = bench.cpu_sample(scheduler)
     await asyncio.sleep(1.0)  # the audit log and metrics catch up
     after = await bench.snapshot(scheduler, before=False)
     await tracker.stop()
@@ -239,6 +253,7 @@ async def backlog(
         bench, name, scheduler, workload, "backlog", start, create_s, tracker, before, after
     )
     result.completed = completed
+    result.extra["cpu_ms"] = cpu.per_pod(cpu_before, cpu_after, result.placed)
     # The operator's histogram counts from each pod's creation, before the release.
     result.hist_p50_s = result.hist_p99_s = None
     check = await bench.recount()

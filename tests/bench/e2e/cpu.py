@@ -1,0 +1,112 @@
+"""Where the machine's CPU goes in a run, and the ceiling pair on separate cores.
+
+On one small machine the API server, etcd, KWOK, the scheduler under test and the bench
+share the cores. Once they are full, every millisecond one process spends per pod is
+taken from the others: the binding ceiling's client spends little, a scheduler that
+decides spends more, so their ratio measures the machine as much as the scheduler.
+``sample``/``per_pod`` split a run's CPU by process (and the whole machine's busy time,
+kernel threads included); ``split_cores`` runs with the control plane on one half of the
+CPUs and the scheduler and the bench on the other, as in a cluster whose scheduler does
+not share the API server's cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Final
+
+from e2e import procs
+
+#: Fields of /proc/stat's ``cpu`` line that count as busy: user, nice, system, irq,
+#: softirq, steal (idle and iowait are not).
+_BUSY_FIELDS: Final = (0, 1, 2, 5, 6, 7)
+_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
+MACHINE: Final = "machine"
+_PID: Final = "pid:"
+WALL: Final = "wall"
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy since boot (all cores)."""
+    with open("/proc/stat") as fh:
+        fields = fh.readline().split()[1:]
+    return sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields)) / _CLOCK_TICKS
+
+
+def sample(processes: Mapping[str, int | None]) -> dict[str, float]:
+    """CPU seconds so far of each named process (those still running) and the machine."""
+    shot = {WALL: time.monotonic(), MACHINE: machine_busy_seconds()}
+    for label, pid in processes.items():
+        if pid:
+            with contextlib.suppress(OSError):
+                shot[label] = procs.cpu_seconds(pid)
+                shot[_PID + label] = pid
+    return shot
+
+
+def per_pod(
+    before: Mapping[str, float], after: Mapping[str, float], placed: int
+) -> dict[str, float]:
+    """Milliseconds of CPU per placed pod for each process sampled both times (the same
+    process), the rest of the machine as ``other`` (kernel threads, other processes,
+    a process restarted in between) and the cores in use."""
+    if placed <= 0:
+        return {}
+    out: dict[str, float] = {}
+    named = 0.0
+    for label, seconds in after.items():
+        if label in (WALL, MACHINE) or label.startswith(_PID) or label not in before:
+            continue
+        if before.get(_PID + label) != after.get(_PID + label):
+            continue  # restarted in between (a fault run): not one process's figure
+        spent = max(0.0, seconds - before[label])
+        named += spent
+        out[label] = 1000 * spent / placed
+    machine = max(0.0, after[MACHINE] - before[MACHINE])
+    out[MACHINE] = 1000 * machine / placed
+    out["other"] = 1000 * max(0.0, machine - named) / placed
+    wall = after[WALL] - before[WALL]
+    out["cores"] = machine / wall if wall > 0 else 0.0
+    return out
+
+
+def halves() -> tuple[set[int], set[int]] | None:
+    """The CPUs this process may use, split in two (None with fewer than two)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    middle = len(cpus) // 2
+    return set(cpus[:middle]), set(cpus[middle:])
+
+
+def pin(pids: Iterable[int], cpus: set[int]) -> None:
+    """Every thread of each process onto ``cpus`` (a Go binary's threads each have their
+    own mask; threads started later inherit their creator's)."""
+    for pid in pids:
+        threads: list[str] = []
+        with contextlib.suppress(OSError):
+            threads = os.listdir(f"/proc/{pid}/task")
+        for tid in threads:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(tid), cpus)
+
+
+@contextlib.contextmanager
+def split_cores(
+    control_plane: Iterable[int], scheduler_side: Iterable[int]
+) -> Iterator[tuple[set[int], set[int]] | None]:
+    """The control plane's processes on one half of the CPUs, the scheduler's (and the
+    bench's) on the other, for the block; all CPUs for all of them afterwards."""
+    split = halves()
+    everything = set(os.sched_getaffinity(0))
+    plane, others = list(control_plane), list(scheduler_side)
+    if split is not None:
+        pin(plane, split[0])
+        pin(others, split[1])
+    try:
+        yield split
+    finally:
+        pin([*plane, *others], everything)
