@@ -35,8 +35,17 @@ def _allocation(
     }
 
 
-async def ceiling(bench: runs.Bench, binder: Api, count: int, name: str = "ceiling") -> runs.Result:
-    """Create ``count`` pods nobody schedules, then bind them all, one per card."""
+async def ceiling(
+    bench: runs.Bench,
+    binder: Api,
+    count: int,
+    name: str = "ceiling",
+    watcher: runs.Scheduler | None = None,
+) -> runs.Result:
+    """Create ``count`` pods nobody schedules, then bind them all, one per card.
+
+    ``watcher``: a scheduler running meanwhile (it leaves these pods alone but its
+    watches receive every Binding and status update); its CPU is counted apart."""
     namespace = f"bench-{name}"
     api = bench.api
     await api.ensure_namespace(namespace)
@@ -54,7 +63,7 @@ async def ceiling(bench: runs.Bench, binder: Api, count: int, name: str = "ceili
     bench.audit.skip_to_end()
     bound_at: list[float] = []
     start = time.time()
-    cpu_before = bench.cpu_sample()
+    cpu_before = bench.cpu_sample(watcher)
 
     async def bind(index: int) -> None:
         uuid, (node, memory, _cores, _split) = cards[index]
@@ -74,10 +83,11 @@ async def ceiling(bench: runs.Bench, binder: Api, count: int, name: str = "ceili
 
     await gather_limited(64, [bind(i) for i in range(len(cards))])
     duration = time.time() - start
-    cpu_after = bench.cpu_sample()
+    cpu_after = bench.cpu_sample(watcher)
     result = runs.Result(
         name=name,
-        scheduler="binding ceiling (aiohttp)",
+        scheduler="binding ceiling (aiohttp)"
+        + (f", {watcher.label} watching" if watcher is not None else ""),
         kind="ceiling",
         what="pre-decided whole-GPU pods, one Binding each",
         pods=len(cards),

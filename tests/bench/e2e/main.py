@@ -269,6 +269,18 @@ async def baselines(session: Session, bench: runs.Bench, scale: float) -> None:
     await session.kube_scheduler_run("ks-steady-100", *RAISED_QPS, steady, rate=100)
 
 
+async def watched_ceiling(session: Session, bench: runs.Bench, scale: float) -> None:
+    """The ceiling again with the operator running: it leaves the pods alone, but every
+    Binding and status update reaches its watches, as a scheduler's must."""
+    count = min(_scaled(2000, scale), len(bench.cards))
+    binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
+    try:
+        op = session.operator_scheduler()
+        await ceiling.ceiling(bench, binder, count, name="ceiling-watched", watcher=op)
+    finally:
+        await binder.close()
+
+
 async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> None:
     op = session.operator_scheduler()
     cards = len(bench.cards)
@@ -525,6 +537,8 @@ async def one_cluster(args: argparse.Namespace, nodes: int, *, full: bool) -> re
             await session.start_operator()
             await session.warm_up()
             op = session.operator_scheduler()
+            if "baselines" in parts:
+                await watched_ceiling(session, bench, scale)
             if full and "operator" in parts:
                 await operator_runs(session, bench, scale)
             elif "operator" in parts:

@@ -109,6 +109,15 @@ def throughput_table(cluster: Cluster) -> str:
             f"Whole-GPU pods already waiting (whole-backlog) ÷ binding ceiling: {ratio} "
             "(both bind pods that exist before the clock starts)."
         )
+    watched = _find(results, "ceiling-watched")
+    if watched is not None and ceiling is not None:
+        lines.append("")
+        lines.append(
+            "The ceiling with the operator running and watching (ceiling-watched) ÷ the "
+            f"ceiling alone: {_ratio(watched.pods_per_s, ceiling.pods_per_s)}; "
+            "whole-backlog ÷ ceiling-watched: "
+            f"{_ratio(backlog.pods_per_s if backlog else None, watched.pods_per_s)}."
+        )
     return "\n".join(lines)
 
 
