@@ -57,9 +57,9 @@ async def ceiling(
         await api.create(f"/api/v1/namespaces/{namespace}/pods", body)
 
     await gather_limited(32, [create(i) for i in range(len(cards))])
-    # As the backlog waits before its release: the API server and its watchers are done
-    # with the creations, which would otherwise cost the first Bindings' time.
-    await asyncio.sleep(1.0)
+    # As the backlog waits before its release: the creations would otherwise cost the
+    # first Bindings' time.
+    await asyncio.sleep(runs.SETTLE_S)
     bench.audit.skip_to_end()
     bound_at: list[float] = []
     start = time.time()

@@ -20,25 +20,14 @@ from typing import Final
 
 from e2e import procs
 
-#: Fields of /proc/stat's ``cpu`` line that count as busy: user, nice, system, irq,
-#: softirq, steal (idle and iowait are not).
-_BUSY_FIELDS: Final = (0, 1, 2, 5, 6, 7)
-_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 MACHINE: Final = "machine"
 _PID: Final = "pid:"
 WALL: Final = "wall"
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine has been busy since boot (all cores)."""
-    with open("/proc/stat") as fh:
-        fields = fh.readline().split()[1:]
-    return sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields)) / _CLOCK_TICKS
-
-
 def sample(processes: Mapping[str, int | None]) -> dict[str, float]:
     """CPU seconds so far of each named process (those still running) and the machine."""
-    shot = {WALL: time.monotonic(), MACHINE: machine_busy_seconds()}
+    shot = {WALL: time.monotonic(), MACHINE: procs.machine_busy_seconds()}
     for label, pid in processes.items():
         if pid:
             with contextlib.suppress(OSError):

@@ -44,6 +44,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
+#: Fields of /proc/stat's ``cpu`` line that count as busy: user, nice, system, irq,
+#: softirq, steal (idle and iowait are not).
+_BUSY_FIELDS: Final = (0, 1, 2, 5, 6, 7)
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy since boot (all cores)."""
+    with open("/proc/stat") as fh:
+        fields = fh.readline().split()[1:]
+    return sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields)) / _CLOCK_TICKS
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/statm") as fh:
         return int(fh.read().split()[1]) * _PAGE / 2**20

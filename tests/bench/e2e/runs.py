@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 
@@ -21,6 +21,11 @@ from e2e.tracking import Tracker
 from e2e.workloads import Workload
 from vgpu_operator import timestamps
 from vgpu_operator.testing.controlplane import ControlPlane
+
+#: Between creating pods that must exist before the clock starts and starting it (the
+#: backlog's release, the ceiling's first Binding): the API server and every watcher are
+#: done with the creations, the same for both sides of the ratio.
+SETTLE_S: Final = 1.0
 
 
 @dataclass
@@ -235,7 +240,7 @@ async def backlog(
 
     await gather_limited(32, [create(i) for i in range(workload.count)])
     create_s = time.time() - created_at
-    await asyncio.sleep(1.0)  # the scheduler has seen every pod (and left them alone)
+    await asyncio.sleep(SETTLE_S)  # the scheduler has seen every pod (and left them alone)
     before = await bench.snapshot(scheduler, before=True)
     bench.audit.skip_to_end()
     start = time.time()
