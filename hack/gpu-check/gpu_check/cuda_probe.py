@@ -30,6 +30,7 @@ _MIB: Final = 1024 * 1024
 _THREADS: Final = 256
 _BLOCKS_PER_SM: Final = 4
 _TARGET_LAUNCH_S: Final = 0.010
+_BATCH: Final = 10
 _MULTIPROCESSOR_COUNT: Final = 16  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 _CC_MAJOR: Final = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 _CC_MINOR: Final = 76
@@ -185,14 +186,13 @@ def probe_busy(
                 break
             count.value *= 4
         count.value = max(1, int(count.value * _TARGET_LAUNCH_S / max(once, 1e-6)))
-    if launches is None:
-        budget = seconds or 3.0
-        done, elapsed = 0, 0.0
-        while elapsed < budget:
-            elapsed += launch(10)
-            done += 10
-    else:
-        done, elapsed = launches, launch(launches)
+    # Launched in batches of ten, each waited for, in both modes alike: the limited run
+    # repeats the unlimited one's batches exactly.
+    done, elapsed = 0, 0.0
+    while (elapsed < (seconds or 3.0)) if launches is None else (done < launches):
+        batch = _BATCH if launches is None else min(_BATCH, launches - done)
+        elapsed += launch(batch)
+        done += batch
     return {
         "iterations": count.value,
         "launches": done,

@@ -190,12 +190,16 @@ def build_hami_core(run: Run) -> CheckResult:
         if library is not None:
             return _built(run, library, "HAMi-core's CMake build with the CUDA toolkit", facts)
         attempts += ["CMake build failed:", *_tail(log)]
-    headers = toolkit.include if toolkit else options.cuda_headers_dir
-    if not (headers / "cuda.h").is_file() or not (headers / "nvml.h").is_file():
+    # The toolkit's headers first (the machine's own CUDA), then the carried CUDA 12.9 ones
+    # (the release HAMi-core's CI builds with) if the pinned source does not build with them.
+    candidates = [toolkit.include] if toolkit else []
+    candidates.append(options.cuda_headers_dir)
+    header_dirs = [h for h in candidates if (h / "cuda.h").is_file() and (h / "nvml.h").is_file()]
+    if not header_dirs:
         return skipped(
             NAME,
-            f"no CUDA toolkit and no cuda.h/nvml.h in {headers} (make gpu-check-prepare "
-            "fetches them)",
+            f"no CUDA toolkit and no cuda.h/nvml.h in {options.cuda_headers_dir} "
+            "(make gpu-check-prepare fetches them)",
             facts + attempts,
         )
     libraries = [p for p in (libcuda, libnvml) if p is not None]
@@ -203,17 +207,17 @@ def build_hami_core(run: Run) -> CheckResult:
         return failed(
             NAME, "the driver's libcuda.so.1 / libnvidia-ml.so.1 are not found", facts + attempts
         )
-    library, log = _direct_build(
-        run, compiler, source, build_dir / "direct", headers, libraries, pinned
-    )
-    if library is None:
-        return failed(
-            NAME, "the library did not build", facts + attempts + ["Compiler:", *_tail(log)]
+    for number, headers in enumerate(header_dirs):
+        library, log = _direct_build(
+            run, compiler, source, build_dir / f"direct-{number}", headers, libraries, pinned
         )
-    how = f"the C compiler with the headers of {headers}"
-    if len(libraries) < 2:
-        how += " (not linked to the driver: none here; the library cannot be preloaded)"
-    return _built(run, library, how, facts + attempts)
+        if library is not None:
+            how = f"the C compiler with the headers of {headers}"
+            if len(libraries) < 2:
+                how += " (not linked to the driver: none here; the library cannot be preloaded)"
+            return _built(run, library, how, facts + attempts)
+        attempts += [f"The C compiler with the headers of {headers} failed:", *_tail(log)]
+    return failed(NAME, "the library did not build", facts + attempts)
 
 
 def _built(run: Run, library: Path, how: str, details: list[str]) -> CheckResult:
