@@ -114,6 +114,7 @@ def _card(
 ) -> list[FieldCheck]:
     subject = _subject(device)
     checks = [
+        _same(subject, "uuid", device.uuid, gpu.uuid),
         _same(subject, "index", device.index, gpu.position, "nvidia-smi -q -x order"),
         _same(subject, "model", device.model, gpu.name),
         _same(subject, "memoryMiB", device.memory_mib, gpu.memory_total_mib),

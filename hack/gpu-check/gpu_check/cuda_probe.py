@@ -151,6 +151,21 @@ def _load_busy_kernel(cuda: Driver) -> tuple[ctypes.c_void_p, str]:
     raise CudaError("cuModuleLoadData", -1, "; ".join(failures))
 
 
+_MAX_ITERATIONS: Final = 1 << 30
+
+
+def next_iterations(iterations: int, seconds: float) -> int | None:
+    """While one launch is too short to time well, four times the work; None once it is."""
+    if seconds >= _TARGET_LAUNCH_S / 4 or iterations >= _MAX_ITERATIONS:
+        return None
+    return iterations * 4
+
+
+def scaled_iterations(iterations: int, seconds: float) -> int:
+    """The iterations for a launch of about 10 ms, from one of ``seconds``."""
+    return max(1, min(_MAX_ITERATIONS, int(iterations * _TARGET_LAUNCH_S / max(seconds, 1e-6))))
+
+
 def probe_busy(
     seconds: float | None, iterations: int | None, launches: int | None
 ) -> dict[str, Any]:
@@ -182,10 +197,11 @@ def probe_busy(
         # Calibrate: a launch of about 10 ms, so a limiter that acts between launches can.
         while True:
             once = launch(1)
-            if once >= _TARGET_LAUNCH_S / 4 or count.value >= 1 << 30:
+            grown = next_iterations(count.value, once)
+            if grown is None:
                 break
-            count.value *= 4
-        count.value = max(1, int(count.value * _TARGET_LAUNCH_S / max(once, 1e-6)))
+            count.value = grown
+        count.value = scaled_iterations(count.value, once)
     # Launched in batches of ten, each waited for, in both modes alike: the limited run
     # repeats the unlimited one's batches exactly.
     done, elapsed = 0, 0.0

@@ -46,8 +46,8 @@ _LIBRARY_DIRS: Final = (
     "/usr/local/nvidia/lib",
     "/usr/lib/wsl/lib",
 )
-_CONFIGURE_TIMEOUT_S: Final = 120.0
-_BUILD_TIMEOUT_S: Final = 240.0
+_CONFIGURE_TIMEOUT_S: Final = 60.0
+_BUILD_TIMEOUT_S: Final = 120.0
 
 
 def read_versions(path: Path) -> dict[str, str]:

@@ -37,6 +37,7 @@ def test_the_simulated_a100_agrees_with_its_recorded_nvidia_smi(
     fields = {c.field for c in checks}
     assert {
         "driverVersion",
+        "uuid",
         "cudaVersion",
         "model",
         "memoryMiB",
