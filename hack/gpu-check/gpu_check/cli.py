@@ -150,7 +150,8 @@ class _Writer:
         self.started = started
         self.results = results
         self.current: str | None = None
-        self._lock = threading.Lock()
+        # Reentrant: a signal handled while the report is being written runs in that thread.
+        self._lock = threading.RLock()
         self._written = False
 
     def write(self, cut_short: str | None = None) -> Report:
