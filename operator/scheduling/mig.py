@@ -183,7 +183,7 @@ def custom_filter(
     card (``picked_on_this_card`` = those picks' requested memory in MiB, in pick order);
     the card passes when a free instance with ``request_memory_mib`` remains.
     Cards not in ``mig`` mode always pass. On failure the caller counts
-    ``Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE``.
+    ``Reason.CARD_MIG_TOPOLOGY_INFEASIBLE`` (HAMi v2.10's name).
     """
     if device.mode != model.MODE_MIG:
         return True
