@@ -69,6 +69,12 @@ class Decision:
     #: What the engine adjusted in the request (cores above 100 booked as 100): the
     #: runtime tells the pod's owner in a Warning Event.
     warnings: tuple[str, ...] = ()
+    #: Per vendor and container, the score of each card in ``devices`` (HAMi's
+    #: DeviceListsScore when the container's cards were sorted).
+    card_scores: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=dict)
+    #: Only when asked (``schedule(..., explain=True)``): every node the pod fits on, with
+    #: its score before the pod (HAMi's NodeScore: usage of slots, cores and memory).
+    node_scores: Mapping[str, float] = field(default_factory=dict)
 
 
 AdmissionResult = admission.AdmissionResult
@@ -112,7 +118,9 @@ class ClusterState(ClusterBooks):
         self._attempts[key] = attempt
         return attempt
 
-    def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
+    def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision:
+        """Decide one pod. ``explain`` also fits it on every other node, to report each
+        candidate node's score (``Decision.node_scores``; ``simulate`` asks for it)."""
         key = pod_key(pod)
         self._expire_nominations(now)
         held = self._pods.get(key)
@@ -146,6 +154,7 @@ class ClusterState(ClusterBooks):
             chosen, outcome = preempting
             return self._nominate(key, job, subject, chosen, outcome, diagnosis, now)
         node, outcome = found
+        node_scores = self._candidate_scores(job, now, found, tried) if explain else {}
         annotations = self._annotations(node.name, outcome, now)
         devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
         entry = PodEntry(
@@ -163,8 +172,33 @@ class ClusterState(ClusterBooks):
         )
         self._add_pod(entry)
         return Decision(
-            key, True, node.name, devices, annotations, warnings=attempt.admitted.warnings
+            key,
+            True,
+            node.name,
+            devices,
+            annotations,
+            warnings=attempt.admitted.warnings,
+            card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
+            node_scores=node_scores,
         )
+
+    def _candidate_scores(
+        self,
+        job: placement.Job,
+        now: float,
+        found: tuple[NodeEntry, placement.Outcome],
+        tried: Mapping[str, placement.Outcome],
+    ) -> dict[str, float]:
+        """Every node the pod fits on, in node order, with its score before the pod."""
+        scores: dict[str, float] = {}
+        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+            if node.name in tried:
+                continue
+            if node is not found[0] and not self._try_node(node, job, now).ok:
+                continue
+            self._refresh(node)
+            scores[node.name] = node.score
+        return scores
 
     def _annotations(self, node: str, outcome: placement.Outcome, now: float) -> dict[str, str]:
         annotations = {
@@ -265,6 +299,7 @@ class ClusterState(ClusterBooks):
             nominated_node=chosen.node,
             victims=tuple(p.key for p in chosen.victims.pods),
             victim_uids={v: self._pods[v].uid for v in victims if v in self._pods},
+            card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
         )
 
     def _awaits_earlier_victims(self, pod: Mapping[str, Any], priority: int) -> bool:

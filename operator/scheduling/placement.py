@@ -122,6 +122,9 @@ class Outcome:
     reasons: Counter[Reason] = field(default_factory=Counter)
     #: Per reason, the Node annotations that refused cards under it (the node layer).
     refused_by: Mapping[Reason, set[str]] = field(default_factory=dict)
+    #: Per vendor and container, the score of each chosen card (aligned with
+    #: ``devices``) as the container's card order saw it (HAMi's DeviceListsScore).
+    card_scores: dict[str, tuple[tuple[float, ...], ...]] = field(default_factory=dict)
 
     @classmethod
     def rejected(cls, reasons: Mapping[Reason, int]) -> Outcome:
@@ -321,6 +324,7 @@ def fit_pod(
         vendor.split_list(node.annotations.get(names.NODE_DEVICE_CORDON))
     )
     per_vendor: dict[str, list[list[model.ContainerDevice]]] = {}
+    chosen_scores: dict[str, list[tuple[float, ...]]] = {}
     containers = (*job.init_requests, *job.app_requests)
     app_cards = [c.copy() for c in cards]
     for position, requests in enumerate(containers):
@@ -328,8 +332,11 @@ def fit_pod(
         work = [c.copy() for c in cards] if is_init else app_cards
         for lists in per_vendor.values():
             lists.append([])
+        for score_lists in chosen_scores.values():
+            score_lists.append(())
         for vendor_word, request in requests.items():
             lists = per_vendor.setdefault(vendor_word, [[] for _ in range(position + 1)])
+            score_lists = chosen_scores.setdefault(vendor_word, [() for _ in range(position + 1)])
             spec = job.vendors.spec(vendor_word)
             scores = {
                 c.id: policies.card_score(c, list(requests.values()), job.weights) for c in work
@@ -352,13 +359,14 @@ def fit_pod(
             result = fit.fit_container(work, request, options)
             if not result.ok:
                 return Outcome(False, {}, Counter(result.reasons), result.refused_by)
+            score_lists[position] = tuple(scores[p.card.id] for p in result.picks)
             lists[position] = [
                 add_usage(p.card, p.memory_mib, p.cores, vendor_word) for p in result.picks
             ]
             if is_init:
                 _share_mig_geometry(lists[position], app_cards)
     devices = {v: tuple(tuple(c) for c in lists) for v, lists in per_vendor.items()}
-    return Outcome(True, devices)
+    return Outcome(True, devices, card_scores={v: tuple(c) for v, c in chosen_scores.items()})
 
 
 def _numa(job: Job, spec: vendor.VendorSpec) -> bool:

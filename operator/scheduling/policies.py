@@ -189,11 +189,7 @@ def node_preference(score: float, policy: str) -> float:
 def score_from_sums(
     used: int, count: int, used_cores: int, total_cores: int, used_mem: int, total_mem: int
 ) -> float:
-    score = 0.0
-    if count:
-        score += used / count
-    if total_cores:
-        score += used_cores / total_cores
-    if total_mem:
-        score += used_mem / total_mem
-    return 10 * score
+    """HAMi's ComputeDefaultScore over a node's sums: 0 when any total is 0."""
+    if not count or not total_cores or not total_mem:
+        return 0.0
+    return 10 * (used / count + used_cores / total_cores + used_mem / total_mem)
