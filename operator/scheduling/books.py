@@ -25,6 +25,7 @@ from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     allocation_gate,
     disruption,
+    init_release,
     mig_records,
     node_basics,
     node_layer,
@@ -80,6 +81,9 @@ class PodEntry:
     mig_records: tuple[MigAllocation, ...] = ()
     decoded: dict[str, model.PodSingleDevice] = field(default_factory=dict)
     init_count: int = 0
+    #: Its init containers have all finished (``init_release``): only the app containers
+    #: hold devices.
+    init_done: bool = False
     #: Since when the pod holds its node's allocation gate (``allocation_gate``), if it does.
     allocating_since: float | None = None
     #: What ``set_pod`` read the entry from (the config's epoch and ``_share_source``);
@@ -151,6 +155,7 @@ def _share_source(pod: Mapping[str, Any], node: str | None, deleting: bool) -> t
         spec.get("priority"),
         [c.get("resources") for c in spec.get("containers") or ()],
         [c.get("resources") for c in spec.get("initContainers") or ()],
+        init_release.init_containers_done(pod),
     )
 
 
@@ -349,6 +354,7 @@ class ClusterBooks:
         holds = any(any(single) for single in devices.values())
         allocating_since = None if deleting else allocation_gate.holding_since(annotations, holds)
         init_count = len((pod.get("spec") or {}).get("initContainers") or [])
+        init_done = init_release.init_containers_done(pod)
         records = mig_records.read(annotations)
         entry = PodEntry(
             key=key,
@@ -356,7 +362,7 @@ class ClusterBooks:
             node=node,
             requests=node_basics.pod_requests(pod),
             devices=devices,
-            bookings=placement.collapse(devices, init_count),
+            bookings=placement.collapse(devices, init_count, init_done),
             priority=preemption.priority_of(pod),
             started=_start_time(pod),
             labels=dict(meta.get("labels") or {}),
@@ -365,6 +371,7 @@ class ClusterBooks:
             mig_records=records,
             decoded=devices,
             init_count=init_count,
+            init_done=init_done,
             allocating_since=allocating_since,
             source=source,
         )
@@ -399,7 +406,7 @@ class ClusterBooks:
                     )
             self._drop_pod(entry.key)
             entry.devices = devices
-            entry.bookings = placement.collapse(devices, entry.init_count)
+            entry.bookings = placement.collapse(devices, entry.init_count, entry.init_done)
             self._add_pod(entry)
 
     def _geometries_of(self, node_name: str) -> mig_records.GeometriesOf:

@@ -198,15 +198,19 @@ class Summary:
 
 
 def collapse(
-    devices: Mapping[str, model.PodSingleDevice], init_count: int
+    devices: Mapping[str, model.PodSingleDevice], init_count: int, init_done: bool = False
 ) -> dict[str, list[Booking]]:
     """Per card: app containers' memory and cores summed (a slot each), init containers
-    at their peak (one slot), and the larger of the two kept (hami-semantics §4.3)."""
+    at their peak (one slot), and the larger of the two kept (hami-semantics §4.3).
+    Once the init containers have all finished (``init_done``, ``init_release``), only
+    the app containers hold (HAMi v2.10's ``AppContainersOnlyDeviceUsage``)."""
     out: dict[str, list[Booking]] = {}
     for vendor_word, single in devices.items():
         app: dict[str, list[int]] = {}
         init: dict[str, list[int]] = {}
         for position, container in enumerate(single):
+            if init_done and position < init_count:
+                continue
             target = init if position < init_count else app
             for device in container:
                 seen = target.setdefault(device.uuid, [0, 0, 0])
