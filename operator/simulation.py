@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 from vgpu_operator.config import load_config
-from vgpu_operator.devices import codec
+from vgpu_operator.devices import codec, mig_allocations
+from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.errors import CodecError, ConfigError, ScenarioError
 from vgpu_operator.scheduling.cluster import ClusterState, Decision
 
@@ -137,6 +138,7 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     n_containers = len(spec.get("initContainers") or []) + len(spec.get("containers") or [])
     containers: list[list[dict[str, Any]]] = [[] for _ in range(n_containers)]
+    instances = _mig_instances(decision.annotations)
     for vendor_word, single in decision.devices.items():
         scores = decision.card_scores.get(vendor_word, ())
         for position, devices in enumerate(single[:n_containers]):
@@ -151,6 +153,10 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
                 }
                 if instance is not None:
                     entry["instance"] = d.uuid  # the MIG instance, as the annotation names it
+                record = instances.get((position, at))
+                if record is not None and record.gpu_uuid == card:
+                    entry["profile"] = record.profile
+                    entry["placement"] = {"start": record.start, "size": record.size}
                 if at < len(container_scores):
                     entry["score"] = as_float32(container_scores[at])
                 containers[position].append(entry)
@@ -173,6 +179,15 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
         out["reasons"] = {}
         out.pop("message", None)
     return out
+
+
+def _mig_instances(annotations: Mapping[str, str]) -> dict[tuple[int, int], MigAllocation]:
+    """The decision's MIG instances (HAMi v2.10's record) by container and device."""
+    try:
+        records = mig_allocations.decode(annotations.get(mig_allocations.FIELD, ""))
+    except CodecError:
+        return {}
+    return {(r.container_index, r.device_index): r for r in records}
 
 
 def as_float32(value: float) -> float:

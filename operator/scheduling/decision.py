@@ -47,7 +47,9 @@ class Decision:
     ``annotations`` are what the Binding must carry (``hami.io/vgpu-node``,
     ``hami.io/vgpu-time``, ``hami.io/vgpu-devices-to-allocate``, ``-allocated``,
     ``hami.io/bind-phase``...). ``rejected`` is set when admission would refuse the pod
-    (e.g. over quota); ``diagnosis`` when no node fits.
+    (e.g. over quota); ``diagnosis`` when no node fits. ``devices`` are named as the
+    annotations name them (a MIG instance of a card that publishes its profiles by the
+    card's plain UUID; its profile and placement are in ``hami.io/vgpu-mig-allocations``).
 
     A pod that fits nowhere but may preempt is not scheduled yet: ``nominated_node``
     names the node it will take once ``victims`` (to evict now) are gone, ``devices``
@@ -175,7 +177,7 @@ class ClusterState(ClusterBooks):
             key,
             True,
             node.name,
-            devices,
+            self._wire_devices(node.name, devices),
             annotations,
             warnings=attempt.admitted.warnings,
             card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
@@ -207,7 +209,7 @@ class ClusterState(ClusterBooks):
             names.BIND_PHASE: codec.BindPhase.ALLOCATING.value,
             names.BIND_TIME: codec.encode_vgpu_time(now),
         }
-        for vendor_word, single in outcome.devices.items():
+        for vendor_word, single in self._wire_devices(node, outcome.devices).items():
             if not any(single):
                 continue
             spec = self._vendors.spec(vendor_word)
@@ -215,10 +217,24 @@ class ClusterState(ClusterBooks):
             annotations[spec.to_allocate_annotation] = encoded
             annotations[spec.allocated_annotation] = encoded
             if spec.supports_mig:
-                records = mig_records.records_for(single, self._geometries_of(node))
+                engine_form = outcome.devices[vendor_word]
+                records = mig_records.records_for(engine_form, self._mig_tables_of(node))
                 if records:
                     annotations[names.MIG_ALLOCATIONS] = mig_allocations.encode(records)
         return annotations
+
+    def _wire_devices(
+        self, node: str, devices: Mapping[str, model.PodSingleDevice]
+    ) -> dict[str, model.PodSingleDevice]:
+        """The allocation as the annotations name it (``mig_records.to_wire``): the books
+        keep the engine's names of MIG instances, the Binding carries HAMi's."""
+        table_of = self._mig_tables_of(node)
+        return {
+            v: mig_records.to_wire(single, table_of)
+            if self._vendors.spec(v).supports_mig
+            else single
+            for v, single in devices.items()
+        }
 
     def _preempt(
         self, job: placement.Job, pod: Mapping[str, Any], diagnosis: Diagnosis, now: float
@@ -293,7 +309,7 @@ class ClusterState(ClusterBooks):
         return Decision(
             key,
             False,
-            devices=devices,
+            devices=self._wire_devices(chosen.node, devices),
             annotations=self._annotations(chosen.node, outcome, now),
             diagnosis=diagnosis,
             nominated_node=chosen.node,

@@ -27,13 +27,17 @@ ContainerRequests = Mapping[str, model.ContainerRequest]
 
 @dataclass(frozen=True, slots=True)
 class Booking:
-    """What one pod holds of one card (or one MIG instance, named by its suffixed id)."""
+    """What one pod holds of one card (or one MIG instance, named by its suffixed id).
+
+    ``spots`` are MIG instances on the card known only by their slices (``mig_records``).
+    """
 
     uuid: str
     vendor: str
     memory_mib: int
     cores: int
     slots: int
+    spots: tuple[model.MigPlacement, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,13 +207,18 @@ def collapse(
     """Per card: app containers' memory and cores summed (a slot each), init containers
     at their peak (one slot), and the larger of the two kept (hami-semantics §4.3).
     Once the init containers have all finished (``init_done``, ``init_release``), only
-    the app containers hold (HAMi v2.10's ``AppContainersOnlyDeviceUsage``)."""
+    the app containers hold (HAMi v2.10's ``AppContainersOnlyDeviceUsage``), except
+    that an init container's MIG instance keeps its slices until the pod ends, as HAMi
+    v2.10 keeps its record (booked with no memory, cores or slot)."""
     out: dict[str, list[Booking]] = {}
     for vendor_word, single in devices.items():
         app: dict[str, list[int]] = {}
         init: dict[str, list[int]] = {}
         for position, container in enumerate(single):
             if init_done and position < init_count:
+                for device in container:
+                    if codec.split_mig_uuid(device.uuid)[1] is not None:
+                        init.setdefault(device.uuid, [0, 0, 0])
                 continue
             target = init if position < init_count else app
             for device in container:
@@ -250,6 +259,8 @@ def book(cards: Mapping[str, model.DeviceUsage], bookings: Mapping[str, Sequence
                     card.health = False  # a MIG booking on a card without MIG: fail closed
                 else:
                     mig.restore(card, instance[0], instance[1])
+            for start, size in entry.spots:
+                mig.occupy(card, start, size)
 
 
 def shift(
@@ -271,6 +282,8 @@ def shift(
                 if codec.split_mig_uuid(entry.uuid)[1] is not None:
                     return False
                 continue  # unknown cards are ignored, as ``book`` ignores them
+            if entry.spots:
+                return False
             if card.mode == model.MODE_MIG or card.mig is not None:
                 return False
             targets.append((card, entry))
