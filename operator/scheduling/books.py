@@ -162,6 +162,15 @@ def _share_source(pod: Mapping[str, Any], node: str | None, deleting: bool) -> t
     )
 
 
+def _check_instance_names(devices: model.PodDevices) -> None:
+    """Raise CodecError for a device id with a bracket that is not a MIG suffix
+    (``GPU-a[x``): HAMi's decoder lets it through, and no card could be named by it."""
+    for single in devices.values():
+        for container in single:
+            for device in container:
+                codec.split_mig_uuid(device.uuid)
+
+
 def _with_spots(
     bookings: dict[str, list[placement.Booking]],
     spots: Mapping[str, Sequence[mig_records.Spot]],
@@ -369,6 +378,7 @@ class ClusterBooks:
         annotations = meta.get("annotations") or {}
         try:
             devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
+            _check_instance_names(devices)
         except CodecError as exc:
             # Nothing can be booked from it; the runtime reports it (allocation_error).
             devices = {}
