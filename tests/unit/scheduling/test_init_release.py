@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from builders import cluster, make_node, make_pod
 
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import model
 from vgpu_operator.scheduling import init_release
 from vgpu_operator.scheduling.cluster import ClusterState
 
@@ -119,3 +121,40 @@ def test_the_released_share_can_be_placed_again() -> None:
     assert not state.schedule(waiting, now=0.0).scheduled
     state.set_pod(_with_init_state(pod, DONE))
     assert state.schedule(waiting, now=0.0).scheduled
+
+
+def test_an_init_containers_mig_instance_keeps_its_slices_after_the_release() -> None:
+    # HAMi v2.10 keeps every MIG record of a pod until it ends: the init container's
+    # instance frees its memory with the release, not its slices.
+    config = DeviceConfig.model_validate(
+        {
+            "nvidia": {
+                "knownMigGeometries": [
+                    {
+                        "models": ["A100-SXM4-40GB"],
+                        "allowedGeometries": [
+                            [{"name": "3g.20gb", "memory": 20480, "core": 42, "count": 2}]
+                        ],
+                    }
+                ]
+            }
+        }
+    )
+    state = cluster(
+        make_node("n").gpu("GPU-m", memory_mib=40960, count=2, mode=model.MODE_MIG),
+        config=config,
+    )
+    pod = (
+        make_pod("peak")
+        .init_container(gpu=1, gpumem=20480)
+        .container(gpu=1, gpumem=1000)
+        .on_node("n", "GPU-m[0-0],NVIDIA,20480,42:;GPU-m[0-1],NVIDIA,20480,42:;")
+        .phase("Running")
+        .obj()
+    )
+    pod["status"]["initContainerStatuses"] = [{"name": "init0", "state": DONE}]
+    state.set_pod(pod)
+    assert _usage(state)["GPU-m"] == (1, 20480)
+    # Both 3g.20gb instances are still taken: nothing else fits on the card.
+    waiting = make_pod("next").container(gpu=1, gpumem=1000).obj()
+    assert not state.schedule(waiting, now=0.0).scheduled
