@@ -11,7 +11,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PKG_SOURCES := $(shell find operator -name '*.py' 2>/dev/null)
 
-.PHONY: help dev test test-unit test-integration lint bench demo crds chart clean
+.PHONY: help dev test test-unit test-integration lint bench demo crds chart dashboard clean
 
 help:
 	@echo "make test     - unit, property, scenario and integration tests (sets everything up)"
@@ -75,6 +75,10 @@ crds: dev
 # charts/vgpu-operator/ from manifests/ and crds/ (hack/sync-chart.py); run after changing them.
 chart: dev
 	$(BIN)/python hack/sync-chart.py
+
+# The Grafana dashboard (charts/vgpu-operator/dashboards/), built by hack/dashboard.py.
+dashboard: dev
+	$(BIN)/python hack/dashboard.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
