@@ -94,6 +94,24 @@ class OtherReason(enum.StrEnum):
 #: message (``0/3 nodes are available: 2 CardInsufficientMemory, ...``), then the others.
 UNSCHEDULABLE_REASONS: Final = (*(r.value for r in Reason), *(r.value for r in OtherReason))
 
+#: The ``operation`` label values of ``api_errors_total``, each exported from 0 (so a rate
+#: over them is 0, not absent, while nothing fails). The callers name these words only.
+API_OPERATIONS: Final = (
+    "bind",
+    "evict",
+    "report",
+    "pod_read",
+    "resync",
+    "config_watch",
+    "pod_watch",
+    "node_watch",
+    "inventory_watch",
+    "lease_watch",
+    "quota_watch",
+    "budget_watch",
+    "webhook_tls",
+)
+
 #: kube-scheduler's buckets for its preemption_victims histogram.
 _VICTIM_BUCKETS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
@@ -440,6 +458,8 @@ class OperatorMetrics:
             self._webhook_requests.labels(result=answer.value)
         for ending in PreemptionResult:
             self._preemptions.labels(result=ending.value)
+        for operation in API_OPERATIONS:
+            self._api_errors.labels(operation=operation)
         # process_cpu_seconds_total, process_resident_memory_bytes, open fds...
         ProcessCollector(registry=self._own)
         self._state = _StateCollector()

@@ -15,8 +15,10 @@ DASHBOARD = ROOT / "charts" / "vgpu-operator" / "dashboards" / "vgpu-operator.js
 
 
 def _builder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dashboard_builder", ROOT / "hack" / "dashboard.py")
-    assert spec is not None and spec.loader is not None
+    path = ROOT / "hack" / "dashboard.py"
+    spec = importlib.util.spec_from_file_location("dashboard_builder", path)
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

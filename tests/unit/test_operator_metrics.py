@@ -114,6 +114,7 @@ def test_webhook_answers_latency_api_errors_and_process_figures() -> None:
     assert get("vgpu_operator_pod_create_to_bound_seconds_bucket", {"le": "2.5"}) == 1
     assert get("vgpu_operator_pod_create_to_bound_seconds_bucket", {"le": "1.0"}) == 0
     assert get("vgpu_operator_api_errors_total", {"operation": "bind"}) == 1
+    assert get("vgpu_operator_api_errors_total", {"operation": "pod_watch"}) == 0
     assert get("process_cpu_seconds_total") is not None
 
 
