@@ -15,8 +15,10 @@ from __future__ import annotations
 import http.server
 import json
 import re
+import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +141,8 @@ class Evaluated:
     answers: dict[tuple[str, str], list[dict[str, Any]] | QueryError] | None = None
     variables: dict[str, list[str]] | None = None
     checks: dict[str, list[dict[str, Any]]] | None = None
+    #: endpoint -> (promtool's exit status, its output, the exposition)
+    linted: dict[str, tuple[int, str, str]] | None = None
 
 
 #: Expressions the assertions below read besides the panels'.
@@ -171,7 +175,27 @@ def _wait_for_data(server: PrometheusServer, jobs: Mapping[str, int], timeout_s:
     )
 
 
-def _evaluate(running: RunningDemo, prometheus: Path, workdir: Path, into: Evaluated) -> None:
+def _lint(promtool: Path, port: int) -> tuple[int, str, str]:
+    """`promtool check metrics` on an endpoint's exposition as the demo left it."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    done = subprocess.run(
+        [str(promtool), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    return done.returncode, done.stdout + done.stderr, text
+
+
+def _evaluate(
+    running: RunningDemo, tools: tuple[Path, Path], workdir: Path, into: Evaluated
+) -> None:
+    prometheus, promtool = tools
+    # Every family has samples now (a preemption, waiting pods, shared cards): lint them.
+    agent_port = running.agent_metrics_ports["gpu-h100-failing"]  # the shared pods' node
+    into.linted = {
+        "operator": _lint(promtool, running.operator.metrics_port),
+        "agent": _lint(promtool, agent_port),
+    }
     inventories = running.cp.get(INVENTORIES)["items"]
     cards = [
         {"index": c.index, "uuid": c.uuid, "model": c.model, "node": c.node}
@@ -213,7 +237,10 @@ def _evaluate(running: RunningDemo, prometheus: Path, workdir: Path, into: Evalu
 
 @pytest.fixture(scope="module")
 def scraped(
-    control_plane_binaries: Binaries, prometheus: Path, tmp_path_factory: pytest.TempPathFactory
+    control_plane_binaries: Binaries,
+    prometheus: Path,
+    promtool: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Evaluated:
     evaluated = Evaluated()
     workdir = tmp_path_factory.mktemp("prometheus")
@@ -225,7 +252,9 @@ def scraped(
         say=lines.append,
         agent_metrics_ports=ports,
         agent_heartbeat_s=2.0,
-        while_running=lambda running: _evaluate(running, prometheus, workdir, evaluated),
+        while_running=lambda running: _evaluate(
+            running, (prometheus, promtool), workdir, evaluated
+        ),
     )
     print("\n".join(lines))  # shown by pytest when a test fails
     return evaluated
@@ -275,3 +304,23 @@ def test_dcgm_figures_join_to_every_pod_sharing_a_card(scraped: Evaluated) -> No
     joined = {s["metric"]["pod"]: (s["metric"]["UUID"], s["value"][1]) for s in checks["shared"]}
     assert set(joined) == {"shared-a", "shared-b"}
     assert joined["shared-a"] == joined["shared-b"]
+
+
+@pytest.mark.parametrize("endpoint", ["operator", "agent"])
+def test_the_endpoints_pass_promtool_with_every_family_filled(
+    scraped: Evaluated, endpoint: str
+) -> None:
+    assert scraped.linted is not None
+    status, output, exposition = scraped.linted[endpoint]
+    assert status == 0, output
+    for family in {
+        "operator": (
+            "vgpu_operator_pending_pods{",
+            "vgpu_operator_unschedulable_pods{",
+            "vgpu_operator_preemption_attempts_total{",
+            "vgpu_operator_preemption_victims_bucket{",
+            "vgpu_operator_stranded_memory_bytes{",
+        ),
+        "agent": ("vgpu_agent_container_device_info{",),
+    }[endpoint]:
+        assert family in exposition, family
