@@ -228,6 +228,19 @@ def test_the_values_do_what_they_say(helm: Path) -> None:
     policy = _one(objs, "ValidatingAdmissionPolicy", "vgpu-agent-own-node")
     assert "system:serviceaccount:gpu-system:vgpu-agent" in json.dumps(policy)
     assert "vgpu-operator:vgpu-agent" not in json.dumps(list(objs.values()))
+    assert not list(_namespace_fields(list(objs.values()), "vgpu-operator"))
+
+
+def _namespace_fields(obj: Any, value: str, path: str = "") -> Iterator[str]:
+    """Where a ``namespace`` field (metadata, a subject, a Service reference) is ``value``."""
+    if isinstance(obj, dict):
+        for key, item in obj.items():
+            if key == "namespace" and item == value:
+                yield f"{path}.{key}"
+            yield from _namespace_fields(item, value, f"{path}.{key}")
+    elif isinstance(obj, list):
+        for index, item in enumerate(obj):
+            yield from _namespace_fields(item, value, f"{path}[{index}]")
 
 
 def test_the_namespace_may_be_left_to_the_release(helm: Path) -> None:
