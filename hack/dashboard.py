@@ -36,9 +36,10 @@ RATE = "[$__rate_interval]"
 OPERATOR_PROCESS = "and on(instance) vgpu_operator_leader"
 AGENT_PROCESS = "and on(instance) vgpu_agent_heartbeat_age_seconds"
 
-#: DCGM exporter's per-card series on the many side of the agent's container info series:
-#: one value per container, the value of the card it holds a share of.
+
 def _joined(dcgm: str) -> str:
+    """A DCGM exporter per-card series joined to the agent's container info series: one
+    value per container, the value of the card it holds a share of."""
     return (
         "max by (namespace, pod, container, UUID) ("
         f"vgpu_agent_container_device_info{{{NAMESPACE},{NODE}}} "
@@ -423,9 +424,7 @@ def _variables() -> list[Any]:
 
     return [
         dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"),
-        query_variable(
-            "node", "Node", "label_values(vgpu_operator_device_shares_capacity, node)"
-        ),
+        query_variable("node", "Node", "label_values(vgpu_operator_device_shares_capacity, node)"),
         query_variable(
             "namespace",
             "Namespace",
