@@ -32,3 +32,10 @@ export VGPU_DEVICEPLUGIN_CONFORMANCE := $(DEVICEPLUGIN_CONFORMANCE)
 .PHONY: deviceplugin-conformance
 deviceplugin-conformance: control-plane-bins
 	@$(CONTROL_PLANE_BUILD) deviceplugin-conformance
+
+# The Prometheus server (promtool's release) and helm, for the dashboard's and the chart's
+# tests only (tests/integration/test_dashboard.py, test_chart.py); linked into
+# $(CONTROL_PLANE_BIN_DIR) beside the others. `make demo` never builds them.
+.PHONY: observability-tools
+observability-tools: control-plane-bins
+	@$(CONTROL_PLANE_BUILD) observability

@@ -14,6 +14,11 @@
 #                                            manager at K8S_VERSION); print its path (last line)
 #   hack/control-plane/build.sh --print-path deviceplugin-conformance
 #                                            print that path only; build nothing
+#   hack/control-plane/build.sh observability
+#                                            ensure the Prometheus server (same version as
+#                                            promtool) and helm exist, linked into the bin dir
+#                                            beside the others; print the bin dir (last line).
+#                                            Only the dashboard and chart tests use them.
 #
 # Each binary is cached outside the repository, per component and version:
 #   ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/<component>-<version>/<component>
@@ -71,15 +76,18 @@ if [[ "${1:-}" == "--print-path" && "${2:-}" == "$HARNESS" && $# -eq 2 ]]; then
     harness_path; printf '\n'
     exit 0
 fi
-BENCH=0 ONLY_HARNESS=0
+BENCH=0 ONLY_HARNESS=0 ONLY_OBSERVABILITY=0
 if [[ "${1:-}" == "--bench" ]]; then
     BENCH=1
     shift
 elif [[ "${1:-}" == "$HARNESS" ]]; then
     ONLY_HARNESS=1
     shift
+elif [[ "${1:-}" == "observability" ]]; then
+    ONLY_OBSERVABILITY=1
+    shift
 fi
-[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir | $HARNESS | --print-path $HARNESS]"
+[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir | $HARNESS | --print-path $HARNESS | observability]"
 
 # --- Go environment -------------------------------------------------------------------------------
 GO=${GO:-}
@@ -105,6 +113,8 @@ expected_version() {
         etcd) printf 'etcd Version: %s' "${ETCD_VERSION#v}" ;;
         kwok) printf 'kwok version %s' "$KWOK_VERSION" ;;
         promtool) printf 'promtool, version %s ' "${PROMTOOL_VERSION#v}" ;;
+        prometheus) printf 'prometheus, version %s ' "${PROMTOOL_VERSION#v}" ;;
+        helm) printf 'Version:"%s"' "$HELM_VERSION" ;;
     esac
 }
 
@@ -112,6 +122,7 @@ version_output() { # <path> <component>
     case "$2" in
         kubectl) "$1" version --client 2>&1 ;;
         toxiproxy | "$HARNESS") "$1" -version 2>&1 ;;
+        helm) "$1" version 2>&1 ;;
         *) "$1" --version 2>&1 ;;
     esac
 }
@@ -143,6 +154,8 @@ component_version() {
         etcd) printf '%s' "$ETCD_VERSION" ;;
         kwok) printf '%s' "$KWOK_VERSION" ;;
         promtool) printf '%s' "$PROMTOOL_VERSION" ;;
+        prometheus) printf '%s' "$PROMTOOL_VERSION" ;;
+        helm) printf '%s' "$HELM_VERSION" ;;
     esac
 }
 
@@ -243,6 +256,32 @@ build_component() { # <component>
             tags="remove_all_sd"
             pkg=github.com/prometheus/prometheus/cmd/promtool
             ;;
+        prometheus)
+            # The server, from the same Prometheus release as promtool (PROMTOOL_VERSION).
+            local v=${PROMTOOL_VERSION#v3.} minor patch
+            minor=${v%%.*}; patch=${v#*.}
+            check_wrapper_version "$c" github.com/prometheus/prometheus "$(printf 'v0.%d%02d.%s' 3 "$minor" "$patch")"
+            ldflags="-s -w -X github.com/prometheus/common/version.Version=${PROMTOOL_VERSION#v}"
+            ldflags+=" -X github.com/prometheus/common/version.Revision=module-$PROMTOOL_VERSION"
+            # remove_all_sd: no cloud service discovery (the test scrapes static targets);
+            # without builtinassets the web UI is not embedded (the API is all the test uses)
+            tags="remove_all_sd"
+            pkg=github.com/prometheus/prometheus/cmd/prometheus
+            ;;
+        helm)
+            check_wrapper_version "$c" helm.sh/helm/v3 "$HELM_VERSION"
+            local k8s_minor
+            k8s_minor=$(sed -nE 's/^[[:space:]]*k8s\.io\/client-go v0\.([0-9]+)\..*/\1/p' "$(wrapper_dir "$c")/go.mod")
+            [[ -n "$k8s_minor" ]] || die "helm: no k8s.io/client-go in $(wrapper_dir "$c")/go.mod"
+            ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+            # What `helm lint` and `helm template` take as the cluster's version, as helm's
+            # own Makefile sets it: the Kubernetes modules it is built with.
+            local p
+            for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+                ldflags+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$k8s_minor"
+            done
+            pkg=helm.sh/helm/v3/cmd/helm
+            ;;
         *) die "unknown component $c" ;;
     esac
     go_build "$c" "$work" "$pkg" "$work/$c" "$ldflags" "$tags"
@@ -305,5 +344,21 @@ main() {
     printf '%s\n' "$COMBINED"
 }
 
+# The dashboard's Prometheus and the chart's helm, for their tests only (`make test`), linked
+# into the combined directory beside the others.
+build_observability() {
+    lock
+    local total=$SECONDS c
+    for c in prometheus helm; do
+        build_component "$c"
+    done
+    mkdir -p "$COMBINED"
+    link_into_combined prometheus "$BIN_ROOT/prometheus-$PROMTOOL_VERSION/prometheus"
+    link_into_combined helm "$BIN_ROOT/helm-$HELM_VERSION/helm"
+    log "prometheus and helm ready in $COMBINED ($((SECONDS - total))s)"
+    printf '%s\n' "$COMBINED"
+}
+
 if (( ONLY_HARNESS )); then build_harness; exit; fi
+if (( ONLY_OBSERVABILITY )); then build_observability; exit; fi
 main "$@"; exit

@@ -30,6 +30,7 @@ from vgpu_operator import names, resources
 from vgpu_operator.agent import config_watch, hamicore, health, mig, nodeconfig
 from vgpu_operator.agent.backends import Backend
 from vgpu_operator.agent.backoff import Backoff
+from vgpu_operator.agent.containers import container_cards
 from vgpu_operator.agent.deviceplugin.allocation import (
     CONTAINER_HOOK_DIR,
     HostPaths,
@@ -497,6 +498,7 @@ async def run_agent(
             agent.run(stop_event),
             runner.run(stop_event),
             follow_config(settings, api, agent, stop_event),
+            follow_containers(settings, api, agent_metrics, stop_event),
         )
 
 
@@ -518,6 +520,27 @@ async def follow_config(
         backoff_initial_s=settings.backoff_initial_s,
         backoff_max_s=settings.backoff_max_s,
     )
+
+
+async def follow_containers(
+    settings: AgentSettings, api: ApiClient, metrics: AgentMetrics, stop: asyncio.Event
+) -> None:
+    """Keep the container info series (which container holds which card) current: the
+    node's pods are listed once per heartbeat interval, until ``stop``. A failed listing
+    keeps the last rows (they are more likely right than none)."""
+    node = settings.node_name
+    while not stop.is_set():
+        try:
+            pods = await pods_on_node(api, node)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            metrics.report_failed(Operation.CONTAINERS)
+            log.warning("container_listing_failed", node=node, error=describe_error(exc))
+        else:
+            metrics.containers(node, container_cards(pods, node))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), settings.heartbeat_interval_s)
 
 
 def device_plugin(

@@ -143,6 +143,7 @@ class AgentFleet:
     status and keeps the heartbeat fresh until ``stop``. With ``plugin_root`` each agent
     is also its node's device plugin (in ``plugin_root/<node>``) and a kubelet stand-in
     drives it for the pods bound there, so allocations are handed out as on a real node.
+    ``metrics_ports`` serves a node's agent metrics on a port (none by default).
     """
 
     def __init__(
@@ -151,11 +152,13 @@ class AgentFleet:
         nodes: Sequence[DemoNode],
         heartbeat_interval_s: float = 20.0,
         plugin_root: Path | None = None,
+        metrics_ports: Mapping[str, int] | None = None,
     ) -> None:
         self._kubeconfig = kubeconfig
         self._nodes = tuple(nodes)
         self._heartbeat_interval_s = heartbeat_interval_s
         self._plugin_root = plugin_root
+        self._metrics_ports = dict(metrics_ports or {})
         self.standins: dict[str, KubeletStandIn] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -194,7 +197,7 @@ class AgentFleet:
                 self._settings(node),
                 backend_from_spec(f"sim:{node.machine}", node.name),
                 kubeconfig=str(self._kubeconfig),
-                metrics_port=0,
+                metrics_port=self._metrics_ports.get(node.name, 0),
                 stop=self._stop,
             )
             for node in self._nodes

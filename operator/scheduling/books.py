@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from vgpu_operator.scheduling import (
     placement,
     policies,
     preemption,
+    stranded,
 )
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
@@ -577,6 +578,30 @@ class ClusterBooks:
                     )
                 )
         return rows
+
+    def stranded_memory_mib(self, pending: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+        """Per node, the free card memory no request of the ``pending`` pods could use
+        (``stranded``); every node with cards is named, 0 where nothing is stranded.
+
+        A pod whose request cannot be read adds no request: its own Event says why.
+        """
+        requests: set[stranded.CardRequest] = set()
+        for pod in pending:
+            spec = pod.get("spec") or {}
+            for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+                try:
+                    asked = self._vendors.requests(container)
+                except (CodecError, ValueError):
+                    continue
+                requests.update(stranded.CardRequest.of(r) for r in asked.values())
+        out: dict[str, int] = {}
+        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+            self._refresh(node)
+            if not node.cards:
+                continue
+            cards = [c for c in node.cards if stranded.offered(c, node.inventory_cordoned)]
+            out[node.name] = stranded.stranded_memory_mib(cards, requests)
+        return out
 
     def quota_usage(self) -> dict[str, dict[str, tuple[int, int]]]:
         return {ns: self._quota.usage(ns) for ns in self._quota.namespaces()}

@@ -69,17 +69,26 @@ def _find_binary(name: str) -> tuple[Path | None, list[str]]:
     return (cached[0] if cached else None), looked
 
 
-#: Test tools built beside the control plane (hack/control-plane/build.sh).
-TOOLS: Final = ("kubectl", "promtool")
+#: Test tools built beside the control plane (hack/control-plane/build.sh), and the make
+#: target that builds each.
+TOOL_TARGETS: Final = {
+    "kubectl": "control-plane-bins",
+    "promtool": "control-plane-bins",
+    "prometheus": "observability-tools",
+    "helm": "observability-tools",
+}
+TOOLS: Final = tuple(TOOL_TARGETS)
 
 
 def find_tool(name: str) -> Path:
-    """One of ``TOOLS`` (kubectl, promtool), or raise BinariesNotFoundError."""
+    """One of ``TOOLS`` (kubectl, promtool, prometheus, helm), or raise
+    BinariesNotFoundError."""
     path, looked = _find_binary(name)
     if path is None:
         raise BinariesNotFoundError(
             f"{name} not found: looked in {', '.join(looked)}\n"
-            "Run `make control-plane-bins` (builds it once beside the control plane)."
+            f"Run `make {TOOL_TARGETS.get(name, 'control-plane-bins')}` (builds it once "
+            "beside the control plane)."
         )
     return path
 
