@@ -383,9 +383,10 @@ class ClusterState(ClusterBooks):
             ranking = self._spread_rank
         else:
             ranking = self._binpack_rank
+        nodes = self._nodes
         for _score, _order, name in ranking:
-            node = self._nodes[name]
-            if job.wants_devices and not node.summary.may_fit(job):
+            node = nodes[name]
+            if not node.summary.may_fit(job):
                 continue
             outcome = self._try_node(node, job, now)
             if outcome.ok:

@@ -64,13 +64,17 @@ class Job:
     #: What the pod asks of any node (tolerations, selector, affinity), read once.
     node_terms: node_basics.PodNodeTerms = field(default_factory=node_basics.PodNodeTerms)
 
+    #: Every device request of every container, flattened for ``Summary.may_fit``, which
+    #: runs for each node the search passes: (vendor, count, MiB, percent or -1, cores).
+    needs: tuple[tuple[str, int, int, int, int], ...] = ()
+
     @property
     def init_count(self) -> int:
         return len(self.init_requests)
 
     @property
     def wants_devices(self) -> bool:
-        return any(r for r in (*self.init_requests, *self.app_requests))
+        return bool(self.needs)
 
     @classmethod
     def from_pod(
@@ -88,13 +92,15 @@ class Job:
         if node_policy not in (policies.BINPACK, policies.SPREAD):
             node_policy = None
         gpu_policy = annotations.get(names.GPU_SCHEDULER_POLICY)
+        init_requests = tuple(vendors.requests(c) for c in spec.get("initContainers") or [])
+        app_requests = tuple(vendors.requests(c) for c in spec.get("containers") or [])
         return cls(
             pod=pod,
             namespace=meta.get("namespace") or "default",
             annotations=annotations,
             resources=node_basics.pod_requests(pod),
-            init_requests=tuple(vendors.requests(c) for c in spec.get("initContainers") or []),
-            app_requests=tuple(vendors.requests(c) for c in spec.get("containers") or []),
+            init_requests=init_requests,
+            app_requests=app_requests,
             pod_node_policy=node_policy,
             gpu_policy=None if gpu_policy is None else policies.normalize_gpu_policy(gpu_policy),
             default_gpu_policy=config.scheduler.gpu_scheduler_policy,
@@ -107,6 +113,7 @@ class Job:
                 for spec in vendors.specs()
             },
             node_terms=node_basics.PodNodeTerms.of(pod),
+            needs=_needs((*init_requests, *app_requests)),
         )
 
     def policy_on(self, layer: node_layer.NodeLayer) -> str:
@@ -117,6 +124,24 @@ class Job:
         if layer.gpu_policy is not None:
             return layer.gpu_policy
         return self.default_gpu_policy
+
+
+def _needs(
+    containers: Sequence[ContainerRequests],
+) -> tuple[tuple[str, int, int, int, int], ...]:
+    """The requests as ``Job.needs`` lists them: the cores capped at 100 as Fit caps them,
+    the percentage -1 where the request is in MiB."""
+    return tuple(
+        (
+            vendor_word,
+            request.count,
+            request.memory_mib,
+            request.memory_percent if request.uses_percentage else -1,
+            min(request.cores, 100),
+        )
+        for requests in containers
+        for vendor_word, request in requests.items()
+    )
 
 
 @dataclass(slots=True)
@@ -138,10 +163,26 @@ class Outcome:
 @dataclass(frozen=True, slots=True)
 class VendorSummary:
     """Per vendor: each usable card's free memory MiB, free cores and total memory MiB
-    (a percentage request's size depends on the card), and whether MIG is there."""
+    (a percentage request's size depends on the card), and whether MIG is there.
+
+    ``memory_desc`` and ``cores_desc`` are the free memory and the free cores sorted
+    from the largest: a request for ``n`` cards of ``m`` MiB needs the ``n``-th largest
+    free memory to be at least ``m``, which rules most nodes out without counting cards.
+    """
 
     free: tuple[tuple[int, int, int], ...] = ()
     has_mig: bool = False
+    memory_desc: tuple[int, ...] = ()
+    cores_desc: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, free: Sequence[tuple[int, int, int]], has_mig: bool) -> VendorSummary:
+        return cls(
+            tuple(free),
+            has_mig,
+            tuple(sorted((m for m, _c, _t in free), reverse=True)),
+            tuple(sorted((c for _m, c, _t in free), reverse=True)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +210,7 @@ class Summary:
                 free[card.vendor].append(
                     (card.free_memory_mib, card.free_cores, card.total_memory_mib)
                 )
-        return cls({v: VendorSummary(tuple(f), v in mig_vendors) for v, f in free.items()})
+        return cls({v: VendorSummary.of(f, v in mig_vendors) for v, f in free.items()})
 
     def has_room(self) -> bool:
         """Whether any card has a free slot and free memory (else ``may_fit`` is False
@@ -182,22 +223,31 @@ class Summary:
         )
 
     def may_fit(self, job: Job) -> bool:
-        for requests in (*job.init_requests, *job.app_requests):
-            for vendor_word, request in requests.items():
-                have = self.vendors.get(vendor_word)
-                if have is None or not have.free:
+        """False only where no card choice could serve some request of ``job``.
+
+        Runs for every node a search passes, so the cheap tests come first: enough usable
+        cards, then the ``count``-th largest free memory and cores, and only then a count
+        of the cards that have both.
+        """
+        vendors = self.vendors
+        for vendor_word, count, memory, percent, cores in job.needs:
+            have = vendors.get(vendor_word)
+            if have is None or not have.free:
+                return False
+            single = have.has_mig  # MIG: one card may give a container several instances
+            wanted = 1 if single else count
+            if wanted > len(have.free) or have.cores_desc[wanted - 1] < cores:
+                return False
+            if percent < 0:
+                if have.memory_desc[wanted - 1] < memory:
                     return False
-                cores = min(request.cores, 100)
-                if request.uses_percentage:
-                    percent = request.memory_percent
-                    able = sum(
-                        1 for m, c, total in have.free if m >= total * percent // 100 and c >= cores
-                    )
-                else:
-                    memory = request.memory_mib
-                    able = sum(1 for m, c, _total in have.free if m >= memory and c >= cores)
-                if able == 0 or (not have.has_mig and able < request.count):
-                    return False
+                able = sum(1 for m, c, _total in have.free if m >= memory and c >= cores)
+            else:
+                able = sum(
+                    1 for m, c, total in have.free if m >= total * percent // 100 and c >= cores
+                )
+            if able < wanted:
+                return False
         return True
 
 
