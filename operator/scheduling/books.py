@@ -25,6 +25,7 @@ from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     allocation_gate,
+    changes,
     disruption,
     init_release,
     mig,
@@ -249,6 +250,10 @@ class ClusterBooks:
         self.gate_timeout_s = allocation_gate.DEFAULT_TIMEOUT_S
         #: Gates already reported as timed out (``expired_gates``).
         self._expired_gates: set[PodKey] = set()
+        #: Every change to a node a Fit reads, numbered (verdicts judge again only the
+        #: nodes changed since they were made), and the room pods freed (queueing hints).
+        self._changes = changes.ChangeLog()
+        self._freed = changes.FreedRoom()
 
     @property
     def config(self) -> DeviceConfig:
@@ -302,6 +307,7 @@ class ClusterBooks:
         if name in self._nodes:
             self._unrank(name)
             del self._nodes[name]
+            self._changes.bump(name)
 
     def set_inventory(
         self,
@@ -606,6 +612,11 @@ class ClusterBooks:
     def quota_usage(self) -> dict[str, dict[str, tuple[int, int]]]:
         return {ns: self._quota.usage(ns) for ns in self._quota.namespaces()}
 
+    def take_freed(self) -> list[changes.Freed]:
+        """Room pods freed on nodes since the last call (``changes.FreedRoom``): where a
+        waiting pod may fit now."""
+        return self._freed.take()
+
     def holding_pods(self) -> dict[PodKey, str]:
         """Pods that hold devices or reservations, and their nodes."""
         return {k: e.node for k, e in self._pods.items() if e.node is not None}
@@ -633,6 +644,7 @@ class ClusterBooks:
 
     def _add_pod(self, entry: PodEntry) -> None:
         self._pods[entry.key] = entry
+        self._freed.came(entry.key, entry.node, (entry.bookings, entry.requests))
         self._quota.add_sums(entry.namespace, entry.quota_sums)
         node = self._nodes.get(entry.node or "")
         if node is not None:
@@ -645,6 +657,8 @@ class ClusterBooks:
         entry = self._pods.pop(key, None)
         if entry is None:
             return
+        if entry.node is not None:
+            self._freed.left(key, entry.node, entry.namespace, (entry.bookings, entry.requests))
         self._quota.remove_sums(entry.namespace, entry.quota_sums)
         node = self._nodes.get(entry.node or "")
         if node is not None:
@@ -664,6 +678,7 @@ class ClusterBooks:
         node.score = policies.node_score(node.cards)
         node.summary = placement.Summary.of(node.cards)
         self._dirty.add(node.name)
+        self._changes.bump(node.name)
 
     # --- the allocation gate --------------------------------------------------------------
     def bind_gate_enabled(self) -> bool:
@@ -783,6 +798,7 @@ class ClusterBooks:
     def _touch(self, node: NodeEntry) -> None:
         node.dirty = True
         self._dirty.add(node.name)
+        self._changes.bump(node.name)
 
     def _unrank(self, name: str) -> None:
         ranked = self._ranked.pop(name, None)

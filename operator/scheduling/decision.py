@@ -15,20 +15,25 @@ rules them out in O(1), and stops at the first node that fits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_operator import names
-from vgpu_operator.devices import codec, mig_allocations, model
+from vgpu_operator.devices import codec, mig_allocations, model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     admission,
+    card_classes,
     mig_records,
     node_basics,
+    node_layer,
     placement,
     policies,
     preemption,
+    shapes,
+    verdicts,
 )
 from vgpu_operator.scheduling.books import (
     ClusterBooks,
@@ -77,12 +82,15 @@ class Decision:
     #: Only when asked (``schedule(..., explain=True)``): every node the pod fits on, with
     #: its score before the pod (HAMi's NodeScore: usage of slots, cores and memory).
     node_scores: Mapping[str, float] = field(default_factory=dict)
+    #: When no node fits: the verdict the diagnosis was read from, shared by every pod of
+    #: the same shape and kept current (``verdicts``); the queue's hint for the pod.
+    verdict: verdicts.Verdict | None = None
 
 
 AdmissionResult = admission.AdmissionResult
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Attempt:
     """One pod as admitted and parsed, valid while the pod object and the books' epoch
     (config and quota limits) are the same."""
@@ -92,10 +100,25 @@ class _Attempt:
     admitted: admission.AdmissionResult
     job: placement.Job | None
     error: str
+    #: What the diagnosis judges nodes for: ``job``, or for a pod admission refuses the
+    #: refused pod as parsed (None when it cannot be); and its shape (``shapes``).
+    judged: placement.Job | None = None
+    shape: str = ""
+    #: The verdict of its shape, held while the pod waits (the books keep them weakly).
+    verdict: verdicts.Verdict | None = None
 
 
 class ClusterState(ClusterBooks):
     """The books plus the scheduling cycle: the engine's one entry point."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: One verdict per shape of pod that fits nowhere, alive while a pod holds it.
+        self._verdicts: weakref.WeakValueDictionary[str, verdicts.Verdict] = (
+            weakref.WeakValueDictionary()
+        )
+        #: Each node's cards as classes (``card_classes``), per node change.
+        self._profiles: dict[tuple[str, bool], tuple[int, card_classes.NodeProfile]] = {}
 
     def admit(self, pod: Mapping[str, Any]) -> admission.AdmissionResult:
         return admission.admit(pod, self._config, self._vendors, self._quota)
@@ -110,15 +133,35 @@ class ClusterState(ClusterBooks):
         admitted = self.admit(pod)
         subject = admitted.pod if admitted.allowed else pod
         job: placement.Job | None = None
+        judged: placement.Job | None = None
         error = ""
         if admitted.allowed or not admitted.handled:
             try:
                 job = placement.Job.from_pod(subject, self._config, self._vendors, self._quota)
             except CodecError as exc:
                 error = str(exc)
-        attempt = _Attempt(pod, self._epoch, admitted, job, error)
+            judged = job
+        else:
+            subject = admitted.pod
+            try:
+                judged = placement.Job.from_pod(subject, self._config, self._vendors, self._quota)
+            except CodecError as exc:
+                error = str(exc)
+        attempt = _Attempt(pod, self._epoch, admitted, job, error, judged, shapes.shape_of(subject))
         self._attempts[key] = attempt
         return attempt
+
+    def _verdict_of(self, attempt: _Attempt) -> verdicts.Verdict | None:
+        """The verdict of the attempt's shape, shared with every pod of that shape (one
+        made with this epoch's parse: a config or quota limit change starts a new one)."""
+        if attempt.judged is None:
+            return None
+        verdict = self._verdicts.get(attempt.shape)
+        if verdict is None or verdict.job_epoch != self._epoch:
+            verdict = verdicts.Verdict.new(attempt.shape, attempt.judged, self._epoch)
+            self._verdicts[attempt.shape] = verdict
+        attempt.verdict = verdict
+        return verdict
 
     def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision:
         """Decide one pod. ``explain`` also fits it on every other node, to report each
@@ -130,29 +173,50 @@ class ClusterState(ClusterBooks):
         self._drop_pod(key)
         attempt = self._parse(key, pod)
         admitted = attempt.admitted
+        verdict = self._verdict_of(attempt) if self.use_index else None
         if admitted.handled and not admitted.allowed:
-            diagnosis = self._diagnose(admitted.pod, now)
-            return Decision(key, False, diagnosis=diagnosis, rejected=admitted.message)
+            if verdict is None:
+                diagnosis = self._diagnose(admitted.pod, now)
+            else:
+                verdict.refresh(self, now, {}, verdict.changed(self, now))
+                diagnosis = verdict.diagnosis()
+            return Decision(
+                key, False, diagnosis=diagnosis, rejected=admitted.message, verdict=verdict
+            )
         subject = admitted.pod if admitted.allowed else pod
         if attempt.job is None:
             failure = Diagnosis({}, len(self._nodes), error=attempt.error)
             return Decision(key, False, diagnosis=failure)
         job = attempt.job
         # What the search learns of each node it fits is kept for the diagnosis, which
-        # then fits only the nodes the search could rule out without a Fit.
+        # then judges only the nodes the search did not fit. With a verdict on the pod's
+        # shape, only the nodes changed since it was made can fit (the others were all
+        # ruled out), so the search visits those only.
         tried: dict[str, placement.Outcome] = {}
-        found = self._find(job, now, tried)
+        judged: dict[str, NodeFailure] = {}
+        changed = verdict.changed(self, now) if verdict is not None else None
+        found = self._find(job, now, tried, changed, verdict, judged)
         if found is None:
-            diagnosis = self._diagnose(subject, now, job, tried)
+            if verdict is None:
+                diagnosis = self._diagnose(subject, now, job, tried)
+            else:
+                verdict.refresh(self, now, tried, changed, judged)
+                diagnosis = verdict.diagnosis()
             if nomination is not None and held is not None and self._victims_remain(nomination):
                 # kube-scheduler's rule: a nominated pod whose victims are still
                 # terminating waits for them rather than preempting again.
                 self._nominations[key] = nomination
                 self._add_pod(held)
-                return Decision(key, False, diagnosis=diagnosis, nominated_node=nomination.node)
+                return Decision(
+                    key,
+                    False,
+                    diagnosis=diagnosis,
+                    nominated_node=nomination.node,
+                    verdict=verdict,
+                )
             preempting = self._preempt(job, subject, diagnosis, now)
             if preempting is None:
-                return Decision(key, False, diagnosis=diagnosis)
+                return Decision(key, False, diagnosis=diagnosis, verdict=verdict)
             chosen, outcome = preempting
             return self._nominate(key, job, subject, chosen, outcome, diagnosis, now)
         node, outcome = found
@@ -368,10 +432,20 @@ class ClusterState(ClusterBooks):
         )
 
     def _find(
-        self, job: placement.Job, now: float, tried: dict[str, placement.Outcome]
+        self,
+        job: placement.Job,
+        now: float,
+        tried: dict[str, placement.Outcome],
+        only: set[str] | None = None,
+        verdict: verdicts.Verdict | None = None,
+        judged: dict[str, NodeFailure] | None = None,
     ) -> tuple[NodeEntry, placement.Outcome] | None:
         """The node the pod goes to, with its Fit; ``tried`` receives every node's Fit
-        made on the way."""
+        made on the way. ``only``: the nodes that may fit (every other node is known to
+        rule the pod out); the first of them in the ranking's order is chosen, as the
+        full walk would choose it. With the ``verdict`` of a pod whose reasons its card
+        classes give, a node is judged by classes first (into ``judged``), and fitted in
+        full only where the classes say it fits."""
         if not self.use_index or not job.wants_devices:
             # The index ranks only nodes with a free card; a pod that wants no device
             # (rare here) may go to a full one.
@@ -384,15 +458,44 @@ class ClusterState(ClusterBooks):
         else:
             ranking = self._binpack_rank
         nodes = self._nodes
-        for _score, _order, name in ranking:
+        walk: Iterable[tuple[float, int, str]] = ranking
+        if only is not None:
+            walk = sorted(
+                entry
+                for name in only
+                if (entry := self._rank_entry(name, job.pod_node_policy)) is not None
+            )
+        by_classes = verdict is not None and verdict.simple is not None and judged is not None
+        for _score, _order, name in walk:
             node = nodes[name]
             if not node.summary.may_fit(job):
                 continue
+            if by_classes:
+                assert verdict is not None
+                assert judged is not None
+                failure = verdict.judge(self, name, now)
+                if failure is not None:
+                    judged[name] = failure
+                    continue
             outcome = self._try_node(node, job, now)
             if outcome.ok:
                 return node, outcome
             tried[name] = outcome
         return None
+
+    def _rank_entry(self, name: str, pod_node_policy: str | None) -> tuple[float, int, str] | None:
+        """The node's entry in the ranking a pod with this node policy walks (None: not
+        ranked, it has no free card)."""
+        ranked = self._ranked.get(name)
+        if ranked is None:
+            return None
+        score, preference = ranked
+        order = self._nodes[name].order
+        if pod_node_policy is None:
+            return (-preference, order, name)
+        if pod_node_policy == policies.SPREAD:
+            return (score, order, name)
+        return (-score, order, name)
 
     def _find_reference(
         self, job: placement.Job, now: float, tried: dict[str, placement.Outcome]
@@ -436,6 +539,85 @@ class ClusterState(ClusterBooks):
                 refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
                 failures[node.name] = NodeFailure(dict(outcome.reasons), refused_by)
         return Diagnosis(failures, len(self._nodes))
+
+    # --- queueing hints -------------------------------------------------------------------
+    def fits_now(self, verdict: verdicts.Verdict, node: str, now: float) -> bool:
+        """Whether pods of the verdict's shape fit ``node`` as the books are now: an
+        event on that node (room freed, the node or its inventory changed) wakes them
+        only then. A verdict from before a config change answers yes (its pods are all
+        woken by that change anyway)."""
+        if verdict.job_epoch != self._epoch:
+            return True
+        return verdict.fits_now(self, node, now)
+
+    # --- what verdicts read (``verdicts.JudgedBooks``) -------------------------------------
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def change_seq(self) -> int:
+        return self._changes.seq
+
+    def changed_since(self, seq: int) -> set[str] | None:
+        return self._changes.since(seq)
+
+    def judged_nodes(self) -> Iterable[str]:
+        return self._nodes.keys()
+
+    def has_node(self, name: str) -> bool:
+        return name in self._nodes
+
+    def node_count(self) -> int:
+        return len(self._nodes)
+
+    def node_gate(self, name: str, job: placement.Job, now: float) -> Reason | None:
+        node = self._nodes[name]
+        self._refresh(node)
+        return self._node_gate(node, job, now)
+
+    def node_profile(self, name: str, with_ids: bool) -> card_classes.NodeProfile | None:
+        """The node's cards as classes, made once per change of the node."""
+        node = self._nodes.get(name)
+        if node is None:
+            self._profiles.pop((name, with_ids), None)
+            return None
+        changed = self._changes.last(name)
+        cached = self._profiles.get((name, with_ids))
+        if cached is not None and cached[0] == changed:
+            return cached[1]
+        self._refresh(node)
+        cordoned = node.inventory_cordoned | frozenset(
+            vendor.split_list(node.facts.annotations.get(names.NODE_DEVICE_CORDON))
+        )
+        made = card_classes.profile(node.cards, cordoned, node.layer, with_ids=with_ids)
+        self._profiles[(name, with_ids)] = (changed, made)
+        return made
+
+    def node_layer(self, name: str) -> node_layer.NodeLayer:
+        return self._nodes[name].layer
+
+    def node_fit(self, name: str, job: placement.Job, now: float) -> placement.Outcome:
+        return self._try_node(self._nodes[name], job, now)
+
+    def heartbeat(self, name: str) -> float | None:
+        node = self._nodes.get(name)
+        return None if node is None else node.heartbeat
+
+    def fresh_until(self, name: str) -> float | None:
+        """When the node's devices go stale unless its heartbeat moves (None: never, or
+        already stale without a heartbeat)."""
+        node = self._nodes.get(name)
+        if self._inventory_timeout_s is None or node is None or node.inventory is None:
+            return None
+        if node.heartbeat is None:
+            return None
+        return node.heartbeat + self._inventory_timeout_s
+
+    def namespace_quota(self, namespace: str) -> object:
+        """What Fit's quota check reads of the namespace (None when no quota limits it)."""
+        if not self._quota.has_limits(namespace):
+            return None
+        return tuple(sorted(self._quota.usage(namespace).items()))
 
 
 class _RemovalTrial:

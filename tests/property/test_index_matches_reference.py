@@ -26,7 +26,7 @@ def comparable(decision: Decision | None) -> Any:
         decision.node,
         dict(decision.devices),
         dict(decision.annotations),
-        None if diagnosis is None else (diagnosis.to_json(), diagnosis.error),
+        None if diagnosis is None else (diagnosis.to_json(), diagnosis.message(), diagnosis.error),
         decision.rejected,
     )
 

@@ -1,0 +1,105 @@
+"""Judging a node by classes of identical cards gives exactly the full Fit's answer.
+
+For pods whose reasons cannot depend on card order (one device request, no NUMA binding,
+no quota in their namespace), ``card_classes.Simple`` judges each class of alike cards
+once, with memos shared across nodes and usage states. On random nodes (card models,
+health, slots, node-layer policies and restrictions, cordons) loaded by random pods, its
+answer for every node must be the full Fit's: the same reasons, counts and refusing
+annotations, or a fit where Fit fits.
+"""
+
+from __future__ import annotations
+
+from builders import make_pod
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import ClusterSpec, clusters, pods
+
+from vgpu_operator import names
+from vgpu_operator.scheduling import card_classes, placement, verdicts
+from vgpu_operator.scheduling.cluster import ClusterState
+
+#: A namespace no quota limits (the strategies' quotas are for team-a and team-b).
+FREE_NAMESPACE = "team-free"
+
+_GPU_POLICIES = ("binpack", "spread", "mutex", "topology-aware", "binpack,mutex")
+
+
+@st.composite
+def simple_pods(draw: st.DrawFn, name: str, uuids: list[str]) -> dict[str, object]:
+    builder = make_pod(name, FREE_NAMESPACE)
+    gpu = draw(st.integers(1, 4))
+    gpumem = draw(st.sampled_from((None, 1024, 4096, 8192, 20000, 1 << 20)))
+    percentage = None if gpumem is not None else draw(st.sampled_from((None, 25, 50, 100)))
+    cores = draw(st.sampled_from((None, 0, 10, 30, 50, 100, 100)))
+    as_init = draw(st.integers(0, 4)) == 0
+    if as_init:
+        builder.init_container(gpu, gpumem, cores, percentage)
+        builder.container(None, None, None, None)
+    else:
+        builder.container(gpu, gpumem, cores, percentage)
+    choices = [
+        (names.GPU_USE_TYPE, st.sampled_from(("A100", "T4", "H100", "A10", "A100,T4"))),
+        (names.GPU_NOUSE_TYPE, st.sampled_from(("A100", "T4"))),
+        (
+            names.GPU_USE_UUID,
+            st.lists(st.sampled_from([*uuids, "GPU-none"]), min_size=1, max_size=3).map(",".join),
+        ),
+        (
+            names.GPU_NOUSE_UUID,
+            st.lists(st.sampled_from([*uuids, "GPU-none"]), min_size=1, max_size=2).map(",".join),
+        ),
+        (names.GPU_SCHEDULER_POLICY, st.sampled_from(_GPU_POLICIES)),
+        (names.GPU_VGPU_MODE, st.sampled_from(("hami-core", "mig"))),
+    ]
+    for key, values in choices:
+        # The GPU policy often: mutex and the exclusive-core check read what a card holds.
+        if draw(st.integers(0, 1 if key == names.GPU_SCHEDULER_POLICY else 4)) == 0:
+            builder.annotate(key, draw(values))
+    return builder.obj()
+
+
+@st.composite
+def loaded(draw: st.DrawFn) -> tuple[ClusterSpec, list[dict[str, object]], list[dict[str, object]]]:
+    spec = draw(clusters(mig=False))
+    uuids = sorted(spec.cards())
+    load = [draw(pods(f"load{i}", uuids)) for i in range(draw(st.integers(0, 12)))]
+    probes = [draw(simple_pods(f"probe{i}", uuids)) for i in range(draw(st.integers(1, 4)))]
+    return spec, load, probes
+
+
+@settings(max_examples=400, deadline=None)
+@given(loaded())
+def test_classes_judge_as_fit(
+    case: tuple[ClusterSpec, list[dict[str, object]], list[dict[str, object]]],
+) -> None:
+    spec, load, probes = case
+    state = spec.build()
+    for pod in load:
+        decision = state.schedule(pod, 0.0)
+        if decision.scheduled:
+            state.confirm(decision.pod)
+    for pod in probes:
+        admitted = state.admit(pod)
+        if not admitted.allowed:
+            continue
+        job = placement.Job.from_pod(admitted.pod, state.config, state.vendors, state.quota)
+        simple = card_classes.Simple.of(job)
+        assert simple is not None, "a one-request pod in a free namespace is judged by classes"
+        _compare_every_node(state, job, simple)
+
+
+def _compare_every_node(
+    state: ClusterState, job: placement.Job, simple: card_classes.Simple
+) -> None:
+    for name in state.node_names():
+        if state.node_gate(name, job, 0.0) is not None:
+            continue
+        profile = state.node_profile(name, simple.wants_ids(state.node_layer(name)))
+        assert profile is not None
+        judged = simple.judge(profile)
+        outcome = state.node_fit(name, job, 0.0)
+        expected = None if outcome.ok else verdicts.failure_of(outcome)
+        assert judged == expected, name
+        if expected is None:
+            assert simple.could_ever(profile), name
