@@ -67,7 +67,8 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     type=float,
     default=300.0,
     show_default=True,
-    help="Seconds between retries of every parked pod (the watches keep the books current).",
+    help="Seconds an unschedulable pod waits for an event that could let it fit before it "
+    "is tried again anyway (kube-scheduler's podMaxInUnschedulablePodsDuration).",
 )
 @click.option(
     "--allocation-gate",

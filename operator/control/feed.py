@@ -3,8 +3,11 @@
 ``StateFeed`` is the one place that turns watch events and full listings of Pods, Nodes,
 DeviceInventories, node Leases, ResourceQuotas, PodDisruptionBudgets and the device-config
 ConfigMap into calls on the engine (``ClusterState``), and decides which pods wait in the
-scheduling queue and which cluster events wake parked pods. It is synchronous and does
-no I/O, so the Kopf handlers around it stay thin and it can be tested with a fake engine.
+scheduling queue and which cluster events wake unschedulable pods (the queueing hints,
+``docs/queueing.md``): each event is weighed against each distinct hint the waiting pods
+hold, and wakes a pod only where the engine says the event lets it fit. It is
+synchronous and does no I/O, so the Kopf handlers around it stay thin and it can be
+tested with a fake engine.
 
 Two rules keep the books right while a Binding is being written:
 - an older, unbound copy of a pod being bound (or just bound) never reaches the engine,
@@ -15,8 +18,9 @@ Two rules keep the books right while a Binding is being written:
 from __future__ import annotations
 
 import enum
+import functools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -27,7 +31,8 @@ from vgpu_operator import node_leases, resources
 from vgpu_operator.control import pod_facts, queue, versions
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError, ConfigError
-from vgpu_operator.scheduling import cluster, init_release
+from vgpu_operator.scheduling import cluster
+from vgpu_operator.scheduling.changes import Freed
 from vgpu_operator.scheduling.pod_key import PodKey
 
 log = structlog.get_logger("vgpu_operator.feed")
@@ -60,6 +65,10 @@ class EngineInputs(Protocol):
     def remove_quota(self, namespace: str, name: str) -> None: ...
     def set_budget(self, pdb: Mapping[str, Any]) -> None: ...
     def remove_budget(self, namespace: str, name: str) -> None: ...
+    # The queueing hints (a verdict is the engine's, opaque here).
+    def take_freed(self) -> list[Freed]: ...
+    def fits_now(self, verdict: Any, node: str, now: float) -> bool: ...
+    def quota_may_help(self, verdict: Any, namespace: str) -> bool: ...
 
 
 class ConfigOutcome(enum.Enum):
@@ -157,11 +166,6 @@ class StateFeed:
         self._config_text_digest: str | None = None
         #: Unbound live pods (any scheduler), with their fingerprint.
         self._unbound: dict[PodKey, tuple[dict[str, Any], str]] = {}
-        #: Pods that book devices and have not finished: their end wakes parked pods.
-        self._holders: set[PodKey] = set()
-        #: Holders whose init containers have finished: their init share is released
-        #: (``init_release``), which wakes parked pods as a pod's end does.
-        self._init_done: set[PodKey] = set()
         #: Bound pods whose device plugin has not answered, and their nodes: the
         #: answer opens the node's allocation gate.
         self._allocating: dict[PodKey, str] = {}
@@ -235,9 +239,11 @@ class StateFeed:
         if event_type == "DELETED":
             if kind.ledger.accept_delete(key, version):
                 kind.forget(key)
+                self.settle_releases()
             return
         if kind.ledger.accept_update(key, version):
             kind.apply(key, obj)
+            self.settle_releases()
 
     def _listed(
         self, kind: _Kind, items: Iterable[Mapping[str, Any]], list_version: str | None
@@ -254,6 +260,7 @@ class StateFeed:
             if kind.vanished is not None:
                 log.info(kind.vanished, **{kind.name: key})
             kind.forget(key)
+        self.settle_releases()
 
     # --- views ------------------------------------------------------------------------
     @property
@@ -294,7 +301,9 @@ class StateFeed:
         self._binding[key] = uid
 
     def binding_failed(self, key: PodKey) -> None:
+        """The Binding was not written: its reservation is rolled back, which frees room."""
         self._binding.pop(key, None)
+        self.settle_releases()
 
     def binding_succeeded(self, key: PodKey) -> None:
         """The Binding is written: the pod is no longer pending (its bound copy follows)."""
@@ -309,7 +318,7 @@ class StateFeed:
             if binding_uid == uid and not bound and not pod_facts.is_deleting(pod):
                 return  # an older copy than the Binding we are writing or just wrote
             del self._binding[key]
-        self._engine.set_pod(pod)
+        self._engine.set_pod(pod)  # a pod that ends frees its room (``settle_releases``)
         problem = self._engine.allocation_error(key)
         if problem is not None:
             # Its shares are not booked: say so, or the card looks freer than it is.
@@ -319,7 +328,7 @@ class StateFeed:
                 node=pod_facts.node_name_of(pod),
                 error=problem,
             )
-        self._track_holder(key, pod)
+        self._track_allocation(key, pod)
         if pod_facts.is_waiting_for_scheduler(pod):
             fingerprint = pod_facts.pod_fingerprint(pod)
             previous = self._unbound.get(key)
@@ -327,6 +336,8 @@ class StateFeed:
             if pod_facts.scheduler_name_of(pod) == self.scheduler_name:
                 added = self._queue.add(key, uid, pod_facts.priority_of(pod))
                 if not added and previous is not None and previous[1] != fingerprint:
+                    if self._queue.is_unschedulable(key):
+                        log.debug("pods_woken", cluster_event=queue.ClusterEvent.POD_CHANGED.value)
                     self._queue.wake_one(key)
             else:
                 self._queue.remove(key)
@@ -341,10 +352,6 @@ class StateFeed:
         self._binding.pop(key, None)
         if not self._queue.is_in_flight(key):
             self._queue.remove(key)
-        self._init_done.discard(key)
-        if key in self._holders:
-            self._holders.discard(key)
-            self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
         self._settle(key)
 
     def _settle(self, key: PodKey) -> None:
@@ -352,19 +359,7 @@ class StateFeed:
         if node is not None:
             self.on_settled(node)
 
-    def _track_holder(self, key: PodKey, pod: Mapping[str, Any]) -> None:
-        holds = pod_facts.holds_devices(pod) and not pod_facts.is_terminal(pod)
-        if holds:
-            self._holders.add(key)
-            if not init_release.init_containers_done(pod):
-                self._init_done.discard(key)
-            elif key not in self._init_done:
-                self._init_done.add(key)
-                self._wake(queue.ClusterEvent.POD_RELEASED, pod=key, part="init")
-        elif key in self._holders:
-            self._holders.discard(key)
-            self._init_done.discard(key)
-            self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
+    def _track_allocation(self, key: PodKey, pod: Mapping[str, Any]) -> None:
         node = pod_facts.node_name_of(pod)
         if node is not None and pod_facts.awaits_devices(pod):
             self._allocating[key] = node
@@ -404,7 +399,7 @@ class StateFeed:
         fingerprint = pod_facts.node_fingerprint(node)
         if self._node_fingerprints.get(name) != fingerprint:
             self._node_fingerprints[name] = fingerprint
-            self._wake(queue.ClusterEvent.NODE_CHANGED, node=name)
+            self._wake_for_node(queue.ClusterEvent.NODE_CHANGED, name)
 
     def _forget_node(self, name: str) -> None:
         self._engine.remove_node(name)
@@ -469,7 +464,7 @@ class StateFeed:
             self._stale_nodes.discard(node)
             log.info("inventory_fresh_again", node=node)
         if changed or revived:
-            self._wake(queue.ClusterEvent.INVENTORY_CHANGED, node=node)
+            self._wake_for_node(queue.ClusterEvent.INVENTORY_CHANGED, node)
 
     def _refuse_inventory(self, name: str, obj: Mapping[str, Any], problem: str) -> None:
         """Offer none of the inventory's devices, and say why (log, and an Event once per
@@ -529,7 +524,7 @@ class StateFeed:
         if was_stale and not self._is_stale(heartbeat):
             self._stale_nodes.discard(node)
             log.info("inventory_fresh_again", node=node)
-            self._wake(queue.ClusterEvent.INVENTORY_CHANGED, node=node)
+            self._wake_for_node(queue.ClusterEvent.INVENTORY_CHANGED, node)
 
     def _not_after_now(self, beat: float) -> float:
         """A heartbeat stamped in the future (a node's clock ahead, or a careless
@@ -575,17 +570,19 @@ class StateFeed:
         self._listed(self._quota_kind, items, list_version)
 
     def _apply_quota(self, key: str, quota: dict[str, Any]) -> None:
-        self._engine.set_quota(quota)
+        # Only the limits (spec) reach the engine: the quota controller rewrites status
+        # with every pod of the namespace, and each new limit starts its verdicts over.
         fingerprint = pod_facts.quota_fingerprint(quota)
         if self._quota_fingerprints.get(key) != fingerprint:
+            self._engine.set_quota(quota)
             self._quota_fingerprints[key] = fingerprint
-            self._wake(queue.ClusterEvent.QUOTA_CHANGED, quota=key)
+            self._wake_for_quota(key.partition("/")[0])
 
     def _forget_quota(self, key: str) -> None:
         namespace, _, name = key.partition("/")
         self._engine.remove_quota(namespace, name)
         self._quota_fingerprints.pop(key, None)
-        self._wake(queue.ClusterEvent.QUOTA_CHANGED, quota=key)
+        self._wake_for_quota(namespace)
 
     # --- pod disruption budgets (read by preemption only: no pod is woken) ----------------
     def budget_event(self, event_type: str | None, pdb: Mapping[str, Any]) -> None:
@@ -629,11 +626,74 @@ class StateFeed:
                     self._queue.add(key, pod_facts.uid_of(pod), pod_facts.priority_of(pod))
                 elif not self._queue.is_in_flight(key):
                     self._queue.remove(key)
-        self._wake(queue.ClusterEvent.CONFIG_CHANGED)
+        woken = self._queue.wake_all()
+        if woken:
+            log.debug(
+                "pods_woken", cluster_event=queue.ClusterEvent.CONFIG_CHANGED.value, woken=woken
+            )
 
-    # --- internals ----------------------------------------------------------------------
-    def _wake(self, event: queue.ClusterEvent, **context: str) -> None:
-        woken = self._queue.wake(event)
+    # --- the queueing hints -----------------------------------------------------------
+    def settle_releases(self) -> None:
+        """Wake the pods that the room freed since the last call lets fit: pods ended or
+        deleted, reservations rolled back, preemptors' holds given up, init containers'
+        shares released (the engine keeps the list, ``take_freed``). Called after every
+        event applied, and by the worker after its own releases."""
+        for freed in self._engine.take_freed():
+            self._wake(
+                queue.ClusterEvent.ROOM_FREED,
+                functools.partial(self._freed_helps, freed),
+                node=freed.node,
+                namespace=freed.namespace,
+            )
+
+    def _freed_helps(self, freed: Freed, hint: Hashable | None) -> bool:
+        if hint is None:
+            return True
+        if hint is queue.OWN_CHANGE_ONLY or isinstance(hint, queue.Refused):
+            return False
+        if isinstance(hint, queue.WaitsForVictims):
+            return hint.node == freed.node
+        if self._engine.quota_may_help(hint, freed.namespace):
+            return True  # its namespace's quota usage fell: any node may do now
+        return self._engine.fits_now(hint, freed.node, self._wall_clock())
+
+    def _wake_for_node(self, event: queue.ClusterEvent, node: str) -> None:
+        """A node appeared, changed what a decision reads of it, or its inventory did:
+        only pods that now fit it can be helped (every other node is as it was)."""
+
+        def helps(hint: Hashable | None) -> bool:
+            if hint is None:
+                return True
+            if hint is queue.OWN_CHANGE_ONLY or isinstance(hint, queue.Refused):
+                return False
+            if isinstance(hint, queue.WaitsForVictims):
+                return hint.node == node
+            return self._engine.fits_now(hint, node, self._wall_clock())
+
+        self._wake(event, helps, node=node)
+
+    def _wake_for_quota(self, namespace: str) -> None:
+        """A quota's limits changed: pods of its namespace that it refused or that a
+        quota ruled out."""
+
+        def helps(hint: Hashable | None) -> bool:
+            if hint is None:
+                return True
+            if isinstance(hint, queue.Refused):
+                return hint.namespace == namespace
+            if hint is queue.OWN_CHANGE_ONLY or isinstance(hint, queue.WaitsForVictims):
+                return False
+            return self._engine.quota_may_help(hint, namespace)
+
+        self._wake(queue.ClusterEvent.QUOTA_CHANGED, helps, namespace=namespace)
+
+    def _wake(
+        self,
+        event: queue.ClusterEvent,
+        helps: Callable[[Hashable | None], bool],
+        **context: str,
+    ) -> None:
+        woken = self._queue.wake(helps)
         if woken:
             log.debug("pods_woken", cluster_event=event.value, woken=woken, **context)
 

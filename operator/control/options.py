@@ -54,11 +54,13 @@ class OperatorOptions:
     #: A node whose heartbeat (the later of its Lease's renewal and its DeviceInventory's
     #: status.heartbeat) is older than this offers no devices (None: never).
     inventory_timeout_s: float | None = 120.0
-    #: How often every parked pod is retried (the watches keep the books current; a
+    #: How long an unschedulable pod waits for an event that could let it fit before it
+    #: is tried again anyway (the queue's flush; the watches keep the books current, a
     #: kind is listed again only when its watch's resourceVersion has expired).
     resync_interval_s: float = 300.0
+    #: A failed pod's backoff: from the first, doubling up to the longest (kube-scheduler's).
     initial_backoff_s: float = 1.0
-    max_backoff_s: float = 60.0
+    max_backoff_s: float = 10.0
     #: Bindings written at once. The API server answers a Binding in 100-500 ms under a
     #: burst, so this many in flight bounds the rate at this many per that latency.
     max_binds_in_flight: int = 64

@@ -4,8 +4,11 @@ Decisions are made one at a time on the event loop (the engine is synchronous an
 reserves what it picks), so no two decisions can see the same free capacity. Each
 placement is then written as one Binding by a background task, with a bounded number in
 flight: decision (reserved) -> Binding -> ``confirm``; on failure ``rollback`` and retry
-with backoff; on 409 the pod is re-read. A pod that does not fit is parked and reported
-(``PodScheduled=False`` plus an Event) in the background.
+with backoff; on 409 the pod is re-read. A pod that does not fit goes to the
+unschedulable queue with its hint (the verdict its diagnosis was read from) and is
+reported (``PodScheduled=False`` plus an Event) in the background, but only when the
+message differs from the last one reported for it: a pod retried with the same verdict
+costs no API write.
 
 A pod that fits nowhere but may preempt (the engine named victims) is not bound: in the
 background its ``nominatedNodeName`` is set and its victims are evicted (with Events on
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, Protocol
 
 import structlog
@@ -110,6 +113,15 @@ def _holds_devices(decision: cluster.Decision) -> bool:
     return any(any(single) for single in decision.devices.values())
 
 
+def _hint_of(decision: cluster.Decision) -> Hashable | None:
+    """What an unschedulable pod waits for (``queue``): its verdict, which the engine
+    weighs against each event; only its own edit for a request that cannot be read; any
+    event where the engine kept no verdict (the reference path)."""
+    if decision.diagnosis is not None and decision.diagnosis.error is not None:
+        return queue.OWN_CHANGE_ONLY
+    return decision.verdict
+
+
 class SchedulingWorker:
     """See the module docstring. ``resync`` lists the cluster and feeds the engine."""
 
@@ -146,6 +158,8 @@ class SchedulingWorker:
         self._synced_opening = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._reports: dict[PodKey, asyncio.Task[None]] = {}
+        #: Per waiting pod, the message last reported (its condition and Event).
+        self._reported: dict[PodKey, str] = {}
         #: Bindings waiting for their node's allocation gate, and the one being written.
         self._gate_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._binding_on: dict[str, PodKey] = {}
@@ -233,6 +247,7 @@ class SchedulingWorker:
         pod = self._feed.pending_pod(key)
         if pod is None:
             self._queue.remove(key)
+            self._reported.pop(key, None)
             return False
         started = time.perf_counter()
         try:
@@ -240,13 +255,16 @@ class SchedulingWorker:
         except Exception as exc:  # an engine bug or malformed input must not stop the loop
             log.exception("scheduling_failed", pod=key)
             self._metrics.attempt(Result.ERROR)
-            self._queue.park(
-                key, release_helps=False, reasons=(OtherReason.SCHEDULING_ERROR.value,)
-            )
-            self._report(key, self._reporter.failed(pod, f"scheduling failed: {exc}"))
+            self._queue.park(key, reasons=(OtherReason.SCHEDULING_ERROR.value,))
+            message = f"scheduling failed: {exc}"
+            self._report_once(key, message, self._reporter.failed(pod, message))
             return False
+        finally:
+            # The decision may have let go of room (a hold expired, moved): wake who it helps.
+            self._feed.settle_releases()
         self._metrics.decided(time.perf_counter() - started)
         if decision.scheduled and decision.node:
+            self._reported.pop(key, None)
             self._feed.binding_started(key, str((pod.get("metadata") or {}).get("uid") or ""))
             self._spawn(f"bind {key}", self._bind(key, pod, decision.node, decision, slot_held))
             return True
@@ -254,27 +272,34 @@ class SchedulingWorker:
             return self._await_victims(key, pod, decision, decision.nominated_node)
         if decision.rejected is not None:
             self._metrics.attempt(Result.REJECTED)
+            namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
             backoff_s = self._queue.park(
-                key, release_helps=True, reasons=(OtherReason.ADMISSION_REJECTED.value,)
+                key,
+                hint=queue.Refused(namespace),
+                reasons=(OtherReason.ADMISSION_REJECTED.value,),
             )
             log.info("pod_rejected", pod=key, reason=decision.rejected, retry_after_s=backoff_s)
-            self._report(key, self._reporter.rejected(pod, decision.rejected))
+            self._report_once(
+                key, decision.rejected, self._reporter.rejected(pod, decision.rejected)
+            )
             return False
         self._metrics.attempt(Result.UNSCHEDULABLE)
         diagnosis = decision.diagnosis or status.Diagnosis({}, 0)
+        message = diagnosis.message()
         backoff_s = self._queue.park(
-            key,
-            release_helps=queue.release_could_help(diagnosis),
-            reasons=reporting.condition_reasons(diagnosis),
+            key, hint=_hint_of(decision), reasons=reporting.condition_reasons(diagnosis)
         )
+        if self._reported.get(key) == message:
+            log.debug("pod_unschedulable", pod=key, message=message, retry_after_s=backoff_s)
+            return False
         log.info(
             "pod_unschedulable",
             pod=key,
-            message=diagnosis.message(),
+            message=message,
             devices=diagnosis.device_counts(),
             retry_after_s=backoff_s,
         )
-        self._report(key, self._reporter.unschedulable(pod, diagnosis))
+        self._report_once(key, message, self._reporter.unschedulable(pod, diagnosis))
         return False
 
     def _await_victims(
@@ -285,7 +310,9 @@ class SchedulingWorker:
         self._metrics.attempt(Result.PREEMPTING)
         diagnosis = decision.diagnosis or status.Diagnosis({}, 0)
         backoff_s = self._queue.park(
-            key, release_helps=True, reasons=reporting.condition_reasons(diagnosis)
+            key,
+            hint=queue.WaitsForVictims(node),
+            reasons=reporting.condition_reasons(diagnosis),
         )
         if not decision.victims:
             log.info("pod_waiting_for_victims", pod=key, node=node, retry_after_s=backoff_s)
@@ -294,6 +321,7 @@ class SchedulingWorker:
         if self._preemptor is None:
             log.error("preemption_without_preemptor", pod=key)
             self._engine.cancel_preemption(key)
+            self._feed.settle_releases()
             return False
         self._spawn(f"preempt {key}", self._preempt(key, pod, node, decision))
         return False
@@ -332,6 +360,7 @@ class SchedulingWorker:
         # Give the hold back; the next attempt sees the budgets and victims as they are.
         log.warning("preemption_refused", pod=key, node=node, refused=[v for v in refused if v])
         self._engine.cancel_preemption(key)
+        self._feed.settle_releases()
         with contextlib.suppress(Exception):
             await preemptor.nominate(pod, None)
         self._queue.retry_later(key)
@@ -519,12 +548,34 @@ class SchedulingWorker:
         for warning in warnings:
             await self._reporter.adjusted(pod, warning)
 
-    def _report(self, key: PodKey, coro: Awaitable[None]) -> None:
+    def _report_once(self, key: PodKey, message: str, coro: Awaitable[None]) -> None:
+        """Report why the pod waits unless that message is what it was last told: the
+        condition and Event are written when the message changes, not per attempt."""
+        if self._reported.get(key) == message:
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            return
+        if len(self._reported) > 2 * len(self._queue) + 1024:
+            # Pods that left without passing here (deleted while waiting).
+            self._reported = {k: m for k, m in self._reported.items() if k in self._queue}
+        self._reported[key] = message
+
+        def forget() -> None:
+            if self._reported.get(key) == message:
+                del self._reported[key]  # not written: the next attempt tries again
+
+        self._report(key, coro, on_failure=forget)
+
+    def _report(
+        self, key: PodKey, coro: Awaitable[None], on_failure: Callable[[], None] | None = None
+    ) -> None:
         running = self._reports.get(key)
         if running is not None and not running.done():
             # One report per pod at a time; the next attempt reports the newer news.
             if asyncio.iscoroutine(coro):
                 coro.close()
+            if on_failure is not None:
+                on_failure()
             return
 
         async def guarded() -> None:
@@ -535,6 +586,8 @@ class SchedulingWorker:
             except Exception as exc:
                 log.warning("report_failed", pod=key, error=str(exc))
                 self._metrics.api_error("report")
+                if on_failure is not None:
+                    on_failure()
             finally:
                 if self._reports.get(key) is task:
                     del self._reports[key]

@@ -172,6 +172,7 @@ class OperatorApp:
         self.queue = queue.SchedulingQueue(
             initial_backoff_s=options.initial_backoff_s,
             max_backoff_s=options.max_backoff_s,
+            flush_after_s=options.resync_interval_s,
             notify=self._poke_worker,
         )
         self.feed = feed.StateFeed(
@@ -538,7 +539,6 @@ class OperatorApp:
     async def _housekeeping(self) -> None:
         assert self.queue is not None
         assert self.feed is not None
-        last_wake = time.monotonic()
         while True:
             await asyncio.sleep(_HOUSEKEEPING_S)
             for node in self.feed.check_heartbeats():
@@ -548,11 +548,11 @@ class OperatorApp:
                 log.warning("allocation_gate_timed_out", node=node, pod=holder)
             if self._is_leader():
                 await self._report_not_routed()
-            if time.monotonic() - last_wake >= self.options.resync_interval_s:
-                # The watches keep the books current (control/watching.py): no relisting,
-                # only a retry of every parked pod.
-                last_wake = time.monotonic()
-                self.queue.wake_all()
+            # Pods no event helped for --resync-interval are tried again anyway (the
+            # watches keep the books current, control/watching.py: no relisting).
+            flushed = self.queue.flush()
+            if flushed:
+                log.info("unschedulable_pods_flushed", pods=flushed)
 
     def _queue_census(self) -> tuple[dict[str, int], dict[str, int]]:
         """For the metrics: pods per queue, parked pods per reason (read at scrape time)."""

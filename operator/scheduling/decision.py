@@ -550,6 +550,14 @@ class ClusterState(ClusterBooks):
             return True
         return verdict.fits_now(self, node, now)
 
+    def quota_may_help(self, verdict: verdicts.Verdict, namespace: str) -> bool:
+        """Whether a quota change in ``namespace`` (usage falling, limits changing) may
+        let the verdict's pods fit: they are of that namespace and a quota ruled cards
+        out for them."""
+        if verdict.namespace != namespace:
+            return False
+        return verdict.quota_bound or verdict.job_epoch != self._epoch
+
     # --- what verdicts read (``verdicts.JudgedBooks``) -------------------------------------
     @property
     def epoch(self) -> int:

@@ -1,11 +1,18 @@
-"""The scheduling queue: due order, backoff, parking and waking (fake clock, no sleeps)."""
+"""The scheduling queues: active order, backoff, unschedulable pods grouped by hint, waking
+and flushing (fake clock, no sleeps)."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import pytest
 
-from vgpu_operator.control.queue import ClusterEvent, SchedulingQueue, release_could_help
-from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
+from vgpu_operator.control.queue import (
+    OWN_CHANGE_ONLY,
+    QueueName,
+    SchedulingQueue,
+    WaitsForVictims,
+)
 
 
 class Clock:
@@ -23,7 +30,11 @@ def clock() -> Clock:
 
 @pytest.fixture
 def q(clock: Clock) -> SchedulingQueue:
-    return SchedulingQueue(initial_backoff_s=1.0, max_backoff_s=8.0, clock=clock)
+    return SchedulingQueue(initial_backoff_s=1.0, max_backoff_s=8.0, flush_after_s=300, clock=clock)
+
+
+def _any(_hint: Hashable | None) -> bool:
+    return True
 
 
 def test_new_pod_is_due_at_once_and_popped_once(q: SchedulingQueue) -> None:
@@ -42,7 +53,7 @@ def test_pods_come_out_by_priority_then_arrival(q: SchedulingQueue, clock: Clock
     assert [q.pop(), q.pop(), q.pop()] == ["ns/high", "ns/low", "ns/low2"]
 
 
-def test_readding_same_pod_keeps_its_parking(q: SchedulingQueue) -> None:
+def test_readding_same_pod_keeps_it_unschedulable(q: SchedulingQueue) -> None:
     q.add("ns/a", "uid-a")
     q.pop()
     q.park("ns/a")
@@ -57,6 +68,7 @@ def test_same_name_new_uid_starts_over(q: SchedulingQueue) -> None:
     q.park("ns/a")
     assert q.add("ns/a", "uid-2")
     assert q.attempts("ns/a") == 0
+    assert q.parked_count == 0
     assert q.pop() == "ns/a"
 
 
@@ -78,51 +90,86 @@ def test_backoff_doubles_up_to_the_cap(
     for attempt in range(failures):
         backoff = q.park("ns/a")
         if attempt < failures - 1:
-            q.wake(ClusterEvent.NODE_CHANGED)
+            q.wake(_any)
             clock.now += backoff
             assert q.pop() == "ns/a"
     assert backoff == expected_backoff_s
 
 
-def test_parked_pod_waits_for_an_event_even_after_backoff(q: SchedulingQueue, clock: Clock) -> None:
+def test_the_default_backoff_is_kube_schedulers(clock: Clock) -> None:
+    q = SchedulingQueue(clock=clock)
+    q.add("ns/a", "u")
+    backoffs = []
+    for _ in range(6):
+        assert q.pop() == "ns/a"
+        backoffs.append(q.retry_later("ns/a"))
+        clock.now += backoffs[-1]
+    assert backoffs == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+def test_unschedulable_pod_waits_for_an_event_even_after_backoff(
+    q: SchedulingQueue, clock: Clock
+) -> None:
     q.add("ns/a", "u")
     q.pop()
     q.park("ns/a")
-    clock.now += 1000
+    clock.now += 299
     assert q.pop() is None
     assert q.next_due_at() is None
 
 
-def test_woken_pod_still_waits_for_its_backoff(q: SchedulingQueue, clock: Clock) -> None:
+def test_woken_pod_goes_to_backoff_until_its_backoff_ends(q: SchedulingQueue, clock: Clock) -> None:
     q.add("ns/a", "u")
     q.pop()
     q.park("ns/a")  # backoff 1 s
-    assert q.wake(ClusterEvent.NODE_CHANGED) == 1
+    assert q.wake(_any) == 1
+    assert q.census().pods[QueueName.BACKOFF] == 1
     assert q.pop() is None
     assert q.next_due_at() == pytest.approx(clock.now + 1.0)
     clock.now += 1.0
     assert q.pop() == "ns/a"
 
 
-@pytest.mark.parametrize(
-    ("event", "release_helps", "woken"),
-    [
-        pytest.param(ClusterEvent.POD_RELEASED, True, 1, id="release-helps-capacity-shortage"),
-        pytest.param(ClusterEvent.POD_RELEASED, False, 0, id="release-cannot-fix-type-mismatch"),
-        pytest.param(ClusterEvent.QUOTA_CHANGED, False, 0, id="quota-cannot-fix-type-mismatch"),
-        pytest.param(ClusterEvent.NODE_CHANGED, False, 1, id="node-change-may-fix-anything"),
-        pytest.param(ClusterEvent.INVENTORY_CHANGED, False, 1, id="inventory-change"),
-        pytest.param(ClusterEvent.CONFIG_CHANGED, False, 1, id="config-change"),
-    ],
-)
-def test_wake_only_pods_the_event_could_help(
-    q: SchedulingQueue, event: ClusterEvent, release_helps: bool, woken: int
+def test_woken_after_its_backoff_the_pod_is_active_at_once(
+    q: SchedulingQueue, clock: Clock
 ) -> None:
     q.add("ns/a", "u")
     q.pop()
-    q.park("ns/a", release_helps=release_helps)
-    assert q.wake(event) == woken
-    assert q.parked_count == 1 - woken
+    q.park("ns/a")
+    clock.now += 5
+    q.wake(_any)
+    assert q.census().pods[QueueName.ACTIVE] == 1
+    assert q.pop() == "ns/a"
+
+
+def test_an_event_is_weighed_once_per_hint_and_wakes_its_pods_only(q: SchedulingQueue) -> None:
+    for name in ("a1", "a2", "a3", "b"):
+        q.add(f"ns/{name}", name)
+    for _ in range(4):
+        key = q.pop()
+        assert key is not None
+        q.park(key, hint="shape-b" if key == "ns/b" else "shape-a")
+    asked: list[Hashable | None] = []
+
+    def helps(hint: Hashable | None) -> bool:
+        asked.append(hint)
+        return hint == "shape-a"
+
+    assert q.wake(helps) == 3
+    assert sorted(asked, key=str) == ["shape-a", "shape-b"]
+    assert q.parked_count == 1
+    assert q.hint_of("ns/b") == "shape-b"
+    assert q.hints() == ["shape-b"]
+
+
+def test_waking_one_pod_leaves_the_rest_of_its_group(q: SchedulingQueue) -> None:
+    for name in ("a", "b"):
+        q.add(f"ns/{name}", name)
+        assert q.pop() == f"ns/{name}"
+        q.park(f"ns/{name}", hint=WaitsForVictims("n1"))
+    q.wake_one("ns/a")
+    assert q.parked_count == 1
+    assert q.wake(lambda h: h == WaitsForVictims("n1")) == 1
 
 
 def test_retry_later_comes_back_after_backoff_without_an_event(
@@ -136,23 +183,44 @@ def test_retry_later_comes_back_after_backoff_without_an_event(
     assert q.pop() == "ns/a"
 
 
-def test_removed_pod_is_never_popped(q: SchedulingQueue) -> None:
+def test_removed_pod_is_never_popped_nor_woken(q: SchedulingQueue) -> None:
     q.add("ns/a", "u")
+    q.add("ns/b", "u")
+    q.pop()
+    q.park("ns/a", hint=OWN_CHANGE_ONLY)
     q.remove("ns/a")
+    q.remove("ns/b")
     assert q.pop() is None
+    assert q.wake(_any) == 0
+    assert q.hints() == []
     assert len(q) == 0
 
 
-def test_wake_all_unparks_everything(q: SchedulingQueue, clock: Clock) -> None:
+def test_wake_all_moves_every_unschedulable_pod(q: SchedulingQueue, clock: Clock) -> None:
     for name in ("a", "b"):
         q.add(f"ns/{name}", name)
-    for _ in range(2):
+    for hint in ("x", OWN_CHANGE_ONLY):
         key = q.pop()
         assert key is not None
-        q.park(key, release_helps=False)
+        q.park(key, hint=hint)
     assert q.wake_all() == 2
     clock.now += 1.0
     assert {q.pop(), q.pop()} == {"ns/a", "ns/b"}
+
+
+def test_flush_moves_pods_unschedulable_for_too_long(q: SchedulingQueue, clock: Clock) -> None:
+    q.add("ns/old", "1")
+    q.pop()
+    q.park("ns/old", hint=OWN_CHANGE_ONLY)
+    clock.now += 200
+    q.add("ns/new", "2")
+    q.pop()
+    q.park("ns/new", hint=OWN_CHANGE_ONLY)
+    assert q.flush() == 0
+    clock.now += 100
+    assert q.flush() == 1
+    assert q.pop() == "ns/old"
+    assert q.is_unschedulable("ns/new")
 
 
 def test_notify_is_called_when_something_may_be_due(clock: Clock) -> None:
@@ -162,31 +230,21 @@ def test_notify_is_called_when_something_may_be_due(clock: Clock) -> None:
     assert calls
 
 
-def _diagnosis(*reasons: dict[Reason, int]) -> Diagnosis:
-    return Diagnosis({f"n{i}": NodeFailure(r) for i, r in enumerate(reasons)}, len(reasons))
-
-
-@pytest.mark.parametrize(
-    ("diagnosis", "helps"),
-    [
-        pytest.param(_diagnosis({Reason.CARD_INSUFFICIENT_MEMORY: 2}), True, id="memory"),
-        pytest.param(_diagnosis({Reason.CARD_TYPE_MISMATCH: 4}), False, id="type-mismatch"),
-        pytest.param(
-            _diagnosis({Reason.CARD_TYPE_MISMATCH: 4}, {Reason.CARD_INSUFFICIENT_CORE: 1}),
-            True,
-            id="one-node-could-free-up",
-        ),
-        pytest.param(Diagnosis({}, 0), False, id="no-nodes"),
-        pytest.param(Diagnosis({}, 2, error="bad annotation"), False, id="error"),
-    ],
-)
-def test_release_could_help(diagnosis: Diagnosis, helps: bool) -> None:
-    assert release_could_help(diagnosis) is helps
+def test_has_ready_follows_the_active_queue(q: SchedulingQueue, clock: Clock) -> None:
+    assert not q.has_ready()
+    q.add("ns/a", "u")
+    assert q.has_ready()
+    q.pop()
+    assert not q.has_ready()
+    q.retry_later("ns/a")
+    assert not q.has_ready()
+    clock.now += 1
+    assert q.has_ready()
 
 
 def test_the_census_names_kube_schedulers_queues(q: SchedulingQueue, clock: Clock) -> None:
-    """active: due now; backoff: waiting for its backoff; unschedulable: parked, with the
-    reasons it was parked with; a pod being decided is in none."""
+    """active: due now; backoff: waiting for its backoff; unschedulable: waiting for an
+    event, with the reasons it waits for; a pod being decided is in none."""
     for name in ("a", "b", "c", "d"):
         q.add(f"ns/{name}", name)
     assert q.pop() == "ns/a"
@@ -197,8 +255,8 @@ def test_the_census_names_kube_schedulers_queues(q: SchedulingQueue, clock: Cloc
     census = q.census()
     assert census.pods == {"active": 1, "backoff": 1, "unschedulable": 1}
     assert census.unschedulable_reasons == {"CardInsufficientMemory": 1, "NodeUntoleratedTaint": 1}
-    # Woken before its backoff ends, the parked pod backs off; its reasons are gone.
-    q.wake(ClusterEvent.NODE_CHANGED)
+    # Woken before its backoff ends, the unschedulable pod backs off; its reasons are gone.
+    q.wake(_any)
     census = q.census()
     assert census.pods == {"active": 1, "backoff": 2, "unschedulable": 0}
     assert census.unschedulable_reasons == {}

@@ -16,7 +16,7 @@ import pytest
 from vgpu_operator import names
 from vgpu_operator.control import worker as worker_module
 from vgpu_operator.control.feed import StateFeed
-from vgpu_operator.control.queue import SchedulingQueue
+from vgpu_operator.control.queue import OWN_CHANGE_ONLY, Refused, SchedulingQueue, WaitsForVictims
 from vgpu_operator.control.worker import SchedulingWorker
 from vgpu_operator.devices import model
 from vgpu_operator.kube.binding import BindOutcome
@@ -89,6 +89,15 @@ class Engine:
     def remove_quota(self, namespace: str, name: str) -> None: ...
     def set_budget(self, pdb: Mapping[str, Any]) -> None: ...
     def remove_budget(self, namespace: str, name: str) -> None: ...
+
+    def take_freed(self) -> list[Any]:
+        return []
+
+    def fits_now(self, verdict: Any, node: str, now: float) -> bool:
+        return True
+
+    def quota_may_help(self, verdict: Any, namespace: str) -> bool:
+        return True
 
 
 class Binder:
@@ -412,6 +421,86 @@ def test_pod_that_does_not_fit_is_parked_and_reported() -> None:
     assert rig.attempts("unschedulable") == 1
     # The metric's reason is the condition message's: CardInsufficientMemory.
     assert rig.waiting_reasons() == {"CardInsufficientMemory": 1}
+
+
+NO_CORES = Diagnosis({"n1": NodeFailure({Reason.CARD_INSUFFICIENT_CORE: 2})}, 1)
+
+
+def test_a_pod_is_told_why_it_waits_only_when_the_message_changes() -> None:
+    """Retried with the same verdict, a pod costs no condition or Event write."""
+
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.add("a")
+        for diagnosis in (NO_MEMORY, NO_MEMORY, NO_CORES, NO_CORES, NO_MEMORY):
+            rig.engine.decisions["ns/a"] = Decision("ns/a", False, diagnosis=diagnosis)
+            rig.queue.wake_all()
+            rig.clock.now += 60
+            rig.decide_next()
+            await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert [r[2] for r in rig.reporter.reports] == [NO_MEMORY, NO_CORES, NO_MEMORY]
+    assert rig.attempts("unschedulable") == 5
+
+
+def test_a_report_that_failed_is_written_again_on_the_next_attempt() -> None:
+    class Failing(Reporter):
+        calls = 0
+
+        async def unschedulable(self, pod: Mapping[str, Any], diagnosis: Diagnosis) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError("API server away")
+            await super().unschedulable(pod, diagnosis)
+
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.reporter = Failing()
+        rig.worker._reporter = rig.reporter
+        rig.engine.decisions["ns/a"] = Decision("ns/a", False, diagnosis=NO_MEMORY)
+        rig.add("a")
+        for _ in range(2):
+            rig.queue.wake_all()
+            rig.clock.now += 60
+            rig.decide_next()
+            await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert rig.reporter.reports == [("unschedulable", "a", NO_MEMORY)]
+
+
+def test_each_waiting_pod_waits_with_the_hint_of_its_decision() -> None:
+    verdict = object()  # the engine's verdict is opaque to the worker
+
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.engine.decisions["ns/fits-nowhere"] = Decision(
+            "ns/fits-nowhere",
+            False,
+            diagnosis=NO_MEMORY,
+            verdict=verdict,  # type: ignore[arg-type]
+        )
+        rig.engine.decisions["ns/unreadable"] = Decision(
+            "ns/unreadable", False, diagnosis=Diagnosis({}, 1, error="gpumem: not a number")
+        )
+        rig.engine.decisions["ns/refused"] = Decision("ns/refused", False, rejected="over quota")
+        rig.engine.decisions["ns/preempting"] = Decision(
+            "ns/preempting", False, diagnosis=NO_MEMORY, nominated_node="n7"
+        )
+        for name in ("fits-nowhere", "unreadable", "refused", "preempting"):
+            rig.add(name)
+            rig.decide_next()
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert rig.queue.hint_of("ns/fits-nowhere") is verdict
+    assert rig.queue.hint_of("ns/unreadable") is OWN_CHANGE_ONLY
+    assert rig.queue.hint_of("ns/refused") == Refused("ns")
+    assert rig.queue.hint_of("ns/preempting") == WaitsForVictims("n7")
 
 
 def test_rejected_pod_is_parked_with_the_admission_message() -> None:

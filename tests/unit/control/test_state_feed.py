@@ -11,8 +11,9 @@ import pytest
 from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.control.feed import ConfigOutcome, StateFeed
-from vgpu_operator.control.queue import SchedulingQueue
+from vgpu_operator.control.queue import OWN_CHANGE_ONLY, Refused, SchedulingQueue, WaitsForVictims
 from vgpu_operator.devices import model
+from vgpu_operator.scheduling.changes import Freed
 
 SCHED = "vgpu-scheduler"
 
@@ -31,6 +32,14 @@ class FakeEngine:
         self.config: device_config.DeviceConfig | None = None
         self.calls: list[str] = []
         self.expired: list[tuple[str, str]] = []
+        #: Room freed, as the books report it: a bound pod that ended or went away.
+        self.freed: list[Freed] = []
+        #: (verdict, node) pairs where the verdict's pods fit now; (verdict, namespace)
+        #: pairs whose quota may help.
+        self.fitting: set[tuple[object, str]] = set()
+        self.quota_helped: set[tuple[object, str]] = set()
+        #: Every question the feed asked about a verdict.
+        self.asked: list[tuple[object, str]] = []
 
     def set_config(self, config: device_config.DeviceConfig) -> None:
         self.config = config
@@ -67,6 +76,9 @@ class FakeEngine:
 
     def set_pod(self, pod: Mapping[str, Any]) -> None:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        before = self.pods.get(key)
+        if before is not None and _holds_room(before) and not _holds_room(pod):
+            self.freed.append(Freed(before["spec"]["nodeName"], pod["metadata"]["namespace"]))
         self.pods[key] = pod
         self.calls.append(f"set {key} node={pod.get('spec', {}).get('nodeName')}")
 
@@ -78,8 +90,21 @@ class FakeEngine:
         return expired
 
     def remove_pod(self, key: str) -> None:
-        self.pods.pop(key, None)
+        before = self.pods.pop(key, None)
+        if before is not None and _holds_room(before):
+            self.freed.append(Freed(before["spec"]["nodeName"], before["metadata"]["namespace"]))
         self.calls.append(f"remove {key}")
+
+    def take_freed(self) -> list[Freed]:
+        taken, self.freed = self.freed, []
+        return taken
+
+    def fits_now(self, verdict: object, node: str, now: float) -> bool:
+        self.asked.append((verdict, node))
+        return (verdict, node) in self.fitting
+
+    def quota_may_help(self, verdict: object, namespace: str) -> bool:
+        return (verdict, namespace) in self.quota_helped
 
     def set_quota(self, quota: Mapping[str, Any]) -> None:
         meta = quota["metadata"]
@@ -94,6 +119,13 @@ class FakeEngine:
 
     def remove_budget(self, namespace: str, name: str) -> None:
         self.budgets.pop((namespace, name), None)
+
+
+def _holds_room(pod: Mapping[str, Any]) -> bool:
+    return bool(pod.get("spec", {}).get("nodeName")) and pod.get("status", {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
 
 
 class Clock:
@@ -237,30 +269,6 @@ def test_end_of_a_device_holder_wakes_parked_pods(
     assert queue.pop() == "ns/w"
 
 
-def _with_init(pod_: dict[str, Any], exit_code: int | None) -> dict[str, Any]:
-    pod_["spec"]["initContainers"] = [{"name": "prepare"}]
-    state = {"running": {}} if exit_code is None else {"terminated": {"exitCode": exit_code}}
-    pod_["status"]["initContainerStatuses"] = [{"name": "prepare", "state": state}]
-    return pod_
-
-
-def test_finished_init_containers_of_a_holder_wake_parked_pods_once(
-    feed: StateFeed, queue: SchedulingQueue, clock: Clock
-) -> None:
-    feed.pod_event("ADDED", _with_init(bound("h", 2), None))
-    feed.pod_event("ADDED", pod("w", 1))
-    park(queue, "ns/w")
-    feed.pod_event("MODIFIED", _with_init(bound("h", 3), 1))
-    assert queue.parked_count == 1  # a failed init container releases nothing
-    feed.pod_event("MODIFIED", _with_init(bound("h", 4), 0))
-    assert queue.parked_count == 0  # its init share is released
-    clock.now += 1
-    assert queue.pop() == "ns/w"
-    queue.park("ns/w")
-    feed.pod_event("MODIFIED", _with_init(bound("h", 5), 0))
-    assert queue.parked_count == 1  # released already: nothing new
-
-
 def test_device_plugin_answer_opens_the_nodes_gate(feed: StateFeed) -> None:
     settled: list[str] = []
     feed.on_settled = settled.append
@@ -293,14 +301,61 @@ def test_timed_out_gates_open_their_nodes(feed: StateFeed, engine: FakeEngine) -
     assert settled == ["n1"]
 
 
-def test_bound_pod_without_devices_wakes_nobody_when_it_ends(
-    feed: StateFeed, queue: SchedulingQueue
+def test_room_freed_wakes_only_the_pods_it_lets_fit(
+    feed: StateFeed, queue: SchedulingQueue, engine: FakeEngine, clock: Clock
+) -> None:
+    """A pod that ends frees room on its node: each waiting shape (verdict) is asked once
+    whether it fits there now; pods that cannot be helped by room stay."""
+    feed.pod_event("ADDED", pod("plain", 2, node="n1", phase="Running"))
+    helped, not_helped = "verdict-fits-n1", "verdict-too-big"
+    engine.fitting.add((helped, "n1"))
+    for name, hint in (
+        ("w1", helped),
+        ("w2", helped),
+        ("big", not_helped),
+        ("bad", OWN_CHANGE_ONLY),
+        ("refused", Refused("ns")),
+        ("victims-n1", WaitsForVictims("n1")),
+        ("victims-n2", WaitsForVictims("n2")),
+    ):
+        feed.pod_event("ADDED", pod(name, 1, uid=name))
+        assert queue.pop() == f"ns/{name}"
+        queue.park(f"ns/{name}", hint=hint)
+    feed.pod_event("DELETED", pod("plain", 3, node="n1"))
+    assert sorted(engine.asked) == [(helped, "n1"), (not_helped, "n1")]
+    assert {k for k in ("ns/w1", "ns/w2", "ns/victims-n1") if not queue.is_unschedulable(k)} == {
+        "ns/w1",
+        "ns/w2",
+        "ns/victims-n1",
+    }
+    assert all(queue.is_unschedulable(f"ns/{n}") for n in ("big", "bad", "refused", "victims-n2"))
+
+
+def test_room_freed_in_a_namespace_wakes_its_quota_bound_pods_wherever(
+    feed: StateFeed, queue: SchedulingQueue, engine: FakeEngine
 ) -> None:
     feed.pod_event("ADDED", pod("plain", 2, node="n1", phase="Running"))
+    engine.quota_helped.add(("verdict-quota", "ns"))
     feed.pod_event("ADDED", pod("w", 1))
-    park(queue, "ns/w")
-    feed.pod_event("DELETED", pod("plain", 3, node="n1"))
-    assert queue.parked_count == 1
+    assert queue.pop() == "ns/w"
+    queue.park("ns/w", hint="verdict-quota")
+    feed.pod_event("MODIFIED", pod("plain", 3, node="n1", phase="Succeeded"))
+    assert not queue.is_unschedulable("ns/w")
+    assert engine.asked == []  # the quota answered: no node needs asking
+
+
+def test_a_pod_whose_request_cannot_be_read_waits_for_its_own_edit(
+    feed: StateFeed, queue: SchedulingQueue
+) -> None:
+    feed.node_event("ADDED", node("n1", 1, unschedulable=True))
+    feed.pod_event("ADDED", pod("w", 1))
+    assert queue.pop() == "ns/w"
+    queue.park("ns/w", hint=OWN_CHANGE_ONLY)
+    feed.node_event("MODIFIED", node("n1", 2))
+    feed.quota_event("ADDED", quota(1, "1000"))
+    assert queue.is_unschedulable("ns/w")
+    feed.pod_event("MODIFIED", pod("w", 2, annotations={names.GPU_USE_TYPE: "A100"}))
+    assert not queue.is_unschedulable("ns/w")
 
 
 def test_own_status_update_does_not_wake_a_parked_pod(
@@ -616,6 +671,29 @@ def test_quota_limit_change_wakes_and_deletion_removes(
     assert queue.parked_count == 0
     feed.quota_event("DELETED", quota(4, "2000"))
     assert engine.quotas == {}
+
+
+def test_a_quota_change_wakes_the_pods_it_refused_or_ruled_out_in_its_namespace(
+    feed: StateFeed, queue: SchedulingQueue, engine: FakeEngine
+) -> None:
+    feed.quota_event("ADDED", quota(1, "1000"))
+    engine.quota_helped.add(("verdict-quota", "ns"))
+    for name, hint in (
+        ("quota-bound", "verdict-quota"),
+        ("too-big", "verdict-too-big"),
+        ("refused-here", Refused("ns")),
+        ("refused-elsewhere", Refused("other")),
+    ):
+        feed.pod_event("ADDED", pod(name, 1, uid=name))
+        assert queue.pop() == f"ns/{name}"
+        queue.park(f"ns/{name}", hint=hint)
+    feed.quota_event("MODIFIED", quota(2, "1000"))  # status churn only: no engine call
+    assert queue.parked_count == 4
+    feed.quota_event("MODIFIED", quota(3, "2000"))
+    assert not queue.is_unschedulable("ns/quota-bound")
+    assert not queue.is_unschedulable("ns/refused-here")
+    assert queue.is_unschedulable("ns/too-big")
+    assert queue.is_unschedulable("ns/refused-elsewhere")
 
 
 def budget(name: str, version: int, allowed: int) -> dict[str, Any]:

@@ -113,6 +113,17 @@ def test_a_failed_init_container_keeps_the_peak() -> None:
     assert _usage(state)["GPU-0"] == (1, 30000)
 
 
+def test_the_release_is_room_freed_for_the_queueing_hints() -> None:
+    state = cluster(make_node("n").gpu("GPU-0", memory_mib=40000))
+    pod = _running_with_peak()
+    state.set_pod(pod)
+    state.take_freed()
+    state.set_pod(_with_init_state(pod, RUNNING))  # nothing released yet
+    assert state.take_freed() == []
+    state.set_pod(_with_init_state(pod, DONE))
+    assert [(f.node, f.namespace) for f in state.take_freed()] == [("n", "default")]
+
+
 def test_the_released_share_can_be_placed_again() -> None:
     state = cluster(make_node("n").gpu("GPU-0", memory_mib=40000))
     pod = _running_with_peak()
