@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from builders import bound, make_node, make_pod
+from builders import bound, make_node, make_pod, resource_quota
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.scheduling.cluster import ClusterState
@@ -143,3 +143,19 @@ def test_room_freed_is_reported_once_net_of_pods_put_back() -> None:
     freed = state.take_freed()
     assert [(f.node, f.namespace) for f in freed] == [(placed.node, "ns")]
     assert state.take_freed() == []
+
+
+def test_a_quota_bound_verdict_may_be_helped_by_its_namespace_only() -> None:
+    state = _cluster()
+    state.set_quota(resource_quota("ns", gpumem=10000))
+    holder = make_pod("holder", "ns").container(1, 8000, 10).obj()
+    state.confirm(state.schedule(holder, 0.0).pod)
+    blocked = state.schedule(make_pod("w", "ns").container(1, 4000, 10).obj(), 0.0)
+    assert blocked.diagnosis is not None
+    assert "ResourceQuotaNotFit" in blocked.diagnosis.message()
+    assert blocked.verdict is not None
+    assert state.quota_may_help(blocked.verdict, "ns")
+    assert not state.quota_may_help(blocked.verdict, "other")
+    unlimited = state.schedule(make_pod("huge", "other").container(1, 1 << 20, 10).obj(), 0.0)
+    assert unlimited.verdict is not None
+    assert not state.quota_may_help(unlimited.verdict, "other")
