@@ -93,6 +93,9 @@ class EventAggregator:
         #: Who reports (``source.component``): the scheduler, or a node's agent.
         self._component = component
         self._series: dict[tuple[str, str, str, str], _Series] = {}
+        #: The series of each object (namespace, name): ``forget`` runs for every bound
+        #: pod, and must not walk the series of thousands of waiting ones.
+        self._by_object: dict[tuple[str, str], set[tuple[str, str, str, str]]] = {}
         self._serial = 0
 
     def __len__(self) -> int:
@@ -117,6 +120,7 @@ class EventAggregator:
         self._serial += 1
         name = f"{ref.name}.{int(now.timestamp() * 1e9):x}{self._serial:x}"[:253]
         self._series[key] = _Series(name=name, message=message, count=1, first_timestamp=stamp)
+        self._by_object.setdefault((ref.namespace, ref.name), set()).add(key)
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -140,11 +144,16 @@ class EventAggregator:
         series = self._series.get(key)
         if series is not None and series.name == write.name:
             del self._series[key]
+            keys = self._by_object.get((ref.namespace, ref.name))
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_object[(ref.namespace, ref.name)]
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop every series about an object (bound or deleted: no more repeats)."""
-        for key in [k for k in self._series if k[0] == namespace and k[1] == name]:
-            del self._series[key]
+        for key in self._by_object.pop((namespace, name), ()):
+            self._series.pop(key, None)
 
 
 async def write_event(api: client.ApiClient, write: EventWrite) -> bool:

@@ -114,6 +114,19 @@ def test_forgotten_pod_starts_afresh() -> None:
     assert aggregator.record(REF, "FailedScheduling", "no room", T1).action is events.Action.CREATE
 
 
+def test_forgetting_one_pod_keeps_the_others_series() -> None:
+    aggregator = events.EventAggregator("op-1")
+    other = events.ObjectRef("Pod", "ns", "q")
+    aggregator.record(REF, "FailedScheduling", "no room", T0)
+    aggregator.record(REF, "Preempting", "evicting", T0)
+    aggregator.record(other, "FailedScheduling", "no room", T0)
+    aggregator.forget("ns", "p")
+    assert len(aggregator) == 1
+    again = aggregator.record(other, "FailedScheduling", "no room", T1)
+    assert again.action is events.Action.UPDATE
+    assert aggregator.record(REF, "Preempting", "evicting", T1).action is events.Action.CREATE
+
+
 def test_long_message_is_cut_to_the_api_limit() -> None:
     write = events.EventAggregator().record(REF, "R", "x" * 5000, T0)
     assert len(write.body["message"]) == events.MAX_MESSAGE_CHARS
