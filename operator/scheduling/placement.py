@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
@@ -197,6 +197,14 @@ class Summary:
     """
 
     vendors: Mapping[str, VendorSummary] = field(default_factory=dict)
+    #: ``may_fit``'s answers for the requests asked so far (a summary is replaced, never
+    #: changed, when its node changes): a burst of pods alike asks each node once.
+    _answers: dict[tuple[tuple[str, int, int, int, int], ...], bool] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    #: Requests whose answers a summary keeps at most.
+    MAX_ANSWERS: ClassVar[int] = 16
 
     @classmethod
     def of(cls, cards: Sequence[model.DeviceUsage]) -> Summary:
@@ -225,10 +233,21 @@ class Summary:
     def may_fit(self, job: Job) -> bool:
         """False only where no card choice could serve some request of ``job``.
 
-        Runs for every node a search passes, so the cheap tests come first: enough usable
-        cards, then the ``count``-th largest free memory and cores, and only then a count
-        of the cards that have both.
+        Runs for every node a search passes, so the answer to a request asked before is
+        remembered, and the cheap tests come first: enough usable cards, then the
+        ``count``-th largest free memory and cores, and only then a count of the cards
+        that have both.
         """
+        answers = self._answers
+        known = answers.get(job.needs)
+        if known is not None:
+            return known
+        if len(answers) >= self.MAX_ANSWERS:
+            answers.clear()
+        answer = answers[job.needs] = self._may_fit(job)
+        return answer
+
+    def _may_fit(self, job: Job) -> bool:
         vendors = self.vendors
         for vendor_word, count, memory, percent, cores in job.needs:
             have = vendors.get(vendor_word)

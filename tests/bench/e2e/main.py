@@ -1,8 +1,10 @@
 """The end-to-end bench, start to finish: ``python tests/bench/run_e2e.py`` (``make bench``).
 
 Environment (each also a flag): BENCH_NODES (1000), BENCH_SCALE (1.0: pod counts are
-multiplied by it), BENCH_5000 (0: also the 5,000-node run), BENCH_FAULTS (1),
-BENCH_OPERATOR_ARGS (extra ``vgpu-operator run`` flags, e.g. the bind gate's).
+multiplied by it), BENCH_5000 (0: also the 5,000-node run), BENCH_BIG (0: also a run at
+that many nodes, 15000 for issue 24's), BENCH_BACKLOG (5000: the standing backlog of
+unfittable pods), BENCH_FAULTS (1), BENCH_OPERATOR_ARGS (extra ``vgpu-operator run``
+flags, e.g. the bind gate's).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import yaml
 
 from e2e import ceiling, counting, cpu, faults, fleet, gate, procs, report, runs, workloads
-from e2e.api import Api, ApiError
+from e2e.api import Api, ApiError, gather_limited
 from e2e.tracking import Tracker
 from vgpu_operator import names
 from vgpu_operator.control.feed import DEFAULT_CONFIG_KEY
@@ -49,6 +51,19 @@ def options() -> argparse.Namespace:
     parser.add_argument("--nodes", type=int, default=_env_int("BENCH_NODES", 1000))
     parser.add_argument("--scale", type=float, default=float(os.environ.get("BENCH_SCALE", 1.0)))
     parser.add_argument("--with-5000", type=int, default=_env_int("BENCH_5000", 0))
+    parser.add_argument(
+        "--big",
+        type=int,
+        default=_env_int("BENCH_BIG", 0),
+        help="also a cluster of this many nodes (0: none): kube-scheduler and the operator "
+        "on one whole-GPU burst, the operator's peak RSS and a restart to its first bind",
+    )
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=_env_int("BENCH_BACKLOG", 5000),
+        help="unfittable pods left waiting beside a fractional burst (0: no such run)",
+    )
     parser.add_argument("--faults", type=int, default=_env_int("BENCH_FAULTS", 1))
     parser.add_argument("--operator-args", default=os.environ.get("BENCH_OPERATOR_ARGS", ""))
     parser.add_argument(
@@ -175,7 +190,13 @@ class Session:
     # -- kube-scheduler -------------------------------------------------------------------
 
     async def kube_scheduler_run(
-        self, name: str, qps: int, burst: int, count: int, rate: float | None = None
+        self,
+        name: str,
+        qps: int,
+        burst: int,
+        count: int,
+        rate: float | None = None,
+        workload: workloads.Workload | None = None,
     ) -> runs.Result:
         assert self.bench is not None
         binary = find_tool("kube-scheduler")
@@ -191,7 +212,7 @@ class Session:
                 user="kube-scheduler",
                 pid=lambda: child.pid if child.alive else None,
             )
-            workload = workloads.Workload(
+            workload = workload or workloads.Workload(
                 name,
                 "whole-GPU pods via nvidia.com/gpu",
                 count,
@@ -263,6 +284,11 @@ async def baselines(session: Session, bench: runs.Bench, scale: float) -> None:
         await binder.close()
     await session.kube_scheduler_run("ks-default", 50, 100, count)
     await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
+    # The same whole-GPU burst with one pod in ten asking for more cards than any node
+    # has: what unschedulable pods cost kube-scheduler (its queueing hints set them aside).
+    make, unfit = workloads.mixed_unfit(10, whole_gpus=True, scheduler=workloads.KUBE_SCHEDULER)
+    mixed = workloads.Workload("ks-unfit", "whole-GPU pods, 1 in 10 unfittable", count, make, unfit)
+    await session.kube_scheduler_run("ks-unfit", *RAISED_QPS, count, workload=mixed)
     # The same arrivals as the operator's steady 100/s run (whole-GPU pods here): what
     # this cluster lets a scheduler hold.
     steady = min(_scaled(100 * 30, scale, at_least=500), len(bench.cards))
@@ -288,9 +314,16 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
     # One card per node: each UUID-selected pod has its card to itself.
     uuids = [node.cards[0]["uuid"] for node in bench.nodes]
     make_unfit, is_unfit = workloads.mixed_unfit(10)
+    make_whole_unfit, is_whole_unfit = workloads.mixed_unfit(10, whole_gpus=True)
+    whole_count = min(_scaled(2000, scale), cards)
     plan = [
+        workloads.Workload("whole", "whole-GPU pods", whole_count, workloads.whole()),
         workloads.Workload(
-            "whole", "whole-GPU pods", min(_scaled(2000, scale), cards), workloads.whole()
+            "whole-unfit",
+            "whole-GPU pods, 1 in 10 unfittable",
+            whole_count,
+            make_whole_unfit,
+            is_whole_unfit,
         ),
         workloads.Workload(
             "fractional",
@@ -313,7 +346,7 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
         workloads.Workload(
             "unfit",
             "fractional pods, 1 in 10 unfittable",
-            _scaled(500, scale),
+            _scaled(2000, scale),
             make_unfit,
             is_unfit,
         ),
@@ -323,6 +356,9 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
         if workload.name == "whole":
             await whole_backlog(session, bench, workload.count)
             await split_pair(session, bench, workload.count)
+    if session.args.backlog:
+        fractional = next(w for w in plan if w.name == "fractional")
+        await beside_backlog(session, bench, fractional, session.args.backlog)
     for rate in (50, 100, 200):
         count = _scaled(rate * 30, scale, at_least=rate * 5)
         workload = workloads.Workload(
@@ -354,6 +390,45 @@ async def whole_backlog(
     finally:
         await session.serve(names.SCHEDULER_NAME)
         await session.warm_up()  # placed once the operator serves its own name again
+
+
+async def beside_backlog(
+    session: Session, bench: runs.Bench, burst: workloads.Workload, backlog: int
+) -> None:
+    """The fractional burst again, with ``backlog`` unfittable pods waiting the whole time
+    (each already told why it waits): what a standing backlog costs the pods that fit."""
+    namespace = "bench-standing"
+    api = bench.api
+    await api.ensure_namespace(namespace)
+    tracker = Tracker(api, namespace)
+    tracker.start()
+    started = time.time()
+
+    async def create(index: int) -> None:
+        body = workloads.unfittable(namespace, index)
+        await api.create(f"/api/v1/namespaces/{namespace}/pods", body)
+
+    await gather_limited(32, [create(i) for i in range(backlog)])
+    told = await tracker.wait(lambda: len(tracker.waiting) >= backlog, 600)
+    await tracker.stop()
+    settled_s = time.time() - started
+    print(
+        f"[bench] {backlog} unfittable pods waiting, {len(tracker.waiting)} told why, "
+        f"in {settled_s:.0f} s",
+        flush=True,
+    )
+    try:
+        beside = workloads.Workload(
+            "fractional-beside-backlog",
+            f"fractional pods beside {backlog:,} unfittable ones",
+            burst.count,
+            burst.make,
+        )
+        result = await runs.run(bench, beside.name, session.operator_scheduler(), beside)
+        result.extra["backlog"] = backlog
+        result.extra["backlog_told"] = told
+    finally:
+        await bench.clean(namespace)
 
 
 async def split_pair(session: Session, bench: runs.Bench, count: int) -> None:
@@ -521,7 +596,63 @@ def _kubeconfig_via(creds: ClientCredentials, port: int, workdir: Path) -> Path:
     return path
 
 
-async def one_cluster(args: argparse.Namespace, nodes: int, *, full: bool) -> report.Cluster:
+async def big_runs(session: Session, bench: runs.Bench, scale: float) -> dict[str, Any]:
+    """The large cluster: kube-scheduler and the operator on one whole-GPU burst each,
+    then the operator restarted with that burst's pods bound, timed to its first bind."""
+    count = min(_scaled(2000, scale), len(bench.cards))
+    await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
+    ready_s = await session.start_operator()
+    await session.warm_up()
+    whole = workloads.Workload("whole", "whole-GPU pods", count, workloads.whole())
+    result = await runs.run(bench, "whole", session.operator_scheduler(), whole, keep=True)
+    assert session.operator is not None
+    facts: dict[str, Any] = {
+        "operator start to /readyz (first start)": f"{ready_s:.1f} s",
+        "operator peak RSS during the burst": f"{_f0(result.peak_rss_mib)} MiB",
+    }
+    await session.stop_operator()
+    probe_ns = "bench-probe"
+    await bench.api.ensure_namespace(probe_ns)
+    tracker = Tracker(bench.api, probe_ns)
+    tracker.start()
+    await bench.api.create(
+        f"/api/v1/namespaces/{probe_ns}/pods", workloads.fractional(4096, 10)(probe_ns, 0)
+    )
+    restart_ready_s = await session.start_operator()
+    assert session.operator is not None
+    bound = await tracker.wait(lambda: bool(tracker.bound), 600)
+    await tracker.stop()
+    first_bind_s = (max(tracker.bound.values()) - session.operator.started_at) if bound else None
+    await asyncio.sleep(2.0)
+    pid = session.operator.pid
+    facts.update(
+        {
+            f"restart with {result.placed:,} bound pods: start to /readyz": (
+                f"{restart_ready_s:.1f} s"
+            ),
+            "restart: start to first bind": (
+                f"{first_bind_s:.1f} s" if first_bind_s is not None else "no bind"
+            ),
+            "operator RSS after the restart": (
+                f"{procs.rss_mib(pid):.0f} MiB (peak {procs.peak_rss_mib(pid):.0f} MiB)"
+            ),
+        }
+    )
+    check = await bench.recount()
+    facts["recount"] = check.summary()
+    print(f"[bench] {session.node_count} nodes: {facts}", flush=True)
+    await bench.clean(probe_ns)
+    await bench.clean("bench-whole")
+    return facts
+
+
+def _f0(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+async def one_cluster(
+    args: argparse.Namespace, nodes: int, *, full: bool, big: bool = False
+) -> report.Cluster:
     scale = args.scale
     bench_dir = Path(tempfile.mkdtemp(prefix=f"vgpu-bench-{nodes}-"))
     print(f"[bench] logs, configs and the audit log: {bench_dir}", flush=True)
@@ -532,10 +663,14 @@ async def one_cluster(args: argparse.Namespace, nodes: int, *, full: bool) -> re
         parts = set(filter(None, args.only.split(","))) or PARTS
         facts: dict[str, Any] = {}
         try:
+            if big:
+                facts = await big_runs(session, bench, scale)
+                parts = set()
             if "baselines" in parts:
                 await baselines(session, bench, scale)
-            await session.start_operator()
-            await session.warm_up()
+            if not big:
+                await session.start_operator()
+                await session.warm_up()
             op = session.operator_scheduler()
             if "baselines" in parts:
                 await watched_ceiling(session, bench, scale)
@@ -610,15 +745,18 @@ async def amain(args: argparse.Namespace) -> int:
     facts = machine_facts()
     facts["command"] = (
         f"BENCH_NODES={args.nodes} BENCH_SCALE={args.scale} BENCH_5000={args.with_5000} "
+        f"BENCH_BIG={args.big} BENCH_BACKLOG={args.backlog} "
         f"BENCH_FAULTS={args.faults} BENCH_HEARTBEAT_S={args.heartbeat:g} "
         "python tests/bench/run_e2e.py"
     )
     if args.operator_args:
         facts["operator flags"] = args.operator_args
-    sizes = [(args.nodes, True)] + ([(5000, False)] if args.with_5000 else [])
+    sizes = [(args.nodes, True, False)] + ([(5000, False, False)] if args.with_5000 else [])
+    if args.big:
+        sizes.append((args.big, False, True))
     clusters: list[report.Cluster] = []
-    for nodes, full in sizes:
-        clusters.append(await one_cluster(args, nodes, full=full))
+    for nodes, full, big in sizes:
+        clusters.append(await one_cluster(args, nodes, full=full, big=big))
         # Written after each cluster: a later one that fails leaves the earlier figures.
         save(args, clusters, facts)
     failed = [r.name for c in clusters for r in c.results if not r.check_ok]

@@ -101,6 +101,7 @@ def throughput_table(cluster: Cluster) -> str:
         lines.append("")
         ratio = _ratio(frac.pods_per_s if frac else None, whole.pods_per_s)
         lines.append(f"Fractional ÷ whole-GPU (operator): {ratio}.")
+    lines += _unfit_ratios(results)
     backlog = _find(results, "whole-backlog")
     if backlog is not None and ceiling is not None:
         ratio = _ratio(backlog.pods_per_s, ceiling.pods_per_s)
@@ -119,6 +120,43 @@ def throughput_table(cluster: Cluster) -> str:
             f"{_ratio(backlog.pods_per_s if backlog else None, watched.pods_per_s)}."
         )
     return "\n".join(lines)
+
+
+def _pods_per_s(results: Sequence[Result], name: str) -> float | None:
+    found = _find(results, name)
+    return found.pods_per_s if found else None
+
+
+def _unfit_ratios(results: Sequence[Result]) -> list[str]:
+    """What pods that cannot fit cost the pods that can (issue 24), each ratio taken in
+    the same cluster: bursts with one pod in ten unfittable against the same bursts all
+    fittable, and a burst beside a standing backlog of unfittable pods."""
+    lines: list[str] = []
+    unfit = _ratio(_pods_per_s(results, "unfit"), _pods_per_s(results, "fractional"))
+    if unfit != "-":
+        lines += [
+            "",
+            f"Fractional, 1 in 10 unfittable (unfit) ÷ all fittable (fractional): {unfit}.",
+        ]
+    ours = _ratio(_pods_per_s(results, "whole-unfit"), _pods_per_s(results, "whole"))
+    theirs = _ratio(_pods_per_s(results, "ks-unfit"), _pods_per_s(results, "ks-raised"))
+    if ours != "-" or theirs != "-":
+        versus = _ratio(_pods_per_s(results, "whole-unfit"), _pods_per_s(results, "ks-unfit"))
+        lines += [
+            "",
+            "Whole-GPU, 1 in 10 unfittable ÷ all fittable: the operator "
+            f"{ours} (whole-unfit ÷ whole), kube-scheduler {theirs} (ks-unfit ÷ ks-raised); "
+            f"whole-unfit ÷ ks-unfit: {versus}.",
+        ]
+    beside = _find(results, "fractional-beside-backlog")
+    if beside is not None:
+        ratio = _ratio(beside.pods_per_s, _pods_per_s(results, "fractional"))
+        backlog = beside.extra.get("backlog", 0)
+        lines += [
+            "",
+            f"Fractional beside {backlog:,} unfittable pods waiting ÷ fractional alone: {ratio}.",
+        ]
+    return lines
 
 
 #: The processes of ``cpu_ms`` in the order shown; "scheduler" is the one placing the pods.
@@ -255,6 +293,8 @@ def plots(clusters: Sequence[Cluster], folder: Path) -> list[str]:
             "whole-backlog",
             "fractional",
             "multi",
+            "unfit",
+            "fractional-beside-backlog",
         ):
             ax.plot(r.bound_at, range(1, len(r.bound_at) + 1), label=f"{r.name} ({r.scheduler})")
     ax.set_xlabel("seconds since the first pod was created (backlog, ceiling: since the release)")
@@ -333,7 +373,8 @@ def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> Non
     out += ["", "## Commands", ""]
     out.append(
         "- Every figure below: `make bench` (micro-benchmarks first, then this end-to-end "
-        "bench; `BENCH_NODES`, `BENCH_SCALE`, `BENCH_5000=1`, `BENCH_FAULTS=0`: "
+        "bench; `BENCH_NODES`, `BENCH_SCALE`, `BENCH_5000=1`, `BENCH_BIG=15000`, "
+        "`BENCH_BACKLOG`, `BENCH_FAULTS=0`: "
         "tests/bench/e2e/README.md). The end-to-end part alone: "
         f"`{facts.get('command', '')}`."
     )

@@ -98,15 +98,43 @@ def selected(models: list[str], uuids: list[str]) -> Callable[[str, int], Json]:
     return make
 
 
-def mixed_unfit(every: int = 10) -> tuple[Callable[[str, int], Json], Callable[[int], bool]]:
-    """Fractional pods, and every ``every``-th one asks for more memory than any card has."""
+#: What an unfittable fractional pod asks for: more memory than any card has (1 TiB).
+UNFIT_MEMORY_MIB: Final = 1 << 20
+#: What an unfittable whole-GPU pod asks for: more cards than any node has (8 each).
+UNFIT_GPUS: Final = 9
+
+
+def mixed_unfit(
+    every: int = 10, *, whole_gpus: bool = False, scheduler: str = OPERATOR_SCHEDULER
+) -> tuple[Callable[[str, int], Json], Callable[[int], bool]]:
+    """Every ``every``-th pod cannot fit, the others are the ``fractional()`` pods (8 GiB,
+    20 cores; ``whole_gpus``: the ``whole()`` pods, which kube-scheduler can place too).
+    An unfittable fractional pod asks for 1 TiB of one card, an unfittable whole-GPU pod
+    for 9 cards."""
 
     def unfit(i: int) -> bool:
         return i % every == every - 1
 
     def make(ns: str, i: int) -> Json:
-        memory = "1048576" if unfit(i) else "4096"
-        limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": memory, "nvidia.com/gpucores": "10"}
-        return pod(ns, f"unfit-{i:05d}", scheduler=OPERATOR_SCHEDULER, limits=limits)
+        if whole_gpus:
+            limits = {"nvidia.com/gpu": str(UNFIT_GPUS if unfit(i) else 1)}
+        else:
+            memory = UNFIT_MEMORY_MIB if unfit(i) else 8192
+            limits = {
+                "nvidia.com/gpu": "1",
+                "nvidia.com/gpumem": str(memory),
+                "nvidia.com/gpucores": "20",
+            }
+        return pod(ns, f"unfit-{i:05d}", scheduler=scheduler, limits=limits)
 
     return make, unfit
+
+
+def unfittable(namespace: str, index: int) -> Json:
+    """A pod of the standing backlog: one card with 1 TiB, which no card has."""
+    limits = {
+        "nvidia.com/gpu": "1",
+        "nvidia.com/gpumem": str(UNFIT_MEMORY_MIB),
+        "nvidia.com/gpucores": "20",
+    }
+    return pod(namespace, f"standing-{index:05d}", scheduler=OPERATOR_SCHEDULER, limits=limits)
