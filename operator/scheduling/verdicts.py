@@ -87,6 +87,7 @@ class Verdict:
     #: (deadline, node): when each node judged fresh goes stale unless its heartbeat moves.
     _deadlines: list[tuple[float, str]] = field(default_factory=list)
     _diagnosis: Diagnosis | None = None
+    _quota_bound: bool | None = None
 
     @classmethod
     def new(cls, shape: str, job: placement.Job, epoch: int) -> Verdict:
@@ -98,12 +99,13 @@ class Verdict:
 
     @property
     def quota_bound(self) -> bool:
-        """Whether a quota ruled cards out (its namespace's usage falling may help)."""
-        return any(Reason.RESOURCE_QUOTA_NOT_FIT in f.reasons for f in self.failures.values())
-
-    def reasons(self) -> tuple[str, ...]:
-        """The reason codes its message names (each node's main reason)."""
-        return tuple(sorted({f.main_reason().value for f in self.failures.values() if f.reasons}))
+        """Whether a quota ruled cards out (its namespace's usage falling may help);
+        worked out once per refresh that changed something."""
+        if self._quota_bound is None:
+            self._quota_bound = any(
+                Reason.RESOURCE_QUOTA_NOT_FIT in f.reasons for f in self.failures.values()
+            )
+        return self._quota_bound
 
     def diagnosis(self) -> Diagnosis:
         """The diagnosis as of the last refresh (the same object until it changes)."""
@@ -192,6 +194,7 @@ class Verdict:
         if updated or total != self.nodes_total or self._diagnosis is None:
             self.nodes_total = total
             self._diagnosis = None
+            self._quota_bound = None
         self.epoch = books.epoch
         self.quota_usage = books.namespace_quota(self.namespace)
         self.seq = books.change_seq()
