@@ -76,6 +76,10 @@ TOOL_TARGETS: Final = {
     "promtool": "control-plane-bins",
     "prometheus": "observability-tools",
     "helm": "observability-tools",
+    # The bench's: from the control plane's own directory first, so that a newer
+    # kube-scheduler elsewhere in the cache never runs against an older API server.
+    "kube-scheduler": "control-plane-bench-bins",
+    "toxiproxy": "control-plane-bench-bins",
 }
 TOOLS: Final = tuple(TOOL_TARGETS)
 
