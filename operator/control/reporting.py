@@ -53,8 +53,7 @@ def condition_reasons(diagnosis: status.Diagnosis) -> tuple[str, ...]:
     that names none (no node to try, or an unreadable request) gets a code of its own."""
     if diagnosis.error is not None:
         return (OtherReason.INVALID_REQUEST.value,)
-    named = {f.main_reason().value for f in diagnosis.node_failures.values() if f.reasons}
-    return tuple(sorted(named)) or (OtherReason.NO_NODES.value,)
+    return diagnosis.main_reasons() or (OtherReason.NO_NODES.value,)
 
 
 def scheduled_message(pod: Mapping[str, Any], node: str) -> str:

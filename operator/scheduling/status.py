@@ -114,19 +114,42 @@ class NodeFailure:
         return f"{reason.value} (node annotation {', '.join(sorted(keys))})"
 
 
+def nodes_message(per_reason: Mapping[str, int], failed: int, total: int) -> str:
+    """``0/3 nodes are available: 2 CardInsufficientMemory, 1 CardTypeMismatch.`` from the
+    count of nodes under each main reason (text)."""
+    parts = sorted(((r, n) for r, n in per_reason.items() if n), key=lambda kv: (-kv[1], kv[0]))
+    body = ", ".join(f"{n} {reason}" for reason, n in parts)
+    available = total - failed
+    if not body:
+        return f"{available}/{total} nodes are available."
+    return f"{available}/{total} nodes are available: {body}."
+
+
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
-    """All nodes that rejected a pod, and how many nodes were considered."""
+    """All nodes that rejected a pod, and how many nodes were considered.
+
+    Its renderings walk every node, so each is made once per diagnosis and kept: the
+    pods of one shape share one diagnosis (``verdicts``), and each of their attempts
+    asks for the message, the device counts and the reasons.
+    """
 
     node_failures: Mapping[str, NodeFailure]
     nodes_total: int
     error: str | None = field(default=None)
+    _made: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     def message(self) -> str:
         """kube-scheduler's form: counts *nodes* under each node's main reason.
 
         ``0/3 nodes are available: 2 CardInsufficientMemory, 1 CardTypeMismatch.``
         """
+        made = self._made.get("message")
+        if made is None:
+            made = self._made["message"] = self._message()
+        return str(made)
+
+    def _message(self) -> str:
         if self.error is not None:
             return self.error
         per_reason: dict[str, int] = {}
@@ -134,20 +157,46 @@ class Diagnosis:
             if failure.reasons:
                 name = failure.main_reason_text()
                 per_reason[name] = per_reason.get(name, 0) + 1
-        parts = sorted(per_reason.items(), key=lambda kv: (-kv[1], kv[0]))
-        body = ", ".join(f"{n} {reason}" for reason, n in parts)
-        available = self.nodes_total - len(self.node_failures)
-        if not body:
-            return f"{available}/{self.nodes_total} nodes are available."
-        return f"{available}/{self.nodes_total} nodes are available: {body}."
+        return nodes_message(per_reason, len(self.node_failures), self.nodes_total)
+
+    @classmethod
+    def rendered(
+        cls,
+        node_failures: Mapping[str, NodeFailure],
+        nodes_total: int,
+        *,
+        message: str,
+        device_counts: Mapping[str, int],
+        main_reasons: tuple[str, ...],
+    ) -> Diagnosis:
+        """A diagnosis whose renderings its maker already has (kept tallies, ``verdicts``):
+        they must be what ``message``, ``device_counts`` and ``main_reasons`` would make."""
+        made: dict[str, object] = {
+            "message": message,
+            "device_counts": dict(sorted(device_counts.items())),
+            "main_reasons": main_reasons,
+        }
+        return cls(node_failures, nodes_total, None, made)
 
     def device_counts(self) -> dict[str, int]:
         """Per reason, the devices it ruled out summed over nodes (for Events)."""
-        totals: dict[str, int] = {}
-        for failure in self.node_failures.values():
-            for reason, n in failure.reasons.items():
-                totals[reason.value] = totals.get(reason.value, 0) + n
-        return dict(sorted(totals.items()))
+        made = self._made.get("device_counts")
+        if not isinstance(made, dict):
+            totals: dict[str, int] = {}
+            for failure in self.node_failures.values():
+                for reason, n in failure.reasons.items():
+                    totals[reason.value] = totals.get(reason.value, 0) + n
+            made = self._made["device_counts"] = dict(sorted(totals.items()))
+        return dict(made)
+
+    def main_reasons(self) -> tuple[str, ...]:
+        """The reason codes the message names: each node's main reason, without the
+        node annotations that caused it."""
+        made = self._made.get("main_reasons")
+        if not isinstance(made, tuple):
+            named = {f.main_reason().value for f in self.node_failures.values() if f.reasons}
+            made = self._made["main_reasons"] = tuple(sorted(named))
+        return made
 
     def to_json(self) -> dict[str, dict[str, int]]:
         """``{"node-a": {"CardInsufficientMemory": 2}}`` as ``simulate`` prints it."""

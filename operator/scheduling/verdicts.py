@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from vgpu_operator.scheduling import card_classes, node_layer, placement
-from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
+from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason, nodes_message
 
 
 class JudgedBooks(Protocol):
@@ -88,6 +88,12 @@ class Verdict:
     _deadlines: list[tuple[float, str]] = field(default_factory=list)
     _diagnosis: Diagnosis | None = None
     _quota_bound: bool | None = None
+    #: Kept as ``failures`` changes, so that a diagnosis renders without walking every
+    #: node: nodes per main reason (as the message names it, and as a code), devices
+    #: per reason.
+    _by_text: dict[str, int] = field(default_factory=dict)
+    _by_code: dict[str, int] = field(default_factory=dict)
+    _devices: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def new(cls, shape: str, job: placement.Job, epoch: int) -> Verdict:
@@ -108,10 +114,41 @@ class Verdict:
         return self._quota_bound
 
     def diagnosis(self) -> Diagnosis:
-        """The diagnosis as of the last refresh (the same object until it changes)."""
+        """The diagnosis as of the last refresh (the same object until it changes),
+        rendered from the tallies kept as failures changed."""
         if self._diagnosis is None:
-            self._diagnosis = Diagnosis(dict(self.failures), self.nodes_total)
+            failed, total = len(self.failures), self.nodes_total
+            self._diagnosis = Diagnosis.rendered(
+                dict(self.failures),
+                total,
+                message=nodes_message(self._by_text, failed, total),
+                device_counts={r: n for r, n in self._devices.items() if n},
+                main_reasons=tuple(sorted(c for c, n in self._by_code.items() if n)),
+            )
         return self._diagnosis
+
+    def _count(self, failure: NodeFailure, sign: int) -> None:
+        if not failure.reasons:
+            return
+        text, code = failure.main_reason_text(), failure.main_reason().value
+        self._by_text[text] = self._by_text.get(text, 0) + sign
+        self._by_code[code] = self._by_code.get(code, 0) + sign
+        for reason, n in failure.reasons.items():
+            self._devices[reason.value] = self._devices.get(reason.value, 0) + sign * n
+
+    def _set(self, name: str, failure: NodeFailure | None) -> bool:
+        """Record the node's failure (None: it fits); whether anything changed."""
+        old = self.failures.get(name)
+        if old == failure:
+            return False
+        if old is not None:
+            self._count(old, -1)
+        if failure is None:
+            del self.failures[name]
+        else:
+            self.failures[name] = failure
+            self._count(failure, 1)
+        return True
 
     # --- keeping it current -----------------------------------------------------------
     def changed(self, books: JudgedBooks, now: float) -> set[str] | None:
@@ -153,15 +190,15 @@ class Verdict:
         if changed is None:
             names: Iterable[str] = list(books.judged_nodes())
             self.failures, self.stale, self._deadlines = {}, {}, []
+            self._by_text, self._by_code, self._devices = {}, {}, {}
             self.fitting = set()
             updated = True
         else:
             names = changed
             updated = False
-        failures = self.failures
         for name in names:
             if not books.has_node(name):
-                updated |= failures.pop(name, None) is not None
+                updated |= self._set(name, None)
                 self.stale.pop(name, None)
                 self.fitting.discard(name)
                 continue
@@ -173,14 +210,11 @@ class Verdict:
                 failure = judged[name]
             else:
                 failure = self.judge(books, name, now)
+            updated |= self._set(name, failure)
             if failure is None:
-                updated |= failures.pop(name, None) is not None
                 self.fitting.add(name)
             else:
                 self.fitting.discard(name)
-                if failures.get(name) != failure:
-                    failures[name] = failure
-                    updated = True
             if _only_stale(failure):
                 self.stale[name] = books.heartbeat(name)
             else:

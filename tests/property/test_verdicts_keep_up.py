@@ -282,7 +282,14 @@ def comparable(decision: Decision | None) -> Any:
         decision.node,
         dict(decision.devices),
         dict(decision.annotations),
-        None if diagnosis is None else (diagnosis.to_json(), diagnosis.message()),
+        None
+        if diagnosis is None
+        else (
+            diagnosis.to_json(),
+            diagnosis.message(),
+            diagnosis.device_counts(),
+            diagnosis.main_reasons(),
+        ),
         decision.rejected,
     )
 
