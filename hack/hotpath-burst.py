@@ -58,9 +58,18 @@ def make_nodes(cp: ControlPlane, count: int) -> None:
         list(pool.map(one, range(count)))
 
 
-def make_pods(cp: ControlPlane, count: int, gpus: int, gpumem: int | None) -> None:
+#: What an unfittable pod asks for (--unfit-every): 1 TiB of one card, which no card has.
+UNFIT_MIB = 1 << 20
+
+
+def make_pods(
+    cp: ControlPlane, count: int, gpus: int, gpumem: int | None, unfit_every: int = 0
+) -> None:
     def one(i: int) -> None:
-        pod = env.gpu_pod(NS, f"p-{i:06d}", scheduler=SCHEDULER, group=NS, gpus=gpus, gpumem=gpumem)
+        unfit = unfit_every and i % unfit_every == unfit_every - 1
+        name = f"u-{i:06d}" if unfit else f"p-{i:06d}"
+        memory = UNFIT_MIB if unfit else gpumem
+        pod = env.gpu_pod(NS, name, scheduler=SCHEDULER, group=NS, gpus=gpus, gpumem=memory)
         env.create_pod(cp, pod)
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -156,6 +165,12 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--gpumem", type=int, default=None, help="fractional pods: MiB each")
+    parser.add_argument(
+        "--unfit-every",
+        type=int,
+        default=0,
+        help="every N-th pod asks for 1 TiB of one card and cannot fit (0: none)",
+    )
     parser.add_argument("--py-spy", default=None, help="write a py-spy profile here")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--out", default=None, help="append the result as JSON to this file")
@@ -177,7 +192,8 @@ def main() -> int:
             make_bound_pods(cp, args.bound, args.nodes)
             print(f"{args.bound} bound pods in {time.time() - t:.1f}s", flush=True)
         t = time.time()
-        make_pods(cp, args.pods, args.gpus, args.gpumem)
+        make_pods(cp, args.pods, args.gpus, args.gpumem, args.unfit_every)
+        unfit = args.pods // args.unfit_every if args.unfit_every else 0
         print(f"{args.pods} pods in {time.time() - t:.1f}s", flush=True)
 
         port = free_port()
@@ -250,7 +266,7 @@ def main() -> int:
                     n = len(watch.bound)
                 rss, _ = proc_rss_mib(pid)
                 peak_rss = max(peak_rss, rss)
-                if n >= args.pods:
+                if n >= args.pods - unfit:
                     break
                 if n == last and time.time() - t0 > 600:
                     print("stalled", n)
@@ -262,6 +278,9 @@ def main() -> int:
                 spy.wait(timeout=60)
             times = sorted(watch.bound.values())
             t_end = times[-1] if times else time.time()
+            if unfit:
+                # Unfit pods are told why in the background: their writes count too.
+                time.sleep(2.0)
             cpu = proc_cpu_s(pid) - cpu_before
             writes = apiserver_writes(cp)
             delta = {
@@ -282,6 +301,7 @@ def main() -> int:
                 "pods": args.pods,
                 "gpus": args.gpus,
                 "gpumem": args.gpumem,
+                "unfit": unfit,
                 "bound": len(times),
                 "first_bind_s": round(times[0] - t0, 3) if times else None,
                 "duration_s": round(duration, 2),

@@ -158,8 +158,9 @@ class SchedulingWorker:
         self._synced_opening = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._reports: dict[PodKey, asyncio.Task[None]] = {}
-        #: Per waiting pod, the message last reported (its condition and Event).
-        self._reported: dict[PodKey, str] = {}
+        #: Per waiting pod, the message last reported (its condition and Event), with the
+        #: pod's uid: a new pod under an old name has been told nothing yet.
+        self._reported: dict[PodKey, tuple[str, str]] = {}
         #: Bindings waiting for their node's allocation gate, and the one being written.
         self._gate_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._binding_on: dict[str, PodKey] = {}
@@ -257,7 +258,7 @@ class SchedulingWorker:
             self._metrics.attempt(Result.ERROR)
             self._queue.park(key, reasons=(OtherReason.SCHEDULING_ERROR.value,))
             message = f"scheduling failed: {exc}"
-            self._report_once(key, message, self._reporter.failed(pod, message))
+            self._report_once(key, pod, message, self._reporter.failed(pod, message))
             return False
         finally:
             # The decision may have let go of room (a hold expired, moved): wake who it helps.
@@ -280,7 +281,7 @@ class SchedulingWorker:
             )
             log.info("pod_rejected", pod=key, reason=decision.rejected, retry_after_s=backoff_s)
             self._report_once(
-                key, decision.rejected, self._reporter.rejected(pod, decision.rejected)
+                key, pod, decision.rejected, self._reporter.rejected(pod, decision.rejected)
             )
             return False
         self._metrics.attempt(Result.UNSCHEDULABLE)
@@ -289,7 +290,7 @@ class SchedulingWorker:
         backoff_s = self._queue.park(
             key, hint=_hint_of(decision), reasons=reporting.condition_reasons(diagnosis)
         )
-        if self._reported.get(key) == message:
+        if self._reported.get(key) == (pod_facts.uid_of(pod), message):
             log.debug("pod_unschedulable", pod=key, message=message, retry_after_s=backoff_s)
             return False
         log.info(
@@ -299,7 +300,7 @@ class SchedulingWorker:
             devices=diagnosis.device_counts(),
             retry_after_s=backoff_s,
         )
-        self._report_once(key, message, self._reporter.unschedulable(pod, diagnosis))
+        self._report_once(key, pod, message, self._reporter.unschedulable(pod, diagnosis))
         return False
 
     def _await_victims(
@@ -548,20 +549,23 @@ class SchedulingWorker:
         for warning in warnings:
             await self._reporter.adjusted(pod, warning)
 
-    def _report_once(self, key: PodKey, message: str, coro: Awaitable[None]) -> None:
+    def _report_once(
+        self, key: PodKey, pod: Mapping[str, Any], message: str, coro: Awaitable[None]
+    ) -> None:
         """Report why the pod waits unless that message is what it was last told: the
         condition and Event are written when the message changes, not per attempt."""
-        if self._reported.get(key) == message:
+        told = (pod_facts.uid_of(pod), message)
+        if self._reported.get(key) == told:
             if asyncio.iscoroutine(coro):
                 coro.close()
             return
         if len(self._reported) > 2 * len(self._queue) + 1024:
             # Pods that left without passing here (deleted while waiting).
             self._reported = {k: m for k, m in self._reported.items() if k in self._queue}
-        self._reported[key] = message
+        self._reported[key] = told
 
         def forget() -> None:
-            if self._reported.get(key) == message:
+            if self._reported.get(key) == told:
                 del self._reported[key]  # not written: the next attempt tries again
 
         self._report(key, coro, on_failure=forget)

@@ -445,6 +445,25 @@ def test_a_pod_is_told_why_it_waits_only_when_the_message_changes() -> None:
     assert rig.attempts("unschedulable") == 5
 
 
+def test_a_new_pod_under_an_old_name_is_told_why_it_waits() -> None:
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.engine.decisions["ns/a"] = Decision("ns/a", False, diagnosis=NO_MEMORY)
+        rig.add("a")
+        rig.decide_next()
+        await settle(rig)
+        rig.feed.pod_event("DELETED", pod("a", 2))
+        again = pod("a", 3)
+        again["metadata"]["uid"] = "u-a-second"
+        rig.feed.pod_event("ADDED", again)
+        rig.decide_next()
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert [r[:2] for r in rig.reporter.reports] == [("unschedulable", "a")] * 2
+
+
 def test_a_report_that_failed_is_written_again_on_the_next_attempt() -> None:
     class Failing(Reporter):
         calls = 0
