@@ -54,6 +54,7 @@ class EngineInputs(Protocol):
     def remove_inventory(self, node_name: str) -> None: ...
     def set_pod(self, pod: Mapping[str, Any]) -> None: ...
     def allocation_error(self, key: PodKey) -> str | None: ...
+    def allocation_warning(self, key: PodKey) -> str | None: ...
     def expired_gates(self, now: float) -> list[tuple[str, PodKey]]: ...
     def remove_pod(self, key: PodKey) -> None: ...
     def set_quota(self, quota: Mapping[str, Any]) -> None: ...
@@ -311,11 +312,14 @@ class StateFeed:
         if problem is not None:
             # Its shares are not booked: say so, or the card looks freer than it is.
             log.warning(
-                "pod_allocation_unreadable",
+                "pod_allocation_not_booked",
                 pod=key,
                 node=pod_facts.node_name_of(pod),
                 error=problem,
             )
+        edited = self._engine.allocation_warning(key)
+        if edited is not None:
+            log.warning("pod_allocation_edited", pod=key, problem=edited)
         self._track_holder(key, pod)
         if pod_facts.is_waiting_for_scheduler(pod):
             fingerprint = pod_facts.pod_fingerprint(pod)

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model, plausibility
 from vgpu_operator.devices.catalog import VENDOR_TABLE
@@ -24,6 +25,7 @@ from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     allocation_gate,
+    allocation_trust,
     disruption,
     mig_records,
     node_basics,
@@ -191,8 +193,14 @@ class ClusterBooks:
         self._nominations: dict[PodKey, Nomination] = {}
         #: Victims of a preemption whose deletion has not been seen yet.
         self._preempted: set[PodKey] = set()
-        #: Bound pods whose allocation annotation could not be read, and why.
+        #: Bound pods whose allocation annotation could not be read or is not believed
+        #: (``allocation_trust``), and why: they book nothing.
         self._allocation_errors: dict[PodKey, str] = {}
+        #: Bound pods whose allocation annotations were edited after binding (their first
+        #: allocation stays booked), and what was ignored.
+        self._allocation_warnings: dict[PodKey, str] = {}
+        #: Each bound pod's allocation as first seen: later edits change nothing.
+        self._first_records = allocation_trust.FirstRecords(self._record_keys())
         #: Bumped when what admission and parsing depend on changes (config, quota limits);
         #: the decision's per-pod parse cache is valid within one epoch.
         self._epoch = 0
@@ -209,6 +217,9 @@ class ClusterBooks:
         self.gate_timeout_s = allocation_gate.DEFAULT_TIMEOUT_S
         #: Gates already reported as timed out (``expired_gates``).
         self._expired_gates: set[PodKey] = set()
+        #: Pods whose gate is done with (answered, or timed out): a later ``allocating``
+        #: on them holds no gate (``allocation_gate``).
+        self._gate_done: set[PodKey] = set()
 
     @property
     def config(self) -> DeviceConfig:
@@ -228,6 +239,7 @@ class ClusterBooks:
         self._epoch += 1
         self._config = config
         self._vendors = Vendors(config, self._vendor_table)
+        self._first_records.set_keys(self._record_keys())
         ledger = self._new_ledger()
         for quota in self._quota_objects.values():
             ledger.set_quota(quota)
@@ -236,6 +248,10 @@ class ClusterBooks:
             self._quota.add_sums(entry.namespace, entry.quota_sums)
         for node in self._nodes.values():
             self._register(node)
+
+    def _record_keys(self) -> list[str]:
+        """The annotations a pod's allocation is read from (``FirstRecords``)."""
+        return [*self._vendors.allocated_keys().values(), names.MIG_ALLOCATIONS]
 
     def _new_ledger(self) -> QuotaLedger:
         return QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
@@ -332,24 +348,26 @@ class ClusterBooks:
         self._drop_pod(key)
         self._nominations.pop(key, None)
         self._allocation_errors.pop(key, None)
+        self._allocation_warnings.pop(key, None)
         if node is not None or phase in _TERMINATED:
             self._attempts.pop(key, None)  # no longer waiting: its parse is done with
         if node is None or phase in _TERMINATED:
             return
-        annotations = meta.get("annotations") or {}
-        try:
-            devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
-        except CodecError as exc:
-            # Nothing can be booked from it; the runtime reports it (allocation_error).
-            devices = {}
-            self._allocation_errors[key] = str(exc)
-        if allocation_gate.allocation_failed(annotations):
+        uid = str(meta.get("uid") or "")
+        annotations, edited = self._first_records.view(key, uid, meta.get("annotations") or {})
+        if edited:
+            self._allocation_warnings[key] = (
+                "its allocation annotations were changed after it was bound; the books keep "
+                "the allocation it was bound with"
+            )
+        devices = self._trusted_devices(key, pod, annotations)
+        if allocation_gate.allocation_failed(annotations, phase):
             # The device plugin refused it: kubelet will not start it with these devices.
             devices = {}
         holds = any(any(single) for single in devices.values())
-        allocating_since = None if deleting else allocation_gate.holding_since(annotations, holds)
+        allocating_since = self._gate_since(key, uid, previous, annotations, holds, phase, deleting)
         init_count = len((pod.get("spec") or {}).get("initContainers") or [])
-        records = mig_records.read(annotations)
+        records = mig_records.read(annotations) if holds else ()
         entry = PodEntry(
             key=key,
             namespace=key.split("/", 1)[0],
@@ -361,7 +379,7 @@ class ClusterBooks:
             started=_start_time(pod),
             labels=dict(meta.get("labels") or {}),
             deleting=deleting,
-            uid=str(meta.get("uid") or ""),
+            uid=uid,
             mig_records=records,
             decoded=devices,
             init_count=init_count,
@@ -375,6 +393,51 @@ class ClusterBooks:
             # The bound copy of a reservation, or a status update: the node's cards,
             # score and summary stand, so it need not be rebuilt and ranked again.
             self._untouch(node)
+
+    def _trusted_devices(
+        self, key: PodKey, pod: Mapping[str, Any], annotations: Mapping[str, str]
+    ) -> dict[str, model.PodSingleDevice]:
+        """The pod's allocation, if the books believe it (``allocation_trust``); else
+        nothing, and the reason is kept for the runtime's log (``allocation_error``)."""
+        try:
+            devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
+        except CodecError as exc:
+            self._allocation_errors[key] = str(exc)
+            return {}
+        trusted = self._config.scheduler.trusted_names()
+        refused = allocation_trust.refusal(pod, devices, self._vendors, trusted)
+        if refused is not None:
+            self._allocation_errors[key] = refused
+            return {}
+        return devices
+
+    def _gate_since(
+        self,
+        key: PodKey,
+        uid: str,
+        previous: PodEntry | None,
+        annotations: Mapping[str, str],
+        holds: bool,
+        phase: str | None,
+        deleting: bool,
+    ) -> float | None:
+        """Since when (the operator's clock) the pod holds its node's allocation gate, or
+        None. The time is never read from the pod: it is carried over from the pod's
+        earlier entry (its own Binding's, ``confirm``), or starts at the gate's next look
+        (``allocation_gate.UNTIMED``)."""
+        if deleting or key in self._gate_done:
+            return None
+        if not allocation_gate.claims_gate(annotations, holds, phase):
+            if holds and allocation_gate.answered(annotations):
+                self._gate_done.add(key)
+            return None
+        if (
+            previous is not None
+            and previous.allocating_since is not None
+            and previous.uid in ("", uid)
+        ):
+            return previous.allocating_since
+        return allocation_gate.UNTIMED
 
     def _read_mig_records(self, node_name: str) -> None:
         """Book the MIG instances that pods on the node name only in HAMi v2.10's JSON,
@@ -420,10 +483,18 @@ class ClusterBooks:
         self._nominations.pop(key, None)
         self._preempted.discard(key)
         self._allocation_errors.pop(key, None)
+        self._allocation_warnings.pop(key, None)
+        self._first_records.forget(key)
+        self._gate_done.discard(key)
 
     def allocation_error(self, key: PodKey) -> str | None:
-        """Why a bound pod's allocation annotation could not be read (it books nothing)."""
+        """Why a bound pod's allocation annotation could not be read or is not believed
+        (it books nothing)."""
         return self._allocation_errors.get(key)
+
+    def allocation_warning(self, key: PodKey) -> str | None:
+        """What the books ignored of a bound pod's annotations (an edit after binding)."""
+        return self._allocation_warnings.get(key)
 
     def set_budget(self, pdb: Mapping[str, Any]) -> None:
         """Record a PodDisruptionBudget (preemption spares the pods it protects if it can)."""
@@ -444,12 +515,22 @@ class ClusterBooks:
         self._quota.remove_quota(namespace, name)
         self._quota_objects.pop((namespace, name), None)
 
-    def confirm(self, key: PodKey) -> None:
-        """The pod is bound: its reservation (or preemption hold) becomes a booking."""
+    def confirm(self, key: PodKey, now: float | None = None) -> None:
+        """The pod is bound: its reservation (or preemption hold) becomes a booking, and
+        its hold on the node's allocation gate is timed from ``now`` (the Binding's answer,
+        on the operator's clock; None: from the gate's next look)."""
         entry = self._pods.get(key)
         if entry is not None:
             entry.reserved = False
+            if entry.allocating_since is not None and now is not None:
+                self._time_gate(entry, now)
         self._nominations.pop(key, None)
+
+    def _time_gate(self, entry: PodEntry, now: float) -> None:
+        entry.allocating_since = now
+        node = self._nodes.get(entry.node or "")
+        if node is not None and entry.key in node.allocating:
+            node.allocating[entry.key] = now
 
     def rollback(self, key: PodKey) -> None:
         entry = self._pods.get(key)
@@ -591,10 +672,14 @@ class ClusterBooks:
         if node is None:
             return True
         timeout = self.gate_timeout_s
-        for holder, since in node.allocating.items():
+        for holder, since in list(node.allocating.items()):
             entry = self._pods.get(holder)
-            bound = entry is not None and not entry.reserved
-            if holder != key and bound and now - since <= timeout:
+            if entry is None or entry.reserved:
+                continue  # decided, not bound yet: it holds no gate
+            if since == allocation_gate.UNTIMED:
+                self._time_gate(entry, now)
+                since = now
+            if holder != key and now - since <= timeout:
                 return False
         if self.gate_mode is allocation_gate.GateMode.HAMI_LOCK:
             owner = allocation_gate.lock_holder(node.facts.annotations, now, timeout)
@@ -607,6 +692,24 @@ class ClusterBooks:
         """Per node, the pods holding its gate (for status and tests)."""
         return {n.name: sorted(n.allocating) for n in self._nodes.values() if n.allocating}
 
+    def gate_holder(self, node_name: str, now: float) -> allocation_gate.GateHolder | None:
+        """The bound pod that keeps the node's gate shut now (for the waiting pods'
+        condition), or None."""
+        node = self._nodes.get(node_name)
+        if node is None or self.gate_mode is allocation_gate.GateMode.OFF:
+            return None
+        for holder, since in sorted(node.allocating.items()):
+            entry = self._pods.get(holder)
+            if entry is None or entry.reserved:
+                continue
+            if since == allocation_gate.UNTIMED:
+                self._time_gate(entry, now)
+                since = now
+            if now - since <= self.gate_timeout_s:
+                held = now - since
+                return allocation_gate.GateHolder(holder, held, self.gate_timeout_s - held)
+        return None
+
     def expired_gates(self, now: float) -> list[tuple[str, PodKey]]:
         """Gates that timed out since the last call (node, holder): their nodes are open
         again, so parked pods should be retried, and the holders reported."""
@@ -615,13 +718,17 @@ class ClusterBooks:
         expired: list[tuple[str, PodKey]] = []
         live: set[PodKey] = set()
         for node in self._nodes.values():
-            for key, since in node.allocating.items():
+            for key, since in list(node.allocating.items()):
                 entry = self._pods.get(key)
                 if entry is None or entry.reserved:
                     continue  # decided, not bound yet: it holds no gate
                 live.add(key)
+                if since == allocation_gate.UNTIMED:
+                    self._time_gate(entry, now)
+                    continue
                 if now - since > self.gate_timeout_s and key not in self._expired_gates:
                     self._expired_gates.add(key)
+                    self._gate_done.add(key)
                     expired.append((node.name, key))
         self._expired_gates &= live
         return sorted(expired)
