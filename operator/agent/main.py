@@ -490,7 +490,7 @@ async def run_agent(
             on_status=lambda status: plugin.set_cards(cards_of(status)),
         )
         agent.on_config = lambda config: plugin.apply_config(
-            config.registration.memory_scaling, config.core_policy
+            config.registration.memory_scaling, config.core_policy, config.schedulers
         )
         runner = PluginRunner(plugin, Path(settings.device_plugin_dir))
         await asyncio.gather(
