@@ -13,8 +13,8 @@ The timeout runs on the operator's own clock, from the Binding (or, for a pod fo
 already allocating after a restart, from the first time the operator looks at the gate):
 ``hami.io/bind-time`` is written for HAMi's sake and never read, since a time on a pod
 is whatever its writer wanted (one in the future held a node shut). A pod holds the gate
-once: once answered or timed out, a later ``allocating`` on it is not believed, nor is
-one on a pod already running (kubelet starts containers only after every Allocate).
+once: once answered or timed out, a later ``allocating`` on it is not believed (the books
+keep each pod's first answer; a ``failed`` after a ``success`` is not believed either).
 
 ``hami-lock`` also honours HAMi's node lock annotation (``devices.node_lock``): held by
 another pod that still exists and younger than the timeout, it closes the node too.
@@ -57,29 +57,18 @@ class GateMode(enum.StrEnum):
 UNTIMED: Final = math.inf
 
 
-def claims_gate(annotations: Mapping[str, str], holds_devices: bool, phase: str | None) -> bool:
+def claims_gate(annotations: Mapping[str, str], holds_devices: bool) -> bool:
     """Whether a bound pod says it waits for its device plugin (``allocating``), with
-    devices to hand out, and has not started running."""
-    return (
-        holds_devices
-        and annotations.get(names.BIND_PHASE) == codec.BindPhase.ALLOCATING
-        and phase != "Running"
-    )
+    devices to hand out."""
+    return holds_devices and annotations.get(names.BIND_PHASE) == codec.BindPhase.ALLOCATING
 
 
-def answered(annotations: Mapping[str, str]) -> bool:
-    """The device plugin answered for the pod (``success`` or ``failed``)."""
-    return annotations.get(names.BIND_PHASE) in (
-        codec.BindPhase.SUCCESS.value,
-        codec.BindPhase.FAILED.value,
-    )
-
-
-def allocation_failed(annotations: Mapping[str, str], phase: str | None = None) -> bool:
-    """The device plugin gave up on the pod: kubelet will not start it with devices. Not
-    believed of a running pod (kubelet started its containers, so every Allocate
-    succeeded): only its end releases what it holds."""
-    return annotations.get(names.BIND_PHASE) == codec.BindPhase.FAILED and phase != "Running"
+def answer(annotations: Mapping[str, str]) -> str | None:
+    """The device plugin's answer for the pod (``success`` or ``failed``), if any."""
+    phase = annotations.get(names.BIND_PHASE)
+    if phase in (codec.BindPhase.SUCCESS.value, codec.BindPhase.FAILED.value):
+        return str(phase)
+    return None
 
 
 def lock_holder(

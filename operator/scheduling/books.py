@@ -217,9 +217,11 @@ class ClusterBooks:
         self.gate_timeout_s = allocation_gate.DEFAULT_TIMEOUT_S
         #: Gates already reported as timed out (``expired_gates``).
         self._expired_gates: set[PodKey] = set()
-        #: Pods whose gate is done with (answered, or timed out): a later ``allocating``
-        #: on them holds no gate (``allocation_gate``).
-        self._gate_done: set[PodKey] = set()
+        #: The first answer of each bound pod's device plugin (``success`` or ``failed``):
+        #: a pod answered holds no gate again, and a later answer changes nothing.
+        self._answers: dict[PodKey, str] = {}
+        #: Pods whose hold on the gate timed out: a later ``allocating`` holds nothing.
+        self._gate_expired: set[PodKey] = set()
 
     @property
     def config(self) -> DeviceConfig:
@@ -354,6 +356,10 @@ class ClusterBooks:
         if node is None or phase in _TERMINATED:
             return
         uid = str(meta.get("uid") or "")
+        if previous is not None and previous.uid and previous.uid != uid:
+            # Another pod of the same name: nothing the old one's plugin said applies.
+            self._answers.pop(key, None)
+            self._gate_expired.discard(key)
         annotations, edited = self._first_records.view(key, uid, meta.get("annotations") or {})
         if edited:
             self._allocation_warnings[key] = (
@@ -361,11 +367,16 @@ class ClusterBooks:
                 "the allocation it was bound with"
             )
         devices = self._trusted_devices(key, pod, annotations)
-        if allocation_gate.allocation_failed(annotations, phase):
+        answer = allocation_gate.answer(annotations)
+        if answer is not None and any(any(single) for single in devices.values()):
+            self._answers.setdefault(key, answer)
+        if self._answers.get(key) == codec.BindPhase.FAILED:
             # The device plugin refused it: kubelet will not start it with these devices.
+            # (Only its plugin's first answer counts: a pod that got its devices and says
+            # failed later is still on them.)
             devices = {}
         holds = any(any(single) for single in devices.values())
-        allocating_since = self._gate_since(key, uid, previous, annotations, holds, phase, deleting)
+        allocating_since = self._gate_since(key, uid, previous, annotations, holds, deleting)
         init_count = len((pod.get("spec") or {}).get("initContainers") or [])
         records = mig_records.read(annotations) if holds else ()
         entry = PodEntry(
@@ -418,18 +429,15 @@ class ClusterBooks:
         previous: PodEntry | None,
         annotations: Mapping[str, str],
         holds: bool,
-        phase: str | None,
         deleting: bool,
     ) -> float | None:
         """Since when (the operator's clock) the pod holds its node's allocation gate, or
         None. The time is never read from the pod: it is carried over from the pod's
         earlier entry (its own Binding's, ``confirm``), or starts at the gate's next look
         (``allocation_gate.UNTIMED``)."""
-        if deleting or key in self._gate_done:
+        if deleting or key in self._answers or key in self._gate_expired:
             return None
-        if not allocation_gate.claims_gate(annotations, holds, phase):
-            if holds and allocation_gate.answered(annotations):
-                self._gate_done.add(key)
+        if not allocation_gate.claims_gate(annotations, holds):
             return None
         if (
             previous is not None
@@ -485,7 +493,8 @@ class ClusterBooks:
         self._allocation_errors.pop(key, None)
         self._allocation_warnings.pop(key, None)
         self._first_records.forget(key)
-        self._gate_done.discard(key)
+        self._answers.pop(key, None)
+        self._gate_expired.discard(key)
 
     def allocation_error(self, key: PodKey) -> str | None:
         """Why a bound pod's allocation annotation could not be read or is not believed
@@ -728,7 +737,7 @@ class ClusterBooks:
                     continue
                 if now - since > self.gate_timeout_s and key not in self._expired_gates:
                     self._expired_gates.add(key)
-                    self._gate_done.add(key)
+                    self._gate_expired.add(key)
                     expired.append((node.name, key))
         self._expired_gates &= live
         return sorted(expired)

@@ -162,17 +162,6 @@ def test_a_pod_holds_the_gate_once() -> None:
     assert state.bind_gate_open("b", "t/p", 162)
 
 
-def test_a_running_pod_holds_no_gate() -> None:
-    """kubelet starts containers only after every Allocate: a running pod that says
-    allocating (its own edit) is not waiting for its device plugin."""
-    state = two_nodes()
-    pod = bound_by_another(state, "x", "a", 100)
-    pod["status"]["phase"] = "Running"
-    state.set_pod(pod)
-    assert state.gate_holders() == {}
-    assert state.bind_gate_open("a", "t/p", 100)
-
-
 @pytest.mark.parametrize(
     "change",
     [
@@ -214,12 +203,13 @@ def test_failed_allocation_releases_the_booking() -> None:
     assert not any(row.used_slots for row in state.device_usage())
 
 
-def test_a_running_pod_that_says_failed_keeps_its_booking() -> None:
-    """Its containers run on the devices: only its end releases them."""
+def test_a_pod_that_got_its_devices_and_says_failed_later_keeps_its_booking() -> None:
+    """Its plugin's first answer was success: its containers run on the devices, and only
+    its end releases them (a tenant's edit must not free the card under it)."""
     state = two_nodes()
     pod = bound_by_another(state, "x", "a", 100)
-    pod["status"]["phase"] = "Running"
     state.set_pod(pod)
+    state.set_pod(with_phase(pod, "success"))
     state.set_pod(with_phase(pod, "failed"))
     assert any(row.used_slots for row in state.device_usage())
 
