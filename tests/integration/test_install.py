@@ -236,6 +236,8 @@ def test_the_readme_install_creates_every_object_in_one_run(installed: Cluster) 
         f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/vgpu-agent",
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/vgpu-operator",
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-agent-own-node",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-allocation-record",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-gpu-pods",
         f"/api/v1/namespaces/{LEASES}",
         f"{ROLES.format(ns=LEASES)}/vgpu-agent-node-lease",
         f"{ROLES.format(ns=LEASES)}/vgpu-operator-node-leases",
@@ -630,6 +632,73 @@ def test_the_device_plugin_may_not_touch_pods_elsewhere_or_their_spec(
         )
     )
     assert "annotations only" in message
+
+
+@pytest.mark.parametrize(
+    ("patch", "refusal"),
+    [
+        pytest.param(
+            {"metadata": {"labels": {"app": "adopted"}}},
+            "not its labels, finalizers or owner references",
+            id="labels",
+        ),
+        pytest.param(
+            {"metadata": {"finalizers": ["example.com/never"]}},
+            "not its labels, finalizers or owner references",
+            id="finalizers",
+        ),
+        pytest.param(
+            {
+                "metadata": {
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "ConfigMap",
+                            "name": "gone",
+                            "uid": "00000000-0000-0000-0000-000000000000",
+                        }
+                    ]
+                }
+            },
+            "not its labels, finalizers or owner references",
+            id="dangling-owner",
+        ),
+        pytest.param(
+            {"metadata": {"annotations": {"example.com/note": "x"}}},
+            "only the annotations hami.io/bind-phase and",
+            id="other-annotation",
+        ),
+        pytest.param(
+            {"metadata": {"annotations": {"hami.io/vgpu-devices-allocated": "GPU-x,NVIDIA,1,0:;"}}},
+            "only the annotations hami.io/bind-phase and",
+            id="the-allocation-itself",
+        ),
+    ],
+)
+def test_the_device_plugin_may_change_only_its_two_annotations_of_a_pod(
+    installed: Cluster,
+    gpu_nodes: tuple[str, str],
+    agent_token: str,
+    patch: dict[str, Any],
+    refusal: str,
+) -> None:
+    """Issue 22, attack 9: on pods of its own node, the agent's patches were held to
+    "annotations only"; labels (a Service or controller adopts the pod), finalizers (it
+    can never be deleted) and a dangling owner (the garbage collector deletes it) went
+    through. Each is refused now, and the pod is left as it was."""
+    own = f"vgpu-agent-{gpu_nodes[0]}"
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{own}"
+    before = installed.cp.get(path)["metadata"]
+    message = _refused(
+        installed.run(
+            ["patch", "pod", "-n", NAMESPACE, own, "--type=merge", f"-p={json.dumps(patch)}"],
+            token=agent_token,
+        )
+    )
+    assert refusal in message
+    after = installed.cp.get(path)["metadata"]
+    for key in ("labels", "finalizers", "ownerReferences", "annotations"):
+        assert after.get(key) == before.get(key)
 
 
 # --- the operator's identity --------------------------------------------------------------
