@@ -220,7 +220,8 @@ def bound_pod(
     annotate: bool = True,
 ) -> dict[str, Any]:
     """A pod bound to ``node`` as the operator leaves it for the device plugin: one entry
-    (card, MiB, cores) per container, the first ``init`` of them init containers."""
+    (card, MiB, cores) per container, the first ``init`` of them init containers, placed
+    by the vgpu-scheduler on that node (the plugin serves no other pods)."""
     single = tuple(
         tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entry) for entry in entries
     )
@@ -233,6 +234,7 @@ def bound_pod(
                 single, names.NVIDIA_DEVICES_TO_ALLOCATE
             ),
             names.BIND_PHASE: "allocating",
+            names.ASSIGNED_NODE: node,
         }
         if annotate
         else {}
@@ -255,6 +257,7 @@ def bound_pod(
         },
         "spec": {
             "nodeName": node,
+            "schedulerName": names.SCHEDULER_NAME,
             "initContainers": containers[:init],
             "containers": containers[init:],
         },
