@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from integration import operator_env as env
 from integration.test_install import (
     Cluster,
@@ -940,3 +941,54 @@ def test_8_a_preemption_a_budget_blocks_evicts_nobody_and_says_why(
         cp.delete(f"{budgets}/db")
         for name in classes:
             cp.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{tenant.namespace}-{name}")
+
+
+# --- critical priority classes ---------------------------------------------------------------
+
+
+def documented_quota() -> Json:
+    """The ResourceQuota docs/operations.md gives for critical priority classes."""
+    text = (env.REPO / "docs" / "operations.md").read_text()
+    section = text.split("**Critical priority classes.**", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    quota: Json = yaml.safe_load(block)
+    return quota
+
+
+def test_a_tenant_may_preempt_with_critical_priority_only_until_the_documented_quota(
+    stack: Stack, tenant: Tenant
+) -> None:
+    """Any pod may name system-cluster-critical; the ResourceQuota the security section
+    gives stops it in the namespace, and leaves other pods alone."""
+    cp = stack.cp
+    critical = gpu_pod("critical", node=stack.main.name, gpumem=1000)
+    critical["spec"]["priorityClassName"] = "system-cluster-critical"
+    tenant.create_pod(critical)
+    cp.delete(f"/api/v1/namespaces/{tenant.namespace}/pods/critical?gracePeriodSeconds=0")
+    quota = documented_quota()
+    path = f"/api/v1/namespaces/{tenant.namespace}/resourcequotas"
+    cp.create(path, quota)
+    name = quota["metadata"]["name"]
+    try:
+        # No controller manager here: the status its quota controller would write.
+        cp.request(
+            "PATCH",
+            f"{path}/{name}/status",
+            {"status": {"hard": quota["spec"]["hard"], "used": {"pods": "0"}}},
+            content_type="application/merge-patch+json",
+        )
+        critical["metadata"]["name"] = "critical-again"
+
+        def refused() -> str | None:
+            try:
+                tenant.create_pod(critical)
+            except Refused as exc:
+                return exc.message
+            cp.delete(f"/api/v1/namespaces/{tenant.namespace}/pods/critical-again")
+            return None
+
+        message = env.wait_until("the quota to refuse critical pods", refused, 30)
+        assert f"exceeded quota: {name}" in message
+        tenant.create_pod(gpu_pod("ordinary", node=stack.main.name, gpumem=1000))
+    finally:
+        cp.delete(f"{path}/{name}")
