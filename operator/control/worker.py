@@ -111,9 +111,9 @@ DECIDING_SLICE_S = 0.005
 _REREAD_INITIAL_S = 0.5
 _REREAD_MAX_S = 5.0
 
-#: A Binding that has waited this long for its node's allocation gate is shown on its pod
-#: (condition and Event): a plugin that answers in a second or two keeps a burst quiet,
-#: one that does not answer is seen.
+#: A Binding that has waited this long for its node's allocation gate, held this long by
+#: one pod, is shown on its pod (condition and Event): plugins that answer in a second or
+#: two keep a burst quiet, one that does not answer is seen.
 GATE_REPORT_AFTER_S = 5.0
 
 
@@ -418,19 +418,23 @@ class SchedulingWorker:
                         asyncio.shield(turn), max(0.0, report_at - self._clock())
                     )
                 if not turn.done() and self._clock() >= report_at:
-                    report_at = None
-                    self._report_gated(key, node, pod)
+                    report_at = self._report_gated(key, node, pod)
             finally:
                 waiters = self._gate_waiters.get(node)
                 if waiters is not None and turn in waiters:
                     waiters.remove(turn)
 
-    def _report_gated(self, key: PodKey, node: str, pod: Mapping[str, Any]) -> None:
-        """The pod's Binding has waited long for the node's gate: say who holds it, for
-        how long, and when it opens at the latest (a condition, an Event, a log line)."""
+    def _report_gated(self, key: PodKey, node: str, pod: Mapping[str, Any]) -> float | None:
+        """The pod's Binding has waited long for the node's gate. If the pod holding it has
+        held it long too (its plugin is slow or silent), say who, for how long, and when
+        the gate opens at the latest (a condition, an Event, a log line), and return None;
+        in a burst whose holders answer promptly nothing is written (the waits are the
+        queue's), and the next look is returned."""
+        after = self._gate_report_after_s
         holder = self._engine.gate_holder(node, self._wall_clock())
-        if holder is None:
-            return  # the gate opens now; the next turn binds
+        if holder is None or holder.held_s < after:
+            held = 0.0 if holder is None else holder.held_s
+            return self._clock() + max(after - held, 0.05)
         message = reporting.gate_wait_message(node, holder.pod, holder.held_s, holder.opens_in_s)
         log.info(
             "binding_waits_for_allocation_gate",
@@ -440,6 +444,7 @@ class SchedulingWorker:
             held_s=round(holder.held_s, 1),
         )
         self._report(key, self._reporter.gated(pod, message))
+        return None
 
     def node_settled(self, node: str) -> None:
         """The node's previous GPU pod has its devices (or gave up, or timed out): the
