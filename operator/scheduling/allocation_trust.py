@@ -13,7 +13,10 @@ only when:
   defaults the decision used: exactly its device count, and no more memory or cores than
   it writes itself (MIG instances are whole instances: only the count is checked);
 - and it is the pod's first allocation (``FirstRecords``): an edit of the annotations
-  after the pod was bound changes nothing in the books.
+  after the pod was bound changes nothing in the books. An allocation once believed
+  stays believed: a later change of the config (a renamed scheduler) does not take a
+  running pod's share out of the books; a refused one is judged again under a new
+  config (which may have arrived after the pod).
 
 Pure: plain dicts in, a refusal (a sentence for the log) or None out.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator import names
@@ -131,8 +135,22 @@ def _is_mig_instance(uuid: str) -> bool:
         return True  # unreadable: the decoder refused it before; never check it here
 
 
+@dataclass(slots=True)
+class _Record:
+    uid: str
+    values: tuple[tuple[str, str], ...]
+    #: The books' verdict on this allocation (``refusal``), once made. An allocation
+    #: believed stays believed when the config changes (a renamed scheduler's running
+    #: pods keep their shares until they end); a refusal is reconsidered (the config may
+    #: have arrived after the pod: ``reconsider``), so the refused pod is kept.
+    verdict: str | None = None
+    judged: bool = False
+    refused_pod: Mapping[str, Any] | None = None
+
+
 class FirstRecords:
-    """Each bound pod's allocation annotations as the books first saw them bound.
+    """Each bound pod's allocation annotations as the books first saw them bound, and
+    the verdict on them.
 
     The books read a pod's allocation from this record, not from its current
     annotations: an allocation is written once, with the Binding, and nothing after
@@ -142,7 +160,7 @@ class FirstRecords:
 
     def __init__(self, keys: Iterable[str]) -> None:
         self._keys = tuple(dict.fromkeys(keys))
-        self._records: dict[PodKey, tuple[str, tuple[tuple[str, str], ...]]] = {}
+        self._records: dict[PodKey, _Record] = {}
 
     def set_keys(self, keys: Iterable[str]) -> None:
         """The record's keys changed (a config with other vendors' keys): start over."""
@@ -158,14 +176,39 @@ class FirstRecords:
         when this is the first sighting of ``uid`` bound), and whether they were edited."""
         current = tuple((k, str(annotations[k])) for k in self._keys if k in annotations)
         recorded = self._records.get(key)
-        if recorded is None or recorded[0] != uid:
-            self._records[key] = (uid, current)
+        if recorded is None or recorded.uid != uid:
+            self._records[key] = _Record(uid, current)
             return annotations, False
-        if recorded[1] == current:
+        if recorded.values == current:
             return annotations, False
         view = {k: v for k, v in annotations.items() if k not in self._keys}
-        view.update(recorded[1])
+        view.update(recorded.values)
         return view, True
+
+    def judged(self, key: PodKey) -> tuple[bool, str | None]:
+        """Whether the pod's allocation was judged, and the verdict (a refusal or None)."""
+        recorded = self._records.get(key)
+        if recorded is None or not recorded.judged:
+            return False, None
+        return True, recorded.verdict
+
+    def judge(self, key: PodKey, verdict: str | None, pod: Mapping[str, Any]) -> None:
+        recorded = self._records.get(key)
+        if recorded is not None:
+            recorded.verdict = verdict
+            recorded.judged = True
+            recorded.refused_pod = pod if verdict is not None else None
+
+    def reconsider(self) -> list[Mapping[str, Any]]:
+        """The refused pods, their verdicts cleared, to be judged again (by a new config)."""
+        pods = []
+        for recorded in self._records.values():
+            if recorded.refused_pod is not None:
+                pods.append(recorded.refused_pod)
+                recorded.judged = False
+                recorded.verdict = None
+                recorded.refused_pod = None
+        return pods
 
     def forget(self, key: PodKey) -> None:
         self._records.pop(key, None)

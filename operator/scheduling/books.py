@@ -250,6 +250,8 @@ class ClusterBooks:
             self._quota.add_sums(entry.namespace, entry.quota_sums)
         for node in self._nodes.values():
             self._register(node)
+        for pod in self._first_records.reconsider():
+            self.set_pod(pod)
 
     def _record_keys(self) -> list[str]:
         """The annotations a pod's allocation is read from (``FirstRecords``)."""
@@ -415,8 +417,11 @@ class ClusterBooks:
         except CodecError as exc:
             self._allocation_errors[key] = str(exc)
             return {}
-        trusted = self._config.scheduler.trusted_names()
-        refused = allocation_trust.refusal(pod, devices, self._vendors, trusted)
+        judged, refused = self._first_records.judged(key)
+        if not judged:
+            trusted = self._config.scheduler.trusted_names()
+            refused = allocation_trust.refusal(pod, devices, self._vendors, trusted)
+            self._first_records.judge(key, refused, pod)
         if refused is not None:
             self._allocation_errors[key] = refused
             return {}

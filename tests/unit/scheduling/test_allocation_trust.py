@@ -152,3 +152,31 @@ def test_disable_control_false_changes_nothing() -> None:
     decision = state.schedule(pod, 0)
     ((device,),) = decision.devices["NVIDIA"]
     assert (device.memory_mib, device.cores) == (1024, 10)
+
+
+def test_a_pod_is_judged_once_as_it_was_bound() -> None:
+    """Renaming the scheduler does not take running pods' shares out of the books (they
+    hold the cards until they end); a pod first seen after the rename is judged anew."""
+    state = l40s()
+    pod = forged(make_pod("old").container(gpu=1).obj(), WHOLE)
+    state.set_pod(pod)
+    state.set_config(load_config({"scheduler": {"schedulerName": "renamed"}}))
+    pod["status"]["startTime"] = "2026-01-01T00:00:00Z"  # a status update
+    pod["metadata"]["labels"] = {"touched": "yes"}
+    state.set_pod(pod)
+    assert booked(state) == {"GPU-0": (1, 46068, 100)}
+    late = forged(make_pod("late").container(gpu=1).obj(), "GPU-1,NVIDIA,46068,100:;")
+    state.set_pod(late)
+    assert "GPU-1" not in booked(state)
+
+
+def test_a_refusal_is_reconsidered_when_the_config_arrives() -> None:
+    """After a restart the pods may be listed before the device config: a pod refused
+    under the default scheduler name is booked once the config naming it is in force."""
+    state = l40s()
+    pod = forged(make_pod("early").container(gpu=1).obj(), WHOLE, scheduler="team-scheduler")
+    state.set_pod(pod)
+    assert booked(state) == {}
+    state.set_config(load_config({"scheduler": {"schedulerName": "team-scheduler"}}))
+    assert booked(state) == {"GPU-0": (1, 46068, 100)}
+    assert state.allocation_error("default/early") is None
