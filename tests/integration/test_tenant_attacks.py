@@ -391,6 +391,14 @@ def stack(
             slow.stop()
 
 
+def _gone(cp: ControlPlane, namespace: str, name: str) -> bool:
+    try:
+        env.get_pod(cp, namespace, name)
+    except ApiError as exc:
+        return exc.status == 404
+    return False
+
+
 def _reported(cp: ControlPlane, node: str) -> bool:
     try:
         inventory = cp.get(f"{env.INVENTORIES}/{node}")
@@ -746,6 +754,12 @@ def test_4_a_tenant_cannot_hold_a_gate_and_a_gated_wait_is_shown(
     assert bound["spec"]["nodeName"] == slow
     scheduled = env.condition(bound) or {}
     assert scheduled.get("status") == "True"
+    # The holder is given up (deleted); the kubelet comes, and the waiter is served.
+    cp.delete(f"/api/v1/namespaces/{tenant.namespace}/pods/holder?gracePeriodSeconds=0")
+    env.wait_until("the holder to go", lambda: _gone(cp, tenant.namespace, "holder"), 30)
+    stack.slow.admitting.set()
+    assert wait_received(stack, stack.slow, "waiter").error is None
+    assert_gauges_agree_with_the_recount(stack)
 
 
 # --- 5. the gate after a long wait --------------------------------------------------------------
