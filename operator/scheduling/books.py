@@ -82,7 +82,8 @@ class PodEntry:
     mig_records: tuple[MigAllocation, ...] = ()
     decoded: dict[str, model.PodSingleDevice] = field(default_factory=dict)
     init_count: int = 0
-    #: Since when the pod holds its node's allocation gate (``allocation_gate``), if it does.
+    #: Since when (the operator's clock) the pod holds its node's allocation gate, if it
+    #: does; ``allocation_gate.UNTIMED`` until the gate's next look stamps it.
     allocating_since: float | None = None
     #: What ``set_pod`` read the entry from (the config's epoch and ``_share_source``);
     #: None for a decision's reservation.
@@ -215,12 +216,11 @@ class ClusterBooks:
         #: At most one GPU pod per node between Binding and the plugin's answer.
         self.gate_mode = allocation_gate.GateMode.OFF
         self.gate_timeout_s = allocation_gate.DEFAULT_TIMEOUT_S
-        #: Gates already reported as timed out (``expired_gates``).
-        self._expired_gates: set[PodKey] = set()
         #: The first answer of each bound pod's device plugin (``success`` or ``failed``):
         #: a pod answered holds no gate again, and a later answer changes nothing.
         self._answers: dict[PodKey, str] = {}
-        #: Pods whose hold on the gate timed out: a later ``allocating`` holds nothing.
+        #: Pods whose hold on the gate timed out (reported once, by ``expired_gates``): a
+        #: later ``allocating`` holds nothing.
         self._gate_expired: set[PodKey] = set()
 
     @property
@@ -730,21 +730,17 @@ class ClusterBooks:
         if self.gate_mode is allocation_gate.GateMode.OFF:
             return []
         expired: list[tuple[str, PodKey]] = []
-        live: set[PodKey] = set()
         for node in self._nodes.values():
             for key, since in list(node.allocating.items()):
                 entry = self._pods.get(key)
                 if entry is None or entry.reserved:
                     continue  # decided, not bound yet: it holds no gate
-                live.add(key)
                 if since == allocation_gate.UNTIMED:
                     self._time_gate(entry, now)
                     continue
-                if now - since > self.gate_timeout_s and key not in self._expired_gates:
-                    self._expired_gates.add(key)
+                if now - since > self.gate_timeout_s and key not in self._gate_expired:
                     self._gate_expired.add(key)
                     expired.append((node.name, key))
-        self._expired_gates &= live
         return sorted(expired)
 
     def _observe_gpu_count(self, node: NodeEntry) -> None:
