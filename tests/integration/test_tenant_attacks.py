@@ -479,7 +479,7 @@ def gauges(stack: Stack) -> Usage:
 def recount(stack: Stack) -> Usage:
     """What the live pods' containers received from their nodes' device plugins."""
     live = {
-        f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+        p["metadata"]["uid"]
         for p in stack.cp.get("/api/v1/pods").get("items", [])
         if not p["metadata"].get("deletionTimestamp")
         and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
@@ -487,7 +487,7 @@ def recount(stack: Stack) -> Usage:
     usage: dict[tuple[str, str], list[int]] = {}
     for rig in stack.rigs():
         for received in rig.received():
-            if received.error is not None or received.pod not in live:
+            if received.error is not None or received.uid not in live:
                 continue
             visible = received.envs.get("NVIDIA_VISIBLE_DEVICES", "").split(",")
             hami_core = any(path == "/etc/ld.so.preload" for path, _, _ in received.mounts)
@@ -522,12 +522,26 @@ def assert_gauges_agree_with_the_recount(stack: Stack) -> Usage:
 
 
 def wait_received(stack: Stack, rig: NodeRig, pod: str) -> ContainerSettings:
+    """What the pod now named ``pod`` received (names recur from test to test)."""
     key = f"{stack.tenant.namespace}/{pod}"
 
     def received() -> ContainerSettings | None:
-        return next((r for r in rig.received() if r.pod == key), None)
+        try:
+            uid = env.get_pod(stack.cp, stack.tenant.namespace, pod)["metadata"]["uid"]
+        except ApiError:
+            return None
+        return next((r for r in rig.received() if r.pod == key and r.uid == uid), None)
 
     return env.wait_until(f"{key}'s Allocate", received, 60)
+
+
+def events_of(cp: ControlPlane, namespace: str, name: str) -> list[Json]:
+    """The Events of the pod now named ``name`` (not of earlier pods of that name)."""
+    try:
+        uid = env.get_pod(cp, namespace, name)["metadata"]["uid"]
+    except ApiError:
+        return []
+    return [e for e in env.events_for(cp, namespace, name) if e["involvedObject"].get("uid") == uid]
 
 
 def allocation_patch(node: str, card: str, memory: int = CARD_MIB, cores: int = 100) -> Json:
@@ -747,7 +761,7 @@ def test_4_a_tenant_cannot_hold_a_gate_and_a_gated_wait_is_shown(
     assert shown, "the waiter was bound without ever showing why it waited"
     assert shown[0]["status"] == "False"
     assert f"pod {tenant.namespace}/holder was bound there" in shown[0]["message"]
-    events = env.events_for(cp, tenant.namespace, "waiter")
+    events = events_of(cp, tenant.namespace, "waiter")
     assert any(e["reason"] == "WaitingForAllocationGate" for e in events)
     # The holder never answers: the gate opens after its timeout, and the waiter binds.
     bound = env.wait_bound(cp, tenant.namespace, "waiter", GATE_TIMEOUT_S + 30)
@@ -781,7 +795,7 @@ def test_5_a_pod_bound_after_a_long_wait_holds_the_gate_from_its_binding(
         "the second pod to be decided",
         lambda: (
             "WaitingForAllocationGate"
-            in {e["reason"] for e in env.events_for(cp, tenant.namespace, "second")}
+            in {e["reason"] for e in events_of(cp, tenant.namespace, "second")}
         ),
         60,
     )
@@ -824,7 +838,7 @@ def test_6_turning_hami_core_off_is_an_administrators_choice(stack: Stack, tenan
     assert not any(path == "/etc/ld.so.preload" for path, _, _ in received.mounts)
     usage = assert_gauges_agree_with_the_recount(stack)
     assert list(usage.values()) == [(1, CARD_MIB, 100)]
-    reasons = {e["reason"] for e in env.events_for(stack.cp, tenant.namespace, "raw")}
+    reasons = {e["reason"] for e in events_of(stack.cp, tenant.namespace, "raw")}
     assert "GpuRequestAdjusted" in reasons
 
 
@@ -872,7 +886,7 @@ def test_7_a_decoy_cannot_fail_another_pods_allocate(stack: Stack, tenant: Tenan
             return bool(pod["metadata"]["annotations"].get(names.BIND_PHASE) == "failed")
 
         env.wait_until(f"{name} to be marked failed", marked, 30)
-        events = env.events_for(cp, tenant.namespace, name)
+        events = events_of(cp, tenant.namespace, name)
         assert any(
             e["reason"] == "GpuAllocateFailed" and "refusing to guess" in e["message"]
             for e in events
@@ -935,7 +949,7 @@ def test_8_a_preemption_a_budget_blocks_evicts_nobody_and_says_why(
         tenant.create_pod(urgent)
 
         def told() -> Json | None:
-            for event in env.events_for(cp, tenant.namespace, "urgent"):
+            for event in events_of(cp, tenant.namespace, "urgent"):
                 if event["reason"] == "PreemptionBlocked":
                     return event
             return None
