@@ -1,5 +1,5 @@
-# Test control plane binaries (kube-apiserver, etcd, kwok) and the test tools kubectl and
-# promtool. Included by the main Makefile.
+# Test control plane binaries (kube-apiserver, etcd, kwok, kube-scheduler,
+# kube-controller-manager) and the test tools kubectl and promtool. Included by the main Makefile.
 #
 #   make control-plane-bins   build them once (slow the first time) and print their directory
 #
@@ -18,7 +18,7 @@ export VGPU_CONTROL_PLANE_BIN_DIR := $(CONTROL_PLANE_BIN_DIR)
 control-plane-bins:
 	@$(CONTROL_PLANE_BUILD)
 
-# The same plus kube-scheduler and toxiproxy-server, for `make bench` only.
+# The same plus toxiproxy-server, for `make bench` only.
 control-plane-bench-bins:
 	@$(CONTROL_PLANE_BUILD) --bench
 

@@ -31,7 +31,7 @@ def default_cache_dir() -> Path:
 
 
 def _version_key(path: Path) -> tuple[int, ...]:
-    # <component>-v1.34.10 -> (1, 34, 10); unparsable names sort first.
+    # <component>-v1.37.2 -> (1, 37, 2); unparsable names sort first.
     return tuple(int(n) for n in re.findall(r"\d+", path.parent.name.rsplit("-v", 1)[-1]))
 
 
@@ -69,12 +69,14 @@ def _find_binary(name: str) -> tuple[Path | None, list[str]]:
     return (cached[0] if cached else None), looked
 
 
-#: Test tools built beside the control plane (hack/control-plane/build.sh).
-TOOLS: Final = ("kubectl", "promtool")
+#: Test tools and optional control-plane parts built beside the control plane
+#: (hack/control-plane/build.sh; toxiproxy with --bench only).
+TOOLS: Final = ("kubectl", "promtool", "kube-scheduler", "kube-controller-manager", "toxiproxy")
 
 
 def find_tool(name: str) -> Path:
-    """One of ``TOOLS`` (kubectl, promtool), or raise BinariesNotFoundError."""
+    """One of ``TOOLS`` (kubectl, promtool, kube-scheduler, ...), or raise
+    BinariesNotFoundError."""
     path, looked = _find_binary(name)
     if path is None:
         raise BinariesNotFoundError(
