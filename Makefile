@@ -19,6 +19,7 @@ help:
 	@echo "make lint     - ruff, mypy --strict, import-linter"
 	@echo "make bench    - micro-benchmarks, then the end-to-end benchmark (docs/benchmarks.md)"
 	@echo "make deviceplugin-conformance - kubelet's device manager, the harness of the device-plugin tests"
+	@echo "make dra-conformance - kubelet's DRA manager and the CDI library, the harness of the DRA tests"
 
 -include hack/control-plane.mk
 
@@ -36,14 +37,14 @@ $(BIN)/.linked: $(BIN)/.deps $(PKG_SOURCES)
 
 dev: $(BIN)/.linked
 
-test: dev control-plane-bins deviceplugin-conformance
+test: dev control-plane-bins deviceplugin-conformance dra-conformance
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest
 
 test-unit: dev
 	$(BIN)/pytest -m 'not integration'
 
-test-integration: dev control-plane-bins deviceplugin-conformance
+test-integration: dev control-plane-bins deviceplugin-conformance dra-conformance
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest -m integration
 

@@ -32,3 +32,14 @@ export VGPU_DEVICEPLUGIN_CONFORMANCE := $(DEVICEPLUGIN_CONFORMANCE)
 .PHONY: deviceplugin-conformance
 deviceplugin-conformance: control-plane-bins
 	@$(CONTROL_PLANE_BUILD) deviceplugin-conformance
+
+# kubelet's DRA manager and plugin watcher (k8s.io/kubernetes at the same version) with the CDI
+# reference library, as a harness for the agent's DRA plugin (hack/dra-conformance); cached per
+# version and source hash, built after the control plane like the one above.
+DRA_CONFORMANCE := $(shell $(CONTROL_PLANE_BUILD) --print-path dra-conformance)
+# tests/integration/test_dra_conformance.py runs it.
+export VGPU_DRA_CONFORMANCE := $(DRA_CONFORMANCE)
+
+.PHONY: dra-conformance
+dra-conformance: control-plane-bins
+	@$(CONTROL_PLANE_BUILD) dra-conformance
