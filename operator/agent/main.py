@@ -477,7 +477,9 @@ async def run_agent(
     agent_metrics.serve(metrics_port)
     stop_event = asyncio.Event() if stop is None else stop
     async with api_client(kubeconfig) as api:
-        path = await node_path(settings, api)
+        path = await node_path(settings, api, stop_event)
+        if path is None:
+            return  # stopped before the node could be read
         log.info("gpu_path_chosen", node=settings.node_name, path=path)
         if path == dra.PATH_DRA:
             await run_dra_driver(settings, backend, api, agent_metrics, stop_event)
@@ -521,10 +523,11 @@ async def run_agent(
         )
 
 
-async def node_path(settings: AgentSettings, api: ApiClient) -> str:
-    """Which path this node's cards are offered by: its label's, or the device plugin.
-    DRA needs the driver's directories (``--kubelet-plugins-dir``); without them a node
-    labelled for DRA is served by the device plugin, and the log says so."""
+async def node_path(settings: AgentSettings, api: ApiClient, stop: asyncio.Event) -> str | None:
+    """Which path this node's cards are offered by: its label's, or the device plugin
+    (None when ``stop`` is set before the Node could be read). DRA needs the driver's
+    directories (``--kubelet-plugins-dir``); without them a node labelled for DRA is served
+    by the device plugin, and the log says so."""
     backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
     while True:
         try:
@@ -532,8 +535,16 @@ async def node_path(settings: AgentSettings, api: ApiClient) -> str:
             break
         except Exception as exc:
             delay = backoff.next_delay_s()
-            log.warning("node_read_failed", node=settings.node_name, error=describe_error(exc))
-            await asyncio.sleep(delay)
+            log.warning(
+                "node_read_failed",
+                node=settings.node_name,
+                error=describe_error(exc),
+                retry_in_s=round(delay, 3),
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            if stop.is_set():
+                return None
     wanted = labels.get(dra.NODE_PATH_LABEL, dra.PATH_DEVICE_PLUGIN)
     if wanted not in dra.PATHS:
         log.error(
