@@ -2,7 +2,8 @@
 
 A control plane of its own (kube-scheduler would bind every default-scheduler pod of the
 shared one): kube-apiserver, kube-scheduler, kube-controller-manager's resource claim
-controller (a pod's ResourceClaimTemplates become claims), KWOK nodes labelled for the DRA
+controller (a pod's ResourceClaimTemplates become claims) and garbage collector, KWOK nodes
+labelled for the DRA
 path, and an agent per node on a simulated machine publishing its ResourceSlice. Pods ask
 for shares through ResourceClaimTemplates of the DeviceClasses in manifests/; what
 kube-scheduler allocates is read back from the claims.
@@ -48,7 +49,8 @@ def cluster(
         env.install_crd(plane)
         for doc in yaml.safe_load_all((ROOT / "manifests" / "dra-deviceclasses.yaml").read_text()):
             plane.create(f"{RESOURCE}/deviceclasses", doc)
-        plane.start_controller_manager(["resourceclaim-controller"])
+        # The garbage collector too: a node's slices go with its DeviceInventory.
+        plane.start_controller_manager(["resourceclaim-controller", "garbage-collector-controller"])
         plane.start_scheduler()
         agents = []
         work = tmp_path_factory.mktemp("dra")
@@ -310,3 +312,40 @@ def test_a_recount_over_every_claim_shows_no_card_over_committed(cluster: Contro
         assert used.shares <= Fraction(parse_quantity(limit["shares"]["value"])), key
     # Other tests hold part of the L40S cards too; whatever they hold, the cards filled up.
     assert placed < 12
+
+
+def test_a_nodes_slice_goes_with_its_inventory(
+    cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Uninstalling deletes the CRD and with it every DeviceInventory; deleting a node
+    deletes its inventory: either way the garbage collector removes the node's slice."""
+    node = "node-going"
+    cluster.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
+    sockets = Path(tempfile.mkdtemp(prefix="dra-"))
+    work = tmp_path_factory.mktemp("going")
+    settings = AgentSettings(
+        node_name=node,
+        heartbeat_interval_s=1.0,
+        poll_interval_s=0.2,
+        backoff_initial_s=0.2,
+        backoff_max_s=1.0,
+        health_wait_s=0.2,
+        registration=RegistrationOptions(split_count=SPLIT),
+        hami_core_dir=str(work / "vgpu"),
+        dra_plugins_dir=str(sockets / "plugins"),
+        dra_registry_dir=str(sockets / "registry"),
+        cdi_dir=str(work / "cdi"),
+    )
+    agent = AgentThread(settings, resolve_machine_path("l40s-pcie-4"), cluster.kubeconfig_path)
+    agent.start()
+    try:
+        wait_for(f"{node}'s slice", lambda: node_slice(cluster, node), timeout=60)
+    finally:
+        agent.stop()  # the agent is gone (its DaemonSet deleted)
+    cluster.delete(f"{env.INVENTORIES}/{node}")
+
+    def gone() -> bool:
+        found = cluster.request("GET", f"{SLICES}?fieldSelector=spec.nodeName%3D{node}")
+        return not found["items"]
+
+    wait_for("the garbage collector to remove the slice", gone, timeout=60)
