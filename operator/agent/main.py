@@ -493,13 +493,7 @@ async def run_agent(
                 agent.run(stop_event), follow_config(settings, api, agent, stop_event)
             )
             return
-        if settings.hami_core_library is not None:
-            await asyncio.to_thread(
-                hamicore.install,
-                Path(settings.hami_core_library),
-                Path(settings.hami_core_dir),
-                CONTAINER_HOOK_DIR,
-            )
+        await install_hami_core(settings)
         # MIG entries: the geometry tables of the config in force when Allocate runs.
         instances = mig.MigInstances(
             backend.nvml_module, lambda card_type: agent.node_config.geometries_for(card_type)
@@ -520,6 +514,17 @@ async def run_agent(
             agent.run(stop_event),
             runner.run(stop_event),
             follow_config(settings, api, agent, stop_event),
+        )
+
+
+async def install_hami_core(settings: AgentSettings) -> None:
+    """HAMi-core's library from the image into its host directory (both paths use it)."""
+    if settings.hami_core_library is not None:
+        await asyncio.to_thread(
+            hamicore.install,
+            Path(settings.hami_core_library),
+            Path(settings.hami_core_dir),
+            CONTAINER_HOOK_DIR,
         )
 
 
@@ -592,13 +597,7 @@ async def run_dra_driver(
     """The node on the DRA path: the inventory as always, the cards as this node's
     ResourceSlice pool, and kubelet's DRA plugin preparing claims with HAMi-core's limits."""
     assert settings.dra_plugins_dir is not None
-    if settings.hami_core_library is not None:
-        await asyncio.to_thread(
-            hamicore.install,
-            Path(settings.hami_core_library),
-            Path(settings.hami_core_dir),
-            CONTAINER_HOOK_DIR,
-        )
+    await install_hami_core(settings)
     node = settings.node_name
     real_sysfs = backend.description == "nvml"
     publisher = SlicePublisher(

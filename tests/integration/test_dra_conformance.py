@@ -16,7 +16,6 @@ when VGPU_REQUIRE_CONTROL_PLANE is set.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -28,46 +27,22 @@ from typing import Any
 
 import pytest
 from integration import operator_env as env
-from integration.conftest import REQUIRE_ENV, control_plane_required
+from integration.dra_env import RESOURCE, dra_agent, node_slice
 from integration.test_agent import AgentThread, wait_for
-from integration.test_deviceplugin_conformance import Kubelet
+from integration.test_deviceplugin_conformance import Kubelet, require_harness
 
-from vgpu_operator.agent.inventory import RegistrationOptions
-from vgpu_operator.agent.main import AgentSettings
-from vgpu_operator.agent.simulated import resolve_machine_path
 from vgpu_operator.devices import dra
 from vgpu_operator.testing.controlplane import ControlPlane
 
 HARNESS = "dra-conformance"
 HARNESS_ENV = "VGPU_DRA_CONFORMANCE"
-BUILD_SH = Path(__file__).resolve().parents[2] / "hack" / "control-plane" / "build.sh"
-RESOURCE = "/apis/resource.k8s.io/v1"
 SPLIT = 4
 CARD = "GPU-0b7e2c41-5a66-4f1e-8c2d-4a5b00000001"  # l40s-pcie-4, index 1
 
 
 @pytest.fixture(scope="session")
 def dra_harness() -> Path:
-    if env_path := os.environ.get(HARNESS_ENV):
-        where: Path | None = Path(env_path)
-    else:
-        try:
-            out = subprocess.run(
-                [str(BUILD_SH), "--print-path", HARNESS],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=30,
-            ).stdout
-            where = Path(out.strip().splitlines()[-1])
-        except (OSError, subprocess.SubprocessError):
-            where = None
-    if where is not None and where.is_file() and os.access(where, os.X_OK):
-        return where
-    problem = f"{HARNESS} not found at {where}\nRun `make dra-conformance` (built once)."
-    if control_plane_required():
-        pytest.fail(f"{problem}\n({REQUIRE_ENV} is set, so this is an error)", pytrace=False)
-    pytest.skip(f"{problem}\n(set {REQUIRE_ENV}=1 to fail instead of skipping)")
+    return require_harness(HARNESS, HARNESS_ENV, "kubelet's DRA manager")
 
 
 class DraKubelet(Kubelet):
@@ -125,22 +100,16 @@ def dra_node(
     agent: AgentThread | None = None
     try:
         kubelet.ok("start")
-        settings = AgentSettings(
-            node_name=name,
-            heartbeat_interval_s=1.0,
-            poll_interval_s=0.2,
-            backoff_initial_s=0.2,
-            backoff_max_s=1.0,
-            health_wait_s=0.2,
-            registration=RegistrationOptions(split_count=SPLIT),
-            hami_core_dir=str(tmp_path / "vgpu"),
-            dra_plugins_dir=str(root / "plugins"),
-            dra_registry_dir=str(root / "kubelet" / "plugins_registry"),
-            cdi_dir=str(cdi_dir),
+        agent = dra_agent(
+            name,
+            "l40s-pcie-4",
+            kubeconfig_env,
+            tmp_path,
+            split=SPLIT,
+            registry_dir=root / "kubelet" / "plugins_registry",
+            sockets=root,
         )
-        agent = AgentThread(settings, resolve_machine_path("l40s-pcie-4"), kubeconfig_env)
-        agent.start()
-        wait_for(f"{name}'s slice", lambda: _slice(control_plane, name), 60)
+        wait_for(f"{name}'s slice", lambda: node_slice(control_plane, name), 60)
         yield DraNode(name, kubelet, cdi_dir, tmp_path / "vgpu")
     finally:
         if agent is not None:
@@ -149,13 +118,6 @@ def dra_node(
         shutil.rmtree(root, ignore_errors=True)
         control_plane.delete(f"{env.INVENTORIES}/{name}")
         control_plane.delete(f"/api/v1/nodes/{name}")
-
-
-def _slice(plane: ControlPlane, node: str) -> dict[str, Any] | None:
-    found = plane.request("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName%3D{node}")[
-        "items"
-    ]
-    return found[0] if found else None
 
 
 def allocated_pod(

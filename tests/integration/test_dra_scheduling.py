@@ -11,7 +11,6 @@ kube-scheduler allocates is read back from the claims.
 
 from __future__ import annotations
 
-import tempfile
 import uuid
 from collections.abc import Iterator
 from fractions import Fraction
@@ -21,19 +20,15 @@ from typing import Any
 import pytest
 import yaml
 from integration import operator_env as env
-from integration.test_agent import AgentThread, wait_for
+from integration.dra_env import RESOURCE, SLICES, dra_agent, node_slice
+from integration.test_agent import wait_for
 
-from vgpu_operator.agent.inventory import RegistrationOptions
-from vgpu_operator.agent.main import AgentSettings
-from vgpu_operator.agent.simulated import resolve_machine_path
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
-RESOURCE = "/apis/resource.k8s.io/v1"
-SLICES = f"{RESOURCE}/resourceslices"
 L40S = "node-l40s"  # l40s-pcie-4: four 46068 MiB cards
 FAILING = "node-failing"  # h100-pcie-failing: card 2 raises XID 79
 SPLIT = 4
@@ -57,36 +52,15 @@ def cluster(
         try:
             for node, machine in ((L40S, "l40s-pcie-4"), (FAILING, "h100-pcie-failing")):
                 plane.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
-                # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
-                sockets = Path(tempfile.mkdtemp(prefix="dra-"))
-                settings = AgentSettings(
-                    node_name=node,
-                    heartbeat_interval_s=1.0,
-                    poll_interval_s=0.2,
-                    backoff_initial_s=0.2,
-                    backoff_max_s=1.0,
-                    health_wait_s=0.2,
-                    registration=RegistrationOptions(split_count=SPLIT),
-                    hami_core_dir=str(work / node / "vgpu"),
-                    dra_plugins_dir=str(sockets / "plugins"),
-                    dra_registry_dir=str(sockets / "registry"),
-                    cdi_dir=str(work / node / "cdi"),
+                agents.append(
+                    dra_agent(node, machine, plane.kubeconfig_path, work / node, split=SPLIT)
                 )
-                agent = AgentThread(settings, resolve_machine_path(machine), plane.kubeconfig_path)
-                agent.start()
-                agents.append(agent)
             for node in (L40S, FAILING):
                 wait_for(f"{node}'s slice", lambda n=node: node_slice(plane, n), timeout=60)
             yield plane
         finally:
             for agent in agents:
                 agent.stop()
-
-
-def node_slice(plane: ControlPlane, node: str) -> dict[str, Any] | None:
-    """The node's slice, once it lists the node's cards."""
-    found = plane.request("GET", f"{SLICES}?fieldSelector=spec.nodeName%3D{node}")["items"]
-    return found[0] if found and found[0]["spec"].get("devices") else None
 
 
 def claim_template(
@@ -321,23 +295,8 @@ def test_a_nodes_slice_goes_with_its_inventory(
     deletes its inventory: either way the garbage collector removes the node's slice."""
     node = "node-going"
     cluster.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
-    sockets = Path(tempfile.mkdtemp(prefix="dra-"))
     work = tmp_path_factory.mktemp("going")
-    settings = AgentSettings(
-        node_name=node,
-        heartbeat_interval_s=1.0,
-        poll_interval_s=0.2,
-        backoff_initial_s=0.2,
-        backoff_max_s=1.0,
-        health_wait_s=0.2,
-        registration=RegistrationOptions(split_count=SPLIT),
-        hami_core_dir=str(work / "vgpu"),
-        dra_plugins_dir=str(sockets / "plugins"),
-        dra_registry_dir=str(sockets / "registry"),
-        cdi_dir=str(work / "cdi"),
-    )
-    agent = AgentThread(settings, resolve_machine_path("l40s-pcie-4"), cluster.kubeconfig_path)
-    agent.start()
+    agent = dra_agent(node, "l40s-pcie-4", cluster.kubeconfig_path, work, split=SPLIT)
     try:
         wait_for(f"{node}'s slice", lambda: node_slice(cluster, node), timeout=60)
     finally:
