@@ -26,6 +26,20 @@ def write_spec(directory: Path, file_name: str, spec: Mapping[str, Any]) -> Path
     return target
 
 
+def read_specs(directory: Path, prefix: str) -> dict[str, dict[str, Any]]:
+    """The specs whose file names start with ``prefix`` (file name -> spec); a file that
+    is not a JSON object is skipped (it is not one this driver wrote whole)."""
+    specs: dict[str, dict[str, Any]] = {}
+    for path in sorted(directory.glob(f"{prefix}*.json")):
+        try:
+            spec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(spec, dict):
+            specs[path.name] = spec
+    return specs
+
+
 def remove_spec(directory: Path, file_name: str) -> bool:
     """Remove one spec; False when it was not there (Unprepare is idempotent)."""
     try:

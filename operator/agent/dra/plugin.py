@@ -63,8 +63,17 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
         self.settings = settings
         self.cdi_dir = cdi_dir
         # One claim at a time: a Prepare and an Unprepare of the same claim never race
-        # over its spec file.
+        # over its spec file, and the holdings are counted one claim after the other.
         self._lock = asyncio.Lock()
+        #: Spec file name -> what that prepared claim holds; read from the CDI directory
+        #: at the first call (the claims prepared before an agent restart).
+        self._held: dict[str, tuple[prepare.Hold, ...]] | None = None
+
+    def _holdings(self) -> dict[str, tuple[prepare.Hold, ...]]:
+        if self._held is None:
+            specs = cdi.read_specs(self.cdi_dir, prepare.SPEC_FILE_PREFIX)
+            self._held = {name: prepare.holds_of(spec) for name, spec in specs.items()}
+        return self._held
 
     async def NodePrepareResources(
         self, request: dra_pb2.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext
@@ -87,9 +96,15 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
                     f"claim {where} has uid {uid}, kubelet asks for {ref.uid}: it was "
                     "deleted and made again"
                 )
-            prepared = prepare.prepare(claim, self.node, self._cards(), self.settings)
+            cards = self._cards()
+            prepared = prepare.prepare(claim, self.node, cards, self.settings)
+            file_name = prepare.spec_file_name(ref.uid)
+            held = self._holdings()
+            others = (h for name, holds in held.items() if name != file_name for h in holds)
+            prepare.check_room(f"claim {where}", prepared.holds, others, cards)
             cdi.ensure_cache_dir(Path(prepared.cache_dir))
-            cdi.write_spec(self.cdi_dir, prepare.spec_file_name(ref.uid), prepared.spec)
+            cdi.write_spec(self.cdi_dir, file_name, prepared.spec)
+            held[file_name] = prepared.holds
         except prepare.PrepareError as exc:
             log.warning("prepare_refused", node=self.node, claim=where, error=str(exc))
             return dra_pb2.NodePrepareResourceResponse(error=str(exc))
@@ -118,7 +133,9 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
             for claim in request.claims:
                 # Only the uid is needed: the claim may be gone from the API server already.
                 try:
-                    removed = cdi.remove_spec(self.cdi_dir, prepare.spec_file_name(claim.uid))
+                    file_name = prepare.spec_file_name(claim.uid)
+                    removed = cdi.remove_spec(self.cdi_dir, file_name)
+                    self._holdings().pop(file_name, None)
                     cdi.remove_cache_dir(Path(prepare.claim_cache_dir(self.settings, claim.uid)))
                 except OSError as exc:
                     answers[claim.uid] = dra_pb2.NodeUnprepareResourceResponse(

@@ -15,12 +15,18 @@ removes exactly it) carries what HAMi-core reads:
 
 Nothing here guesses: a claim that is not this node's, names a card this node does not
 publish, or consumes more than a card has raises ``PrepareError`` saying which and why.
+``check_room`` also refuses a claim that, with the claims already prepared on this node,
+would take more of a card than it has: the allocator is trusted to count, not believed.
+Each CDI device records what it holds (an annotation), so the holdings are read back from
+the spec files after an agent restart.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -44,6 +50,9 @@ CDI_VERSION: Final = "0.6.0"
 #: still set for a process that loads the library itself).
 CONFIG_HAMI_CORE: Final = "hamiCore"
 
+#: The CDI device annotation recording what the device holds of its card.
+HOLDS_ANNOTATION: Final = f"{CDI_VENDOR}/holds"
+
 _CDI_NAME_UNSAFE: Final = re.compile(r"[^a-zA-Z0-9_.:-]")
 
 
@@ -63,6 +72,27 @@ class PreparedDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """What one prepared device of a claim takes of one card."""
+
+    device: str
+    memory_mib: int
+    cores: int
+    shares: int
+
+    def annotation(self) -> str:
+        return json.dumps(
+            {
+                "device": self.device,
+                "memoryMiB": self.memory_mib,
+                "cores": self.cores,
+                "shares": self.shares,
+            },
+            sort_keys=True,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Prepared:
     """A claim made ready on this node: the CDI spec to write and what kubelet is told."""
 
@@ -71,11 +101,16 @@ class Prepared:
     devices: tuple[PreparedDevice, ...]
     #: The host directory to create for the claim's HAMi-core cache ("" for none).
     cache_dir: str
+    holds: tuple[Hold, ...] = ()
+
+
+#: Every spec file of this driver starts so.
+SPEC_FILE_PREFIX: Final = f"{CDI_VENDOR}-{CDI_CLASS}_"
 
 
 def spec_file_name(claim_uid: str) -> str:
     """The claim's CDI spec file (one per claim; the name is all Unprepare needs)."""
-    return f"{CDI_VENDOR}-{CDI_CLASS}_{_CDI_NAME_UNSAFE.sub('-', claim_uid)}.json"
+    return f"{SPEC_FILE_PREFIX}{_CDI_NAME_UNSAFE.sub('-', claim_uid)}.json"
 
 
 def claim_cache_dir(settings: NodeSettings, claim_uid: str) -> str:
@@ -118,6 +153,7 @@ def prepare(
     devices: list[dict[str, Any]] = []
     prepared: list[PreparedDevice] = []
     cores: list[int] = []
+    holds: list[Hold] = []
     for position, share in enumerate(allocation.shares):
         card = cards.get(share.device)
         if card is None:
@@ -129,10 +165,13 @@ def prepare(
         _check_exclusive(where, allocation.classes, share, card, memory_mib, core_share)
         visible.append(card.uuid)
         cores.append(core_share)
+        taken = 1 if share.shares is None else int(-(-share.shares // 1))
+        holds.append(Hold(share.device, memory_mib, core_share, taken))
         cdi_name = _CDI_NAME_UNSAFE.sub("-", f"{allocation.uid}-{position}")
         devices.append(
             {
                 "name": cdi_name,
+                "annotations": {HOLDS_ANNOTATION: holds[-1].annotation()},
                 "containerEdits": {
                     "env": [f"CUDA_DEVICE_MEMORY_LIMIT_{position}={memory_mib}m"],
                 },
@@ -156,7 +195,66 @@ def prepare(
         ),
         "devices": devices,
     }
-    return Prepared(allocation.uid, spec, tuple(prepared), cache_dir)
+    return Prepared(allocation.uid, spec, tuple(prepared), cache_dir, tuple(holds))
+
+
+def check_room(
+    where: str,
+    wanted: Iterable[Hold],
+    held: Iterable[Hold],
+    cards: Mapping[str, dra.CardShape],
+) -> None:
+    """Refuse ``wanted`` when, with what the node's other prepared claims ``held``, it
+    would take more memory, cores or shares of a card than the card has."""
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for hold in held:
+        total = totals[hold.device]
+        total[0] += hold.memory_mib
+        total[1] += hold.cores
+        total[2] += hold.shares
+    mine: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for hold in wanted:
+        total = mine[hold.device]
+        total[0] += hold.memory_mib
+        total[1] += hold.cores
+        total[2] += hold.shares
+    for device, (memory, cores, shares) in mine.items():
+        card = cards.get(device)
+        if card is None:
+            continue  # prepare() refused it already
+        other = totals.get(device, [0, 0, 0])
+        for what, used, asked, limit in (
+            ("MiB of memory", other[0], memory, card.memory_mib),
+            ("cores", other[1], cores, card.cores),
+            ("shares", other[2], shares, card.split_count),
+        ):
+            if used + asked > limit:
+                raise PrepareError(
+                    f"{where}: card {card.uuid} has {limit} {what} and the claims prepared "
+                    f"on this node hold {used}; this one asks {asked} more: its allocation "
+                    "over-commits the card (was it written by something other than the "
+                    "scheduler?)"
+                )
+
+
+def holds_of(spec: Mapping[str, Any]) -> tuple[Hold, ...]:
+    """What a CDI spec this driver wrote records as held (unreadable records: none)."""
+    holds = []
+    for device in spec.get("devices") or []:
+        raw = (device.get("annotations") or {}).get(HOLDS_ANNOTATION)
+        try:
+            record = json.loads(raw) if isinstance(raw, str) else {}
+            holds.append(
+                Hold(
+                    str(record["device"]),
+                    int(record["memoryMiB"]),
+                    int(record["cores"]),
+                    int(record["shares"]),
+                )
+            )
+        except (TypeError, KeyError, ValueError):
+            continue
+    return tuple(holds)
 
 
 def _checked_amounts(where: str, share: dra.Share, card: dra.CardShape) -> tuple[int, int]:

@@ -240,3 +240,66 @@ def test_plugin_prepare_and_unprepare_are_idempotent(tmp_path: Path) -> None:
         assert not (tmp_path / "vgpu" / "claims" / "c1a2-uid").exists()
 
     asyncio.run(scenario())
+
+
+def test_each_cdi_device_records_what_it_holds() -> None:
+    done = prepare.prepare(claim(result(consumed=TEN_GIB_QUARTER)), NODE, CARDS, SETTINGS)
+    assert done.holds == (prepare.Hold(UUID.lower(), 10240, 25, 1),)
+    assert prepare.holds_of(done.spec) == done.holds
+    assert prepare.holds_of({"devices": [{"annotations": {prepare.HOLDS_ANNOTATION: "["}}]}) == ()
+
+
+def test_check_room_refuses_what_would_over_commit_a_card() -> None:
+    card_name = UUID.lower()
+    held = [prepare.Hold(card_name, 40960, 50, 1), prepare.Hold("gpu-ffff", 81920, 100, 10)]
+    prepare.check_room("claim a/b", [prepare.Hold(card_name, 40960, 50, 1)], held, CARDS)
+    for wanted, what in (
+        (prepare.Hold(card_name, 40961, 0, 1), "81920 MiB of memory"),
+        (prepare.Hold(card_name, 1, 51, 1), "100 cores"),
+        (prepare.Hold(card_name, 1, 0, 10), "10 shares"),
+    ):
+        with pytest.raises(prepare.PrepareError, match=f"has {what} and the claims prepared"):
+            prepare.check_room("claim a/b", [wanted], held, CARDS)
+
+
+def test_a_claim_that_over_commits_a_card_with_prepared_claims_is_refused_even_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    half = {"memory": "40Gi", "cores": "50", "shares": "1"}
+    stored = {
+        "first": claim(result(consumed=half)),
+        "second": claim(result(consumed=half, share="s2")),
+        "third": claim(result(consumed=half, share="s3")),
+    }
+    for name, body in stored.items():
+        body["metadata"] = {"namespace": "team-a", "name": name, "uid": f"{name}-uid"}
+    settings = NodeSettings(host=HostPaths(hook_dir=str(tmp_path / "vgpu")))
+
+    async def claims(namespace: str, name: str) -> Mapping[str, Any] | None:
+        return stored.get(name)
+
+    def plugin() -> DraPlugin:
+        return DraPlugin(NODE, lambda: CARDS, claims, settings, tmp_path / "cdi")
+
+    def ref(name: str) -> dra_pb2.Claim:
+        return dra_pb2.Claim(namespace="team-a", name=name, uid=f"{name}-uid")
+
+    async def errors(p: DraPlugin, *names: str) -> dict[str, str]:
+        request = dra_pb2.NodePrepareResourcesRequest(claims=[ref(n) for n in names])
+        reply = await p.NodePrepareResources(request, Ctx())  # type: ignore[arg-type]
+        return {uid: answer.error for uid, answer in reply.claims.items()}
+
+    async def scenario() -> None:
+        first = plugin()
+        assert await errors(first, "first", "second") == {"first-uid": "", "second-uid": ""}
+        refused = (await errors(first, "third"))["third-uid"]
+        assert "over-commits the card" in refused
+        # Preparing a held claim again is no over-commit.
+        assert await errors(first, "first") == {"first-uid": ""}
+        # An agent restart reads the holdings back from the CDI directory.
+        assert "over-commits" in (await errors(plugin(), "third"))["third-uid"]
+        undo = dra_pb2.NodeUnprepareResourcesRequest(claims=[ref("second")])
+        await first.NodeUnprepareResources(undo, Ctx())  # type: ignore[arg-type]
+        assert await errors(first, "third") == {"third-uid": ""}
+
+    asyncio.run(scenario())
