@@ -49,6 +49,10 @@ class NodeConfig:
     mig_geometries: tuple[mig.KnownGeometries, ...] = ()
     #: Settings the config named that this agent cannot honour, said once per change.
     ignored: tuple[str, ...] = ()
+    #: HAMi's defaultMemory (MiB, 0: the whole card) and defaultCores: what a DRA claim
+    #: that names no amount consumes (the request policies' defaults).
+    default_memory_mib: int = 0
+    default_cores: int = 0
 
     def geometries_for(self, card_type: str) -> tuple[model.Geometry, ...]:
         return mig.geometries_for(card_type, self.mig_geometries)
@@ -115,6 +119,8 @@ def resolve(config: DeviceConfig, node: str, flags: RegistrationOptions) -> Node
         core_policy=nvidia.gpu_core_policy,
         mig_geometries=geometry_table(config.nvidia),
         ignored=tuple(ignored),
+        default_memory_mib=nvidia.default_memory,
+        default_cores=nvidia.default_cores,
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model, plausibility
+from vgpu_operator.devices import codec, dra, model, plausibility
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.devices.quantity import as_int
@@ -762,6 +762,10 @@ class ClusterBooks:
             banned_ids = set(override.filter_devices.uuid)
             banned_idx = set(override.filter_devices.index)
             devices = [d for d in devices if d.id not in banned_ids and d.index not in banned_idx]
+        if node.facts.labels.get(dra.NODE_PATH_LABEL) == dra.PATH_DRA:
+            # The node's agent offers its cards as DRA devices (a ResourceSlice; it runs no
+            # device plugin there): a card is never a device-plugin share at the same time.
+            devices = []
         node.registered = tuple(devices)
         node.pair_scores = scores
         node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())
