@@ -11,7 +11,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PKG_SOURCES := $(shell find operator -name '*.py' 2>/dev/null)
 
-.PHONY: help dev test test-unit test-integration lint bench demo crds clean
+.PHONY: help dev test test-unit test-integration lint bench demo crds chart dashboard clean gpu-check gpu-check-prepare
 
 help:
 	@echo "make test     - unit, property, scenario and integration tests (sets everything up)"
@@ -19,6 +19,9 @@ help:
 	@echo "make lint     - ruff, mypy --strict, import-linter"
 	@echo "make bench    - micro-benchmarks, then the end-to-end benchmark (docs/benchmarks.md)"
 	@echo "make deviceplugin-conformance - kubelet's device manager, the harness of the device-plugin tests"
+	@echo "make gpu-check - the agent, its device plugin and HAMi-core on this machine's GPU (docs/hardware.md)"
+	@echo "make gpu-check-prepare - fetch what gpu-check needs into .gpu-check/ (network; before going offline)"
+	@echo "make dra-conformance - kubelet's DRA manager and the CDI library, the harness of the DRA tests"
 
 -include hack/control-plane.mk
 
@@ -36,14 +39,14 @@ $(BIN)/.linked: $(BIN)/.deps $(PKG_SOURCES)
 
 dev: $(BIN)/.linked
 
-test: dev control-plane-bins deviceplugin-conformance
+test: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest
 
 test-unit: dev
 	$(BIN)/pytest -m 'not integration'
 
-test-integration: dev control-plane-bins deviceplugin-conformance
+test-integration: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest -m integration
 
@@ -53,6 +56,9 @@ lint: dev
 	$(BIN)/mypy -p vgpu_operator
 	$(BIN)/mypy tests/bench/e2e
 	$(BIN)/lint-imports
+	$(BIN)/ruff check hack/gpu-check
+	$(BIN)/ruff format --check hack/gpu-check
+	$(BIN)/mypy hack/gpu-check/gpu_check
 
 # The benchmark's extra (matplotlib for its plots), installed on first use only.
 $(BIN)/.bench-deps: $(BIN)/.deps
@@ -72,6 +78,14 @@ demo: dev control-plane-bins
 crds: dev
 	$(BIN)/vgpu-operator crds --output crds
 
+# charts/vgpu-operator/ from manifests/ and crds/ (hack/sync-chart.py); run after changing them.
+chart: dev
+	$(BIN)/python hack/sync-chart.py
+
+# The Grafana dashboard (charts/vgpu-operator/dashboards/), built by hack/dashboard.py.
+dashboard: dev
+	$(BIN)/python hack/dashboard.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
@@ -79,3 +93,12 @@ clean:
 .PHONY: deviceplugin-api
 deviceplugin-api: dev
 	$(BIN)/python hack/gen-deviceplugin-api.py
+
+# The hardware check (docs/hardware.md). It needs no network and no `make dev`: run it on a
+# GPU machine after `make gpu-check-prepare` here. GPU_CHECK_ARGS passes options, e.g.
+# `make gpu-check GPU_CHECK_ARGS="--backend sim:a100-mig"` for a simulated machine.
+gpu-check:
+	hack/gpu-check/run.sh $(GPU_CHECK_ARGS)
+
+gpu-check-prepare:
+	hack/gpu-check/prepare.sh

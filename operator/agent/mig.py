@@ -99,6 +99,39 @@ class MigInstances:
                     f"NVML refused MIG instance {card_uuid}[{geometry}-{slot}]: {exc}"
                 ) from exc
 
+    def offered_profiles(self, card_uuid: str) -> list[str]:
+        """The GPU instance profiles the card offers, by NVIDIA's name (``1g.10gb``),
+        fewest slices first; raises AllocationError. (For tools that pick one to create:
+        ``make gpu-check``.)"""
+        with self._lock:
+            nvml = self._nvml()
+            try:
+                handle = nvml.nvmlDeviceGetHandleByUUID(card_uuid)
+                profiles = self._gpu_instance_profiles(nvml, handle)
+            except nvml.NVMLError as exc:
+                raise AllocationError(
+                    f"NVML refused the MIG profiles of {card_uuid}: {exc}"
+                ) from exc
+        return sorted(
+            profiles,
+            key=lambda name: (int(profiles[name].sliceCount), int(profiles[name].memorySizeMB)),
+        )
+
+    def remove_all(self, card_uuid: str) -> list[str]:
+        """Destroy every MIG instance of the card, as a geometry change does; the UUIDs of
+        those destroyed. Raises AllocationError (an instance in use, for one)."""
+        with self._lock:
+            nvml = self._nvml()
+            try:
+                handle = nvml.nvmlDeviceGetHandleByUUID(card_uuid)
+                instances = self._instances(nvml, handle)
+                self._destroy(nvml, handle, instances)
+            except nvml.NVMLError as exc:
+                raise AllocationError(
+                    f"NVML refused to remove the MIG instances of {card_uuid}: {exc}"
+                ) from exc
+        return [i.uuid for i in instances]
+
     def _device(self, nvml: Any, card_uuid: str, geometry: int, slot: int) -> str:
         handle = nvml.nvmlDeviceGetHandleByUUID(card_uuid)
         card_type = hami_type(_text(nvml.nvmlDeviceGetName(handle)))

@@ -53,6 +53,10 @@ class NodeConfig:
     #: The schedulers whose placements the device plugin serves (this one and those an
     #: administrator opted in: ``scheduler.trustedSchedulerNames``).
     schedulers: frozenset[str] = frozenset({names.SCHEDULER_NAME})
+    #: HAMi's defaultMemory (MiB, 0: the whole card) and defaultCores: what a DRA claim
+    #: that names no amount consumes (the request policies' defaults).
+    default_memory_mib: int = 0
+    default_cores: int = 0
 
     def geometries_for(self, card_type: str) -> tuple[model.Geometry, ...]:
         return mig.geometries_for(card_type, self.mig_geometries)
@@ -120,6 +124,8 @@ def resolve(config: DeviceConfig, node: str, flags: RegistrationOptions) -> Node
         mig_geometries=geometry_table(config.nvidia),
         ignored=tuple(ignored),
         schedulers=config.scheduler.trusted_names(),
+        default_memory_mib=nvidia.default_memory,
+        default_cores=nvidia.default_cores,
     )
 
 

@@ -27,7 +27,7 @@ from vgpu_operator import node_leases, resources
 from vgpu_operator.control import pod_facts, queue, versions
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError, ConfigError
-from vgpu_operator.scheduling import cluster
+from vgpu_operator.scheduling import cluster, init_release
 from vgpu_operator.scheduling.pod_key import PodKey
 
 log = structlog.get_logger("vgpu_operator.feed")
@@ -160,6 +160,9 @@ class StateFeed:
         self._unbound: dict[PodKey, tuple[dict[str, Any], str]] = {}
         #: Pods that book devices and have not finished: their end wakes parked pods.
         self._holders: set[PodKey] = set()
+        #: Holders whose init containers have finished: their init share is released
+        #: (``init_release``), which wakes parked pods as a pod's end does.
+        self._init_done: set[PodKey] = set()
         #: Bound pods whose device plugin has not answered, and their nodes: the
         #: answer opens the node's allocation gate.
         self._allocating: dict[PodKey, str] = {}
@@ -350,6 +353,7 @@ class StateFeed:
         self._binding.pop(key, None)
         if not self._queue.is_in_flight(key):
             self._queue.remove(key)
+        self._init_done.discard(key)
         if key in self._holders:
             self._holders.discard(key)
             self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
@@ -364,8 +368,14 @@ class StateFeed:
         holds = pod_facts.holds_devices(pod) and not pod_facts.is_terminal(pod)
         if holds:
             self._holders.add(key)
+            if not init_release.init_containers_done(pod):
+                self._init_done.discard(key)
+            elif key not in self._init_done:
+                self._init_done.add(key)
+                self._wake(queue.ClusterEvent.POD_RELEASED, pod=key, part="init")
         elif key in self._holders:
             self._holders.discard(key)
+            self._init_done.discard(key)
             self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
         node = pod_facts.node_name_of(pod)
         if node is not None and pod_facts.awaits_devices(pod):

@@ -17,6 +17,7 @@ import structlog
 from vgpu_operator.control.deferred import DeferredWrites
 from vgpu_operator.kube import conditions, events
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.metrics import OtherReason
 from vgpu_operator.scheduling import status
 from vgpu_operator.timestamps import format_rfc3339
 
@@ -48,6 +49,16 @@ def failed_scheduling_message(diagnosis: status.Diagnosis) -> str:
         return summary
     details = ", ".join(f"{n} {reason}" for reason, n in counts.items())
     return f"{summary} Devices ruled out: {details}."
+
+
+def condition_reasons(diagnosis: status.Diagnosis) -> tuple[str, ...]:
+    """The reason codes the condition message names (each node's main reason, without
+    the node annotations that caused it), for ``unschedulable_pods{reason}``; a message
+    that names none (no node to try, or an unreadable request) gets a code of its own."""
+    if diagnosis.error is not None:
+        return (OtherReason.INVALID_REQUEST.value,)
+    named = {f.main_reason().value for f in diagnosis.node_failures.values() if f.reasons}
+    return tuple(sorted(named)) or (OtherReason.NO_NODES.value,)
 
 
 def scheduled_message(pod: Mapping[str, Any], node: str) -> str:

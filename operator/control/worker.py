@@ -34,7 +34,7 @@ import structlog
 from vgpu_operator.control import feed, pod_facts, queue, reporting
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
-from vgpu_operator.metrics import OperatorMetrics, Result
+from vgpu_operator.metrics import OperatorMetrics, OtherReason, PreemptionResult, Result
 from vgpu_operator.scheduling import cluster, status
 from vgpu_operator.scheduling.allocation_gate import GateHolder
 from vgpu_operator.scheduling.pod_key import PodKey
@@ -253,7 +253,9 @@ class SchedulingWorker:
         except Exception as exc:  # an engine bug or malformed input must not stop the loop
             log.exception("scheduling_failed", pod=key)
             self._metrics.attempt(Result.ERROR)
-            self._queue.park(key, release_helps=False)
+            self._queue.park(
+                key, release_helps=False, reasons=(OtherReason.SCHEDULING_ERROR.value,)
+            )
             self._report(key, self._reporter.failed(pod, f"scheduling failed: {exc}"))
             return False
         self._metrics.decided(time.perf_counter() - started)
@@ -265,13 +267,19 @@ class SchedulingWorker:
             return self._await_victims(key, pod, decision, decision.nominated_node)
         if decision.rejected is not None:
             self._metrics.attempt(Result.REJECTED)
-            backoff_s = self._queue.park(key, release_helps=True)
+            backoff_s = self._queue.park(
+                key, release_helps=True, reasons=(OtherReason.ADMISSION_REJECTED.value,)
+            )
             log.info("pod_rejected", pod=key, reason=decision.rejected, retry_after_s=backoff_s)
             self._report(key, self._reporter.rejected(pod, decision.rejected))
             return False
         self._metrics.attempt(Result.UNSCHEDULABLE)
         diagnosis = decision.diagnosis or status.Diagnosis({}, 0)
-        backoff_s = self._queue.park(key, release_helps=queue.release_could_help(diagnosis))
+        backoff_s = self._queue.park(
+            key,
+            release_helps=queue.release_could_help(diagnosis),
+            reasons=reporting.condition_reasons(diagnosis),
+        )
         log.info(
             "pod_unschedulable",
             pod=key,
@@ -293,7 +301,10 @@ class SchedulingWorker:
         """A preempting decision (evict its victims now) or a pod still waiting for the
         victims of an earlier one: parked either way, woken when a victim is gone."""
         self._metrics.attempt(Result.PREEMPTING)
-        backoff_s = self._queue.park(key, release_helps=True)
+        diagnosis = decision.diagnosis or status.Diagnosis({}, 0)
+        backoff_s = self._queue.park(
+            key, release_helps=True, reasons=reporting.condition_reasons(diagnosis)
+        )
         if not decision.victims:
             log.info("pod_waiting_for_victims", pod=key, node=node, retry_after_s=backoff_s)
             return False
@@ -313,6 +324,7 @@ class SchedulingWorker:
         assert preemptor is not None
         refused: list[PodKey] = []
         evicted = 0
+        ending = PreemptionResult.EVICTED
         try:
             await preemptor.nominate(pod, node)
             await preemptor.preempting(pod, node, len(victims))
@@ -334,6 +346,10 @@ class SchedulingWorker:
             log.warning("preemption_failed", pod=key, node=node, error=str(exc))
             self._metrics.api_error("evict")
             refused.append("")
+            ending = PreemptionResult.ERROR
+        if refused and ending is PreemptionResult.EVICTED:
+            ending = PreemptionResult.REFUSED
+        self._metrics.preemption(ending, len(victims))
         if not refused:
             return
         # Give the hold back; the next attempt sees the budgets and victims as they are.

@@ -11,13 +11,14 @@ cache beside its scheduling cycle. Pure and synchronous: no I/O, no clock reads.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model, plausibility
+from vgpu_operator.devices import codec, dra, model, plausibility
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.devices.quantity import as_int
@@ -27,12 +28,15 @@ from vgpu_operator.scheduling import (
     allocation_gate,
     allocation_trust,
     disruption,
+    init_release,
+    mig,
     mig_records,
     node_basics,
     node_layer,
     placement,
     policies,
     preemption,
+    stranded,
 )
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
@@ -77,11 +81,15 @@ class PodEntry:
     #: Being deleted: it leaves anyway, so it is never a victim.
     deleting: bool = False
     uid: str = ""
-    #: HAMi v2.10's MIG entries and the allocation as decoded, for pods whose instances
-    #: are known only from that JSON: re-read when the node's cards change.
+    #: HAMi v2.10's MIG entries and the allocation as decoded: for a pod with devices on
+    #: MIG cards, read against the cards' tables again when the node's cards change
+    #: (``ClusterBooks._read_mig_records``).
     mig_records: tuple[MigAllocation, ...] = ()
     decoded: dict[str, model.PodSingleDevice] = field(default_factory=dict)
     init_count: int = 0
+    #: Its init containers have all finished (``init_release``): only the app containers
+    #: hold devices.
+    init_done: bool = False
     #: Since when (the operator's clock) the pod holds its node's allocation gate, if it
     #: does; ``allocation_gate.UNTIMED`` until the gate's next look stamps it.
     allocating_since: float | None = None
@@ -154,7 +162,39 @@ def _share_source(pod: Mapping[str, Any], node: str | None, deleting: bool) -> t
         spec.get("priority"),
         [c.get("resources") for c in spec.get("containers") or ()],
         [c.get("resources") for c in spec.get("initContainers") or ()],
+        init_release.init_containers_done(pod),
     )
+
+
+def _check_instance_names(devices: model.PodDevices) -> None:
+    """Raise CodecError for a device id with a bracket that is not a MIG suffix
+    (``GPU-a[x``): HAMi's decoder lets it through, and no card could be named by it."""
+    for single in devices.values():
+        for container in single:
+            for device in container:
+                codec.split_mig_uuid(device.uuid)
+
+
+def _with_spots(
+    bookings: dict[str, list[placement.Booking]],
+    spots: Mapping[str, Sequence[mig_records.Spot]],
+) -> dict[str, list[placement.Booking]]:
+    """A pod's bookings with its spots (MIG instances known by their slices) added to
+    the booking of their card, or as a booking of their own (no memory, cores or slot:
+    the device entries carry those)."""
+    for vendor_word, vendor_spots in spots.items():
+        held = bookings.setdefault(vendor_word, [])
+        for spot in vendor_spots:
+            place = (spot.start, spot.size)
+            at = next((i for i, b in enumerate(held) if b.uuid == spot.card), None)
+            if at is None:
+                held.append(placement.Booking(spot.card, vendor_word, 0, 0, 0, (place,)))
+            else:
+                booking = held[at]
+                held[at] = dataclasses.replace(booking, spots=(*booking.spots, place))
+        if not held:
+            del bookings[vendor_word]
+    return bookings
 
 
 def _start_time(pod: Mapping[str, Any]) -> float | None:
@@ -380,14 +420,19 @@ class ClusterBooks:
         holds = any(any(single) for single in devices.values())
         allocating_since = self._gate_since(key, uid, previous, annotations, holds, deleting)
         init_count = len((pod.get("spec") or {}).get("initContainers") or [])
+        init_done = init_release.init_containers_done(pod)
         records = mig_records.read(annotations) if holds else ()
+        # Instances on MIG cards are read against the cards' tables (records and suffixes
+        # to the engine's names and spots, ``_read_mig_records``), also when the pod has
+        # no record, for a card that publishes profiles needs one for each instance.
+        on_mig = bool(records) or self._on_mig_cards(node, devices)
         entry = PodEntry(
             key=key,
             namespace=key.split("/", 1)[0],
             node=node,
             requests=node_basics.pod_requests(pod),
             devices=devices,
-            bookings=placement.collapse(devices, init_count),
+            bookings=placement.collapse(devices, init_count, init_done),
             priority=preemption.priority_of(pod),
             started=_start_time(pod),
             labels=dict(meta.get("labels") or {}),
@@ -396,11 +441,12 @@ class ClusterBooks:
             mig_records=records,
             decoded=devices,
             init_count=init_count,
+            init_done=init_done,
             allocating_since=allocating_since,
             source=source,
         )
         self._add_pod(entry)
-        if records:
+        if on_mig:
             self._read_mig_records(node)
         elif clean and previous is not None and _same_shares(previous, entry):
             # The bound copy of a reservation, or a status update: the node's cards,
@@ -414,6 +460,7 @@ class ClusterBooks:
         nothing, and the reason is kept for the runtime's log (``allocation_error``)."""
         try:
             devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
+            _check_instance_names(devices)
         except CodecError as exc:
             self._allocation_errors[key] = str(exc)
             return {}
@@ -452,43 +499,62 @@ class ClusterBooks:
             return previous.allocating_since
         return allocation_gate.UNTIMED
 
+    def _on_mig_cards(self, node_name: str | None, devices: model.PodDevices) -> bool:
+        """Whether an allocation names a MIG card of the node (or a MIG instance)."""
+        node = self._nodes.get(node_name or "")
+        mig_cards = (
+            set() if node is None else {d.id for d in node.registered if d.mode == model.MODE_MIG}
+        )
+        for single in devices.values():
+            for container in single:
+                for device in container:
+                    base, instance = codec.split_mig_uuid(device.uuid)
+                    if instance is not None or base in mig_cards:
+                        return True
+        return False
+
     def _read_mig_records(self, node_name: str) -> None:
-        """Book the MIG instances that pods on the node name only in HAMi v2.10's JSON,
-        as slots of one geometry per card (``mig_records.choose_geometries``)."""
+        """Book the MIG instances of the node's pods in the engine's terms: HAMi v2.10's
+        JSON entries as instances of the card's table (one geometry per card where they
+        fit one, ``mig_records.choose_geometries``) or as spots, and suffixes as the
+        card's table reads them (``mig_records.resolve``). Done again whenever the
+        node's cards change, since the tables come with them."""
         node = self._nodes.get(node_name)
         if node is None:
             return
         entries = [self._pods[k] for k in sorted(node.pods) if k in self._pods]
-        entries = [e for e in entries if e.mig_records]
+        entries = [e for e in entries if e.mig_records or self._on_mig_cards(node_name, e.decoded)]
         if not entries:
             return
-        geometries_of = self._geometries_of(node_name)
+        table_of = self._mig_tables_of(node_name)
         prefer = mig_records.choose_geometries(
-            (r for e in entries for r in e.mig_records), geometries_of
+            (r for e in entries for r in e.mig_records), table_of
         )
         for entry in entries:
             devices = dict(entry.decoded)
+            spots: dict[str, list[mig_records.Spot]] = {}
             for vendor_word, single in devices.items():
                 if self._vendors.spec(vendor_word).supports_mig:
-                    devices[vendor_word] = mig_records.with_suffixes(
-                        single, entry.mig_records, geometries_of, prefer
+                    devices[vendor_word], spots[vendor_word] = mig_records.resolve(
+                        single, entry.mig_records, table_of, prefer
                     )
             self._drop_pod(entry.key)
             entry.devices = devices
-            entry.bookings = placement.collapse(devices, entry.init_count)
+            entry.bookings = _with_spots(
+                placement.collapse(devices, entry.init_count, entry.init_done), spots
+            )
             self._add_pod(entry)
 
-    def _geometries_of(self, node_name: str) -> mig_records.GeometriesOf:
+    def _mig_tables_of(self, node_name: str) -> mig_records.TableOf:
+        """What names the instances of each MIG card of the node, by card UUID."""
         node = self._nodes.get(node_name)
         cards = {} if node is None else {d.id: d for d in node.registered}
 
-        def geometries_of(uuid: str) -> tuple[model.Geometry, ...] | None:
+        def table_of(uuid: str) -> mig.MigTable | None:
             card = cards.get(uuid)
-            if card is None or card.mode != model.MODE_MIG:
-                return None
-            return self._vendors.mig_geometries(card)
+            return None if card is None else self._vendors.mig_table(card)
 
-        return geometries_of
+        return table_of
 
     def remove_pod(self, key: PodKey) -> None:
         self._attempts.pop(key, None)
@@ -570,8 +636,8 @@ class ClusterBooks:
     def _fresh_cards(self, node: NodeEntry, skip: frozenset[PodKey]) -> list[model.DeviceUsage]:
         """A node's cards booked with its pods, except ``skip`` (cf. ``_refresh``)."""
         cards = [model.DeviceUsage.from_info(info) for info in node.registered]
-        for card in cards:
-            self._vendors.prepare_card(card)
+        for card, info in zip(cards, node.registered, strict=True):
+            self._vendors.prepare_card(card, info.mig_profiles)
         by_id = {card.id: card for card in cards}
         for key in sorted(node.pods - skip):
             entry = self._pods.get(key)
@@ -607,6 +673,30 @@ class ClusterBooks:
                     )
                 )
         return rows
+
+    def stranded_memory_mib(self, pending: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+        """Per node, the free card memory no request of the ``pending`` pods could use
+        (``stranded``); every node with cards is named, 0 where nothing is stranded.
+
+        A pod whose request cannot be read adds no request: its own Event says why.
+        """
+        requests: set[stranded.CardRequest] = set()
+        for pod in pending:
+            spec = pod.get("spec") or {}
+            for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+                try:
+                    asked = self._vendors.requests(container)
+                except (CodecError, ValueError):
+                    continue
+                requests.update(stranded.CardRequest.of(r) for r in asked.values())
+        out: dict[str, int] = {}
+        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+            self._refresh(node)
+            if not node.cards:
+                continue
+            cards = [c for c in node.cards if stranded.offered(c, node.inventory_cordoned)]
+            out[node.name] = stranded.stranded_memory_mib(cards, requests)
+        return out
 
     def quota_usage(self) -> dict[str, dict[str, tuple[int, int]]]:
         return {ns: self._quota.usage(ns) for ns in self._quota.namespaces()}
@@ -789,6 +879,10 @@ class ClusterBooks:
             banned_ids = set(override.filter_devices.uuid)
             banned_idx = set(override.filter_devices.index)
             devices = [d for d in devices if d.id not in banned_ids and d.index not in banned_idx]
+        if node.facts.labels.get(dra.NODE_PATH_LABEL) == dra.PATH_DRA:
+            # The node's agent offers its cards as DRA devices (a ResourceSlice; it runs no
+            # device plugin there): a card is never a device-plugin share at the same time.
+            devices = []
         node.registered = tuple(devices)
         node.pair_scores = scores
         node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())

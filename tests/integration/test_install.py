@@ -864,3 +864,57 @@ def test_the_operator_is_refused(
     assert done.returncode != 0, done.stdout
     # The namespaced KopfPeering type is not even installed any more.
     assert re.search(r"[Ff]orbidden|doesn't have a resource type", done.stderr), done.stderr
+
+
+# --- the DRA driver -------------------------------------------------------------------------
+
+
+def _slice_file(tmp_path: Path, node: str, driver: str = "gpu.vgpu-operator.io") -> str:
+    from vgpu_operator.devices import dra
+
+    body = dra.slice_wire(node, [], 1, None)
+    body["spec"]["driver"] = driver
+    path = tmp_path / f"slice-{node}-{driver}.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return str(path)
+
+
+def test_the_deviceclasses_are_installed(installed: Cluster) -> None:
+    for name in ("gpu.vgpu-operator.io", "exclusive.gpu.vgpu-operator.io"):
+        got = installed.cp.get(f"/apis/resource.k8s.io/v1/deviceclasses/{name}")
+        assert got["metadata"]["name"] == name
+
+
+def test_the_dra_driver_writes_only_its_own_nodes_slices(
+    installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str, tmp_path: Path
+) -> None:
+    node_a, node_b = gpu_nodes
+    own = installed.run(["create", "-f", _slice_file(tmp_path, node_a)], token=agent_token)
+    assert own.returncode == 0, own.stderr
+    try:
+        listed = installed.run(
+            ["get", "resourceslices", f"--field-selector=spec.nodeName={node_a}"],
+            token=agent_token,
+        )
+        assert listed.returncode == 0, listed.stderr
+        message = _refused(
+            installed.run(["create", "-f", _slice_file(tmp_path, node_b)], token=agent_token)
+        )
+        assert "its own node" in message
+        # Not another driver's slice of its own node either.
+        _refused(
+            installed.run(
+                ["create", "-f", _slice_file(tmp_path, node_a, "gpu.example.com")],
+                token=agent_token,
+            )
+        )
+        # It reads claims (kubelet names the one to prepare) and may not write them.
+        _refused(installed.run(["delete", "resourceclaims", "-A", "--all"], token=agent_token))
+        deleted = installed.run(
+            ["delete", "resourceslice", f"{node_a}-gpu.vgpu-operator.io"], token=agent_token
+        )
+        assert deleted.returncode == 0, deleted.stderr
+    finally:
+        installed.run(
+            ["delete", "resourceslice", f"{node_a}-gpu.vgpu-operator.io", "--ignore-not-found"]
+        )

@@ -1,8 +1,9 @@
 """The processes the bench runs beside the control plane, and what it reads of them.
 
 The operator is ``vgpu-operator run --standalone`` in its own process (as in the demo
-and the tests); kube-scheduler and toxiproxy-server are the binaries ``build.sh --bench``
-caches. CPU seconds and resident memory come from /proc, sampled by ``Sampler``.
+and the tests); kube-scheduler (built with the control plane) and toxiproxy-server
+(``build.sh --bench``) are the cached binaries. CPU seconds and resident memory come from
+/proc, sampled by ``Sampler``.
 """
 
 from __future__ import annotations

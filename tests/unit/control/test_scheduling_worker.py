@@ -207,6 +207,15 @@ class Rig:
         )
         return value or 0.0
 
+    def preemptions(self, result: str) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "vgpu_operator_preemption_attempts_total", {"result": result}
+        )
+        return value or 0.0
+
+    def waiting_reasons(self) -> dict[str, int]:
+        return dict(self.queue.census().unschedulable_reasons)
+
 
 def pod(name: str, version: int, node: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"schedulerName": SCHED, "containers": [{"name": "c"}]}
@@ -477,6 +486,8 @@ def test_pod_that_does_not_fit_is_parked_and_reported() -> None:
     assert rig.queue.parked_count == 1
     assert rig.binder.bound == []
     assert rig.attempts("unschedulable") == 1
+    # The metric's reason is the condition message's: CardInsufficientMemory.
+    assert rig.waiting_reasons() == {"CardInsufficientMemory": 1}
 
 
 def test_rejected_pod_is_parked_with_the_admission_message() -> None:
@@ -492,6 +503,7 @@ def test_rejected_pod_is_parked_with_the_admission_message() -> None:
     assert rig.reporter.reports == [("rejected", "a", "quota exceeded")]
     assert rig.queue.parked_count == 1
     assert rig.attempts("rejected") == 1
+    assert rig.waiting_reasons() == {"AdmissionRejected": 1}
 
 
 def test_engine_error_does_not_stop_the_worker() -> None:
@@ -510,6 +522,7 @@ def test_engine_error_does_not_stop_the_worker() -> None:
     assert "bad annotation" in rig.reporter.reports[0][2]
     assert [b[0] for b in rig.binder.bound] == ["b"]
     assert rig.attempts("error") == 1
+    assert rig.waiting_reasons() == {"SchedulingError": 1}
 
 
 class ToggleGate:
@@ -656,6 +669,13 @@ def test_preempting_pod_is_nominated_and_its_victims_evicted_not_bound() -> None
     assert rig.queue.parked_count == 1  # waits for the victims to go
     assert rig.reporter.reports == []
     assert rig.attempts("preempting") == 1
+    assert rig.preemptions("evicted") == 1
+    assert rig.preemptions("refused") == rig.preemptions("error") == 0
+    get = rig.metrics.registry.get_sample_value
+    assert get("vgpu_operator_preemption_victims_sum") == 2
+    assert get("vgpu_operator_preemption_victims_bucket", {"le": "1.0"}) == 0
+    assert get("vgpu_operator_preemption_victims_bucket", {"le": "2.0"}) == 1
+    assert rig.waiting_reasons() == {"CardInsufficientMemory": 1}
 
 
 def test_refused_eviction_stops_the_preemption_and_says_why() -> None:
@@ -671,6 +691,8 @@ def test_refused_eviction_stops_the_preemption_and_says_why() -> None:
     assert rig.queue.pop() is None
     rig.clock.now += 60
     assert rig.queue.pop() == "ns/a"
+    assert rig.preemptions("refused") == 1
+    assert rig.preemptions("evicted") == 0
 
 
 def test_victim_already_gone_is_no_refusal() -> None:
@@ -682,6 +704,8 @@ def test_victim_already_gone_is_no_refusal() -> None:
 def test_api_error_gives_the_preemption_up() -> None:
     rig, _ = run(PREEMPTING, v1=RuntimeError("apiserver down"))
     assert rig.engine.cancelled == ["ns/a"]
+    assert rig.preemptions("error") == 1
+    assert rig.preemptions("refused") == 0
 
 
 def test_a_preemption_a_budget_blocks_is_reported_as_a_warning() -> None:
@@ -704,6 +728,7 @@ def test_waiting_for_victims_is_parked_quietly() -> None:
     assert preemptor.log == []
     assert rig.reporter.reports == []
     assert rig.queue.parked_count == 1
+    assert rig.metrics.registry.get_sample_value("vgpu_operator_preemption_victims_count") == 0
 
 
 @pytest.mark.parametrize(("slice_s", "first_turn"), [(0.0, 1), (60.0, 10)])

@@ -107,3 +107,17 @@ def test_a_resized_container_is_read_again() -> None:
     state.set_pod(resized)
     assert state._pods[key].requests != before
     assert state._pods[key].requests.cpu == 3
+
+
+def test_an_allocation_naming_a_malformed_mig_instance_books_nothing() -> None:
+    state = cluster(make_node("n").gpu("GPU-0"))
+    pod = (
+        make_pod("odd")
+        .container(gpu=1, gpumem=1000)
+        .on_node("n", "GPU-0[x,NVIDIA,1000,0:;")
+        .phase("Running")
+        .obj()
+    )
+    state.set_pod(pod)
+    assert "malformed MIG UUID" in (state.allocation_error("default/odd") or "")
+    assert _usage(state) == {"GPU-0": (0, 0)}
