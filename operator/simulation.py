@@ -106,8 +106,17 @@ def build_state(scenario: Mapping[str, Any], use_index: bool = True) -> ClusterS
         state.set_budget(pdb)
     for pod in scenario.get("pods") or []:
         if (pod.get("spec") or {}).get("nodeName"):
-            state.set_pod(pod)
+            state.set_pod(_placed_by(pod, config.scheduler.scheduler_name))
     return state
+
+
+def _placed_by(pod: Mapping[str, Any], scheduler: str) -> Mapping[str, Any]:
+    """A running pod of a scenario was placed by the scheduler under test unless it names
+    another (the books believe only the allocations of schedulers they trust)."""
+    spec = pod.get("spec") or {}
+    if spec.get("schedulerName"):
+        return pod
+    return {**pod, "spec": {**spec, "schedulerName": scheduler}}
 
 
 def simulate(
@@ -174,6 +183,8 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
         out["message"] = decision.diagnosis.message()
     if decision.rejected is not None:
         out["rejected"] = decision.rejected
+    if decision.preemption_blocked is not None:
+        out["preemptionBlocked"] = decision.preemption_blocked
     if decision.victims:
         out["victims"] = list(decision.victims)
         out["reasons"] = {}
@@ -241,6 +252,13 @@ def _compare(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) -> l
             problems.append(f"{key}: devices={have} (expected {want})")
     if "victims" in expected and sorted(expected["victims"]) != sorted(got.get("victims", [])):
         problems.append(f"{key}: victims={got.get('victims', [])} (expected {expected['victims']})")
+    if "preemptionBlocked" in expected and str(expected["preemptionBlocked"]) not in str(
+        got.get("preemptionBlocked", "")
+    ):
+        problems.append(
+            f"{key}: preemptionBlocked={got.get('preemptionBlocked')!r} "
+            f"(expected it to contain {expected['preemptionBlocked']!r})"
+        )
     if "reason" in expected:
         seen = {r.lower() for reasons in got["reasons"].values() for r in reasons}
         if str(expected["reason"]).lower() not in seen:

@@ -59,6 +59,7 @@ class EngineInputs(Protocol):
     def remove_inventory(self, node_name: str) -> None: ...
     def set_pod(self, pod: Mapping[str, Any]) -> None: ...
     def allocation_error(self, key: PodKey) -> str | None: ...
+    def allocation_warning(self, key: PodKey) -> str | None: ...
     def expired_gates(self, now: float) -> list[tuple[str, PodKey]]: ...
     def remove_pod(self, key: PodKey) -> None: ...
     def set_quota(self, quota: Mapping[str, Any]) -> None: ...
@@ -173,6 +174,8 @@ class StateFeed:
         self.on_settled: Callable[[str], None] = lambda node: None
         #: Pods with a Binding in flight or just written: key -> uid.
         self._binding: dict[PodKey, str] = {}
+        #: Per pod, what the books could not believe of its allocation, as last logged.
+        self._allocation_problems: dict[PodKey, tuple[str | None, str | None]] = {}
         self._node_fingerprints: dict[str, str] = {}
         #: Per node, the unreadable node-layer annotations last reported, so a Node's
         #: routine updates do not repeat its Event; and the reports not yet written.
@@ -319,15 +322,23 @@ class StateFeed:
                 return  # an older copy than the Binding we are writing or just wrote
             del self._binding[key]
         self._engine.set_pod(pod)  # a pod that ends frees its room (``settle_releases``)
-        problem = self._engine.allocation_error(key)
-        if problem is not None:
-            # Its shares are not booked: say so, or the card looks freer than it is.
-            log.warning(
-                "pod_allocation_unreadable",
-                pod=key,
-                node=pod_facts.node_name_of(pod),
-                error=problem,
-            )
+        problems = (self._engine.allocation_error(key), self._engine.allocation_warning(key))
+        if problems != self._allocation_problems.get(key, (None, None)):
+            # Said once per pod and problem, not at each of its status updates.
+            if problems[0] is not None:
+                # Its shares are not booked: say so, or the card looks freer than it is.
+                log.warning(
+                    "pod_allocation_not_booked",
+                    pod=key,
+                    node=pod_facts.node_name_of(pod),
+                    error=problems[0],
+                )
+            if problems[1] is not None:
+                log.warning("pod_allocation_edited", pod=key, problem=problems[1])
+            if problems == (None, None):
+                self._allocation_problems.pop(key, None)
+            else:
+                self._allocation_problems[key] = problems
         self._track_allocation(key, pod)
         if pod_facts.is_waiting_for_scheduler(pod):
             fingerprint = pod_facts.pod_fingerprint(pod)
@@ -348,6 +359,7 @@ class StateFeed:
 
     def _forget_pod(self, key: PodKey) -> None:
         self._engine.remove_pod(key)
+        self._allocation_problems.pop(key, None)
         self._unbound.pop(key, None)
         self._binding.pop(key, None)
         if not self._queue.is_in_flight(key):

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from vgpu_operator import node_leases
+from vgpu_operator.demo.dra_claim import run_dra_claim
 from vgpu_operator.demo.manifests import (
     PREEMPTION_DIR,
     Manifest,
@@ -214,6 +215,9 @@ def run_demo(
                     containers=containers,
                     unsettled=tuple(unsettled),
                 )
+                dra_shown = run_dra_claim(cp, say, timeout_s)
+                clock.lap("dra claim")
+                result = dataclasses.replace(result, dra=dra_shown)
                 say("")
                 say(render_result(result))
                 say("")

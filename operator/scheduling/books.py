@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model, plausibility
+from vgpu_operator.devices import codec, dra, model, plausibility
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.devices.quantity import as_int
@@ -25,6 +26,7 @@ from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     allocation_gate,
+    allocation_trust,
     changes,
     disruption,
     init_release,
@@ -89,7 +91,8 @@ class PodEntry:
     #: Its init containers have all finished (``init_release``): only the app containers
     #: hold devices.
     init_done: bool = False
-    #: Since when the pod holds its node's allocation gate (``allocation_gate``), if it does.
+    #: Since when (the operator's clock) the pod holds its node's allocation gate, if it
+    #: does; ``allocation_gate.UNTIMED`` until the gate's next look stamps it.
     allocating_since: float | None = None
     #: What ``set_pod`` read the entry from (the config's epoch and ``_share_source``);
     #: None for a decision's reservation.
@@ -232,8 +235,14 @@ class ClusterBooks:
         self._nominations: dict[PodKey, Nomination] = {}
         #: Victims of a preemption whose deletion has not been seen yet.
         self._preempted: set[PodKey] = set()
-        #: Bound pods whose allocation annotation could not be read, and why.
+        #: Bound pods whose allocation annotation could not be read or is not believed
+        #: (``allocation_trust``), and why: they book nothing.
         self._allocation_errors: dict[PodKey, str] = {}
+        #: Bound pods whose allocation annotations were edited after binding (their first
+        #: allocation stays booked), and what was ignored.
+        self._allocation_warnings: dict[PodKey, str] = {}
+        #: Each bound pod's allocation as first seen: later edits change nothing.
+        self._first_records = allocation_trust.FirstRecords(self._record_keys())
         #: Bumped when what admission and parsing depend on changes (config, quota limits);
         #: the decision's per-pod parse cache is valid within one epoch.
         self._epoch = 0
@@ -248,8 +257,12 @@ class ClusterBooks:
         #: At most one GPU pod per node between Binding and the plugin's answer.
         self.gate_mode = allocation_gate.GateMode.OFF
         self.gate_timeout_s = allocation_gate.DEFAULT_TIMEOUT_S
-        #: Gates already reported as timed out (``expired_gates``).
-        self._expired_gates: set[PodKey] = set()
+        #: The first answer of each bound pod's device plugin (``success`` or ``failed``):
+        #: a pod answered holds no gate again, and a later answer changes nothing.
+        self._answers: dict[PodKey, str] = {}
+        #: Pods whose hold on the gate timed out (reported once, by ``expired_gates``): a
+        #: later ``allocating`` holds nothing.
+        self._gate_expired: set[PodKey] = set()
         #: Every change to a node a Fit reads, numbered (verdicts judge again only the
         #: nodes changed since they were made), and the room pods freed (queueing hints).
         self._changes = changes.ChangeLog()
@@ -273,6 +286,7 @@ class ClusterBooks:
         self._epoch += 1
         self._config = config
         self._vendors = Vendors(config, self._vendor_table)
+        self._first_records.set_keys(self._record_keys())
         ledger = self._new_ledger()
         for quota in self._quota_objects.values():
             ledger.set_quota(quota)
@@ -281,6 +295,12 @@ class ClusterBooks:
             self._quota.add_sums(entry.namespace, entry.quota_sums)
         for node in self._nodes.values():
             self._register(node)
+        for pod in self._first_records.reconsider():
+            self.set_pod(pod)
+
+    def _record_keys(self) -> list[str]:
+        """The annotations a pod's allocation is read from (``FirstRecords``)."""
+        return [*self._vendors.allocated_keys().values(), names.MIG_ALLOCATIONS]
 
     def _new_ledger(self) -> QuotaLedger:
         return QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
@@ -378,26 +398,36 @@ class ClusterBooks:
         self._drop_pod(key)
         self._nominations.pop(key, None)
         self._allocation_errors.pop(key, None)
+        self._allocation_warnings.pop(key, None)
         if node is not None or phase in _TERMINATED:
             self._attempts.pop(key, None)  # no longer waiting: its parse is done with
         if node is None or phase in _TERMINATED:
             return
-        annotations = meta.get("annotations") or {}
-        try:
-            devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
-            _check_instance_names(devices)
-        except CodecError as exc:
-            # Nothing can be booked from it; the runtime reports it (allocation_error).
-            devices = {}
-            self._allocation_errors[key] = str(exc)
-        if allocation_gate.allocation_failed(annotations):
+        uid = str(meta.get("uid") or "")
+        if previous is not None and previous.uid and previous.uid != uid:
+            # Another pod of the same name: nothing the old one's plugin said applies.
+            self._answers.pop(key, None)
+            self._gate_expired.discard(key)
+        annotations, edited = self._first_records.view(key, uid, meta.get("annotations") or {})
+        if edited:
+            self._allocation_warnings[key] = (
+                "its allocation annotations were changed after it was bound; the books keep "
+                "the allocation it was bound with"
+            )
+        devices = self._trusted_devices(key, pod, annotations)
+        answer = allocation_gate.answer(annotations)
+        if answer is not None and any(any(single) for single in devices.values()):
+            self._answers.setdefault(key, answer)
+        if self._answers.get(key) == codec.BindPhase.FAILED:
             # The device plugin refused it: kubelet will not start it with these devices.
+            # (Only its plugin's first answer counts: a pod that got its devices and says
+            # failed later is still on them.)
             devices = {}
         holds = any(any(single) for single in devices.values())
-        allocating_since = None if deleting else allocation_gate.holding_since(annotations, holds)
+        allocating_since = self._gate_since(key, uid, previous, annotations, holds, deleting)
         init_count = len((pod.get("spec") or {}).get("initContainers") or [])
         init_done = init_release.init_containers_done(pod)
-        records = mig_records.read(annotations)
+        records = mig_records.read(annotations) if holds else ()
         # Instances on MIG cards are read against the cards' tables (records and suffixes
         # to the engine's names and spots, ``_read_mig_records``), also when the pod has
         # no record, for a card that publishes profiles needs one for each instance.
@@ -413,7 +443,7 @@ class ClusterBooks:
             started=_start_time(pod),
             labels=dict(meta.get("labels") or {}),
             deleting=deleting,
-            uid=str(meta.get("uid") or ""),
+            uid=uid,
             mig_records=records,
             decoded=devices,
             init_count=init_count,
@@ -428,6 +458,52 @@ class ClusterBooks:
             # The bound copy of a reservation, or a status update: the node's cards,
             # score and summary stand, so it need not be rebuilt and ranked again.
             self._untouch(node)
+
+    def _trusted_devices(
+        self, key: PodKey, pod: Mapping[str, Any], annotations: Mapping[str, str]
+    ) -> dict[str, model.PodSingleDevice]:
+        """The pod's allocation, if the books believe it (``allocation_trust``); else
+        nothing, and the reason is kept for the runtime's log (``allocation_error``)."""
+        try:
+            devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
+            _check_instance_names(devices)
+        except CodecError as exc:
+            self._allocation_errors[key] = str(exc)
+            return {}
+        judged, refused = self._first_records.judged(key)
+        if not judged:
+            trusted = self._config.scheduler.trusted_names()
+            refused = allocation_trust.refusal(pod, devices, self._vendors, trusted)
+            self._first_records.judge(key, refused, pod)
+        if refused is not None:
+            self._allocation_errors[key] = refused
+            return {}
+        return devices
+
+    def _gate_since(
+        self,
+        key: PodKey,
+        uid: str,
+        previous: PodEntry | None,
+        annotations: Mapping[str, str],
+        holds: bool,
+        deleting: bool,
+    ) -> float | None:
+        """Since when (the operator's clock) the pod holds its node's allocation gate, or
+        None. The time is never read from the pod: it is carried over from the pod's
+        earlier entry (its own Binding's, ``confirm``), or starts at the gate's next look
+        (``allocation_gate.UNTIMED``)."""
+        if deleting or key in self._answers or key in self._gate_expired:
+            return None
+        if not allocation_gate.claims_gate(annotations, holds):
+            return None
+        if (
+            previous is not None
+            and previous.allocating_since is not None
+            and previous.uid in ("", uid)
+        ):
+            return previous.allocating_since
+        return allocation_gate.UNTIMED
 
     def _on_mig_cards(self, node_name: str | None, devices: model.PodDevices) -> bool:
         """Whether an allocation names a MIG card of the node (or a MIG instance)."""
@@ -492,10 +568,19 @@ class ClusterBooks:
         self._nominations.pop(key, None)
         self._preempted.discard(key)
         self._allocation_errors.pop(key, None)
+        self._allocation_warnings.pop(key, None)
+        self._first_records.forget(key)
+        self._answers.pop(key, None)
+        self._gate_expired.discard(key)
 
     def allocation_error(self, key: PodKey) -> str | None:
-        """Why a bound pod's allocation annotation could not be read (it books nothing)."""
+        """Why a bound pod's allocation annotation could not be read or is not believed
+        (it books nothing)."""
         return self._allocation_errors.get(key)
+
+    def allocation_warning(self, key: PodKey) -> str | None:
+        """What the books ignored of a bound pod's annotations (an edit after binding)."""
+        return self._allocation_warnings.get(key)
 
     def set_budget(self, pdb: Mapping[str, Any]) -> None:
         """Record a PodDisruptionBudget (preemption spares the pods it protects if it can)."""
@@ -516,12 +601,22 @@ class ClusterBooks:
         self._quota.remove_quota(namespace, name)
         self._quota_objects.pop((namespace, name), None)
 
-    def confirm(self, key: PodKey) -> None:
-        """The pod is bound: its reservation (or preemption hold) becomes a booking."""
+    def confirm(self, key: PodKey, now: float | None = None) -> None:
+        """The pod is bound: its reservation (or preemption hold) becomes a booking, and
+        its hold on the node's allocation gate is timed from ``now`` (the Binding's answer,
+        on the operator's clock; None: from the gate's next look)."""
         entry = self._pods.get(key)
         if entry is not None:
             entry.reserved = False
+            if entry.allocating_since is not None and now is not None:
+                self._time_gate(entry, now)
         self._nominations.pop(key, None)
+
+    def _time_gate(self, entry: PodEntry, now: float) -> None:
+        entry.allocating_since = now
+        node = self._nodes.get(entry.node or "")
+        if node is not None and entry.key in node.allocating:
+            node.allocating[entry.key] = now
 
     def rollback(self, key: PodKey) -> None:
         entry = self._pods.get(key)
@@ -696,10 +791,14 @@ class ClusterBooks:
         if node is None:
             return True
         timeout = self.gate_timeout_s
-        for holder, since in node.allocating.items():
+        for holder, since in list(node.allocating.items()):
             entry = self._pods.get(holder)
-            bound = entry is not None and not entry.reserved
-            if holder != key and bound and now - since <= timeout:
+            if entry is None or entry.reserved:
+                continue  # decided, not bound yet: it holds no gate
+            if since == allocation_gate.UNTIMED:
+                self._time_gate(entry, now)
+                since = now
+            if holder != key and now - since <= timeout:
                 return False
         if self.gate_mode is allocation_gate.GateMode.HAMI_LOCK:
             owner = allocation_gate.lock_holder(node.facts.annotations, now, timeout)
@@ -712,23 +811,41 @@ class ClusterBooks:
         """Per node, the pods holding its gate (for status and tests)."""
         return {n.name: sorted(n.allocating) for n in self._nodes.values() if n.allocating}
 
+    def gate_holder(self, node_name: str, now: float) -> allocation_gate.GateHolder | None:
+        """The bound pod that keeps the node's gate shut now (for the waiting pods'
+        condition), or None."""
+        node = self._nodes.get(node_name)
+        if node is None or self.gate_mode is allocation_gate.GateMode.OFF:
+            return None
+        for holder, since in sorted(node.allocating.items()):
+            entry = self._pods.get(holder)
+            if entry is None or entry.reserved:
+                continue
+            if since == allocation_gate.UNTIMED:
+                self._time_gate(entry, now)
+                since = now
+            if now - since <= self.gate_timeout_s:
+                held = now - since
+                return allocation_gate.GateHolder(holder, held, self.gate_timeout_s - held)
+        return None
+
     def expired_gates(self, now: float) -> list[tuple[str, PodKey]]:
         """Gates that timed out since the last call (node, holder): their nodes are open
         again, so parked pods should be retried, and the holders reported."""
         if self.gate_mode is allocation_gate.GateMode.OFF:
             return []
         expired: list[tuple[str, PodKey]] = []
-        live: set[PodKey] = set()
         for node in self._nodes.values():
-            for key, since in node.allocating.items():
+            for key, since in list(node.allocating.items()):
                 entry = self._pods.get(key)
                 if entry is None or entry.reserved:
                     continue  # decided, not bound yet: it holds no gate
-                live.add(key)
-                if now - since > self.gate_timeout_s and key not in self._expired_gates:
-                    self._expired_gates.add(key)
+                if since == allocation_gate.UNTIMED:
+                    self._time_gate(entry, now)
+                    continue
+                if now - since > self.gate_timeout_s and key not in self._gate_expired:
+                    self._gate_expired.add(key)
                     expired.append((node.name, key))
-        self._expired_gates &= live
         return sorted(expired)
 
     def _observe_gpu_count(self, node: NodeEntry) -> None:
@@ -777,6 +894,10 @@ class ClusterBooks:
             banned_ids = set(override.filter_devices.uuid)
             banned_idx = set(override.filter_devices.index)
             devices = [d for d in devices if d.id not in banned_ids and d.index not in banned_idx]
+        if node.facts.labels.get(dra.NODE_PATH_LABEL) == dra.PATH_DRA:
+            # The node's agent offers its cards as DRA devices (a ResourceSlice; it runs no
+            # device plugin there): a card is never a device-plugin share at the same time.
+            devices = []
         node.registered = tuple(devices)
         node.pair_scores = scores
         node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())

@@ -25,7 +25,9 @@ from vgpu_operator.devices import codec, mig_allocations, model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     admission,
+    allocation_gate,
     card_classes,
+    disruption,
     mig_records,
     node_basics,
     node_layer,
@@ -76,6 +78,9 @@ class Decision:
     #: What the engine adjusted in the request (cores above 100 booked as 100): the
     #: runtime tells the pod's owner in a Warning Event.
     warnings: tuple[str, ...] = ()
+    #: Why the pod, which fits nowhere, does not preempt although victims exist: each
+    #: choice would evict a pod its PodDisruptionBudget protects (nothing is evicted).
+    preemption_blocked: str | None = None
     #: Per vendor and container, the score of each card in ``devices`` (HAMi's
     #: DeviceListsScore when the container's cards were sorted).
     card_scores: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=dict)
@@ -217,6 +222,14 @@ class ClusterState(ClusterBooks):
             preempting = self._preempt(job, subject, diagnosis, now)
             if preempting is None:
                 return Decision(key, False, diagnosis=diagnosis, verdict=verdict)
+            if isinstance(preempting, str):
+                return Decision(
+                    key,
+                    False,
+                    diagnosis=diagnosis,
+                    verdict=verdict,
+                    preemption_blocked=preempting,
+                )
             chosen, outcome = preempting
             return self._nominate(key, job, subject, chosen, outcome, diagnosis, now)
         node, outcome = found
@@ -233,8 +246,9 @@ class ClusterState(ClusterBooks):
             reserved=True,
             priority=preemption.priority_of(subject),
             labels=dict((subject.get("metadata") or {}).get("labels") or {}),
-            # Its Binding says bind-phase allocating from now: the node's gate is shut.
-            allocating_since=now if any(devices.values()) else None,
+            # Its Binding says bind-phase allocating: once bound, the node's gate is shut,
+            # timed from the Binding's answer (``confirm``), not from this decision.
+            allocating_since=allocation_gate.UNTIMED if any(devices.values()) else None,
         )
         self._add_pod(entry)
         return Decision(
@@ -302,9 +316,14 @@ class ClusterState(ClusterBooks):
 
     def _preempt(
         self, job: placement.Job, pod: Mapping[str, Any], diagnosis: Diagnosis, now: float
-    ) -> tuple[preemption.Candidate, placement.Outcome] | None:
+    ) -> tuple[preemption.Candidate, placement.Outcome] | str | None:
         """The node and victims kube-scheduler's DefaultPreemption would choose, with
-        our Fit deciding whether the pod fits once they are gone (module preemption)."""
+        our Fit deciding whether the pod fits once they are gone (module preemption).
+
+        Unlike kube-scheduler, which deletes its victims, ours leave through the Eviction
+        API, which refuses an eviction a PodDisruptionBudget does not allow: a choice
+        that violates a budget (the best there is) would evict the other victims for
+        nothing. It is not made; the returned sentence says which budget stops it."""
         if not self.preemption_enabled or not preemption.eligible(pod) or diagnosis.error:
             return None
         priority = preemption.priority_of(pod)
@@ -335,6 +354,8 @@ class ClusterState(ClusterBooks):
         chosen = preemption.pick_node(candidates)
         if chosen is None:
             return None
+        if chosen.victims.budget_violations:
+            return _blocked_message(chosen, budgets)
         outcome = _RemovalTrial(self, self._nodes[chosen.node], job, now).outcome(
             chosen.victims.keys
         )
@@ -370,6 +391,13 @@ class ClusterState(ClusterBooks):
             labels=dict((pod.get("metadata") or {}).get("labels") or {}),
         )
         self._add_pod(entry)
+        # Victims a budget covers first: if the Eviction API refuses one (its budget
+        # changed since it was read), none of the others has been evicted yet.
+        budgets = list(self._budgets.values())
+        ordered = sorted(
+            chosen.victims.pods,
+            key=lambda p: not disruption.covered(_identity(p), budgets),
+        )
         return Decision(
             key,
             False,
@@ -377,7 +405,7 @@ class ClusterState(ClusterBooks):
             annotations=self._annotations(chosen.node, outcome, now),
             diagnosis=diagnosis,
             nominated_node=chosen.node,
-            victims=tuple(p.key for p in chosen.victims.pods),
+            victims=tuple(p.key for p in ordered),
             victim_uids={v: self._pods[v].uid for v in victims if v in self._pods},
             card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
         )
@@ -626,6 +654,24 @@ class ClusterState(ClusterBooks):
         if not self._quota.has_limits(namespace):
             return None
         return tuple(sorted(self._quota.usage(namespace).items()))
+
+
+def _identity(pod: preemption.Occupant) -> disruption.PodIdentity:
+    return disruption.PodIdentity(pod.namespace, pod.name, pod.labels)
+
+
+def _blocked_message(chosen: preemption.Candidate, budgets: Sequence[disruption.Budget]) -> str:
+    """Why a preemption is not made: the victims its budgets protect."""
+    blocked = disruption.blocking_budgets([_identity(p) for p in chosen.victims.pods], budgets)
+    named = ", ".join(
+        f"{pod.namespace}/{pod.name} (PodDisruptionBudget {budget.namespace}/{budget.name})"
+        for pod, budget in blocked[:3]
+    )
+    more = f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
+    return (
+        f"Preemption would have to evict {named}{more} on node {chosen.node}, which "
+        "the budget does not allow now; no pod was evicted."
+    )
 
 
 class _RemovalTrial:

@@ -85,6 +85,9 @@ class FakeEngine:
     def allocation_error(self, key: str) -> str | None:
         return None
 
+    def allocation_warning(self, key: str) -> str | None:
+        return None
+
     def expired_gates(self, now: float) -> list[tuple[str, str]]:
         expired, self.expired = self.expired, []
         return expired

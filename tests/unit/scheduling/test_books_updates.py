@@ -36,17 +36,36 @@ def test_a_status_update_keeps_the_booking() -> None:
     assert sum(slots for slots, _ in before.values()) == 1
 
 
-def test_an_update_to_other_shares_moves_the_booking() -> None:
+def test_an_edit_of_the_allocation_after_binding_changes_nothing() -> None:
+    """A tenant may edit their pod's annotations (where no admission policy stops them):
+    the books keep the allocation the pod was bound with, and say so."""
     state = cluster(make_node("n").gpu("GPU-0").gpu("GPU-1"))
     pod = _placed(state)
-    held = next(uuid for uuid, (slots, _) in _usage(state).items() if slots)
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    before = _usage(state)
+    held = next(uuid for uuid, (slots, _) in before.items() if slots)
     other = "GPU-1" if held == "GPU-0" else "GPU-0"
-    moved = copy.deepcopy(pod)
-    moved["metadata"]["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = f"{other},NVIDIA,6000,0:;"
-    state.set_pod(moved)
-    usage = _usage(state)
-    assert usage[other] == (1, 6000)
-    assert usage[held] == (0, 0)
+    for forged in (f"{other},NVIDIA,6000,0:;", f"{held},NVIDIA,1,0:;", ""):
+        moved = copy.deepcopy(pod)
+        moved["metadata"]["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = forged
+        state.set_pod(moved)
+        assert _usage(state) == before
+        assert "changed after it was bound" in (state.allocation_warning(key) or "")
+    state.set_pod(pod)
+    assert state.allocation_warning(key) is None
+    assert state.drifted_nodes() == []
+
+
+def test_a_pod_recreated_under_the_same_name_is_read_afresh() -> None:
+    state = cluster(make_node("n").gpu("GPU-0").gpu("GPU-1"))
+    pod = _placed(state)
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    state.remove_pod(key)
+    again = copy.deepcopy(pod)
+    again["metadata"]["uid"] = "another"
+    again["metadata"]["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = "GPU-1,NVIDIA,4000,0:;"
+    state.set_pod(again)
+    assert _usage(state)["GPU-1"] == (1, 4000)
 
 
 def test_a_status_update_refreshes_what_preemption_reads() -> None:
