@@ -831,6 +831,28 @@ def test_a_preemption_a_budget_blocks_is_reported_as_a_warning() -> None:
     assert "PodDisruptionBudget ns/db" in message
 
 
+def test_a_blocked_preemption_is_reported_once_per_message() -> None:
+    """Retried while the budget still blocks it, the pod is not told again; once the
+    block is gone, what it waits for changed and it is told that."""
+    budget = "Preemption would have to evict ns/db-0 (PodDisruptionBudget ns/db)"
+    blocked = Decision("ns/a", False, diagnosis=NO_MEMORY, preemption_blocked=budget)
+
+    async def scenario() -> Rig:
+        rig = Rig()
+        rig.add("a")
+        for decision in (blocked, blocked, Decision("ns/a", False, diagnosis=NO_MEMORY)):
+            rig.engine.decisions["ns/a"] = decision
+            rig.queue.wake_all()
+            rig.clock.now += 60
+            rig.decide_next()
+            await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert [r[0] for r in rig.reporter.reports] == ["preemption_blocked", "unschedulable"]
+    assert rig.attempts("unschedulable") == 3
+
+
 def test_waiting_for_victims_is_parked_quietly() -> None:
     rig, preemptor = run(Decision("ns/a", False, diagnosis=NO_MEMORY, nominated_node="n1"))
     assert preemptor.log == []
