@@ -13,20 +13,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from vgpu_operator import names
-from vgpu_operator.devices import catalog
+from vgpu_operator.scheduling import node_annotations
 from vgpu_operator.timestamps import unix_time
 
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
-#: Node annotations the engine reads: each vendor's (registration, scores, the node
-#: layer's card restrictions: lifting one may let parked pods fit), then the rest.
-_NODE_ANNOTATIONS_THAT_MATTER: Final = (
-    *catalog.node_annotations(),
-    names.NODE_DEVICE_CORDON,
-    names.NODE_LOCK,  # HAMi's node lock released: the node may take a GPU pod again
-    names.NODE_SCHEDULER_POLICY,
-    names.GPU_SCHEDULER_POLICY,
-)
+#: The Node annotations whose change wakes waiting pods: declared, with what reads each,
+#: in ``scheduling.node_annotations`` (the engine sees no other key).
+_NODE_ANNOTATIONS_THAT_MATTER: Final = node_annotations.waking_keys()
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -31,6 +31,7 @@ from vgpu_operator.scheduling import (
     init_release,
     mig,
     mig_records,
+    node_annotations,
     node_basics,
     node_layer,
     placement,
@@ -214,6 +215,7 @@ class ClusterBooks:
         self._config = config
         self._vendor_table = tuple(vendor_table)
         self._vendors = Vendors(config, self._vendor_table)
+        self._node_annotation_keys = node_annotations.read_keys(self._vendor_table)
         self._inventory_timeout_s = inventory_timeout_s
         self._nodes: dict[str, NodeEntry] = {}
         self._pods: dict[PodKey, PodEntry] = {}
@@ -301,7 +303,7 @@ class ClusterBooks:
         return QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
 
     def set_node(self, node: Mapping[str, Any]) -> None:
-        facts = node_basics.NodeFacts.from_node(node)
+        facts = node_basics.NodeFacts.from_node(node, self._node_annotation_keys)
         entry = self._node_entry(facts.name)
         entry.facts = facts
         self._observe_gpu_count(entry)
