@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -235,3 +236,8 @@ def test_an_undeclared_annotation_leaves_the_fingerprint_alone() -> None:
     node: Json = {"metadata": {"name": "n", "annotations": {}}}
     noisy: Json = {"metadata": {"name": "n", "annotations": {names.NODE_HANDSHAKE: "x"}}}
     assert pod_facts.node_fingerprint(node) == pod_facts.node_fingerprint(noisy)
+
+
+def test_docs_architecture_lists_every_declared_key() -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "architecture.md").read_text()
+    assert [row.key for row in TABLE if f"`{row.key}`" not in doc] == []
