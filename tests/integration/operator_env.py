@@ -22,8 +22,8 @@ import yaml
 
 from vgpu_operator import names, node_leases
 from vgpu_operator.control.options import OperatorOptions
-from vgpu_operator.devices import codec
 from vgpu_operator.scheduling.allocation_gate import GateMode
+from vgpu_operator.testing import pod_allocation
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 from vgpu_operator.timestamps import format_rfc3339
 
@@ -388,16 +388,8 @@ def events_for(cp: ControlPlane, namespace: str, name: str) -> list[Json]:
     return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
 
 
-def allocation(pod: Mapping[str, Any]) -> list[tuple[str, int, int]]:
-    """(card uuid, memory MiB, cores) per container device, from the pod's annotations."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    devices = codec.decode_pod_devices(annotations, {"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED})
-    return [
-        (device.uuid, device.memory_mib, device.cores)
-        for per_vendor in devices.values()
-        for container in per_vendor
-        for device in container
-    ]
+#: (card uuid, memory MiB, cores) per container device, from the pod's annotations.
+allocation = pod_allocation.nvidia_devices
 
 
 def usage_by_card(pods: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int, int]]:
