@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from gpu_check import cuda_probe, enforcement
 from gpu_check.budget import Budget
-from gpu_check.context import Grant, Options, Run
+from gpu_check.context import Options, Run
 from gpu_check.outcome import Status
-from gpu_check_fixtures import REPO
+from gpu_check_fixtures import REPO, hamicore_grant
 
 from vgpu_operator.agent import hamicore
 
@@ -261,29 +261,11 @@ def governed_run(libcuda: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     )
     hook = tmp_path / "host" / "vgpu"
     hamicore.install(library, hook, "/usr/local/vgpu")
-    (hook / "containers" / "uid_main").mkdir(parents=True)
     run = Run(Options(repo_root=REPO, backend="nvml"), Budget(120), tmp_path)
     run.library = library
-    run.grant = Grant(
-        card_uuid="GPU-a",
-        card_index=0,
-        memory_limit_mib=4096,
-        # 10 %: the stand-in stretches kernels tenfold, the verdict wants fivefold, and a
-        # run without the limit is about even: wide margins for a loaded machine.
-        sm_limit=10,
-        envs={
-            "NVIDIA_VISIBLE_DEVICES": "GPU-a",
-            "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
-            "CUDA_DEVICE_SM_LIMIT": "10",
-            "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/uid_main.cache",
-        },
-        mounts=(
-            ("/usr/local/vgpu", str(hook / "containers" / "uid_main"), False),
-            ("/usr/local/vgpu/libvgpu.so", str(hook / "libvgpu.so"), True),
-            ("/etc/ld.so.preload", str(hook / "ld.so.preload"), True),
-        ),
-        hook_dir=hook,
-    )
+    # 10 %: the stand-in stretches kernels tenfold, the verdict wants fivefold, and a run
+    # without the limit is about even: wide margins for a loaded machine.
+    run.grant = hamicore_grant(hook, "GPU-a", 0, sm_limit=10)
     return run
 
 
