@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from gpu_check import cuda_probe, enforcement
 from gpu_check.budget import Budget
 from gpu_check.context import Options, Run
-from gpu_check.outcome import Status
+from gpu_check.outcome import CheckResult, Status
 from gpu_check_fixtures import REPO, hamicore_grant
 
 from vgpu_operator.agent import hamicore
@@ -279,16 +280,6 @@ def test_the_memory_check_passes_when_the_limit_holds(governed_run: Run) -> None
     assert result.data["bare"]["total_mib"] == 8192
 
 
-def test_the_memory_check_fails_when_nothing_enforces_the_limit(
-    governed_run: Run, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("FAKE_NO_LIMITS", "1")
-    result = enforcement.memory_limit(governed_run)
-    assert result.status is Status.FAIL
-    assert "5120 MiB (above the limit) gave CUDA_SUCCESS" in result.summary
-    assert "reports 8192 MiB in total, not the limit 4096 MiB" in result.summary
-
-
 def test_the_compute_check_measures_the_slowdown_of_the_same_launches(governed_run: Run) -> None:
     result = enforcement.sm_limit(governed_run)
     assert result.status is Status.PASS, result.summary
@@ -297,10 +288,28 @@ def test_the_compute_check_measures_the_slowdown_of_the_same_launches(governed_r
     assert result.data["ideal"] == pytest.approx(10)
 
 
-def test_the_compute_check_fails_when_the_limit_changes_nothing(
-    governed_run: Run, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("check", "reasons"),
+    [
+        pytest.param(
+            enforcement.memory_limit,
+            (
+                "5120 MiB (above the limit) gave CUDA_SUCCESS",
+                "reports 8192 MiB in total, not the limit 4096 MiB",
+            ),
+            id="memory",
+        ),
+        pytest.param(enforcement.sm_limit, ("at least 5.00x was expected",), id="compute"),
+    ],
+)
+def test_a_check_fails_when_nothing_enforces_its_limit(
+    governed_run: Run,
+    monkeypatch: pytest.MonkeyPatch,
+    check: Callable[[Run], CheckResult],
+    reasons: tuple[str, ...],
 ) -> None:
     monkeypatch.setenv("FAKE_NO_LIMITS", "1")
-    result = enforcement.sm_limit(governed_run)
+    result = check(governed_run)
     assert result.status is Status.FAIL
-    assert "at least 5.00x was expected" in result.summary
+    for reason in reasons:
+        assert reason in result.summary
