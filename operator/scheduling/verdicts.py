@@ -261,7 +261,13 @@ class Verdict:
             profile = books.node_profile(name, simple.wants_ids(books.node_layer(name)))
             if profile is not None and not simple.could_ever(profile):
                 return False
-        return self.judge(books, name, now) is None
+        failure = self.judge(books, name, now)
+        if failure is not None and Reason.RESOURCE_QUOTA_NOT_FIT in failure.reasons:
+            # A node judged here only (one that appeared, or changed, since the last
+            # refresh) may be ruled out by the quota alone: the namespace's usage falling
+            # must then wake the shape, though no refreshed failure says so yet.
+            self._quota_bound = True
+        return failure is None
 
 
 def _current_deadlines(books: JudgedBooks, names: Iterable[str]) -> list[tuple[float, str]]:

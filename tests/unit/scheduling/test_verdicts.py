@@ -159,3 +159,25 @@ def test_a_quota_bound_verdict_may_be_helped_by_its_namespace_only() -> None:
     unlimited = state.schedule(make_pod("huge", "other").container(1, 1 << 20, 10).obj(), 0.0)
     assert unlimited.verdict is not None
     assert not state.quota_may_help(unlimited.verdict, "other")
+
+
+def test_a_node_ruled_out_by_quota_alone_when_it_appears_makes_the_verdict_quota_bound() -> None:
+    """The pod first failed for another reason on every node (it asks for a card no node
+    had); the node with that card appears, and there only the quota stops it: its
+    namespace's usage falling must now wake it, though it was not decided again."""
+    state = ClusterState(DeviceConfig())
+    make_node("a").gpu("GPU-a0", memory_mib=16384).install(state, heartbeat=0.0)
+    state.set_quota(resource_quota("ns", gpumem=10000))
+    holder = make_pod("holder", "ns").container(1, 8000, 10).obj()
+    state.confirm(state.schedule(holder, 0.0).pod)
+    wanting = (
+        make_pod("w", "ns").container(1, 4000, 10).annotate("nvidia.com/use-gpuuuid", "GPU-d0")
+    )
+    blocked = state.schedule(wanting.obj(), 0.0)
+    assert blocked.verdict is not None
+    assert blocked.diagnosis is not None
+    assert "ResourceQuotaNotFit" not in blocked.diagnosis.message()
+    assert not state.quota_may_help(blocked.verdict, "ns")
+    make_node("d").gpu("GPU-d0", memory_mib=16384).install(state, heartbeat=0.0)
+    assert not state.fits_now(blocked.verdict, "d", 0.0)
+    assert state.quota_may_help(blocked.verdict, "ns")
