@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from vgpu_operator import simulation_dra
 from vgpu_operator.config import load_config
 from vgpu_operator.devices import codec, mig_allocations
 from vgpu_operator.devices.mig_allocations import MigAllocation
@@ -104,6 +105,7 @@ def build_state(scenario: Mapping[str, Any], use_index: bool = True) -> ClusterS
             raise ScenarioError(f"resourceQuotas[{position}].{exc.field}", exc.message) from exc
     for pdb in scenario.get("podDisruptionBudgets") or []:
         state.set_budget(pdb)
+    simulation_dra.load(scenario, state)
     for pod in scenario.get("pods") or []:
         if (pod.get("spec") or {}).get("nodeName"):
             state.set_pod(_placed_by(pod, config.scheduler.scheduler_name))
@@ -128,9 +130,12 @@ def simulate(
     for pod in scenario.get("pods") or []:
         if (pod.get("spec") or {}).get("nodeName"):
             continue
+        pod = simulation_dra.with_template_claims(scenario, pod, state)
         decision = state.schedule(pod, now, explain=True)
         for victim in decision.victims:
             state.remove_pod(victim)  # in a simulation, victims leave at once
+        if decision.scheduled:
+            simulation_dra.write_claims(decision, state)
         if decision.scheduled or decision.victims:
             state.confirm(decision.pod)
         decisions.append(render(decision, pod))
@@ -185,6 +190,8 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
         out["rejected"] = decision.rejected
     if decision.preemption_blocked is not None:
         out["preemptionBlocked"] = decision.preemption_blocked
+    if decision.claim_writes:
+        out["claims"] = simulation_dra.render_claims(decision)
     if decision.victims:
         out["victims"] = list(decision.victims)
         out["reasons"] = {}
@@ -250,6 +257,7 @@ def _compare(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) -> l
         have = [sorted({d["uuid"] for d in c}) for c in got["containers"]]
         if [sorted(set(c)) for c in want] != have[: len(want)]:
             problems.append(f"{key}: devices={have} (expected {want})")
+    problems.extend(simulation_dra.check_claims(key, expected, got))
     if "victims" in expected and sorted(expected["victims"]) != sorted(got.get("victims", [])):
         problems.append(f"{key}: victims={got.get('victims', [])} (expected {expected['victims']})")
     if "preemptionBlocked" in expected and str(expected["preemptionBlocked"]) not in str(
