@@ -169,7 +169,8 @@ def check_claims(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) 
     """``expect.claims``: per claim, the devices its allocation names (in any order)."""
     problems = []
     have = {
-        c["claim"]: sorted(r["device"] for r in c.get("results") or ()) for c in got.get("claims", [])
+        c["claim"]: sorted(r["device"] for r in c.get("results") or ())
+        for c in got.get("claims", [])
     }
     for claim, devices in (expected.get("claims") or {}).items():
         if sorted(devices) != have.get(claim):

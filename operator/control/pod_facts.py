@@ -136,10 +136,12 @@ def _digest(data: Any) -> str:
 
 
 def pod_fingerprint(pod: Mapping[str, Any]) -> str:
-    """Changes when what a decision reads of the pod changes (spec, labels, annotations);
-    not when only its status does (for example the condition the operator writes)."""
+    """Changes when what a decision reads of the pod changes (spec, labels, annotations,
+    the claims made for it); not when only the rest of its status does (for example the
+    condition the operator writes)."""
     meta = _meta(pod)
-    return _digest([_spec(pod), meta.get("labels"), meta.get("annotations")])
+    claims = _status(pod).get("resourceClaimStatuses")
+    return _digest([_spec(pod), meta.get("labels"), meta.get("annotations"), claims])
 
 
 def node_fingerprint(node: Mapping[str, Any]) -> str:

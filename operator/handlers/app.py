@@ -33,6 +33,8 @@ import structlog
 from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.control import (
+    claim_binding,
+    claims_feed,
     deferred,
     feed,
     heap,
@@ -47,7 +49,7 @@ from vgpu_operator.control import (
 )
 from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.handlers import admission
-from vgpu_operator.kube import binding, client, eviction, listing, node_lock, peering
+from vgpu_operator.kube import binding, claims, client, eviction, listing, node_lock, peering
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics, WebhookResult
@@ -143,6 +145,7 @@ class OperatorApp:
         self.api: ApiClient | None = None
         self.state: cluster.ClusterState | None = None
         self.feed: feed.StateFeed | None = None
+        self.claim_feed: claims_feed.ClaimFeed | None = None
         self.queue: queue.SchedulingQueue | None = None
         self.worker: worker.SchedulingWorker | None = None
         self.reporter: reporting.KubeReporter | None = None
@@ -180,6 +183,7 @@ class OperatorApp:
             config_key=options.config_key,
             inventory_timeout_s=options.inventory_timeout_s,
         )
+        self.claim_feed = claims_feed.ClaimFeed(self.state, self.queue)
         # Scheduled Events wait while Bindings are being written (control/deferred.py).
         self.deferred = deferred.DeferredWrites()
         self.reporter = reporting.KubeReporter(
@@ -218,6 +222,11 @@ class OperatorApp:
             gate=self.gate,
             preemptor=KubePreemptor(self.api, self.reporter),
             max_binds_in_flight=options.max_binds_in_flight,
+            claims=claim_binding.ClaimBinding(
+                self.state,
+                claims.ApiClaimWriter(self.api),
+                other_allocator_seen=self.feed.other_allocator_seen,
+            ),
         )
         self.feed.on_settled = self.worker.node_settled
         self.deferred.busy = self.worker.busy
@@ -238,6 +247,7 @@ class OperatorApp:
             self.feed,
             report_warnings=self._report_warnings,
             on_error=self.metrics.api_error,
+            claim_feed=self.claim_feed,
         )
         heap.hold()
         self._spawn("watches", self.watches.run())
@@ -480,6 +490,10 @@ class OperatorApp:
             self.feed.quotas_listed(quotas.items, quotas.resource_version)
             budgets = await listing.list_all(self.api, listing.POD_DISRUPTION_BUDGETS)
             self.feed.budgets_listed(budgets.items, budgets.resource_version)
+            if self.claim_feed is not None:
+                for kind in watching.dra_kinds_of(self.claim_feed):
+                    found = await listing.list_all(self.api, kind.path)
+                    kind.listed(found.items, found.resource_version)
             pods = await listing.list_all(self.api, listing.PODS)
             self.feed.pods_listed(pods.items, pods.resource_version)
             log.info(

@@ -11,6 +11,7 @@ changed, the cards registered on a node, and the quota ledger.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 from vgpu_operator.devices import dra, model
@@ -110,6 +111,41 @@ class ClaimBooks:
     def claim_object(self, key: str) -> Mapping[str, Any] | None:
         return self._claim_objects.get(key)
 
+    def over_committed(self, node: str, devices: Sequence[str]) -> list[str]:
+        """Of ``devices`` on ``node``, those that the allocated claims (as the watch shows
+        them, whoever wrote them) take past a capacity the slice publishes."""
+        pool = self._pools.get(node)
+        if pool is None:
+            return []
+        totals: dict[str, dict[str, Fraction]] = {}
+        for obj in self._claim_objects.values():
+            hold = claim_ledger.hold_from_claim(obj)
+            if hold is None or hold.node != node:
+                continue
+            for share in hold.shares:
+                if share.device not in devices:
+                    continue
+                sums = totals.setdefault(share.device, {})
+                for name, amount in (
+                    (dra.MEMORY, share.memory_bytes),
+                    (dra.CORES, share.cores),
+                    (dra.SHARES, share.shares),
+                ):
+                    policy = (pool.devices.get(share.device) or _NO_DEVICE).capacity.get(name)
+                    taken = amount if amount is not None else (policy.value if policy else 0)
+                    sums[name] = sums.get(name, Fraction(0)) + taken
+        over = []
+        for device, sums in sorted(totals.items()):
+            published = pool.devices.get(device)
+            if published is None:
+                continue
+            if any(
+                name in published.capacity and total > published.capacity[name].value
+                for name, total in sums.items()
+            ):
+                over.append(device)
+        return over
+
     def claim_holds(self) -> dict[str, str]:
         """Claims that hold shares, and their nodes (for tests and status)."""
         return {k: h.node for k, h in self._claim_ledger.holds.items()}
@@ -191,6 +227,9 @@ class ClaimBooks:
                     self._put_hold(read)
                 else:
                     self._drop_hold(key)
+
+
+_NO_DEVICE = dra_pool.PoolDevice("", "", "", 0, {}, {}, False)
 
 
 def _slice_node(obj: Mapping[str, Any] | None) -> str | None:
