@@ -141,7 +141,9 @@ def _fit_claim(
                 reasons[Reason.NODE_INSUFFICIENT_DEVICE] = 1
             return ClaimsOutcome(False, reasons=reasons)
         chosen = None
-        failed: Counter[Reason] = Counter(reasons)
+        # Devices the request's selectors rule out are named only when no device is left:
+        # otherwise why the eligible ones do not fit is the news.
+        failed: Counter[Reason] = Counter()
         refused: dict[Reason, set[str]] = {}
         # Devices a request consumes alike are fitted together (one shape on a node of
         # one card model and request policy: the usual case).
