@@ -166,13 +166,22 @@ def render_claims(decision: Decision) -> list[dict[str, Any]]:
 
 
 def check_claims(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) -> list[str]:
-    """``expect.claims``: per claim, the devices its allocation names (in any order)."""
+    """``expect.claims``: per claim, the devices its allocation names (a list, in any
+    order), or ``{"devices": [...], "consumedCapacity": [...]}`` to compare what each
+    result consumes too (results in order)."""
     problems = []
-    have = {
-        c["claim"]: sorted(r["device"] for r in c.get("results") or ())
-        for c in got.get("claims", [])
-    }
-    for claim, devices in (expected.get("claims") or {}).items():
-        if sorted(devices) != have.get(claim):
-            problems.append(f"{key}: claim {claim} devices={have.get(claim)} (expected {devices})")
+    made = {c["claim"]: c.get("results") or [] for c in got.get("claims", [])}
+    for claim, want in (expected.get("claims") or {}).items():
+        results = made.get(claim)
+        devices = None if results is None else sorted(r["device"] for r in results)
+        wanted = want.get("devices", []) if isinstance(want, Mapping) else want
+        if sorted(wanted) != devices:
+            problems.append(f"{key}: claim {claim} devices={devices} (expected {sorted(wanted)})")
+        if isinstance(want, Mapping) and "consumedCapacity" in want:
+            have = [r.get("consumedCapacity") for r in results or []]
+            if have != want["consumedCapacity"]:
+                problems.append(
+                    f"{key}: claim {claim} consumedCapacity={have} "
+                    f"(expected {want['consumedCapacity']})"
+                )
     return problems
