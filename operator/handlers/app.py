@@ -53,7 +53,7 @@ from vgpu_operator.kube import binding, claims, client, eviction, listing, node_
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics, WebhookResult
-from vgpu_operator.scheduling import cluster
+from vgpu_operator.scheduling import claim_admission, cluster
 from vgpu_operator.scheduling.allocation_gate import GateMode
 
 log = structlog.get_logger("vgpu_operator.operator")
@@ -382,10 +382,36 @@ class OperatorApp:
             self.metrics.webhook_answered(WebhookResult.DENIED, time.monotonic() - started)
             raise kopf.AdmissionError(result.message, code=403)
         mutated = result.pod
+        namespace = str((mutated.get("metadata") or {}).get("namespace") or "default")
+        if self.state.config.dra.converts(namespace):
+            mutated = await self._to_claims(mutated, started)
         patch.fns.append(lambda raw: admission.apply_mutation(cast(dict[str, Any], raw), mutated))
         # kubectl prints these to whoever created the pod (e.g. gpucores above 100).
         warnings.extend(result.warnings)
         self.metrics.webhook_answered(WebhookResult.MUTATED, time.monotonic() - started)
+
+    async def _to_claims(self, pod: Mapping[str, Any], started: float) -> Mapping[str, Any]:
+        """A pod of a namespace on the DRA path: its GPU containers name claims made from
+        templates (``claim_admission``), which are created first. Raises the webhook's
+        refusal when the request cannot be a claim or a template cannot be made."""
+        assert self.state is not None
+        assert self.api is not None
+        try:
+            converted = claim_admission.convert(pod, self.state.vendors)
+        except claim_admission.Unmappable as exc:
+            self.metrics.webhook_answered(WebhookResult.DENIED, time.monotonic() - started)
+            raise kopf.AdmissionError(str(exc), code=403) from None
+        if converted is None:
+            return pod
+        for template in converted.templates:
+            try:
+                problem = await claims.ensure_template(self.api, template)
+            except Exception as exc:
+                problem = f"the pod's ResourceClaimTemplate could not be made: {exc}"
+            if problem is not None:
+                self.metrics.webhook_answered(WebhookResult.DENIED, time.monotonic() - started)
+                raise kopf.AdmissionError(problem, code=403)
+        return converted.pod
 
     # --- config -------------------------------------------------------------------------
     async def _watch_config(self) -> None:

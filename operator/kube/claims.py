@@ -127,6 +127,26 @@ async def _get(api: ApiClient, path: str) -> dict[str, Any] | None:
         raise
 
 
+async def ensure_template(api: ApiClient, template: Mapping[str, Any]) -> str | None:
+    """Create the ResourceClaimTemplate, or find it made already with the same spec; a
+    sentence when one of that name says something else."""
+    meta = template["metadata"]
+    path = f"{BASE}/namespaces/{quote(str(meta['namespace']))}/resourceclaimtemplates"
+    try:
+        await request_json(api, "POST", path, body=template)
+        return None
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    existing = await _get(api, f"{path}/{quote(str(meta['name']))}")
+    if existing is None or existing.get("spec") != template.get("spec"):
+        return (
+            f"ResourceClaimTemplate {meta['namespace']}/{meta['name']} exists with another "
+            "spec; delete it (the webhook makes it again)"
+        )
+    return None
+
+
 class ApiClaimWriter:
     """``control.claim_binding.ClaimWriter`` over one ApiClient."""
 

@@ -10,6 +10,7 @@ on the same slices. Every test ends with a recount of every claim: no card over-
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 import uuid
@@ -27,7 +28,7 @@ from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ControlPlane
+from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -415,3 +416,110 @@ def test_a_restarted_operator_rebuilds_the_books_from_the_claims(
             lambda: pending_message(plane, ns, "more", "CardInsufficientMemory"),
             60,
         )
+
+
+def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
+    plane: ControlPlane, operator: OperatorThread, tmp_path: Path
+) -> None:
+    """The webhook of an operator whose device config puts the namespace on the DRA path:
+    the pod's nvidia.com/gpu, gpumem and gpucores and its use-gputype annotation become a
+    ResourceClaimTemplate's request; the pod is placed on a DRA node by the engine."""
+    from integration.test_operator_webhook import WEBHOOKS, _free_port, make_pki
+
+    from vgpu_operator.control.options import WebhookOptions
+    from vgpu_operator.handlers.app import WEBHOOK_ID
+
+    ns = fresh_namespace(plane)
+    config_ns = f"{ns}-config"
+    plane.ensure_namespace(config_ns)
+    scheduler = f"{SCHEDULER}-webhook"
+    extra = f"dra:\n  claimNamespaces: [{ns}]\n"
+    env.put_config_map(plane, config_ns, f"scheduler:\n  schedulerName: {scheduler}\n{extra}")
+    pki = make_pki(tmp_path)
+    port = _free_port()
+    webhook = WebhookOptions(
+        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
+    )
+    hook_config = f"vgpu-dra-{ns}"
+    options = env.options(plane, config_ns, webhook=webhook, inventory_timeout_s=None)
+    with OperatorThread(options):
+        plane.create(
+            WEBHOOKS,
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": hook_config},
+                "webhooks": [
+                    {
+                        "name": "pods.vgpu-operator.io",
+                        "clientConfig": {
+                            "url": f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+                            "caBundle": base64.b64encode(pki.ca.read_bytes()).decode(),
+                        },
+                        "rules": [
+                            {
+                                "apiGroups": [""],
+                                "apiVersions": ["v1"],
+                                "operations": ["CREATE"],
+                                "resources": ["pods"],
+                            }
+                        ],
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "failurePolicy": "Fail",
+                        "timeoutSeconds": 10,
+                    }
+                ],
+            },
+        )
+        try:
+            hami_pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "hami", "annotations": {"nvidia.com/use-gputype": "l40s"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "cuda",
+                            "resources": {
+                                "limits": {
+                                    "nvidia.com/gpu": "1",
+                                    "nvidia.com/gpumem": "8192",
+                                    "nvidia.com/gpucores": "30",
+                                }
+                            },
+                        }
+                    ],
+                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+                },
+            }
+
+            def created() -> dict[str, Any] | None:
+                try:
+                    return plane.create(f"/api/v1/namespaces/{ns}/pods", hami_pod)
+                except ApiError as exc:  # the webhook server may not answer yet
+                    if exc.status == 409:
+                        return plane.get(f"/api/v1/namespaces/{ns}/pods/hami")
+                    return None
+
+            made = wait_for("the webhook to admit the pod", created, 30)
+            container = made["spec"]["containers"][0]
+            assert container["resources"].get("limits", {}) == {}
+            [entry] = made["spec"]["resourceClaims"]
+            assert container["resources"]["claims"] == [{"name": entry["name"]}]
+            assert made["spec"]["schedulerName"] == scheduler
+            template_obj = plane.get(
+                f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates/"
+                f"{entry['resourceClaimTemplateName']}"
+            )
+            [request] = template_obj["spec"]["spec"]["devices"]["requests"]
+            assert request["exactly"]["capacity"]["requests"] == {"memory": "8Gi", "cores": "30"}
+            claim = wait_for("the engine's allocation", lambda: claim_of(plane, ns, "hami"), 60)
+            [result] = results(claim)
+            assert parse_quantity(result["consumedCapacity"]["memory"]) == 8192 * 2**20
+            assert parse_quantity(result["consumedCapacity"]["cores"]) == 30
+            assert claim["metadata"]["ownerReferences"][0]["name"] == "hami"
+        finally:
+            plane.delete(f"{WEBHOOKS}/{hook_config}")
