@@ -161,7 +161,10 @@ def _fit_claim(
                 annotations={},
                 policy=policy,
                 numa_bind=numa_bind,
-                topology_aware=pol.policy_has(policy, pol.TOPOLOGY),
+                # Several cards of one request: the best-linked set, whatever the GPU
+                # policy (a multi-card claim on unlinked cards is rarely what was meant).
+                topology_aware=pol.policy_has(policy, pol.TOPOLOGY)
+                or (request.count > 1 and bool(pair_scores)),
                 mutex=pol.policy_has(policy, pol.MUTEX),
                 cordoned=cordoned,
                 pair_scores=pair_scores,

@@ -315,7 +315,41 @@ def _kept(path: Path, begin: str, end: str, placeholder: str) -> str:
     return placeholder
 
 
-def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> None:
+#: The DRA part's section (tests/bench/e2e/dra.py), between these markers: a run of that
+#: part alone (``BENCH_ONLY=dra``) replaces only it.
+DRA_BEGIN = "<!-- dra-part-begin -->"
+DRA_END = "<!-- dra-part-end -->"
+
+
+def dra_block(lines: Sequence[str]) -> list[str]:
+    return [DRA_BEGIN, *lines, DRA_END] if lines else []
+
+
+def write_dra_only(path: Path, lines: Sequence[str]) -> None:
+    """Put the DRA part's section into an existing docs/benchmarks.md, leaving the rest."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = "\n".join(dra_block(lines))
+    if DRA_BEGIN in text and DRA_END in text:
+        head, rest = text.split(DRA_BEGIN, 1)
+        _old, tail = rest.split(DRA_END, 1)
+        text = head + block + tail
+    elif "\n## Plots" in text:
+        head, tail = text.split("\n## Plots", 1)
+        text = head + "\n" + block + "\n\n## Plots" + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def write(
+    path: Path,
+    clusters: Sequence[Cluster],
+    facts: dict[str, Any],
+    dra_lines: Sequence[str] = (),
+) -> None:
+    if not clusters:
+        write_dra_only(path, dra_lines)
+        return
     folder = path.parent / "benchmarks"
     pictures = plots(clusters, folder)
     out = [
@@ -415,6 +449,8 @@ def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> Non
                 gate_table(cluster),
             ]
         out += ["", "### API writes per placed pod, by request", "", writes_table(cluster)]
+    if dra_lines:
+        out += ["", *dra_block(dra_lines)]
     out += ["", "## Plots", ""]
     out += [f"![{name}](benchmarks/{name})" for name in pictures]
     profile = _kept(path, PROFILE_BEGIN, PROFILE_END, PROFILE_PLACEHOLDER)
