@@ -340,7 +340,11 @@ class StateFeed:
             fingerprint = pod_facts.pod_fingerprint(pod)
             previous = self._unbound.get(key)
             self._unbound[key] = (pod, fingerprint)
-            if pod_facts.scheduler_name_of(pod) == self.scheduler_name:
+            if pod_facts.awaits_its_claims(pod):
+                # Queued once its claims are made (the pod's status names them).
+                if not self._queue.is_in_flight(key):
+                    self._queue.remove(key)
+            elif pod_facts.scheduler_name_of(pod) == self.scheduler_name:
                 added = self._queue.add(key, uid, pod_facts.priority_of(pod))
                 if not added and previous is not None and previous[1] != fingerprint:
                     self._queue.wake_one(key)

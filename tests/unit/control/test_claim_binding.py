@@ -85,3 +85,19 @@ def test_an_old_sighting_of_another_allocator_does_not_wait() -> None:
         Books(over=["gpu-a"]), writer, other_allocator_seen=lambda: 0.0, clock=lambda: 1000.0
     )
     assert run(binding, [write()]) is None
+
+
+def test_a_pod_waits_for_the_claims_its_templates_make() -> None:
+    from vgpu_operator.control import pod_facts
+
+    pod: dict[str, Any] = {
+        "spec": {
+            "resourceClaims": [
+                {"name": "gpu", "resourceClaimTemplateName": "t"},
+                {"name": "own", "resourceClaimName": "c"},
+            ]
+        }
+    }
+    assert pod_facts.awaits_its_claims(pod)
+    pod["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]}
+    assert not pod_facts.awaits_its_claims(pod)
