@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import claim_fit, claim_wire, claims, node_basics, placement
 from vgpu_operator.scheduling.books import ClusterBooks, NodeEntry, PodEntry, is_dra_node
@@ -69,6 +70,10 @@ class ClaimScheduling(ClusterBooks):
         failures: dict[str, NodeFailure] = {}
         found: tuple[NodeEntry, claim_fit.ClaimsOutcome] | None = None
         scores: dict[str, float] = {}
+        # A request for several cards looks on, past the first node that fits, for one
+        # where they are linked (the first such node wins; else the first that fits).
+        wants_links = any(r.count > 1 for c in wanted.pending for r in c.requests)
+        linked = False
         for node in self._claim_candidates(job, wanted.node):
             outcome = self._fit_claims_on(node, job, wanted, now)
             if outcome.error is not None:
@@ -78,11 +83,12 @@ class ClaimScheduling(ClusterBooks):
                     dict(outcome.reasons), {r: frozenset(k) for r, k in outcome.refused_by.items()}
                 )
                 continue
-            if found is None:
-                found = (node, outcome)
-                if not explain:
-                    break
             scores[node.name] = node.score
+            on_links = wants_links and _linked(outcome, node.pair_scores)
+            if found is None or (on_links and not linked):
+                found, linked = (node, outcome), on_links
+            if not explain and (not wants_links or linked):
+                break
         if found is None:
             for name in self._nodes:
                 failures.setdefault(name, NodeFailure({Reason.NODE_NOT_CLAIMS_NODE: 1}))
@@ -183,6 +189,24 @@ class ClaimScheduling(ClusterBooks):
         ):
             return Reason.INVENTORY_STALE
         return None
+
+
+def _linked(outcome: claim_fit.ClaimsOutcome, pair_scores: model.PairScores) -> bool:
+    """Whether every request's cards are linked to each other (a positive pair score)."""
+    for picks in outcome.picks.values():
+        by_request: dict[str, list[str]] = {}
+        for pick in picks:
+            by_request.setdefault(pick.request, []).append(pick.device.name)
+        for cards in by_request.values():
+            for i, card in enumerate(cards):
+                for other in cards[i + 1 :]:
+                    score = max(
+                        (pair_scores.get(card) or {}).get(other, 0),
+                        (pair_scores.get(other) or {}).get(card, 0),
+                    )
+                    if score <= 0:
+                        return False
+    return True
 
 
 def _one(reason: Reason) -> Counter[Reason]:

@@ -54,6 +54,9 @@ GIB: Final = 2**30
 CARD_MIB: Final = 40960
 CARDS_PER_NODE: Final = 8
 SPLIT: Final = 8
+#: The churn's nodes, and its trace's length (long enough to reach a refusal).
+CHURN_NODES: Final = 12
+CHURN_STEPS: Final = 1100
 
 
 @dataclass(frozen=True)
@@ -185,11 +188,25 @@ def fits(card: Card, shape: Shape) -> bool:
 
 
 def stranded_gib(cards: Sequence[Card]) -> tuple[float, float]:
-    """(stranded, free) GiB: free memory on cards no single-card shape fits."""
+    """(slivers, free) GiB: free memory on cards that no single-card shape of the trace
+    fits, and all free memory."""
     singles = [s for s, _ in SHAPES if s.count == 1]
     stranded = sum(c.memory for c in cards if not any(fits(c, s) for s in singles))
     free = sum(c.memory for c in cards)
     return float(stranded / GIB), float(free / GIB)
+
+
+def stranded_for(cards: Sequence[Card], shape: Shape) -> float:
+    """GiB of free memory on cards the pending claim cannot use: a card it does not fit,
+    or (several cards) one whose node has too few cards it fits."""
+    usable: dict[str, int] = {}
+    for card in cards:
+        if fits(card, shape):
+            usable[card.node] = usable.get(card.node, 0) + 1
+    stranded = sum(
+        c.memory for c in cards if not fits(c, shape) or usable.get(c.node, 0) < shape.count
+    )
+    return float(stranded / GIB)
 
 
 def linked_pair_free(cards: Sequence[Card], shape: Shape) -> bool:
@@ -269,11 +286,13 @@ def churn(
             pod_body(name, "churn", ours, {"resourceClaimTemplateName": shape.name}),
         )
         if _outcome(cp, namespace, name) == "refused":
-            stranded, free = stranded_gib(cards_now(cp, nodes))
+            cards = cards_now(cp, nodes)
+            slivers, free = stranded_gib(cards)
             return {
                 "placed_before_refusal": placed,
                 "refused": shape.name,
-                "stranded_gib": round(stranded, 1),
+                "stranded_gib": round(stranded_for(cards, shape), 1),
+                "slivers_gib": round(slivers, 1),
                 "free_gib": round(free, 1),
                 "pairs_placed": pairs,
                 "pairs_with_a_free_link": pairs_with_a_free_link,
@@ -287,11 +306,12 @@ def churn(
             pairs_with_a_free_link += free_link
             if free_link:
                 linked += _on_a_link(cp, namespace, name)
-    stranded, free = stranded_gib(cards_now(cp, nodes))
+    slivers, free = stranded_gib(cards_now(cp, nodes))
     return {
         "placed_before_refusal": placed,
         "refused": None,
-        "stranded_gib": round(stranded, 1),
+        "stranded_gib": 0.0,
+        "slivers_gib": round(slivers, 1),
         "free_gib": round(free, 1),
         "pairs_placed": pairs,
         "pairs_with_a_free_link": pairs_with_a_free_link,
@@ -405,7 +425,7 @@ async def run(scale: float, seed: int = 26, repeats: int = 2) -> dict[str, Any]:
         ):
             cp.create(f"{RESOURCE}/deviceclasses", doc)
         cp.start_controller_manager(["resourceclaim-controller", "garbage-collector-controller"])
-        churn_nodes = make_nodes(cp, "churn", 4)
+        churn_nodes = make_nodes(cp, "churn", CHURN_NODES)
         throughput_nodes = max(10, round(100 * scale))
         make_nodes(cp, "throughput", throughput_nodes)
         _put_config(cp)
@@ -427,7 +447,7 @@ async def run(scale: float, seed: int = 26, repeats: int = 2) -> dict[str, Any]:
         try:
             await operator.wait_http(f"http://127.0.0.1:{port}/readyz", 300)
             await asyncio.sleep(5.0)  # kube-scheduler's informers
-            steps = trace(seed, 400)
+            steps = trace(seed, CHURN_STEPS)
             results["trace"] = {
                 "steps": len(steps),
                 "arrivals": sum(1 for k, _ in steps if k == "arrive"),
@@ -489,18 +509,21 @@ def section(results: Mapping[str, Any]) -> list[str]:
             "4, 8, 10, 16, 20 or 32 GiB on one card and of 2 x 16 GiB, and departures) "
             f"played by each allocator on the same {trace_facts.get('nodes')} nodes "
             f"({trace_facts.get('cards')} cards), each arrival waiting until it is bound or "
-            "refused; stranded memory is the free memory, at the first refusal, on cards that "
-            "no single-card request of the trace fits.",
+            "refused. At the first refusal: stranded memory, the free memory on cards that the "
+            "pending (refused) claim cannot use (a card it does not fit, or for two cards a "
+            "node with fewer than two it fits); slivers, the free memory on cards that no "
+            "single-card request of the trace fits; and all free memory.",
             "",
             "| allocator | pods placed before the first refusal | refused | stranded GiB | "
-            "free GiB | two-card claims on an NVLink pair (when one was free) |",
-            "|---|---|---|---|---|---|",
+            "slivers GiB | free GiB | two-card claims on an NVLink pair (when one was free) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for label, c in churn.items():
             out.append(
                 f"| {label} | {c['placed_before_refusal']} | {c['refused'] or '-'} | "
-                f"{c['stranded_gib']} | {c['free_gib']} | {c['pairs_linked']} of "
-                f"{c['pairs_with_a_free_link']} ({c['pairs_placed']} placed) |"
+                f"{c['stranded_gib']} | {c.get('slivers_gib', '-')} | {c['free_gib']} | "
+                f"{c['pairs_linked']} of {c['pairs_with_a_free_link']} "
+                f"({c['pairs_placed']} placed) |"
             )
         ours, theirs = churn.get("engine"), churn.get("kube-scheduler")
         if ours and theirs:
