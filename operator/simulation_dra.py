@@ -22,25 +22,14 @@ from vgpu_operator.scheduling.cluster import ClusterState, Decision
 
 LISTS = ("resourceSlices", "resourceClaims", "resourceClaimTemplates", "deviceClasses")
 
-_CARD_KEYS = {
-    "uuid": str,
-    "index": int,
-    "product": str,
-    "type": str,
-    "memoryMiB": int,
-    "cores": int,
-    "splitCount": int,
-}
-
 
 def card_shape(raw: Mapping[str, Any], where: str) -> dra.CardShape:
     """A node's ``draCards`` entry as the driver's card shape."""
-    for key, kind in _CARD_KEYS.items():
-        if key in ("cores", "splitCount", "type", "product"):
-            continue
+    for key, kind in (("uuid", str), ("index", int), ("memoryMiB", int)):
         if not isinstance(raw.get(key), kind):
             raise ScenarioError(f"{where}.{key}", f"must be a {kind.__name__}")
     product = str(raw.get("product") or "NVIDIA")
+    unhealthy = raw.get("unhealthy")
     return dra.CardShape(
         uuid=str(raw["uuid"]),
         index=int(raw["index"]),
@@ -50,8 +39,8 @@ def card_shape(raw: Mapping[str, Any], where: str) -> dra.CardShape:
         cores=int(raw.get("cores", dra.FULL_CORES)),
         split_count=int(raw.get("splitCount", 10)),
         mode="hami-core",
-        healthy=not raw.get("unhealthy", False),
-        health_reason=raw.get("unhealthy") if isinstance(raw.get("unhealthy"), str) else None,
+        healthy=not unhealthy,
+        health_reason=unhealthy if isinstance(unhealthy, str) else None,
         numa_node=raw.get("numaNode"),
         nvlink_island=raw.get("nvlinkIsland"),
         default_memory_mib=int(raw.get("defaultMemoryMiB", 0)),

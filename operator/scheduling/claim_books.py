@@ -123,7 +123,8 @@ class ClaimBooks:
             if hold is None or hold.node != node:
                 continue
             for share in hold.shares:
-                if share.device not in devices:
+                published = pool.devices.get(share.device)
+                if share.device not in devices or published is None:
                     continue
                 sums = totals.setdefault(share.device, {})
                 for name, amount in (
@@ -131,20 +132,17 @@ class ClaimBooks:
                     (dra.CORES, share.cores),
                     (dra.SHARES, share.shares),
                 ):
-                    policy = (pool.devices.get(share.device) or _NO_DEVICE).capacity.get(name)
-                    taken = amount if amount is not None else (policy.value if policy else 0)
+                    policy = published.capacity.get(name)
+                    if policy is None:
+                        continue
+                    # An amount the allocation does not name counts as the whole capacity.
+                    taken = policy.value if amount is None else amount
                     sums[name] = sums.get(name, Fraction(0)) + taken
-        over = []
-        for device, sums in sorted(totals.items()):
-            published = pool.devices.get(device)
-            if published is None:
-                continue
-            if any(
-                name in published.capacity and total > published.capacity[name].value
-                for name, total in sums.items()
-            ):
-                over.append(device)
-        return over
+        return [
+            device
+            for device, sums in sorted(totals.items())
+            if any(total > pool.devices[device].capacity[n].value for n, total in sums.items())
+        ]
 
     def claim_holds(self) -> dict[str, str]:
         """Claims that hold shares, and their nodes (for tests and status)."""
@@ -227,9 +225,6 @@ class ClaimBooks:
                     self._put_hold(read)
                 else:
                     self._drop_hold(key)
-
-
-_NO_DEVICE = dra_pool.PoolDevice("", "", "", 0, {}, {}, False)
 
 
 def _slice_node(obj: Mapping[str, Any] | None) -> str | None:

@@ -21,7 +21,14 @@ from typing import Any
 
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling import claim_fit, claim_wire, claims, node_basics, placement
+from vgpu_operator.scheduling import (
+    claim_fit,
+    claim_wire,
+    claims,
+    node_basics,
+    placement,
+    policies,
+)
 from vgpu_operator.scheduling.books import ClusterBooks, NodeEntry, PodEntry, is_dra_node
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
@@ -140,7 +147,7 @@ class ClaimScheduling(ClusterBooks):
         self._rerank_dirty()
         if job.pod_node_policy is None:
             ranking = self._layered_rank
-        elif job.pod_node_policy == "spread":
+        elif job.pod_node_policy == policies.SPREAD:
             ranking = self._spread_rank
         else:
             ranking = self._binpack_rank

@@ -279,7 +279,7 @@ def _read_request(
 def read_allocated(allocation: Mapping[str, Any]) -> tuple[str | None, tuple[AllocatedShare, ...]]:
     """The node an allocation pins (its node selector, else its pool) and this driver's
     devices in it. Unreadable amounts count as the whole device (None)."""
-    nodes = dra._selected_nodes(allocation.get("nodeSelector"))
+    nodes = dra.selected_nodes(allocation.get("nodeSelector"))
     node = sorted(nodes)[0] if nodes else None
     shares = []
     for result in (allocation.get("devices") or {}).get("results") or ():
