@@ -14,12 +14,14 @@ claim, its ``status.allocation`` (None for a claim allocated already) and the po
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_operator.devices import model
+from vgpu_operator import names
+from vgpu_operator.devices import model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     claim_fit,
@@ -169,16 +171,22 @@ class ClaimScheduling(ClusterBooks):
             return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
         if not wanted.pending:
             return claim_fit.ClaimsOutcome(True)
-        cordoned = frozenset(c.lower() for c in node.inventory_cordoned)
-        return claim_fit.fit_claims(
-            job,
-            wanted.pending,
-            pool,
-            node.cards,
-            node.pair_scores,
-            cordoned,
+        # A DRA card is named by its device name, the UUID lower-cased: cordons and the
+        # node layer's UUID restrictions name UUIDs.
+        cordon_note = node.facts.annotations.get(names.NODE_DEVICE_CORDON)
+        cordoned = frozenset(
+            c.lower() for c in (*node.inventory_cordoned, *vendor.split_list(cordon_note))
+        )
+        spec = self._vendors.spec("NVIDIA")
+        uuid_keys = (spec.use_uuid_annotation, spec.nouse_uuid_annotation)
+        layer = dataclasses.replace(
             node.layer,
-            self._cel,
+            restrictions={
+                k: v.lower() if k in uuid_keys else v for k, v in node.layer.restrictions.items()
+            },
+        )
+        return claim_fit.fit_claims(
+            job, wanted.pending, pool, node.cards, node.pair_scores, cordoned, layer, self._cel
         )
 
     def _claim_node_gate(self, node: NodeEntry, job: placement.Job, now: float) -> Reason | None:
