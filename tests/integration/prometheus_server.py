@@ -9,7 +9,6 @@ empty answer.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from vgpu_operator.testing.processes import free_port
+
 
 class QueryError(Exception):
     """Prometheus answered the query with an error."""
@@ -33,13 +34,6 @@ class Target:
 
     port: int
     labels: Mapping[str, str] = field(default_factory=dict)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class PrometheusServer:

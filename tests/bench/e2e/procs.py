@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,17 +24,11 @@ from pathlib import Path
 from typing import IO, Final
 
 from vgpu_operator.demo.operator_process import OPERATOR_MAIN
+from vgpu_operator.testing.processes import free_port as free_port
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 _NO_PROXY: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def cpu_seconds(pid: int) -> float:
