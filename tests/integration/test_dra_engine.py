@@ -424,10 +424,11 @@ def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
     """The webhook of an operator whose device config puts the namespace on the DRA path:
     the pod's nvidia.com/gpu, gpumem and gpucores and its use-gputype annotation become a
     ResourceClaimTemplate's request; the pod is placed on a DRA node by the engine."""
-    from integration.test_operator_webhook import WEBHOOKS, _free_port, make_pki
+    from integration.test_operator_webhook import WEBHOOKS, make_pki
 
     from vgpu_operator.control.options import WebhookOptions
     from vgpu_operator.handlers.app import WEBHOOK_ID
+    from vgpu_operator.testing.processes import free_port
 
     ns = fresh_namespace(plane)
     config_ns = f"{ns}-config"
@@ -436,7 +437,7 @@ def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
     extra = f"dra:\n  claimNamespaces: [{ns}]\n"
     env.put_config_map(plane, config_ns, f"scheduler:\n  schedulerName: {scheduler}\n{extra}")
     pki = make_pki(tmp_path)
-    port = _free_port()
+    port = free_port()
     webhook = WebhookOptions(
         port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
     )
