@@ -10,7 +10,6 @@ on the same slices. Every test ends with a recount of every claim: no card over-
 
 from __future__ import annotations
 
-import base64
 import threading
 import time
 import uuid
@@ -446,33 +445,13 @@ def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
     with OperatorThread(options):
         plane.create(
             WEBHOOKS,
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": hook_config},
-                "webhooks": [
-                    {
-                        "name": "pods.vgpu-operator.io",
-                        "clientConfig": {
-                            "url": f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
-                            "caBundle": base64.b64encode(pki.ca.read_bytes()).decode(),
-                        },
-                        "rules": [
-                            {
-                                "apiGroups": [""],
-                                "apiVersions": ["v1"],
-                                "operations": ["CREATE"],
-                                "resources": ["pods"],
-                            }
-                        ],
-                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-                        "sideEffects": "None",
-                        "admissionReviewVersions": ["v1"],
-                        "failurePolicy": "Fail",
-                        "timeoutSeconds": 10,
-                    }
-                ],
-            },
+            env.pod_webhook_configuration(
+                hook_config,
+                ns,
+                f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+                ca=pki.ca.read_bytes(),
+                timeout_s=10,
+            ),
         )
         try:
             hami_pod = {
