@@ -41,13 +41,14 @@ every change back before it returns.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations, permutations
 from typing import Any, Final
 
 from vgpu_operator import names
-from vgpu_operator.devices import model
+from vgpu_operator.devices import codec, model
 from vgpu_operator.scheduling import disruption, placement, preemption
 from vgpu_operator.scheduling.decision import ClusterState, Decision
 from vgpu_operator.scheduling.defrag_books import DefragBooks, WhatIf
@@ -229,41 +230,106 @@ def replacement_rule(pod: Mapping[str, Any], options: PlanOptions) -> Replacemen
     return None
 
 
+def _mover(books: DefragBooks, pod: Mapping[str, Any], options: PlanOptions) -> Mover | None:
+    """The pod as a plan may move it, or None (a pod object whose uid differs from the
+    books' is not trusted to describe it)."""
+    key = pod_key(pod)
+    entry = books.entry(key)
+    meta = pod.get("metadata") or {}
+    if entry is None or entry.node is None or entry.reserved or entry.deleting:
+        return None
+    if books.is_claimed(key):
+        return None  # already leaving for a preemption or another plan
+    if not any(entry.bookings.values()) or meta.get("deletionTimestamp"):
+        return None
+    if entry.uid and str(meta.get("uid") or "") != entry.uid:
+        return None
+    rule = replacement_rule(pod, options)
+    if rule is None:
+        return None
+    bookings = [b for bs in entry.bookings.values() for b in bs]
+    return Mover(
+        key=key,
+        uid=entry.uid,
+        node=entry.node,
+        priority=entry.priority,
+        labels=dict(entry.labels),
+        memory_mib=sum(b.memory_mib for b in bookings),
+        cards=tuple(b.uuid for b in bookings),
+        owner=controller_of(pod),
+        replacement=rule,
+        pod=pod,
+    )
+
+
+class Candidates:
+    """The running pods a plan may move, read from their objects node by node, when a
+    search first looks at the node (a search at 1,000 nodes looks at a few dozen)."""
+
+    def __init__(
+        self, books: DefragBooks, running: Iterable[Mapping[str, Any]], options: PlanOptions
+    ) -> None:
+        self._books = books
+        self._options = options
+        self._pods_on: dict[str, list[Mapping[str, Any]]] = {}
+        for pod in running:
+            entry = books.entry(pod_key(pod))
+            if entry is not None and entry.node is not None:
+                self._pods_on.setdefault(entry.node, []).append(pod)
+        self._on: dict[str, list[Mover]] = {}
+        self._by_key: dict[PodKey, Mover] = {}
+        #: Moved by an earlier plan of the same call: no longer there to move.
+        self.spent: list[Mover] = []
+        self._spent_keys: set[PodKey] = set()
+        #: Each mover's replacement, one object per call (the engine parses it once).
+        self.twins: dict[PodKey, dict[str, Any]] = {}
+
+    def on(self, node: str) -> list[Mover]:
+        made = self._on.get(node)
+        if made is None:
+            found = (_mover(self._books, p, self._options) for p in self._pods_on.get(node, ()))
+            made = self._on[node] = [m for m in found if m is not None]
+            self._by_key.update((m.key, m) for m in made)
+        return [m for m in made if m.key not in self._spent_keys]
+
+    def everywhere(self) -> list[Mover]:
+        return [m for node in sorted(self._pods_on) for m in self.on(node)]
+
+    def get(self, key: PodKey) -> Mover | None:
+        return self._by_key.get(key)
+
+    def spend(self, keys: Iterable[PodKey]) -> None:
+        for key in keys:
+            mover = self._by_key.get(key)
+            if mover is not None and key not in self._spent_keys:
+                self._spent_keys.add(key)
+                self.spent.append(mover)
+
+
 def movers(
     books: DefragBooks, running: Iterable[Mapping[str, Any]], options: PlanOptions
 ) -> dict[PodKey, Mover]:
-    """The running pods a plan may move, as the books hold them (a pod object whose uid
-    differs from the books' is not trusted to describe it)."""
-    found: dict[PodKey, Mover] = {}
-    for pod in running:
-        key = pod_key(pod)
-        entry = books.entry(key)
-        meta = pod.get("metadata") or {}
-        if entry is None or entry.node is None or entry.reserved or entry.deleting:
-            continue
-        if books.is_claimed(key):
-            continue  # already leaving for a preemption or another plan
-        if not any(entry.bookings.values()) or meta.get("deletionTimestamp"):
-            continue
-        if entry.uid and str(meta.get("uid") or "") != entry.uid:
-            continue
-        rule = replacement_rule(pod, options)
-        if rule is None:
-            continue
-        bookings = [b for bs in entry.bookings.values() for b in bs]
-        found[key] = Mover(
-            key=key,
-            uid=entry.uid,
-            node=entry.node,
-            priority=entry.priority,
-            labels=dict(entry.labels),
-            memory_mib=sum(b.memory_mib for b in bookings),
-            cards=tuple(b.uuid for b in bookings),
-            owner=controller_of(pod),
-            replacement=rule,
-            pod=pod,
-        )
-    return found
+    """The running pods a plan may move."""
+    return {m.key: m for m in Candidates(books, running, options).everywhere()}
+
+
+def _shape(pod: Mapping[str, Any], written: frozenset[str]) -> str:
+    """What decides where a pod may go, as one text: pods of one Deployment share it, and
+    whether one fits somewhere is asked once for all of them."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in written}
+    return json.dumps(
+        [
+            meta.get("namespace"),
+            annotations,
+            [c.get("resources") for c in spec.get("initContainers") or ()],
+            [c.get("resources") for c in spec.get("containers") or ()],
+            {k: spec.get(k) for k in ("nodeSelector", "affinity", "tolerations", "priority")},
+        ],
+        sort_keys=True,
+        default=str,
+    )
 
 
 def _scheduler_written(state: ClusterState) -> frozenset[str]:
@@ -393,14 +459,6 @@ def fragmentation(books: DefragBooks, job: placement.Job, now: float) -> Verdict
     return Verdict(tuple(name for *_, name in pooled)) if pooled else None
 
 
-def _targets_by_shortfall(
-    books: DefragBooks, job: placement.Job, now: float
-) -> list[tuple[int, str]]:
-    """Nodes the heuristic tries: every one that could hold the pod, the smallest
-    shortfall first (the least memory a plan must move off it)."""
-    return sorted((r.shortfall_mib, n) for r, _o, n in _rooms(books, job, now))
-
-
 # --- the search ---------------------------------------------------------------------------
 
 
@@ -416,9 +474,8 @@ class _Search:
         whatif: WhatIf,
         pod: Mapping[str, Any],
         job: placement.Job,
-        candidates: Sequence[Mover],
+        candidates: Candidates,
         budgets: Sequence[disruption.Budget],
-        spent: Sequence[Mover],
         now: float,
     ) -> None:
         self.whatif = whatif
@@ -428,27 +485,91 @@ class _Search:
         self.priority = preemption.priority_of(pod)
         self.job = job
         self.now = now
+        self.candidates = candidates
+        # Which budgets cover each pod, read once (``Budget.covers``), and how many
+        # disruptions each has left after the pods earlier plans moved.
         self.budgets = budgets
-        self.spent = [_identity(m) for m in spent]
+        self._covers: dict[PodKey, tuple[int, ...]] = {}
+        self.left = [b.disruptions_allowed for b in budgets]
+        for mover in candidates.spent:
+            for index in self._covering(mover):
+                self.left[index] -= 1
+        #: Per pod shape (``_shape``): whether such a pod fits somewhere now.
+        self.placeable: dict[str, bool] = {}
         self.written = _scheduler_written(self.books.state)
-        eligible = sorted(
-            (m for m in candidates if m.priority <= self.priority and m.key != self.key),
-            key=lambda m: (m.memory_mib, m.key),
-        )
-        self.eligible = eligible
-        self.on_node: dict[str, list[Mover]] = {}
-        for mover in eligible:
-            self.on_node.setdefault(mover.node, []).append(mover)
+        self._movers_on: dict[str, list[Mover]] = {}
+        self._eligible: list[Mover] | None = None
         self.order = {name: i for i, name in enumerate(self.books.node_names())}
+        asked = [r for rs in (*job.init_requests, *job.app_requests) for r in rs.values()]
+        self.cards_asked = sum(r.count for r in asked)
+        self.one_card = len(asked) == 1 and asked[0].count == 1
         self._fits: dict[tuple[str, frozenset[PodKey]], bool] = {}
 
+    def movers_on(self, node: str) -> list[Mover]:
+        """The node's pods this pod may move, the lightest first."""
+        known = self._movers_on.get(node)
+        if known is None:
+            known = self._movers_on[node] = sorted(
+                (
+                    m
+                    for m in self.candidates.on(node)
+                    if m.priority <= self.priority and m.key != self.key
+                ),
+                key=lambda m: (m.memory_mib, m.key),
+            )
+        return known
+
+    @property
+    def eligible(self) -> list[Mover]:
+        """Every pod this pod may move, the lightest first (the exact search's chains)."""
+        if self._eligible is None:
+            self._eligible = sorted(
+                (m for n in self.books.node_names() for m in self.movers_on(n)),
+                key=lambda m: (m.memory_mib, m.key),
+            )
+        return self._eligible
+
     # --- checks -------------------------------------------------------------------------
+
     def violates_budget(self, moved: Sequence[Mover]) -> bool:
         """Whether evicting ``moved`` (after the pods earlier plans moved) takes a
-        disruption budget below zero."""
-        identities = [*self.spent, *(_identity(m) for m in moved)]
-        violating, _ = disruption.split_by_violation(identities, self.budgets)
-        return any(position >= len(self.spent) for position in violating)
+        disruption budget below zero (each eviction spends one disruption of every
+        budget covering the pod, as ``disruption.split_by_violation`` counts)."""
+        spending: dict[int, int] = {}
+        for mover in moved:
+            for index in self._covering(mover):
+                spending[index] = spending.get(index, 0) + 1
+        return any(self.left[i] < n for i, n in spending.items())
+
+    def _covering(self, mover: Mover) -> tuple[int, ...]:
+        known = self._covers.get(mover.key)
+        if known is None:
+            namespace, _, name = mover.key.partition("/")
+            known = self._covers[mover.key] = tuple(
+                i for i, b in enumerate(self.budgets) if b.covers(namespace, name, mover.labels)
+            )
+        return known
+
+    def twin(self, mover: Mover) -> dict[str, Any]:
+        """The mover's replacement, one object per search (the engine parses it once)."""
+        twins = self.candidates.twins
+        known = twins.get(mover.key)
+        if known is None:
+            known = twins[mover.key] = replacement_pod(mover.pod, self.written)
+        return known
+
+    def placeable_now(self, mover: Mover) -> bool:
+        """Whether the mover's replacement fits somewhere as the books stand, before any
+        move: the heuristic's quick test (a replacement created while its pod
+        terminates fits no better once the plan's hold is booked, unless an earlier
+        move of the same plan freed room for it, which the heuristic does not count on)."""
+        shape = _shape(mover.pod, self.written)
+        known = self.placeable.get(shape)
+        if known is None:
+            job = self.books.admitted_job(mover.pod)
+            known = job is None or self.books.fits_somewhere(job, self.now)
+            self.placeable[shape] = known
+        return known
 
     def fits_after(self, node: str, leaving: Sequence[Mover]) -> bool:
         keys = frozenset(m.key for m in leaving)
@@ -478,7 +599,7 @@ class _Search:
             return None
         moves: list[Move] = []
         for mover in order:
-            twin = replacement_pod(mover.pod, self.written)
+            twin = self.twin(mover)
             if mover.replacement is Replacement.WHILE_TERMINATING:
                 decision = whatif.place(twin, now)
                 whatif.take_out(mover.key)
@@ -506,7 +627,7 @@ class _Search:
         return [
             n
             for n in self.books.node_names()
-            if self.on_node.get(n) and self.books.node_admits(n, self.job, self.now)
+            if self.movers_on(n) and self.books.node_admits(n, self.job, self.now)
         ]
 
     # --- exact ----------------------------------------------------------------------------
@@ -514,7 +635,7 @@ class _Search:
         """The cheapest plan of exactly ``size`` evictions (module docstring)."""
         best: Plan | None = None
         for node in self.targets():
-            on = self.on_node[node]
+            on = self.movers_on(node)
             others = [m for m in self.eligible if m.node != node]
             for direct in range(1, min(size, len(on)) + 1):
                 for here in combinations(on, direct):
@@ -538,34 +659,58 @@ class _Search:
         return best
 
     # --- heuristic ------------------------------------------------------------------------
+    def pools(self, node: str) -> list[list[Mover]]:
+        """Groups of the node's movable pods among which the heuristic looks for a
+        plan's evictions. A pod that asks for one card needs room on one card: each
+        card's pods are a group (a pod on several cards is in each of their groups).
+        Otherwise one group: the pods of the cards with the most free memory, one card
+        more than the pod asks for, the smallest ``_POOL`` of them."""
+        on = self.movers_on(node)
+        if self.one_card:
+            by_card: dict[str, list[Mover]] = {}
+            for mover in on:
+                for card in dict.fromkeys(_base(c) for c in mover.cards):
+                    by_card.setdefault(card, []).append(mover)
+            return [by_card[c] for c in sorted(by_card)]
+        cards = sorted(
+            self.books.cards(node), key=lambda c: (c.used_memory_mib - c.total_memory_mib, c.id)
+        )[: self.cards_asked + 1]
+        wanted = {c.id for c in cards}
+        return [[m for m in on if wanted & {_base(c) for c in m.cards}][:_POOL]]
+
     def heuristic(
         self, size: int, targets: Sequence[tuple[int, str]], options: PlanOptions
     ) -> Plan | None:
-        """The cheapest plan of ``size`` evictions, all from one node, among the first
-        target nodes by shortfall (a node whose shortfall exceeds the best plan's memory
-        cannot beat it, so the walk stops there)."""
+        """The cheapest plan of ``size`` evictions, all from one node's group
+        (``pools``), among the first target nodes by shortfall (a node whose shortfall
+        exceeds the best plan's memory cannot beat it, so the walk stops there)."""
         best: Plan | None = None
         found = tried = 0
         for shortfall, node in targets:
             if best is not None and shortfall > best.memory_mib:
                 break
-            on = self.on_node.get(node) or []
-            if len(on) < size:
+            sets: dict[tuple[PodKey, ...], tuple[Mover, ...]] = {}
+            for pool in self.pools(node):
+                for moved in combinations(pool, size):
+                    if sum(m.memory_mib for m in moved) >= shortfall:
+                        sets[tuple(sorted(m.key for m in moved))] = moved
+            if not sets:
                 continue
             tried += 1
-            sets = sorted(
-                combinations(on, size),
-                key=lambda ms: (sum(m.memory_mib for m in ms), [m.key for m in ms]),
+            ordered = sorted(
+                sets.items(), key=lambda item: (sum(m.memory_mib for m in item[1]), item[0])
             )
-            for moved in sets:
+            for _keys, moved in ordered:
                 memory = sum(m.memory_mib for m in moved)
-                if memory < shortfall:
-                    continue
                 if best is not None and memory > best.memory_mib:
                     break
-                if self.violates_budget(moved) or not self.may_fit_after(node, moved):
+                # The cheapest tests first: the node's summary, its Fit, then whether
+                # each replacement fits anywhere, then the budgets.
+                if not self.may_fit_after(node, moved) or not self.fits_after(node, moved):
                     continue
-                if not self.fits_after(node, moved):
+                if not all(self.placeable_now(m) for m in moved):
+                    continue
+                if self.violates_budget(moved):
                     continue
                 # The biggest pods first: they are the hardest to place while room lasts.
                 plan = self.replay(
@@ -581,9 +726,13 @@ class _Search:
         return best
 
 
-def _identity(mover: Mover) -> disruption.PodIdentity:
-    namespace, _, name = mover.key.partition("/")
-    return disruption.PodIdentity(namespace, name, mover.labels)
+#: The most pods of one group the heuristic combines (pods asking several cards).
+_POOL = 12
+
+
+def _base(uuid: str) -> str:
+    """A card's id without a MIG instance's suffix."""
+    return codec.split_mig_uuid(uuid)[0]
 
 
 def _move(mover: Mover, decision: Decision) -> Move:
@@ -606,15 +755,15 @@ def _move(mover: Mover, decision: Decision) -> Move:
     )
 
 
-def _plan_one(search: _Search, options: PlanOptions, exact: bool) -> Plan | None:
-    targets = [] if exact else _targets_by_shortfall(search.books, search.job, search.now)
+def _plan_one(
+    search: _Search, options: PlanOptions, exact: bool, targets: Sequence[tuple[int, str]]
+) -> Plan | None:
     for size in range(1, options.max_evictions + 1):
         plan = search.exact(size) if exact else search.heuristic(size, targets, options)
         if plan is not None:
-            by_key = {m.key: m for m in search.eligible}
-            order = [by_key[m.pod] for m in plan.moves]
+            order = [search.candidates.get(m.pod) for m in plan.moves]
             # Carried out in the what-if, so that the next waiting pod sees it done.
-            return search.replay(plan.node, order, plan.method, keep=True)
+            return search.replay(plan.node, [m for m in order if m], plan.method, keep=True)
     return None
 
 
@@ -636,13 +785,12 @@ def plan(
     options = options or PlanOptions()
     books = DefragBooks(state)
     use_exact = books.node_count() <= options.exact_node_limit if exact is None else exact
-    candidates = movers(books, running, options)
+    candidates = Candidates(books, running, options)
     budgets = books.budgets()
     ordered = sorted(waiting, key=lambda p: -preemption.priority_of(p))
     plans: list[Plan] = []
     fragmented: list[PodKey] = []
     unplanned: dict[PodKey, str] = {}
-    spent: list[Mover] = []
     with WhatIf(books) as whatif:
         for pod in ordered:
             key = pod_key(pod)
@@ -651,14 +799,15 @@ def plan(
             job = books.job(pod)
             if job is None or not job.wants_devices or books.fits_somewhere(job, now):
                 continue
-            if fragmentation(books, job, now) is None:
-                continue
+            rooms = _rooms(books, job, now)
+            if not any(room.pooled for room, _o, _n in rooms):
+                continue  # not fragmentation: no node could hold it even pooled
             fragmented.append(key)
             if limit is not None and len(plans) >= limit:
                 continue
-            free = [m for m in candidates.values() if m.key not in {s.key for s in spent}]
-            search = _Search(whatif, pod, job, free, budgets, spent, now)
-            found = _plan_one(search, options, use_exact)
+            search = _Search(whatif, pod, job, candidates, budgets, now)
+            targets = sorted((room.shortfall_mib, name) for room, _o, name in rooms)
+            found = _plan_one(search, options, use_exact, targets)
             if found is None:
                 unplanned[key] = (
                     f"no plan of at most {options.max_evictions} evictions of pods that "
@@ -667,7 +816,7 @@ def plan(
                 )
                 continue
             plans.append(found)
-            spent.extend(candidates[p] for p in found.moved)
+            candidates.spend(m.pod for m in found.moves)
     return Report(tuple(plans), tuple(fragmented), unplanned)
 
 
@@ -686,13 +835,13 @@ def replay(
     checked here. The books are left as they were."""
     options = options or PlanOptions()
     books = DefragBooks(state)
-    candidates = movers(books, running, options)
+    candidates = Candidates(books, running, options)
     job = books.job(pod)
-    if job is None or any(k not in candidates for k in order) or len(set(order)) < len(order):
+    if job is None or len(set(order)) < len(order):
         return None
     with WhatIf(books) as whatif:
-        search = _Search(whatif, pod, job, list(candidates.values()), [], [], now)
-        allowed = {m.key for m in search.eligible}
+        search = _Search(whatif, pod, job, candidates, [], now)
+        allowed = {m.key: m for m in search.eligible}
         if any(k not in allowed for k in order):
             return None
-        return search.replay(node, [candidates[k] for k in order], "replay", keep=False)
+        return search.replay(node, [allowed[k] for k in order], "replay", keep=False)

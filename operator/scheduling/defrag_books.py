@@ -24,6 +24,7 @@ from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.devices import model, vendor
+from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import disruption, placement, preemption
 from vgpu_operator.scheduling.books import PodEntry
 from vgpu_operator.scheduling.decision import ClusterState, Decision, _RemovalTrial
@@ -89,6 +90,15 @@ class DefragBooks:
             return None
         return attempt.job
 
+    def admitted_job(self, pod: Mapping[str, Any]) -> placement.Job | None:
+        """A pod already admitted (a running pod's spec), parsed without admission's
+        copy, and without being remembered; None when it cannot be read."""
+        state = self.state
+        try:
+            return placement.Job.from_pod(pod, state.config, state.vendors, state.quota)
+        except CodecError:
+            return None
+
     def node_admits(self, node: str, job: placement.Job, now: float) -> bool:
         """Whether the node's own checks (taints, selector, CPU, heartbeat...) let the pod
         in, whatever its cards hold."""
@@ -119,7 +129,12 @@ class DefragBooks:
 
     def place(self, pod: Mapping[str, Any], now: float) -> Decision:
         """The engine's decision for a pod, without preemption (a replacement must fit as
-        the cluster stands); a placement is booked as a reservation."""
+        the cluster stands); a placement is booked as a reservation. A pod that fits
+        nowhere is not diagnosed (the decision has no reasons): a plan only needs to
+        know, and a diagnosis fits every node."""
+        job = self.job(pod)
+        if job is None or self.state._find(job, now, {}) is None:
+            return Decision(pod_key(pod), False)
         enabled = self.state.preemption_enabled
         self.state.preemption_enabled = False
         try:
@@ -127,8 +142,13 @@ class DefragBooks:
         finally:
             self.state.preemption_enabled = enabled
 
+    def unplace(self, key: PodKey) -> None:
+        """Undo ``place``: the pod's reservation is dropped (its parse is kept, for the
+        next what-if of the same pod)."""
+        self.state._drop_pod(key)
+
     def forget(self, key: PodKey) -> None:
-        """Undo ``place``: the pod's reservation and parse are dropped."""
+        """Drop all the books know of a pod that never was (a what-if's replacement)."""
         self.state.remove_pod(key)
 
     def hold(
@@ -184,6 +204,7 @@ class WhatIf:
     def __init__(self, books: DefragBooks) -> None:
         self.books = books
         self._undo: list[Callable[[], None]] = []
+        self._placed: set[PodKey] = set()
 
     def __enter__(self) -> WhatIf:
         return self
@@ -195,6 +216,8 @@ class WhatIf:
         traceback: TracebackType | None,
     ) -> None:
         self.undo_to(0)
+        for key in self._placed:
+            self.books.forget(key)
 
     def mark(self) -> int:
         return len(self._undo)
@@ -210,7 +233,8 @@ class WhatIf:
 
     def place(self, pod: Mapping[str, Any], now: float) -> Decision:
         key = pod_key(pod)
-        self._undo.append(lambda: self.books.forget(key))
+        self._placed.add(key)
+        self._undo.append(lambda: self.books.unplace(key))
         return self.books.place(pod, now)
 
     def hold(
