@@ -57,6 +57,8 @@ class ReplicaSetStandIn:
         self._serial = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        # One reconciliation at a time (the thread's and a test's own).
+        self._reconciling = threading.Lock()
         self._thread = threading.Thread(target=self._main, name="replicaset", daemon=True)
 
     def __enter__(self) -> ReplicaSetStandIn:
@@ -90,7 +92,20 @@ class ReplicaSetStandIn:
             if any(r.get("name") == name for r in p["metadata"].get("ownerReferences") or ())
         ]
 
+    def live_pod_of(self, name: str) -> Json:
+        """The one live pod of a ReplicaSet (its replacement, after an eviction)."""
+
+        def one() -> Json | None:
+            live = [p for p in self.pods_of(name) if not p["metadata"].get("deletionTimestamp")]
+            return live[0] if len(live) == 1 else None
+
+        return env.wait_until(f"one live pod of {name}", one, 30)
+
     def reconcile(self) -> None:
+        with self._reconciling:
+            self._reconcile()
+
+    def _reconcile(self) -> None:
         with self._lock:
             sets = list(self._sets)
         pods = env.list_pods(self._cp, self._namespace)
@@ -123,8 +138,8 @@ class ReplicaSetStandIn:
         while not self._stop.wait(0.2):
             try:
                 self.reconcile()
-            except ApiError:
-                continue
+            except (ApiError, OSError):
+                continue  # the next round reads the cluster again
 
 
 @dataclass
@@ -160,7 +175,7 @@ class Setup:
         template = self.pod(name, gpumem)
         template["metadata"] = {"labels": {"app": name}}
         self.replica_sets.create(name, template)
-        (pod,) = self.replica_sets.pods_of(name)
+        pod = self.replica_sets.live_pod_of(name)
         return env.wait_bound(self.cp, self.namespace, pod["metadata"]["name"], 30)
 
     def delete(self, name: str) -> None:
@@ -269,7 +284,7 @@ def test_a_replicaset_pod_moves_and_the_waiting_pod_takes_the_freed_card(
         kept = env.get_pod(setup.cp, setup.namespace, stays["metadata"]["name"])
         assert kept["metadata"].get("deletionTimestamp") is None
         owner = moved["metadata"]["ownerReferences"][0]["name"]
-        (replacement,) = setup.replica_sets.pods_of(owner)
+        replacement = setup.replica_sets.live_pod_of(owner)
         replacement = env.wait_bound(setup.cp, setup.namespace, replacement["metadata"]["name"])
         assert replacement["spec"]["nodeName"] == setup.node("b")
         plan_event = _event(setup, "waiting", "Defragmenting")
@@ -322,7 +337,8 @@ def _reader_kubeconfig(setup: Setup, path: Path) -> Path:
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     )
-    return token_kubeconfig(cp, str(answer["status"]["token"]), path)
+    kubeconfig: Path = token_kubeconfig(cp, str(answer["status"]["token"]), path)
+    return kubeconfig
 
 
 def test_defrag_plan_prints_the_plan_with_a_read_only_identity(
