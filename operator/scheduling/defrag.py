@@ -781,7 +781,8 @@ def plan(
     each planned as if the earlier plans had been carried out; ``running`` are the pod
     objects of the pods holding shares (their owners and specs; the books say where they
     are). ``exact`` forces the method (default: by ``options.exact_node_limit``);
-    ``limit`` stops after that many plans. The books are left as they were."""
+    ``limit`` stops after that many plans (the pods after them are not looked at). The
+    books are left as they were."""
     options = options or PlanOptions()
     books = DefragBooks(state)
     use_exact = books.node_count() <= options.exact_node_limit if exact is None else exact
@@ -803,8 +804,6 @@ def plan(
             if not any(room.pooled for room, _o, _n in rooms):
                 continue  # not fragmentation: no node could hold it even pooled
             fragmented.append(key)
-            if limit is not None and len(plans) >= limit:
-                continue
             search = _Search(whatif, pod, job, candidates, budgets, now)
             targets = sorted((room.shortfall_mib, name) for room, _o, name in rooms)
             found = _plan_one(search, options, use_exact, targets)
@@ -817,6 +816,8 @@ def plan(
                 continue
             plans.append(found)
             candidates.spend(m.pod for m in found.moves)
+            if limit is not None and len(plans) >= limit:
+                break
     return Report(tuple(plans), tuple(fragmented), unplanned)
 
 

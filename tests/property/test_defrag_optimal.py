@@ -71,10 +71,23 @@ def _check_no_overcommit(case: Case, plan: defrag.Plan) -> None:
         assert slots[card] <= count, (card, plan)
 
 
+def _books(state: Any) -> Any:
+    return (
+        state.device_usage(),
+        state.quota_usage(),
+        state.holding_pods(),
+        state.drifted_nodes(),
+        {k: state.nominated_node(k) for k in state.holding_pods()},
+    )
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"seed{c.seed}")
 def test_exact_plan_is_as_cheap_as_every_set_and_order_tried(case: Case) -> None:
     options = defrag.PlanOptions(max_evictions=MAX_EVICTIONS)
-    report = defrag.plan(case.state(), [case.waiting], case.running, 0.0, options, exact=True)
+    state = case.state()
+    before = _books(state)
+    report = defrag.plan(state, [case.waiting], case.running, 0.0, options, exact=True)
+    assert _books(state) == before, "planning changed the books"
     best = exhaustive_best(case, MAX_EVICTIONS)
     found = (report.plans[0].evictions, report.plans[0].memory_mib) if report.plans else None
     assert found == best
@@ -87,7 +100,9 @@ def test_exact_plan_is_as_cheap_as_every_set_and_order_tried(case: Case) -> None
 def test_heuristic_plans_keep_the_rules_and_cost_no_less_than_exact(case: Case) -> None:
     options = defrag.PlanOptions(max_evictions=MAX_EVICTIONS)
     state = case.state()
+    before = _books(state)
     heuristic = defrag.plan(state, [case.waiting], case.running, 0.0, options, exact=False)
+    assert _books(state) == before, "planning changed the books"
     if not heuristic.plans:
         return
     plan = heuristic.plans[0]
