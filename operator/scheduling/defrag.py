@@ -30,9 +30,10 @@ there, with any other pods of the cluster added to make room for replacements (c
 every order, by increasing number of evictions, pruned only by the bound of the best
 memory found (the tests compare it with an exhaustive search of every set and order).
 Beyond that a heuristic: target nodes by shortfall (the memory their best cards lack,
-a lower bound on what must move off them), moves from the target node only (no chains),
-sets of pods by increasing memory, a bounded number of nodes; its distance from the
-exact answer is measured in ``tests/bench/bench_defrag.py``.
+a lower bound on what must move off them), moves from the target node only (no chains)
+of pods whose replacement fits somewhere already, sets of pods by increasing memory, a
+bounded number of nodes; its distance from the exact answer is measured in
+``tests/bench/bench_defrag.py``.
 
 Pure: the planner reads and changes the books only through ``defrag_books`` and puts
 every change back before it returns.
@@ -283,6 +284,8 @@ class Candidates:
         self._spent_keys: set[PodKey] = set()
         #: Each mover's replacement, one object per call (the engine parses it once).
         self.twins: dict[PodKey, dict[str, Any]] = {}
+        #: Each mover's shape (``_shape``), read once per call.
+        self.shapes: dict[PodKey, str] = {}
 
     def on(self, node: str) -> list[Mover]:
         made = self._on.get(node)
@@ -563,7 +566,9 @@ class _Search:
         move: the heuristic's quick test (a replacement created while its pod
         terminates fits no better once the plan's hold is booked, unless an earlier
         move of the same plan freed room for it, which the heuristic does not count on)."""
-        shape = _shape(mover.pod, self.written)
+        shape = self.candidates.shapes.get(mover.key)
+        if shape is None:
+            shape = self.candidates.shapes[mover.key] = _shape(mover.pod, self.written)
         known = self.placeable.get(shape)
         if known is None:
             job = self.books.admitted_job(mover.pod)
@@ -664,8 +669,9 @@ class _Search:
         plan's evictions. A pod that asks for one card needs room on one card: each
         card's pods are a group (a pod on several cards is in each of their groups).
         Otherwise one group: the pods of the cards with the most free memory, one card
-        more than the pod asks for, the smallest ``_POOL`` of them."""
-        on = self.movers_on(node)
+        more than the pod asks for, the smallest ``_POOL`` of them. Only pods whose
+        replacement fits somewhere now (``placeable_now``) are in a group."""
+        on = [m for m in self.movers_on(node) if self.placeable_now(m)]
         if self.one_card:
             by_card: dict[str, list[Mover]] = {}
             for mover in on:
@@ -704,13 +710,10 @@ class _Search:
                 memory = sum(m.memory_mib for m in moved)
                 if best is not None and memory > best.memory_mib:
                     break
-                # The cheapest tests first: the node's summary, its Fit, then whether
-                # each replacement fits anywhere, then the budgets.
-                if not self.may_fit_after(node, moved) or not self.fits_after(node, moved):
+                # The cheapest tests first: the budgets, the node's summary, its Fit.
+                if self.violates_budget(moved) or not self.may_fit_after(node, moved):
                     continue
-                if not all(self.placeable_now(m) for m in moved):
-                    continue
-                if self.violates_budget(moved):
+                if not self.fits_after(node, moved):
                     continue
                 # The biggest pods first: they are the hardest to place while room lasts.
                 plan = self.replay(
