@@ -11,7 +11,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PKG_SOURCES := $(shell find operator -name '*.py' 2>/dev/null)
 
-.PHONY: help dev test test-unit test-integration lint bench demo crds clean gpu-check gpu-check-prepare
+.PHONY: help dev test test-unit test-integration lint bench demo crds chart dashboard clean gpu-check gpu-check-prepare
 
 help:
 	@echo "make test     - unit, property, scenario and integration tests (sets everything up)"
@@ -21,6 +21,7 @@ help:
 	@echo "make deviceplugin-conformance - kubelet's device manager, the harness of the device-plugin tests"
 	@echo "make gpu-check - the agent, its device plugin and HAMi-core on this machine's GPU (docs/hardware.md)"
 	@echo "make gpu-check-prepare - fetch what gpu-check needs into .gpu-check/ (network; before going offline)"
+	@echo "make dra-conformance - kubelet's DRA manager and the CDI library, the harness of the DRA tests"
 
 -include hack/control-plane.mk
 
@@ -38,14 +39,14 @@ $(BIN)/.linked: $(BIN)/.deps $(PKG_SOURCES)
 
 dev: $(BIN)/.linked
 
-test: dev control-plane-bins deviceplugin-conformance
+test: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest
 
 test-unit: dev
 	$(BIN)/pytest -m 'not integration'
 
-test-integration: dev control-plane-bins deviceplugin-conformance
+test-integration: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest -m integration
 
@@ -76,6 +77,14 @@ demo: dev control-plane-bins
 
 crds: dev
 	$(BIN)/vgpu-operator crds --output crds
+
+# charts/vgpu-operator/ from manifests/ and crds/ (hack/sync-chart.py); run after changing them.
+chart: dev
+	$(BIN)/python hack/sync-chart.py
+
+# The Grafana dashboard (charts/vgpu-operator/dashboards/), built by hack/dashboard.py.
+dashboard: dev
+	$(BIN)/python hack/dashboard.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,5 +1,5 @@
-# Test control plane binaries (kube-apiserver, etcd, kwok) and the test tools kubectl and
-# promtool. Included by the main Makefile.
+# Test control plane binaries (kube-apiserver, etcd, kwok, kube-scheduler,
+# kube-controller-manager) and the test tools kubectl and promtool. Included by the main Makefile.
 #
 #   make control-plane-bins   build them once (slow the first time) and print their directory
 #
@@ -18,7 +18,7 @@ export VGPU_CONTROL_PLANE_BIN_DIR := $(CONTROL_PLANE_BIN_DIR)
 control-plane-bins:
 	@$(CONTROL_PLANE_BUILD)
 
-# The same plus kube-scheduler and toxiproxy-server, for `make bench` only.
+# The same plus toxiproxy-server, for `make bench` only.
 control-plane-bench-bins:
 	@$(CONTROL_PLANE_BUILD) --bench
 
@@ -32,3 +32,21 @@ export VGPU_DEVICEPLUGIN_CONFORMANCE := $(DEVICEPLUGIN_CONFORMANCE)
 .PHONY: deviceplugin-conformance
 deviceplugin-conformance: control-plane-bins
 	@$(CONTROL_PLANE_BUILD) deviceplugin-conformance
+
+# The Prometheus server (promtool's release) and helm, for the dashboard's and the chart's
+# tests only (tests/integration/test_dashboard.py, test_chart.py); linked into
+# $(CONTROL_PLANE_BIN_DIR) beside the others. `make demo` never builds them.
+.PHONY: observability-tools
+observability-tools: control-plane-bins
+	@$(CONTROL_PLANE_BUILD) observability
+
+# kubelet's DRA manager and plugin watcher (k8s.io/kubernetes at the same version) with the CDI
+# reference library, as a harness for the agent's DRA plugin (hack/dra-conformance); cached per
+# version and source hash, built after the control plane like the one above.
+DRA_CONFORMANCE := $(shell $(CONTROL_PLANE_BUILD) --print-path dra-conformance)
+# tests/integration/test_dra_conformance.py runs it.
+export VGPU_DRA_CONFORMANCE := $(DRA_CONFORMANCE)
+
+.PHONY: dra-conformance
+dra-conformance: control-plane-bins
+	@$(CONTROL_PLANE_BUILD) dra-conformance

@@ -101,6 +101,15 @@ class SchedulerConfig(_Section):
     )
     gpu_scheduler_policy: str = Field("spread", alias="gpuSchedulerPolicy")
     scheduler_name: str = Field("vgpu-scheduler", alias="schedulerName", min_length=1)
+    #: Not a HAMi key. Other schedulers whose pods' allocations the books count and the
+    #: device plugin serves, where an administrator opts in (HAMi's own scheduler, during a
+    #: migration: manifests/hami-scheduler-opt-in.yaml). Pods of any other scheduler hold
+    #: nothing here, whatever their annotations say.
+    trusted_scheduler_names: tuple[str, ...] = Field((), alias="trustedSchedulerNames")
+
+    def trusted_names(self) -> frozenset[str]:
+        """The schedulers whose placements are believed: this one and the opted-in."""
+        return frozenset((self.scheduler_name, *self.trusted_scheduler_names))
 
     @field_validator("gpu_scheduler_policy")
     @classmethod

@@ -21,6 +21,21 @@ LogFormat = Literal["auto", "json", "console"]
 #: Libraries that log every request at INFO; at the root level they would drown our events.
 _CHATTY_LOGGERS = ("aiohttp.access", "kubernetes_asyncio.client.rest")
 
+#: The longest text value a log line carries. Values come from objects anyone may write
+#: (a 200 kB annotation quoted in a refusal): one line must not carry all of it.
+MAX_VALUE_CHARS = 2000
+
+
+def bound_values(
+    logger: object, method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """Cut every text value longer than ``MAX_VALUE_CHARS``, saying how much was cut."""
+    for key, value in event.items():
+        if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+            cut = len(value) - MAX_VALUE_CHARS
+            event[key] = f"{value[:MAX_VALUE_CHARS]}… ({cut} more characters)"
+    return event
+
 
 def resolve_format(fmt: LogFormat, stream: TextIO) -> Literal["json", "console"]:
     """``auto`` becomes ``console`` on a terminal and ``json`` everywhere else."""
@@ -80,7 +95,11 @@ def configure(
 
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            bound_values,
+            renderer,
+        ],
     )
     handler = logging.StreamHandler(out)
     handler.setFormatter(formatter)

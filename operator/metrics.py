@@ -9,7 +9,9 @@ the same thread that changes the engine, so the reads need no lock; the text is 
 in a thread on that copy, so decisions go on meanwhile. The six per-card series are the
 bulk of a scrape (48,000 lines at 8,000 cards, half a second through the generic
 formatter, holding the GIL): they are written directly, with each card's label set kept
-between scrapes.
+between scrapes. The queue's census and the stranded memory per node are read the same
+way, at scrape time. ``docs/operations.md`` lists every family, its labels and how many
+series a cluster of a given size has.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+
+from vgpu_operator.scheduling.status import Reason
 
 PREFIX: Final = "vgpu_operator"
 MIB_BYTES: Final = 1024 * 1024
@@ -69,6 +73,48 @@ class WebhookResult(enum.StrEnum):
     NOT_READY = "not_ready"  # the operator had not started: let through unchanged
 
 
+class PreemptionResult(enum.StrEnum):
+    """How a preemption ended (the ``result`` label of ``preemption_attempts_total``)."""
+
+    EVICTED = "evicted"  # every victim evicted (or already gone): the preemptor waits for them
+    REFUSED = "refused"  # an eviction was refused (a PodDisruptionBudget): given up
+    ERROR = "error"  # an API request failed: given up, tried again after the backoff
+
+
+class OtherReason(enum.StrEnum):
+    """``unschedulable_pods`` reasons of pods whose condition names no node reason."""
+
+    ADMISSION_REJECTED = "AdmissionRejected"  # admission refuses the pod; its message says why
+    INVALID_REQUEST = "InvalidRequest"  # a request or annotation that cannot be read
+    NO_NODES = "NoNodes"  # no node was there to try
+    SCHEDULING_ERROR = "SchedulingError"  # the engine failed on the pod
+
+
+#: Every ``reason`` label value: the node reasons of the ``PodScheduled`` condition's
+#: message (``0/3 nodes are available: 2 CardInsufficientMemory, ...``), then the others.
+UNSCHEDULABLE_REASONS: Final = (*(r.value for r in Reason), *(r.value for r in OtherReason))
+
+#: The ``operation`` label values of ``api_errors_total``, each exported from 0 (so a rate
+#: over them is 0, not absent, while nothing fails). The callers name these words only.
+API_OPERATIONS: Final = (
+    "bind",
+    "evict",
+    "report",
+    "pod_read",
+    "resync",
+    "config_watch",
+    "pod_watch",
+    "node_watch",
+    "inventory_watch",
+    "lease_watch",
+    "quota_watch",
+    "budget_watch",
+    "webhook_tls",
+)
+
+#: kube-scheduler's buckets for its preemption_victims histogram.
+_VICTIM_BUCKETS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
 #: Pod creation to Binding: seconds to minutes (pods may wait for room).
 _CREATE_TO_BOUND_BUCKETS_S: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -101,6 +147,10 @@ class DeviceRow(Protocol):
 DeviceSource = Callable[[], Sequence[DeviceRow]]
 #: namespace -> resource -> (used, limit), as ``ClusterState.quota_usage`` returns it.
 QuotaSource = Callable[[], Mapping[str, Mapping[str, tuple[int, int]]]]
+#: (pods per queue name, parked pods per reason code), as the scheduling queue counts them.
+WaitingSource = Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]
+#: node -> stranded card memory in MiB (``scheduling.stranded``).
+StrandedSource = Callable[[], Mapping[str, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +277,52 @@ def _quota_families(table: QuotaTable) -> Iterator[Metric]:
     yield limit
 
 
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A copy of the queue's census and the stranded memory, taken on the loop."""
+
+    queues: Mapping[str, int]
+    reasons: Mapping[str, int]
+    stranded_mib: Mapping[str, int]
+
+
+_NOTHING_WAITING: Final = _Waiting({}, {}, {})
+
+
+def _waiting_families(waiting: _Waiting) -> Iterator[Metric]:
+    pending = GaugeMetricFamily(
+        f"{PREFIX}_pending_pods",
+        "Pods waiting for this scheduler, by queue: active (due now), backoff (waiting "
+        "for their backoff to end), unschedulable (did not fit; wait for a change).",
+        labels=["queue"],
+    )
+    for queue, count in sorted(waiting.queues.items()):
+        pending.add_metric([queue], count)
+    unschedulable = GaugeMetricFamily(
+        f"{PREFIX}_unschedulable_pods",
+        "Unschedulable pods by the reason codes of their PodScheduled condition; a pod "
+        "whose message names several reasons counts under each.",
+        labels=["reason"],
+    )
+    known = dict.fromkeys(UNSCHEDULABLE_REASONS, 0)
+    for reason, count in waiting.reasons.items():
+        if reason in known:  # a closed set: nothing from outside becomes a label
+            known[reason] = count
+    for reason, count in known.items():
+        unschedulable.add_metric([reason], count)
+    stranded = GaugeMetricFamily(
+        f"{PREFIX}_stranded_memory_bytes",
+        "Free card memory on the node that no pending request could use (0 while no "
+        "GPU pod is pending); defined in docs/operations.md.",
+        labels=["node"],
+    )
+    for node, mib in sorted(waiting.stranded_mib.items()):
+        stranded.add_metric([node], mib * MIB_BYTES)
+    yield pending
+    yield unschedulable
+    yield stranded
+
+
 class _StateCollector(Collector):
     """Reads the engine's books at scrape time (for ``render`` and sample lookups;
     the /metrics endpoint goes through ``OperatorMetrics.render_beside_the_loop``)."""
@@ -234,6 +330,19 @@ class _StateCollector(Collector):
     def __init__(self) -> None:
         self.devices: DeviceSource | None = None
         self.quotas: QuotaSource | None = None
+        self.waiting: WaitingSource | None = None
+        self.stranded: StrandedSource | None = None
+
+    def read_waiting(self) -> _Waiting:
+        """The census and stranded memory, copied (call on the engine's thread)."""
+        queues: Mapping[str, int] = {}
+        reasons: Mapping[str, int] = {}
+        if self.waiting is not None:
+            queues, reasons = self.waiting()
+        stranded = self.stranded() if self.stranded is not None else {}
+        if not (queues or reasons or stranded):
+            return _NOTHING_WAITING
+        return _Waiting(dict(queues), dict(reasons), dict(stranded))
 
     def describe(self) -> Iterable[Metric]:
         # Registering must not call the sources (the engine may not exist yet).
@@ -250,6 +359,7 @@ class _StateCollector(Collector):
                 family.add_metric(values, spec.value(row))
         yield from families
         yield from _quota_families(self.quotas() if self.quotas is not None else {})
+        yield from _waiting_families(self.read_waiting())
 
 
 class _Collected(Collector):
@@ -289,14 +399,17 @@ class OperatorMetrics:
             buckets=_LATENCY_BUCKETS_S,
             registry=self._own,
         )
-        self._pending = Gauge(
-            f"{PREFIX}_pending_pods",
-            "Pods waiting for this scheduler (queued, backing off or parked).",
+        # kube-scheduler's pair: preemption_attempts_total and preemption_victims.
+        self._preemptions = Counter(
+            f"{PREFIX}_preemption_attempts",
+            "Preemptions started (victims chosen and being evicted), by how they ended.",
+            ["result"],
             registry=self._own,
         )
-        self._parked = Gauge(
-            f"{PREFIX}_unschedulable_pods",
-            "Pending pods that did not fit and wait for a change in the cluster.",
+        self._victims = Histogram(
+            f"{PREFIX}_preemption_victims",
+            "Pods chosen as victims by one preemption.",
+            buckets=_VICTIM_BUCKETS,
             registry=self._own,
         )
         self._config_rejected = Counter(
@@ -343,6 +456,10 @@ class OperatorMetrics:
             self._attempts.labels(result=result.value)
         for answer in WebhookResult:
             self._webhook_requests.labels(result=answer.value)
+        for ending in PreemptionResult:
+            self._preemptions.labels(result=ending.value)
+        for operation in API_OPERATIONS:
+            self._api_errors.labels(operation=operation)
         # process_cpu_seconds_total, process_resident_memory_bytes, open fds...
         ProcessCollector(registry=self._own)
         self._state = _StateCollector()
@@ -363,9 +480,10 @@ class OperatorMetrics:
     def bind_finished(self, duration_s: float) -> None:
         self._bind.observe(duration_s)
 
-    def queue_size(self, pending: int, parked: int) -> None:
-        self._pending.set(pending)
-        self._parked.set(parked)
+    def preemption(self, result: PreemptionResult, victims: int) -> None:
+        """One preemption that chose ``victims`` pods ended with ``result``."""
+        self._preemptions.labels(result=result.value).inc()
+        self._victims.observe(victims)
 
     def config_rejected(self) -> None:
         self._config_rejected.inc()
@@ -387,10 +505,20 @@ class OperatorMetrics:
     def leadership(self, active: bool) -> None:
         self._leader.set(1 if active else 0)
 
-    def read_state_from(self, devices: DeviceSource, quotas: QuotaSource) -> None:
-        """Where the scrape-time collector reads per-device and per-quota figures."""
+    def read_state_from(
+        self,
+        devices: DeviceSource,
+        quotas: QuotaSource,
+        *,
+        waiting: WaitingSource | None = None,
+        stranded: StrandedSource | None = None,
+    ) -> None:
+        """Where the scrape-time collector reads per-device, per-quota, queue and
+        stranded-memory figures."""
         self._state.devices = devices
         self._state.quotas = quotas
+        self._state.waiting = waiting
+        self._state.stranded = stranded
 
     # --- exposition ---------------------------------------------------------------------
     def render(self) -> tuple[bytes, str]:
@@ -408,14 +536,21 @@ class OperatorMetrics:
                 if state.quotas is not None
                 else {}
             )
-            return await asyncio.to_thread(self._render_copy, rows, quotas)
+            waiting = state.read_waiting()
+            return await asyncio.to_thread(self._render_copy, rows, quotas, waiting)
 
-    def _render_copy(self, rows: Sequence[DeviceRow], quotas: QuotaTable) -> tuple[bytes, str]:
+    def _render_copy(
+        self, rows: Sequence[DeviceRow], quotas: QuotaTable, waiting: _Waiting
+    ) -> tuple[bytes, str]:
+        def engine_families() -> Iterator[Metric]:
+            yield from _quota_families(quotas)
+            yield from _waiting_families(waiting)
+
         body = b"".join(
             (
                 generate_latest(self._own),
                 self._device_text.render(rows).encode(),
-                generate_latest(_Collected(lambda: _quota_families(quotas))),
+                generate_latest(_Collected(engine_families)),
             )
         )
         return body, CONTENT_TYPE_LATEST

@@ -50,6 +50,8 @@ HYGON_DEVICES_ALLOCATED: Final = "hami.io/dcu-devices-allocated"
 ENV_TASK_PRIORITY: Final = "CUDA_TASK_PRIORITY"
 ENV_CORE_UTILIZATION_POLICY: Final = "GPU_CORE_UTILIZATION_POLICY"
 ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+#: A container env that tells the device plugin to leave HAMi-core out (no limits).
+ENV_DISABLE_CONTROL: Final = "CUDA_DISABLE_CONTROL"
 
 # --- Our own API ---
 CRD_GROUP: Final = "vgpu-operator.io"

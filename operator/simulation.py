@@ -11,13 +11,16 @@ left waiting because their room is scattered over cards), and ``expect`` (checke
 from __future__ import annotations
 
 import json
+import math
+import struct
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
 from vgpu_operator.config import load_config
-from vgpu_operator.devices import codec
+from vgpu_operator.devices import codec, mig_allocations
+from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.errors import CodecError, ConfigError, ScenarioError
 from vgpu_operator.scheduling import defrag
 from vgpu_operator.scheduling.cluster import ClusterState, Decision
@@ -110,8 +113,17 @@ def build_state(scenario: Mapping[str, Any], use_index: bool = True) -> ClusterS
         state.set_budget(pdb)
     for pod in scenario.get("pods") or []:
         if (pod.get("spec") or {}).get("nodeName"):
-            state.set_pod(pod)
+            state.set_pod(_placed_by(pod, config.scheduler.scheduler_name))
     return state
+
+
+def _placed_by(pod: Mapping[str, Any], scheduler: str) -> Mapping[str, Any]:
+    """A running pod of a scenario was placed by the scheduler under test unless it names
+    another (the books believe only the allocations of schedulers they trust)."""
+    spec = pod.get("spec") or {}
+    if spec.get("schedulerName"):
+        return pod
+    return {**pod, "spec": {**spec, "schedulerName": scheduler}}
 
 
 def simulate(
@@ -123,7 +135,7 @@ def simulate(
     for pod in scenario.get("pods") or []:
         if (pod.get("spec") or {}).get("nodeName"):
             continue
-        decision = state.schedule(pod, now)
+        decision = state.schedule(pod, now, explain=True)
         for victim in decision.victims:
             state.remove_pod(victim)  # in a simulation, victims leave at once
         if decision.scheduled or decision.victims:
@@ -182,7 +194,11 @@ def _defragment(
     waiting = [
         p for p in pods if not (p.get("spec") or {}).get("nodeName") and _key(p) not in placed
     ]
-    report = defrag.plan(state, waiting, pods, now, options, exact=exact)
+    # The running pods as the books read them (placed by the scheduler under test unless
+    # they name another): a plan moves only pods this scheduler placed.
+    ours = state.config.scheduler.scheduler_name
+    running = [_placed_by(p, ours) for p in pods if (p.get("spec") or {}).get("nodeName")]
+    report = defrag.plan(state, waiting, running, now, options, exact=exact)
     return {
         "plans": [p.to_json() for p in report.plans],
         "fragmented": list(report.fragmented),
@@ -199,11 +215,14 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     n_containers = len(spec.get("initContainers") or []) + len(spec.get("containers") or [])
     containers: list[list[dict[str, Any]]] = [[] for _ in range(n_containers)]
-    for single in decision.devices.values():
+    instances = _mig_instances(decision.annotations)
+    for vendor_word, single in decision.devices.items():
+        scores = decision.card_scores.get(vendor_word, ())
         for position, devices in enumerate(single[:n_containers]):
-            for d in devices:
+            container_scores = scores[position] if position < len(scores) else ()
+            for at, d in enumerate(devices):
                 card, instance = codec.split_mig_uuid(d.uuid)
-                entry = {
+                entry: dict[str, Any] = {
                     "uuid": card,
                     "type": d.vendor,
                     "usedmem": d.memory_mib,
@@ -211,6 +230,12 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
                 }
                 if instance is not None:
                     entry["instance"] = d.uuid  # the MIG instance, as the annotation names it
+                record = instances.get((position, at))
+                if record is not None and record.gpu_uuid == card:
+                    entry["profile"] = record.profile
+                    entry["placement"] = {"start": record.start, "size": record.size}
+                if at < len(container_scores):
+                    entry["score"] = as_float32(container_scores[at])
                 containers[position].append(entry)
     placed = decision.scheduled or bool(decision.victims)
     out: dict[str, Any] = {
@@ -220,16 +245,47 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
         "containers": containers if placed else [],
         "annotations": dict(decision.annotations),
         "reasons": decision.diagnosis.to_json() if decision.diagnosis else {},
+        "scores": {node: as_float32(score) for node, score in decision.node_scores.items()},
     }
     if decision.diagnosis is not None:
         out["message"] = decision.diagnosis.message()
     if decision.rejected is not None:
         out["rejected"] = decision.rejected
+    if decision.preemption_blocked is not None:
+        out["preemptionBlocked"] = decision.preemption_blocked
     if decision.victims:
         out["victims"] = list(decision.victims)
         out["reasons"] = {}
         out.pop("message", None)
     return out
+
+
+def _mig_instances(annotations: Mapping[str, str]) -> dict[tuple[int, int], MigAllocation]:
+    """The decision's MIG instances (HAMi v2.10's record) by container and device."""
+    try:
+        records = mig_allocations.decode(annotations.get(mig_allocations.FIELD, ""))
+    except CodecError:
+        return {}
+    return {(r.container_index, r.device_index): r for r in records}
+
+
+def as_float32(value: float) -> float:
+    """A score as HAMi holds it (a Go float32) and prints it: the shortest decimal that
+    reads back as the same float32 (10 * (0.1 + 0.1 + 0.1) is 3, not 3.0000000000000004)."""
+    try:
+        single = _float32(value)
+    except OverflowError:  # beyond float32 (huge scoring weights): shown as it is
+        return value
+    for digits in range(1, 10):
+        text = f"{single:.{digits}g}"
+        if _float32(float(text)) == single:
+            return float(text)
+    return single
+
+
+def _float32(value: float) -> float:
+    result: float = struct.unpack("f", struct.pack("f", value))[0]
+    return result
 
 
 def check(scenario: Mapping[str, Any], output: Mapping[str, Any]) -> list[str]:
@@ -289,8 +345,38 @@ def _compare(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) -> l
             problems.append(f"{key}: devices={have} (expected {want})")
     if "victims" in expected and sorted(expected["victims"]) != sorted(got.get("victims", [])):
         problems.append(f"{key}: victims={got.get('victims', [])} (expected {expected['victims']})")
+    if "preemptionBlocked" in expected and str(expected["preemptionBlocked"]) not in str(
+        got.get("preemptionBlocked", "")
+    ):
+        problems.append(
+            f"{key}: preemptionBlocked={got.get('preemptionBlocked')!r} "
+            f"(expected it to contain {expected['preemptionBlocked']!r})"
+        )
     if "reason" in expected:
         seen = {r.lower() for reasons in got["reasons"].values() for r in reasons}
         if str(expected["reason"]).lower() not in seen:
             problems.append(f"{key}: reason {expected['reason']} not in {got['reasons']}")
+    if "scores" in expected:
+        want_scores, have_scores = dict(expected["scores"]), got.get("scores") or {}
+        if want_scores.keys() != have_scores.keys() or not all(
+            _close(want_scores[n], have_scores[n]) for n in want_scores
+        ):
+            problems.append(f"{key}: scores={have_scores} (expected {want_scores})")
+    if "cardScores" in expected:
+        want_cards = [[(d["uuid"], d["score"]) for d in c] for c in expected["cardScores"]]
+        have_cards = [[(d["uuid"], d.get("score")) for d in c] for c in got["containers"]]
+        if len(want_cards) != len(have_cards) or not all(
+            len(w) == len(h)
+            and all(
+                wu == hu and hs is not None and _close(ws, hs)
+                for (wu, ws), (hu, hs) in zip(w, h, strict=True)
+            )
+            for w, h in zip(want_cards, have_cards, strict=True)
+        ):
+            problems.append(f"{key}: card scores={have_cards} (expected {want_cards})")
     return problems
+
+
+def _close(want: Any, have: Any) -> bool:
+    """Scores agree to float32 precision (HAMi computes them in float32)."""
+    return math.isclose(float(want), float(have), rel_tol=1e-6, abs_tol=1e-6)

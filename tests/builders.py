@@ -202,8 +202,10 @@ class PodBuilder:
         return self
 
     def on_node(self, node: str, allocated: str | None = None) -> Self:
-        """A running pod: bound to ``node``, holding ``allocated`` (the annotation value)."""
+        """A running pod: bound to ``node`` by this scheduler (the books believe only its
+        allocations), holding ``allocated`` (the annotation value)."""
         self._spec["nodeName"] = node
+        self._spec.setdefault("schedulerName", names.SCHEDULER_NAME)
         self._status["phase"] = "Running"
         if allocated is not None:
             self._meta["annotations"][names.ASSIGNED_NODE] = node
@@ -235,7 +237,9 @@ def bound(pod: Mapping[str, Any], decision: Decision, phase: str = "Running") ->
     out: Json = copy.deepcopy(dict(pod))
     meta = out.setdefault("metadata", {})
     meta["annotations"] = {**(meta.get("annotations") or {}), **decision.annotations}
-    out.setdefault("spec", {})["nodeName"] = decision.node
+    spec = out.setdefault("spec", {})
+    spec["nodeName"] = decision.node
+    spec.setdefault("schedulerName", names.SCHEDULER_NAME)  # the webhook's routing
     out["status"] = {"phase": phase}
     return out
 
@@ -295,12 +299,14 @@ def pod_awaiting_devices(
             "uid": f"uid-{name}",
             "creationTimestamp": created,
             "annotations": {
+                names.ASSIGNED_NODE: node,
                 names.NVIDIA_DEVICES_TO_ALLOCATE: value,
                 names.BIND_PHASE: "allocating",
             },
         },
         "spec": {
             "nodeName": node,
+            "schedulerName": names.SCHEDULER_NAME,
             "containers": [
                 {"name": f"c{i}", "resources": {"limits": {GPU: len(e)}}}
                 for i, e in enumerate(entries)

@@ -58,8 +58,10 @@ def running_pod(
     priority: int = 0,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
+    scheduler: str = names.SCHEDULER_NAME,
 ) -> Json:
-    """A bound pod holding ``memory_mib`` (and ``cores``) of one card."""
+    """A bound pod holding ``memory_mib`` (and ``cores``) of one card, placed by
+    ``scheduler`` (this operator's unless told)."""
     limits: dict[str, Any] = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": memory_mib}
     if cores:
         limits["nvidia.com/gpucores"] = cores
@@ -91,6 +93,7 @@ def running_pod(
         "metadata": meta,
         "spec": {
             "nodeName": node,
+            "schedulerName": scheduler,
             "priority": priority,
             "containers": [{"name": "c", "resources": {"limits": limits}}],
         },
@@ -111,6 +114,7 @@ def waiting_pod(
         "kind": "Pod",
         "metadata": {"namespace": namespace, "name": name, "annotations": dict(annotations or {})},
         "spec": {
+            "schedulerName": names.SCHEDULER_NAME,  # the webhook's routing
             "priority": priority,
             "containers": [
                 {

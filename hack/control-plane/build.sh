@@ -1,30 +1,38 @@
 #!/usr/bin/env bash
 # Build (once) and cache the binaries of the test control plane: kube-apiserver, etcd and kwok,
-# and the two test tools beside them: kubectl (the README's install steps are run with it) and
+# kube-scheduler and kube-controller-manager (the DRA tests: kube-scheduler allocates claims, the
+# controller manager's resource claim controller makes a pod's claims from its templates), and
+# the two test tools beside them: kubectl (the README's install steps are run with it) and
 # promtool (checks the operator's and the agent's metrics endpoints). With --bench also the
-# benchmark's two: kube-scheduler (its baseline) and toxiproxy (its network faults); `make test`
-# never builds them, so a cold CI stays as fast as before.
+# benchmark's toxiproxy (its network faults); `make test` never builds it.
 #
 #   hack/control-plane/build.sh              ensure the binaries exist; print the bin dir (last line)
-#   hack/control-plane/build.sh --bench      the same, plus kube-scheduler and toxiproxy
+#   hack/control-plane/build.sh --bench      the same, plus toxiproxy
 #   hack/control-plane/build.sh --print-dir  print the bin dir only; build nothing
-#   hack/control-plane/build.sh deviceplugin-conformance
-#                                            ensure the device-plugin conformance harness exists
-#                                            (hack/deviceplugin-conformance: kubelet's device
-#                                            manager at K8S_VERSION); print its path (last line)
-#   hack/control-plane/build.sh --print-path deviceplugin-conformance
+#   hack/control-plane/build.sh HARNESS      ensure a kubelet conformance harness exists; print
+#                                            its path (last line). HARNESS is
+#                                            deviceplugin-conformance (hack/deviceplugin-conformance:
+#                                            kubelet's device manager at K8S_VERSION) or
+#                                            dra-conformance (hack/dra-conformance: kubelet's DRA
+#                                            manager and plugin watcher, and the CDI library)
+#   hack/control-plane/build.sh --print-path HARNESS
 #                                            print that path only; build nothing
+#   hack/control-plane/build.sh observability
+#                                            ensure the Prometheus server (same version as
+#                                            promtool) and helm exist, linked into the bin dir
+#                                            beside the others; print the bin dir (last line).
+#                                            Only the dashboard and chart tests use them.
 #
 # Each binary is cached outside the repository, per component and version:
 #   ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/<component>-<version>/<component>
 # and a combined directory of symlinks to all five is what tests use (VGPU_CONTROL_PLANE_BIN_DIR).
-# kubectl and kube-scheduler are built from the kube-apiserver wrapper's go.mod/go.sum (same
-# module versions, so they reuse most of Go's build cache). toxiproxy is linked into the combined
-# directory under their own names.
-# The conformance harness is our own source, so its cache key also carries a hash of that source:
-#   .../bin/deviceplugin-conformance-<K8S_VERSION>-<hash>/deviceplugin-conformance
+# kubectl, kube-scheduler and kube-controller-manager are built from the kube-apiserver wrapper's
+# go.mod/go.sum (same module versions, so they reuse most of Go's build cache). toxiproxy is
+# linked into the combined directory under its own name.
+# A conformance harness is our own source, so its cache key also carries a hash of that source:
+#   .../bin/<harness>-<K8S_VERSION>-<hash>/<harness>
 # Its go.mod has kube-apiserver's module versions, so after the control plane only its own
-# few dozen packages (kubelet's, cadvisor's) are compiled.
+# few dozen packages (kubelet's, cadvisor's, the CDI library's) are compiled.
 # A cached binary is trusted only if `<binary> --version` reports the expected version.
 # If $KUBEBUILDER_ASSETS holds kube-apiserver and etcd, those are used instead of building them
 # (kwok, kubectl and promtool are still built and cached).
@@ -53,33 +61,37 @@ else
     COMBINED="$BIN_ROOT/control-plane-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
 fi
 
-# --- the device-plugin conformance harness (our source: keyed by version and a source hash) ----------
-HARNESS=deviceplugin-conformance
-HARNESS_SRC="$HERE/../$HARNESS"
-harness_hash() {
-    (cd "$HARNESS_SRC" && cat go.mod go.sum ./*.go) | sha256sum | cut -c1-12
+# --- the kubelet conformance harnesses (our source: keyed by version and a source hash) -------------
+HARNESSES=(deviceplugin-conformance dra-conformance)
+is_harness() { [[ " ${HARNESSES[*]} " == *" $1 "* ]]; }
+harness_src() { printf '%s' "$HERE/../$1"; }
+harness_hash() { # <harness>
+    (cd "$(harness_src "$1")" && cat go.mod go.sum ./*.go) | sha256sum | cut -c1-12
 }
-harness_path() {
-    printf '%s' "$BIN_ROOT/$HARNESS-$K8S_VERSION-$(harness_hash)/$HARNESS"
+harness_path() { # <harness>
+    printf '%s' "$BIN_ROOT/$1-$K8S_VERSION-$(harness_hash "$1")/$1"
 }
 
 if [[ "${1:-}" == "--print-dir" ]]; then
     printf '%s\n' "$COMBINED"
     exit 0
 fi
-if [[ "${1:-}" == "--print-path" && "${2:-}" == "$HARNESS" && $# -eq 2 ]]; then
-    harness_path; printf '\n'
+if [[ "${1:-}" == "--print-path" && $# -eq 2 ]] && is_harness "$2"; then
+    harness_path "$2"; printf '\n'
     exit 0
 fi
-BENCH=0 ONLY_HARNESS=0
+BENCH=0 ONLY_HARNESS="" ONLY_OBSERVABILITY=0
 if [[ "${1:-}" == "--bench" ]]; then
     BENCH=1
     shift
-elif [[ "${1:-}" == "$HARNESS" ]]; then
-    ONLY_HARNESS=1
+elif [[ $# -gt 0 ]] && is_harness "$1"; then
+    ONLY_HARNESS=$1
+    shift
+elif [[ "${1:-}" == "observability" ]]; then
+    ONLY_OBSERVABILITY=1
     shift
 fi
-[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir | $HARNESS | --print-path $HARNESS]"
+[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir | HARNESS | --print-path HARNESS | observability] (HARNESS: ${HARNESSES[*]})"
 
 # --- Go environment -------------------------------------------------------------------------------
 GO=${GO:-}
@@ -97,21 +109,28 @@ JOBS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 
 # expected version substring printed by `<bin> --version` (`kubectl version --client`)
 expected_version() {
+    if is_harness "$1"; then
+        printf '%s kubelet %s source %s' "$1" "$K8S_VERSION" "$(harness_hash "$1")"
+        return
+    fi
     case "$1" in
-        kube-apiserver | kube-scheduler) printf 'Kubernetes %s' "$K8S_VERSION" ;;
+        kube-apiserver | kube-scheduler | kube-controller-manager) printf 'Kubernetes %s' "$K8S_VERSION" ;;
         toxiproxy) printf 'toxiproxy-server version %s' "${TOXIPROXY_VERSION#v}" ;;
-        "$HARNESS") printf '%s kubelet %s source %s' "$HARNESS" "$K8S_VERSION" "$(harness_hash)" ;;
         kubectl) printf 'Client Version: %s' "$K8S_VERSION" ;;
         etcd) printf 'etcd Version: %s' "${ETCD_VERSION#v}" ;;
         kwok) printf 'kwok version %s' "$KWOK_VERSION" ;;
         promtool) printf 'promtool, version %s ' "${PROMTOOL_VERSION#v}" ;;
+        prometheus) printf 'prometheus, version %s ' "${PROMTOOL_VERSION#v}" ;;
+        helm) printf 'Version:"%s"' "$HELM_VERSION" ;;
     esac
 }
 
 version_output() { # <path> <component>
+    if is_harness "$2"; then "$1" -version 2>&1; return; fi
     case "$2" in
         kubectl) "$1" version --client 2>&1 ;;
-        toxiproxy | "$HARNESS") "$1" -version 2>&1 ;;
+        toxiproxy) "$1" -version 2>&1 ;;
+        helm) "$1" version 2>&1 ;;
         *) "$1" --version 2>&1 ;;
     esac
 }
@@ -136,21 +155,24 @@ check_go() {
 }
 
 component_version() {
+    if is_harness "$1"; then printf '%s-%s' "$K8S_VERSION" "$(harness_hash "$1")"; return; fi
     case "$1" in
-        kube-apiserver | kubectl | kube-scheduler) printf '%s' "$K8S_VERSION" ;;
+        kube-apiserver | kubectl | kube-scheduler | kube-controller-manager) printf '%s' "$K8S_VERSION" ;;
         toxiproxy) printf '%s' "$TOXIPROXY_VERSION" ;;
-        "$HARNESS") printf '%s-%s' "$K8S_VERSION" "$(harness_hash)" ;;
         etcd) printf '%s' "$ETCD_VERSION" ;;
         kwok) printf '%s' "$KWOK_VERSION" ;;
         promtool) printf '%s' "$PROMTOOL_VERSION" ;;
+        prometheus) printf '%s' "$PROMTOOL_VERSION" ;;
+        helm) printf '%s' "$HELM_VERSION" ;;
     esac
 }
 
-# the wrapper module a component is built from (kubectl and kube-scheduler share kube-apiserver's)
+# the wrapper module a component is built from (kubectl, kube-scheduler and kube-controller-manager
+# share kube-apiserver's)
 wrapper_dir() {
+    if is_harness "$1"; then harness_src "$1"; return; fi
     case "$1" in
-        kubectl | kube-scheduler) printf '%s' "$HERE/kube-apiserver" ;;
-        "$HARNESS") printf '%s' "$HARNESS_SRC" ;;
+        kubectl | kube-scheduler | kube-controller-manager) printf '%s' "$HERE/kube-apiserver" ;;
         *) printf '%s' "$HERE/$1" ;;
     esac
 }
@@ -196,15 +218,15 @@ build_component() { # <component>
     # Build in a copy so the repository's go.mod/go.sum are never modified.
     cp "$(wrapper_dir "$c")/go.mod" "$(wrapper_dir "$c")/go.sum" "$work/"
     case "$c" in
-        "$HARNESS")
+        deviceplugin-conformance | dra-conformance)
             # Our own source too; the same tags as kube-apiserver so Go's build cache is shared.
-            cp "$HARNESS_SRC"/*.go "$work/"
+            cp "$(harness_src "$c")"/*.go "$work/"
             check_wrapper_version "$c" k8s.io/kubernetes "$K8S_VERSION"
-            ldflags="-s -w -X main.kubernetesVersion=$K8S_VERSION -X main.sourceHash=$(harness_hash)"
+            ldflags="-s -w -X main.kubernetesVersion=$K8S_VERSION -X main.sourceHash=$(harness_hash "$c")"
             tags="selinux,notest,grpcnotrace"
             pkg=.
             ;;
-        kube-apiserver | kubectl | kube-scheduler)
+        kube-apiserver | kubectl | kube-scheduler | kube-controller-manager)
             check_wrapper_version "$c" k8s.io/kubernetes "$K8S_VERSION"
             local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
             local date p
@@ -243,6 +265,32 @@ build_component() { # <component>
             tags="remove_all_sd"
             pkg=github.com/prometheus/prometheus/cmd/promtool
             ;;
+        prometheus)
+            # The server, from the same Prometheus release as promtool (PROMTOOL_VERSION).
+            local v=${PROMTOOL_VERSION#v3.} minor patch
+            minor=${v%%.*}; patch=${v#*.}
+            check_wrapper_version "$c" github.com/prometheus/prometheus "$(printf 'v0.%d%02d.%s' 3 "$minor" "$patch")"
+            ldflags="-s -w -X github.com/prometheus/common/version.Version=${PROMTOOL_VERSION#v}"
+            ldflags+=" -X github.com/prometheus/common/version.Revision=module-$PROMTOOL_VERSION"
+            # remove_all_sd: no cloud service discovery (the test scrapes static targets);
+            # without builtinassets the web UI is not embedded (the API is all the test uses)
+            tags="remove_all_sd"
+            pkg=github.com/prometheus/prometheus/cmd/prometheus
+            ;;
+        helm)
+            check_wrapper_version "$c" helm.sh/helm/v3 "$HELM_VERSION"
+            local k8s_minor
+            k8s_minor=$(sed -nE 's/^[[:space:]]*k8s\.io\/client-go v0\.([0-9]+)\..*/\1/p' "$(wrapper_dir "$c")/go.mod")
+            [[ -n "$k8s_minor" ]] || die "helm: no k8s.io/client-go in $(wrapper_dir "$c")/go.mod"
+            ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+            # What `helm lint` and `helm template` take as the cluster's version, as helm's
+            # own Makefile sets it: the Kubernetes modules it is built with.
+            local p
+            for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+                ldflags+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$k8s_minor"
+            done
+            pkg=helm.sh/helm/v3/cmd/helm
+            ;;
         *) die "unknown component $c" ;;
     esac
     go_build "$c" "$work" "$pkg" "$work/$c" "$ldflags" "$tags"
@@ -266,10 +314,10 @@ lock() {
     fi
 }
 
-build_harness() {
+build_harness() { # <harness>
     lock
-    build_component "$HARNESS"
-    harness_path; printf '\n'
+    build_component "$1"
+    harness_path "$1"; printf '\n'
 }
 
 main() {
@@ -281,7 +329,8 @@ main() {
     else
         components=(etcd kwok kube-apiserver kubectl promtool)
     fi
-    (( BENCH )) && components+=(kube-scheduler toxiproxy)
+    components+=(kube-scheduler kube-controller-manager)
+    (( BENCH )) && components+=(toxiproxy)
     local c
     for c in "${components[@]}"; do
         build_component "$c"
@@ -297,13 +346,31 @@ main() {
     link_into_combined kwok "$BIN_ROOT/kwok-$KWOK_VERSION/kwok"
     link_into_combined kubectl "$BIN_ROOT/kubectl-$K8S_VERSION/kubectl"
     link_into_combined promtool "$BIN_ROOT/promtool-$PROMTOOL_VERSION/promtool"
+    link_into_combined kube-scheduler "$BIN_ROOT/kube-scheduler-$K8S_VERSION/kube-scheduler"
+    link_into_combined kube-controller-manager \
+        "$BIN_ROOT/kube-controller-manager-$K8S_VERSION/kube-controller-manager"
     if (( BENCH )); then
-        link_into_combined kube-scheduler "$BIN_ROOT/kube-scheduler-$K8S_VERSION/kube-scheduler"
         link_into_combined toxiproxy "$BIN_ROOT/toxiproxy-$TOXIPROXY_VERSION/toxiproxy"
     fi
     log "all binaries ready in $COMBINED ($((SECONDS - total))s)"
     printf '%s\n' "$COMBINED"
 }
 
-if (( ONLY_HARNESS )); then build_harness; exit; fi
+# The dashboard's Prometheus and the chart's helm, for their tests only (`make test`), linked
+# into the combined directory beside the others.
+build_observability() {
+    lock
+    local total=$SECONDS c
+    for c in prometheus helm; do
+        build_component "$c"
+    done
+    mkdir -p "$COMBINED"
+    link_into_combined prometheus "$BIN_ROOT/prometheus-$PROMTOOL_VERSION/prometheus"
+    link_into_combined helm "$BIN_ROOT/helm-$HELM_VERSION/helm"
+    log "prometheus and helm ready in $COMBINED ($((SECONDS - total))s)"
+    printf '%s\n' "$COMBINED"
+}
+
+if [[ -n "$ONLY_HARNESS" ]]; then build_harness "$ONLY_HARNESS"; exit; fi
+if (( ONLY_OBSERVABILITY )); then build_observability; exit; fi
 main "$@"; exit

@@ -25,6 +25,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -35,27 +36,29 @@ import (
 	"sync"
 	_ "unsafe" // go:linkname
 
-	cadvisorapi "github.com/google/cadvisor/info/v1"
+	cadvisorapi "github.com/google/cadvisor/lib/model"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 )
 
 //go:linkname newManagerImpl k8s.io/kubernetes/pkg/kubelet/cm/devicemanager.newManagerImpl
-func newManagerImpl(socketPath string, topology []cadvisorapi.Node, store topologymanager.Store) (*devicemanager.ManagerImpl, error)
+func newManagerImpl(logger klog.Logger, socketPath string, topology []cadvisorapi.Node, store topologymanager.Store) (*devicemanager.ManagerImpl, error)
 
 // noHints is the topology store of kubelet's default `none` topology-manager policy: no NUMA
 // hint for any container, so the device manager asks the plugin for its preference among
 // all available devices.
 type noHints struct{}
 
-func (noHints) GetAffinity(string, string) topologymanager.TopologyHint {
+func (noHints) GetAffinity(klog.Logger, string, string) topologymanager.TopologyHint {
 	return topologymanager.TopologyHint{}
 }
 func (noHints) GetPolicy() topologymanager.Policy { return topologymanager.NewNonePolicy() }
+func (noHints) Name() string                      { return "none" }
 
 // allReady stands for kubelet's config sources: all seen, so the manager treats every
 // Allocate as the steady-state flow (not a restart with containers already running).
@@ -63,6 +66,9 @@ type allReady struct{}
 
 func (allReady) AddSource(string) {}
 func (allReady) AllReady() bool   { return true }
+
+// kubelet's own logger (klog's flags on the command line decide its verbosity).
+var logger = klog.Background()
 
 // Set by hack/control-plane/build.sh; -version prints them (its cache check reads that).
 var (
@@ -89,11 +95,11 @@ func (h *harness) activePods() []*v1.Pod {
 }
 
 func (h *harness) start() error {
-	m, err := newManagerImpl(h.socket, nil, noHints{})
+	m, err := newManagerImpl(logger, h.socket, nil, noHints{})
 	if err != nil {
 		return err
 	}
-	if err := m.Start(h.activePods, allReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+	if err := m.Start(logger, h.activePods, allReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
 		return err
 	}
 	h.manager = m
@@ -104,7 +110,7 @@ func (h *harness) stop() error {
 	if h.manager == nil {
 		return nil
 	}
-	err := h.manager.Stop()
+	err := h.manager.Stop(logger)
 	h.manager = nil
 	return err
 }
@@ -132,7 +138,7 @@ type runOptions struct {
 }
 
 func (h *harness) state(resource string) map[string]any {
-	capacity, allocatable, _ := h.manager.GetCapacity()
+	capacity, allocatable, _ := h.manager.GetCapacity(logger)
 	count := func(list v1.ResourceList) *int64 {
 		q, ok := list[v1.ResourceName(resource)]
 		if !ok {
@@ -143,7 +149,7 @@ func (h *harness) state(resource string) map[string]any {
 	}
 	// Healthy devices, as kubelet reports them to the pod-resources API.
 	healthy := []device{}
-	for id, d := range h.manager.GetAllocatableDevices()[resource] {
+	for id, d := range h.manager.GetAllocatableDevices(logger)[resource] {
 		numa := []int64{}
 		if d.Topology != nil {
 			for _, n := range d.Topology.Nodes {
@@ -157,7 +163,7 @@ func (h *harness) state(resource string) map[string]any {
 }
 
 func (h *harness) options(pod *v1.Pod, c *v1.Container, resource string) (runOptions, error) {
-	opts, err := h.manager.GetDeviceRunContainerOptions(pod, c)
+	opts, err := h.manager.GetDeviceRunContainerOptions(context.Background(), pod, c)
 	if err != nil {
 		return runOptions{}, err
 	}
@@ -208,7 +214,7 @@ func (h *harness) admit(pod *v1.Pod, resource string) (map[string]any, error) {
 	h.active[string(pod.UID)] = pod
 	h.mu.Unlock()
 	for _, c := range containers(pod) {
-		if err := h.manager.Allocate(pod, c); err != nil {
+		if err := h.manager.Allocate(context.Background(), pod, c, lifecycle.AddOperation); err != nil {
 			return nil, fmt.Errorf("container %q: %w", c.Name, err)
 		}
 	}

@@ -113,6 +113,28 @@ from vgpu_operator.errors import ConfigError
     help="A libvgpu.so to install into --hami-core-dir at start (the image carries one); "
     "empty installs nothing.",
 )
+@click.option(
+    "--kubelet-plugins-dir",
+    default="",
+    help="kubelet's plugins directory (/var/lib/kubelet/plugins on a node), where the DRA "
+    "driver serves; empty (the default) runs no DRA driver. A node labelled "
+    "gpu.vgpu-operator.io/path=dra is then served by the DRA driver instead of the device "
+    "plugin (docs/agent.md).",
+)
+@click.option(
+    "--kubelet-registry-dir",
+    default="/var/lib/kubelet/plugins_registry",
+    show_default=True,
+    help="kubelet's plugin registry directory, watched by kubelet for the DRA driver's "
+    "registration socket.",
+)
+@click.option(
+    "--cdi-dir",
+    default="/var/run/cdi",
+    show_default=True,
+    help="The container runtime's CDI spec directory: the DRA driver writes each prepared "
+    "claim's spec there.",
+)
 @logging_options
 def agent_command(
     node_name: str,
@@ -133,6 +155,9 @@ def agent_command(
     config_key: str,
     hami_core_dir: str,
     hami_core_library: str,
+    kubelet_plugins_dir: str,
+    kubelet_registry_dir: str,
+    cdi_dir: str,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -166,6 +191,9 @@ def agent_command(
         config_key=config_key,
         hami_core_dir=hami_core_dir,
         hami_core_library=hami_core_library or None,
+        dra_plugins_dir=kubelet_plugins_dir or None,
+        dra_registry_dir=kubelet_registry_dir,
+        cdi_dir=cdi_dir,
     )
 
     async def main() -> None:

@@ -2,7 +2,10 @@
 
 Per-card gauges carry the card's ``uuid`` and ``index`` (a closed set on one node) and
 are set only where NVML answers; a card that stops reporting a value drops that series
-rather than showing a stale one.
+rather than showing a stale one. ``vgpu_agent_container_device_info`` (value 1) names,
+per container holding a share of a card, the card's UUID under DCGM exporter's label name
+``UUID``, so that DCGM's per-card series join to pods even when pods share a card
+(``docs/operations.md`` has the query); only this node's cards become label values.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from vgpu_operator.agent.containers import ContainerCard
 from vgpu_operator.agent.readings import MachineReading
 
 
@@ -35,9 +39,13 @@ class Operation(enum.StrEnum):
     #: Reading the inventory back to compare it with the reading.
     CHECK = "check"
     ANNOTATIONS = "annotations"
+    #: Listing the node's pods for the container info series.
+    CONTAINERS = "containers"
 
 
 _GPU_LABELS = ("uuid", "index")
+#: ``UUID`` is DCGM exporter's label for the card, so ``on(UUID)`` joins the two.
+_CONTAINER_LABELS = ("namespace", "pod", "container", "UUID", "node")
 
 
 class AgentMetrics:
@@ -55,6 +63,7 @@ class AgentMetrics:
         self._started = monotonic()
         self._last_heartbeat: float | None = None
         self._series: set[tuple[str, str]] = set()
+        self._containers: set[tuple[str, ...]] = set()
         self.memory_used = Gauge(
             "vgpu_agent_gpu_memory_used_bytes",
             "Memory in use on the card.",
@@ -106,6 +115,13 @@ class AgentMetrics:
             registry=self.registry,
         )
         self.heartbeat_age.set_function(self._heartbeat_age_s)
+        self.container_device = Gauge(
+            "vgpu_agent_container_device_info",
+            "1 for each container holding a share of a card (the card's UUID as DCGM "
+            "exporter labels it), to join DCGM's per-card series to pods.",
+            labelnames=_CONTAINER_LABELS,
+            registry=self.registry,
+        )
         # process_cpu_seconds_total, process_resident_memory_bytes, open fds...
         ProcessCollector(registry=self.registry)
 
@@ -125,6 +141,25 @@ class AgentMetrics:
             for gauge in self._gpu_gauges():
                 _drop(gauge, labels)
         self._series = current
+
+    def containers(self, node: str, rows: set[ContainerCard]) -> None:
+        """Which container holds which card now (series of the others are dropped).
+
+        Only cards of the last reading are named: a pod's annotations cannot make up
+        label values.
+        """
+        cards = {uuid for uuid, _index in self._series}
+        current: set[tuple[str, ...]] = {
+            (row.namespace, row.pod, row.container, row.uuid, node)
+            for row in rows
+            if row.uuid in cards
+        }
+        for labels in current - self._containers:
+            self.container_device.labels(*labels).set(1)
+        for labels in self._containers - current:
+            with contextlib.suppress(KeyError):
+                self.container_device.remove(*labels)
+        self._containers = current
 
     def report_failed(self, operation: Operation) -> None:
         self.report_errors.labels(operation.value).inc()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from vgpu_operator import names
 from vgpu_operator.agent.inventory import RegistrationOptions
 from vgpu_operator.agent.readings import MachineReading
 from vgpu_operator.config import DeviceConfig, NodeOverride
@@ -49,6 +50,13 @@ class NodeConfig:
     mig_geometries: tuple[mig.KnownGeometries, ...] = ()
     #: Settings the config named that this agent cannot honour, said once per change.
     ignored: tuple[str, ...] = ()
+    #: The schedulers whose placements the device plugin serves (this one and those an
+    #: administrator opted in: ``scheduler.trustedSchedulerNames``).
+    schedulers: frozenset[str] = frozenset({names.SCHEDULER_NAME})
+    #: HAMi's defaultMemory (MiB, 0: the whole card) and defaultCores: what a DRA claim
+    #: that names no amount consumes (the request policies' defaults).
+    default_memory_mib: int = 0
+    default_cores: int = 0
 
     def geometries_for(self, card_type: str) -> tuple[model.Geometry, ...]:
         return mig.geometries_for(card_type, self.mig_geometries)
@@ -115,6 +123,9 @@ def resolve(config: DeviceConfig, node: str, flags: RegistrationOptions) -> Node
         core_policy=nvidia.gpu_core_policy,
         mig_geometries=geometry_table(config.nvidia),
         ignored=tuple(ignored),
+        schedulers=config.scheduler.trusted_names(),
+        default_memory_mib=nvidia.default_memory,
+        default_cores=nvidia.default_cores,
     )
 
 
@@ -166,4 +177,5 @@ def describe(config: NodeConfig) -> dict[str, object]:
         "operating_mode": config.operating_mode or "per card",
         "mig_strategy": config.mig_strategy,
         "core_policy": config.core_policy,
+        "schedulers": sorted(config.schedulers),
     }

@@ -5,8 +5,9 @@ looks at the pods waiting for this scheduler (the 32 most important). When the e
 finds one blocked by fragmentation (``scheduling.defrag``), it lists the running pods
 (their owners and specs), asks the planner for one plan (for the most important such pod)
 and carries it out, one plan at a time. Planning runs on the event loop, between two
-decisions, on the books themselves: tens of milliseconds, under a second at 1,000 nodes
-(``docs/benchmarks.md``).
+decisions, on the books themselves: tens of milliseconds on a small cluster; at 1,000
+nodes under churn a median of about 0.7 s and up to a few seconds on the 2-core bench
+machine (``docs/benchmarks.md``), time in which no decision runs.
 
 1. The waiting pod is given the hold a preemption gives: the shares the plan frees on
    its node are booked for it at once and it waits for every pod the plan moves (the

@@ -27,7 +27,7 @@ from vgpu_operator import node_leases, resources
 from vgpu_operator.control import pod_facts, queue, versions
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError, ConfigError
-from vgpu_operator.scheduling import cluster
+from vgpu_operator.scheduling import cluster, init_release
 from vgpu_operator.scheduling.pod_key import PodKey
 
 log = structlog.get_logger("vgpu_operator.feed")
@@ -54,6 +54,7 @@ class EngineInputs(Protocol):
     def remove_inventory(self, node_name: str) -> None: ...
     def set_pod(self, pod: Mapping[str, Any]) -> None: ...
     def allocation_error(self, key: PodKey) -> str | None: ...
+    def allocation_warning(self, key: PodKey) -> str | None: ...
     def expired_gates(self, now: float) -> list[tuple[str, PodKey]]: ...
     def remove_pod(self, key: PodKey) -> None: ...
     def set_quota(self, quota: Mapping[str, Any]) -> None: ...
@@ -159,6 +160,9 @@ class StateFeed:
         self._unbound: dict[PodKey, tuple[dict[str, Any], str]] = {}
         #: Pods that book devices and have not finished: their end wakes parked pods.
         self._holders: set[PodKey] = set()
+        #: Holders whose init containers have finished: their init share is released
+        #: (``init_release``), which wakes parked pods as a pod's end does.
+        self._init_done: set[PodKey] = set()
         #: Bound pods whose device plugin has not answered, and their nodes: the
         #: answer opens the node's allocation gate.
         self._allocating: dict[PodKey, str] = {}
@@ -166,6 +170,8 @@ class StateFeed:
         self.on_settled: Callable[[str], None] = lambda node: None
         #: Pods with a Binding in flight or just written: key -> uid.
         self._binding: dict[PodKey, str] = {}
+        #: Per pod, what the books could not believe of its allocation, as last logged.
+        self._allocation_problems: dict[PodKey, tuple[str | None, str | None]] = {}
         self._node_fingerprints: dict[str, str] = {}
         #: Per node, the unreadable node-layer annotations last reported, so a Node's
         #: routine updates do not repeat its Event; and the reports not yet written.
@@ -307,15 +313,23 @@ class StateFeed:
                 return  # an older copy than the Binding we are writing or just wrote
             del self._binding[key]
         self._engine.set_pod(pod)
-        problem = self._engine.allocation_error(key)
-        if problem is not None:
-            # Its shares are not booked: say so, or the card looks freer than it is.
-            log.warning(
-                "pod_allocation_unreadable",
-                pod=key,
-                node=pod_facts.node_name_of(pod),
-                error=problem,
-            )
+        problems = (self._engine.allocation_error(key), self._engine.allocation_warning(key))
+        if problems != self._allocation_problems.get(key, (None, None)):
+            # Said once per pod and problem, not at each of its status updates.
+            if problems[0] is not None:
+                # Its shares are not booked: say so, or the card looks freer than it is.
+                log.warning(
+                    "pod_allocation_not_booked",
+                    pod=key,
+                    node=pod_facts.node_name_of(pod),
+                    error=problems[0],
+                )
+            if problems[1] is not None:
+                log.warning("pod_allocation_edited", pod=key, problem=problems[1])
+            if problems == (None, None):
+                self._allocation_problems.pop(key, None)
+            else:
+                self._allocation_problems[key] = problems
         self._track_holder(key, pod)
         if pod_facts.is_waiting_for_scheduler(pod):
             fingerprint = pod_facts.pod_fingerprint(pod)
@@ -334,10 +348,12 @@ class StateFeed:
 
     def _forget_pod(self, key: PodKey) -> None:
         self._engine.remove_pod(key)
+        self._allocation_problems.pop(key, None)
         self._unbound.pop(key, None)
         self._binding.pop(key, None)
         if not self._queue.is_in_flight(key):
             self._queue.remove(key)
+        self._init_done.discard(key)
         if key in self._holders:
             self._holders.discard(key)
             self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
@@ -352,8 +368,14 @@ class StateFeed:
         holds = pod_facts.holds_devices(pod) and not pod_facts.is_terminal(pod)
         if holds:
             self._holders.add(key)
+            if not init_release.init_containers_done(pod):
+                self._init_done.discard(key)
+            elif key not in self._init_done:
+                self._init_done.add(key)
+                self._wake(queue.ClusterEvent.POD_RELEASED, pod=key, part="init")
         elif key in self._holders:
             self._holders.discard(key)
+            self._init_done.discard(key)
             self._wake(queue.ClusterEvent.POD_RELEASED, pod=key)
         node = pod_facts.node_name_of(pod)
         if node is not None and pod_facts.awaits_devices(pod):

@@ -17,7 +17,7 @@ import enum
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from vgpu_operator.scheduling import status
@@ -56,6 +56,23 @@ def release_could_help(diagnosis: status.Diagnosis | None) -> bool:
     )
 
 
+class QueueName(enum.StrEnum):
+    """Where a waiting pod is, named as kube-scheduler's queues (``census``)."""
+
+    ACTIVE = "active"
+    BACKOFF = "backoff"
+    UNSCHEDULABLE = "unschedulable"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCensus:
+    """Pods per queue, and per reason code the parked pods that name it (a pod that
+    names several reasons counts under each)."""
+
+    pods: Mapping[QueueName, int]
+    unschedulable_reasons: Mapping[str, int]
+
+
 @dataclass(slots=True)
 class _Entry:
     uid: str
@@ -66,6 +83,8 @@ class _Entry:
     in_flight: bool = False
     release_helps: bool = True
     generation: int = 0  # bumps whenever the entry moves, to drop stale heap items
+    #: While parked: why it did not fit (the reason codes of its condition message).
+    reasons: tuple[str, ...] = ()
 
 
 class SchedulingQueue:
@@ -128,6 +147,30 @@ class SchedulingQueue:
     def parked_count(self) -> int:
         return sum(1 for e in self._entries.values() if e.parked)
 
+    def census(self) -> QueueCensus:
+        """How many pods wait in each state, and why the parked ones did not fit.
+
+        The states are kube-scheduler's queue names: *active* (due now), *backoff*
+        (waiting for its backoff to end) and *unschedulable* (parked). A pod the worker
+        holds (being decided, or its Binding being written) is in none, as a pod popped
+        from kube-scheduler's queue is in none.
+        """
+        now = self._clock()
+        counts = dict.fromkeys(QueueName, 0)
+        reasons: dict[str, int] = {}
+        for entry in self._entries.values():
+            if entry.in_flight:
+                continue
+            if entry.parked:
+                counts[QueueName.UNSCHEDULABLE] += 1
+                for reason in entry.reasons:
+                    reasons[reason] = reasons.get(reason, 0) + 1
+            elif entry.ready_at > now:
+                counts[QueueName.BACKOFF] += 1
+            else:
+                counts[QueueName.ACTIVE] += 1
+        return QueueCensus(counts, reasons)
+
     def attempts(self, key: PodKey) -> int:
         entry = self._entries.get(key)
         return 0 if entry is None else entry.attempts
@@ -177,10 +220,12 @@ class SchedulingQueue:
             for _, _, k, g in self._ready
         )
 
-    def park(self, key: PodKey, *, release_helps: bool = True) -> float:
+    def park(
+        self, key: PodKey, *, release_helps: bool = True, reasons: Sequence[str] = ()
+    ) -> float:
         """The pod did not fit: wait for a helpful event, and at least for its backoff.
 
-        Returns the backoff in seconds.
+        ``reasons`` say why (for ``census``). Returns the backoff in seconds.
         """
         entry = self._entries.get(key)
         if entry is None:
@@ -188,6 +233,7 @@ class SchedulingQueue:
         backoff_s = self._fail(entry)
         entry.parked = True
         entry.release_helps = release_helps
+        entry.reasons = tuple(reasons)
         return backoff_s
 
     def retry_later(self, key: PodKey) -> float:
@@ -197,6 +243,7 @@ class SchedulingQueue:
             return 0.0
         backoff_s = self._fail(entry)
         entry.parked = False
+        entry.reasons = ()
         self._schedule(key, entry)
         return backoff_s
 
@@ -249,6 +296,7 @@ class SchedulingQueue:
 
     def _unpark(self, key: PodKey, entry: _Entry) -> None:
         entry.parked = False
+        entry.reasons = ()
         self._schedule(key, entry)
 
     def _schedule(self, key: PodKey, entry: _Entry) -> None:

@@ -17,6 +17,7 @@ import structlog
 from vgpu_operator.control.deferred import DeferredWrites
 from vgpu_operator.kube import conditions, events
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.metrics import OtherReason
 from vgpu_operator.scheduling import status
 from vgpu_operator.timestamps import format_rfc3339
 
@@ -27,6 +28,10 @@ REASON_SCHEDULED: Final = "Scheduled"
 REASON_REQUEST_ADJUSTED: Final = "GpuRequestAdjusted"
 REASON_PREEMPTED: Final = "Preempted"
 REASON_PREEMPTING: Final = "Preempting"
+#: A decided pod waits for its node's allocation gate (the previous pod's device plugin).
+REASON_GATED: Final = "WaitingForAllocationGate"
+#: A preemption that would violate a PodDisruptionBudget, or whose eviction was refused.
+REASON_PREEMPTION_BLOCKED: Final = "PreemptionBlocked"
 #: A GPU pod created while the webhook did not answer: it kept the default scheduler.
 REASON_NOT_ROUTED: Final = "NotRoutedToGpuScheduler"
 CONDITION_NOT_ROUTED: Final = "vgpu-operator.io/RoutedToGpuScheduler"
@@ -44,6 +49,16 @@ def failed_scheduling_message(diagnosis: status.Diagnosis) -> str:
         return summary
     details = ", ".join(f"{n} {reason}" for reason, n in counts.items())
     return f"{summary} Devices ruled out: {details}."
+
+
+def condition_reasons(diagnosis: status.Diagnosis) -> tuple[str, ...]:
+    """The reason codes the condition message names (each node's main reason, without
+    the node annotations that caused it), for ``unschedulable_pods{reason}``; a message
+    that names none (no node to try, or an unreadable request) gets a code of its own."""
+    if diagnosis.error is not None:
+        return (OtherReason.INVALID_REQUEST.value,)
+    named = {f.main_reason().value for f in diagnosis.node_failures.values() if f.reasons}
+    return tuple(sorted(named)) or (OtherReason.NO_NODES.value,)
 
 
 def scheduled_message(pod: Mapping[str, Any], node: str) -> str:
@@ -69,6 +84,29 @@ def not_routed_message(pod: Mapping[str, Any], resources: Iterable[str], schedul
         "(a pod's scheduler cannot be changed after creation). Delete it so that its "
         f"controller recreates it while the operator runs, or set schedulerName: {scheduler} "
         "in its template."
+    )
+
+
+def gate_wait_message(node: str, holder: str, held_s: float, opens_in_s: float) -> str:
+    """Why a decided pod is not bound yet: its node's allocation gate is shut."""
+    return (
+        f"Waiting for the allocation gate of node {node}: pod {holder} was bound there "
+        f"{held_s:.0f} s ago and its device plugin has not answered yet. The pod is bound "
+        f"once it answers, or in {max(opens_in_s, 0.0):.0f} s at the latest."
+    )
+
+
+def eviction_refused_message(node: str, victim: str, evicted: int) -> str:
+    """Why a preemption stopped: the Eviction API refused a victim (its budget)."""
+    before = (
+        "no pod was evicted"
+        if not evicted
+        else f"{evicted} pod{'s were' if evicted != 1 else ' was'} evicted before it"
+    )
+    return (
+        f"Preemption on node {node} stopped: the eviction of {victim} was refused (a "
+        f"PodDisruptionBudget allows no disruption now); {before}. The pod is decided "
+        "again after its backoff."
     )
 
 
@@ -151,6 +189,31 @@ class KubeReporter:
             ref, REASON_PREEMPTING, message, self._clock(), events.TYPE_NORMAL
         )
         await self._write(write, ref, REASON_PREEMPTING)
+
+    async def gated(self, pod: Mapping[str, Any], message: str) -> None:
+        """``PodScheduled=False`` (reason WaitingForAllocationGate) and a Normal Event: the
+        pod is decided, its Binding waits (the Binding sets the condition True)."""
+        ref = _pod_ref(pod)
+        now = self._clock()
+        condition = conditions.unschedulable_condition(pod, message, now, reason=REASON_GATED)
+        if condition is not None:
+            await conditions.patch_pod_condition(self._api, ref.namespace, ref.name, condition)
+        write = self._events.record(ref, REASON_GATED, message, now, events.TYPE_NORMAL)
+        await self._write(write, ref, REASON_GATED)
+
+    async def preemption_blocked(self, pod: Mapping[str, Any], message: str) -> None:
+        """``PodScheduled=False`` (reason PreemptionBlocked) and a Warning Event."""
+        ref = _pod_ref(pod)
+        now = self._clock()
+        condition = conditions.unschedulable_condition(
+            pod, message, now, reason=REASON_PREEMPTION_BLOCKED
+        )
+        if condition is not None:
+            await conditions.patch_pod_condition(self._api, ref.namespace, ref.name, condition)
+        write = self._events.record(
+            ref, REASON_PREEMPTION_BLOCKED, message, now, events.TYPE_WARNING
+        )
+        await self._write(write, ref, REASON_PREEMPTION_BLOCKED)
 
     async def not_routed(self, pod: Mapping[str, Any], message: str) -> None:
         """A Warning Event and a False condition on a GPU pod left to the default scheduler."""

@@ -10,9 +10,11 @@ with backoff; on 409 the pod is re-read. A pod that does not fit is parked and r
 A pod that fits nowhere but may preempt (the engine named victims) is not bound: in the
 background its ``nominatedNodeName`` is set and its victims are evicted (with Events on
 both sides), while the engine holds the freed shares for it; it is parked and binds on
-a later attempt, once the victims are gone. If the Eviction API refuses a victim (a
-PodDisruptionBudget allows no disruption), the preemption is given up: the hold is
-released, ``nominatedNodeName`` cleared, and the pod decided again after its backoff.
+a later attempt, once the victims are gone. The engine does not preempt where a
+PodDisruptionBudget would be violated (the decision says why, and the pod is told with a
+Warning Event and its condition). If the Eviction API still refuses a victim (a budget
+changed meanwhile), the preemption stops there and is given up: the hold is released,
+``nominatedNodeName`` cleared, the pod told, and decided again after its backoff.
 
 The worker decides only while the ``Gate`` is open (this replica is the active one), and
 after every opening it first waits for a full resync, so that every pod bound by anyone
@@ -29,11 +31,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from vgpu_operator.control import feed, pod_facts, queue
+from vgpu_operator.control import feed, pod_facts, queue, reporting
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
-from vgpu_operator.metrics import OperatorMetrics, Result
+from vgpu_operator.metrics import OperatorMetrics, OtherReason, PreemptionResult, Result
 from vgpu_operator.scheduling import cluster, status
+from vgpu_operator.scheduling.allocation_gate import GateHolder
 from vgpu_operator.scheduling.pod_key import PodKey
 
 log = structlog.get_logger("vgpu_operator.worker")
@@ -43,11 +46,12 @@ class EngineDecisions(Protocol):
     """The part of ``scheduling.cluster.ClusterState`` the worker calls."""
 
     def schedule(self, pod: Mapping[str, Any], now: float) -> cluster.Decision: ...
-    def confirm(self, key: PodKey) -> None: ...
+    def confirm(self, key: PodKey, now: float | None = None) -> None: ...
     def rollback(self, key: PodKey) -> None: ...
     def cancel_preemption(self, key: PodKey) -> None: ...
     def bind_gate_open(self, node_name: str, key: PodKey, now: float) -> bool: ...
     def bind_gate_enabled(self) -> bool: ...
+    def gate_holder(self, node_name: str, now: float) -> GateHolder | None: ...
 
 
 class Binder(Protocol):
@@ -66,6 +70,8 @@ class Reporter(Protocol):
     async def failed(self, pod: Mapping[str, Any], message: str) -> None: ...
     async def scheduled(self, pod: Mapping[str, Any], node: str) -> None: ...
     async def adjusted(self, pod: Mapping[str, Any], message: str) -> None: ...
+    async def gated(self, pod: Mapping[str, Any], message: str) -> None: ...
+    async def preemption_blocked(self, pod: Mapping[str, Any], message: str) -> None: ...
 
 
 class Preemptor(Protocol):
@@ -105,6 +111,11 @@ DECIDING_SLICE_S = 0.005
 _REREAD_INITIAL_S = 0.5
 _REREAD_MAX_S = 5.0
 
+#: A Binding that has waited this long for its node's allocation gate, held this long by
+#: one pod, is shown on its pod (condition and Event): plugins that answer in a second or
+#: two keep a burst quiet, one that does not answer is seen.
+GATE_REPORT_AFTER_S = 5.0
+
 
 def _holds_devices(decision: cluster.Decision) -> bool:
     return any(any(single) for single in decision.devices.values())
@@ -128,6 +139,7 @@ class SchedulingWorker:
         max_binds_in_flight: int = 32,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        gate_report_after_s: float = GATE_REPORT_AFTER_S,
     ) -> None:
         self._engine = engine
         self._feed = state_feed
@@ -140,6 +152,7 @@ class SchedulingWorker:
         self._preemptor = preemptor
         self._clock = clock
         self._wall_clock = wall_clock
+        self._gate_report_after_s = gate_report_after_s
         self._bind_slots = asyncio.Semaphore(max_binds_in_flight)
         self._binds_in_flight = 0
         self._wakeup = asyncio.Event()
@@ -240,7 +253,9 @@ class SchedulingWorker:
         except Exception as exc:  # an engine bug or malformed input must not stop the loop
             log.exception("scheduling_failed", pod=key)
             self._metrics.attempt(Result.ERROR)
-            self._queue.park(key, release_helps=False)
+            self._queue.park(
+                key, release_helps=False, reasons=(OtherReason.SCHEDULING_ERROR.value,)
+            )
             self._report(key, self._reporter.failed(pod, f"scheduling failed: {exc}"))
             return False
         self._metrics.decided(time.perf_counter() - started)
@@ -252,20 +267,31 @@ class SchedulingWorker:
             return self._await_victims(key, pod, decision, decision.nominated_node)
         if decision.rejected is not None:
             self._metrics.attempt(Result.REJECTED)
-            backoff_s = self._queue.park(key, release_helps=True)
+            backoff_s = self._queue.park(
+                key, release_helps=True, reasons=(OtherReason.ADMISSION_REJECTED.value,)
+            )
             log.info("pod_rejected", pod=key, reason=decision.rejected, retry_after_s=backoff_s)
             self._report(key, self._reporter.rejected(pod, decision.rejected))
             return False
         self._metrics.attempt(Result.UNSCHEDULABLE)
         diagnosis = decision.diagnosis or status.Diagnosis({}, 0)
-        backoff_s = self._queue.park(key, release_helps=queue.release_could_help(diagnosis))
+        backoff_s = self._queue.park(
+            key,
+            release_helps=queue.release_could_help(diagnosis),
+            reasons=reporting.condition_reasons(diagnosis),
+        )
         log.info(
             "pod_unschedulable",
             pod=key,
             message=diagnosis.message(),
             devices=diagnosis.device_counts(),
             retry_after_s=backoff_s,
+            preemption_blocked=decision.preemption_blocked,
         )
+        if decision.preemption_blocked is not None:
+            message = f"{diagnosis.message()} {decision.preemption_blocked}"
+            self._report(key, self._reporter.preemption_blocked(pod, message))
+            return False
         self._report(key, self._reporter.unschedulable(pod, diagnosis))
         return False
 
@@ -275,7 +301,10 @@ class SchedulingWorker:
         """A preempting decision (evict its victims now) or a pod still waiting for the
         victims of an earlier one: parked either way, woken when a victim is gone."""
         self._metrics.attempt(Result.PREEMPTING)
-        backoff_s = self._queue.park(key, release_helps=True)
+        diagnosis = decision.diagnosis or status.Diagnosis({}, 0)
+        backoff_s = self._queue.park(
+            key, release_helps=True, reasons=reporting.condition_reasons(diagnosis)
+        )
         if not decision.victims:
             log.info("pod_waiting_for_victims", pod=key, node=node, retry_after_s=backoff_s)
             return False
@@ -294,16 +323,22 @@ class SchedulingWorker:
         preemptor = self._preemptor
         assert preemptor is not None
         refused: list[PodKey] = []
+        evicted = 0
+        ending = PreemptionResult.EVICTED
         try:
             await preemptor.nominate(pod, node)
             await preemptor.preempting(pod, node, len(victims))
+            # The engine lists the victims a budget covers first: if the Eviction API
+            # refuses one (its budget changed since the engine read it), no other victim
+            # has been evicted for nothing.
             for victim in victims:
                 outcome = await preemptor.evict(victim, decision.victim_uids.get(victim, ""))
                 if outcome is EvictOutcome.REFUSED:
                     refused.append(victim)
-                    continue
+                    break
                 log.info("pod_preempted", pod=victim, by=key, node=node, outcome=outcome.value)
                 if outcome is EvictOutcome.EVICTED:
+                    evicted += 1
                     await preemptor.preempted(victim, pod, node)
         except asyncio.CancelledError:
             raise
@@ -311,14 +346,28 @@ class SchedulingWorker:
             log.warning("preemption_failed", pod=key, node=node, error=str(exc))
             self._metrics.api_error("evict")
             refused.append("")
+            ending = PreemptionResult.ERROR
+        if refused and ending is PreemptionResult.EVICTED:
+            ending = PreemptionResult.REFUSED
+        self._metrics.preemption(ending, len(victims))
         if not refused:
             return
         # Give the hold back; the next attempt sees the budgets and victims as they are.
-        log.warning("preemption_refused", pod=key, node=node, refused=[v for v in refused if v])
+        log.warning(
+            "preemption_refused",
+            pod=key,
+            node=node,
+            refused=[v for v in refused if v],
+            evicted=evicted,
+        )
         self._engine.cancel_preemption(key)
         with contextlib.suppress(Exception):
             await preemptor.nominate(pod, None)
         self._queue.retry_later(key)
+        named = [v for v in refused if v]
+        if named:
+            message = reporting.eviction_refused_message(node, named[0], evicted)
+            self._report(key, self._reporter.preemption_blocked(pod, message))
 
     async def _bind(
         self,
@@ -338,7 +387,7 @@ class SchedulingWorker:
                 self._bind_slots.release()
                 slot_held = False
             try:
-                await self._await_gate(node, key)
+                await self._await_gate(node, key, pod)
             except asyncio.CancelledError:
                 self._engine.rollback(key)
                 self._feed.binding_failed(key)
@@ -366,20 +415,52 @@ class SchedulingWorker:
             return False
         return self._engine.bind_gate_open(node, key, self._wall_clock())
 
-    async def _await_gate(self, node: str, key: PodKey) -> None:
-        """Wait, in decision order, until the pod may be bound on ``node``."""
+    async def _await_gate(self, node: str, key: PodKey, pod: Mapping[str, Any]) -> None:
+        """Wait, in decision order, until the pod may be bound on ``node``; a wait longer
+        than ``gate_report_after_s`` is shown on the pod once (``_report_gated``)."""
         self._metrics.attempt(Result.GATED)
         log.debug("binding_waits_for_allocation_gate", pod=key, node=node)
         loop = asyncio.get_running_loop()
+        report_at: float | None = self._clock() + self._gate_report_after_s
         while not self._gate_passable(node, key):
             turn: asyncio.Future[None] = loop.create_future()
             self._gate_waiters.setdefault(node, []).append(turn)
             try:
-                await turn
+                if report_at is None:
+                    await turn
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        asyncio.shield(turn), max(0.0, report_at - self._clock())
+                    )
+                if not turn.done() and self._clock() >= report_at:
+                    report_at = self._report_gated(key, node, pod)
             finally:
                 waiters = self._gate_waiters.get(node)
                 if waiters is not None and turn in waiters:
                     waiters.remove(turn)
+
+    def _report_gated(self, key: PodKey, node: str, pod: Mapping[str, Any]) -> float | None:
+        """The pod's Binding has waited long for the node's gate. If the pod holding it has
+        held it long too (its plugin is slow or silent), say who, for how long, and when
+        the gate opens at the latest (a condition, an Event, a log line), and return None;
+        in a burst whose holders answer promptly nothing is written (the waits are the
+        queue's), and the next look is returned."""
+        after = self._gate_report_after_s
+        holder = self._engine.gate_holder(node, self._wall_clock())
+        if holder is None or holder.held_s < after:
+            held = 0.0 if holder is None else holder.held_s
+            return self._clock() + max(after - held, 0.05)
+        message = reporting.gate_wait_message(node, holder.pod, holder.held_s, holder.opens_in_s)
+        log.info(
+            "binding_waits_for_allocation_gate",
+            pod=key,
+            node=node,
+            holder=holder.pod,
+            held_s=round(holder.held_s, 1),
+        )
+        self._report(key, self._reporter.gated(pod, message))
+        return None
 
     def node_settled(self, node: str) -> None:
         """The node's previous GPU pod has its devices (or gave up, or timed out): the
@@ -416,7 +497,8 @@ class SchedulingWorker:
         finally:
             self._metrics.bind_finished(self._clock() - started)
         if outcome is BindOutcome.BOUND:
-            self._engine.confirm(key)
+            # The node's allocation gate is timed from here, on our own clock.
+            self._engine.confirm(key, self._wall_clock())
             self._feed.binding_succeeded(key)
             self._metrics.attempt(Result.SCHEDULED)
             created = pod_facts.created_at(pod)

@@ -15,6 +15,6 @@ themselves, and the engine applies the admission defaults when it schedules."""
 
 from vgpu_operator.demo.render import render_result
 from vgpu_operator.demo.result import DemoResult, PlacedPod
-from vgpu_operator.demo.story import demo_command, run_demo
+from vgpu_operator.demo.story import RunningDemo, demo_command, run_demo
 
-__all__ = ["DemoResult", "PlacedPod", "demo_command", "render_result", "run_demo"]
+__all__ = ["DemoResult", "PlacedPod", "RunningDemo", "demo_command", "render_result", "run_demo"]

@@ -16,6 +16,7 @@ from vgpu_operator.agent.backends import backend_from_spec
 from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings, KubeletStandIn
 from vgpu_operator.agent.main import AgentSettings, run_agent
 from vgpu_operator.demo.settings import CRDS, INVENTORIES, DemoError, Json, wait_for
+from vgpu_operator.devices import dra
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.pods import pods_on_node
 from vgpu_operator.testing.controlplane import (
@@ -34,6 +35,8 @@ class DemoNode:
     memory: str
     pods: str = "110"
     taints: tuple[Mapping[str, str], ...] = ()
+    #: On the DRA path: its agent publishes a ResourceSlice and is its DRA driver.
+    dra: bool = False
 
 
 #: The demo's device config (examples/device-config.yaml), read by the operator and,
@@ -127,6 +130,7 @@ def create_nodes(cp: ControlPlane, nodes: Sequence[DemoNode]) -> dict[str, _Mach
             labels={
                 "nvidia.com/gpu.present": "true",
                 "vgpu-operator.io/simulated-machine": node.machine,
+                **({dra.NODE_PATH_LABEL: dra.PATH_DRA} if node.dra else {}),
             },
             taints=node.taints,
             wait_ready=False,
@@ -143,6 +147,7 @@ class AgentFleet:
     status and keeps the heartbeat fresh until ``stop``. With ``plugin_root`` each agent
     is also its node's device plugin (in ``plugin_root/<node>``) and a kubelet stand-in
     drives it for the pods bound there, so allocations are handed out as on a real node.
+    ``metrics_ports`` serves a node's agent metrics on a port (none by default).
     """
 
     def __init__(
@@ -151,11 +156,13 @@ class AgentFleet:
         nodes: Sequence[DemoNode],
         heartbeat_interval_s: float = 20.0,
         plugin_root: Path | None = None,
+        metrics_ports: Mapping[str, int] | None = None,
     ) -> None:
         self._kubeconfig = kubeconfig
         self._nodes = tuple(nodes)
         self._heartbeat_interval_s = heartbeat_interval_s
         self._plugin_root = plugin_root
+        self._metrics_ports = dict(metrics_ports or {})
         self.standins: dict[str, KubeletStandIn] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -194,13 +201,13 @@ class AgentFleet:
                 self._settings(node),
                 backend_from_spec(f"sim:{node.machine}", node.name),
                 kubeconfig=str(self._kubeconfig),
-                metrics_port=0,
+                metrics_port=self._metrics_ports.get(node.name, 0),
                 stop=self._stop,
             )
             for node in self._nodes
         ]
         if self._plugin_root is not None:
-            runs += [self._standin(node.name, self._stop) for node in self._nodes]
+            runs += [self._standin(node.name, self._stop) for node in self._nodes if not node.dra]
         results = await asyncio.gather(*runs, return_exceptions=True)
         self.errors.extend(r for r in results if isinstance(r, BaseException))
 
@@ -213,6 +220,15 @@ class AgentFleet:
         if self._plugin_root is None:
             return settings
         home = self._plugin_root / node.name
+        if node.dra:
+            # kubelet's DRA directories and the CDI directory, under this node's home.
+            return dataclasses.replace(
+                settings,
+                hami_core_dir=str(home / "vgpu"),
+                dra_plugins_dir=str(home / "plugins"),
+                dra_registry_dir=str(home / "registry"),
+                cdi_dir=str(home / "cdi"),
+            )
         return dataclasses.replace(
             settings,
             device_plugin_dir=str(home / "device-plugins"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from vgpu_operator.demo.settings import CONFIG_MAP, OPERATOR_NAMESPACE, DemoError, wait_for
+from vgpu_operator.testing.processes import free_port as _free_port
 
 #: ``python -c`` source that runs ``vgpu-operator run`` (its arguments follow); the thread
 #: ends the operator if its parent (the demo, the bench) dies without stopping it: the
@@ -30,13 +30,6 @@ threading.Thread(target=_orphaned, daemon=True).start()
 from vgpu_operator.operator_cli import run
 run(prog_name="vgpu-operator run")
 """
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class OperatorProcess:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from vgpu_operator.demo.dra_claim import render_dra_claim
 from vgpu_operator.demo.nodes import CardFacts
 from vgpu_operator.demo.result import DemoResult
 
@@ -124,4 +125,6 @@ def render_result(result: DemoResult) -> str:
         lines += [f"  {p.namespace}/{p.name}: {p.message}" for p in result.preempted]
     if result.undecided:
         lines += ["", "Not decided in time:", *(f"  {key}" for key in result.undecided)]
+    if result.dra is not None:
+        lines += ["", *render_dra_claim(result.dra)]
     return "\n".join(lines)

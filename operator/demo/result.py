@@ -9,6 +9,7 @@ from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings
+from vgpu_operator.demo.dra_claim import DraClaimShown
 from vgpu_operator.demo.nodes import CardFacts
 from vgpu_operator.demo.operator_process import OperatorProcess
 from vgpu_operator.demo.settings import POLL_S, DemoError, Json
@@ -82,6 +83,8 @@ class DemoResult:
     containers: tuple[ContainerSettings, ...] = ()
     #: Bound pods whose device plugin had not answered when the demo stopped waiting.
     unsettled: tuple[str, ...] = ()
+    #: The DRA part: one claim kube-scheduler allocated on the DRA node, as prepared.
+    dra: DraClaimShown | None = None
 
     def placed_pod(self, name: str) -> PlacedPod:
         """The bound pod called ``name`` (any namespace); KeyError if it is not bound."""

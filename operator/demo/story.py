@@ -7,12 +7,13 @@ import dataclasses
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import click
 
 from vgpu_operator import node_leases
+from vgpu_operator.demo.dra_claim import run_dra_claim
 from vgpu_operator.demo.manifests import (
     PREEMPTION_DIR,
     Manifest,
@@ -116,6 +117,17 @@ def _wait_for_interrupt(cp: ControlPlane, operator: OperatorProcess, say: Say) -
             time.sleep(1)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunningDemo:
+    """The demo cluster once every pod is decided, for ``run_demo``'s ``while_running``."""
+
+    cp: ControlPlane
+    operator: OperatorProcess
+    #: Node -> the port its agent serves /metrics on (``agent_metrics_ports``).
+    agent_metrics_ports: Mapping[str, int]
+    result: DemoResult
+
+
 def run_demo(
     examples_dir: Path | None = None,
     *,
@@ -124,12 +136,17 @@ def run_demo(
     nodes: Sequence[DemoNode] = DEMO_NODES,
     binaries: Binaries | None = None,
     say: Say = print,
+    agent_metrics_ports: Mapping[str, int] | None = None,
+    agent_heartbeat_s: float = 20.0,
+    while_running: Callable[[RunningDemo], None] | None = None,
 ) -> DemoResult:
     """Run the demo end to end and return what the operator decided.
 
     Progress lines and the final table go to ``say``. Raises ``DemoError`` (or
     ``ControlPlaneError``) when something could not be started or stopped working;
-    pods that wait are part of the result, not an error.
+    pods that wait are part of the result, not an error. ``while_running`` is called
+    with the cluster once the table is printed, before anything stops (the dashboard's
+    test scrapes it then); ``agent_metrics_ports`` serves agents' metrics.
     """
     source = examples_dir if examples_dir is not None else default_examples_dir()
     config_file, files = example_files(source)
@@ -151,7 +168,13 @@ def run_demo(
         for manifest in setup:
             apply_manifest(cp, manifest)
         machines = create_nodes(cp, nodes)
-        fleet = AgentFleet(cp.kubeconfig_path, nodes, plugin_root=cp.workdir / "nodes")
+        fleet = AgentFleet(
+            cp.kubeconfig_path,
+            nodes,
+            heartbeat_interval_s=agent_heartbeat_s,
+            plugin_root=cp.workdir / "nodes",
+            metrics_ports=agent_metrics_ports,
+        )
         fleet.start()
         try:
             inventories = wait_for_inventories(cp, machines, fleet, timeout_s=60)
@@ -192,9 +215,16 @@ def run_demo(
                     containers=containers,
                     unsettled=tuple(unsettled),
                 )
+                dra_shown = run_dra_claim(cp, say, timeout_s)
+                clock.lap("dra claim")
+                result = dataclasses.replace(result, dra=dra_shown)
                 say("")
                 say(render_result(result))
                 say("")
+                if while_running is not None:
+                    while_running(
+                        RunningDemo(cp, operator, dict(agent_metrics_ports or {}), result)
+                    )
                 if keep_running:
                     _wait_for_interrupt(cp, operator, say)
                     clock.lap("kept running")

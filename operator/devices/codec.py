@@ -39,6 +39,7 @@ _INT32_MAX: Final = 2**31 - 1
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 _UINT64_MAX: Final = 2**64 - 1
+_UINT32_MAX: Final = 2**32 - 1
 
 # Separators of the colon forms (HAMi's OneContainerMultiDeviceSplitSymbol and
 # OnePodMultiContainerSplitSymbol); ',' separates the fields of one entry.
@@ -173,6 +174,7 @@ _DEVICE_JSON_FIELDS: Final = (
     "type",
     "numa",
     "mode",
+    "migProfiles",
     "health",
 )
 
@@ -185,8 +187,10 @@ def decode_node_devices(
     The form is chosen by the first non-space character: ``[`` means JSON. In JSON every
     field is optional as HAMi's ``omitempty`` makes it: a missing ``health`` is *false*
     (an unhealthy card), a missing ``mode`` is ``""``, missing numbers are 0. Unknown keys
-    (``migProfiles``, ``custominfo``...) are ignored. ``vendor`` is stamped on each card:
-    the wire format does not carry it.
+    (``migtemplate``, ``custominfo``...) are ignored; HAMi v2.10's ``migProfiles`` (per
+    profile: ``name``, ``memoryMB``, ``core``, ``sliceCount`` and ``placements``, each a
+    ``start`` and ``size``) are read. ``vendor`` is stamped on each card: the wire format
+    does not carry it.
     """
     if value.lstrip().startswith("["):
         return _decode_node_devices_json(value, field, vendor)
@@ -221,9 +225,61 @@ def _decode_node_devices_json(value: str, field: str, vendor: str) -> list[model
                 health=_json_bool(raw.get("health", False), field, f"{where} health"),
                 mode=_json_str(raw.get("mode", ""), field, f"{where} mode"),
                 vendor=vendor,
+                mig_profiles=_decode_mig_profiles(
+                    raw.get("migProfiles", []), field, f"{where} migProfiles"
+                ),
             )
         )
     return devices
+
+
+_MIG_PROFILE_JSON_FIELDS: Final = ("name", "memoryMB", "core", "sliceCount", "placements")
+_MIG_PLACEMENT_JSON_FIELDS: Final = ("start", "size")
+
+
+def _decode_mig_profiles(raw: Any, field: str, where: str) -> tuple[model.MigProfile, ...]:
+    """HAMi v2.10's ``migProfiles`` of one card (Go's types: int32 memory and cores,
+    uint32 slice counts and placements)."""
+    if not isinstance(raw, list):
+        raise errors.CodecError(field, f"{where} must be a JSON list, got {raw!r}")
+    profiles: list[model.MigProfile] = []
+    for position, entry in enumerate(raw):
+        at = f"{where}[{position}]"
+        if not isinstance(entry, dict):
+            raise errors.CodecError(field, f"{at} must be a JSON object, got {entry!r}")
+        fields = _go_fields(entry, _MIG_PROFILE_JSON_FIELDS)
+        placements = fields.get("placements", [])
+        if not isinstance(placements, list):
+            raise errors.CodecError(field, f"{at} placements must be a JSON list")
+        spots: list[model.MigPlacement] = []
+        for k, spot in enumerate(placements):
+            if not isinstance(spot, dict):
+                raise errors.CodecError(field, f"{at} placement {k} must be a JSON object")
+            place = _go_fields(spot, _MIG_PLACEMENT_JSON_FIELDS)
+            spots.append(
+                (
+                    _json_int(
+                        place.get("start", 0), field, f"{at} placement {k} start", 0, _UINT32_MAX
+                    ),
+                    _json_int(
+                        place.get("size", 0), field, f"{at} placement {k} size", 0, _UINT32_MAX
+                    ),
+                )
+            )
+        profiles.append(
+            model.MigProfile(
+                name=_json_str(fields.get("name", ""), field, f"{at} name"),
+                memory_mib=_json_int(
+                    fields.get("memoryMB", 0), field, f"{at} memoryMB", _INT32_MIN, _INT32_MAX
+                ),
+                cores=_json_int(fields.get("core", 0), field, f"{at} core", _INT32_MIN, _INT32_MAX),
+                slice_count=_json_int(
+                    fields.get("sliceCount", 0), field, f"{at} sliceCount", 0, _UINT32_MAX
+                ),
+                placements=tuple(spots),
+            )
+        )
+    return tuple(profiles)
 
 
 def _decode_node_devices_legacy(value: str, field: str, vendor: str) -> list[model.DeviceInfo]:
@@ -296,6 +352,17 @@ def encode_node_devices_json(
             "type": device.type,
             "numa": device.numa,
             "mode": device.mode,
+            "migProfiles": [
+                {
+                    "name": p.name,
+                    "memoryMB": p.memory_mib,
+                    "core": p.cores,
+                    "sliceCount": p.slice_count,
+                    # Go writes an empty slice of placements as null.
+                    "placements": [{"start": a, "size": b} for a, b in p.placements] or None,
+                }
+                for p in device.mig_profiles
+            ],
             "health": device.health,
         }
         entries.append({key: raw for key, raw in full.items() if raw})

@@ -31,6 +31,21 @@ class MigTemplate:
 #: A geometry is an ordered list of templates that together partition one card.
 Geometry = tuple[MigTemplate, ...]
 
+#: Where a MIG instance sits on its card: (first memory slice, number of slices).
+MigPlacement = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One MIG profile a card offers, with every place an instance of it may take (HAMi
+    v2.10's ``migProfiles`` entry of the node registration, from NVML)."""
+
+    name: str
+    memory_mib: int
+    cores: int
+    slice_count: int
+    placements: tuple[MigPlacement, ...] = ()
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceInfo:
@@ -46,6 +61,9 @@ class DeviceInfo:
     health: bool
     mode: str = MODE_HAMI_CORE
     vendor: str = "NVIDIA"
+    #: The MIG profiles the card publishes (HAMi v2.10); empty in the seed's form, where
+    #: the device config's geometries describe MIG cards instead.
+    mig_profiles: tuple[MigProfile, ...] = ()
 
 
 #: Pair scores of one node: card UUID -> peer UUID -> score (higher is a faster link).
@@ -90,15 +108,30 @@ class ContainerRequest:
 
 @dataclass(slots=True)
 class MigState:
-    """Which geometry a MIG card runs and which of its instances are taken."""
+    """Which MIG instances a card holds.
+
+    In the seed's form (``geometries``): the geometry the card runs, which of its
+    instances are taken, and ``spots``, the slices of instances outside that geometry
+    (placed by HAMi v2.10, which has no geometries). In HAMi v2.10's form (``profiles``,
+    published by the card): every instance is a spot.
+    """
 
     geometries: tuple[Geometry, ...] = ()
     active: int | None = None
     instances: list[MigTemplate] = field(default_factory=list)
     in_use: list[bool] = field(default_factory=list)
+    spots: list[MigPlacement] = field(default_factory=list)
+    profiles: tuple[MigProfile, ...] = ()
 
     def copy(self) -> MigState:
-        return MigState(self.geometries, self.active, list(self.instances), list(self.in_use))
+        return MigState(
+            self.geometries,
+            self.active,
+            list(self.instances),
+            list(self.in_use),
+            list(self.spots),
+            self.profiles,
+        )
 
 
 @dataclass(slots=True)

@@ -108,4 +108,5 @@ SPEC: Final = vendor.VendorSpec(
     supports_mig=True,
     supports_topology=True,
     mutate=_mutate,
+    isolation_off_env=names.ENV_DISABLE_CONTROL,
 )

@@ -70,6 +70,9 @@ class VendorSpec:
     supports_mig: bool = False
     supports_topology: bool = False
     mutate: Mutation = mutate_plain
+    #: A container env that, set true, takes the share's isolation away (HAMi-core is
+    #: not loaded): such a container is booked as the whole card.
+    isolation_off_env: str | None = None
 
     def node_annotations(self) -> tuple[str, ...]:
         """The Node annotations of this vendor the engine reads (registration, scores, the
@@ -252,7 +255,21 @@ def container_request(
         if cores < 0:
             field = f"container {container.get('name', '')!r}: {names.cores}"
             raise CodecError(field, "must be between 0 and 100 (percent)", str(raw))
+    if isolation_off(spec, container):
+        # Nothing limits it on the card: it holds the whole card, whatever it asked.
+        return model.ContainerRequest(count, spec.common_word, 0, 100, 100)
     return model.ContainerRequest(count, spec.common_word, memory, percent, cores)
+
+
+def isolation_off(spec: VendorSpec, container: Mapping[str, Any]) -> bool:
+    """Whether the container turns the vendor's share isolation off (HAMi-core's
+    ``CUDA_DISABLE_CONTROL``, with a true value, as the device plugin reads it)."""
+    if spec.isolation_off_env is None:
+        return False
+    for env in container.get("env") or []:
+        if isinstance(env, Mapping) and env.get("name") == spec.isolation_off_env:
+            return is_true(str(env.get("value", "")))
+    return False
 
 
 def admission_problem(
@@ -276,6 +293,11 @@ def admission_warning(
         request = container_request(spec, config, container)
     except CodecError:
         return None
+    if request is not None and isolation_off(spec, container):
+        return (
+            f"container {container.get('name', '')!r}: {spec.isolation_off_env} turns the "
+            "share's isolation off; it is booked as whole cards"
+        )
     if request is None or request.cores <= 100:
         return None
     names = resource_names(config)

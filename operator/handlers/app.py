@@ -252,7 +252,12 @@ class OperatorApp:
         )
         self.feed.on_settled = self.worker.node_settled
         self.deferred.busy = self.worker.busy
-        self.metrics.read_state_from(self.state.device_usage, self.state.quota_usage)
+        self.metrics.read_state_from(
+            self.state.device_usage,
+            self.state.quota_usage,
+            waiting=self._queue_census,
+            stranded=self._stranded_memory,
+        )
         if options.metrics_port is not None:
             self._server = serving.HttpServer(
                 self.metrics, ready=self.started.is_set, leader=self._is_leader, live=self.healthy
@@ -577,7 +582,6 @@ class OperatorApp:
         last_wake = time.monotonic()
         while True:
             await asyncio.sleep(_HOUSEKEEPING_S)
-            self.metrics.queue_size(len(self.queue), self.queue.parked_count)
             for node in self.feed.check_heartbeats():
                 log.warning("inventory_stale", node=node)
             for node, holder in self.feed.check_gates():
@@ -590,6 +594,21 @@ class OperatorApp:
                 # only a retry of every parked pod.
                 last_wake = time.monotonic()
                 self.queue.wake_all()
+
+    def _queue_census(self) -> tuple[dict[str, int], dict[str, int]]:
+        """For the metrics: pods per queue, parked pods per reason (read at scrape time)."""
+        assert self.queue is not None
+        census = self.queue.census()
+        return {str(q): n for q, n in census.pods.items()}, dict(census.unschedulable_reasons)
+
+    def _stranded_memory(self) -> dict[str, int]:
+        """For the metrics: per node, the free card memory no pending pod could use."""
+        assert self.queue is not None
+        assert self.feed is not None
+        assert self.state is not None
+        waiting = self.queue.keys()
+        pending = (self.feed.pending_pod(key) for key in waiting)
+        return self.state.stranded_memory_mib(pod for pod in pending if pod is not None)
 
     async def _report_not_routed(self) -> None:
         """GPU pods created while the webhook was down keep ``default-scheduler`` and would

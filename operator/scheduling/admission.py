@@ -1,8 +1,10 @@
 """What the mutating webhook does to a pod (hami-semantics §3), as a pure function.
 
 Defaults are filled in (count, exclusive cores, env, runtime class), GPU pods are routed
-to this scheduler, and pods that can never be placed are refused: privileged GPU pods,
-pods already bound to a node, and pods whose own demand exceeds their namespace quota.
+to this scheduler, and pods that can never be placed are refused: privileged GPU pods and
+pods whose own demand exceeds their namespace quota. Pods bound by their creator or
+named for another scheduler are passed unchanged: whether a GPU pod may do that is the
+namespace's administrator's choice, which ``manifests/gpu-pod-policy.yaml`` reads.
 Unlike HAMi, a pod that exceeds the quota only because of what others hold is admitted
 and waits (it is rejected by Fit with ResourceQuotaNotFit until usage falls).
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vgpu_operator import names
@@ -36,7 +38,30 @@ class AdmissionResult:
     warnings: tuple[str, ...] = ()
 
 
+#: The longest refusal: it quotes values anyone may write (a 200 kB annotation), and goes
+#: back to the API server, into the pod's condition and Event, and into the log.
+MESSAGE_LIMIT = 1000
+
+
+def bounded(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` cut to ``limit`` characters, saying how much was cut."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}… ({len(message) - limit} more characters)"
+
+
 def admit(
+    pod: Mapping[str, Any], config: DeviceConfig, vendors: Vendors, quota: QuotaLedger
+) -> AdmissionResult:
+    """What the webhook answers for ``pod`` (see the module docstring); a refusal's
+    message is bounded (``MESSAGE_LIMIT``)."""
+    result = _admit(pod, config, vendors, quota)
+    if len(result.message) > MESSAGE_LIMIT:
+        return replace(result, message=bounded(result.message))
+    return result
+
+
+def _admit(
     pod: Mapping[str, Any], config: DeviceConfig, vendors: Vendors, quota: QuotaLedger
 ) -> AdmissionResult:
     mutated: dict[str, Any] = copy.deepcopy(dict(pod))
@@ -47,6 +72,14 @@ def admit(
     ours = config.scheduler.scheduler_name
     named = spec.get("schedulerName")
     if named and named not in (ours, DEFAULT_SCHEDULER):
+        # Another scheduler's pod. A GPU pod may name one only where an administrator
+        # allows it (manifests/gpu-pod-policy.yaml reads the namespace's labels, which
+        # this operator does not); the books and the device plugin give it nothing.
+        return AdmissionResult(True, mutated)
+    if spec.get("nodeName"):
+        # Bound by its creator, so nothing to route: refused by gpu-pod-policy.yaml unless
+        # an administrator allows it for the namespace, and given nothing by the books or
+        # the device plugin either way (they serve only pods this scheduler bound).
         return AdmissionResult(True, mutated)
     wants: set[str] = set()
     for container in [*(spec.get("initContainers") or []), *containers]:
@@ -70,8 +103,6 @@ def admit(
         if (container.get("securityContext") or {}).get("privileged"):
             name = container.get("name", "")
             return AdmissionResult(False, mutated, f"container {name} is privileged", handled=True)
-    if spec.get("nodeName"):
-        return AdmissionResult(False, mutated, "pod has node assigned", handled=True)
     spec["schedulerName"] = ours
     refusal = _over_quota(mutated, vendors, quota)
     if refusal:

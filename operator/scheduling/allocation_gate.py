@@ -3,10 +3,18 @@ device plugin's answer (``hami.io/bind-phase`` ``success`` or ``failed``).
 
 kubelet tells a device plugin's Allocate only device IDs, never the pod. With one pod
 per node in that window the plugin's lookup has exactly one candidate, so a container
-can never be handed another pod's devices. The gate is kept in the books, derived from
-the pods' own annotations (so a restarted operator rebuilds it from the API server), and
-opens when the holder's phase moves on, when it is deleted or ends, or after a timeout
-(a node whose kubelet never answers must not stop scheduling there for good).
+can never be handed another pod's devices. The gate is kept in the books: a pod holds it
+while its bind phase says ``allocating`` (so a restarted operator rebuilds it from the
+API server), and it opens when the holder's phase moves on, when it is deleted or ends,
+or after a timeout (a node whose kubelet never answers must not stop scheduling there
+for good).
+
+The timeout runs on the operator's own clock, from the Binding (or, for a pod found
+already allocating after a restart, from the first time the operator looks at the gate):
+``hami.io/bind-time`` is written for HAMi's sake and never read, since a time on a pod
+is whatever its writer wanted (one in the future held a node shut). A pod holds the gate
+once: once answered or timed out, a later ``allocating`` on it is not believed (the books
+keep each pod's first answer; a ``failed`` after a ``success`` is not believed either).
 
 ``hami-lock`` also honours HAMi's node lock annotation (``devices.node_lock``): held by
 another pod that still exists and younger than the timeout, it closes the node too.
@@ -15,7 +23,9 @@ another pod that still exists and younger than the timeout, it closes the node t
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from vgpu_operator import names
@@ -27,31 +37,38 @@ from vgpu_operator.errors import CodecError
 DEFAULT_TIMEOUT_S: Final = 60.0
 
 
+@dataclass(frozen=True, slots=True)
+class GateHolder:
+    """The bound pod that keeps a node's gate shut: how long it has held it, and in how
+    long the gate opens without its answer (the timeout)."""
+
+    pod: str
+    held_s: float
+    opens_in_s: float
+
+
 class GateMode(enum.StrEnum):
     OFF = "off"
     BOOKS = "books"
     HAMI_LOCK = "hami-lock"
 
 
-def holding_since(annotations: Mapping[str, str], holds_devices: bool) -> float | None:
-    """When a bound pod took its node's gate, or None when it does not hold it.
-
-    A pod holds the gate while its phase is ``allocating`` and it has devices to hand
-    out. An unreadable bind time counts as long ago: the gate must not stay shut on a
-    value nobody can read.
-    """
-    if not holds_devices or annotations.get(names.BIND_PHASE) != codec.BindPhase.ALLOCATING:
-        return None
-    raw = annotations.get(names.BIND_TIME) or annotations.get(names.ASSIGNED_TIME) or ""
-    try:
-        return float(codec.decode_vgpu_time(raw, names.BIND_TIME))
-    except CodecError:
-        return 0.0
+#: A holder whose clock has not started: the gate's next look stamps it with its "now".
+UNTIMED: Final = math.inf
 
 
-def allocation_failed(annotations: Mapping[str, str]) -> bool:
-    """The device plugin gave up on the pod: kubelet will not start it with devices."""
-    return annotations.get(names.BIND_PHASE) == codec.BindPhase.FAILED
+def claims_gate(annotations: Mapping[str, str], holds_devices: bool) -> bool:
+    """Whether a bound pod says it waits for its device plugin (``allocating``), with
+    devices to hand out."""
+    return holds_devices and annotations.get(names.BIND_PHASE) == codec.BindPhase.ALLOCATING
+
+
+def answer(annotations: Mapping[str, str]) -> str | None:
+    """The device plugin's answer for the pod (``success`` or ``failed``), if any."""
+    phase = annotations.get(names.BIND_PHASE)
+    if phase in (codec.BindPhase.SUCCESS.value, codec.BindPhase.FAILED.value):
+        return str(phase)
+    return None
 
 
 def lock_holder(

@@ -11,12 +11,14 @@ cache beside its scheduling cycle. Pure and synchronous: no I/O, no clock reads.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model, plausibility
+from vgpu_operator.devices import codec, dra, model, plausibility
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.devices.quantity import as_int
@@ -24,13 +26,17 @@ from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     allocation_gate,
+    allocation_trust,
     disruption,
+    init_release,
+    mig,
     mig_records,
     node_basics,
     node_layer,
     placement,
     policies,
     preemption,
+    stranded,
 )
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
@@ -75,12 +81,17 @@ class PodEntry:
     #: Being deleted: it leaves anyway, so it is never a victim.
     deleting: bool = False
     uid: str = ""
-    #: HAMi v2.10's MIG entries and the allocation as decoded, for pods whose instances
-    #: are known only from that JSON: re-read when the node's cards change.
+    #: HAMi v2.10's MIG entries and the allocation as decoded: for a pod with devices on
+    #: MIG cards, read against the cards' tables again when the node's cards change
+    #: (``ClusterBooks._read_mig_records``).
     mig_records: tuple[MigAllocation, ...] = ()
     decoded: dict[str, model.PodSingleDevice] = field(default_factory=dict)
     init_count: int = 0
-    #: Since when the pod holds its node's allocation gate (``allocation_gate``), if it does.
+    #: Its init containers have all finished (``init_release``): only the app containers
+    #: hold devices.
+    init_done: bool = False
+    #: Since when (the operator's clock) the pod holds its node's allocation gate, if it
+    #: does; ``allocation_gate.UNTIMED`` until the gate's next look stamps it.
     allocating_since: float | None = None
     #: What ``set_pod`` read the entry from (the config's epoch and ``_share_source``);
     #: None for a decision's reservation.
@@ -151,7 +162,39 @@ def _share_source(pod: Mapping[str, Any], node: str | None, deleting: bool) -> t
         spec.get("priority"),
         [c.get("resources") for c in spec.get("containers") or ()],
         [c.get("resources") for c in spec.get("initContainers") or ()],
+        init_release.init_containers_done(pod),
     )
+
+
+def _check_instance_names(devices: model.PodDevices) -> None:
+    """Raise CodecError for a device id with a bracket that is not a MIG suffix
+    (``GPU-a[x``): HAMi's decoder lets it through, and no card could be named by it."""
+    for single in devices.values():
+        for container in single:
+            for device in container:
+                codec.split_mig_uuid(device.uuid)
+
+
+def _with_spots(
+    bookings: dict[str, list[placement.Booking]],
+    spots: Mapping[str, Sequence[mig_records.Spot]],
+) -> dict[str, list[placement.Booking]]:
+    """A pod's bookings with its spots (MIG instances known by their slices) added to
+    the booking of their card, or as a booking of their own (no memory, cores or slot:
+    the device entries carry those)."""
+    for vendor_word, vendor_spots in spots.items():
+        held = bookings.setdefault(vendor_word, [])
+        for spot in vendor_spots:
+            place = (spot.start, spot.size)
+            at = next((i for i, b in enumerate(held) if b.uuid == spot.card), None)
+            if at is None:
+                held.append(placement.Booking(spot.card, vendor_word, 0, 0, 0, (place,)))
+            else:
+                booking = held[at]
+                held[at] = dataclasses.replace(booking, spots=(*booking.spots, place))
+        if not held:
+            del bookings[vendor_word]
+    return bookings
 
 
 def _start_time(pod: Mapping[str, Any]) -> float | None:
@@ -191,8 +234,14 @@ class ClusterBooks:
         self._nominations: dict[PodKey, Nomination] = {}
         #: Victims of a preemption whose deletion has not been seen yet.
         self._preempted: set[PodKey] = set()
-        #: Bound pods whose allocation annotation could not be read, and why.
+        #: Bound pods whose allocation annotation could not be read or is not believed
+        #: (``allocation_trust``), and why: they book nothing.
         self._allocation_errors: dict[PodKey, str] = {}
+        #: Bound pods whose allocation annotations were edited after binding (their first
+        #: allocation stays booked), and what was ignored.
+        self._allocation_warnings: dict[PodKey, str] = {}
+        #: Each bound pod's allocation as first seen: later edits change nothing.
+        self._first_records = allocation_trust.FirstRecords(self._record_keys())
         #: Bumped when what admission and parsing depend on changes (config, quota limits);
         #: the decision's per-pod parse cache is valid within one epoch.
         self._epoch = 0
@@ -207,8 +256,12 @@ class ClusterBooks:
         #: At most one GPU pod per node between Binding and the plugin's answer.
         self.gate_mode = allocation_gate.GateMode.OFF
         self.gate_timeout_s = allocation_gate.DEFAULT_TIMEOUT_S
-        #: Gates already reported as timed out (``expired_gates``).
-        self._expired_gates: set[PodKey] = set()
+        #: The first answer of each bound pod's device plugin (``success`` or ``failed``):
+        #: a pod answered holds no gate again, and a later answer changes nothing.
+        self._answers: dict[PodKey, str] = {}
+        #: Pods whose hold on the gate timed out (reported once, by ``expired_gates``): a
+        #: later ``allocating`` holds nothing.
+        self._gate_expired: set[PodKey] = set()
 
     @property
     def config(self) -> DeviceConfig:
@@ -228,6 +281,7 @@ class ClusterBooks:
         self._epoch += 1
         self._config = config
         self._vendors = Vendors(config, self._vendor_table)
+        self._first_records.set_keys(self._record_keys())
         ledger = self._new_ledger()
         for quota in self._quota_objects.values():
             ledger.set_quota(quota)
@@ -236,6 +290,12 @@ class ClusterBooks:
             self._quota.add_sums(entry.namespace, entry.quota_sums)
         for node in self._nodes.values():
             self._register(node)
+        for pod in self._first_records.reconsider():
+            self.set_pod(pod)
+
+    def _record_keys(self) -> list[str]:
+        """The annotations a pod's allocation is read from (``FirstRecords``)."""
+        return [*self._vendors.allocated_keys().values(), names.MIG_ALLOCATIONS]
 
     def _new_ledger(self) -> QuotaLedger:
         return QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
@@ -332,87 +392,169 @@ class ClusterBooks:
         self._drop_pod(key)
         self._nominations.pop(key, None)
         self._allocation_errors.pop(key, None)
+        self._allocation_warnings.pop(key, None)
         if node is not None or phase in _TERMINATED:
             self._attempts.pop(key, None)  # no longer waiting: its parse is done with
         if node is None or phase in _TERMINATED:
             return
-        annotations = meta.get("annotations") or {}
-        try:
-            devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
-        except CodecError as exc:
-            # Nothing can be booked from it; the runtime reports it (allocation_error).
-            devices = {}
-            self._allocation_errors[key] = str(exc)
-        if allocation_gate.allocation_failed(annotations):
+        uid = str(meta.get("uid") or "")
+        if previous is not None and previous.uid and previous.uid != uid:
+            # Another pod of the same name: nothing the old one's plugin said applies.
+            self._answers.pop(key, None)
+            self._gate_expired.discard(key)
+        annotations, edited = self._first_records.view(key, uid, meta.get("annotations") or {})
+        if edited:
+            self._allocation_warnings[key] = (
+                "its allocation annotations were changed after it was bound; the books keep "
+                "the allocation it was bound with"
+            )
+        devices = self._trusted_devices(key, pod, annotations)
+        answer = allocation_gate.answer(annotations)
+        if answer is not None and any(any(single) for single in devices.values()):
+            self._answers.setdefault(key, answer)
+        if self._answers.get(key) == codec.BindPhase.FAILED:
             # The device plugin refused it: kubelet will not start it with these devices.
+            # (Only its plugin's first answer counts: a pod that got its devices and says
+            # failed later is still on them.)
             devices = {}
         holds = any(any(single) for single in devices.values())
-        allocating_since = None if deleting else allocation_gate.holding_since(annotations, holds)
+        allocating_since = self._gate_since(key, uid, previous, annotations, holds, deleting)
         init_count = len((pod.get("spec") or {}).get("initContainers") or [])
-        records = mig_records.read(annotations)
+        init_done = init_release.init_containers_done(pod)
+        records = mig_records.read(annotations) if holds else ()
+        # Instances on MIG cards are read against the cards' tables (records and suffixes
+        # to the engine's names and spots, ``_read_mig_records``), also when the pod has
+        # no record, for a card that publishes profiles needs one for each instance.
+        on_mig = bool(records) or self._on_mig_cards(node, devices)
         entry = PodEntry(
             key=key,
             namespace=key.split("/", 1)[0],
             node=node,
             requests=node_basics.pod_requests(pod),
             devices=devices,
-            bookings=placement.collapse(devices, init_count),
+            bookings=placement.collapse(devices, init_count, init_done),
             priority=preemption.priority_of(pod),
             started=_start_time(pod),
             labels=dict(meta.get("labels") or {}),
             deleting=deleting,
-            uid=str(meta.get("uid") or ""),
+            uid=uid,
             mig_records=records,
             decoded=devices,
             init_count=init_count,
+            init_done=init_done,
             allocating_since=allocating_since,
             source=source,
         )
         self._add_pod(entry)
-        if records:
+        if on_mig:
             self._read_mig_records(node)
         elif clean and previous is not None and _same_shares(previous, entry):
             # The bound copy of a reservation, or a status update: the node's cards,
             # score and summary stand, so it need not be rebuilt and ranked again.
             self._untouch(node)
 
+    def _trusted_devices(
+        self, key: PodKey, pod: Mapping[str, Any], annotations: Mapping[str, str]
+    ) -> dict[str, model.PodSingleDevice]:
+        """The pod's allocation, if the books believe it (``allocation_trust``); else
+        nothing, and the reason is kept for the runtime's log (``allocation_error``)."""
+        try:
+            devices = codec.decode_pod_devices(annotations, self._vendors.allocated_keys())
+            _check_instance_names(devices)
+        except CodecError as exc:
+            self._allocation_errors[key] = str(exc)
+            return {}
+        judged, refused = self._first_records.judged(key)
+        if not judged:
+            trusted = self._config.scheduler.trusted_names()
+            refused = allocation_trust.refusal(pod, devices, self._vendors, trusted)
+            self._first_records.judge(key, refused, pod)
+        if refused is not None:
+            self._allocation_errors[key] = refused
+            return {}
+        return devices
+
+    def _gate_since(
+        self,
+        key: PodKey,
+        uid: str,
+        previous: PodEntry | None,
+        annotations: Mapping[str, str],
+        holds: bool,
+        deleting: bool,
+    ) -> float | None:
+        """Since when (the operator's clock) the pod holds its node's allocation gate, or
+        None. The time is never read from the pod: it is carried over from the pod's
+        earlier entry (its own Binding's, ``confirm``), or starts at the gate's next look
+        (``allocation_gate.UNTIMED``)."""
+        if deleting or key in self._answers or key in self._gate_expired:
+            return None
+        if not allocation_gate.claims_gate(annotations, holds):
+            return None
+        if (
+            previous is not None
+            and previous.allocating_since is not None
+            and previous.uid in ("", uid)
+        ):
+            return previous.allocating_since
+        return allocation_gate.UNTIMED
+
+    def _on_mig_cards(self, node_name: str | None, devices: model.PodDevices) -> bool:
+        """Whether an allocation names a MIG card of the node (or a MIG instance)."""
+        node = self._nodes.get(node_name or "")
+        mig_cards = (
+            set() if node is None else {d.id for d in node.registered if d.mode == model.MODE_MIG}
+        )
+        for single in devices.values():
+            for container in single:
+                for device in container:
+                    base, instance = codec.split_mig_uuid(device.uuid)
+                    if instance is not None or base in mig_cards:
+                        return True
+        return False
+
     def _read_mig_records(self, node_name: str) -> None:
-        """Book the MIG instances that pods on the node name only in HAMi v2.10's JSON,
-        as slots of one geometry per card (``mig_records.choose_geometries``)."""
+        """Book the MIG instances of the node's pods in the engine's terms: HAMi v2.10's
+        JSON entries as instances of the card's table (one geometry per card where they
+        fit one, ``mig_records.choose_geometries``) or as spots, and suffixes as the
+        card's table reads them (``mig_records.resolve``). Done again whenever the
+        node's cards change, since the tables come with them."""
         node = self._nodes.get(node_name)
         if node is None:
             return
         entries = [self._pods[k] for k in sorted(node.pods) if k in self._pods]
-        entries = [e for e in entries if e.mig_records]
+        entries = [e for e in entries if e.mig_records or self._on_mig_cards(node_name, e.decoded)]
         if not entries:
             return
-        geometries_of = self._geometries_of(node_name)
+        table_of = self._mig_tables_of(node_name)
         prefer = mig_records.choose_geometries(
-            (r for e in entries for r in e.mig_records), geometries_of
+            (r for e in entries for r in e.mig_records), table_of
         )
         for entry in entries:
             devices = dict(entry.decoded)
+            spots: dict[str, list[mig_records.Spot]] = {}
             for vendor_word, single in devices.items():
                 if self._vendors.spec(vendor_word).supports_mig:
-                    devices[vendor_word] = mig_records.with_suffixes(
-                        single, entry.mig_records, geometries_of, prefer
+                    devices[vendor_word], spots[vendor_word] = mig_records.resolve(
+                        single, entry.mig_records, table_of, prefer
                     )
             self._drop_pod(entry.key)
             entry.devices = devices
-            entry.bookings = placement.collapse(devices, entry.init_count)
+            entry.bookings = _with_spots(
+                placement.collapse(devices, entry.init_count, entry.init_done), spots
+            )
             self._add_pod(entry)
 
-    def _geometries_of(self, node_name: str) -> mig_records.GeometriesOf:
+    def _mig_tables_of(self, node_name: str) -> mig_records.TableOf:
+        """What names the instances of each MIG card of the node, by card UUID."""
         node = self._nodes.get(node_name)
         cards = {} if node is None else {d.id: d for d in node.registered}
 
-        def geometries_of(uuid: str) -> tuple[model.Geometry, ...] | None:
+        def table_of(uuid: str) -> mig.MigTable | None:
             card = cards.get(uuid)
-            if card is None or card.mode != model.MODE_MIG:
-                return None
-            return self._vendors.mig_geometries(card)
+            return None if card is None else self._vendors.mig_table(card)
 
-        return geometries_of
+        return table_of
 
     def remove_pod(self, key: PodKey) -> None:
         self._attempts.pop(key, None)
@@ -420,10 +562,19 @@ class ClusterBooks:
         self._nominations.pop(key, None)
         self._preempted.discard(key)
         self._allocation_errors.pop(key, None)
+        self._allocation_warnings.pop(key, None)
+        self._first_records.forget(key)
+        self._answers.pop(key, None)
+        self._gate_expired.discard(key)
 
     def allocation_error(self, key: PodKey) -> str | None:
-        """Why a bound pod's allocation annotation could not be read (it books nothing)."""
+        """Why a bound pod's allocation annotation could not be read or is not believed
+        (it books nothing)."""
         return self._allocation_errors.get(key)
+
+    def allocation_warning(self, key: PodKey) -> str | None:
+        """What the books ignored of a bound pod's annotations (an edit after binding)."""
+        return self._allocation_warnings.get(key)
 
     def set_budget(self, pdb: Mapping[str, Any]) -> None:
         """Record a PodDisruptionBudget (preemption spares the pods it protects if it can)."""
@@ -444,12 +595,22 @@ class ClusterBooks:
         self._quota.remove_quota(namespace, name)
         self._quota_objects.pop((namespace, name), None)
 
-    def confirm(self, key: PodKey) -> None:
-        """The pod is bound: its reservation (or preemption hold) becomes a booking."""
+    def confirm(self, key: PodKey, now: float | None = None) -> None:
+        """The pod is bound: its reservation (or preemption hold) becomes a booking, and
+        its hold on the node's allocation gate is timed from ``now`` (the Binding's answer,
+        on the operator's clock; None: from the gate's next look)."""
         entry = self._pods.get(key)
         if entry is not None:
             entry.reserved = False
+            if entry.allocating_since is not None and now is not None:
+                self._time_gate(entry, now)
         self._nominations.pop(key, None)
+
+    def _time_gate(self, entry: PodEntry, now: float) -> None:
+        entry.allocating_since = now
+        node = self._nodes.get(entry.node or "")
+        if node is not None and entry.key in node.allocating:
+            node.allocating[entry.key] = now
 
     def rollback(self, key: PodKey) -> None:
         entry = self._pods.get(key)
@@ -475,8 +636,8 @@ class ClusterBooks:
     def _fresh_cards(self, node: NodeEntry, skip: frozenset[PodKey]) -> list[model.DeviceUsage]:
         """A node's cards booked with its pods, except ``skip`` (cf. ``_refresh``)."""
         cards = [model.DeviceUsage.from_info(info) for info in node.registered]
-        for card in cards:
-            self._vendors.prepare_card(card)
+        for card, info in zip(cards, node.registered, strict=True):
+            self._vendors.prepare_card(card, info.mig_profiles)
         by_id = {card.id: card for card in cards}
         for key in sorted(node.pods - skip):
             entry = self._pods.get(key)
@@ -512,6 +673,30 @@ class ClusterBooks:
                     )
                 )
         return rows
+
+    def stranded_memory_mib(self, pending: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+        """Per node, the free card memory no request of the ``pending`` pods could use
+        (``stranded``); every node with cards is named, 0 where nothing is stranded.
+
+        A pod whose request cannot be read adds no request: its own Event says why.
+        """
+        requests: set[stranded.CardRequest] = set()
+        for pod in pending:
+            spec = pod.get("spec") or {}
+            for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+                try:
+                    asked = self._vendors.requests(container)
+                except (CodecError, ValueError):
+                    continue
+                requests.update(stranded.CardRequest.of(r) for r in asked.values())
+        out: dict[str, int] = {}
+        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+            self._refresh(node)
+            if not node.cards:
+                continue
+            cards = [c for c in node.cards if stranded.offered(c, node.inventory_cordoned)]
+            out[node.name] = stranded.stranded_memory_mib(cards, requests)
+        return out
 
     def quota_usage(self) -> dict[str, dict[str, tuple[int, int]]]:
         return {ns: self._quota.usage(ns) for ns in self._quota.namespaces()}
@@ -591,10 +776,14 @@ class ClusterBooks:
         if node is None:
             return True
         timeout = self.gate_timeout_s
-        for holder, since in node.allocating.items():
+        for holder, since in list(node.allocating.items()):
             entry = self._pods.get(holder)
-            bound = entry is not None and not entry.reserved
-            if holder != key and bound and now - since <= timeout:
+            if entry is None or entry.reserved:
+                continue  # decided, not bound yet: it holds no gate
+            if since == allocation_gate.UNTIMED:
+                self._time_gate(entry, now)
+                since = now
+            if holder != key and now - since <= timeout:
                 return False
         if self.gate_mode is allocation_gate.GateMode.HAMI_LOCK:
             owner = allocation_gate.lock_holder(node.facts.annotations, now, timeout)
@@ -607,23 +796,41 @@ class ClusterBooks:
         """Per node, the pods holding its gate (for status and tests)."""
         return {n.name: sorted(n.allocating) for n in self._nodes.values() if n.allocating}
 
+    def gate_holder(self, node_name: str, now: float) -> allocation_gate.GateHolder | None:
+        """The bound pod that keeps the node's gate shut now (for the waiting pods'
+        condition), or None."""
+        node = self._nodes.get(node_name)
+        if node is None or self.gate_mode is allocation_gate.GateMode.OFF:
+            return None
+        for holder, since in sorted(node.allocating.items()):
+            entry = self._pods.get(holder)
+            if entry is None or entry.reserved:
+                continue
+            if since == allocation_gate.UNTIMED:
+                self._time_gate(entry, now)
+                since = now
+            if now - since <= self.gate_timeout_s:
+                held = now - since
+                return allocation_gate.GateHolder(holder, held, self.gate_timeout_s - held)
+        return None
+
     def expired_gates(self, now: float) -> list[tuple[str, PodKey]]:
         """Gates that timed out since the last call (node, holder): their nodes are open
         again, so parked pods should be retried, and the holders reported."""
         if self.gate_mode is allocation_gate.GateMode.OFF:
             return []
         expired: list[tuple[str, PodKey]] = []
-        live: set[PodKey] = set()
         for node in self._nodes.values():
-            for key, since in node.allocating.items():
+            for key, since in list(node.allocating.items()):
                 entry = self._pods.get(key)
                 if entry is None or entry.reserved:
                     continue  # decided, not bound yet: it holds no gate
-                live.add(key)
-                if now - since > self.gate_timeout_s and key not in self._expired_gates:
-                    self._expired_gates.add(key)
+                if since == allocation_gate.UNTIMED:
+                    self._time_gate(entry, now)
+                    continue
+                if now - since > self.gate_timeout_s and key not in self._gate_expired:
+                    self._gate_expired.add(key)
                     expired.append((node.name, key))
-        self._expired_gates &= live
         return sorted(expired)
 
     def _observe_gpu_count(self, node: NodeEntry) -> None:
@@ -672,6 +879,10 @@ class ClusterBooks:
             banned_ids = set(override.filter_devices.uuid)
             banned_idx = set(override.filter_devices.index)
             devices = [d for d in devices if d.id not in banned_ids and d.index not in banned_idx]
+        if node.facts.labels.get(dra.NODE_PATH_LABEL) == dra.PATH_DRA:
+            # The node's agent offers its cards as DRA devices (a ResourceSlice; it runs no
+            # device plugin there): a card is never a device-plugin share at the same time.
+            devices = []
         node.registered = tuple(devices)
         node.pair_scores = scores
         node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())

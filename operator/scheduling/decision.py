@@ -24,6 +24,8 @@ from vgpu_operator.devices import codec, mig_allocations, model
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     admission,
+    allocation_gate,
+    disruption,
     mig_records,
     node_basics,
     placement,
@@ -47,7 +49,9 @@ class Decision:
     ``annotations`` are what the Binding must carry (``hami.io/vgpu-node``,
     ``hami.io/vgpu-time``, ``hami.io/vgpu-devices-to-allocate``, ``-allocated``,
     ``hami.io/bind-phase``...). ``rejected`` is set when admission would refuse the pod
-    (e.g. over quota); ``diagnosis`` when no node fits.
+    (e.g. over quota); ``diagnosis`` when no node fits. ``devices`` are named as the
+    annotations name them (a MIG instance of a card that publishes its profiles by the
+    card's plain UUID; its profile and placement are in ``hami.io/vgpu-mig-allocations``).
 
     A pod that fits nowhere but may preempt is not scheduled yet: ``nominated_node``
     names the node it will take once ``victims`` (to evict now) are gone, ``devices``
@@ -69,6 +73,15 @@ class Decision:
     #: What the engine adjusted in the request (cores above 100 booked as 100): the
     #: runtime tells the pod's owner in a Warning Event.
     warnings: tuple[str, ...] = ()
+    #: Why the pod, which fits nowhere, does not preempt although victims exist: each
+    #: choice would evict a pod its PodDisruptionBudget protects (nothing is evicted).
+    preemption_blocked: str | None = None
+    #: Per vendor and container, the score of each card in ``devices`` (HAMi's
+    #: DeviceListsScore when the container's cards were sorted).
+    card_scores: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=dict)
+    #: Only when asked (``schedule(..., explain=True)``): every node the pod fits on, with
+    #: its score before the pod (HAMi's NodeScore: usage of slots, cores and memory).
+    node_scores: Mapping[str, float] = field(default_factory=dict)
 
 
 AdmissionResult = admission.AdmissionResult
@@ -112,7 +125,9 @@ class ClusterState(ClusterBooks):
         self._attempts[key] = attempt
         return attempt
 
-    def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
+    def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision:
+        """Decide one pod. ``explain`` also fits it on every other node, to report each
+        candidate node's score (``Decision.node_scores``; ``simulate`` asks for it)."""
         key = pod_key(pod)
         self._expire_nominations(now)
         held = self._pods.get(key)
@@ -143,9 +158,12 @@ class ClusterState(ClusterBooks):
             preempting = self._preempt(job, subject, diagnosis, now)
             if preempting is None:
                 return Decision(key, False, diagnosis=diagnosis)
+            if isinstance(preempting, str):
+                return Decision(key, False, diagnosis=diagnosis, preemption_blocked=preempting)
             chosen, outcome = preempting
             return self._nominate(key, job, subject, chosen, outcome, diagnosis, now)
         node, outcome = found
+        node_scores = self._candidate_scores(job, now, found, tried) if explain else {}
         annotations = self._annotations(node.name, outcome, now)
         devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
         entry = PodEntry(
@@ -158,13 +176,39 @@ class ClusterState(ClusterBooks):
             reserved=True,
             priority=preemption.priority_of(subject),
             labels=dict((subject.get("metadata") or {}).get("labels") or {}),
-            # Its Binding says bind-phase allocating from now: the node's gate is shut.
-            allocating_since=now if any(devices.values()) else None,
+            # Its Binding says bind-phase allocating: once bound, the node's gate is shut,
+            # timed from the Binding's answer (``confirm``), not from this decision.
+            allocating_since=allocation_gate.UNTIMED if any(devices.values()) else None,
         )
         self._add_pod(entry)
         return Decision(
-            key, True, node.name, devices, annotations, warnings=attempt.admitted.warnings
+            key,
+            True,
+            node.name,
+            self._wire_devices(node.name, devices),
+            annotations,
+            warnings=attempt.admitted.warnings,
+            card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
+            node_scores=node_scores,
         )
+
+    def _candidate_scores(
+        self,
+        job: placement.Job,
+        now: float,
+        found: tuple[NodeEntry, placement.Outcome],
+        tried: Mapping[str, placement.Outcome],
+    ) -> dict[str, float]:
+        """Every node the pod fits on, in node order, with its score before the pod."""
+        scores: dict[str, float] = {}
+        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+            if node.name in tried:
+                continue
+            if node is not found[0] and not self._try_node(node, job, now).ok:
+                continue
+            self._refresh(node)
+            scores[node.name] = node.score
+        return scores
 
     def _annotations(self, node: str, outcome: placement.Outcome, now: float) -> dict[str, str]:
         annotations = {
@@ -173,7 +217,7 @@ class ClusterState(ClusterBooks):
             names.BIND_PHASE: codec.BindPhase.ALLOCATING.value,
             names.BIND_TIME: codec.encode_vgpu_time(now),
         }
-        for vendor_word, single in outcome.devices.items():
+        for vendor_word, single in self._wire_devices(node, outcome.devices).items():
             if not any(single):
                 continue
             spec = self._vendors.spec(vendor_word)
@@ -181,16 +225,35 @@ class ClusterState(ClusterBooks):
             annotations[spec.to_allocate_annotation] = encoded
             annotations[spec.allocated_annotation] = encoded
             if spec.supports_mig:
-                records = mig_records.records_for(single, self._geometries_of(node))
+                engine_form = outcome.devices[vendor_word]
+                records = mig_records.records_for(engine_form, self._mig_tables_of(node))
                 if records:
                     annotations[names.MIG_ALLOCATIONS] = mig_allocations.encode(records)
         return annotations
 
+    def _wire_devices(
+        self, node: str, devices: Mapping[str, model.PodSingleDevice]
+    ) -> dict[str, model.PodSingleDevice]:
+        """The allocation as the annotations name it (``mig_records.to_wire``): the books
+        keep the engine's names of MIG instances, the Binding carries HAMi's."""
+        table_of = self._mig_tables_of(node)
+        return {
+            v: mig_records.to_wire(single, table_of)
+            if self._vendors.spec(v).supports_mig
+            else single
+            for v, single in devices.items()
+        }
+
     def _preempt(
         self, job: placement.Job, pod: Mapping[str, Any], diagnosis: Diagnosis, now: float
-    ) -> tuple[preemption.Candidate, placement.Outcome] | None:
+    ) -> tuple[preemption.Candidate, placement.Outcome] | str | None:
         """The node and victims kube-scheduler's DefaultPreemption would choose, with
-        our Fit deciding whether the pod fits once they are gone (module preemption)."""
+        our Fit deciding whether the pod fits once they are gone (module preemption).
+
+        Unlike kube-scheduler, which deletes its victims, ours leave through the Eviction
+        API, which refuses an eviction a PodDisruptionBudget does not allow: a choice
+        that violates a budget (the best there is) would evict the other victims for
+        nothing. It is not made; the returned sentence says which budget stops it."""
         if not self.preemption_enabled or not preemption.eligible(pod) or diagnosis.error:
             return None
         priority = preemption.priority_of(pod)
@@ -221,6 +284,8 @@ class ClusterState(ClusterBooks):
         chosen = preemption.pick_node(candidates)
         if chosen is None:
             return None
+        if chosen.victims.budget_violations:
+            return _blocked_message(chosen, budgets)
         outcome = _RemovalTrial(self, self._nodes[chosen.node], job, now).outcome(
             chosen.victims.keys
         )
@@ -256,15 +321,23 @@ class ClusterState(ClusterBooks):
             labels=dict((pod.get("metadata") or {}).get("labels") or {}),
         )
         self._add_pod(entry)
+        # Victims a budget covers first: if the Eviction API refuses one (its budget
+        # changed since it was read), none of the others has been evicted yet.
+        budgets = list(self._budgets.values())
+        ordered = sorted(
+            chosen.victims.pods,
+            key=lambda p: not disruption.covered(_identity(p), budgets),
+        )
         return Decision(
             key,
             False,
-            devices=devices,
+            devices=self._wire_devices(chosen.node, devices),
             annotations=self._annotations(chosen.node, outcome, now),
             diagnosis=diagnosis,
             nominated_node=chosen.node,
-            victims=tuple(p.key for p in chosen.victims.pods),
+            victims=tuple(p.key for p in ordered),
             victim_uids={v: self._pods[v].uid for v in victims if v in self._pods},
+            card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
         )
 
     def _awaits_earlier_victims(self, pod: Mapping[str, Any], priority: int) -> bool:
@@ -384,6 +457,24 @@ class ClusterState(ClusterBooks):
                 refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
                 failures[node.name] = NodeFailure(dict(outcome.reasons), refused_by)
         return Diagnosis(failures, len(self._nodes))
+
+
+def _identity(pod: preemption.Occupant) -> disruption.PodIdentity:
+    return disruption.PodIdentity(pod.namespace, pod.name, pod.labels)
+
+
+def _blocked_message(chosen: preemption.Candidate, budgets: Sequence[disruption.Budget]) -> str:
+    """Why a preemption is not made: the victims its budgets protect."""
+    blocked = disruption.blocking_budgets([_identity(p) for p in chosen.victims.pods], budgets)
+    named = ", ".join(
+        f"{pod.namespace}/{pod.name} (PodDisruptionBudget {budget.namespace}/{budget.name})"
+        for pod, budget in blocked[:3]
+    )
+    more = f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
+    return (
+        f"Preemption would have to evict {named}{more} on node {chosen.node}, which "
+        "the budget does not allow now; no pod was evicted."
+    )
 
 
 class _RemovalTrial:

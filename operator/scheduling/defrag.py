@@ -16,8 +16,10 @@ out (``control/defrag.py``), and checked by replaying it through the engine itse
    Job's replacement is created at the eviction), or once it is gone (a StatefulSet's,
    which keeps its name). Its placement, type and UUID choices included, is the ``to``.
 
-Only pods something recreates may move (a controller owner: ReplicaSet, StatefulSet,
-Job, ReplicationController, or kinds the options add; a bare pod only when allowed), of
+Only pods this operator placed (their ``schedulerName`` is its own, and the books believe
+their allocation) and that something recreates may move (a controller owner: ReplicaSet,
+StatefulSet, Job, ReplicationController, or kinds the options add; a bare pod only when
+allowed), of
 priority lower than or equal to the waiting pod's, never terminating, reserved (decided,
 not bound yet) or already claimed by a preemption; the plan's evictions, counted
 together, must leave every PodDisruptionBudget within its ``disruptionsAllowed``; and
@@ -50,7 +52,7 @@ from typing import Any, Final
 
 from vgpu_operator import names
 from vgpu_operator.devices import codec, model
-from vgpu_operator.scheduling import disruption, placement, preemption
+from vgpu_operator.scheduling import allocation_trust, disruption, placement, preemption
 from vgpu_operator.scheduling.decision import ClusterState, Decision
 from vgpu_operator.scheduling.defrag_books import DefragBooks, WhatIf
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
@@ -244,6 +246,12 @@ def _mover(books: DefragBooks, pod: Mapping[str, Any], options: PlanOptions) -> 
     if not any(entry.bookings.values()) or meta.get("deletionTimestamp"):
         return None
     if entry.uid and str(meta.get("uid") or "") != entry.uid:
+        return None
+    if allocation_trust.scheduler_of(pod) != books.own_scheduler():
+        # Only pods this operator placed: its replacement comes back to this scheduler,
+        # so the engine's "fits again at Q" is a promise it can keep. A pod of a scheduler
+        # opted in with ``trustedSchedulerNames`` holds its shares in the books, but
+        # another scheduler places its replacement (and an untrusted one holds nothing).
         return None
     rule = replacement_rule(pod, options)
     if rule is None:

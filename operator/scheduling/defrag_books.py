@@ -12,7 +12,7 @@ read-only view of the books replaces this one module: ``_nodes``, ``_pods``,
 ``WhatIf`` changes the live books and puts everything back on exit, exactly: a pod taken
 out is put back as the same entry (its bookings are added back on its cards, as the
 books add any pod), a pod placed or held is removed as the books remove one. Planning
-on the live books, instead of a copy, keeps a plan at 1,000 nodes within milliseconds;
+on the live books, instead of a copy, spares a copy of 1,000 nodes per plan;
 the callers are synchronous, so no decision runs in between.
 """
 
@@ -71,6 +71,10 @@ class DefragBooks:
             return frozenset()
         marked = entry.facts.annotations.get(names.NODE_DEVICE_CORDON)
         return entry.inventory_cordoned | frozenset(vendor.split_list(marked))
+
+    def own_scheduler(self) -> str:
+        """The name this operator schedules under (``scheduler.schedulerName``)."""
+        return self.state.config.scheduler.scheduler_name
 
     def budgets(self) -> list[disruption.Budget]:
         return list(self.state._budgets.values())

@@ -106,3 +106,27 @@ def split_by_violation(
                     violates = True
         (violating if violates else others).append(position)
     return violating, others
+
+
+def blocking_budgets(
+    pods: Sequence[PodIdentity], budgets: Sequence[Budget]
+) -> list[tuple[PodIdentity, Budget]]:
+    """Each pod whose eviction a budget would refuse, with that budget (the first one it
+    takes below zero), walking ``pods`` in order as ``split_by_violation`` does."""
+    allowed = [b.disruptions_allowed for b in budgets]
+    blocked: list[tuple[PodIdentity, Budget]] = []
+    for pod in pods:
+        first: Budget | None = None
+        for index, budget in enumerate(budgets):
+            if budget.covers(pod.namespace, pod.name, pod.labels):
+                allowed[index] -= 1
+                if allowed[index] < 0 and first is None:
+                    first = budget
+        if first is not None:
+            blocked.append((pod, first))
+    return blocked
+
+
+def covered(pod: PodIdentity, budgets: Sequence[Budget]) -> bool:
+    """Whether any budget counts an eviction of the pod (the Eviction API may refuse it)."""
+    return any(b.covers(pod.namespace, pod.name, pod.labels) for b in budgets)

@@ -34,7 +34,9 @@ CHECK_ORDER: Final = (
     Reason.CARD_INSUFFICIENT_CORE,
     Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
     Reason.CARD_COMPUTE_UNITS_EXHAUSTED,
-    Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
+    # CustomFilterRule: only MIG cards fail it here, under v2.10's name for that failure
+    # (other vendors' cards would count as CARD_NOT_FOUND_CUSTOM_FILTER_RULE).
+    Reason.CARD_MIG_TOPOLOGY_INFEASIBLE,
 )
 
 #: quota_ok(candidates): does the pod still fit its namespace quota when this container
@@ -191,7 +193,7 @@ def fit_container(
             # whole card (100 %, also the default of a count-only request) can.
             partial = request.uses_percentage and request.memory_percent < 100
             if partial or not mig.custom_filter(card, memory, earlier):
-                reasons[Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] += 1
+                reasons[Reason.CARD_MIG_TOPOLOGY_INFEASIBLE] += 1
                 continue
             # The card is visited again for the same container, so the slots this
             # container already took count too; HAMi does not re-check (§14.8) and can

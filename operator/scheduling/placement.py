@@ -27,13 +27,17 @@ ContainerRequests = Mapping[str, model.ContainerRequest]
 
 @dataclass(frozen=True, slots=True)
 class Booking:
-    """What one pod holds of one card (or one MIG instance, named by its suffixed id)."""
+    """What one pod holds of one card (or one MIG instance, named by its suffixed id).
+
+    ``spots`` are MIG instances on the card known only by their slices (``mig_records``).
+    """
 
     uuid: str
     vendor: str
     memory_mib: int
     cores: int
     slots: int
+    spots: tuple[model.MigPlacement, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +126,9 @@ class Outcome:
     reasons: Counter[Reason] = field(default_factory=Counter)
     #: Per reason, the Node annotations that refused cards under it (the node layer).
     refused_by: Mapping[Reason, set[str]] = field(default_factory=dict)
+    #: Per vendor and container, the score of each chosen card (aligned with
+    #: ``devices``) as the container's card order saw it (HAMi's DeviceListsScore).
+    card_scores: dict[str, tuple[tuple[float, ...], ...]] = field(default_factory=dict)
 
     @classmethod
     def rejected(cls, reasons: Mapping[Reason, int]) -> Outcome:
@@ -195,15 +202,24 @@ class Summary:
 
 
 def collapse(
-    devices: Mapping[str, model.PodSingleDevice], init_count: int
+    devices: Mapping[str, model.PodSingleDevice], init_count: int, init_done: bool = False
 ) -> dict[str, list[Booking]]:
     """Per card: app containers' memory and cores summed (a slot each), init containers
-    at their peak (one slot), and the larger of the two kept (hami-semantics §4.3)."""
+    at their peak (one slot), and the larger of the two kept (hami-semantics §4.3).
+    Once the init containers have all finished (``init_done``, ``init_release``), only
+    the app containers hold (HAMi v2.10's ``AppContainersOnlyDeviceUsage``), except
+    that an init container's MIG instance keeps its slices until the pod ends, as HAMi
+    v2.10 keeps its record (booked with no memory, cores or slot)."""
     out: dict[str, list[Booking]] = {}
     for vendor_word, single in devices.items():
         app: dict[str, list[int]] = {}
         init: dict[str, list[int]] = {}
         for position, container in enumerate(single):
+            if init_done and position < init_count:
+                for device in container:
+                    if codec.split_mig_uuid(device.uuid)[1] is not None:
+                        init.setdefault(device.uuid, [0, 0, 0])
+                continue
             target = init if position < init_count else app
             for device in container:
                 seen = target.setdefault(device.uuid, [0, 0, 0])
@@ -243,6 +259,8 @@ def book(cards: Mapping[str, model.DeviceUsage], bookings: Mapping[str, Sequence
                     card.health = False  # a MIG booking on a card without MIG: fail closed
                 else:
                     mig.restore(card, instance[0], instance[1])
+            for start, size in entry.spots:
+                mig.occupy(card, start, size)
 
 
 def shift(
@@ -264,6 +282,8 @@ def shift(
                 if codec.split_mig_uuid(entry.uuid)[1] is not None:
                     return False
                 continue  # unknown cards are ignored, as ``book`` ignores them
+            if entry.spots:
+                return False
             if card.mode == model.MODE_MIG or card.mig is not None:
                 return False
             targets.append((card, entry))
@@ -321,6 +341,7 @@ def fit_pod(
         vendor.split_list(node.annotations.get(names.NODE_DEVICE_CORDON))
     )
     per_vendor: dict[str, list[list[model.ContainerDevice]]] = {}
+    chosen_scores: dict[str, list[tuple[float, ...]]] = {}
     containers = (*job.init_requests, *job.app_requests)
     app_cards = [c.copy() for c in cards]
     for position, requests in enumerate(containers):
@@ -328,8 +349,11 @@ def fit_pod(
         work = [c.copy() for c in cards] if is_init else app_cards
         for lists in per_vendor.values():
             lists.append([])
+        for score_lists in chosen_scores.values():
+            score_lists.append(())
         for vendor_word, request in requests.items():
             lists = per_vendor.setdefault(vendor_word, [[] for _ in range(position + 1)])
+            score_lists = chosen_scores.setdefault(vendor_word, [() for _ in range(position + 1)])
             spec = job.vendors.spec(vendor_word)
             scores = {
                 c.id: policies.card_score(c, list(requests.values()), job.weights) for c in work
@@ -352,13 +376,14 @@ def fit_pod(
             result = fit.fit_container(work, request, options)
             if not result.ok:
                 return Outcome(False, {}, Counter(result.reasons), result.refused_by)
+            score_lists[position] = tuple(scores[p.card.id] for p in result.picks)
             lists[position] = [
                 add_usage(p.card, p.memory_mib, p.cores, vendor_word) for p in result.picks
             ]
             if is_init:
                 _share_mig_geometry(lists[position], app_cards)
     devices = {v: tuple(tuple(c) for c in lists) for v, lists in per_vendor.items()}
-    return Outcome(True, devices)
+    return Outcome(True, devices, card_scores={v: tuple(c) for v, c in chosen_scores.items()})
 
 
 def _numa(job: Job, spec: vendor.VendorSpec) -> bool:

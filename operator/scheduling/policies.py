@@ -98,8 +98,8 @@ def card_sort_key(policy: str, numa_bind: bool, scores: Mapping[str, float]) -> 
     sort does on nodes of up to 12 cards.
     """
     tokens = parse_gpu_policy(policy) if policy else ()
-    if len(tokens) == 1 and tokens[0] != NUMA:
-        single = tokens[0]
+    if not is_chain(policy):
+        single = tokens[0] if tokens else SPREAD
         if single == MUTEX:
             return lambda d: (-d.used, d.numa)
         if single == BINPACK:
@@ -115,9 +115,10 @@ def card_sort_key(policy: str, numa_bind: bool, scores: Mapping[str, float]) -> 
             chain.append(token)
     if not chain:
         chain = [SPREAD]
-    if numa_bind and NUMA in chain:
-        chain.remove(NUMA)
-        chain.insert(0, NUMA)
+    if numa_bind and chain[0] != NUMA:
+        # numa-bind needs each NUMA group contiguous (Fit gathers one group at a time),
+        # so NUMA leads whether or not the chain names it, as in HAMi v2.10.
+        chain = [NUMA, *(t for t in chain if t != NUMA)]
 
     def chained(d: model.DeviceUsage) -> tuple[float, ...]:
         key: list[float] = []
@@ -134,14 +135,24 @@ def card_sort_key(policy: str, numa_bind: bool, scores: Mapping[str, float]) -> 
     return chained
 
 
+def is_chain(policy: str) -> bool:
+    """Whether HAMi v2.10 reads the policy as a chain of sort keys (a comma list, or
+    bare ``numa``) rather than as one name: the two sort differently (a chain breaks
+    ties on the card index and, under numa-bind, puts the lowest NUMA node last)."""
+    return "," in policy or policy.strip() == NUMA
+
+
 def normalize_gpu_policy(value: str) -> str:
     """A pod's policy as HAMi reads it: unknown single names sort like ``spread``, and
-    unknown tokens of a comma chain are dropped."""
+    unknown tokens of a comma chain are dropped. A chain stays a chain (a trailing comma
+    marks one that keeps a single known token, or none: ``binpack,best-fit`` ->
+    ``binpack,``), because HAMi sorts by the comma, not by how many names it knows."""
     tokens = [t.strip() for t in value.split(",") if t.strip()]
     known = [t for t in tokens if t in (BINPACK, SPREAD, TOPOLOGY, MUTEX, NUMA)]
-    if not known:
-        return SPREAD
-    return ",".join(known)
+    if "," not in value:
+        return known[0] if known else SPREAD
+    joined = ",".join(known)
+    return joined if len(known) > 1 else f"{joined},"
 
 
 def policy_has(policy: str, token: str) -> bool:
@@ -178,11 +189,7 @@ def node_preference(score: float, policy: str) -> float:
 def score_from_sums(
     used: int, count: int, used_cores: int, total_cores: int, used_mem: int, total_mem: int
 ) -> float:
-    score = 0.0
-    if count:
-        score += used / count
-    if total_cores:
-        score += used_cores / total_cores
-    if total_mem:
-        score += used_mem / total_mem
-    return 10 * score
+    """HAMi's ComputeDefaultScore over a node's sums: 0 when any total is 0."""
+    if not count or not total_cores or not total_mem:
+        return 0.0
+    return 10 * (used / count + used_cores / total_cores + used_mem / total_mem)

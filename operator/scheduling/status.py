@@ -28,6 +28,8 @@ class Reason(enum.StrEnum):
     CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
     CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
     CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
+    #: HAMi v2.10's name for a MIG card that has no instance the request fits in.
+    CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
     # Aggregate reasons: not one per device (see AGGREGATE_REASONS).
     NUMA_NOT_FIT = "NumaNotFit"
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"

@@ -82,11 +82,21 @@ class Vendors:
         """The MIG geometries configured for a card's model (none when it has no entry)."""
         return mig.geometries_for(card.type, self._mig_tables.get(card.vendor, ()))
 
-    def prepare_card(self, card: model.DeviceUsage) -> None:
-        """Give a MIG card its geometry table before usage is booked on it."""
+    def mig_table(self, card: model.DeviceInfo) -> mig.MigTable | None:
+        """What names a MIG card's instances (its published profiles, else its model's
+        geometries); None for a card not in MIG mode or of a vendor without MIG."""
+        if card.mode != model.MODE_MIG or card.vendor not in self._mig_tables:
+            return None
+        return mig.MigTable(self.mig_geometries(card), card.mig_profiles)
+
+    def prepare_card(
+        self, card: model.DeviceUsage, profiles: Sequence[model.MigProfile] = ()
+    ) -> None:
+        """Give a MIG card what names its instances (``profiles`` it publishes, else its
+        model's geometries) before usage is booked on it."""
         table = self._mig_tables.get(card.vendor)
         if table is not None and card.mode == model.MODE_MIG:
-            mig.attach(card, table)
+            mig.attach(card, table, profiles)
 
 
 def geometry_table(config: VendorConfig) -> tuple[mig.KnownGeometries, ...]:

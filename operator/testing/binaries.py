@@ -31,7 +31,7 @@ def default_cache_dir() -> Path:
 
 
 def _version_key(path: Path) -> tuple[int, ...]:
-    # <component>-v1.34.10 -> (1, 34, 10); unparsable names sort first.
+    # <component>-v1.37.2 -> (1, 37, 2); unparsable names sort first.
     return tuple(int(n) for n in re.findall(r"\d+", path.parent.name.rsplit("-v", 1)[-1]))
 
 
@@ -69,17 +69,29 @@ def _find_binary(name: str) -> tuple[Path | None, list[str]]:
     return (cached[0] if cached else None), looked
 
 
-#: Test tools built beside the control plane (hack/control-plane/build.sh).
-TOOLS: Final = ("kubectl", "promtool")
+#: Test tools and optional control-plane parts built beside the control plane
+#: (hack/control-plane/build.sh), and the make target that builds each.
+TOOL_TARGETS: Final = {
+    "kubectl": "control-plane-bins",
+    "promtool": "control-plane-bins",
+    "kube-scheduler": "control-plane-bins",
+    "kube-controller-manager": "control-plane-bins",
+    "prometheus": "observability-tools",
+    "helm": "observability-tools",
+    "toxiproxy": "control-plane-bench-bins",
+}
+TOOLS: Final = tuple(TOOL_TARGETS)
 
 
 def find_tool(name: str) -> Path:
-    """One of ``TOOLS`` (kubectl, promtool), or raise BinariesNotFoundError."""
+    """One of ``TOOLS`` (kubectl, promtool, kube-scheduler, prometheus, helm, ...), or raise
+    BinariesNotFoundError."""
     path, looked = _find_binary(name)
     if path is None:
         raise BinariesNotFoundError(
             f"{name} not found: looked in {', '.join(looked)}\n"
-            "Run `make control-plane-bins` (builds it once beside the control plane)."
+            f"Run `make {TOOL_TARGETS.get(name, 'control-plane-bins')}` (builds it once "
+            "beside the control plane)."
         )
     return path
 

@@ -2,9 +2,14 @@
 
 Starts ``etcd`` and ``kube-apiserver`` on loopback with generated certificates (RBAC on), and
 optionally ``kwok`` to simulate nodes: nodes annotated ``kwok.x-k8s.io/node: fake`` become Ready,
-pods bound to them become Running, and deleted pods go away. There is no scheduler, no
+pods bound to them become Running, and deleted pods go away. By default there is no scheduler, no
 kube-controller-manager and no kubelet: pods stay Pending until something binds them, namespaces
 never finish deleting and no ``default`` ServiceAccount exists (its admission plugin is off).
+A test that needs them asks: :meth:`ControlPlane.start_scheduler` runs kube-scheduler (as the
+``system:kube-scheduler`` user, with the RBAC the API server bootstraps for it), and
+:meth:`ControlPlane.start_controller_manager` runs kube-controller-manager with only the
+controllers named (e.g. ``resourceclaim-controller``, which makes a pod's ResourceClaims from
+its templates and releases them when the pod is done).
 
 Modelled on ``kopf.testing`` and envtest. Synchronous on purpose: use it from pytest fixtures::
 
@@ -130,6 +135,8 @@ class ControlPlane:
         self._etcd: ChildProcess | None = None
         self._apiserver: ChildProcess | None = None
         self._kwok: ChildProcess | None = None
+        self._scheduler: ChildProcess | None = None
+        self._controller_manager: ChildProcess | None = None
         self._etcd_port = 0
         self._apiserver_port = 0
         self._kwok_port = 0
@@ -209,7 +216,13 @@ class ControlPlane:
     @property
     def pids(self) -> dict[str, int]:
         """Process ids (== process-group ids) of the children that are running now."""
-        procs = {"etcd": self._etcd, "kube-apiserver": self._apiserver, "kwok": self._kwok}
+        procs = {
+            "etcd": self._etcd,
+            "kube-apiserver": self._apiserver,
+            "kwok": self._kwok,
+            "kube-scheduler": self._scheduler,
+            "kube-controller-manager": self._controller_manager,
+        }
         return {name: p.pgid for name, p in procs.items() if p is not None and p.alive()}
 
     def log_path(self, component: str) -> Path:
@@ -249,9 +262,10 @@ class ControlPlane:
                 raise
 
     def stop(self) -> None:
-        """Stop every process started (kwok, kube-apiserver, etcd) and remove the workdir."""
+        """Stop every process started (kube-scheduler, kube-controller-manager, kwok,
+        kube-apiserver, etcd) and remove the workdir."""
         with self._lock:
-            for attr in ("_kwok", "_apiserver", "_etcd"):
+            for attr in ("_scheduler", "_controller_manager", "_kwok", "_apiserver", "_etcd"):
                 proc: ChildProcess | None = getattr(self, attr)
                 if proc is not None:
                     proc.stop()
@@ -329,6 +343,88 @@ class ControlPlane:
             if self._kwok is not None:
                 self._kwok.stop()
                 self._kwok = None
+
+    def start_scheduler(self, binary: Path | None = None) -> None:
+        """Start kube-scheduler (default profile, no leader election) as the user
+        ``system:kube-scheduler``; returns once it is healthy. ``binary`` defaults to the one
+        built beside the control plane (``find_tool``)."""
+        with self._lock:
+            if self._scheduler is not None:
+                return
+            creds = self.create_client_credentials("system:kube-scheduler")
+            kubeconfig = str(creds.kubeconfig_path)
+            config = self.workdir / "kube-scheduler.yaml"
+            config.write_text(
+                json.dumps(
+                    {
+                        "apiVersion": "kubescheduler.config.k8s.io/v1",
+                        "kind": "KubeSchedulerConfiguration",
+                        "clientConnection": {"kubeconfig": kubeconfig},
+                        "leaderElection": {"leaderElect": False},
+                    }
+                )
+            )
+            port = free_port()
+            argv = [
+                str(binary or find_tool("kube-scheduler")),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--v=2",
+            ]
+            self._scheduler = self._spawn("kube-scheduler", argv, env=self.env())
+            self._wait_healthy(
+                "kube-scheduler",
+                self._scheduler,
+                lambda: _http_ok(f"https://127.0.0.1:{port}/healthz", _insecure_ssl()),
+            )
+
+    def stop_scheduler(self) -> None:
+        with self._lock:
+            if self._scheduler is not None:
+                self._scheduler.stop()
+                self._scheduler = None
+
+    def start_controller_manager(
+        self, controllers: Sequence[str], binary: Path | None = None
+    ) -> None:
+        """Start kube-controller-manager running only ``controllers`` (its ``--controllers``
+        names, e.g. ``resourceclaim-controller``, ``garbage-collector-controller``), with the
+        admin's credentials (no service-account token controller runs here to give each
+        controller its own); returns once it is healthy."""
+        with self._lock:
+            if self._controller_manager is not None:
+                return
+            if not controllers:
+                raise ControlPlaneError("start_controller_manager needs at least one controller")
+            kubeconfig = str(self.kubeconfig_path)
+            port = free_port()
+            argv = [
+                str(binary or find_tool("kube-controller-manager")),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--controllers={','.join(controllers)}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--v=2",
+            ]
+            self._controller_manager = self._spawn("kube-controller-manager", argv, env=self.env())
+            self._wait_healthy(
+                "kube-controller-manager",
+                self._controller_manager,
+                lambda: _http_ok(f"https://127.0.0.1:{port}/healthz", _insecure_ssl()),
+            )
+
+    def stop_controller_manager(self) -> None:
+        with self._lock:
+            if self._controller_manager is not None:
+                self._controller_manager.stop()
+                self._controller_manager = None
 
     # -- credentials -------------------------------------------------------------------------------
 
@@ -610,6 +706,15 @@ def _write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+
+
+def _insecure_ssl() -> ssl.SSLContext:
+    """For the health checks of kube-scheduler and kube-controller-manager, which serve on
+    loopback with a certificate they made themselves at start."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None, must_contain: bytes = b"") -> bool:

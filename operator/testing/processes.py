@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Final
 
 from vgpu_operator.testing.errors import ControlPlaneError, T
 
@@ -137,7 +138,45 @@ class ChildProcess:
         return "\n".join(text.splitlines()[-lines:])
 
 
+_EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_LISTEN_PORT: Final = 10000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A loopback port nobody listens on, for a server this process is about to start.
+
+    Asking the kernel for port 0 hands out a port from its ephemeral range, the same
+    range every outgoing connection draws from: between the probe and the server's own
+    bind, a client socket of any test may take it ("address already in use", seen in CI).
+    So the port comes from below that range, at random, never one handed out before in
+    this process, and is probed once.
+    """
+    ceiling = _ephemeral_floor()
+    if ceiling - _LOWEST_LISTEN_PORT < 1000:
+        return _kernel_port()
+    for _ in range(200):
+        port = random.randrange(_LOWEST_LISTEN_PORT, ceiling)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    return _kernel_port()
+
+
+def _kernel_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

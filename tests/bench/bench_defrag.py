@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling import defrag
@@ -205,6 +206,7 @@ class Churn:
         return {
             "metadata": meta,
             "spec": {
+                "schedulerName": names.SCHEDULER_NAME,  # the webhook's routing
                 "priority": prio,
                 "containers": [{"name": "c", "resources": {"limits": limits}}],
             },

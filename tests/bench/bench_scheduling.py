@@ -88,6 +88,7 @@ def _running_pods(
                 },
                 "spec": {
                     "nodeName": node,
+                    "schedulerName": names.SCHEDULER_NAME,  # placed by us: booked
                     "containers": [
                         {
                             "name": "main",

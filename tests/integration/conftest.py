@@ -94,3 +94,15 @@ def _tool(name: str) -> Path:
     if control_plane_required():
         pytest.fail(f"{problem}\n({REQUIRE_ENV} is set, so this is an error)", pytrace=False)
     pytest.skip(f"{problem}\n(set {REQUIRE_ENV}=1 to fail instead of skipping)")
+
+
+@pytest.fixture(scope="session")
+def prometheus() -> Path:
+    """The Prometheus server of promtool's release (`make observability-tools`)."""
+    return _tool("prometheus")
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """helm (`make observability-tools`), for the chart's tests."""
+    return _tool("helm")

@@ -187,3 +187,19 @@ def test_the_table_shows_what_each_container_receives(demo: DemoResult) -> None:
     section = text.split("What each container receives from its node's device plugin:", 1)[1]
     assert "NVIDIA_VISIBLE_DEVICES" in section
     assert "vgpu-demo/shared-a" in section
+
+
+def test_the_dra_claim_is_allocated_by_kube_scheduler_and_prepared(demo: DemoResult) -> None:
+    shown = demo.dra
+    assert shown is not None
+    assert shown.node == "gpu-dra-l40s"
+    assert (shown.memory_mib, shown.cores) == (10240, 25)
+    assert shown.env["NVIDIA_VISIBLE_DEVICES"].lower() == shown.device
+    assert shown.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "10240m"
+    assert shown.env["CUDA_DEVICE_SM_LIMIT"] == "25"
+    assert "/etc/ld.so.preload" in shown.mounts
+    assert shown.cdi_ids
+    assert all(i.startswith("vgpu-operator.io/gpu=") for i in shown.cdi_ids)
+    text = render_result(demo)
+    assert "DRA: one claim allocated by kube-scheduler" in text
+    assert "CUDA_DEVICE_MEMORY_LIMIT_0=10240m" in text

@@ -47,38 +47,43 @@ SPLIT = 5
 CARDS = 4  # l40s-pcie-4
 
 
-def _harness_path() -> tuple[Path | None, str]:
+def _harness_path(harness: str, env_var: str) -> tuple[Path | None, str]:
     """The built harness (the Makefile exports its path; else build.sh says where it would be)."""
-    if env_path := os.environ.get(HARNESS_ENV):
+    if env_path := os.environ.get(env_var):
         where = Path(env_path)
-        looked = f"${HARNESS_ENV}={where}"
+        looked = f"${env_var}={where}"
     else:
         try:
             out = subprocess.run(
-                [str(BUILD_SH), "--print-path", HARNESS],
+                [str(BUILD_SH), "--print-path", harness],
                 capture_output=True,
                 text=True,
                 check=True,
                 timeout=30,
             ).stdout
         except (OSError, subprocess.SubprocessError) as exc:
-            return None, f"{BUILD_SH} --print-path {HARNESS} failed: {exc}"
+            return None, f"{BUILD_SH} --print-path {harness} failed: {exc}"
         where = Path(out.strip().splitlines()[-1])
         looked = str(where)
     if where.is_file() and os.access(where, os.X_OK):
         return where, looked
-    return None, f"{HARNESS} not found at {looked}"
+    return None, f"{harness} not found at {looked}"
+
+
+def require_harness(harness: str, env_var: str, what: str) -> Path:
+    """The harness, or skip (fail when the control plane is required) saying how to build it."""
+    path, problem = _harness_path(harness, env_var)
+    if path is not None:
+        return path
+    problem += f"\nRun `make {harness}` ({what}, built once)."
+    if control_plane_required():
+        pytest.fail(f"{problem}\n({REQUIRE_ENV} is set, so this is an error)", pytrace=False)
+    pytest.skip(f"{problem}\n(set {REQUIRE_ENV}=1 to fail instead of skipping)")
 
 
 @pytest.fixture(scope="session")
 def harness_binary() -> Path:
-    path, problem = _harness_path()
-    if path is not None:
-        return path
-    problem += "\nRun `make deviceplugin-conformance` (kubelet's device manager, built once)."
-    if control_plane_required():
-        pytest.fail(f"{problem}\n({REQUIRE_ENV} is set, so this is an error)", pytrace=False)
-    pytest.skip(f"{problem}\n(set {REQUIRE_ENV}=1 to fail instead of skipping)")
+    return require_harness(HARNESS, HARNESS_ENV, "kubelet's device manager")
 
 
 class Kubelet:
@@ -220,7 +225,8 @@ def bound_pod(
     annotate: bool = True,
 ) -> dict[str, Any]:
     """A pod bound to ``node`` as the operator leaves it for the device plugin: one entry
-    (card, MiB, cores) per container, the first ``init`` of them init containers."""
+    (card, MiB, cores) per container, the first ``init`` of them init containers, placed
+    by the vgpu-scheduler on that node (the plugin serves no other pods)."""
     single = tuple(
         tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entry) for entry in entries
     )
@@ -233,6 +239,7 @@ def bound_pod(
                 single, names.NVIDIA_DEVICES_TO_ALLOCATE
             ),
             names.BIND_PHASE: "allocating",
+            names.ASSIGNED_NODE: node,
         }
         if annotate
         else {}
@@ -255,6 +262,7 @@ def bound_pod(
         },
         "spec": {
             "nodeName": node,
+            "schedulerName": names.SCHEDULER_NAME,
             "initContainers": containers[:init],
             "containers": containers[init:],
         },

@@ -236,6 +236,8 @@ def test_the_readme_install_creates_every_object_in_one_run(installed: Cluster) 
         f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/vgpu-agent",
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/vgpu-operator",
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-agent-own-node",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-allocation-record",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-gpu-pods",
         f"/api/v1/namespaces/{LEASES}",
         f"{ROLES.format(ns=LEASES)}/vgpu-agent-node-lease",
         f"{ROLES.format(ns=LEASES)}/vgpu-operator-node-leases",
@@ -632,6 +634,74 @@ def test_the_device_plugin_may_not_touch_pods_elsewhere_or_their_spec(
     assert "annotations only" in message
 
 
+@pytest.mark.parametrize(
+    ("patch", "refusal"),
+    [
+        pytest.param(
+            {"metadata": {"labels": {"app": "adopted"}}},
+            "not its labels, finalizers or owner references",
+            id="labels",
+        ),
+        pytest.param(
+            {"metadata": {"finalizers": ["example.com/never"]}},
+            "not its labels, finalizers or owner references",
+            id="finalizers",
+        ),
+        pytest.param(
+            {
+                "metadata": {
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "ConfigMap",
+                            "name": "gone",
+                            "uid": "00000000-0000-0000-0000-000000000000",
+                        }
+                    ]
+                }
+            },
+            "not its labels, finalizers or owner references",
+            id="dangling-owner",
+        ),
+        pytest.param(
+            {"metadata": {"annotations": {"example.com/note": "x"}}},
+            "only the annotations hami.io/bind-phase and",
+            id="other-annotation",
+        ),
+        pytest.param(
+            {"metadata": {"annotations": {"hami.io/vgpu-devices-allocated": "GPU-x,NVIDIA,1,0:;"}}},
+            # Both policies refuse it; the API server names one of them.
+            "only the annotations hami.io/bind-phase and|are the GPU allocation record",
+            id="the-allocation-itself",
+        ),
+    ],
+)
+def test_the_device_plugin_may_change_only_its_two_annotations_of_a_pod(
+    installed: Cluster,
+    gpu_nodes: tuple[str, str],
+    agent_token: str,
+    patch: dict[str, Any],
+    refusal: str,
+) -> None:
+    """Issue 22, attack 9: on pods of its own node, the agent's patches were held to
+    "annotations only"; labels (a Service or controller adopts the pod), finalizers (it
+    can never be deleted) and a dangling owner (the garbage collector deletes it) went
+    through. Each is refused now, and the pod is left as it was."""
+    own = f"vgpu-agent-{gpu_nodes[0]}"
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{own}"
+    before = installed.cp.get(path)["metadata"]
+    message = _refused(
+        installed.run(
+            ["patch", "pod", "-n", NAMESPACE, own, "--type=merge", f"-p={json.dumps(patch)}"],
+            token=agent_token,
+        )
+    )
+    assert any(alternative in message for alternative in refusal.split("|")), message
+    after = installed.cp.get(path)["metadata"]
+    for key in ("labels", "finalizers", "ownerReferences", "annotations"):
+        assert after.get(key) == before.get(key)
+
+
 # --- the operator's identity --------------------------------------------------------------
 
 
@@ -794,3 +864,57 @@ def test_the_operator_is_refused(
     assert done.returncode != 0, done.stdout
     # The namespaced KopfPeering type is not even installed any more.
     assert re.search(r"[Ff]orbidden|doesn't have a resource type", done.stderr), done.stderr
+
+
+# --- the DRA driver -------------------------------------------------------------------------
+
+
+def _slice_file(tmp_path: Path, node: str, driver: str = "gpu.vgpu-operator.io") -> str:
+    from vgpu_operator.devices import dra
+
+    body = dra.slice_wire(node, [], 1, None)
+    body["spec"]["driver"] = driver
+    path = tmp_path / f"slice-{node}-{driver}.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return str(path)
+
+
+def test_the_deviceclasses_are_installed(installed: Cluster) -> None:
+    for name in ("gpu.vgpu-operator.io", "exclusive.gpu.vgpu-operator.io"):
+        got = installed.cp.get(f"/apis/resource.k8s.io/v1/deviceclasses/{name}")
+        assert got["metadata"]["name"] == name
+
+
+def test_the_dra_driver_writes_only_its_own_nodes_slices(
+    installed: Cluster, gpu_nodes: tuple[str, str], agent_token: str, tmp_path: Path
+) -> None:
+    node_a, node_b = gpu_nodes
+    own = installed.run(["create", "-f", _slice_file(tmp_path, node_a)], token=agent_token)
+    assert own.returncode == 0, own.stderr
+    try:
+        listed = installed.run(
+            ["get", "resourceslices", f"--field-selector=spec.nodeName={node_a}"],
+            token=agent_token,
+        )
+        assert listed.returncode == 0, listed.stderr
+        message = _refused(
+            installed.run(["create", "-f", _slice_file(tmp_path, node_b)], token=agent_token)
+        )
+        assert "its own node" in message
+        # Not another driver's slice of its own node either.
+        _refused(
+            installed.run(
+                ["create", "-f", _slice_file(tmp_path, node_a, "gpu.example.com")],
+                token=agent_token,
+            )
+        )
+        # It reads claims (kubelet names the one to prepare) and may not write them.
+        _refused(installed.run(["delete", "resourceclaims", "-A", "--all"], token=agent_token))
+        deleted = installed.run(
+            ["delete", "resourceslice", f"{node_a}-gpu.vgpu-operator.io"], token=agent_token
+        )
+        assert deleted.returncode == 0, deleted.stderr
+    finally:
+        installed.run(
+            ["delete", "resourceslice", f"{node_a}-gpu.vgpu-operator.io", "--ignore-not-found"]
+        )

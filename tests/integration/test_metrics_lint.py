@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -18,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.controlplane import ControlPlane
+from vgpu_operator.testing.processes import free_port as _free_port
 
 
 def _scrape(port: int) -> str:
@@ -35,13 +35,6 @@ def _promtool_check(promtool: Path, exposition: str) -> subprocess.CompletedProc
         text=True,
         timeout=60,
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def test_the_operator_endpoint_passes_promtool(

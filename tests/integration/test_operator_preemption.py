@@ -194,9 +194,11 @@ def test_pod_protected_by_a_budget_is_spared_when_another_choice_exists(
     assert setup.exists("guarded")
 
 
-def test_refused_eviction_leaves_the_victim_and_the_preemptor_waiting(
+def test_a_budget_allowing_no_disruption_blocks_the_preemption_before_any_eviction(
     setup: Setup, operator: OperatorThread
 ) -> None:
+    """The only victim is protected: the Eviction API would refuse it, so the operator
+    does not try (nor nominate), and tells the preemptor why (issue 22)."""
     env.gpu_node(
         setup.cp,
         setup.node("a"),
@@ -206,13 +208,14 @@ def test_refused_eviction_leaves_the_victim_and_the_preemptor_waiting(
     setup.budget("db", {"app": "db"}, allowed=0)
     setup.running("guarded", 10, gpumem=9000, labels={"app": "db"})
     setup.create("urgent", 1000, gpumem=6000)
-    _event(setup, "urgent", "Preempting")
-    # The Eviction API answers 429: the preemption is given up and tried again later.
-    env.wait_until(
-        "the nomination to be cleared",
-        lambda: setup.get("urgent")["status"].get("nominatedNodeName") is None,
-        30,
-    )
+    event = _event(setup, "urgent", "PreemptionBlocked")
+    assert event["type"] == "Warning"
+    assert f"PodDisruptionBudget {setup.namespace}/db" in event["message"]
+    condition = env.condition(setup.get("urgent")) or {}
+    assert condition.get("reason") == "PreemptionBlocked"
+    reasons = {e["reason"] for e in env.events_for(setup.cp, setup.namespace, "urgent")}
+    assert "Preempting" not in reasons
+    assert setup.get("urgent")["status"].get("nominatedNodeName") is None
     assert setup.exists("guarded")
     assert setup.get("guarded").get("metadata", {}).get("deletionTimestamp") is None
     assert not setup.get("urgent")["spec"].get("nodeName")

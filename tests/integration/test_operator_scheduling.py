@@ -157,6 +157,73 @@ def test_waiting_pod_is_reported_then_bound_when_capacity_frees(
     assert len(failed) == 1
 
 
+def _set_init_state(s: Setup, name: str, state: dict[str, Any]) -> None:
+    """Write the pod's init container status as kubelet does (the status subresource)."""
+    s.cp.request(
+        "PATCH",
+        f"/api/v1/namespaces/{s.namespace}/pods/{name}/status",
+        {
+            "status": {
+                "initContainerStatuses": [
+                    {
+                        "name": "prepare",
+                        "image": "registry.invalid/cuda:latest",
+                        "ready": False,
+                        "restartCount": 1,
+                        "state": state,
+                    }
+                ]
+            }
+        },
+        content_type="application/merge-patch+json",
+    )
+
+
+def test_finished_init_containers_release_their_peak(
+    setup: Setup, operator: OperatorThread
+) -> None:
+    name = setup.node("i")
+    env.gpu_node(setup.cp, name, env.cards(name, 1, memory_mib=40000), group=setup.namespace)
+    peak = setup.pod("peak", gpumem=10000)
+    peak["spec"]["initContainers"] = [
+        {
+            "name": "prepare",
+            "image": "registry.invalid/cuda:latest",
+            "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "30000"}},
+        }
+    ]
+    env.create_pod(setup.cp, peak)
+    bound = env.wait_bound(setup.cp, setup.namespace, "peak")
+    assert [m for _, m, _ in env.allocation(bound)] == [30000, 10000]
+
+    def init_succeeded() -> bool:
+        statuses = setup.get("peak")["status"].get("initContainerStatuses") or []
+        return [s.get("state", {}).get("terminated", {}).get("exitCode") for s in statuses] == [0]
+
+    # KWOK plays kubelet: it runs the pod and reports its init container done.
+    env.wait_until("kwok to finish the init container", init_succeeded)
+    # kubelet runs init containers again when it recreates a pod's sandbox: the init
+    # container holds its 30000 MiB again, and 25000 more do not fit on the card.
+    _set_init_state(setup, "peak", {"running": {"startedAt": env.rfc3339()}})
+    setup.create("second", gpumem=25000)
+    _wait_condition(setup, "second", r"1 CardInsufficientMemory")
+    # It succeeds: only the app container's 10000 MiB hold, and the second pod fits.
+    _set_init_state(
+        setup,
+        "peak",
+        {
+            "terminated": {
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": env.rfc3339(),
+                "finishedAt": env.rfc3339(),
+            }
+        },
+    )
+    second = env.wait_bound(setup.cp, setup.namespace, "second", 30)
+    assert second["spec"]["nodeName"] == name
+
+
 def test_cordoned_node_is_used_once_uncordoned(setup: Setup, operator: OperatorThread) -> None:
     name = setup.node("c")
     manifest = fake_gpu_node_manifest(name, gpus=1, labels={env.TEST_LABEL: setup.namespace})

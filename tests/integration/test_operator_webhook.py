@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.processes import free_port as _free_port
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
@@ -108,13 +108,6 @@ def make_pki(directory: Path) -> Pki:
     pki.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     pki.key.write_bytes(_key_pem(key))
     return pki
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -93,6 +93,7 @@ class BooksMachine(RuleBasedStateMachine):
             **decision.annotations,
         }
         bound["spec"]["nodeName"] = decision.node
+        bound["spec"]["schedulerName"] = names.SCHEDULER_NAME  # the webhook's routing
         bound["status"] = {"phase": "Running"}
         self.bound[key] = bound
         self.state.set_pod(bound)

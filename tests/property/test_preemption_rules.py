@@ -38,6 +38,7 @@ def _running(name: str, node: str, card: str, memory: int, cores: int, priority:
         },
         "spec": {
             "nodeName": node,
+            "schedulerName": "vgpu-scheduler",
             "priority": priority,
             "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
         },

@@ -3,8 +3,8 @@
 The scenarios are written from the specification (``hami-semantics.md``, the seeds and
 ``docs/scenario-format.md``), not from the engine, so a failure here is a disagreement
 with the spec. Besides the keys that ``simulation.check`` knows (``scheduled``,
-``node``, ``node_in``, ``devices``, ``reason``, ``victims``), an ``expect`` entry may
-carry keys only this suite reads:
+``node``, ``node_in``, ``devices``, ``reason``, ``victims``, ``scores``, ``cardScores``),
+an ``expect`` entry may carry keys only this suite reads:
 
 - ``reasons``: per node, the exact reason counts (only the nodes listed are compared);
 - ``allocations``: per container, the exact devices booked, as ``uuid``, ``usedmem``,

@@ -98,3 +98,18 @@ def test_configuring_twice_does_not_duplicate_lines() -> None:
 def test_unknown_level_is_an_error() -> None:
     with pytest.raises(ValueError, match="LOUD"):
         vgpu_logging.configure("json", "LOUD", stream=io.StringIO())
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_a_huge_value_is_cut_in_our_events_and_in_library_records(fmt: str) -> None:
+    """A refusal quoting a 200 kB annotation writes a line of bounded length."""
+    stream = io.StringIO()
+    vgpu_logging.configure(fmt, "INFO", stream=stream)  # type: ignore[arg-type]
+    huge = "x" * 200_000
+    structlog.get_logger("vgpu_operator.operator").info("pod_denied", reason=huge)
+    logging.getLogger("kopf.objects").warning("refused: %s", huge)
+    lines = _lines(stream)
+    assert len(lines) == 2
+    for line in lines:
+        assert len(line) < vgpu_logging.MAX_VALUE_CHARS + 500
+        assert "more characters" in line

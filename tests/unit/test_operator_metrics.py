@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from vgpu_operator.metrics import OperatorMetrics, Result, WebhookResult
+from vgpu_operator.metrics import OperatorMetrics, PreemptionResult, Result, WebhookResult
 from vgpu_operator.scheduling.cluster import DeviceUsageRow
 
 ROW = DeviceUsageRow("n1", "GPU-0", "NVIDIA", "A100", 2, 10, 3000, 40960, 50, 100)
@@ -21,16 +21,47 @@ def test_attempts_are_counted_by_result() -> None:
     assert get("vgpu_operator_scheduling_attempts_total", {"result": "error"}) == 0
 
 
-def test_durations_and_gauges() -> None:
+def test_durations() -> None:
     metrics = OperatorMetrics()
     metrics.decided(0.002)
     metrics.bind_finished(0.01)
-    metrics.queue_size(7, 3)
     get = metrics.registry.get_sample_value
     assert get("vgpu_operator_decision_duration_seconds_count") == 1
     assert get("vgpu_operator_bind_duration_seconds_sum") == 0.01
-    assert get("vgpu_operator_pending_pods") == 7
-    assert get("vgpu_operator_unschedulable_pods") == 3
+
+
+def test_queues_reasons_and_stranded_memory_are_read_at_scrape_time() -> None:
+    metrics = OperatorMetrics()
+    queues = {"active": 4, "backoff": 2, "unschedulable": 3}
+    reasons = {"CardInsufficientMemory": 2, "NodeUntoleratedTaint": 1, "made-up": 9}
+    stranded = {"n1": 4096, "n2": 0}
+    metrics.read_state_from(
+        list, dict, waiting=lambda: (queues, reasons), stranded=lambda: stranded
+    )
+    get = metrics.registry.get_sample_value
+    assert get("vgpu_operator_pending_pods", {"queue": "backoff"}) == 2
+    assert get("vgpu_operator_unschedulable_pods", {"reason": "CardInsufficientMemory"}) == 2
+    # Every known reason has its series (0 when no pod names it); nothing else is a label.
+    assert get("vgpu_operator_unschedulable_pods", {"reason": "CardTypeMismatch"}) == 0
+    assert get("vgpu_operator_unschedulable_pods", {"reason": "AdmissionRejected"}) == 0
+    assert get("vgpu_operator_unschedulable_pods", {"reason": "made-up"}) is None
+    assert get("vgpu_operator_stranded_memory_bytes", {"node": "n1"}) == 4096 * 1024 * 1024
+    assert get("vgpu_operator_stranded_memory_bytes", {"node": "n2"}) == 0
+    queues["active"] = 0
+    assert get("vgpu_operator_pending_pods", {"queue": "active"}) == 0
+
+
+def test_preemptions_by_result_and_victims_per_preemption() -> None:
+    metrics = OperatorMetrics()
+    metrics.preemption(PreemptionResult.EVICTED, 3)
+    metrics.preemption(PreemptionResult.REFUSED, 1)
+    get = metrics.registry.get_sample_value
+    assert get("vgpu_operator_preemption_attempts_total", {"result": "evicted"}) == 1
+    assert get("vgpu_operator_preemption_attempts_total", {"result": "refused"}) == 1
+    assert get("vgpu_operator_preemption_attempts_total", {"result": "error"}) == 0
+    assert get("vgpu_operator_preemption_victims_count") == 2
+    assert get("vgpu_operator_preemption_victims_bucket", {"le": "2.0"}) == 1
+    assert get("vgpu_operator_preemption_victims_bucket", {"le": "4.0"}) == 2
 
 
 def test_device_and_quota_figures_are_read_at_scrape_time() -> None:
@@ -83,6 +114,7 @@ def test_webhook_answers_latency_api_errors_and_process_figures() -> None:
     assert get("vgpu_operator_pod_create_to_bound_seconds_bucket", {"le": "2.5"}) == 1
     assert get("vgpu_operator_pod_create_to_bound_seconds_bucket", {"le": "1.0"}) == 0
     assert get("vgpu_operator_api_errors_total", {"operation": "bind"}) == 1
+    assert get("vgpu_operator_api_errors_total", {"operation": "pod_watch"}) == 0
     assert get("process_cpu_seconds_total") is not None
 
 
@@ -140,7 +172,10 @@ def test_the_scrape_text_equals_the_generic_formatter_as_cards_change() -> None:
         DeviceUsageRow("n4", "GPU-4", "NVIDIA", "T4", 1, 4, 1, 2**40, 33, 300),
     ]
     quotas = {"team-a": {"limits.nvidia.com/gpumem": (3000, 10000)}}
-    metrics.read_state_from(lambda: rows, lambda: quotas)
+    waiting = ({"active": 1, "backoff": 0, "unschedulable": 2}, {"CardCordoned": 2})
+    metrics.read_state_from(
+        lambda: rows, lambda: quotas, waiting=lambda: waiting, stranded=lambda: {'n"2': 81920}
+    )
 
     def scrape() -> bytes:
         return asyncio.run(metrics.render_beside_the_loop())[0]

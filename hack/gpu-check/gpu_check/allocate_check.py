@@ -48,10 +48,14 @@ def share_pod(node: str, card_uuid: str, memory_mib: int, cores: int) -> dict[st
                 names.NVIDIA_DEVICES_TO_ALLOCATE: allocated,
                 names.NVIDIA_DEVICES_ALLOCATED: allocated,
                 names.BIND_PHASE: codec.BindPhase.ALLOCATING.value,
+                # The scheduler names the node it placed the pod on; the plugin checks it.
+                names.ASSIGNED_NODE: node,
             },
         },
         "spec": {
             "nodeName": node,
+            # The plugin serves only pods a trusted scheduler placed (this one's name).
+            "schedulerName": names.SCHEDULER_NAME,
             "containers": [
                 {
                     "name": "main",

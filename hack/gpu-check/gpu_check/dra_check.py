@@ -1,50 +1,77 @@
 """The ResourceSlice the agent's DRA driver would publish for the same reading.
 
-The DRA driver (``vgpu_operator.agent.dra``) is being written; until it is in the tree this
-step is skipped, saying so. Once it is, the step calls its ``resource_slices(status,
-node_name)`` (the inventory status read by the first step and the node's name, returning
-the ResourceSlice objects as mappings), prints them, and checks that every card of the
-inventory is a device of a slice (by UUID, wherever the slice keeps it).
+Built by the driver's own code (``vgpu_operator.agent.dra.shapes.card_shapes`` and
+``vgpu_operator.devices.dra.slice_wire``) from the inventory status the first step read,
+with the default device config's request defaults and the machine's sysfs for PCIe roots
+(the NVML backend only; a simulated machine has none). Every card the inventory reports
+in HAMi-core mode must be a device of the slice, with the same UUID, memory and NUMA node;
+cards in MIG mode are left out of the slice (the driver publishes no partitionable
+devices yet) and the step says so.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 import yaml
 
 from gpu_check.context import Run
 from gpu_check.outcome import CheckResult, failed, passed, skipped
+from vgpu_operator import resources
+from vgpu_operator.agent.dra import shapes, sysfs
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import dra
 
 NAME: Final = "DRA: the ResourceSlice"
-MODULE: Final = "vgpu_operator.agent.dra"
-ENTRY: Final = "resource_slices"
+
+
+def _defaults() -> shapes.RequestDefaults:
+    """What a claim naming no amount consumes under the default device config."""
+    nvidia = DeviceConfig().nvidia
+    return shapes.RequestDefaults(memory_mib=nvidia.default_memory, cores=nvidia.default_cores)
+
+
+def _attribute(device: Mapping[str, Any], name: str) -> Any:
+    value = (device.get("attributes") or {}).get(name) or {}
+    return next(iter(value.values()), None) if isinstance(value, Mapping) else None
+
+
+def _mismatches(card: resources.Device, device: Mapping[str, Any]) -> list[str]:
+    found: list[str] = []
+    memory = ((device.get("capacity") or {}).get("memory") or {}).get("value")
+    if memory != f"{card.memory_mib}Mi":  # device_wire's unit
+        found.append(f"{card.uuid}: memory {memory!r} in the slice, {card.memory_mib}Mi read")
+    numa = _attribute(device, dra.ATTR_NUMA_NODE)
+    if card.numa_node is not None and numa != card.numa_node:
+        found.append(f"{card.uuid}: NUMA node {numa!r} in the slice, {card.numa_node} read")
+    return found
 
 
 def resource_slice(run: Run) -> CheckResult:
-    try:
-        module = importlib.import_module(MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and MODULE.startswith(exc.name):
-            return skipped(NAME, f"the DRA driver ({MODULE}) is not in this tree yet")
-        return failed(NAME, f"{MODULE} does not import: {exc}")
-    entry = getattr(module, ENTRY, None)
-    if not callable(entry):
-        return skipped(
-            NAME,
-            f"{MODULE} has no {ENTRY}(status, node_name) yet; the check prints the slices "
-            "once it has",
-        )
     if run.status is None:
         return skipped(NAME, "no inventory reading (its check failed)")
-    slices: Sequence[Mapping[str, Any]] = list(entry(run.status, run.options.node_name))
-    document = yaml.safe_dump_all([dict(s) for s in slices], sort_keys=False)
-    details = ["```yaml", document.rstrip(), "```"]
-    text = json.dumps(slices, default=str)
-    missing = [d.uuid for d in run.status.devices if d.uuid not in text]
-    if missing:
-        return failed(NAME, f"cards of the inventory in no slice: {', '.join(missing)}", details)
-    return passed(NAME, f"{len(slices)} slice(s) covering every card", details, slices=slices)
+    real_sysfs = run.options.backend == "nvml"
+    cards = shapes.card_shapes(
+        run.status, _defaults(), sysfs.pcie_root if real_sysfs else (lambda bus_id: None)
+    )
+    wire = dra.slice_wire(run.options.node_name, cards, generation=1, owner=None)
+    details = ["```yaml", yaml.safe_dump(wire, sort_keys=False).rstrip(), "```"]
+    by_uuid = {_attribute(d, dra.ATTR_UUID): d for d in wire["spec"]["devices"]}
+    problems: list[str] = []
+    left_out: list[str] = []
+    for card in run.status.devices:
+        if card.mode is not resources.DeviceMode.HAMI_CORE:
+            left_out.append(f"{card.uuid} ({card.mode.value})")
+            continue
+        device = by_uuid.get(card.uuid)
+        if device is None:
+            problems.append(f"{card.uuid}: in the inventory, in no device of the slice")
+            continue
+        problems.extend(_mismatches(card, device))
+    if problems:
+        return failed(NAME, "; ".join(problems), details)
+    if not cards:
+        return skipped(NAME, "no card in HAMi-core mode: the slice would be empty", details)
+    note = f"; left out (not published yet): {', '.join(left_out)}" if left_out else ""
+    return passed(NAME, f"{len(cards)} device(s), one per HAMi-core card{note}", details)

@@ -30,7 +30,7 @@ from vgpu_operator.errors import CodecError
 CONTAINER_HOOK_DIR: Final = "/usr/local/vgpu"
 LOCK_DIR: Final = "/tmp/vgpulock"
 PRELOAD_FILE: Final = "/etc/ld.so.preload"
-DISABLE_CONTROL_ENV: Final = "CUDA_DISABLE_CONTROL"
+DISABLE_CONTROL_ENV: Final = names.ENV_DISABLE_CONTROL
 
 
 class AllocationError(Exception):

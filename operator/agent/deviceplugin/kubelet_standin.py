@@ -46,6 +46,8 @@ class ContainerSettings:
     envs: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[tuple[str, str, bool], ...] = ()  # (container path, host path, read-only)
     error: str | None = None
+    #: The pod's uid (a later pod of the same name is another pod).
+    uid: str = ""
 
 
 def requested(container: Mapping[str, Any], resource: str) -> int:
@@ -220,7 +222,11 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
         needed = count - len(chosen)
         if len(free) < needed:
             return ContainerSettings(
-                key, container, (), error=f"{count} {self.resource} wanted, {len(free)} free"
+                key,
+                container,
+                (),
+                error=f"{count} {self.resource} wanted, {len(free)} free",
+                uid=uid,
             )
         if needed and self._options.get_preferred_allocation_available:
             preferred = await stub.GetPreferredAllocation(
@@ -252,7 +258,7 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
                 )
             )
         except grpc.aio.AioRpcError as exc:
-            return ContainerSettings(key, container, tuple(chosen), error=exc.details())
+            return ContainerSettings(key, container, tuple(chosen), error=exc.details(), uid=uid)
         for device in chosen:
             self._in_use[device] = uid
         answer = response.container_responses[0]
@@ -262,6 +268,7 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
             tuple(chosen),
             dict(answer.envs),
             tuple((m.container_path, m.host_path, m.read_only) for m in answer.mounts),
+            uid=uid,
         )
 
 

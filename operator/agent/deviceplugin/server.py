@@ -143,14 +143,23 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
         self._pods = pods
         self._patch = patch
         self.settings = settings or NodeSettings()
+        #: Whose placements are served (``lookup``): the device config's schedulers.
+        self.schedulers: frozenset[str] = lookup.DEFAULT_SCHEDULERS
         self._changed = asyncio.Event()
         self._allocating = asyncio.Lock()
 
-    def apply_config(self, memory_scaling: float, core_policy: str) -> None:
-        """The device config changed: later Allocates use its settings."""
+    def apply_config(
+        self,
+        memory_scaling: float,
+        core_policy: str,
+        schedulers: frozenset[str] = lookup.DEFAULT_SCHEDULERS,
+    ) -> None:
+        """The device config changed: later Allocates use its settings, and serve only
+        pods the schedulers it trusts placed."""
         self.settings = replace(
             self.settings, device_memory_scaling=memory_scaling, core_policy=core_policy
         )
+        self.schedulers = schedulers
 
     def set_cards(self, cards: Sequence[Card]) -> None:
         """New readings (health, split): ListAndWatch sends the full list again."""
@@ -178,7 +187,7 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
         for wanted in request.container_requests:
             ids: list[str] = []
             try:
-                pod = lookup.pod_for(pods, self.node, wanted.allocation_size)
+                pod = lookup.pod_for(pods, self.node, wanted.allocation_size, self.schedulers)
                 entry = lookup.next_entry(pod) or ()
                 ids = preferred(
                     list(wanted.available_deviceIDs),
@@ -202,7 +211,13 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
                 for attempt in range(1, _ATTEMPTS + 1):
                     pods = await self._pods()
                     try:
-                        pod = lookup.pod_for(pods, self.node, len(ids))
+                        pod = lookup.pod_for(pods, self.node, len(ids), self.schedulers)
+                    except lookup.AmbiguousAllocation as exc:
+                        # None of them may start on devices meant for another.
+                        for candidate in exc.pods:
+                            await self._fail(candidate, str(exc))
+                        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+                        raise
                     except AllocationError as exc:
                         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
                         raise  # abort raises; this keeps type checkers sure

@@ -1,8 +1,9 @@
 """The processes the bench runs beside the control plane, and what it reads of them.
 
 The operator is ``vgpu-operator run --standalone`` in its own process (as in the demo
-and the tests); kube-scheduler and toxiproxy-server are the binaries ``build.sh --bench``
-caches. CPU seconds and resident memory come from /proc, sampled by ``Sampler``.
+and the tests); kube-scheduler (built with the control plane) and toxiproxy-server
+(``build.sh --bench``) are the cached binaries. CPU seconds and resident memory come from
+/proc, sampled by ``Sampler``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,17 +24,11 @@ from pathlib import Path
 from typing import IO, Final
 
 from vgpu_operator.demo.operator_process import OPERATOR_MAIN
+from vgpu_operator.testing.processes import free_port as free_port
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 _NO_PROXY: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def cpu_seconds(pid: int) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
+from vgpu_operator.agent.containers import ContainerCard
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.agent.readings import MIB, GpuReading, MachineReading
 
@@ -82,3 +83,20 @@ def test_exposition_uses_the_documented_names() -> None:
         "vgpu_agent_heartbeat_age_seconds",
     ):
         assert f"\n{name}" in text, name
+
+
+def test_container_info_names_only_this_nodes_cards_and_follows_changes() -> None:
+    metrics = AgentMetrics()
+    metrics.observe(_reading())
+    rows = {
+        ContainerCard("team", "p", "main", "GPU-a"),
+        ContainerCard("team", "p", "main", "GPU-elsewhere"),  # not a card of this node
+    }
+    metrics.containers("node-1", rows)
+    labels = {"namespace": "team", "pod": "p", "container": "main", "node": "node-1"}
+    assert _value(metrics, "vgpu_agent_container_device_info", **labels, UUID="GPU-a") == 1
+    assert (
+        _value(metrics, "vgpu_agent_container_device_info", **labels, UUID="GPU-elsewhere") is None
+    )
+    metrics.containers("node-1", set())
+    assert _value(metrics, "vgpu_agent_container_device_info", **labels, UUID="GPU-a") is None

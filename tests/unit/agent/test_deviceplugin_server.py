@@ -181,7 +181,8 @@ def test_allocate_hands_the_container_its_share_and_consumes_the_entry(tmp_path:
 
 def test_an_ambiguous_allocate_is_refused_and_nobody_is_served(tmp_path: Path) -> None:
     """Two pods wait on this node for one device each, on different cards: kubelet's IDs
-    alone cannot say which container this is, so the plugin refuses instead of guessing."""
+    alone cannot say which container this is, so the plugin refuses instead of guessing,
+    and marks both failed with an Event each (a decoy must not leave a pod hanging)."""
     api = FakeApi(
         [
             bound_pod("first", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:00Z"),
@@ -199,6 +200,50 @@ def test_an_ambiguous_allocate_is_refused_and_nobody_is_served(tmp_path: Path) -
         run(_with_plugin(tmp_path, api, body))
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "refusing to guess" in (refused.value.details() or "")
+    assert sorted(api.patches) == [
+        ("first", {names.BIND_PHASE: "failed"}),
+        ("second", {names.BIND_PHASE: "failed"}),
+    ]
+    assert sorted((name, reason) for name, reason, _ in api.events) == [
+        ("first", "GpuAllocateFailed"),
+        ("second", "GpuAllocateFailed"),
+    ]
+    assert all("ns/first, ns/second" in message for _, _, message in api.events)
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        pytest.param(lambda p: p["spec"].__setitem__("schedulerName", "other"), id="other"),
+        pytest.param(lambda p: p["spec"].pop("schedulerName"), id="default-scheduler"),
+        pytest.param(
+            lambda p: p["metadata"]["annotations"].pop(names.ASSIGNED_NODE), id="no-vgpu-node"
+        ),
+        pytest.param(
+            lambda p: p["metadata"]["annotations"].__setitem__(names.ASSIGNED_NODE, "elsewhere"),
+            id="another-vgpu-node",
+        ),
+    ],
+)
+def test_a_pod_no_trusted_scheduler_placed_is_not_served(tmp_path: Path, forge: Any) -> None:
+    """A pod its creator bound here with hand-written annotations (or another scheduler
+    placed) is no candidate: the pod this scheduler bound is served, alone."""
+    decoy = bound_pod("decoy", [[("GPU-a", 46068, 100)]], "2026-01-01T00:00:00Z")
+    forge(decoy)
+    api = FakeApi([decoy, bound_pod("real", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:01Z")])
+    response = _allocate_one(tmp_path, api)
+    envs = response.container_responses[0].envs
+    assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1000m"
+    assert [name for name, _ in api.patches] == ["real"]
+
+
+def test_a_decoy_alone_is_refused_saying_why(tmp_path: Path) -> None:
+    decoy = bound_pod("decoy", [[("GPU-a", 46068, 100)]], "2026-01-01T00:00:00Z")
+    decoy["spec"]["schedulerName"] = "other"
+    api = FakeApi([decoy])
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        _allocate_one(tmp_path, api)
+    assert "were not placed by vgpu-scheduler and are not served" in (refused.value.details() or "")
     assert api.patches == []
 
 

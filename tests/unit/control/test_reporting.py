@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from vgpu_operator.control.reporting import (
+    condition_reasons,
     failed_scheduling_message,
     preempted_message,
     preempting_message,
@@ -150,3 +151,30 @@ def test_eviction_carries_the_uid_precondition_when_known() -> None:
     assert body["kind"] == "Eviction"
     assert body["deleteOptions"] == {"preconditions": {"uid": "u-1"}}
     assert "deleteOptions" not in eviction_body("ml", "batch", "")
+
+
+def test_the_metric_reasons_are_the_condition_messages() -> None:
+    """``unschedulable_pods{reason}`` counts a pod under each reason its condition message
+    names (each node's main reason, without the node annotation that caused it)."""
+    diagnosis = Diagnosis(
+        {
+            "a": NodeFailure({Reason.CARD_INSUFFICIENT_MEMORY: 3, Reason.CARD_TYPE_MISMATCH: 1}),
+            "b": NodeFailure(
+                {Reason.CARD_TYPE_MISMATCH: 4},
+                refused_by={Reason.CARD_TYPE_MISMATCH: frozenset({"nvidia.com/use-gputype"})},
+            ),
+            "c": NodeFailure({Reason.NODE_UNTOLERATED_TAINT: 1}),
+        },
+        4,
+    )
+    assert diagnosis.message() == (
+        "1/4 nodes are available: 1 CardInsufficientMemory, "
+        "1 CardTypeMismatch (node annotation nvidia.com/use-gputype), 1 NodeUntoleratedTaint."
+    )
+    assert condition_reasons(diagnosis) == (
+        "CardInsufficientMemory",
+        "CardTypeMismatch",
+        "NodeUntoleratedTaint",
+    )
+    assert condition_reasons(Diagnosis({}, 0)) == ("NoNodes",)
+    assert condition_reasons(Diagnosis({}, 3, error="bad gpumem")) == ("InvalidRequest",)

@@ -182,3 +182,25 @@ def _diagnosis(*reasons: dict[Reason, int]) -> Diagnosis:
 )
 def test_release_could_help(diagnosis: Diagnosis, helps: bool) -> None:
     assert release_could_help(diagnosis) is helps
+
+
+def test_the_census_names_kube_schedulers_queues(q: SchedulingQueue, clock: Clock) -> None:
+    """active: due now; backoff: waiting for its backoff; unschedulable: parked, with the
+    reasons it was parked with; a pod being decided is in none."""
+    for name in ("a", "b", "c", "d"):
+        q.add(f"ns/{name}", name)
+    assert q.pop() == "ns/a"
+    q.park("ns/a", reasons=("CardInsufficientMemory", "NodeUntoleratedTaint"))
+    assert q.pop() == "ns/b"
+    q.retry_later("ns/b")  # backing off for 1 s
+    assert q.pop() == "ns/c"  # in flight
+    census = q.census()
+    assert census.pods == {"active": 1, "backoff": 1, "unschedulable": 1}
+    assert census.unschedulable_reasons == {"CardInsufficientMemory": 1, "NodeUntoleratedTaint": 1}
+    # Woken before its backoff ends, the parked pod backs off; its reasons are gone.
+    q.wake(ClusterEvent.NODE_CHANGED)
+    census = q.census()
+    assert census.pods == {"active": 1, "backoff": 2, "unschedulable": 0}
+    assert census.unschedulable_reasons == {}
+    clock.now += 2
+    assert q.census().pods == {"active": 3, "backoff": 0, "unschedulable": 0}

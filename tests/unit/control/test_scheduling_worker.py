@@ -22,6 +22,7 @@ from vgpu_operator.devices import model
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics
+from vgpu_operator.scheduling.allocation_gate import GateHolder
 from vgpu_operator.scheduling.cluster import Decision
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 
@@ -39,6 +40,8 @@ class Engine:
         self.cancelled: list[str] = []
         self.shut: set[str] = set()
         self.gate_enabled = True
+        #: How long the pod holding a shut node's gate has held it.
+        self.held_s = 12.0
 
     def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
@@ -48,7 +51,7 @@ class Engine:
             raise decision
         return decision
 
-    def confirm(self, key: str) -> None:
+    def confirm(self, key: str, now: float | None = None) -> None:
         self.log.append(f"confirm {key}")
 
     def rollback(self, key: str) -> None:
@@ -64,6 +67,9 @@ class Engine:
     def allocation_error(self, key: str) -> str | None:
         return None
 
+    def allocation_warning(self, key: str) -> str | None:
+        return None
+
     def expired_gates(self, now: float) -> list[tuple[str, str]]:
         return []
 
@@ -72,6 +78,11 @@ class Engine:
 
     def bind_gate_enabled(self) -> bool:
         return self.gate_enabled
+
+    def gate_holder(self, node_name: str, now: float) -> GateHolder | None:
+        if node_name not in self.shut:
+            return None
+        return GateHolder("ns/holder", self.held_s, 60.0 - self.held_s)
 
     def remove_pod(self, key: str) -> None:
         self.log.append(f"remove {key}")
@@ -138,6 +149,12 @@ class Reporter:
     async def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
         self.reports.append(("scheduled", pod["metadata"]["name"], node))
 
+    async def gated(self, pod: Mapping[str, Any], message: str) -> None:
+        self.reports.append(("gated", pod["metadata"]["name"], message))
+
+    async def preemption_blocked(self, pod: Mapping[str, Any], message: str) -> None:
+        self.reports.append(("preemption_blocked", pod["metadata"]["name"], message))
+
 
 class Clock:
     def __init__(self) -> None:
@@ -148,7 +165,7 @@ class Clock:
 
 
 class Rig:
-    def __init__(self, max_binds: int = 4) -> None:
+    def __init__(self, max_binds: int = 4, gate_report_after_s: float = 60.0) -> None:
         self.clock = Clock()
         self.engine = Engine()
         self.queue = SchedulingQueue(clock=self.clock, notify=lambda: self.worker.poke())
@@ -168,6 +185,7 @@ class Rig:
             max_binds_in_flight=max_binds,
             clock=self.clock,
             wall_clock=lambda: 1_000.0,
+            gate_report_after_s=gate_report_after_s,
         )
 
     async def _resync(self) -> None:
@@ -188,6 +206,15 @@ class Rig:
             "vgpu_operator_scheduling_attempts_total", {"result": result}
         )
         return value or 0.0
+
+    def preemptions(self, result: str) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "vgpu_operator_preemption_attempts_total", {"result": result}
+        )
+        return value or 0.0
+
+    def waiting_reasons(self) -> dict[str, int]:
+        return dict(self.queue.census().unschedulable_reasons)
 
 
 def pod(name: str, version: int, node: str | None = None) -> dict[str, Any]:
@@ -257,6 +284,64 @@ def test_bindings_wait_in_order_for_the_nodes_allocation_gate() -> None:
     assert seen[1] == ["plain", "a", "b"]
     assert rig.attempts("gated") == 2
     assert rig.reporter.reports.count(("scheduled", "a", "n1")) == 1
+
+
+def test_a_long_wait_at_the_gate_shows_on_the_pod_once() -> None:
+    """A Binding kept waiting by another pod's silent device plugin is reported on its
+    pod (condition and Event, with who holds the gate and until when), once."""
+    gpu = {"NVIDIA": ((model.ContainerDevice("GPU-0", "NVIDIA", 1024, 10),),)}
+
+    async def scenario() -> Rig:
+        rig = Rig(gate_report_after_s=0.0)
+        rig.engine.shut.add("n1")
+        rig.engine.decisions["ns/a"] = Decision(
+            "ns/a", True, "n1", devices=gpu, annotations=ANNOTATIONS
+        )
+        rig.add("a")
+        rig.decide_next()
+        await _until(lambda: any(r[0] == "gated" for r in rig.reporter.reports))
+        rig.worker.node_settled("n1")  # woken, still shut: no second report
+        await asyncio.sleep(0.02)
+        rig.engine.shut.discard("n1")
+        rig.worker.node_settled("n1")
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    gated = [r for r in rig.reporter.reports if r[0] == "gated"]
+    assert len(gated) == 1
+    assert "pod ns/holder was bound there 12 s ago" in gated[0][2]
+    assert "in 48 s at the latest" in gated[0][2]
+    assert [b[0] for b in rig.binder.bound] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("report_after_s", "held_s"),
+    [pytest.param(60.0, 12.0, id="short-wait"), pytest.param(0.05, 0.0, id="young-holder")],
+)
+def test_a_wait_in_a_prompt_queue_is_not_reported(report_after_s: float, held_s: float) -> None:
+    """Not reported: a short wait, nor a long one behind holders that answer promptly
+    (a burst's queue), however often the worker looks."""
+    gpu = {"NVIDIA": ((model.ContainerDevice("GPU-0", "NVIDIA", 1024, 10),),)}
+
+    async def scenario() -> Rig:
+        rig = Rig(gate_report_after_s=report_after_s)
+        rig.engine.held_s = held_s
+        rig.engine.shut.add("n1")
+        rig.engine.decisions["ns/a"] = Decision(
+            "ns/a", True, "n1", devices=gpu, annotations=ANNOTATIONS
+        )
+        rig.add("a")
+        rig.decide_next()
+        await asyncio.sleep(0.3)
+        rig.engine.shut.discard("n1")
+        rig.worker.node_settled("n1")
+        await settle(rig)
+        return rig
+
+    rig = asyncio.run(scenario())
+    assert not any(r[0] == "gated" for r in rig.reporter.reports)
+    assert [b[0] for b in rig.binder.bound] == ["a"]
 
 
 @pytest.mark.parametrize(("gate_enabled", "together"), [(True, 1), (False, 3)])
@@ -401,6 +486,8 @@ def test_pod_that_does_not_fit_is_parked_and_reported() -> None:
     assert rig.queue.parked_count == 1
     assert rig.binder.bound == []
     assert rig.attempts("unschedulable") == 1
+    # The metric's reason is the condition message's: CardInsufficientMemory.
+    assert rig.waiting_reasons() == {"CardInsufficientMemory": 1}
 
 
 def test_rejected_pod_is_parked_with_the_admission_message() -> None:
@@ -416,6 +503,7 @@ def test_rejected_pod_is_parked_with_the_admission_message() -> None:
     assert rig.reporter.reports == [("rejected", "a", "quota exceeded")]
     assert rig.queue.parked_count == 1
     assert rig.attempts("rejected") == 1
+    assert rig.waiting_reasons() == {"AdmissionRejected": 1}
 
 
 def test_engine_error_does_not_stop_the_worker() -> None:
@@ -434,6 +522,7 @@ def test_engine_error_does_not_stop_the_worker() -> None:
     assert "bad annotation" in rig.reporter.reports[0][2]
     assert [b[0] for b in rig.binder.bound] == ["b"]
     assert rig.attempts("error") == 1
+    assert rig.waiting_reasons() == {"SchedulingError": 1}
 
 
 class ToggleGate:
@@ -580,18 +669,30 @@ def test_preempting_pod_is_nominated_and_its_victims_evicted_not_bound() -> None
     assert rig.queue.parked_count == 1  # waits for the victims to go
     assert rig.reporter.reports == []
     assert rig.attempts("preempting") == 1
+    assert rig.preemptions("evicted") == 1
+    assert rig.preemptions("refused") == rig.preemptions("error") == 0
+    get = rig.metrics.registry.get_sample_value
+    assert get("vgpu_operator_preemption_victims_sum") == 2
+    assert get("vgpu_operator_preemption_victims_bucket", {"le": "1.0"}) == 0
+    assert get("vgpu_operator_preemption_victims_bucket", {"le": "2.0"}) == 1
+    assert rig.waiting_reasons() == {"CardInsufficientMemory": 1}
 
 
-def test_refused_eviction_gives_the_preemption_up() -> None:
+def test_refused_eviction_stops_the_preemption_and_says_why() -> None:
     rig, preemptor = run(PREEMPTING, v1=EvictOutcome.REFUSED)
-    assert "evict ns/v2" in preemptor.log  # the others are still evicted
+    assert "evict ns/v2" not in preemptor.log  # nothing more is evicted for nothing
     assert not any(line.startswith("preempted ns/v1") for line in preemptor.log)
     assert rig.engine.cancelled == ["ns/a"]
     assert preemptor.log[-1] == "nominate a None"
+    (blocked,) = [r for r in rig.reporter.reports if r[0] == "preemption_blocked"]
+    assert "the eviction of ns/v1 was refused" in blocked[2]
+    assert "no pod was evicted" in blocked[2]
     assert rig.queue.parked_count == 0  # decided again after its backoff
     assert rig.queue.pop() is None
     rig.clock.now += 60
     assert rig.queue.pop() == "ns/a"
+    assert rig.preemptions("refused") == 1
+    assert rig.preemptions("evicted") == 0
 
 
 def test_victim_already_gone_is_no_refusal() -> None:
@@ -603,6 +704,23 @@ def test_victim_already_gone_is_no_refusal() -> None:
 def test_api_error_gives_the_preemption_up() -> None:
     rig, _ = run(PREEMPTING, v1=RuntimeError("apiserver down"))
     assert rig.engine.cancelled == ["ns/a"]
+    assert rig.preemptions("error") == 1
+    assert rig.preemptions("refused") == 0
+
+
+def test_a_preemption_a_budget_blocks_is_reported_as_a_warning() -> None:
+    blocked = Decision(
+        "ns/a",
+        False,
+        diagnosis=NO_MEMORY,
+        preemption_blocked="Preemption would have to evict ns/db-0 (PodDisruptionBudget ns/db)",
+    )
+    rig, preemptor = run(blocked)
+    assert preemptor.log == []
+    ((kind, name, message),) = rig.reporter.reports
+    assert (kind, name) == ("preemption_blocked", "a")
+    assert message.startswith(NO_MEMORY.message())
+    assert "PodDisruptionBudget ns/db" in message
 
 
 def test_waiting_for_victims_is_parked_quietly() -> None:
@@ -610,6 +728,7 @@ def test_waiting_for_victims_is_parked_quietly() -> None:
     assert preemptor.log == []
     assert rig.reporter.reports == []
     assert rig.queue.parked_count == 1
+    assert rig.metrics.registry.get_sample_value("vgpu_operator_preemption_victims_count") == 0
 
 
 @pytest.mark.parametrize(("slice_s", "first_turn"), [(0.0, 1), (60.0, 10)])

@@ -73,6 +73,9 @@ class FakeEngine:
     def allocation_error(self, key: str) -> str | None:
         return None
 
+    def allocation_warning(self, key: str) -> str | None:
+        return None
+
     def expired_gates(self, now: float) -> list[tuple[str, str]]:
         expired, self.expired = self.expired, []
         return expired
@@ -235,6 +238,30 @@ def test_end_of_a_device_holder_wakes_parked_pods(
     assert queue.parked_count == 0
     clock.now += 1
     assert queue.pop() == "ns/w"
+
+
+def _with_init(pod_: dict[str, Any], exit_code: int | None) -> dict[str, Any]:
+    pod_["spec"]["initContainers"] = [{"name": "prepare"}]
+    state = {"running": {}} if exit_code is None else {"terminated": {"exitCode": exit_code}}
+    pod_["status"]["initContainerStatuses"] = [{"name": "prepare", "state": state}]
+    return pod_
+
+
+def test_finished_init_containers_of_a_holder_wake_parked_pods_once(
+    feed: StateFeed, queue: SchedulingQueue, clock: Clock
+) -> None:
+    feed.pod_event("ADDED", _with_init(bound("h", 2), None))
+    feed.pod_event("ADDED", pod("w", 1))
+    park(queue, "ns/w")
+    feed.pod_event("MODIFIED", _with_init(bound("h", 3), 1))
+    assert queue.parked_count == 1  # a failed init container releases nothing
+    feed.pod_event("MODIFIED", _with_init(bound("h", 4), 0))
+    assert queue.parked_count == 0  # its init share is released
+    clock.now += 1
+    assert queue.pop() == "ns/w"
+    queue.park("ns/w")
+    feed.pod_event("MODIFIED", _with_init(bound("h", 5), 0))
+    assert queue.parked_count == 1  # released already: nothing new
 
 
 def test_device_plugin_answer_opens_the_nodes_gate(feed: StateFeed) -> None:

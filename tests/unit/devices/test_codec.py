@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from vgpu_operator import errors, names
@@ -61,8 +63,13 @@ def dev(uuid: str, memory_mib: int, cores: int, vendor: str = "NVIDIA") -> model
             '"numa":1,"mode":"mig","health":true,"migProfiles":[{"name":"1g.10gb",'
             '"memoryMB":9728,"core":15,"sliceCount":1,"placements":[{"start":0,"size":1}]}],'
             '"custominfo":{"x":1},"devicevendor":"NVIDIA"}]',
-            [card(index=3, count=7, memory_mib=40960, type="A100", numa=1, mode="mig")],
-            id="unknown-fields-ignored",
+            [
+                dataclasses.replace(
+                    card(index=3, count=7, memory_mib=40960, type="A100", numa=1, mode="mig"),
+                    mig_profiles=(model.MigProfile("1g.10gb", 9728, 15, 1, ((0, 1),)),),
+                )
+            ],
+            id="unknown-fields-ignored-mig-profiles-read",
         ),
         pytest.param(
             '[{"ID":"GPU-a0","Count":10,"DEVMEM":81920,"devCore":100,"Type":"T","Health":true,'
@@ -149,6 +156,19 @@ def test_decode_node_devices_vendor_is_stamped_on_every_card() -> None:
         pytest.param('[{"health":"true"}]', id="health-is-string"),
         pytest.param('[{"mode":1}]', id="mode-not-string"),
         pytest.param('[{"numa":NaN}]', id="nan"),
+        pytest.param('[{"migProfiles":{}}]', id="mig-profiles-not-a-list"),
+        pytest.param('[{"migProfiles":[7]}]', id="mig-profile-not-an-object"),
+        pytest.param('[{"migProfiles":[{"name":1}]}]', id="mig-profile-name-not-string"),
+        pytest.param('[{"migProfiles":[{"memoryMB":true}]}]', id="mig-profile-memory-bool"),
+        pytest.param('[{"migProfiles":[{"placements":{}}]}]', id="mig-placements-not-a-list"),
+        pytest.param(
+            '[{"migProfiles":[{"placements":[{"start":-1,"size":1}]}]}]',
+            id="mig-placement-negative-start",
+        ),
+        pytest.param(
+            '[{"migProfiles":[{"placements":[{"start":0,"size":4294967296}]}]}]',
+            id="mig-placement-size-over-uint32",
+        ),
         pytest.param("GPU-a0,10,1024,100,T,0,true,0:", id="eight-fields"),
         pytest.param("GPU-a0,10,1024,100,T,0:", id="six-fields"),
         pytest.param("GPU-a0,10,1024,100,T,0,true,0,m,x:", id="ten-fields"),
@@ -187,6 +207,22 @@ def test_encode_node_devices_json_matches_hami_marshal() -> None:
         '{"id":"GPU-a1","index":1,"count":10,"devmem":81920,"devcore":100,'
         '"type":"A\\u003c\\u0026\\u003eB","numa":1,"mode":"mig"}]'
     )
+
+
+def test_mig_profiles_are_written_as_hami_v2_10_marshals_them_and_read_back() -> None:
+    profiles = (
+        model.MigProfile("1g.10gb", 9728, 15, 1, ((0, 1), (6, 1))),
+        model.MigProfile("7g.80gb", 80896, 100, 8),
+    )
+    devices = [dataclasses.replace(card(mode="mig"), mig_profiles=profiles)]
+    encoded = codec.encode_node_devices_json(devices)
+    assert (
+        '"mode":"mig","migProfiles":[{"name":"1g.10gb","memoryMB":9728,"core":15,'
+        '"sliceCount":1,"placements":[{"start":0,"size":1},{"start":6,"size":1}]},'
+        '{"name":"7g.80gb","memoryMB":80896,"core":100,"sliceCount":8,"placements":null}],'
+        '"health":true'
+    ) in encoded
+    assert codec.decode_node_devices(encoded) == devices
 
 
 def test_encode_node_devices_json_unhealthy_card_decodes_unhealthy() -> None:

@@ -62,11 +62,6 @@ def env(pod: Mapping[str, Any], position: int = 0) -> list[tuple[str, str]]:
             "container c0 is privileged",
             id="privileged-sidecar-of-gpu-pod",
         ),
-        pytest.param(
-            make_pod("p").container(gpu=1).spec("nodeName", "node-a").obj(),
-            "pod has node assigned",
-            id="node-name-already-set",
-        ),
     ],
 )
 def test_admit_impossible_pod_refused(pod: Json, message: str) -> None:
@@ -74,6 +69,27 @@ def test_admit_impossible_pod_refused(pod: Json, message: str) -> None:
     assert not result.allowed
     assert result.handled
     assert message in result.message
+
+
+def test_a_pod_bound_by_its_creator_is_passed_unchanged() -> None:
+    """Nothing to route: the admission policy decides (by the namespace's labels, which
+    the operator does not read), and the books and the device plugin give it nothing."""
+    pod = make_pod("p").container(gpu=1).spec("nodeName", "node-a").obj()
+    result = state().admit(pod)
+    assert result.allowed
+    assert not result.handled
+    assert result.pod == pod
+
+
+def test_a_refusal_quoting_a_huge_value_is_bounded() -> None:
+    """A 200 kB annotation must not come back as a 200 kB answer, condition or log line."""
+    huge = "slot=1," * 30_000
+    pod = make_pod("p").container(gpu=1).annotate("hami.io/device-scoring-weights", huge).obj()
+    result = state().admit(pod)
+    assert not result.allowed
+    assert len(result.message) < 1100
+    assert result.message.startswith("annotation hami.io/device-scoring-weights=")
+    assert "more characters" in result.message
 
 
 def test_admit_pod_without_containers_refused() -> None:

@@ -91,29 +91,75 @@ def bound_by_another(state: ClusterState, name: str, node: str, at: int) -> Json
         names.NVIDIA_DEVICES_TO_ALLOCATE: f"GPU-{node}0,NVIDIA,1024,0:;",
     }
     pod["spec"]["nodeName"] = node
+    pod["spec"]["schedulerName"] = names.SCHEDULER_NAME
     pod["status"] = {"phase": "Pending"}
     return pod
 
 
-def test_the_gate_times_out_and_is_reported_once() -> None:
+def test_the_gate_times_out_on_the_operators_clock_and_is_reported_once() -> None:
+    """A holder found already allocating (another replica bound it) is timed from the
+    operator's first look at the gate, whatever its bind-time says."""
     state = two_nodes()
     state.set_pod(bound_by_another(state, "x", "a", 100))
     state.set_pod(bound_by_another(state, "y", "b", 100))
-    assert not state.bind_gate_open("a", "t/p", 150)
-    assert state.expired_gates(150) == []
-    assert state.expired_gates(161) == [("a", "t/x"), ("b", "t/y")]
-    assert state.expired_gates(170) == []
-    assert state.bind_gate_open("a", "t/p", 161)
+    assert not state.bind_gate_open("a", "t/p", 150)  # the clock of x starts here
+    assert state.expired_gates(150) == []  # and that of y
+    assert state.expired_gates(209) == []
+    assert state.expired_gates(211) == [("a", "t/x"), ("b", "t/y")]
+    assert state.expired_gates(300) == []
+    assert state.bind_gate_open("a", "t/p", 211)
 
 
-def test_unreadable_bind_time_does_not_shut_the_node_for_good() -> None:
+@pytest.mark.parametrize("bind_time", ["yesterday", "4102444800", "2099-01-01T00:00:00Z", "0"])
+def test_a_pods_bind_time_is_never_read(bind_time: str) -> None:
+    """Neither a time in the future (which held a node shut) nor one long past (which
+    let the next pod through at once) nor an unreadable one moves the gate."""
     state = two_nodes()
     pod = bound_by_another(state, "x", "a", 100)
-    pod["metadata"]["annotations"][names.BIND_TIME] = "yesterday"
+    pod["metadata"]["annotations"][names.BIND_TIME] = bind_time
     state.set_pod(pod)
     assert state.gate_holders() == {"a": ["t/x"]}
-    assert state.bind_gate_open("a", "t/p", 1000)
-    assert state.expired_gates(1000) == [("a", "t/x")]
+    assert not state.bind_gate_open("a", "t/p", 1000)
+    assert not state.bind_gate_open("a", "t/p", 1060)
+    assert state.expired_gates(1061) == [("a", "t/x")]
+    assert state.bind_gate_open("a", "t/p", 1061)
+
+
+def test_the_gate_is_timed_from_the_binding_not_the_decision() -> None:
+    """A pod decided at 100 that waited for the gate until 500 holds it from its Binding:
+    the pod after it is not let through the moment it is bound."""
+    state = two_nodes()
+    decision = state.schedule(gpu_pod("p1"), 100)
+    assert decision.scheduled
+    state.confirm("t/p1", now=500)
+    state.set_pod(bound(gpu_pod("p1"), decision, phase="Pending"))
+    node = str(decision.node)
+    assert not state.bind_gate_open(node, "t/p2", 501)
+    assert not state.bind_gate_open(node, "t/p2", 560)
+    assert state.bind_gate_open(node, "t/p2", 561)
+    holder = state.gate_holder(node, 530)
+    assert holder is not None
+    assert holder.pod == "t/p1"
+    assert holder.held_s == pytest.approx(30)
+    assert holder.opens_in_s == pytest.approx(30)
+
+
+def test_a_pod_holds_the_gate_once() -> None:
+    """Once answered (or timed out), a pod that says allocating again holds nothing."""
+    state = two_nodes()
+    pod = bound_by_another(state, "x", "a", 100)
+    state.set_pod(pod)
+    state.set_pod(with_phase(pod, "success"))
+    state.set_pod(with_phase(pod, "allocating"))
+    assert state.gate_holders() == {}
+    assert state.bind_gate_open("a", "t/p", 100)
+    timed_out = bound_by_another(state, "y", "b", 100)
+    state.set_pod(timed_out)
+    state.expired_gates(100)
+    assert state.expired_gates(161) == [("b", "t/y")]
+    state.set_pod(with_phase(timed_out, "success"))
+    state.set_pod(with_phase(timed_out, "allocating"))
+    assert state.bind_gate_open("b", "t/p", 162)
 
 
 @pytest.mark.parametrize(
@@ -155,6 +201,17 @@ def test_failed_allocation_releases_the_booking() -> None:
     assert any(row.used_slots for row in state.device_usage())
     state.set_pod(with_phase(pod, "failed"))
     assert not any(row.used_slots for row in state.device_usage())
+
+
+def test_a_pod_that_got_its_devices_and_says_failed_later_keeps_its_booking() -> None:
+    """Its plugin's first answer was success: its containers run on the devices, and only
+    its end releases them (a tenant's edit must not free the card under it)."""
+    state = two_nodes()
+    pod = bound_by_another(state, "x", "a", 100)
+    state.set_pod(pod)
+    state.set_pod(with_phase(pod, "success"))
+    state.set_pod(with_phase(pod, "failed"))
+    assert any(row.used_slots for row in state.device_usage())
 
 
 def test_pods_without_devices_hold_no_gate() -> None:

@@ -36,17 +36,36 @@ def test_a_status_update_keeps_the_booking() -> None:
     assert sum(slots for slots, _ in before.values()) == 1
 
 
-def test_an_update_to_other_shares_moves_the_booking() -> None:
+def test_an_edit_of_the_allocation_after_binding_changes_nothing() -> None:
+    """A tenant may edit their pod's annotations (where no admission policy stops them):
+    the books keep the allocation the pod was bound with, and say so."""
     state = cluster(make_node("n").gpu("GPU-0").gpu("GPU-1"))
     pod = _placed(state)
-    held = next(uuid for uuid, (slots, _) in _usage(state).items() if slots)
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    before = _usage(state)
+    held = next(uuid for uuid, (slots, _) in before.items() if slots)
     other = "GPU-1" if held == "GPU-0" else "GPU-0"
-    moved = copy.deepcopy(pod)
-    moved["metadata"]["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = f"{other},NVIDIA,6000,0:;"
-    state.set_pod(moved)
-    usage = _usage(state)
-    assert usage[other] == (1, 6000)
-    assert usage[held] == (0, 0)
+    for forged in (f"{other},NVIDIA,6000,0:;", f"{held},NVIDIA,1,0:;", ""):
+        moved = copy.deepcopy(pod)
+        moved["metadata"]["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = forged
+        state.set_pod(moved)
+        assert _usage(state) == before
+        assert "changed after it was bound" in (state.allocation_warning(key) or "")
+    state.set_pod(pod)
+    assert state.allocation_warning(key) is None
+    assert state.drifted_nodes() == []
+
+
+def test_a_pod_recreated_under_the_same_name_is_read_afresh() -> None:
+    state = cluster(make_node("n").gpu("GPU-0").gpu("GPU-1"))
+    pod = _placed(state)
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    state.remove_pod(key)
+    again = copy.deepcopy(pod)
+    again["metadata"]["uid"] = "another"
+    again["metadata"]["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = "GPU-1,NVIDIA,4000,0:;"
+    state.set_pod(again)
+    assert _usage(state)["GPU-1"] == (1, 4000)
 
 
 def test_a_status_update_refreshes_what_preemption_reads() -> None:
@@ -88,3 +107,17 @@ def test_a_resized_container_is_read_again() -> None:
     state.set_pod(resized)
     assert state._pods[key].requests != before
     assert state._pods[key].requests.cpu == 3
+
+
+def test_an_allocation_naming_a_malformed_mig_instance_books_nothing() -> None:
+    state = cluster(make_node("n").gpu("GPU-0"))
+    pod = (
+        make_pod("odd")
+        .container(gpu=1, gpumem=1000)
+        .on_node("n", "GPU-0[x,NVIDIA,1000,0:;")
+        .phase("Running")
+        .obj()
+    )
+    state.set_pod(pod)
+    assert "malformed MIG UUID" in (state.allocation_error("default/odd") or "")
+    assert _usage(state) == {"GPU-0": (0, 0)}

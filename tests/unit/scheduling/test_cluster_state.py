@@ -571,3 +571,15 @@ def test_a_retried_pod_is_admitted_and_parsed_once_until_something_it_depends_on
     changed = make_pod("p").container(1, 500).obj()  # the pod itself changed
     assert state.schedule(changed, now=3.0).scheduled
     assert state.admissions == 3
+
+
+def test_a_node_on_the_dra_path_offers_no_device_plugin_share() -> None:
+    from vgpu_operator.devices import dra
+
+    state = cluster(make_node("n").gpu("GPU-0").label(dra.NODE_PATH_LABEL, dra.PATH_DRA))
+    # Its cards are DRA devices (the agent publishes a ResourceSlice and runs no device
+    # plugin there): an annotation-protocol pod must not be placed on them too.
+    assert not state.schedule(POD.obj(), 0).scheduled
+    assert booked(state) == {}
+    back = cluster(make_node("n").gpu("GPU-0").label(dra.NODE_PATH_LABEL, dra.PATH_DEVICE_PLUGIN))
+    assert back.schedule(POD.obj(), 0).scheduled

@@ -157,6 +157,23 @@ def test_other_controller_kinds_move_when_named() -> None:
     assert defrag.replacement_rule(impostor, defrag.PlanOptions()) is None
 
 
+def test_only_pods_this_operator_placed_move() -> None:
+    # HAMi's scheduler is trusted (its allocations are booked), but it, not this
+    # operator, would place a replacement: its pod p8 stays, and p10 moves instead.
+    nodes, pods = two_half_full_cards()
+    trusting = load_config({"scheduler": {"trustedSchedulerNames": ["hami-scheduler"]}})
+    pods[1] = running_pod("p8", "a", "GPU-a1", 8 * GIB, scheduler="hami-scheduler")
+    state = state_with(*nodes, pods=pods, config=trusting)
+    w = waiting_pod("w", 12 * GIB)
+    plan = only_plan(defrag.plan(state, [w], pods, 0.0))
+    assert [m.pod for m in plan.moves] == ["default/p10"]
+    pods[0] = running_pod("p10", "a", "GPU-a0", 10 * GIB, scheduler="hami-scheduler")
+    state = state_with(*nodes, pods=pods, config=trusting)
+    report = defrag.plan(state, [w], pods, 0.0)
+    assert report.fragmented == ("default/w",)
+    assert report.plans == ()
+
+
 def test_pods_of_higher_priority_stay() -> None:
     nodes, pods = two_half_full_cards()
     pods[1] = running_pod("p8", "a", "GPU-a1", 8 * GIB, priority=10)

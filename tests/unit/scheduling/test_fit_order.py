@@ -335,15 +335,15 @@ def test_mig_card_retried_for_several_instances() -> None:
     assert [p.card.id for p in result.picks] == ["GPU-m", "GPU-m", "GPU-m"]
 
 
-def test_mig_card_out_of_instances_custom_filter_rule() -> None:
+def test_mig_card_out_of_instances_is_topology_infeasible() -> None:
     result = fit.fit_container([mig_card("GPU-m")], request(count=3, memory_mib=10000), options())
     assert not result.ok
     assert dict(result.reasons) == {
-        R.CARD_NOT_FOUND_CUSTOM_FILTER_RULE: 1,
+        R.CARD_MIG_TOPOLOGY_INFEASIBLE: 1,
         R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: 2,
     }
 
 
 def test_mig_card_refuses_percentage() -> None:
     result = fit.fit_container([mig_card("GPU-m")], request(memory_mib=0, percent=50), options())
-    assert dict(result.reasons) == {R.CARD_NOT_FOUND_CUSTOM_FILTER_RULE: 1}
+    assert dict(result.reasons) == {R.CARD_MIG_TOPOLOGY_INFEASIBLE: 1}

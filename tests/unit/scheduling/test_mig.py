@@ -334,14 +334,63 @@ def test_restore_activates_first_geometry_and_marks_slots() -> None:
     assert not mig.custom_filter(card, 1, [])
 
 
-def test_restore_entry_of_other_geometry_is_ignored() -> None:
+def test_restore_entry_of_other_geometry_occupies_its_slices() -> None:
     card = make_card()
     mig.restore(card, 0, 4)
-    mig.restore(card, 2, 0)
+    mig.restore(card, 2, 0)  # a 3g.20gb at start 0: slices 0-3
     assert card.mig is not None
     assert card.mig.active == 0
     assert in_use_slots(card) == [4]
+    assert card.mig.spots == [(0, 4)]
     assert card.health
+    # Geometry 0's 1g.5gb at 0..3 overlap the 3g; 5 and 6 are free.
+    assert mig.allocate(card, 4096)[0] == f"{CARD_ID}[0-5]"
+    assert mig.allocate(card, 4096)[0] == f"{CARD_ID}[0-6]"
+    assert not mig.custom_filter(card, 1, [])
+
+
+def test_instances_of_no_one_geometry_leave_only_free_slices() -> None:
+    # Issue 29: HAMi v2.10 put a 3g.20gb at start 4 and a 2g.10gb at start 0. No
+    # geometry holds both; a new 3g.20gb must not land on the 2g (start 0).
+    card = make_card()
+    mig.restore(card, 2, 1)  # 3g.20gb at 4
+    mig.restore(card, 1, 1)  # 2g.10gb at 0
+    assert not mig.custom_filter(card, 20000, [])
+    # Slices 2-3 are free: a 2g.10gb fits there (geometry 1, slot 2), then nothing.
+    assert mig.custom_filter(card, 8192, [])
+    assert mig.allocate(card, 8192)[0] == f"{CARD_ID}[1-2]"
+    assert not mig.custom_filter(card, 1, [])
+    with pytest.raises(mig.MigAllocationError):
+        mig.allocate(card, 1)
+
+
+def test_only_spots_let_any_geometry_take_free_slices() -> None:
+    card = make_card()
+    mig.occupy(card, 0, 4)  # a 4g.20gb no geometry has
+    assert card.mig is not None
+    assert not mig.needs_reset(card.mig)
+    # The first free slot in geometry order: geometry 0's 1g.5gb at 4.
+    assert mig.allocate(card, 4096)[0] == f"{CARD_ID}[0-4]"
+    assert card.mig.active == 0
+    # A 2g.10gb at 4 would overlap it, at 6 there is none: no 2g.10gb is left.
+    assert not mig.custom_filter(card, 8192, [])
+
+
+def test_spots_on_a_card_not_in_mig_mode_close_it() -> None:
+    card = make_card(model.MODE_HAMI_CORE)
+    mig.occupy(card, 0, 1)
+    assert card.health is False
+
+
+def test_instance_of_unknown_place_outside_the_geometry_closes_the_card() -> None:
+    card = make_card()
+    assert card.mig is not None
+    card.mig = model.MigState(
+        geometries=((model.MigTemplate("small", 5120, 14, 7),), A100_GEOMETRIES[2])
+    )
+    mig.restore(card, 1, 0)
+    mig.restore(card, 0, 3)  # "small" has no known place: its slices are unknown
+    assert card.health is False
 
 
 @pytest.mark.parametrize(
@@ -501,10 +550,139 @@ def test_placements_follow_nvidias_rules(
 
 
 def test_find_instance_prefers_the_named_geometry() -> None:
-    geometries = (_geometry(("1g.5gb", 7)), _geometry(("1g.5gb", 1), ("2g.10gb", 3)))
+    geometries = mig.MigTable((_geometry(("1g.5gb", 7)), _geometry(("1g.5gb", 1), ("2g.10gb", 3))))
     assert mig.find_instance(geometries, "1g.5gb", 6, 1) == (0, 6)
     assert mig.find_instance(geometries, "1g.5gb", 6, 1, prefer=1) == (1, 0)
     assert mig.find_instance(geometries, "2g.10gb", 2, 2) == (1, 2)
     assert mig.find_instance(geometries, "3g.20gb", 0, 4) is None
     assert mig.describe(geometries, 1, 3) == ("2g.10gb", 4, 2)
     assert mig.describe(geometries, 2, 0) is None
+
+
+# --- HAMi v2.10's profiles and placements ----------------------------------------------
+
+
+def _spots(*starts: int, size: int = 1) -> tuple[model.MigPlacement, ...]:
+    return tuple((start, size) for start in starts)
+
+
+# HAMi v2.10's a100MigProfiles (mig_capability_test.go).
+A100_PROFILES = (
+    model.MigProfile("1g.5gb", 5120, 14, 1, _spots(0, 1, 2, 3, 4, 5, 6)),
+    model.MigProfile("2g.10gb", 10240, 28, 2, _spots(0, 2, 4, size=2)),
+    model.MigProfile("3g.20gb", 20480, 42, 3, _spots(0, 4, size=4)),
+)
+
+
+def profile_card(*profiles: model.MigProfile) -> model.DeviceUsage:
+    card = make_card()
+    mig.attach(card, KNOWN, profiles or A100_PROFILES)
+    return card
+
+
+def _place(card: model.DeviceUsage, memory_mib: int) -> tuple[str, model.MigPlacement]:
+    uuid, _, _ = mig.allocate(card, memory_mib)
+    _, instance = mig.split_instance_uuid(uuid)
+    assert instance is not None
+    described = mig.describe(mig.MigTable(profiles=A100_PROFILES), *instance)
+    assert described is not None
+    return described[0], described[1:]
+
+
+def test_published_profiles_win_over_the_models_geometries() -> None:
+    card = profile_card()
+    assert card.mig is not None
+    assert card.mig.profiles == A100_PROFILES
+    assert card.mig.geometries == ()
+
+
+def test_smallest_profile_holding_the_request_in_balanced_places() -> None:
+    # TestSelectMigPlacementUsesBalancedPacking and AddResourceUsage: 1g and 3g from the
+    # highest start, the others from the lowest; the profile's memory and cores booked.
+    card = profile_card()
+    assert mig.allocate(card, 10000) == (f"{CARD_ID}[1-0]", 10240, 28)
+    assert _place(card, 20000) == ("3g.20gb", (4, 4))
+    assert _place(card, 4096) == ("1g.5gb", (3, 1))
+    assert _place(card, 4096) == ("1g.5gb", (2, 1))
+    assert not mig.custom_filter(card, 1, [])
+
+
+def test_a_larger_profile_serves_when_the_smallest_has_no_room() -> None:
+    card = profile_card()
+    for start in (0, 2, 4):
+        mig.occupy(card, start, 2)
+    # TestCustomFilterUsesReportedPlacementCapacity: no fourth 2g, a 1g at 6 remains.
+    assert not mig.custom_filter(card, 10000, [])
+    assert mig.custom_filter(card, 5000, [])
+    assert not mig.custom_filter(card, 5000, [5000])
+    assert _place(card, 5000) == ("1g.5gb", (6, 1))
+
+
+def test_restore_by_profile_and_placement() -> None:
+    card = profile_card()
+    mig.restore(card, 2, 1)  # 3g.20gb at 4
+    mig.restore(card, 1, 0)  # 2g.10gb at 0
+    assert card.health
+    assert not mig.custom_filter(card, 20000, [])
+    assert _place(card, 8192) == ("2g.10gb", (2, 2))
+
+
+@pytest.mark.parametrize(("first", "second"), [(3, 0), (0, 7), (-1, 0)])
+def test_restore_of_an_unpublished_instance_closes_the_card(first: int, second: int) -> None:
+    card = profile_card()
+    mig.restore(card, first, second)
+    assert card.health is False
+
+
+def test_find_and_describe_published_instances() -> None:
+    table = mig.MigTable(profiles=A100_PROFILES)
+    assert mig.find_instance(table, "2g.10gb", 4, 2) == (1, 2)
+    assert mig.find_instance(table, "2g.10gb", 3, 2) is None
+    assert mig.find_instance(table, "4g.20gb", 0, 4) is None
+    assert mig.describe(table, 0, 6) == ("1g.5gb", 6, 1)
+    assert mig.describe(table, 0, 7) is None
+
+
+@given(requests=st.lists(st.sampled_from(MEMORIES_MIB), max_size=12))
+def test_published_instances_never_overlap(requests: list[int]) -> None:
+    card = profile_card()
+    taken: list[model.MigPlacement] = []
+    for request in requests:
+        fits = mig.custom_filter(card, request, [])
+        try:
+            _, place = _place(card, request)
+        except mig.MigAllocationError:
+            assert not fits
+            continue
+        assert fits
+        start, size = place
+        assert all(start + size <= s or s + n <= start for s, n in taken)
+        taken.append(place)
+
+
+@given(
+    spots=st.lists(
+        st.sampled_from([(0, 1), (3, 1), (6, 1), (0, 2), (2, 2), (4, 2), (0, 4), (4, 4)]),
+        max_size=3,
+    ),
+    requests=st.lists(st.sampled_from(MEMORIES_MIB), max_size=8),
+)
+def test_geometry_card_with_spots_never_overlaps(
+    spots: list[model.MigPlacement], requests: list[int]
+) -> None:
+    card = make_card()
+    for start, size in spots:
+        mig.occupy(card, start, size)
+    taken = list(spots)
+    for request in requests:
+        try:
+            uuid, _, _ = mig.allocate(card, request)
+        except mig.MigAllocationError:
+            continue
+        _, instance = mig.split_instance_uuid(uuid)
+        assert instance is not None
+        described = mig.describe(mig.MigTable(A100_GEOMETRIES), *instance)
+        assert described is not None
+        start, size = described[1:]
+        assert all(start + size <= s or s + n <= start for s, n in taken), (spots, requests)
+        taken.append((start, size))

@@ -64,6 +64,11 @@ def tried_first(policy: str, numa_bind: bool, cards: tuple[model.DeviceUsage, ..
         pytest.param("binpack,numa", False, ["a", "d", "c", "b"], id="chain-binpack-numa"),
         pytest.param("binpack,numa", True, ["d", "b", "a", "c"], id="chain-numa-bind-numa-first"),
         pytest.param("numa,spread", False, ["b", "d", "c", "a"], id="chain-numa-spread"),
+        pytest.param(
+            "binpack,spread", True, ["d", "b", "a", "c"], id="numa-bind-puts-numa-first-unnamed"
+        ),
+        pytest.param("spread,numa", True, ["b", "d", "c", "a"], id="numa-bind-moves-numa-to-front"),
+        pytest.param("binpack,", True, ["d", "b", "a", "c"], id="one-token-chain-is-a-chain"),
         pytest.param("mutex,topology-aware", False, ["b", "d", "c", "a"], id="empty-chain-spread"),
     ],
 )
@@ -88,6 +93,9 @@ def test_chain_full_tie_lower_index_sorts_first() -> None:
         pytest.param("best-fit", "spread", id="unknown-is-spread"),
         pytest.param("", "spread", id="empty-is-spread"),
         pytest.param("binpack,best-fit,numa", "binpack,numa", id="unknown-token-dropped"),
+        pytest.param("binpack,best-fit", "binpack,", id="chain-of-one-stays-a-chain"),
+        pytest.param("best-fit,worst-fit", ",", id="chain-of-none-stays-a-chain"),
+        pytest.param("numa", "numa", id="bare-numa"),
         pytest.param("topology-aware", "topology-aware", id="topology"),
     ],
 )

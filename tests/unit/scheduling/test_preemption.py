@@ -252,3 +252,59 @@ def test_deleting_pod_is_no_victim() -> None:
     state.set_pod(leaving)
     decision = state.schedule(URGENT, 0)
     assert (decision.scheduled, decision.victims) == (False, ())
+
+
+# --- budgets: checked before anything is evicted --------------------------------------------
+
+
+def labelled(name: str, priority: int, memory: int, **labels: str) -> dict[str, Any]:
+    obj = running(name, priority, memory)
+    obj["metadata"]["labels"] = labels
+    return obj
+
+
+def test_a_preemption_that_needs_a_protected_victim_evicts_nobody() -> None:
+    """Two victims are needed and one is protected by a budget that allows no disruption:
+    the Eviction API would refuse it after the other was gone, so neither is chosen, and
+    the decision says which budget stops it."""
+    state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000))
+    state.preemption_enabled = True
+    state.set_pod(labelled("db", 1, 4000, app="db"))
+    state.set_pod(labelled("batch", 1, 4000, app="batch"))
+    state.set_budget(
+        {
+            "metadata": {"namespace": "default", "name": "db-budget"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}},
+            "status": {"disruptionsAllowed": 0},
+        }
+    )
+    urgent = make_pod("urgent").container(gpu=1, gpumem=9000).spec("priority", 1000).obj()
+    decision = state.schedule(urgent, 0)
+    assert (decision.scheduled, decision.nominated_node, decision.victims) == (False, None, ())
+    assert decision.preemption_blocked is not None
+    assert "default/db (PodDisruptionBudget default/db-budget)" in decision.preemption_blocked
+    assert "no pod was evicted" in decision.preemption_blocked
+    # Nothing was taken out of the books: both still hold the card.
+    (row,) = state.device_usage()
+    assert row.used_memory_mib == 8000
+
+
+def test_victims_a_budget_covers_are_evicted_first() -> None:
+    """A budget that allows the disruption: the covered victim comes first, so a refusal
+    (the budget changed meanwhile) stops the preemption before the others go."""
+    state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000))
+    state.preemption_enabled = True
+    state.set_pod(labelled("batch", 5, 4000, app="batch"))
+    state.set_pod(labelled("db", 1, 4000, app="db"))
+    state.set_budget(
+        {
+            "metadata": {"namespace": "default", "name": "db-budget"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}},
+            "status": {"disruptionsAllowed": 1},
+        }
+    )
+    urgent = make_pod("urgent").container(gpu=1, gpumem=9000).spec("priority", 1000).obj()
+    decision = state.schedule(urgent, 0)
+    assert decision.nominated_node == "n"
+    assert decision.victims == ("default/db", "default/batch")
+    assert decision.preemption_blocked is None

@@ -1,0 +1,205 @@
+"""The kubelet DRA plugin: kubelet's plugin registration and the DRA service (``grpc.aio``).
+
+Registration is kubelet's plugin watcher's protocol (``pluginregistration/v1``): the
+driver serves ``Registration`` on a socket in kubelet's plugin registry directory; kubelet
+finds the socket, asks ``GetInfo`` (a DRA plugin, this driver's name, the socket of its
+DRA service, the service versions it serves) and says whether it accepted it. The DRA
+service (``k8s.io/kubelet/pkg/apis/dra/v1``) then gets ``NodePrepareResources`` and
+``NodeUnprepareResources`` for claims of pods admitted to or leaving the node.
+
+Thin: the decisions are ``prepare.prepare``'s. Each claim is read from the API server
+(kubelet names it; what it was allocated is in its status) and checked to be the one
+kubelet means (its uid). Prepare writes the claim's CDI spec and cache directory; both
+calls are idempotent, so a kubelet or agent restart may repeat them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import grpc
+import structlog
+
+from vgpu_operator.agent.deviceplugin.allocation import NodeSettings
+from vgpu_operator.agent.dra import (
+    cdi,
+    dra_pb2,
+    dra_pb2_grpc,
+    pluginregistration_pb2,
+    pluginregistration_pb2_grpc,
+    prepare,
+)
+from vgpu_operator.devices import dra
+
+log = structlog.get_logger("vgpu_operator.dra")
+
+#: kubelet's plugin type for DRA drivers, and the service version served.
+PLUGIN_TYPE: Final = "DRAPlugin"
+DRA_SERVICE: Final = "v1.DRAPlugin"
+
+#: Read a ResourceClaim: (namespace, name) -> the object, or None when there is none.
+ClaimSource = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+#: The cards this node publishes now (device name -> shape).
+CardSource = Callable[[], Mapping[str, dra.CardShape]]
+
+
+class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
+    """NodePrepareResources / NodeUnprepareResources for this node's claims."""
+
+    def __init__(
+        self,
+        node: str,
+        cards: CardSource,
+        claims: ClaimSource,
+        settings: NodeSettings,
+        cdi_dir: Path,
+    ) -> None:
+        self.node = node
+        self._cards = cards
+        self._claims = claims
+        self.settings = settings
+        self.cdi_dir = cdi_dir
+        # One claim at a time: a Prepare and an Unprepare of the same claim never race
+        # over its spec file, and the holdings are counted one claim after the other.
+        self._lock = asyncio.Lock()
+        #: Spec file name -> what that prepared claim holds; read from the CDI directory
+        #: at the first call (the claims prepared before an agent restart).
+        self._held: dict[str, tuple[prepare.Hold, ...]] | None = None
+
+    def _holdings(self) -> dict[str, tuple[prepare.Hold, ...]]:
+        if self._held is None:
+            specs = cdi.read_specs(self.cdi_dir, prepare.SPEC_FILE_PREFIX)
+            self._held = {name: prepare.holds_of(spec) for name, spec in specs.items()}
+        return self._held
+
+    async def NodePrepareResources(
+        self, request: dra_pb2.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext
+    ) -> dra_pb2.NodePrepareResourcesResponse:
+        answers: dict[str, dra_pb2.NodePrepareResourceResponse] = {}
+        async with self._lock:
+            for claim in request.claims:
+                answers[claim.uid] = await self._prepare_one(claim)
+        return dra_pb2.NodePrepareResourcesResponse(claims=answers)
+
+    async def _prepare_one(self, ref: dra_pb2.Claim) -> dra_pb2.NodePrepareResourceResponse:
+        where = f"{ref.namespace}/{ref.name}"
+        try:
+            claim = await self._claims(ref.namespace, ref.name)
+            if claim is None:
+                raise prepare.PrepareError(f"claim {where} does not exist")
+            uid = str((claim.get("metadata") or {}).get("uid", ""))
+            if uid != ref.uid:
+                raise prepare.PrepareError(
+                    f"claim {where} has uid {uid}, kubelet asks for {ref.uid}: it was "
+                    "deleted and made again"
+                )
+            cards = self._cards()
+            prepared = prepare.prepare(claim, self.node, cards, self.settings)
+            file_name = prepare.spec_file_name(ref.uid)
+            held = self._holdings()
+            others = (h for name, holds in held.items() if name != file_name for h in holds)
+            prepare.check_room(f"claim {where}", prepared.holds, others, cards)
+            cdi.ensure_cache_dir(Path(prepared.cache_dir))
+            cdi.write_spec(self.cdi_dir, file_name, prepared.spec)
+            held[file_name] = prepared.holds
+        except prepare.PrepareError as exc:
+            log.warning("prepare_refused", node=self.node, claim=where, error=str(exc))
+            return dra_pb2.NodePrepareResourceResponse(error=str(exc))
+        except Exception as exc:
+            log.error("prepare_failed", node=self.node, claim=where, error=repr(exc))
+            return dra_pb2.NodePrepareResourceResponse(error=f"claim {where}: {exc}")
+        log.info("claim_prepared", node=self.node, claim=where, devices=len(prepared.devices))
+        return dra_pb2.NodePrepareResourceResponse(
+            devices=[
+                dra_pb2.Device(
+                    request_names=list(d.requests),
+                    pool_name=d.pool,
+                    device_name=d.device,
+                    cdi_device_ids=list(d.cdi_ids),
+                    share_id=d.share_id,
+                )
+                for d in prepared.devices
+            ]
+        )
+
+    async def NodeUnprepareResources(
+        self, request: dra_pb2.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext
+    ) -> dra_pb2.NodeUnprepareResourcesResponse:
+        answers: dict[str, dra_pb2.NodeUnprepareResourceResponse] = {}
+        async with self._lock:
+            for claim in request.claims:
+                # Only the uid is needed: the claim may be gone from the API server already.
+                try:
+                    file_name = prepare.spec_file_name(claim.uid)
+                    removed = cdi.remove_spec(self.cdi_dir, file_name)
+                    self._holdings().pop(file_name, None)
+                    cdi.remove_cache_dir(Path(prepare.claim_cache_dir(self.settings, claim.uid)))
+                except OSError as exc:
+                    answers[claim.uid] = dra_pb2.NodeUnprepareResourceResponse(
+                        error=f"claim {claim.namespace}/{claim.name}: {exc}"
+                    )
+                    continue
+                log.info(
+                    "claim_unprepared",
+                    node=self.node,
+                    claim=f"{claim.namespace}/{claim.name}",
+                    was_prepared=removed,
+                )
+                answers[claim.uid] = dra_pb2.NodeUnprepareResourceResponse()
+        return dra_pb2.NodeUnprepareResourcesResponse(claims=answers)
+
+
+class Registration(pluginregistration_pb2_grpc.RegistrationServicer):
+    """What kubelet's plugin watcher asks of the socket in its registry directory."""
+
+    def __init__(self, driver: str, endpoint: str) -> None:
+        self.driver = driver
+        self.endpoint = endpoint
+        #: kubelet's last answer: None before it gave one.
+        self.registered: bool | None = None
+        self.accepted = asyncio.Event()
+
+    async def GetInfo(
+        self, request: pluginregistration_pb2.InfoRequest, context: grpc.aio.ServicerContext
+    ) -> pluginregistration_pb2.PluginInfo:
+        return pluginregistration_pb2.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=self.driver,
+            endpoint=self.endpoint,
+            supported_versions=[DRA_SERVICE],
+        )
+
+    async def NotifyRegistrationStatus(
+        self,
+        request: pluginregistration_pb2.RegistrationStatus,
+        context: grpc.aio.ServicerContext,
+    ) -> pluginregistration_pb2.RegistrationStatusResponse:
+        self.registered = request.plugin_registered
+        if request.plugin_registered:
+            log.info("dra_plugin_registered", driver=self.driver, endpoint=self.endpoint)
+            self.accepted.set()
+        else:
+            log.error("dra_plugin_refused", driver=self.driver, error=request.error)
+        return pluginregistration_pb2.RegistrationStatusResponse()
+
+
+async def serve_dra(plugin: DraPlugin, socket_path: str) -> grpc.aio.Server:
+    server = grpc.aio.server()
+    # The generated gRPC modules are untyped (grpc_tools writes no stubs for them).
+    dra_pb2_grpc.add_DRAPluginServicer_to_server(plugin, server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"unix://{socket_path}")
+    await server.start()
+    return server
+
+
+async def serve_registration(registration: Registration, socket_path: str) -> grpc.aio.Server:
+    server = grpc.aio.server()
+    pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
+        registration, server
+    )
+    server.add_insecure_port(f"unix://{socket_path}")
+    await server.start()
+    return server

@@ -1,0 +1,196 @@
+"""Publishing the node's cards as its ResourceSlice pool, on every change of what it reports.
+
+The agent tells the publisher each status it writes into the DeviceInventory; the
+publisher turns it into the pool's one slice and writes it when the devices changed, with
+the pool's generation one higher than any slice of the pool the server holds (the
+allocator trusts only the newest generation of a pool). A failed write is retried with
+backoff; the latest status is what lands. Every ``check_interval_s`` the server's copy is
+read back: kubelet deletes a node's slices when it starts (no driver is registered then),
+and a slice deleted or changed by anyone else is written again, one generation higher.
+
+The slice is owned by the node's DeviceInventory, itself owned by the Node: deleting the
+node, or uninstalling (the CRD and with it every inventory), removes the slices through
+the garbage collector; kubelet also wipes a driver's slices when its plugin stays
+unregistered, which is what happens when the agent's DaemonSet goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import structlog
+
+from vgpu_operator import resources
+from vgpu_operator.agent.backoff import Backoff
+from vgpu_operator.agent.dra import shapes
+from vgpu_operator.devices import dra
+
+log = structlog.get_logger("vgpu_operator.dra")
+
+
+class SliceStore(Protocol):
+    """The API calls of the publisher (``kube.resource_slices`` and the inventory)."""
+
+    async def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]: ...
+
+    async def put_slice(self, wanted: Mapping[str, Any]) -> None: ...
+
+    async def delete_slice(self, name: str) -> None: ...
+
+    async def owner(self, node: str) -> Mapping[str, Any] | None:
+        """The ownerReference the node's slices carry (its DeviceInventory), or None."""
+        ...
+
+
+class SlicePublisher:
+    """Keeps ``node``'s pool equal to the last status reported."""
+
+    def __init__(
+        self,
+        node: str,
+        store: SliceStore,
+        defaults: shapes.RequestDefaults,
+        *,
+        pcie_root: Callable[[str], str | None] = lambda bus_id: None,
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        check_interval_s: float = 30.0,
+    ) -> None:
+        self.node = node
+        self.store = store
+        self.defaults = defaults
+        self._pcie_root = pcie_root
+        self._status: resources.DeviceInventoryStatus | None = None
+        self._cards: list[dra.CardShape] = []
+        self._published: list[dict[str, Any]] | None = None
+        self._generation: int | None = None
+        self._wake = asyncio.Event()
+        self._backoff = Backoff(backoff_initial_s, backoff_max_s)
+        self.check_interval_s = check_interval_s
+        #: Slices written so far.
+        self.writes = 0
+
+    @property
+    def generation(self) -> int | None:
+        """The pool generation last written."""
+        return self._generation
+
+    def cards(self) -> Mapping[str, dra.CardShape]:
+        """Device name -> card, as last published (what Prepare checks claims against)."""
+        return shapes.by_name(self._cards)
+
+    def set_status(self, status: resources.DeviceInventoryStatus) -> None:
+        """A status the agent wrote: published at once if its cards changed."""
+        self._status = status
+        self._rebuild()
+
+    def set_defaults(self, defaults: shapes.RequestDefaults) -> None:
+        if defaults != self.defaults:
+            self.defaults = defaults
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        if self._status is None:
+            return
+        self._cards = shapes.card_shapes(self._status, self.defaults, self._pcie_root)
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        stopper = asyncio.create_task(self._wake_on(stop))
+        try:
+            while not stop.is_set():
+                woken = True
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.check_interval_s)
+                except TimeoutError:
+                    woken = False
+                self._wake.clear()
+                if stop.is_set():
+                    return
+                try:
+                    if not woken:
+                        await self.check_server_copy()
+                    await self.publish()
+                except Exception as exc:
+                    delay = self._backoff.next_delay_s()
+                    log.warning(
+                        "resource_slice_write_failed",
+                        node=self.node,
+                        error=str(exc),
+                        retry_in_s=round(delay, 3),
+                    )
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), timeout=delay)
+                    self._wake.set()
+                else:
+                    self._backoff.reset()
+        finally:
+            stopper.cancel()
+
+    async def _wake_on(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self._wake.set()
+
+    async def check_server_copy(self) -> None:
+        """Forget what was written when the server no longer holds it as written (the
+        next ``publish`` then writes it again, above the server's generation)."""
+        if self._generation is None or self._published is None:
+            return
+        existing = await self.store.list_slices(dra.DRIVER, self.node)
+        mine = [s for s in existing if s["metadata"]["name"] == dra.slice_name(self.node)]
+        held = int(mine[0]["spec"]["pool"].get("generation", 0)) if mine else None
+        if held != self._generation:
+            log.warning(
+                "resource_slice_gone" if held is None else "resource_slice_overwritten",
+                node=self.node,
+                generation=self._generation,
+                server_generation=held,
+            )
+            self._published = None
+            self._generation = max(
+                [self._generation] + [int(s["spec"]["pool"].get("generation", 0)) for s in existing]
+            )
+
+    async def publish(self) -> bool:
+        """Write the pool if its devices differ from what was last written; True if it
+        wrote. Raises whatever the API raised. Nothing is written before the agent's first
+        status: an empty pool would say the node has no cards."""
+        if self._status is None:
+            return False
+        devices = [dra.device_wire(card) for card in self._cards]
+        if self._generation is None:
+            existing = await self.store.list_slices(dra.DRIVER, self.node)
+            self._generation = max(
+                (int(s["spec"]["pool"].get("generation", 0)) for s in existing), default=0
+            )
+            for stale in existing:
+                name = str(stale["metadata"]["name"])
+                if name != dra.slice_name(self.node):
+                    await self.store.delete_slice(name)
+            mine = [s for s in existing if s["metadata"]["name"] == dra.slice_name(self.node)]
+            if mine and _same_devices(mine[0]["spec"].get("devices") or [], devices):
+                self._published = devices
+                return False
+        if self._published is not None and _same_devices(self._published, devices):
+            return False
+        owner = await self.store.owner(self.node)
+        generation = self._generation + 1
+        await self.store.put_slice(dra.slice_wire(self.node, self._cards, generation, owner))
+        self._generation = generation
+        self._published = devices
+        self.writes += 1
+        log.info(
+            "resource_slice_published",
+            node=self.node,
+            devices=len(devices),
+            tainted=sum(1 for card in self._cards if not card.healthy),
+            generation=generation,
+        )
+        return True
+
+
+def _same_devices(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> bool:
+    return list(first) == list(second)

@@ -1,0 +1,96 @@
+"""From the status the agent reports to the cards its DRA driver publishes (pure).
+
+The slice is built from the very status written into the node's DeviceInventory, so the
+two always agree: the same cards (``nodeconfig`` filtering), the same memory
+(``deviceMemoryScaling``), the same compute and split count, the same health.
+
+Cards in MIG mode are left out: their instances would be partitionable devices (counters
+shared by the placements of each profile), which this driver does not publish yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from vgpu_operator import resources
+from vgpu_operator.agent.dra.sysfs import sysfs_bus_id
+from vgpu_operator.devices import dra
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDefaults:
+    """What a claim that names no amount consumes (the device config's nvidia section)."""
+
+    #: HAMi's defaultMemory in MiB; 0 means the whole card.
+    memory_mib: int = 0
+    #: HAMi's defaultCores.
+    cores: int = 0
+
+
+def nvlink_islands(devices: Sequence[resources.Device]) -> dict[str, int]:
+    """Card UUID -> its NVLink island: the lowest index among the cards it reaches over
+    NVLink, directly or through others. Cards with no NVLink have no island."""
+    by_uuid = {d.uuid: d for d in devices}
+    parent = {d.uuid: d.uuid for d in devices}
+
+    def find(uuid: str) -> str:
+        while parent[uuid] != uuid:
+            parent[uuid] = parent[parent[uuid]]
+            uuid = parent[uuid]
+        return uuid
+
+    linked: set[str] = set()
+    for device in devices:
+        for link in device.links:
+            if link.nvlinks > 0 and link.peer in by_uuid:
+                linked.update((device.uuid, link.peer))
+                a, b = find(device.uuid), find(link.peer)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    lowest: dict[str, int] = {}
+    for uuid in linked:
+        root = find(uuid)
+        lowest[root] = min(lowest.get(root, by_uuid[uuid].index), by_uuid[uuid].index)
+    return {uuid: lowest[find(uuid)] for uuid in linked}
+
+
+def card_shapes(
+    status: resources.DeviceInventoryStatus,
+    defaults: RequestDefaults,
+    pcie_root: Callable[[str], str | None] = lambda bus_id: None,
+) -> list[dra.CardShape]:
+    """The cards to publish, in index order. ``pcie_root`` maps a PCI bus ID to its
+    root complex (``pci<domain>:<bus>``), or None where it cannot be read."""
+    islands = nvlink_islands(status.devices)
+    shapes = []
+    for device in sorted(status.devices, key=lambda d: d.index):
+        if device.mode is not resources.DeviceMode.HAMI_CORE:
+            continue
+        shapes.append(
+            dra.CardShape(
+                uuid=device.uuid,
+                index=device.index,
+                product=device.model,
+                hami_type=device.type,
+                memory_mib=device.memory_mib,
+                cores=device.cores,
+                split_count=device.split_count,
+                mode=device.mode.value,
+                healthy=device.health is resources.DeviceHealth.HEALTHY,
+                health_reason=device.health_reason,
+                numa_node=device.numa_node,
+                # Kubernetes' pciBusID is the kernel's form (0000:3b:00.0), not NVML's.
+                pci_bus_id=None if device.pci_bus_id is None else sysfs_bus_id(device.pci_bus_id),
+                pcie_root=None if device.pci_bus_id is None else pcie_root(device.pci_bus_id),
+                nvlink_island=islands.get(device.uuid),
+                default_memory_mib=defaults.memory_mib,
+                default_cores=defaults.cores,
+            )
+        )
+    return shapes
+
+
+def by_name(shapes: Iterable[dra.CardShape]) -> Mapping[str, dra.CardShape]:
+    """Device name -> card, as Prepare looks them up."""
+    return {shape.name: shape for shape in shapes}

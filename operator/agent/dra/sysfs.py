@@ -1,0 +1,41 @@
+"""The PCIe root complex of a card, read from sysfs (Kubernetes' ``pcieRoot`` attribute).
+
+``/sys/bus/pci/devices/<bus id>`` links to ``/sys/devices/pci<domain>:<bus>/...``: the
+first component below ``devices`` names the root complex the card hangs off.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final
+
+_ROOT: Final = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
+_BUS_ID: Final = re.compile(
+    r"^(?:[0-9a-fA-F]*?)([0-9a-fA-F]{4}):([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])$"
+)
+
+
+def sysfs_bus_id(bus_id: str) -> str | None:
+    """NVML's ``00000000:3B:00.0`` -> sysfs's ``0000:3b:00.0``; None when unreadable."""
+    match = _BUS_ID.match(bus_id)
+    if match is None:
+        return None
+    return f"{match.group(1)}:{match.group(2)}".lower()
+
+
+def pcie_root(bus_id: str, sys_root: Path = Path("/sys")) -> str | None:
+    """``pci<domain>:<bus>`` of the card's root complex, or None where sysfs does not say."""
+    name = sysfs_bus_id(bus_id)
+    if name is None:
+        return None
+    try:
+        resolved = (sys_root / "bus" / "pci" / "devices" / name).resolve(strict=True)
+    except OSError:
+        return None
+    parts = resolved.parts
+    try:
+        below = parts[parts.index("devices") + 1]
+    except (ValueError, IndexError):
+        return None
+    return below if _ROOT.match(below) else None
