@@ -471,6 +471,8 @@ def _section(without: Figures, with_planner: Figures, gap: Gap, seconds: float) 
         f"| memory booked, mean | {statistics.fmean(without.memory_booked):.1%} | "
         f"{statistics.fmean(with_planner.memory_booked):.1%} | |",
         "",
+        _aims(drop, ratio(with_planner.evictions, with_planner.admitted), with_planner, p50, p99),
+        "",
         "Each tick, the planner is called once per pod still waiting, the most important "
         "first, and each plan is carried out before the next call, as the operator does: "
         "the hold, then each replacement decided by the engine (while the evicted pod "
@@ -490,6 +492,25 @@ def _section(without: Figures, with_planner: Figures, gap: Gap, seconds: float) 
         f"![{PLOT.name}](benchmarks/{PLOT.name})",
     ]
     return "\n".join(lines)
+
+
+def _aims(
+    drop: float, per_admitted: str, figures: Figures, p50: float | None, p99: float | None
+) -> str:
+    """The issue's four aims, each said met or not from the figures above."""
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "not met"
+
+    evictions_ok = per_admitted != "-" and float(per_admitted) <= 0.1
+    return (
+        f"Against the aims: requests blocked by fragmentation {drop:.0%} fewer "
+        f"({met(drop >= 0.5)}); {per_admitted} evictions per admitted pod "
+        f"({met(evictions_ok)}); {figures.violations} budget violations "
+        f"({met(figures.violations == 0)}); planner time per call {_ms(p50)} at the median "
+        f"({met(p50 is not None and p50 < 1000)}) and {_ms(p99)} at the 99th percentile "
+        f"({met(p99 is not None and p99 < 1000)})."
+    )
 
 
 def _ms(value: float | None) -> str:

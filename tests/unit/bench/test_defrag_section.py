@@ -39,3 +39,16 @@ def test_the_end_to_end_report_keeps_the_section(
     assert f"{report.DEFRAG_BEGIN}\n## Defragmentation under churn\n\nfigures\n" in text
     assert report.DEFRAG_BEGIN == bench_defrag.BEGIN
     assert report.DEFRAG_END == bench_defrag.END
+
+
+def test_each_aim_is_said_met_or_not_from_the_figures() -> None:
+    figures = bench_defrag.Figures(planner=True, violations=0)
+    text = bench_defrag._aims(1 - 64 / 1606, "0.013", figures, 667.0, 2873.0)
+    assert text == (
+        "Against the aims: requests blocked by fragmentation 96% fewer (met); 0.013 "
+        "evictions per admitted pod (met); 0 budget violations (met); planner time per call "
+        "667 ms at the median (met) and 2873 ms at the 99th percentile (not met)."
+    )
+    missed = bench_defrag.Figures(planner=True, violations=2)
+    text = bench_defrag._aims(0.4, "0.200", missed, None, None)
+    assert text.count("(not met)") == 5
