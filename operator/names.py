@@ -8,6 +8,10 @@ from __future__ import annotations
 from typing import Final
 
 SCHEDULER_NAME: Final = "vgpu-scheduler"
+#: The scheduler a pod that names none gets (kube-scheduler's profile name).
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+#: Pod phases after which a pod's containers never run again (its devices are free).
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 # --- Node annotations (written by device plugins / our agent, or by administrators) ---
 NODE_NVIDIA_REGISTER: Final = "hami.io/node-nvidia-register"

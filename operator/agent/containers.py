@@ -20,8 +20,6 @@ from vgpu_operator import names
 from vgpu_operator.devices import codec, model
 from vgpu_operator.errors import CodecError
 
-_FINISHED = ("Succeeded", "Failed")
-
 
 @dataclass(frozen=True, slots=True, order=True)
 class ContainerCard:
@@ -65,7 +63,10 @@ def container_cards(pods: Iterable[Mapping[str, Any]], node: str) -> set[Contain
     for pod in pods:
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
-        if spec.get("nodeName") != node or (pod.get("status") or {}).get("phase") in _FINISHED:
+        if (
+            spec.get("nodeName") != node
+            or (pod.get("status") or {}).get("phase") in names.TERMINAL_PHASES
+        ):
             continue
         annotations = meta.get("annotations") or {}
         allocated = _entries(annotations, names.NVIDIA_DEVICES_ALLOCATED)

@@ -18,7 +18,7 @@ import enum
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import structlog
 
@@ -115,16 +115,20 @@ def _name_key(obj: Mapping[str, Any]) -> str:
     return str(meta.get("name") or "")
 
 
+#: How a kind's objects are keyed: ``namespace/name`` (a ``PodKey`` for pods) or a name.
+_K = TypeVar("_K", bound=str)
+
+
 @dataclass(frozen=True, slots=True)
-class _Kind:
+class _Kind(Generic[_K]):
     """One watched kind, as the feed handles it: how its objects are keyed, the ledger
     that drops stale events, and what applying or forgetting one does."""
 
     name: str
-    key: Callable[[Mapping[str, Any]], str]
+    key: Callable[[Mapping[str, Any]], _K]
     ledger: versions.VersionLedger
-    apply: Callable[[str, Mapping[str, Any]], None]
-    forget: Callable[[str], None]
+    apply: Callable[[_K, Mapping[str, Any]], None]
+    forget: Callable[[_K], None]
     #: Logged when a relist no longer shows an object (it went while we were not watching).
     vanished: str | None = None
 
@@ -230,7 +234,7 @@ class StateFeed:
         )
 
     # --- every kind -----------------------------------------------------------------------
-    def _event(self, kind: _Kind, event_type: str | None, obj: Mapping[str, Any]) -> None:
+    def _event(self, kind: _Kind[Any], event_type: str | None, obj: Mapping[str, Any]) -> None:
         """A watch event (``None`` for Kopf's initial listing, ADDED, MODIFIED, DELETED),
         applied unless the ledger has seen a newer version of the object."""
         key = kind.key(obj)
@@ -243,7 +247,7 @@ class StateFeed:
             kind.apply(key, obj)
 
     def _listed(
-        self, kind: _Kind, items: Iterable[Mapping[str, Any]], list_version: str | None
+        self, kind: _Kind[Any], items: Iterable[Mapping[str, Any]], list_version: str | None
     ) -> None:
         """A full listing: apply what is newer, forget what is gone."""
         by_key = {kind.key(item): item for item in items}

@@ -13,20 +13,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from vgpu_operator import names
-from vgpu_operator.devices import catalog
+from vgpu_operator.scheduling import node_annotations
 from vgpu_operator.timestamps import unix_time
 
-TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
-
-#: Node annotations the engine reads: each vendor's (registration, scores, the node
-#: layer's card restrictions: lifting one may let parked pods fit), then the rest.
-_NODE_ANNOTATIONS_THAT_MATTER: Final = (
-    *catalog.node_annotations(),
-    names.NODE_DEVICE_CORDON,
-    names.NODE_LOCK,  # HAMi's node lock released: the node may take a GPU pod again
-    names.NODE_SCHEDULER_POLICY,
-    names.GPU_SCHEDULER_POLICY,
-)
+#: The Node annotations whose change wakes waiting pods: declared, with what reads each,
+#: in ``scheduling.node_annotations`` (the engine sees no other key).
+_NODE_ANNOTATIONS_THAT_MATTER: Final = node_annotations.waking_keys()
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -69,7 +61,7 @@ def node_name_of(pod: Mapping[str, Any]) -> str | None:
 
 
 def is_terminal(pod: Mapping[str, Any]) -> bool:
-    return _status(pod).get("phase") in TERMINAL_PHASES
+    return _status(pod).get("phase") in names.TERMINAL_PHASES
 
 
 def is_deleting(obj: Mapping[str, Any]) -> bool:
@@ -107,11 +99,8 @@ def created_at(pod: Mapping[str, Any]) -> float | None:
     return unix_time(_meta(pod).get("creationTimestamp"))
 
 
-DEFAULT_SCHEDULER = "default-scheduler"
-
-
 def scheduler_name_of(pod: Mapping[str, Any]) -> str:
-    return str(_spec(pod).get("schedulerName") or DEFAULT_SCHEDULER)
+    return str(_spec(pod).get("schedulerName") or names.DEFAULT_SCHEDULER)
 
 
 def extended_resources_of(pod: Mapping[str, Any]) -> set[str]:

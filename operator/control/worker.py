@@ -345,7 +345,7 @@ class SchedulingWorker:
         except Exception as exc:
             log.warning("preemption_failed", pod=key, node=node, error=str(exc))
             self._metrics.api_error("evict")
-            refused.append("")
+            refused.append(PodKey(""))
             ending = PreemptionResult.ERROR
         if refused and ending is PreemptionResult.EVICTED:
             ending = PreemptionResult.REFUSED

@@ -59,8 +59,6 @@ _GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 _MIG_UUID_RE: Final = re.compile(r"([^\[\]]+)\[([0-9]+)-([0-9]+)\]")
-_FIT_REASON_RE: Final = re.compile(r"([0-9]+)/([0-9]+) (\S+)")
-_FIT_REASON_JOIN: Final = ", "
 
 
 class BindPhase(enum.StrEnum):
@@ -605,40 +603,6 @@ def decode_bind_phase(value: str, field: str = names.BIND_PHASE) -> BindPhase:
         raise errors.CodecError(field, "unknown bind phase", value) from exc
 
 
-# --- Fit reasons (HAMi's GenReason) ----------------------------------------------------
-
-
-def format_fit_reasons(counts: Mapping[str, int], total_devices: int) -> str:
-    """Render reason counts as HAMi's ``GenReason`` text, ordered by reason name.
-
-    ``{"CardInsufficientMemory": 2, "AllocatedCardsInsufficientRequest": 1}, 4`` ->
-    ``"1/4 AllocatedCardsInsufficientRequest, 2/4 CardInsufficientMemory"``. The order
-    follows hami-semantics.md §6's example (``... 2/4 CardInsufficientMemory, 1/4
-    NumaNotFit``), which sorting whole entries would not give. Every entry given is
-    rendered, zero counts included; callers pass the reasons that occurred.
-    """
-    return _FIT_REASON_JOIN.join(
-        f"{counts[reason]}/{total_devices} {reason}" for reason in sorted(counts)
-    )
-
-
-def parse_fit_reasons(text: str, field: str = "reason") -> dict[str, int]:
-    """Read ``GenReason`` text back into reason -> count (the totals are dropped).
-
-    A reason listed twice has its counts added. The empty string means no reasons.
-    """
-    counts: dict[str, int] = {}
-    if text == "":
-        return counts
-    for entry in text.split(_FIT_REASON_JOIN):
-        match = _FIT_REASON_RE.fullmatch(entry)
-        if match is None:
-            raise errors.CodecError(field, f"malformed reason entry {entry!r}", text)
-        reason = match.group(3)
-        counts[reason] = counts.get(reason, 0) + int(match.group(1))
-    return counts
-
-
 # --- Kubernetes quantities -------------------------------------------------------------
 
 
@@ -664,9 +628,7 @@ __all__ = [
     "encode_pod_devices",
     "encode_pod_single_device",
     "encode_vgpu_time",
-    "format_fit_reasons",
     "join_mig_uuid",
-    "parse_fit_reasons",
     "parse_integer_quantity",
     "split_mig_uuid",
 ]

@@ -619,7 +619,7 @@ class OperatorApp:
         assert self.feed is not None
         assert self.state is not None
         assert self.reporter is not None
-        waiting = self.feed.waiting_for(pod_facts.DEFAULT_SCHEDULER)
+        waiting = self.feed.waiting_for(names.DEFAULT_SCHEDULER)
         present: set[str] = set()
         for pod in waiting:
             uid = str((pod.get("metadata") or {}).get("uid") or "")

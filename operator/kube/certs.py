@@ -131,17 +131,21 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _issue_ca(now: datetime.datetime) -> tuple[bytes, bytes]:
+def new_ca(
+    common_name: str, not_before: datetime.datetime, not_after: datetime.datetime
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed ECDSA P-256 CA that signs leaf certificates only (the project's
+    single CA builder: the webhook's, and the test control plane's)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "vgpu-operator-webhook-ca")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + CA_LIFETIME)
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -160,6 +164,11 @@ def _issue_ca(now: datetime.datetime) -> tuple[bytes, bytes]:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
+    return cert, key
+
+
+def _issue_ca(now: datetime.datetime) -> tuple[bytes, bytes]:
+    cert, key = new_ca("vgpu-operator-webhook-ca", now - BACKDATE, now + CA_LIFETIME)
     return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 

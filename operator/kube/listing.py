@@ -82,10 +82,6 @@ async def get_object(api: client.ApiClient, path: str) -> dict[str, Any] | None:
         raise
 
 
-def config_map_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/configmaps/{name}"
-
-
 def cluster_peering_path(name: str) -> str:
     return f"/apis/kopf.dev/v1/clusterkopfpeerings/{name}"
 

@@ -35,7 +35,7 @@ async def _exists(api: ApiClient, owner: str) -> bool:
         if exc.status == 404:
             return False
         raise
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return (pod.get("status") or {}).get("phase") not in names.TERMINAL_PHASES
 
 
 async def _patch(api: ApiClient, node: str, version: object, value: str | None) -> bool:

@@ -23,8 +23,6 @@ from vgpu_operator.scheduling import policies
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
 
-DEFAULT_SCHEDULER = "default-scheduler"
-
 
 @dataclass(frozen=True, slots=True)
 class AdmissionResult:
@@ -71,7 +69,7 @@ def _admit(
         return AdmissionResult(False, mutated, "pod has no containers", handled=True)
     ours = config.scheduler.scheduler_name
     named = spec.get("schedulerName")
-    if named and named not in (ours, DEFAULT_SCHEDULER):
+    if named and named not in (ours, names.DEFAULT_SCHEDULER):
         # Another scheduler's pod. A GPU pod may name one only where an administrator
         # allows it (manifests/gpu-pod-policy.yaml reads the namespace's labels, which
         # this operator does not); the books and the device plugin give it nothing.

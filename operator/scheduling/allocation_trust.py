@@ -34,11 +34,9 @@ from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.vendors import Vendors
 
-DEFAULT_SCHEDULER = "default-scheduler"
-
 
 def scheduler_of(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER)
+    return str((pod.get("spec") or {}).get("schedulerName") or names.DEFAULT_SCHEDULER)
 
 
 def refusal(

@@ -31,6 +31,7 @@ from vgpu_operator.scheduling import (
     init_release,
     mig,
     mig_records,
+    node_annotations,
     node_basics,
     node_layer,
     placement,
@@ -42,9 +43,6 @@ from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.timestamps import unix_time
-
-_TERMINATED = ("Succeeded", "Failed")
-
 
 #: How long a preemptor's hold on the shares its victims free lasts without a bind.
 DEFAULT_NOMINATION_TIMEOUT_S = 300.0
@@ -214,6 +212,7 @@ class ClusterBooks:
         self._config = config
         self._vendor_table = tuple(vendor_table)
         self._vendors = Vendors(config, self._vendor_table)
+        self._node_annotation_keys = node_annotations.read_keys(self._vendor_table)
         self._inventory_timeout_s = inventory_timeout_s
         self._nodes: dict[str, NodeEntry] = {}
         self._pods: dict[PodKey, PodEntry] = {}
@@ -301,7 +300,7 @@ class ClusterBooks:
         return QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
 
     def set_node(self, node: Mapping[str, Any]) -> None:
-        facts = node_basics.NodeFacts.from_node(node)
+        facts = node_basics.NodeFacts.from_node(node, self._node_annotation_keys)
         entry = self._node_entry(facts.name)
         entry.facts = facts
         self._observe_gpu_count(entry)
@@ -372,14 +371,19 @@ class ClusterBooks:
         phase = (pod.get("status") or {}).get("phase")
         node = (pod.get("spec") or {}).get("nodeName") or None
         deleting = bool(meta.get("deletionTimestamp"))
-        if node is None and key in self._nominations and not deleting and phase not in _TERMINATED:
+        if (
+            node is None
+            and key in self._nominations
+            and not deleting
+            and phase not in names.TERMINAL_PHASES
+        ):
             return
         previous = self._pods.get(key)
         source = (self._epoch, *_share_source(pod, node, deleting))
         if (
             previous is not None
             and previous.source is not None
-            and phase not in _TERMINATED
+            and phase not in names.TERMINAL_PHASES
             and previous.source == source
         ):
             # A status update (kubelet's or KWOK's) or the bound copy read again: nothing
@@ -393,9 +397,9 @@ class ClusterBooks:
         self._nominations.pop(key, None)
         self._allocation_errors.pop(key, None)
         self._allocation_warnings.pop(key, None)
-        if node is not None or phase in _TERMINATED:
+        if node is not None or phase in names.TERMINAL_PHASES:
             self._attempts.pop(key, None)  # no longer waiting: its parse is done with
-        if node is None or phase in _TERMINATED:
+        if node is None or phase in names.TERMINAL_PHASES:
             return
         uid = str(meta.get("uid") or "")
         if previous is not None and previous.uid and previous.uid != uid:

@@ -1,13 +1,13 @@
 """Fit: choose cards for one container on one node (hami-semantics §5 fitInDevices, §6 Fit).
 
-The checks run in HAMi's order and a card is counted under the first check it fails;
-``CHECK_ORDER`` lists that order (``test_fit_order`` checks it on cards that fail several
-checks). Cards are scanned from the end of the policy-sorted list. Topology-aware
-selection keeps HAMi's quirks on purpose, because they decide which cards a pod gets
-(hami-semantics §14.6): every candidate counts towards the quota check of the next one,
-and with numa-bind a change of NUMA node drops the candidates gathered so far. What
-differs is only how the best combination is found (exactly, without enumerating every
-combination).
+The checks run in HAMi's order (health, cordon, type, UUID, time slices, exclusivity,
+quota, memory, cores, compute units, MIG geometry) and a card is counted under the first
+check it fails (``test_fit_order`` checks it on cards that fail several checks). Cards
+are scanned from the end of the policy-sorted list. Topology-aware selection keeps
+HAMi's quirks on purpose, because they decide which cards a pod gets (hami-semantics
+§14.6): every candidate counts towards the quota check of the next one, and with
+numa-bind a change of NUMA node drops the candidates gathered so far. What differs is
+only how the best combination is found (exactly, without enumerating every combination).
 """
 
 from __future__ import annotations
@@ -15,29 +15,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
 
 from vgpu_operator.devices import model, vendor
 from vgpu_operator.scheduling import mig, topology
 from vgpu_operator.scheduling.status import Reason
-
-#: The per-card checks in the order Fit applies them (NUMA reset sits between type and UUID).
-CHECK_ORDER: Final = (
-    Reason.CARD_NOT_HEALTH,
-    Reason.CARD_CORDONED,
-    Reason.CARD_TYPE_MISMATCH,
-    Reason.CARD_UUID_MISMATCH,
-    Reason.CARD_TIME_SLICING_EXHAUSTED,
-    Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
-    Reason.RESOURCE_QUOTA_NOT_FIT,
-    Reason.CARD_INSUFFICIENT_MEMORY,
-    Reason.CARD_INSUFFICIENT_CORE,
-    Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
-    Reason.CARD_COMPUTE_UNITS_EXHAUSTED,
-    # CustomFilterRule: only MIG cards fail it here, under v2.10's name for that failure
-    # (other vendors' cards would count as CARD_NOT_FOUND_CUSTOM_FILTER_RULE).
-    Reason.CARD_MIG_TOPOLOGY_INFEASIBLE,
-)
 
 #: quota_ok(candidates): does the pod still fit its namespace quota when this container
 #: takes these (card id, memory MiB, cores) on top of what earlier containers hold?

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final
 
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling import node_annotations
 from vgpu_operator.scheduling.status import Reason
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -60,6 +61,9 @@ def pod_requests(pod: Mapping[str, Any]) -> PodResources:
     return total
 
 
+_DEFAULT_KEYS: Final = node_annotations.read_keys()
+
+
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
     """The parts of a Node object that scheduling reads, parsed once per update."""
@@ -76,7 +80,11 @@ class NodeFacts:
     allocatable: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_node(cls, node: Mapping[str, Any]) -> NodeFacts:
+    def from_node(
+        cls, node: Mapping[str, Any], annotation_keys: frozenset[str] | None = None
+    ) -> NodeFacts:
+        """``annotations`` keeps only the declared keys (``node_annotations``; the
+        default vendor table's unless ``annotation_keys`` says otherwise)."""
         meta = node.get("metadata") or {}
         spec = node.get("spec") or {}
         status = node.get("status") or {}
@@ -89,7 +97,10 @@ class NodeFacts:
         return cls(
             name=str(meta.get("name", "")),
             labels=dict(meta.get("labels") or {}),
-            annotations=dict(meta.get("annotations") or {}),
+            annotations=node_annotations.declared(
+                meta.get("annotations") or {},
+                _DEFAULT_KEYS if annotation_keys is None else annotation_keys,
+            ),
             unschedulable=bool(spec.get("unschedulable", False)),
             ready=ready,
             taints=tuple(spec.get("taints") or ()),

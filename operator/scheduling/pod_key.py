@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NewType
 
 #: ``namespace/name`` of a pod (the namespace defaults to ``default``).
-PodKey = str
+PodKey = NewType("PodKey", str)
 
 
 def pod_key(pod: Mapping[str, Any]) -> PodKey:
     meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+    return PodKey(f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}")

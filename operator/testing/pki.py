@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from vgpu_operator.kube import certs
+
 
 def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
@@ -32,37 +34,12 @@ class CertificateAuthority:
     """An ECDSA P-256 CA that signs serving and client certificates (strict-X.509 compliant)."""
 
     def __init__(self, common_name: str, validity: datetime.timedelta) -> None:
-        self.key = ec.generate_private_key(ec.SECP256R1())
         self._validity = validity
         now = datetime.datetime.now(datetime.UTC)
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-        self.ski = x509.SubjectKeyIdentifier.from_public_key(self.key.public_key())
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + validity)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(self.ski, critical=False)
-            .sign(self.key, hashes.SHA256())
+        self.cert, self.key = certs.new_ca(
+            common_name, now - datetime.timedelta(hours=1), now + validity
         )
+        self.ski = x509.SubjectKeyIdentifier.from_public_key(self.key.public_key())
 
     def issue(
         self,

@@ -97,14 +97,6 @@ def test_mig_uuid_round_trips(base: str, geometry: int, slot: int) -> None:
     assert codec.split_mig_uuid(joined) == (base, (geometry, slot))
 
 
-@given(
-    st.dictionaries(st.from_regex(r"[A-Za-z]{1,20}", fullmatch=True), st.integers(0, 10**4)),
-    st.integers(0, 10**4),
-)
-def test_fit_reasons_round_trip(counts: dict[str, int], total: int) -> None:
-    assert codec.parse_fit_reasons(codec.format_fit_reasons(counts, total)) == counts
-
-
 @given(st.integers(0, 2**62))
 def test_vgpu_time_round_trips(seconds: int) -> None:
     assert codec.decode_vgpu_time(codec.encode_vgpu_time(float(seconds))) == int(float(seconds))
@@ -124,7 +116,6 @@ def _decoders() -> list[Callable[[str], object]]:
         codec.split_mig_uuid,
         codec.decode_vgpu_time,
         codec.decode_bind_phase,
-        codec.parse_fit_reasons,
         lambda v: codec.parse_integer_quantity(v, "q"),
     ]
 

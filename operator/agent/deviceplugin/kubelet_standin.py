@@ -26,6 +26,7 @@ from typing import Any, Final
 import grpc
 import structlog
 
+from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin import api_pb2, api_pb2_grpc
 
 log = structlog.get_logger("vgpu_operator.kubelet_standin")
@@ -71,7 +72,7 @@ def _key(pod: Mapping[str, Any]) -> str:
 
 def _finished(pod: Mapping[str, Any]) -> bool:
     phase = (pod.get("status") or {}).get("phase")
-    return phase in ("Succeeded", "Failed") or bool(
+    return phase in names.TERMINAL_PHASES or bool(
         (pod.get("metadata") or {}).get("deletionTimestamp")
     )
 

@@ -68,7 +68,7 @@ def awaiting(
     annotations = meta.get("annotations") or {}
     if (pod.get("spec") or {}).get("nodeName") != node or meta.get("deletionTimestamp"):
         return False
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    if (pod.get("status") or {}).get("phase") in names.TERMINAL_PHASES:
         return False
     if annotations.get(names.BIND_PHASE) not in _WAITING_PHASES:
         return False

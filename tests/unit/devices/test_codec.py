@@ -539,56 +539,6 @@ def test_decode_bind_phase_unknown_raises(value: str) -> None:
     assert caught.value.field == names.BIND_PHASE
 
 
-# --- Fit reasons -----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("counts", "total", "expected"),
-    [
-        pytest.param(
-            {"NumaNotFit": 1, "CardInsufficientMemory": 2, "AllocatedCardsInsufficientRequest": 1},
-            4,
-            "1/4 AllocatedCardsInsufficientRequest, 2/4 CardInsufficientMemory, 1/4 NumaNotFit",
-            id="spec-6-example",
-        ),
-        pytest.param(
-            {"CardInsufficientCore": 2, "CardTypeMismatch": 10},
-            12,
-            "2/12 CardInsufficientCore, 10/12 CardTypeMismatch",
-            id="ordered-by-reason-name-not-by-entry-text",
-        ),
-        pytest.param({}, 4, "", id="no-reasons"),
-    ],
-)
-def test_format_fit_reasons_matches_genreason(
-    counts: dict[str, int], total: int, expected: str
-) -> None:
-    assert codec.format_fit_reasons(counts, total) == expected
-    assert codec.parse_fit_reasons(expected) == counts
-
-
-def test_parse_fit_reasons_repeated_reason_adds_counts() -> None:
-    assert codec.parse_fit_reasons("1/4 CardTypeMismatch, 2/4 CardTypeMismatch") == {
-        "CardTypeMismatch": 3
-    }
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("CardTypeMismatch", id="no-count"),
-        pytest.param("1/4CardTypeMismatch", id="no-space"),
-        pytest.param("x/4 CardTypeMismatch", id="count-not-integer"),
-        pytest.param("1/4 CardTypeMismatch,2/4 NumaNotFit", id="wrong-separator"),
-        pytest.param("1/4 CardTypeMismatch, ", id="trailing-separator"),
-    ],
-)
-def test_parse_fit_reasons_malformed_raises(text: str) -> None:
-    with pytest.raises(errors.CodecError) as caught:
-        codec.parse_fit_reasons(text, field="status.message")
-    assert caught.value.field == "status.message"
-
-
 # --- quantities ------------------------------------------------------------------------
 
 
