@@ -345,10 +345,15 @@ def defrag_plan(
     import sys
     import time
 
+    from vgpu_operator import logging as vgpu_logging
     from vgpu_operator.control import snapshot
     from vgpu_operator.kube import client
     from vgpu_operator.kube.requests import ApiError
     from vgpu_operator.scheduling import defrag
+
+    # What reading the cluster logs (a node without an inventory, an allocation the books
+    # refuse) goes to stderr, warnings and worse only: stdout is the table or the JSON.
+    vgpu_logging.configure("auto", "WARNING", stream=sys.stderr)
 
     async def read() -> snapshot.Snapshot:
         async with client.api_client(kubeconfig) as api:

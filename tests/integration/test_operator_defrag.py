@@ -352,7 +352,7 @@ def test_defrag_plan_prints_the_plan_with_a_read_only_identity(
     args = ["defrag", "plan", "--kubeconfig", str(kubeconfig), "--namespace", setup.namespace]
     result = CliRunner().invoke(main, [*args, "--config-map", env.CONFIG_MAP, "-o", "json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)  # the log of reading the cluster goes to stderr
     (plan,) = [p for p in report["plans"] if p["pod"] == f"{setup.namespace}/waiting"]
     db_key = f"{setup.namespace}/{db['metadata']['name']}"
     assert [(m["pod"], m["to"]["node"]) for m in plan["moves"]] == [(db_key, setup.node("b"))]

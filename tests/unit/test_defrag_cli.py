@@ -3,17 +3,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import structlog
 from builders import cluster, make_node
 from click.testing import CliRunner
 from defrag_cases import running_pod, waiting_pod
 
 from vgpu_operator import logging as vgpu_logging
 from vgpu_operator import operator_cli
+from vgpu_operator.control import snapshot
 from vgpu_operator.control.options import DefragOptions, OperatorOptions
 from vgpu_operator.handlers import runtime
+from vgpu_operator.kube import client
 from vgpu_operator.scheduling import defrag
 
 GIB = 1024
@@ -107,3 +113,48 @@ def test_json_is_what_simulate_prints() -> None:
 def test_an_empty_report_says_so() -> None:
     empty = defrag.Report((), (), {})
     assert operator_cli.report_table(empty) == "No pod is waiting for room scattered over cards."
+
+
+@contextlib.asynccontextmanager
+async def _no_api(_kubeconfig: object) -> AsyncIterator[None]:
+    yield None
+
+
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    """The CLI configures logging for the process: put back what the tests had."""
+    saved = structlog.get_config()
+    handlers, level = logging.root.handlers[:], logging.root.level
+    yield
+    structlog.configure(**saved)
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
+
+
+def test_plan_prints_only_json_on_stdout_whatever_reading_the_cluster_logs(
+    monkeypatch: pytest.MonkeyPatch, logging_restored: None
+) -> None:
+    report = _report()
+
+    class _Snapshot:
+        def __init__(self) -> None:
+            self.state = None
+            self.pods: list[object] = []
+
+        def waiting(self) -> list[object]:
+            return []
+
+    async def read_cluster(*_args: object, **_kwargs: object) -> _Snapshot:
+        log = structlog.get_logger("vgpu_operator.test")
+        log.warning("pod_allocation_not_booked", pod="default/evil")
+        log.info("inventory_not_reported_yet", node="n")
+        return _Snapshot()
+
+    monkeypatch.setattr(client, "api_client", _no_api)
+    monkeypatch.setattr(snapshot, "read_cluster", read_cluster)
+    monkeypatch.setattr(defrag, "plan", lambda *_a, **_k: report)
+    result = CliRunner().invoke(operator_cli.defrag_plan, ["-o", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == operator_cli.report_json(report)
+    assert "pod_allocation_not_booked" in result.stderr
+    assert "inventory_not_reported_yet" not in result.output
