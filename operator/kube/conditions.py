@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from kubernetes_asyncio import client
 
-from vgpu_operator.kube import requests
+from vgpu_operator.kube import pods, requests
 from vgpu_operator.timestamps import format_rfc3339
 
 POD_SCHEDULED: Final = "PodScheduled"
@@ -67,14 +67,10 @@ async def patch_pod_condition(
     api: client.ApiClient, namespace: str, name: str, condition: Mapping[str, Any]
 ) -> bool:
     """Write one condition; False when the pod is gone."""
-    path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
-    body = {"status": {"conditions": [dict(condition)]}}
-    try:
-        await requests.request_json(
-            api, "PATCH", path, body=body, content_type=requests.STRATEGIC_MERGE_PATCH
-        )
-    except requests.ApiError as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
+    return await pods.patch_pod_status(
+        api,
+        namespace,
+        name,
+        {"conditions": [dict(condition)]},
+        requests.STRATEGIC_MERGE_PATCH,
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from vgpu_operator.kube import requests
+from vgpu_operator.kube import pods, requests
 
 
 class EvictOutcome(enum.Enum):
@@ -52,14 +52,6 @@ async def set_nominated_node(
     api: client.ApiClient, namespace: str, name: str, node: str | None
 ) -> bool:
     """Write (or clear, with None) ``status.nominatedNodeName``; False when the pod is gone."""
-    path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
-    body = {"status": {"nominatedNodeName": node}}
-    try:
-        await requests.request_json(
-            api, "PATCH", path, body=body, content_type=requests.MERGE_PATCH
-        )
-    except requests.ApiError as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
+    return await pods.patch_pod_status(
+        api, namespace, name, {"nominatedNodeName": node}, requests.MERGE_PATCH
+    )

@@ -1,4 +1,5 @@
-"""The pods of one node, as the device plugin reads and settles them."""
+"""Pod reads and writes shared by the adapters: the pods of one node (as the device plugin
+reads and settles them), their annotations, and their status."""
 
 from __future__ import annotations
 
@@ -33,3 +34,20 @@ async def patch_pod_annotations(
     }
     path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
     await requests.request_json(api, "PATCH", path, body=body, content_type=requests.MERGE_PATCH)
+
+
+async def patch_pod_status(
+    api: ApiClient, namespace: str, name: str, status: Mapping[str, Any], content_type: str
+) -> bool:
+    """Patch the pod's status subresource with ``{"status": status}``; False when the pod is
+    gone (a pod deleted meanwhile is no error for a scheduler writing about it)."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
+    try:
+        await requests.request_json(
+            api, "PATCH", path, body={"status": dict(status)}, content_type=content_type
+        )
+    except requests.ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True

@@ -7,6 +7,7 @@ touch another test's pods or nodes on the shared control plane.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import threading
@@ -21,8 +22,8 @@ import yaml
 
 from vgpu_operator import names, node_leases
 from vgpu_operator.control.options import OperatorOptions
-from vgpu_operator.devices import codec
 from vgpu_operator.scheduling.allocation_gate import GateMode
+from vgpu_operator.testing import pod_allocation
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 from vgpu_operator.timestamps import format_rfc3339
 
@@ -59,15 +60,30 @@ def rfc3339_micro(moment: datetime.datetime | None = None) -> str:
     return format_rfc3339(moment or datetime.datetime.now(datetime.UTC), micro=True)
 
 
+def create_unless_present(cp: ControlPlane, path: str, body: Mapping[str, Any]) -> Json | None:
+    """Create the object; None when one of its name exists already (409), left as it is."""
+    try:
+        return cp.create(path, body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    return None
+
+
+def refusal(call: Callable[[], object]) -> ApiError | None:
+    """The API server's refusal of a write, or None when it took it."""
+    try:
+        call()
+    except ApiError as exc:
+        return exc
+    return None
+
+
 def install_crd(cp: ControlPlane) -> None:
     """Create the DeviceInventory CRD (once per control plane) and wait until it serves."""
     crd = yaml.safe_load(CRD_FILE.read_text())
     path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    try:
-        cp.create(path, crd)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
+    create_unless_present(cp, path, crd)
 
     def established() -> bool:
         obj = cp.get(f"{path}/{crd['metadata']['name']}")
@@ -140,19 +156,16 @@ def write_inventory(
     cordoned: Sequence[str] = (),
 ) -> Json:
     """Create (if needed) the node's DeviceInventory and write its status."""
-    try:
-        cp.create(
-            INVENTORIES,
-            {
-                "apiVersion": f"{names.CRD_GROUP}/{names.CRD_VERSION}",
-                "kind": names.DEVICE_INVENTORY_KIND,
-                "metadata": {"name": node},
-                "spec": {"cordonedDevices": list(cordoned)},
-            },
-        )
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
+    create_unless_present(
+        cp,
+        INVENTORIES,
+        {
+            "apiVersion": f"{names.CRD_GROUP}/{names.CRD_VERSION}",
+            "kind": names.DEVICE_INVENTORY_KIND,
+            "metadata": {"name": node},
+            "spec": {"cordonedDevices": list(cordoned)},
+        },
+    )
     return cp.patch(
         f"{INVENTORIES}/{node}/status",
         {"status": inventory_status(node, node_cards, heartbeat)},
@@ -257,12 +270,53 @@ def put_config_map(cp: ControlPlane, namespace: str, text: str) -> Json:
         "data": {"device-config.yaml": text},
     }
     path = f"/api/v1/namespaces/{namespace}/configmaps"
-    try:
-        return cp.create(path, body)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
+    created = create_unless_present(cp, path, body)
+    if created is not None:
+        return created
     return cp.patch(f"{path}/{CONFIG_MAP}", {"data": body["data"]})
+
+
+def new_scheduler(cp: ControlPlane, namespace: str, prefix: str = "sched") -> str:
+    """A fresh scheduler name, set in the namespace's device config, with the CRD installed:
+    the operator started for this namespace decides only the pods that name it."""
+    install_crd(cp)
+    name = unique(prefix)
+    put_config_map(cp, namespace, config_text(name))
+    return name
+
+
+def pod_webhook_configuration(
+    name: str, namespace: str, url: str, *, ca: bytes | None, timeout_s: int
+) -> Json:
+    """A MutatingWebhookConfiguration sending the namespace's pod creations to ``url``,
+    failing closed; without ``ca`` the caBundle is left for the operator to fill in."""
+    client_config: Json = {"url": url}
+    if ca is not None:
+        client_config["caBundle"] = base64.b64encode(ca).decode()
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "pods.vgpu-operator.io",
+                "clientConfig": client_config,
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Fail",
+                "timeoutSeconds": timeout_s,
+            }
+        ],
+    }
 
 
 def gpu_pod(
@@ -334,16 +388,8 @@ def events_for(cp: ControlPlane, namespace: str, name: str) -> list[Json]:
     return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
 
 
-def allocation(pod: Mapping[str, Any]) -> list[tuple[str, int, int]]:
-    """(card uuid, memory MiB, cores) per container device, from the pod's annotations."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    devices = codec.decode_pod_devices(annotations, {"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED})
-    return [
-        (device.uuid, device.memory_mib, device.cores)
-        for per_vendor in devices.values()
-        for container in per_vendor
-        for device in container
-    ]
+#: (card uuid, memory MiB, cores) per container device, from the pod's annotations.
+allocation = pod_allocation.nvidia_devices
 
 
 def usage_by_card(pods: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int, int]]:

@@ -78,34 +78,12 @@ def crd(control_plane: ControlPlane) -> dict[str, Any]:
     return wait_for("the DeviceInventory CRD to be established", established)
 
 
-@pytest.fixture
-def node(control_plane: ControlPlane, crd: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """A fresh KWOK node (the owner of the inventory); removed with its inventory after."""
-    name = f"gpu-{uuid.uuid4().hex[:8]}"
-    obj = control_plane.create_fake_gpu_node(name, gpus=8)
-    yield obj
-    control_plane.delete(f"{INVENTORIES}/{name}")
-    control_plane.delete(node_leases.lease_path(name))
-    control_plane.delete(f"/api/v1/nodes/{name}")
-
-
-@pytest.fixture
-def machine_file(tmp_path: Path) -> Callable[[str], Path]:
-    """A writable copy of a bundled machine."""
-
-    def copy(name: str) -> Path:
-        target = tmp_path / f"{name}.yaml"
-        shutil.copy(resolve_machine_path(name), target)
-        return target
-
-    return copy
-
-
 class AgentThread:
     """The agent's asyncio loop in a thread, as the DaemonSet process would run it."""
 
     def __init__(self, settings: AgentSettings, machine: Path, kubeconfig: Path) -> None:
         self.settings = settings
+        self.machine = machine  # a test rewrites it to change the simulated cards
         self.metrics = AgentMetrics()
         self._backend = SimulatedBackend(machine, settings.node_name)
         self._kubeconfig = kubeconfig
@@ -157,15 +135,23 @@ class AgentThread:
         )
 
 
-@pytest.fixture
-def start_agent(
-    control_plane: ControlPlane, kubeconfig_env: Path
-) -> Iterator[Callable[..., AgentThread]]:
-    agents: list[AgentThread] = []
+class AgentNode:
+    """A fresh KWOK node (the owner of the inventory) and the agents a test starts on it,
+    each on a writable copy of a bundled machine."""
 
-    def start(node_name: str, machine: Path, **settings: Any) -> AgentThread:
+    def __init__(self, cp: ControlPlane, obj: dict[str, Any], kubeconfig: Path, work: Path) -> None:
+        self.cp = cp
+        self.name: str = obj["metadata"]["name"]
+        self.uid: str = obj["metadata"]["uid"]
+        self.kubeconfig = kubeconfig
+        self._work = work
+        self.agents: list[AgentThread] = []
+
+    def start(self, machine: str, **settings: Any) -> AgentThread:
+        copy = self._work / f"{machine}.yaml"
+        shutil.copy(resolve_machine_path(machine), copy)
         values: dict[str, Any] = {
-            "node_name": node_name,
+            "node_name": self.name,
             "heartbeat_interval_s": 1.0,
             "poll_interval_s": 0.2,
             "backoff_initial_s": 0.2,
@@ -174,14 +160,33 @@ def start_agent(
             "registration": RegistrationOptions(split_count=10),
         }
         values.update(settings)
-        agent = AgentThread(AgentSettings(**values), machine, kubeconfig_env)
+        agent = AgentThread(AgentSettings(**values), copy, self.kubeconfig)
         agent.start()
-        agents.append(agent)
+        self.agents.append(agent)
         return agent
 
-    yield start
-    for agent in agents:
-        agent.stop()
+    def first_report(self) -> dict[str, Any]:
+        """The inventory, once its agent has reported."""
+        return wait_for("the inventory", lambda: reported(self.cp, self.name))
+
+
+@pytest.fixture
+def node(
+    control_plane: ControlPlane, crd: dict[str, Any], kubeconfig_env: Path, tmp_path: Path
+) -> Iterator[AgentNode]:
+    """A fresh node; after the test its agents stop, and it goes with its inventory and Lease."""
+    name = f"gpu-{uuid.uuid4().hex[:8]}"
+    fresh = AgentNode(
+        control_plane, control_plane.create_fake_gpu_node(name, gpus=8), kubeconfig_env, tmp_path
+    )
+    yield fresh
+    try:
+        for agent in fresh.agents:
+            agent.stop()
+    finally:
+        control_plane.delete(f"{INVENTORIES}/{name}")
+        control_plane.delete(node_leases.lease_path(name))
+        control_plane.delete(f"/api/v1/nodes/{name}")
 
 
 def get_inventory(control_plane: ControlPlane, name: str) -> dict[str, Any]:
@@ -210,21 +215,18 @@ def rewrite(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
 
 
 def test_inventory_appears_owned_by_its_node_with_every_link(
-    control_plane: ControlPlane,
-    node: dict[str, Any],
-    machine_file: Callable[[str], Path],
-    start_agent: Callable[..., AgentThread],
+    control_plane: ControlPlane, node: AgentNode
 ) -> None:
-    name = node["metadata"]["name"]
-    start_agent(name, machine_file("h100-sxm-8"))
-    obj = wait_for("the inventory", lambda: reported(control_plane, name))
+    name = node.name
+    node.start("h100-sxm-8")
+    obj = node.first_report()
 
     (owner,) = obj["metadata"]["ownerReferences"]
     assert owner == {
         "apiVersion": "v1",
         "kind": "Node",
         "name": name,
-        "uid": node["metadata"]["uid"],
+        "uid": node.uid,
     }
     status = obj["status"]
     assert status["nodeName"] == name
@@ -255,15 +257,10 @@ def test_inventory_appears_owned_by_its_node_with_every_link(
     assert scores[devices[0].id][devices[1].id] == 1820
 
 
-def test_kubectl_columns_show_the_summary(
-    control_plane: ControlPlane,
-    node: dict[str, Any],
-    machine_file: Callable[[str], Path],
-    start_agent: Callable[..., AgentThread],
-) -> None:
-    name = node["metadata"]["name"]
-    start_agent(name, machine_file("l40s-pcie-4"))
-    wait_for("the inventory", lambda: reported(control_plane, name))
+def test_kubectl_columns_show_the_summary(control_plane: ControlPlane, node: AgentNode) -> None:
+    name = node.name
+    node.start("l40s-pcie-4")
+    node.first_report()
     table = _get_table(control_plane, f"{INVENTORIES}/{name}")
     columns = [c["name"] for c in table["columnDefinitions"]]
     (row,) = table["rows"]
@@ -275,18 +272,12 @@ def test_kubectl_columns_show_the_summary(
     assert cells["Last Report"].endswith("s")  # rendered as an age
 
 
-def test_a_failing_gpu_flips_its_health(
-    control_plane: ControlPlane,
-    node: dict[str, Any],
-    machine_file: Callable[[str], Path],
-    start_agent: Callable[..., AgentThread],
-) -> None:
-    name = node["metadata"]["name"]
-    machine = machine_file("h100-sxm-8")
-    start_agent(name, machine)
-    wait_for("the inventory", lambda: reported(control_plane, name))
+def test_a_failing_gpu_flips_its_health(control_plane: ControlPlane, node: AgentNode) -> None:
+    name = node.name
+    agent = node.start("h100-sxm-8")
+    node.first_report()
 
-    rewrite(machine, lambda body: body["gpus"][3].update(xid=79))
+    rewrite(agent.machine, lambda body: body["gpus"][3].update(xid=79))
 
     def failed() -> dict[str, Any] | None:
         status = get_inventory(control_plane, name)["status"]
@@ -306,21 +297,18 @@ def test_a_failing_gpu_flips_its_health(
 
 
 def test_the_lease_is_renewed_while_the_inventory_is_left_as_it_is(
-    control_plane: ControlPlane,
-    node: dict[str, Any],
-    machine_file: Callable[[str], Path],
-    start_agent: Callable[..., AgentThread],
+    control_plane: ControlPlane, node: AgentNode
 ) -> None:
-    name = node["metadata"]["name"]
-    start_agent(name, machine_file("t4-legacy"), lease_duration_s=45)
-    first = wait_for("the inventory", lambda: reported(control_plane, name))
+    name = node.name
+    node.start("t4-legacy", lease_duration_s=45)
+    first = node.first_report()
     lease = wait_for("the node's Lease", lambda: renewed_at(control_plane, name))
     obj = control_plane.get(node_leases.lease_path(name))
     assert obj["spec"]["holderIdentity"] == name
     assert obj["spec"]["leaseDurationSeconds"] == 45
     # Owned by its Node, so that it goes with it, as the inventory does.
     (owner,) = obj["metadata"]["ownerReferences"]
-    assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", name, node["metadata"]["uid"])
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", name, node.uid)
 
     def later_than(previous: float) -> float | None:
         current = renewed_at(control_plane, name)
@@ -334,14 +322,9 @@ def test_the_lease_is_renewed_while_the_inventory_is_left_as_it_is(
     assert resources.heartbeat_of(now) == resources.heartbeat_of(first)
 
 
-def test_a_deleted_lease_is_created_again(
-    control_plane: ControlPlane,
-    node: dict[str, Any],
-    machine_file: Callable[[str], Path],
-    start_agent: Callable[..., AgentThread],
-) -> None:
-    name = node["metadata"]["name"]
-    start_agent(name, machine_file("t4-legacy"))
+def test_a_deleted_lease_is_created_again(control_plane: ControlPlane, node: AgentNode) -> None:
+    name = node.name
+    node.start("t4-legacy")
     wait_for("the node's Lease", lambda: renewed_at(control_plane, name))
     first = control_plane.get(node_leases.lease_path(name))["metadata"]["uid"]
     control_plane.delete(node_leases.lease_path(name))
@@ -357,20 +340,16 @@ def test_a_deleted_lease_is_created_again(
 
 
 def test_agent_writes_again_after_an_api_server_restart(
-    control_plane: ControlPlane,
-    node: dict[str, Any],
-    machine_file: Callable[[str], Path],
-    start_agent: Callable[..., AgentThread],
+    control_plane: ControlPlane, node: AgentNode
 ) -> None:
-    name = node["metadata"]["name"]
-    machine = machine_file("h100-pcie-failing")
-    agent = start_agent(name, machine)
-    wait_for("the inventory", lambda: reported(control_plane, name))
+    name = node.name
+    agent = node.start("h100-pcie-failing")
+    node.first_report()
 
     control_plane.stop_apiserver()
     try:
         # The card fails while the API server is away; the agent must keep trying.
-        rewrite(machine, lambda body: body["gpus"][0].update(xid=[48]))
+        rewrite(agent.machine, lambda body: body["gpus"][0].update(xid=[48]))
         wait_for("the agent to notice the outage", lambda: agent.errors() > 0, 20)
     finally:
         control_plane.start_apiserver()
@@ -395,15 +374,10 @@ def test_agent_writes_again_after_an_api_server_restart(
     )
 
 
-def test_a_deleted_inventory_is_recreated(
-    control_plane: ControlPlane,
-    node: dict[str, Any],
-    machine_file: Callable[[str], Path],
-    start_agent: Callable[..., AgentThread],
-) -> None:
-    name = node["metadata"]["name"]
-    start_agent(name, machine_file("a100-mig"))
-    first = wait_for("the inventory", lambda: reported(control_plane, name))
+def test_a_deleted_inventory_is_recreated(control_plane: ControlPlane, node: AgentNode) -> None:
+    name = node.name
+    node.start("a100-mig")
+    first = node.first_report()
     control_plane.delete(f"{INVENTORIES}/{name}")
 
     def recreated() -> dict[str, Any] | None:
@@ -416,13 +390,10 @@ def test_a_deleted_inventory_is_recreated(
 
 
 def test_hami_annotations_let_hami_read_the_node(
-    control_plane: ControlPlane,
-    node: dict[str, Any],
-    machine_file: Callable[[str], Path],
-    start_agent: Callable[..., AgentThread],
+    control_plane: ControlPlane, node: AgentNode
 ) -> None:
-    name = node["metadata"]["name"]
-    start_agent(name, machine_file("islands-16"), write_hami_annotations=True)
+    name = node.name
+    node.start("islands-16", write_hami_annotations=True)
 
     def annotated() -> dict[str, str] | None:
         annotations = control_plane.get(f"/api/v1/nodes/{name}")["metadata"].get("annotations", {})
@@ -479,9 +450,9 @@ def test_daemonset_manifest_is_accepted_by_the_api_server(control_plane: Control
 
 
 def test_agent_command_runs_until_sigterm_logging_json(
-    control_plane: ControlPlane, node: dict[str, Any], kubeconfig_env: Path
+    control_plane: ControlPlane, node: AgentNode, kubeconfig_env: Path
 ) -> None:
-    name = node["metadata"]["name"]
+    name = node.name
     command = [
         sys.executable,
         "-c",
@@ -510,16 +481,13 @@ def test_agent_command_runs_until_sigterm_logging_json(
 
 
 def test_a_tampered_inventory_is_put_back_by_its_agent(
-    control_plane: ControlPlane,
-    node: dict[str, Any],
-    machine_file: Callable[[str], Path],
-    start_agent: Callable[..., AgentThread],
+    control_plane: ControlPlane, node: AgentNode
 ) -> None:
     """Someone (here the admin) sets a card's memory to 900000 MiB on the server; the agent
     compares the server's copy with its own reading and writes the truth back."""
-    name = node["metadata"]["name"]
-    start_agent(name, machine_file("t4-legacy"), reassert_interval_s=3600.0)
-    first = wait_for("the inventory", lambda: reported(control_plane, name))
+    name = node.name
+    node.start("t4-legacy", reassert_interval_s=3600.0)
+    first = node.first_report()
     real = first["status"]["devices"][0]["memoryMiB"]
     devices = [dict(d) for d in first["status"]["devices"]]
     devices[0]["memoryMiB"] = 900000
@@ -533,11 +501,11 @@ def test_a_tampered_inventory_is_put_back_by_its_agent(
 
 
 def test_an_inventory_naming_another_node_is_refused_by_the_api_server(
-    control_plane: ControlPlane, node: dict[str, Any]
+    control_plane: ControlPlane, node: AgentNode
 ) -> None:
     """The CRD's schema: an inventory describes only the node it is named after, and lists
     each card once."""
-    name = node["metadata"]["name"]
+    name = node.name
     evil = {
         "apiVersion": resources.API_VERSION,
         "kind": names.DEVICE_INVENTORY_KIND,
@@ -592,27 +560,21 @@ def _advertised(socket: Path, responses: int, timeout: float = 30.0) -> list[lis
 
 
 def test_a_device_config_change_reaches_inventory_and_kubelet_without_restart(
-    control_plane: ControlPlane,
-    node: dict[str, Any],
-    namespace: str,
-    machine_file: Callable[[str], Path],
-    start_agent: Callable[..., AgentThread],
-    tmp_path: Path,
+    control_plane: ControlPlane, node: AgentNode, namespace: str, tmp_path: Path
 ) -> None:
     """The node's nodeconfig entry (split, filterdevices) over the flags; a change to the
     ConfigMap is reported and re-advertised by the running agent, and both say the same."""
     import tempfile
 
-    name = node["metadata"]["name"]
+    name = node.name
     configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
     entry = f"nodeconfig: [{{name: {name}, devicesplitcount: 4, filterdevices: {{index: [0]}}}}]"
     control_plane.create(configmaps, _device_config(namespace, "dc", entry))
     # A unix socket path must stay under 108 bytes: pytest's tmp_path can be longer.
     plugin_dir = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
     try:
-        start_agent(
-            name,
-            machine_file("l40s-pcie-4"),
+        node.start(
+            "l40s-pcie-4",
             config_map="dc",
             config_namespace=namespace,
             device_plugin_dir=str(plugin_dir),

@@ -23,7 +23,6 @@ from integration.test_operator_webhook import Webhooked
 
 from vgpu_operator import names
 from vgpu_operator.devices.quantity import parse_quantity
-from vgpu_operator.testing.controlplane import ApiError
 
 # The webhook test module's fixture: an operator with its webhook wired into the API server.
 webhooked = webhook_tests.webhooked
@@ -131,15 +130,6 @@ _INPUTS = st.one_of(
 )
 
 
-def _refusal(call: Callable[[], object]) -> ApiError | None:
-    """The API server's refusal of a write, or None when it was accepted."""
-    try:
-        call()
-    except ApiError as exc:
-        return exc
-    return None
-
-
 _BROKEN_LABEL = "vgpu-test/report-broken"
 
 
@@ -195,7 +185,7 @@ class _Run:
                 ],
             },
         }
-        refused = _refusal(lambda: env.create_pod(self.w.cp, pod))
+        refused = env.refusal(lambda: env.create_pod(self.w.cp, pod))
         if refused is not None:
             assert refused.status in (400, 403, 422), refused
             if refused.status == 400:
@@ -214,7 +204,7 @@ class _Run:
         breaks(status)
         # Never a sound status for this node: the object is created bare, then only
         # broken statuses are written (the CRD may refuse them).
-        exists = _refusal(
+        exists = env.refusal(
             lambda: self.w.cp.create(
                 env.INVENTORIES,
                 {
@@ -227,7 +217,7 @@ class _Run:
         )
         assert exists is None or exists.status == 409, exists
         path = f"{env.INVENTORIES}/{self.broken_node}/status"
-        refused = _refusal(lambda: self.w.cp.patch(path, {"status": status}))
+        refused = env.refusal(lambda: self.w.cp.patch(path, {"status": status}))
         assert refused is None or refused.status in (400, 422), refused
 
     def register(self, text: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Final
 
 import pytest
@@ -22,7 +22,7 @@ from integration import operator_env as env
 
 from vgpu_operator import names
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import ControlPlane
 
 SEEDS: Final = (1, 2, 3)
 PODS_PER_ROUND: Final = 8
@@ -65,9 +65,7 @@ NODE_ANNOTATIONS: Final = (
 
 @pytest.fixture
 def fuzzed(control_plane: ControlPlane, namespace: str) -> Iterator[tuple[str, OperatorThread]]:
-    env.install_crd(control_plane)
-    scheduler = env.unique("fuzz")
-    env.put_config_map(control_plane, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(control_plane, namespace, prefix="fuzz")
     with OperatorThread(env.options(control_plane, namespace)) as running:
         yield scheduler, running
     env.cleanup_group(control_plane, namespace)
@@ -114,17 +112,8 @@ def _forge_inventory(cp: ControlPlane, namespace: str, victim: str, rng: random.
         "metadata": {"name": name},
     }
     cp.create(env.INVENTORIES, created)
-    refusal = _try(lambda: cp.patch(f"{env.INVENTORIES}/{name}/status", {"status": status}))
+    refusal = env.refusal(lambda: cp.patch(f"{env.INVENTORIES}/{name}/status", {"status": status}))
     assert refusal is None or refusal.status in (400, 422), refusal
-
-
-def _try(call: Callable[[], object]) -> ApiError | None:
-    """The API server's refusal of a write, or None when it took it."""
-    try:
-        call()
-    except ApiError as exc:
-        return exc
-    return None
 
 
 def _decided(pod: dict[str, Any]) -> bool:
@@ -157,7 +146,7 @@ def test_malformed_input_never_crashes_or_overbooks(
     readable: dict[str, bool] = {}
     for i in range(PODS_PER_ROUND):
         pod, ok = _pod(namespace, f"p{seed}-{i}", scheduler, rng)
-        refusal = _try(functools.partial(env.create_pod, control_plane, pod))
+        refusal = env.refusal(functools.partial(env.create_pod, control_plane, pod))
         if refusal is not None:
             # What is not a whole quantity at all the API server refuses itself.
             assert refusal.status in (400, 422), refusal

@@ -32,9 +32,7 @@ def test_a_gpu_pod_left_to_the_default_scheduler_is_reported_with_the_fix(
     control_plane: ControlPlane, namespace: str
 ) -> None:
     cp = control_plane
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(cp, namespace)
     # Created before the operator runs, as while its webhook was down.
     gpu = _default_scheduler_pod(namespace, "gpu", {"nvidia.com/gpu": "1"})
     cpu = _default_scheduler_pod(namespace, "cpu", {"cpu": "1"})

@@ -6,7 +6,6 @@ record themselves in a ClusterKopfPeering object of the test's own.
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,11 +30,7 @@ PEERINGS = "/apis/kopf.dev/v1/clusterkopfpeerings"
 def _install_peering_crds(cp: ControlPlane) -> None:
     for doc in yaml.safe_load_all(PEERING_MANIFEST.read_text()):
         if doc and doc["kind"] == "CustomResourceDefinition":
-            try:
-                cp.create(CRDS, doc)
-            except ApiError as exc:
-                if exc.status != 409:
-                    raise
+            env.create_unless_present(cp, CRDS, doc)
 
     def served() -> bool:
         try:
@@ -78,9 +73,7 @@ def test_one_replica_decides_and_the_other_takes_over(
     control_plane: ControlPlane, namespace: str, peering: str
 ) -> None:
     cp = control_plane
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(cp, namespace)
     node = f"{namespace}-p"
     env.gpu_node(cp, node, env.cards(node, 2), group=namespace)
 
@@ -130,9 +123,7 @@ def test_a_standby_answers_the_webhook_from_current_quotas(
     """The Service sends admission requests to any Ready replica. A standby's Kopf watches
     are paused; its webhook must still see a quota created after it started."""
     cp = control_plane
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    env.new_scheduler(cp, namespace)  # the operator needs its config; no pod names it
     pki = make_pki(tmp_path)
     port = _free_port()
     webhook = WebhookOptions(
@@ -145,7 +136,16 @@ def test_a_standby_answers_the_webhook_from_current_quotas(
         env.wait_until("the first replica to lead", lambda: _leader(first), 30)
         options = env.options(cp, namespace, standalone=False, peering=peering, webhook=webhook)
         second = OperatorThread(options).start()
-        cp.create(WEBHOOKS, _webhook_to(config_name, namespace, port, pki.ca.read_bytes()))
+        cp.create(
+            WEBHOOKS,
+            env.pod_webhook_configuration(
+                config_name,
+                namespace,
+                f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+                ca=pki.ca.read_bytes(),
+                timeout_s=10,
+            ),
+        )
         quota_path = f"/api/v1/namespaces/{namespace}/resourcequotas"
         cp.create(
             quota_path,
@@ -194,33 +194,3 @@ def test_a_standby_answers_the_webhook_from_current_quotas(
         first.stop()
         if second is not None:
             second.stop()
-
-
-def _webhook_to(name: str, namespace: str, port: int, ca: bytes) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [
-            {
-                "name": "pods.vgpu-operator.io",
-                "clientConfig": {
-                    "url": f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
-                    "caBundle": base64.b64encode(ca).decode(),
-                },
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ],
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "failurePolicy": "Fail",
-                "timeoutSeconds": 10,
-            }
-        ],
-    }

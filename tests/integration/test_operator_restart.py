@@ -117,8 +117,7 @@ def test_kill_mid_burst_and_restart_never_overcommits(
     control_plane: ControlPlane, group: str, tmp_path: Path
 ) -> None:
     cp = control_plane
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, group, env.config_text(scheduler))
+    scheduler = env.new_scheduler(cp, group)
     card_node: dict[str, str] = {}
     for n in range(NODES):
         name = f"{group}-r{n}"
@@ -204,8 +203,7 @@ def test_restarted_operator_rebuilds_usage_from_bound_pods(
 ) -> None:
     """A pod bound before the restart keeps its card: the new process does not reuse it."""
     cp = control_plane
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, group, env.config_text(scheduler))
+    scheduler = env.new_scheduler(cp, group)
     name = f"{group}-one"
     env.gpu_node(cp, name, env.cards(name, 1, memory_mib=20000), group=group)
     first = OperatorProcess(cp, group, tmp_path / "first.log")

@@ -60,45 +60,24 @@ class SelfSigned:
         return pem.encode()
 
 
-def _configuration(name: str, namespace: str, port: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [
-            {
-                "name": "pods.vgpu-operator.io",
-                # No caBundle: the operator fills it in.
-                "clientConfig": {"url": f"https://localhost:{port}/{WEBHOOK_ID}"},
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ],
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "failurePolicy": "Fail",
-                "timeoutSeconds": 5,
-            }
-        ],
-    }
-
-
 @pytest.fixture
 def self_signed(
     control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> Iterator[SelfSigned]:
     cp = control_plane
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(cp, namespace)
     port = _free_port()
     name = f"vgpu-tls-{namespace}"
-    cp.create(WEBHOOKS, _configuration(name, namespace, port))
+    cp.create(
+        WEBHOOKS,
+        env.pod_webhook_configuration(
+            name,
+            namespace,
+            f"https://localhost:{port}/{WEBHOOK_ID}",
+            ca=None,  # the operator fills it in
+            timeout_s=5,
+        ),
+    )
     webhook = WebhookOptions(
         port=port,
         addr="127.0.0.1",

@@ -38,14 +38,16 @@ _UNLIMITED_SECONDS: Final = 3.0
 _SLOWDOWN_SHARE: Final = 0.5
 
 
-def _why_not(run: Run, name: str) -> CheckResult | None:
+def _grant_to_test(run: Run, name: str) -> Grant | CheckResult:
+    """The grant whose limits the check ``name`` runs under, or the skip that says why it
+    cannot run."""
     if run.options.simulated:
         return skipped(name, "simulated backend: there is no GPU to run a CUDA program on")
     if run.grant is None:
         return skipped(name, "no settings from Allocate (its check did not pass)")
     if run.library is None:
         return skipped(name, "no libvgpu.so (the HAMi-core build did not pass)")
-    return None
+    return run.grant
 
 
 def container_environment(
@@ -154,11 +156,9 @@ def memory_verdict(
 
 
 def memory_limit(run: Run) -> CheckResult:
-    refusal = _why_not(run, MEMORY)
-    if refusal is not None:
-        return refusal
-    assert run.grant is not None
-    grant = run.grant
+    grant = _grant_to_test(run, MEMORY)
+    if isinstance(grant, CheckResult):
+        return grant
     limit = grant.memory_limit_mib
     below, above = memory_sizes(limit)
     args = ["mem", "--below-mib", str(below), "--above-mib", str(above)]
@@ -184,11 +184,9 @@ def _cache_path(grant: Grant) -> Path:
 
 
 def sm_limit(run: Run) -> CheckResult:
-    refusal = _why_not(run, COMPUTE)
-    if refusal is not None:
-        return refusal
-    assert run.grant is not None
-    grant = run.grant
+    grant = _grant_to_test(run, COMPUTE)
+    if isinstance(grant, CheckResult):
+        return grant
     limit = grant.sm_limit
     if not 0 < limit < 100:
         return skipped(COMPUTE, f"the share's SM limit is {limit} %: nothing to throttle")

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from e2e.api import Json
-from vgpu_operator import names
-from vgpu_operator.devices import codec
+from vgpu_operator.testing import pod_allocation
 
 
 @dataclass
@@ -38,17 +37,6 @@ def scheduled_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if condition.get("type") == "PodScheduled":
             return dict(condition)
     return None
-
-
-def _allocation(pod: Mapping[str, Any]) -> list[tuple[str, int, int]]:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    devices = codec.decode_pod_devices(annotations, {"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED})
-    return [
-        (device.uuid, device.memory_mib, device.cores)
-        for per_vendor in devices.values()
-        for container in per_vendor
-        for device in container
-    ]
 
 
 def _gpu_request(pod: Mapping[str, Any]) -> int:
@@ -85,7 +73,7 @@ def recount(
                 check.problems.append(f"{name} pending without a reason")
             continue
         check.bound += 1
-        allocation = _allocation(pod)
+        allocation = pod_allocation.nvidia_devices(pod)
         if not allocation:
             per_node[node] = per_node.get(node, 0) + _gpu_request(pod)
             continue

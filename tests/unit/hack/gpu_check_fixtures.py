@@ -1,4 +1,5 @@
-"""Recorded nvidia-smi outputs (fixtures/<machine>/) for the hardware check's tests."""
+"""Recorded nvidia-smi outputs (fixtures/<machine>/) for the hardware check's tests, and the
+HAMi-core grant its later steps run under."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 from pathlib import Path
 
 from gpu_check.budget import Budget
-from gpu_check.context import Options, Run
+from gpu_check.context import Grant, Options, Run
 from gpu_check.inventory_check import read_inventory
 from gpu_check.smi import SmiSnapshot, parse_listing, parse_query_xml, parse_topology
 
@@ -62,3 +63,36 @@ def simulated_status(backend: str, tmp_path: Path) -> resources.DeviceInventoryS
     result = read_inventory(run)
     assert run.status is not None, result.summary
     return run.status
+
+
+def hamicore_grant(
+    hook: Path,
+    card_uuid: str,
+    card_index: int,
+    sm_limit: int,
+    lock_dir: Path | None = None,
+) -> Grant:
+    """A 4096 MiB share of one card as the device plugin's Allocate hands it to a container
+    (HAMi-core's variables and mounts, the hook directory on the host at ``hook``); with
+    ``lock_dir``, also the node lock's mount."""
+    (hook / "containers" / "uid_main").mkdir(parents=True, exist_ok=True)
+    lock = () if lock_dir is None else (("/tmp/vgpulock", str(lock_dir), False),)
+    return Grant(
+        card_uuid=card_uuid,
+        card_index=card_index,
+        memory_limit_mib=4096,
+        sm_limit=sm_limit,
+        envs={
+            "NVIDIA_VISIBLE_DEVICES": card_uuid,
+            "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
+            "CUDA_DEVICE_SM_LIMIT": str(sm_limit),
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/uid_main.cache",
+        },
+        mounts=(
+            ("/usr/local/vgpu", str(hook / "containers" / "uid_main"), False),
+            ("/usr/local/vgpu/libvgpu.so", str(hook / "libvgpu.so"), True),
+            *lock,
+            ("/etc/ld.so.preload", str(hook / "ld.so.preload"), True),
+        ),
+        hook_dir=hook,
+    )

@@ -9,15 +9,16 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gpu_check import cuda_probe, enforcement
 from gpu_check.budget import Budget
-from gpu_check.context import Grant, Options, Run
-from gpu_check.outcome import Status
-from gpu_check_fixtures import REPO
+from gpu_check.context import Options, Run
+from gpu_check.outcome import CheckResult, Status
+from gpu_check_fixtures import REPO, hamicore_grant
 
 from vgpu_operator.agent import hamicore
 
@@ -261,29 +262,11 @@ def governed_run(libcuda: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     )
     hook = tmp_path / "host" / "vgpu"
     hamicore.install(library, hook, "/usr/local/vgpu")
-    (hook / "containers" / "uid_main").mkdir(parents=True)
     run = Run(Options(repo_root=REPO, backend="nvml"), Budget(120), tmp_path)
     run.library = library
-    run.grant = Grant(
-        card_uuid="GPU-a",
-        card_index=0,
-        memory_limit_mib=4096,
-        # 10 %: the stand-in stretches kernels tenfold, the verdict wants fivefold, and a
-        # run without the limit is about even: wide margins for a loaded machine.
-        sm_limit=10,
-        envs={
-            "NVIDIA_VISIBLE_DEVICES": "GPU-a",
-            "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
-            "CUDA_DEVICE_SM_LIMIT": "10",
-            "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/uid_main.cache",
-        },
-        mounts=(
-            ("/usr/local/vgpu", str(hook / "containers" / "uid_main"), False),
-            ("/usr/local/vgpu/libvgpu.so", str(hook / "libvgpu.so"), True),
-            ("/etc/ld.so.preload", str(hook / "ld.so.preload"), True),
-        ),
-        hook_dir=hook,
-    )
+    # 10 %: the stand-in stretches kernels tenfold, the verdict wants fivefold, and a run
+    # without the limit is about even: wide margins for a loaded machine.
+    run.grant = hamicore_grant(hook, "GPU-a", 0, sm_limit=10)
     return run
 
 
@@ -297,16 +280,6 @@ def test_the_memory_check_passes_when_the_limit_holds(governed_run: Run) -> None
     assert result.data["bare"]["total_mib"] == 8192
 
 
-def test_the_memory_check_fails_when_nothing_enforces_the_limit(
-    governed_run: Run, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("FAKE_NO_LIMITS", "1")
-    result = enforcement.memory_limit(governed_run)
-    assert result.status is Status.FAIL
-    assert "5120 MiB (above the limit) gave CUDA_SUCCESS" in result.summary
-    assert "reports 8192 MiB in total, not the limit 4096 MiB" in result.summary
-
-
 def test_the_compute_check_measures_the_slowdown_of_the_same_launches(governed_run: Run) -> None:
     result = enforcement.sm_limit(governed_run)
     assert result.status is Status.PASS, result.summary
@@ -315,10 +288,28 @@ def test_the_compute_check_measures_the_slowdown_of_the_same_launches(governed_r
     assert result.data["ideal"] == pytest.approx(10)
 
 
-def test_the_compute_check_fails_when_the_limit_changes_nothing(
-    governed_run: Run, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("check", "reasons"),
+    [
+        pytest.param(
+            enforcement.memory_limit,
+            (
+                "5120 MiB (above the limit) gave CUDA_SUCCESS",
+                "reports 8192 MiB in total, not the limit 4096 MiB",
+            ),
+            id="memory",
+        ),
+        pytest.param(enforcement.sm_limit, ("at least 5.00x was expected",), id="compute"),
+    ],
+)
+def test_a_check_fails_when_nothing_enforces_its_limit(
+    governed_run: Run,
+    monkeypatch: pytest.MonkeyPatch,
+    check: Callable[[Run], CheckResult],
+    reasons: tuple[str, ...],
 ) -> None:
     monkeypatch.setenv("FAKE_NO_LIMITS", "1")
-    result = enforcement.sm_limit(governed_run)
+    result = check(governed_run)
     assert result.status is Status.FAIL
-    assert "at least 5.00x was expected" in result.summary
+    for reason in reasons:
+        assert reason in result.summary

@@ -31,7 +31,7 @@ from gpu_check.hamicore_build import (
     read_versions,
     static_config,
 )
-from gpu_check_fixtures import REPO
+from gpu_check_fixtures import REPO, hamicore_grant
 
 from vgpu_operator import names
 
@@ -41,27 +41,7 @@ OOM = {"code": 2, "name": "CUDA_ERROR_OUT_OF_MEMORY"}
 
 
 def grant(tmp_path: Path) -> Grant:
-    hook = tmp_path / "vgpu"
-    (hook / "containers" / "uid_main").mkdir(parents=True)
-    return Grant(
-        card_uuid=CARD,
-        card_index=1,
-        memory_limit_mib=4096,
-        sm_limit=30,
-        envs={
-            "NVIDIA_VISIBLE_DEVICES": CARD,
-            "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
-            "CUDA_DEVICE_SM_LIMIT": "30",
-            "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/uid_main.cache",
-        },
-        mounts=(
-            ("/usr/local/vgpu", str(hook / "containers" / "uid_main"), False),
-            ("/usr/local/vgpu/libvgpu.so", str(hook / "libvgpu.so"), True),
-            ("/tmp/vgpulock", str(tmp_path / "vgpulock"), False),
-            ("/etc/ld.so.preload", str(hook / "ld.so.preload"), True),
-        ),
-        hook_dir=hook,
-    )
+    return hamicore_grant(tmp_path / "vgpu", CARD, 1, 30, lock_dir=tmp_path / "vgpulock")
 
 
 # --- memory -------------------------------------------------------------------------------
