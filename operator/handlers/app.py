@@ -36,6 +36,7 @@ from vgpu_operator.control import (
     claim_binding,
     claims_feed,
     deferred,
+    defrag,
     feed,
     heap,
     leadership,
@@ -52,7 +53,7 @@ from vgpu_operator.handlers import admission
 from vgpu_operator.kube import binding, claims, client, eviction, listing, node_lock, peering
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
-from vgpu_operator.metrics import OperatorMetrics, WebhookResult
+from vgpu_operator.metrics import DefragMetrics, OperatorMetrics, WebhookResult
 from vgpu_operator.scheduling import claim_admission, cluster
 from vgpu_operator.scheduling.allocation_gate import GateMode
 
@@ -124,6 +125,34 @@ class KubePreemptor:
         await self._reporter.preempting(pod, node, victims)
 
 
+class KubeDefragActions:
+    """``defrag.DefragActions`` over the API: listings, Evictions, nominatedNodeName,
+    Events."""
+
+    def __init__(self, api: ApiClient, reporter: reporting.KubeReporter) -> None:
+        self._api = api
+        self._reporter = reporter
+
+    async def list_pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        path = listing.PODS if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+        return (await listing.list_all(self._api, path)).items
+
+    async def evict(self, key: str, uid: str) -> eviction.EvictOutcome:
+        namespace, _, name = key.partition("/")
+        return await eviction.evict_pod(self._api, namespace, name, uid)
+
+    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None:
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        await eviction.set_nominated_node(self._api, namespace, str(meta.get("name")), node)
+
+    async def event(
+        self, pod: Mapping[str, Any], reason: str, message: str, warning: bool = False
+    ) -> None:
+        kind = kube_events.TYPE_WARNING if warning else kube_events.TYPE_NORMAL
+        await self._reporter.object_event(pod, "Pod", reason, message, kind)
+
+
 def make_identity() -> str:
     """This replica's peering identity (the pod name in a cluster)."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -142,6 +171,7 @@ class OperatorApp:
             else leadership.peering_priority(time.time())
         )
         self.metrics = OperatorMetrics()
+        self.defrag_metrics = DefragMetrics(self.metrics)
         self.api: ApiClient | None = None
         self.state: cluster.ClusterState | None = None
         self.feed: feed.StateFeed | None = None
@@ -152,6 +182,7 @@ class OperatorApp:
         self.gate: worker.Gate | None = None
         self.deferred: deferred.DeferredWrites | None = None
         self.watches: watching.FeedWatches | None = None
+        self.defrag: defrag.DefragRunner | None = None
         self._config_listed = asyncio.Event()
         self._opened_before = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -264,6 +295,16 @@ class OperatorApp:
                 ),
             )
         self._spawn("scheduling worker", self.worker.run())
+        if options.defrag is not None:
+            self.defrag = defrag.DefragRunner(
+                self.state,
+                self.feed,
+                KubeDefragActions(self.api, self.reporter),
+                self.defrag_metrics,
+                options.defrag,
+                decides=lambda: self._is_leader() and self.synced,
+            )
+            self._spawn("defragmentation", self.defrag.run())
         self._spawn("deferred events", self.deferred.run(self._deferred_write_failed))
         self._spawn("housekeeping", self._housekeeping())
         self.started.set()

@@ -1,5 +1,7 @@
 """docs/benchmarks.md and its plots, written from one bench's results.
 
+The section between the ``defrag`` markers is kept as it is: tests/bench/bench_defrag.py
+writes it (in the same ``make bench``, before this bench).
 The section between the ``profile`` markers is kept from the existing file: it holds the
 profiles (py-spy) taken by hand, which the bench does not take itself.
 """
@@ -16,6 +18,9 @@ from e2e.runs import Result
 
 PROFILE_BEGIN = "<!-- profile:begin -->"
 PROFILE_END = "<!-- profile:end -->"
+#: Written by tests/bench/bench_defrag.py (the engine alone), kept here as it is.
+DEFRAG_BEGIN = "<!-- defrag:begin -->"
+DEFRAG_END = "<!-- defrag:end -->"
 #: Runs placed as fast as they could be, shown in the throughput table: pods created as
 #: fast as the bench could (burst), the ceiling, and pods all waiting before the start
 #: (backlog: the scheduler's side of the ceiling).
@@ -455,4 +460,7 @@ def write(
     out += [f"![{name}](benchmarks/{name})" for name in pictures]
     profile = _kept(path, PROFILE_BEGIN, PROFILE_END, PROFILE_PLACEHOLDER)
     out += ["", PROFILE_BEGIN, profile.rstrip("\n"), PROFILE_END, ""]
+    defrag = _kept(path, DEFRAG_BEGIN, DEFRAG_END, "")
+    if defrag.strip():
+        out += [DEFRAG_BEGIN, defrag.rstrip("\n"), DEFRAG_END, ""]
     path.write_text("\n".join(out))
