@@ -1,4 +1,4 @@
-"""Command line: `vgpu-operator run | agent | simulate | crds | demo`."""
+"""Command line: `vgpu-operator run | agent | simulate | crds | demo | defrag plan`."""
 
 from __future__ import annotations
 
@@ -46,9 +46,10 @@ def simulate(scenario_file: Path, now: float | None, check_expect: bool, referen
 def _register_commands() -> None:
     """Subcommands whose modules import Kubernetes and NVML libraries, kept out of simulate."""
     from vgpu_operator.agent.cli import agent_command, crds_command
-    from vgpu_operator.operator_cli import run
+    from vgpu_operator.operator_cli import defrag_group, run
 
     main.add_command(run)
+    main.add_command(defrag_group)
     main.add_command(agent_command)
     main.add_command(crds_command)
     try:

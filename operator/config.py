@@ -118,6 +118,17 @@ class SchedulerConfig(_Section):
         return value
 
 
+class DraConfig(_Section):
+    """Not a HAMi key. The DRA path's settings."""
+
+    #: Namespaces whose HAMi-style GPU pods the webhook turns into ResourceClaims (their
+    #: pods then run on nodes on the DRA path only); ``"*"``: every namespace.
+    claim_namespaces: tuple[str, ...] = Field((), alias="claimNamespaces")
+
+    def converts(self, namespace: str) -> bool:
+        return "*" in self.claim_namespaces or namespace in self.claim_namespaces
+
+
 class FilterDevices(_Section):
     uuid: tuple[str, ...] = ()
     index: tuple[int, ...] = ()
@@ -146,6 +157,7 @@ class DeviceConfig(_Section):
     hygon: HygonConfig = HygonConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     node_config: tuple[NodeOverride, ...] = Field((), alias="nodeconfig")
+    dra: DraConfig = DraConfig()
 
     def section(self, key: str, config_type: type[VendorConfig]) -> VendorConfig:
         """A vendor's section: the typed field when there is one, else the raw section

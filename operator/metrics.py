@@ -554,3 +554,72 @@ class OperatorMetrics:
             )
         )
         return body, CONTENT_TYPE_LATEST
+
+
+# --- defragmentation ------------------------------------------------------------------------
+
+
+class DefragMove(enum.StrEnum):
+    """What became of one eviction of a plan (the ``result`` label; a closed set)."""
+
+    EVICTED = "evicted"
+    REFUSED = "refused"  # a PodDisruptionBudget allowed no disruption
+    GONE = "gone"  # the pod was gone before its eviction
+
+
+class DefragFailure(enum.StrEnum):
+    """Why a plan stopped (the ``reason`` label; a closed set)."""
+
+    REFUSED = "refused"  # an eviction was refused
+    GONE = "gone"  # a pod to move was gone before its eviction
+    MISPLACED = "misplaced"  # a replacement was bound elsewhere than planned
+    TIMEOUT = "timeout"  # a move, or the waiting pod's bind, took too long
+    HOLD_LOST = "hold_lost"  # the hold timed out, the pod went, or leadership moved
+    API_ERROR = "api_error"
+
+
+class DefragMetrics:
+    """Defragmentation's counters, among the operator's own series (they exist, at 0,
+    whether or not ``--defrag`` is on)."""
+
+    def __init__(self, metrics: OperatorMetrics) -> None:
+        registry = metrics._own
+        self._plans = Counter(
+            f"{PREFIX}_defrag_plans",
+            "Defragmentation plans: started, and how they ended (succeeded or stopped).",
+            ["result"],
+            registry=registry,
+        )
+        self._moves = Counter(
+            f"{PREFIX}_defrag_moves",
+            "Evictions asked by defragmentation plans, by result.",
+            ["result"],
+            registry=registry,
+        )
+        self._failures = Counter(
+            f"{PREFIX}_defrag_failures",
+            "Defragmentation plans stopped, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        for result in ("started", "succeeded", "stopped"):
+            self._plans.labels(result=result)
+        for move in DefragMove:
+            self._moves.labels(result=move.value)
+        for failure in DefragFailure:
+            self._failures.labels(reason=failure.value)
+
+    def plan_started(self) -> None:
+        self._plans.labels(result="started").inc()
+
+    def plan_succeeded(self) -> None:
+        self._plans.labels(result="succeeded").inc()
+
+    def plan_stopped(self) -> None:
+        self._plans.labels(result="stopped").inc()
+
+    def moved(self, result: DefragMove) -> None:
+        self._moves.labels(result=result.value).inc()
+
+    def failed(self, reason: DefragFailure) -> None:
+        self._failures.labels(reason=reason.value).inc()

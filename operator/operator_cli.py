@@ -1,12 +1,17 @@
-"""``vgpu-operator run``: the scheduler operator (Kopf) against a cluster."""
+"""``vgpu-operator run``: the scheduler operator (Kopf) against a cluster; and
+``vgpu-operator defrag plan``, the defragmentation plans for a live cluster."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from vgpu_operator.cli_options import kubeconfig_option, logging_options
+
+if TYPE_CHECKING:
+    from vgpu_operator.scheduling.defrag import Report
 
 #: Shown in ``--help``; the full story is in handlers/app.py and control/.
 _RUN_HELP = """Run the operator: watch pods, nodes, DeviceInventories, quotas and the
@@ -138,6 +143,47 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     show_default=True,
     help="Where self-managed TLS writes the serving certificate and key.",
 )
+@click.option(
+    "--defrag/--no-defrag",
+    default=False,
+    show_default=True,
+    help="Carry out defragmentation plans: evict pods (through the Eviction API) so that "
+    "pods waiting on free shares scattered over cards fit (docs/operations.md).",
+)
+@click.option(
+    "--defrag-interval",
+    "defrag_interval_s",
+    type=click.FloatRange(min=1.0),
+    default=60.0,
+    show_default=True,
+    help="Seconds between looks for pods blocked by fragmentation.",
+)
+@click.option(
+    "--defrag-max-evictions",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="The most pods one plan evicts.",
+)
+@click.option(
+    "--defrag-allow-bare-pods",
+    is_flag=True,
+    help="Move pods no controller recreates too (their owner must create them again).",
+)
+@click.option(
+    "--defrag-owner-kind",
+    "defrag_owner_kinds",
+    multiple=True,
+    help="Another controller kind whose pods may move (Kind or group/Kind); repeatable.",
+)
+@click.option(
+    "--defrag-step-timeout",
+    "defrag_step_timeout_s",
+    type=click.FloatRange(min=1.0),
+    default=120.0,
+    show_default=True,
+    help="Seconds a move (the pod gone, its replacement bound) may take before the plan stops.",
+)
 def run(
     kubeconfig: Path | None,
     namespace: str,
@@ -164,6 +210,12 @@ def run(
     webhook_service: str,
     webhook_configuration: str,
     webhook_tls_dir: Path,
+    defrag: bool,
+    defrag_interval_s: float,
+    defrag_max_evictions: int,
+    defrag_allow_bare_pods: bool,
+    defrag_owner_kinds: tuple[str, ...],
+    defrag_step_timeout_s: float,
 ) -> None:
     # Imported here so that `vgpu-operator --help` does not load Kopf.
     from vgpu_operator import logging as vgpu_logging
@@ -210,5 +262,175 @@ def run(
         max_binds_in_flight=max_binds_in_flight,
         scheduled_events=scheduled_events,
         webhook=webhook,
+        defrag=operator_options.DefragOptions(
+            interval_s=defrag_interval_s,
+            max_evictions=defrag_max_evictions,
+            allow_bare_pods=defrag_allow_bare_pods,
+            owner_kinds=frozenset(defrag_owner_kinds),
+            step_timeout_s=defrag_step_timeout_s,
+        )
+        if defrag
+        else None,
     )
     runtime.run_forever(options)
+
+
+# --- vgpu-operator defrag plan --------------------------------------------------------------
+
+_DEFRAG_HELP = """Defragmentation: plans that move pods so that pods waiting on scattered
+shares fit (docs/operations.md)."""
+
+
+@click.group("defrag", help=_DEFRAG_HELP)
+def defrag_group() -> None:
+    pass
+
+
+@defrag_group.command("plan")
+@kubeconfig_option
+@click.option("--namespace", default="vgpu-operator", show_default=True)
+@click.option("--config-map", default="vgpu-device-config", show_default=True)
+@click.option("--config-key", default="device-config.yaml", show_default=True)
+@click.option(
+    "--max-evictions",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="The most pods one plan evicts.",
+)
+@click.option(
+    "--allow-bare-pods",
+    is_flag=True,
+    help="Move pods no controller recreates too (their owner must create them again).",
+)
+@click.option(
+    "--owner-kind",
+    "owner_kinds",
+    multiple=True,
+    help="Another controller kind whose pods may move (Kind or group/Kind); repeatable.",
+)
+@click.option(
+    "--method",
+    type=click.Choice(["auto", "exact", "heuristic"]),
+    default="auto",
+    show_default=True,
+    help="auto: exact up to 8 nodes, heuristic beyond.",
+)
+@click.option(
+    "--inventory-timeout",
+    "inventory_timeout_s",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="As the operator's: a node without a heartbeat this long offers no devices.",
+)
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def defrag_plan(
+    kubeconfig: Path | None,
+    namespace: str,
+    config_map: str,
+    config_key: str,
+    max_evictions: int,
+    allow_bare_pods: bool,
+    owner_kinds: tuple[str, ...],
+    method: str,
+    inventory_timeout_s: float,
+    output: str,
+) -> None:
+    """Read the cluster (get and list only) and print the plans the operator would make
+    for the pods waiting because their room is scattered over cards; nothing is moved."""
+    import asyncio
+    import json
+    import sys
+    import time
+
+    from vgpu_operator import logging as vgpu_logging
+    from vgpu_operator.control import snapshot
+    from vgpu_operator.kube import client
+    from vgpu_operator.kube.requests import ApiError
+    from vgpu_operator.scheduling import defrag
+
+    # What reading the cluster logs (a node without an inventory, an allocation the books
+    # refuse) goes to stderr, warnings and worse only: stdout is the table or the JSON.
+    vgpu_logging.configure("auto", "WARNING", stream=sys.stderr)
+
+    async def read() -> snapshot.Snapshot:
+        async with client.api_client(kubeconfig) as api:
+            return await snapshot.read_cluster(
+                api,
+                namespace=namespace,
+                config_map=config_map,
+                config_key=config_key,
+                inventory_timeout_s=inventory_timeout_s or None,
+            )
+
+    try:
+        cluster = asyncio.run(read())
+    except (ApiError, snapshot.SnapshotError) as exc:
+        click.echo(f"error: cannot read the cluster: {exc}", err=True)
+        sys.exit(2)
+    options = defrag.PlanOptions(
+        max_evictions=max_evictions,
+        allow_bare_pods=allow_bare_pods,
+        owner_kinds=frozenset(owner_kinds),
+    )
+    report = defrag.plan(
+        cluster.state,
+        cluster.waiting(),
+        cluster.pods,
+        time.time(),
+        options,
+        exact=None if method == "auto" else method == "exact",
+    )
+    if output == "json":
+        click.echo(json.dumps(report_json(report), indent=2))
+    else:
+        click.echo(report_table(report))
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """A defragmentation report as ``simulate`` prints it (docs/scenario-format.md)."""
+    return {
+        "plans": [p.to_json() for p in report.plans],
+        "fragmented": list(report.fragmented),
+        "unplanned": dict(report.unplanned),
+    }
+
+
+def report_table(report: Report) -> str:
+    """A defragmentation report for a terminal: per plan, its moves in order."""
+    if not report.fragmented:
+        return "No pod is waiting for room scattered over cards."
+    lines: list[str] = []
+    for number, plan in enumerate(report.plans, 1):
+        cards = " ".join(",".join(c) for c in plan.cards)
+        lines.append(
+            f"Plan {number}: {plan.pod} fits on {plan.node} ({cards}) after "
+            f"{plan.evictions} eviction{'s' if plan.evictions != 1 else ''}, "
+            f"{plan.memory_mib} MiB moved ({plan.method})"
+        )
+        rows = [("STEP", "EVICT", "OWNER", "FROM", "FITS AGAIN ON", "MiB", "REPLACEMENT")]
+        for step, move in enumerate(plan.moves, 1):
+            owner = "-" if move.owner is None else f"{move.owner.kind}/{move.owner.name}"
+            rows.append(
+                (
+                    str(step),
+                    move.pod,
+                    owner,
+                    f"{move.from_node} {','.join(move.from_cards)}",
+                    f"{move.to_node} {','.join(move.to_cards)}",
+                    str(move.memory_mib),
+                    move.replacement.value,
+                )
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+        lines.append("")
+    if report.unplanned:
+        lines.append("Waiting for scattered room, without a plan:")
+        for pod, why in sorted(report.unplanned.items()):
+            lines.append(f"  {pod}: {why}")
+    return "\n".join(lines).rstrip("\n")

@@ -3,7 +3,8 @@
 The scenario format is defined in ``docs/scenario-format.md``: nodes (with
 ``devices`` or HAMi's annotations), pods (running ones hold devices; pending ones are
 admitted, then placed one after the other, preempting lower-priority running pods when
-they fit nowhere), ResourceQuotas, PodDisruptionBudgets, and ``expect`` (checked by
+they fit nowhere), ResourceQuotas, PodDisruptionBudgets, ``defrag`` (plans for the pods
+left waiting because their room is scattered over cards), and ``expect`` (checked by
 ``check`` only, never by the simulation itself).
 """
 
@@ -17,11 +18,16 @@ from typing import Any
 
 import yaml
 
+from vgpu_operator import simulation_dra
 from vgpu_operator.config import load_config
 from vgpu_operator.devices import codec, mig_allocations
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.errors import CodecError, ConfigError, ScenarioError
+from vgpu_operator.scheduling import defrag
 from vgpu_operator.scheduling.cluster import ClusterState, Decision
+
+#: The ``defrag`` section's keys and the options they set.
+_DEFRAG_METHODS = ("auto", "exact", "heuristic")
 
 
 def parse_scenario(text: str) -> dict[str, Any]:
@@ -37,6 +43,8 @@ def parse_scenario(text: str) -> dict[str, Any]:
             raise ScenarioError(key, "must be a list")
     if "config" in data and not isinstance(data["config"], dict | type(None)):
         raise ScenarioError("config", "must be a mapping")
+    if "defrag" in data:
+        defrag_options(data)  # refuses a malformed section here, naming the field
     for position, node in enumerate(data.get("nodes") or []):
         where = f"nodes[{position}]"
         name = _require_name(node, where)
@@ -104,6 +112,7 @@ def build_state(scenario: Mapping[str, Any], use_index: bool = True) -> ClusterS
             raise ScenarioError(f"resourceQuotas[{position}].{exc.field}", exc.message) from exc
     for pdb in scenario.get("podDisruptionBudgets") or []:
         state.set_budget(pdb)
+    simulation_dra.load(scenario, state)
     for pod in scenario.get("pods") or []:
         if (pod.get("spec") or {}).get("nodeName"):
             state.set_pod(_placed_by(pod, config.scheduler.scheduler_name))
@@ -128,19 +137,83 @@ def simulate(
     for pod in scenario.get("pods") or []:
         if (pod.get("spec") or {}).get("nodeName"):
             continue
+        pod = simulation_dra.with_template_claims(scenario, pod, state)
         decision = state.schedule(pod, now, explain=True)
         for victim in decision.victims:
             state.remove_pod(victim)  # in a simulation, victims leave at once
+        if decision.scheduled:
+            simulation_dra.write_claims(decision, state)
         if decision.scheduled or decision.victims:
             state.confirm(decision.pod)
         decisions.append(render(decision, pod))
     out: dict[str, Any] = {"decisions": decisions}
+    if "defrag" in scenario:
+        out["defrag"] = _defragment(scenario, state, decisions, now)
     warnings = state.node_layer_problems()
     if warnings:
         # Node annotations that could not be read and were ignored (the operator reports
         # them as Events on the Node).
         out["warnings"] = {node: list(problems) for node, problems in sorted(warnings.items())}
     return out
+
+
+def defrag_options(scenario: Mapping[str, Any]) -> tuple[defrag.PlanOptions, bool | None]:
+    """The ``defrag`` section as planner options and method (None: by cluster size)."""
+    section = scenario.get("defrag")
+    if section is True or section is None:
+        section = {}
+    if not isinstance(section, Mapping):
+        raise ScenarioError("defrag", "must be a mapping (or true)")
+    unknown = set(section) - {"maxEvictions", "allowBarePods", "ownerKinds", "method"}
+    if unknown:
+        raise ScenarioError(f"defrag.{sorted(unknown)[0]}", "unknown key")
+    limit = section.get("maxEvictions", defrag.PlanOptions().max_evictions)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ScenarioError("defrag.maxEvictions", "must be a whole number of at least 1")
+    bare = section.get("allowBarePods", False)
+    if not isinstance(bare, bool):
+        raise ScenarioError("defrag.allowBarePods", "must be true or false")
+    kinds = section.get("ownerKinds", [])
+    if not isinstance(kinds, list) or not all(isinstance(k, str) and k for k in kinds):
+        raise ScenarioError("defrag.ownerKinds", "must be a list of kinds (kind or group/kind)")
+    method = section.get("method", "auto")
+    if method not in _DEFRAG_METHODS:
+        raise ScenarioError("defrag.method", f"must be one of {', '.join(_DEFRAG_METHODS)}")
+    options = defrag.PlanOptions(
+        max_evictions=limit, allow_bare_pods=bare, owner_kinds=frozenset(kinds)
+    )
+    return options, None if method == "auto" else method == "exact"
+
+
+def _defragment(
+    scenario: Mapping[str, Any],
+    state: ClusterState,
+    decisions: list[dict[str, Any]],
+    now: float,
+) -> dict[str, Any]:
+    """Plans for the pods left waiting (those the decisions did not place), as the
+    operator would make them with every decision above carried out."""
+    options, exact = defrag_options(scenario)
+    placed = {d["pod"] for d in decisions if d["scheduled"]}
+    pods = list(scenario.get("pods") or [])
+    waiting = [
+        p for p in pods if not (p.get("spec") or {}).get("nodeName") and _key(p) not in placed
+    ]
+    # The running pods as the books read them (placed by the scheduler under test unless
+    # they name another): a plan moves only pods this scheduler placed.
+    ours = state.config.scheduler.scheduler_name
+    running = [_placed_by(p, ours) for p in pods if (p.get("spec") or {}).get("nodeName")]
+    report = defrag.plan(state, waiting, running, now, options, exact=exact)
+    return {
+        "plans": [p.to_json() for p in report.plans],
+        "fragmented": list(report.fragmented),
+        "unplanned": dict(report.unplanned),
+    }
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
 def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -185,6 +258,8 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
         out["rejected"] = decision.rejected
     if decision.preemption_blocked is not None:
         out["preemptionBlocked"] = decision.preemption_blocked
+    if decision.claim_writes:
+        out["claims"] = simulation_dra.render_claims(decision)
     if decision.victims:
         out["victims"] = list(decision.victims)
         out["reasons"] = {}
@@ -223,6 +298,7 @@ def _float32(value: float) -> float:
 def check(scenario: Mapping[str, Any], output: Mapping[str, Any]) -> list[str]:
     """Differences between a scenario's ``expect`` and a simulation's output."""
     by_pod = {d["pod"]: d for d in output.get("decisions", [])}
+    plans = {p["pod"]: p for p in (output.get("defrag") or {}).get("plans", [])}
     problems: list[str] = []
     for expected in scenario.get("expect") or []:
         key = expected.get("pod", "")
@@ -231,6 +307,30 @@ def check(scenario: Mapping[str, Any], output: Mapping[str, Any]) -> list[str]:
             problems.append(f"{key}: no decision")
             continue
         problems.extend(_compare(key, expected, got))
+        if "plan" in expected:
+            problems.extend(_compare_plan(key, expected["plan"], plans.get(key)))
+    return problems
+
+
+def _compare_plan(key: str, expected: Any, got: Mapping[str, Any] | None) -> list[str]:
+    """``plan``: null (no plan), or any of ``evictions``, ``moved`` (the pods, in
+    order), ``node`` (where the waiting pod goes) and ``to`` (per moved pod, its node)."""
+    if expected is None:
+        return [] if got is None else [f"{key}: a plan {got['moves']} (expected none)"]
+    if got is None:
+        return [f"{key}: no plan (expected {expected})"]
+    problems = []
+    moved = [m["pod"] for m in got["moves"]]
+    if "evictions" in expected and expected["evictions"] != got["evictions"]:
+        problems.append(f"{key}: {got['evictions']} evictions (expected {expected['evictions']})")
+    if "moved" in expected and list(expected["moved"]) != moved:
+        problems.append(f"{key}: moves {moved} (expected {expected['moved']})")
+    if "node" in expected and expected["node"] != got["node"]:
+        problems.append(f"{key}: plan for node {got['node']} (expected {expected['node']})")
+    if "to" in expected:
+        landed = {m["pod"]: m["to"]["node"] for m in got["moves"]}
+        if dict(expected["to"]) != landed:
+            problems.append(f"{key}: replacements go to {landed} (expected {expected['to']})")
     return problems
 
 
@@ -250,6 +350,7 @@ def _compare(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) -> l
         have = [sorted({d["uuid"] for d in c}) for c in got["containers"]]
         if [sorted(set(c)) for c in want] != have[: len(want)]:
             problems.append(f"{key}: devices={have} (expected {want})")
+    problems.extend(simulation_dra.check_claims(key, expected, got))
     if "victims" in expected and sorted(expected["victims"]) != sorted(got.get("victims", [])):
         problems.append(f"{key}: victims={got.get('victims', [])} (expected {expected['victims']})")
     if "preemptionBlocked" in expected and str(expected["preemptionBlocked"]) not in str(

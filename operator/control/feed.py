@@ -178,6 +178,10 @@ class StateFeed:
         self.on_settled: Callable[[str], None] = lambda node: None
         #: Pods with a Binding in flight or just written: key -> uid.
         self._binding: dict[PodKey, str] = {}
+        #: Unbound pods of other schedulers that use ResourceClaims, and when one was last
+        #: seen waiting: another allocator is at work on the slices (``claim_binding``).
+        self._other_claim_pods: set[PodKey] = set()
+        self._other_claim_pods_seen: float | None = None
         #: Per pod, what the books could not believe of its allocation, as last logged.
         self._allocation_problems: dict[PodKey, tuple[str | None, str | None]] = {}
         self._node_fingerprints: dict[str, str] = {}
@@ -286,6 +290,13 @@ class StateFeed:
             if pod_facts.scheduler_name_of(pod) == scheduler_name
         ]
 
+    def held_for(self, key: PodKey) -> None:
+        """Shares are now held for the waiting pod (a defragmentation plan's hold): it is
+        tried again, so that it waits for the moves as a preemptor waits for its victims
+        (``queue.WaitsForVictims``) instead of under a verdict that the held room, being
+        its own, can never change."""
+        self._queue.wake_one(key)
+
     def pending_pod(self, key: PodKey) -> dict[str, Any] | None:
         """The latest copy of a pod waiting for this scheduler, or None."""
         entry = self._unbound.get(key)
@@ -344,11 +355,16 @@ class StateFeed:
             else:
                 self._allocation_problems[key] = problems
         self._track_allocation(key, pod)
+        self._note_other_allocator(key, pod)
         if pod_facts.is_waiting_for_scheduler(pod):
             fingerprint = pod_facts.pod_fingerprint(pod)
             previous = self._unbound.get(key)
             self._unbound[key] = (pod, fingerprint)
-            if pod_facts.scheduler_name_of(pod) == self.scheduler_name:
+            if pod_facts.awaits_its_claims(pod):
+                # Queued once its claims are made (the pod's status names them).
+                if not self._queue.is_in_flight(key):
+                    self._queue.remove(key)
+            elif pod_facts.scheduler_name_of(pod) == self.scheduler_name:
                 added = self._queue.add(key, uid, pod_facts.priority_of(pod))
                 if not added and previous is not None and previous[1] != fingerprint:
                     if self._queue.is_unschedulable(key):
@@ -361,7 +377,27 @@ class StateFeed:
             if not self._queue.is_in_flight(key):
                 self._queue.remove(key)
 
+    def _note_other_allocator(self, key: PodKey, pod: Mapping[str, Any]) -> None:
+        if (
+            pod_facts.is_waiting_for_scheduler(pod)
+            and (pod.get("spec") or {}).get("resourceClaims")
+            and pod_facts.scheduler_name_of(pod) != self.scheduler_name
+        ):
+            self._other_claim_pods.add(key)
+            self._other_claim_pods_seen = time.monotonic()
+        elif key in self._other_claim_pods:
+            self._other_claim_pods.discard(key)
+            self._other_claim_pods_seen = time.monotonic()
+
+    def other_allocator_seen(self) -> float | None:
+        """When a pod of another scheduler with claims was last waiting (now, while one
+        is), on the monotonic clock; None if never."""
+        if self._other_claim_pods:
+            return time.monotonic()
+        return self._other_claim_pods_seen
+
     def _forget_pod(self, key: PodKey) -> None:
+        self._other_claim_pods.discard(key)
         self._engine.remove_pod(key)
         self._allocation_problems.pop(key, None)
         self._unbound.pop(key, None)

@@ -38,6 +38,24 @@ class WebhookOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class DefragOptions:
+    """Carrying out defragmentation plans (``control/defrag.py``)."""
+
+    #: Seconds between looks for pods blocked by fragmentation.
+    interval_s: float = 60.0
+    #: The most pods one plan evicts.
+    max_evictions: int = 3
+    #: Move pods no controller recreates too.
+    allow_bare_pods: bool = False
+    #: More controller kinds (``Kind`` or ``group/Kind``) whose pods may move.
+    owner_kinds: frozenset[str] = frozenset()
+    #: How long one move (the pod gone, its replacement bound) or the final bind may take.
+    step_timeout_s: float = 120.0
+    #: How often a move's progress is read.
+    poll_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorOptions:
     kubeconfig: Path | None = None
     namespace: str = DEFAULT_NAMESPACE  # where the device-config ConfigMap lives
@@ -71,3 +89,5 @@ class OperatorOptions:
     allocation_gate: GateMode = GateMode.BOOKS
     allocation_gate_timeout_s: float = DEFAULT_TIMEOUT_S
     webhook: WebhookOptions | None = None
+    #: Carry out defragmentation plans (None: off, the default).
+    defrag: DefragOptions | None = None

@@ -94,6 +94,23 @@ def is_waiting_for_scheduler(pod: Mapping[str, Any]) -> bool:
     return not _spec(pod).get("schedulingGates")
 
 
+def awaits_its_claims(pod: Mapping[str, Any]) -> bool:
+    """Whether a claim the pod's templates make is not named in its status yet (by
+    kube-controller-manager): nothing can be decided for it until then (kube-scheduler's
+    PreEnqueue holds such a pod back the same way)."""
+    made = {
+        s.get("name")
+        for s in _status(pod).get("resourceClaimStatuses") or ()
+        if isinstance(s, Mapping)
+    }
+    return any(
+        isinstance(entry, Mapping)
+        and entry.get("resourceClaimTemplateName")
+        and entry.get("name") not in made
+        for entry in _spec(pod).get("resourceClaims") or ()
+    )
+
+
 def created_at(pod: Mapping[str, Any]) -> float | None:
     """``metadata.creationTimestamp`` as a Unix time, if present and readable."""
     return unix_time(_meta(pod).get("creationTimestamp"))
@@ -125,10 +142,12 @@ def _digest(data: Any) -> str:
 
 
 def pod_fingerprint(pod: Mapping[str, Any]) -> str:
-    """Changes when what a decision reads of the pod changes (spec, labels, annotations);
-    not when only its status does (for example the condition the operator writes)."""
+    """Changes when what a decision reads of the pod changes (spec, labels, annotations,
+    the claims made for it); not when only the rest of its status does (for example the
+    condition the operator writes)."""
     meta = _meta(pod)
-    return _digest([_spec(pod), meta.get("labels"), meta.get("annotations")])
+    claims = _status(pod).get("resourceClaimStatuses")
+    return _digest([_spec(pod), meta.get("labels"), meta.get("annotations"), claims])
 
 
 def node_fingerprint(node: Mapping[str, Any]) -> str:

@@ -23,8 +23,8 @@ from typing import Any, Final
 
 import structlog
 
-from vgpu_operator.control import feed
-from vgpu_operator.kube import listing
+from vgpu_operator.control import claims_feed, feed
+from vgpu_operator.kube import claims, listing
 from vgpu_operator.kube.requests import ApiClient
 
 log = structlog.get_logger("vgpu_operator.watching")
@@ -43,6 +43,22 @@ class WatchedKind:
     event: Callable[[str | None, Mapping[str, Any]], None]
     #: Whether the feed may have warnings to report after this kind changed.
     warns: bool = False
+
+
+def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[WatchedKind, ...]:
+    """The DRA path's kinds: ResourceSlices, DeviceClasses and ResourceClaims (listed
+    before the pods, so that a restart knows every claim's allocation first)."""
+    return (
+        WatchedKind(
+            "slice", claims.RESOURCE_SLICES, claim_feed.slices_listed, claim_feed.slice_event
+        ),
+        WatchedKind(
+            "deviceclass", claims.DEVICE_CLASSES, claim_feed.classes_listed, claim_feed.class_event
+        ),
+        WatchedKind(
+            "claim", claims.RESOURCE_CLAIMS, claim_feed.claims_listed, claim_feed.claim_event
+        ),
+    )
 
 
 def kinds_of(state_feed: feed.StateFeed) -> tuple[WatchedKind, ...]:
@@ -80,9 +96,11 @@ class FeedWatches:
         *,
         report_warnings: Callable[[], Any],
         on_error: Callable[[str], None],
+        claim_feed: claims_feed.ClaimFeed | None = None,
     ) -> None:
         self._api = api
-        self._kinds = kinds_of(state_feed)
+        dra = () if claim_feed is None else dra_kinds_of(claim_feed)
+        self._kinds = (*dra, *kinds_of(state_feed))
         self._report_warnings = report_warnings
         self._on_error = on_error
         self._unlisted = {kind.name for kind in self._kinds}

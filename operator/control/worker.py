@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from vgpu_operator.control import feed, pod_facts, queue, reporting
+from vgpu_operator.control import claim_binding, feed, pod_facts, queue, reporting
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics, OtherReason, PreemptionResult, Result
@@ -152,6 +152,7 @@ class SchedulingWorker:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         gate_report_after_s: float = GATE_REPORT_AFTER_S,
+        claims: claim_binding.ClaimBinding | None = None,
     ) -> None:
         self._engine = engine
         self._feed = state_feed
@@ -165,6 +166,8 @@ class SchedulingWorker:
         self._clock = clock
         self._wall_clock = wall_clock
         self._gate_report_after_s = gate_report_after_s
+        #: The DRA path's writes before a Binding (None: no pod here uses claims).
+        self._claims = claims
         self._bind_slots = asyncio.Semaphore(max_binds_in_flight)
         self._binds_in_flight = 0
         self._wakeup = asyncio.Event()
@@ -504,6 +507,8 @@ class SchedulingWorker:
         self, key: PodKey, pod: Mapping[str, Any], node: str, decision: cluster.Decision
     ) -> None:
         started = self._clock()
+        if decision.claim_writes and not await self._reserve_claims(key, node, decision):
+            return
         try:
             outcome = await self._binder.bind(pod, node, decision.annotations)
         except asyncio.CancelledError:
@@ -518,6 +523,8 @@ class SchedulingWorker:
             # the card to another pod while this one lands on it).
             read_back = await self._outcome_from_the_pod(key, pod, node)
             if read_back is None:
+                if decision.claim_writes and self._claims is not None:
+                    await self._claims.undo(decision.claim_writes)
                 self._engine.rollback(key)
                 self._feed.binding_failed(key)
                 self._metrics.attempt(Result.ERROR)
@@ -539,6 +546,8 @@ class SchedulingWorker:
             log.debug("pod_bound", pod=key, node=node)
             self._report(key, self._bound_news(pod, node, decision.warnings))
             return
+        if decision.claim_writes and self._claims is not None:
+            await self._claims.undo(decision.claim_writes)
         self._engine.rollback(key)
         self._feed.binding_failed(key)
         if outcome is BindOutcome.GONE:
@@ -547,6 +556,32 @@ class SchedulingWorker:
             return
         self._metrics.attempt(Result.BIND_CONFLICT)
         await self._reread_after_conflict(key, pod, node)
+
+    async def _reserve_claims(self, key: PodKey, node: str, decision: cluster.Decision) -> bool:
+        """The DRA path: write the pod's claims (``claim_binding``) before its Binding.
+        False: not written (a conflict, another allocator took a device, an API error);
+        the decision is given up and the pod tried again after its backoff."""
+        problem: str | None = "no claim writer is configured"
+        if self._claims is not None:
+            try:
+                problem = await self._claims.reserve(key, node, decision.claim_writes)
+            except asyncio.CancelledError:
+                self._engine.rollback(key)
+                self._feed.binding_failed(key)
+                raise
+            except Exception as exc:
+                self._metrics.api_error("claim")
+                problem = str(exc)
+        if problem is None:
+            return True
+        self._engine.rollback(key)
+        self._feed.binding_failed(key)
+        self._metrics.attempt(Result.BIND_CONFLICT)
+        backoff_s = self._queue.retry_later(key)
+        log.info(
+            "claims_not_reserved", pod=key, node=node, problem=problem, retry_after_s=backoff_s
+        )
+        return False
 
     async def _outcome_from_the_pod(
         self, key: PodKey, pod: Mapping[str, Any], node: str

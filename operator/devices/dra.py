@@ -271,7 +271,7 @@ def read_allocation(claim: Mapping[str, Any], driver: str, node: str) -> ClaimAl
     allocation = (claim.get("status") or {}).get("allocation")
     if not isinstance(allocation, Mapping):
         raise AllocationUnreadable(f"{where} is not allocated")
-    selected = _selected_nodes(allocation.get("nodeSelector"))
+    selected = selected_nodes(allocation.get("nodeSelector"))
     if selected is not None and node not in selected:
         raise AllocationUnreadable(
             f"{where} is allocated to node(s) {sorted(selected)}, not to {node}"
@@ -344,7 +344,7 @@ def _request_classes(claim: Mapping[str, Any]) -> dict[str, str]:
     return classes
 
 
-def _selected_nodes(selector: object) -> set[str] | None:
+def selected_nodes(selector: object) -> set[str] | None:
     """The node names an allocation's node selector pins it to (``metadata.name`` In or
     ``kubernetes.io/hostname`` In, the forms allocators write); None when it has none
     that names nodes."""

@@ -33,7 +33,10 @@ import structlog
 from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.control import (
+    claim_binding,
+    claims_feed,
     deferred,
+    defrag,
     feed,
     heap,
     leadership,
@@ -47,11 +50,11 @@ from vgpu_operator.control import (
 )
 from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.handlers import admission
-from vgpu_operator.kube import binding, client, eviction, listing, node_lock, peering
+from vgpu_operator.kube import binding, claims, client, eviction, listing, node_lock, peering
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
-from vgpu_operator.metrics import OperatorMetrics, WebhookResult
-from vgpu_operator.scheduling import cluster
+from vgpu_operator.metrics import DefragMetrics, OperatorMetrics, WebhookResult
+from vgpu_operator.scheduling import claim_admission, cluster
 from vgpu_operator.scheduling.allocation_gate import GateMode
 
 log = structlog.get_logger("vgpu_operator.operator")
@@ -122,6 +125,34 @@ class KubePreemptor:
         await self._reporter.preempting(pod, node, victims)
 
 
+class KubeDefragActions:
+    """``defrag.DefragActions`` over the API: listings, Evictions, nominatedNodeName,
+    Events."""
+
+    def __init__(self, api: ApiClient, reporter: reporting.KubeReporter) -> None:
+        self._api = api
+        self._reporter = reporter
+
+    async def list_pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        path = listing.PODS if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+        return (await listing.list_all(self._api, path)).items
+
+    async def evict(self, key: str, uid: str) -> eviction.EvictOutcome:
+        namespace, _, name = key.partition("/")
+        return await eviction.evict_pod(self._api, namespace, name, uid)
+
+    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None:
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        await eviction.set_nominated_node(self._api, namespace, str(meta.get("name")), node)
+
+    async def event(
+        self, pod: Mapping[str, Any], reason: str, message: str, warning: bool = False
+    ) -> None:
+        kind = kube_events.TYPE_WARNING if warning else kube_events.TYPE_NORMAL
+        await self._reporter.object_event(pod, "Pod", reason, message, kind)
+
+
 def make_identity() -> str:
     """This replica's peering identity (the pod name in a cluster)."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -140,15 +171,18 @@ class OperatorApp:
             else leadership.peering_priority(time.time())
         )
         self.metrics = OperatorMetrics()
+        self.defrag_metrics = DefragMetrics(self.metrics)
         self.api: ApiClient | None = None
         self.state: cluster.ClusterState | None = None
         self.feed: feed.StateFeed | None = None
+        self.claim_feed: claims_feed.ClaimFeed | None = None
         self.queue: queue.SchedulingQueue | None = None
         self.worker: worker.SchedulingWorker | None = None
         self.reporter: reporting.KubeReporter | None = None
         self.gate: worker.Gate | None = None
         self.deferred: deferred.DeferredWrites | None = None
         self.watches: watching.FeedWatches | None = None
+        self.defrag: defrag.DefragRunner | None = None
         self._config_listed = asyncio.Event()
         self._opened_before = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -181,6 +215,7 @@ class OperatorApp:
             config_key=options.config_key,
             inventory_timeout_s=options.inventory_timeout_s,
         )
+        self.claim_feed = claims_feed.ClaimFeed(self.state, self.queue)
         # Scheduled Events wait while Bindings are being written (control/deferred.py).
         self.deferred = deferred.DeferredWrites()
         self.reporter = reporting.KubeReporter(
@@ -219,6 +254,11 @@ class OperatorApp:
             gate=self.gate,
             preemptor=KubePreemptor(self.api, self.reporter),
             max_binds_in_flight=options.max_binds_in_flight,
+            claims=claim_binding.ClaimBinding(
+                self.state,
+                claims.ApiClaimWriter(self.api),
+                other_allocator_seen=self.feed.other_allocator_seen,
+            ),
         )
         self.feed.on_settled = self.worker.node_settled
         self.deferred.busy = self.worker.busy
@@ -239,6 +279,7 @@ class OperatorApp:
             self.feed,
             report_warnings=self._report_warnings,
             on_error=self.metrics.api_error,
+            claim_feed=self.claim_feed,
         )
         heap.hold()
         self._spawn("watches", self.watches.run())
@@ -255,6 +296,16 @@ class OperatorApp:
                 ),
             )
         self._spawn("scheduling worker", self.worker.run())
+        if options.defrag is not None:
+            self.defrag = defrag.DefragRunner(
+                self.state,
+                self.feed,
+                KubeDefragActions(self.api, self.reporter),
+                self.defrag_metrics,
+                options.defrag,
+                decides=lambda: self._is_leader() and self.synced,
+            )
+            self._spawn("defragmentation", self.defrag.run())
         self._spawn("deferred events", self.deferred.run(self._deferred_write_failed))
         self._spawn("housekeeping", self._housekeeping())
         self.started.set()
@@ -373,10 +424,36 @@ class OperatorApp:
             self.metrics.webhook_answered(WebhookResult.DENIED, time.monotonic() - started)
             raise kopf.AdmissionError(result.message, code=403)
         mutated = result.pod
+        namespace = str((mutated.get("metadata") or {}).get("namespace") or "default")
+        if self.state.config.dra.converts(namespace):
+            mutated = await self._to_claims(mutated, started)
         patch.fns.append(lambda raw: admission.apply_mutation(cast(dict[str, Any], raw), mutated))
         # kubectl prints these to whoever created the pod (e.g. gpucores above 100).
         warnings.extend(result.warnings)
         self.metrics.webhook_answered(WebhookResult.MUTATED, time.monotonic() - started)
+
+    async def _to_claims(self, pod: Mapping[str, Any], started: float) -> Mapping[str, Any]:
+        """A pod of a namespace on the DRA path: its GPU containers name claims made from
+        templates (``claim_admission``), which are created first. Raises the webhook's
+        refusal when the request cannot be a claim or a template cannot be made."""
+        assert self.state is not None
+        assert self.api is not None
+        try:
+            converted = claim_admission.convert(pod, self.state.vendors)
+        except claim_admission.Unmappable as exc:
+            self.metrics.webhook_answered(WebhookResult.DENIED, time.monotonic() - started)
+            raise kopf.AdmissionError(str(exc), code=403) from None
+        if converted is None:
+            return pod
+        for template in converted.templates:
+            try:
+                problem = await claims.ensure_template(self.api, template)
+            except Exception as exc:
+                problem = f"the pod's ResourceClaimTemplate could not be made: {exc}"
+            if problem is not None:
+                self.metrics.webhook_answered(WebhookResult.DENIED, time.monotonic() - started)
+                raise kopf.AdmissionError(problem, code=403)
+        return converted.pod
 
     # --- config -------------------------------------------------------------------------
     async def _watch_config(self) -> None:
@@ -481,6 +558,10 @@ class OperatorApp:
             self.feed.quotas_listed(quotas.items, quotas.resource_version)
             budgets = await listing.list_all(self.api, listing.POD_DISRUPTION_BUDGETS)
             self.feed.budgets_listed(budgets.items, budgets.resource_version)
+            if self.claim_feed is not None:
+                for kind in watching.dra_kinds_of(self.claim_feed):
+                    found = await listing.list_all(self.api, kind.path)
+                    kind.listed(found.items, found.resource_version)
             pods = await listing.list_all(self.api, listing.PODS)
             self.feed.pods_listed(pods.items, pods.resource_version)
             log.info(

@@ -28,7 +28,9 @@ from vgpu_operator.scheduling import (
     allocation_gate,
     allocation_trust,
     changes,
+    claim_books,
     disruption,
+    dra_pool,
     init_release,
     mig,
     mig_records,
@@ -196,13 +198,19 @@ def _with_spots(
     return bookings
 
 
+def is_dra_node(node: NodeEntry) -> bool:
+    """Whether the node's cards are offered as DRA devices (its label says so)."""
+    return node.facts.labels.get(dra.NODE_PATH_LABEL) == dra.PATH_DRA
+
+
 def _start_time(pod: Mapping[str, Any]) -> float | None:
     return unix_time((pod.get("status") or {}).get("startTime"))
 
 
-class ClusterBooks:
+class ClusterBooks(claim_books.ClaimBooks):
     """What the engine knows of the cluster, kept current by the ``set_*``/``remove_*``
-    inputs. Not thread-safe: callers serialise access."""
+    inputs (those of the DRA path in ``claim_books``). Not thread-safe: callers
+    serialise access."""
 
     def __init__(
         self,
@@ -210,6 +218,7 @@ class ClusterBooks:
         inventory_timeout_s: float | None = None,
         vendor_table: Sequence[VendorSpec] = VENDOR_TABLE,
     ) -> None:
+        super().__init__()
         self._config = config
         self._vendor_table = tuple(vendor_table)
         self._vendors = Vendors(config, self._vendor_table)
@@ -292,6 +301,7 @@ class ClusterBooks:
         self._quota = ledger
         for entry in self._pods.values():
             self._quota.add_sums(entry.namespace, entry.quota_sums)
+        self._requota_claims()
         for node in self._nodes.values():
             self._register(node)
         for pod in self._first_records.reconsider():
@@ -567,6 +577,7 @@ class ClusterBooks:
         return table_of
 
     def remove_pod(self, key: PodKey) -> None:
+        self._release_decided(key)
         self._attempts.pop(key, None)
         self._drop_pod(key)
         self._nominations.pop(key, None)
@@ -615,6 +626,7 @@ class ClusterBooks:
             if entry.allocating_since is not None and now is not None:
                 self._time_gate(entry, now)
         self._nominations.pop(key, None)
+        self._settle_decided(key)
 
     def _time_gate(self, entry: PodEntry, now: float) -> None:
         entry.allocating_since = now
@@ -626,6 +638,7 @@ class ClusterBooks:
         entry = self._pods.get(key)
         if entry is not None and entry.reserved and key not in self._nominations:
             self._drop_pod(key)
+        self._release_decided(key)
 
     def cancel_preemption(self, key: PodKey) -> None:
         """Give up a preemptor's hold (an eviction was refused): its victims that are
@@ -653,6 +666,8 @@ class ClusterBooks:
             entry = self._pods.get(key)
             if entry is not None:
                 placement.book(by_id, entry.bookings)
+        for booked in self._claim_bookings(node.name, by_id):
+            placement.book(by_id, {"claims": booked})
         return cards
 
     def _victims_remain(self, nomination: Nomination) -> bool:
@@ -898,15 +913,36 @@ class ClusterBooks:
             banned_ids = set(override.filter_devices.uuid)
             banned_idx = set(override.filter_devices.index)
             devices = [d for d in devices if d.id not in banned_ids and d.index not in banned_idx]
-        if node.facts.labels.get(dra.NODE_PATH_LABEL) == dra.PATH_DRA:
+        if is_dra_node(node):
             # The node's agent offers its cards as DRA devices (a ResourceSlice; it runs no
             # device plugin there): a card is never a device-plugin share at the same time.
-            devices = []
+            # Its cards are the slice's devices, for claims only (``claim_decision``).
+            pool = self.pool_of(node.name)
+            devices = [] if pool is None else list(pool.cards)
+            scores = {} if pool is None else dict(dra_pool.pair_scores(pool, node.inventory_scores))
         node.registered = tuple(devices)
         node.pair_scores = scores
         node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())
         self._read_mig_records(node.name)
         self._touch(node)
+
+    # --- the DRA inputs' hooks (claim_books) ------------------------------------------
+    def _cards_changed(self, node: str) -> None:
+        entry = self._nodes.get(node)
+        if entry is not None:
+            self._register(entry)
+
+    def _holds_changed(self, node: str) -> None:
+        entry = self._nodes.get(node)
+        if entry is not None:
+            self._touch(entry)
+
+    def _registered_on(self, node: str) -> Sequence[model.DeviceInfo]:
+        entry = self._nodes.get(node)
+        return () if entry is None else entry.registered
+
+    def _quota_ledger(self) -> QuotaLedger:
+        return self._quota
 
     def _is_clean(self, name: str | None) -> bool:
         node = self._nodes.get(name or "")

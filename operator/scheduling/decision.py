@@ -27,6 +27,7 @@ from vgpu_operator.scheduling import (
     admission,
     allocation_gate,
     card_classes,
+    claims,
     disruption,
     mig_records,
     node_basics,
@@ -38,11 +39,12 @@ from vgpu_operator.scheduling import (
     verdicts,
 )
 from vgpu_operator.scheduling.books import (
-    ClusterBooks,
     NodeEntry,
     Nomination,
     PodEntry,
+    is_dra_node,
 )
+from vgpu_operator.scheduling.claim_decision import ClaimScheduling, ClaimWrite
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.status import Code, Diagnosis, NodeFailure, Reason
 
@@ -90,6 +92,9 @@ class Decision:
     #: When no node fits: the verdict the diagnosis was read from, shared by every pod of
     #: the same shape and kept current (``verdicts``); the queue's hint for the pod.
     verdict: verdicts.Verdict | None = None
+    #: The DRA path: what to write on the pod's claims before its Binding (allocations
+    #: and reservations, ``claim_decision``).
+    claim_writes: tuple[ClaimWrite, ...] = ()
 
 
 AdmissionResult = admission.AdmissionResult
@@ -113,7 +118,7 @@ class _Attempt:
     verdict: verdicts.Verdict | None = None
 
 
-class ClusterState(ClusterBooks):
+class ClusterState(ClaimScheduling):
     """The books plus the scheduling cycle: the engine's one entry point."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -173,6 +178,8 @@ class ClusterState(ClusterBooks):
         candidate node's score (``Decision.node_scores``; ``simulate`` asks for it)."""
         key = pod_key(pod)
         self._expire_nominations(now)
+        if claims.uses_claims(pod):
+            return self._schedule_claims(key, pod, now, explain)
         held = self._pods.get(key)
         nomination = self._nominations.pop(key, None)
         self._drop_pod(key)
@@ -260,6 +267,24 @@ class ClusterState(ClusterBooks):
             warnings=attempt.admitted.warnings,
             card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
             node_scores=node_scores,
+        )
+
+    def _schedule_claims(
+        self, key: PodKey, pod: Mapping[str, Any], now: float, explain: bool
+    ) -> Decision:
+        """The DRA path (``claim_decision``): no preemption there yet."""
+        self._release_decided(key)
+        self._drop_pod(key)
+        placed = self._place_claims(key, pod, now, explain)
+        if placed.node is None:
+            return Decision(key, False, diagnosis=placed.diagnosis)
+        return Decision(
+            key,
+            True,
+            placed.node,
+            node_scores=placed.node_scores,
+            claim_writes=placed.writes,
+            card_scores={"NVIDIA": (placed.card_scores,)} if placed.card_scores else {},
         )
 
     def _candidate_scores(
@@ -440,6 +465,8 @@ class ClusterState(ClusterBooks):
             return reason
         if not job.wants_devices:
             return None
+        if is_dra_node(node):
+            return Reason.NODE_ON_DRA_PATH
         if node.gpus_lost or not node.registered:
             return Reason.NODE_UNREGISTERED
         if (

@@ -45,6 +45,15 @@ class Reason(enum.StrEnum):
     INSUFFICIENT_NODE_MEMORY = "InsufficientMemory"
     TOO_MANY_PODS = "TooManyPods"
     INVENTORY_STALE = "InventoryStale"
+    # The DRA path (claims placed by the engine).
+    #: A device of a claim's request that its selectors, taints or capacity policy rule out.
+    DEVICE_NOT_SELECTED = "DeviceNotSelected"
+    #: A pod with claims on a node that offers no DRA devices of this driver.
+    NODE_NOT_ON_DRA_PATH = "NodeNotOnDraPath"
+    #: A pod asking through the annotation protocol on a node whose cards are DRA devices.
+    NODE_ON_DRA_PATH = "NodeOnDraPath"
+    #: A node other than the one the pod's already allocated claims are on.
+    NODE_NOT_CLAIMS_NODE = "NodeNotClaimsNode"
 
 
 #: Reasons whose count is not "devices ruled out by this check".
@@ -70,6 +79,10 @@ UNRESOLVABLE_BY_RELEASE: Final = frozenset(
         Reason.NODE_SELECTOR_MISMATCH,
         Reason.NODE_AFFINITY_MISMATCH,
         Reason.INVENTORY_STALE,
+        Reason.DEVICE_NOT_SELECTED,
+        Reason.NODE_NOT_ON_DRA_PATH,
+        Reason.NODE_ON_DRA_PATH,
+        Reason.NODE_NOT_CLAIMS_NODE,
     }
 )
 

@@ -28,6 +28,7 @@ import pytest
 from integration.prometheus_server import PrometheusServer, QueryError, Target, free_port
 
 from vgpu_operator.demo import DemoResult, RunningDemo, run_demo
+from vgpu_operator.demo.dra_claim import DRA_NODE
 from vgpu_operator.demo.nodes import DEMO_NODES, cards_from_inventories
 from vgpu_operator.demo.settings import INVENTORIES
 from vgpu_operator.testing.controlplane import Binaries
@@ -277,9 +278,14 @@ def test_every_query_answers_with_each_variable_at_a_real_value(scraped: Evaluat
     assert errors == {}
 
 
+#: Every node whose cards the operator's books hold: the DRA node's cards (its slice's
+#: devices, with the claim kube-scheduler allocated there) are counted too.
+BOOKED_NODES = {node.name for node in (*DEMO_NODES, DRA_NODE)}
+
+
 def test_the_variables_list_the_demos_nodes_and_namespaces(scraped: Evaluated) -> None:
     assert scraped.variables is not None
-    assert set(scraped.variables["node"]) == {node.name for node in DEMO_NODES}
+    assert set(scraped.variables["node"]) == BOOKED_NODES
     assert {"vgpu-demo", "team-quota"} <= set(scraped.variables["namespace"])
 
 
@@ -294,7 +300,7 @@ def test_pending_pods_reasons_and_preemption_are_the_demos(scraped: Evaluated) -
     assert reasons.get("CardInsufficientMemory") == 1
     assert float(checks["preemptions"][0]["value"][1]) == 1
     assert float(checks["victims"][0]["value"][1]) == 1
-    assert {s["metric"]["node"] for s in checks["stranded"]} == {n.name for n in DEMO_NODES}
+    assert {s["metric"]["node"] for s in checks["stranded"]} == BOOKED_NODES
 
 
 def test_dcgm_figures_join_to_every_pod_sharing_a_card(scraped: Evaluated) -> None:

@@ -846,6 +846,15 @@ def _exists(cp: ControlPlane, path: str) -> bool:
         pytest.param(["delete", "lease", "-n", LEASES, "{a}"], id="delete-lease"),
         pytest.param(["get", "lease", "-n", LEASES, "{a}"], id="get-one-lease"),
         pytest.param(["get", "leases", "-n", "kube-system"], id="leases-elsewhere"),
+        # The DRA path: it reads slices and classes, patches claims and their status,
+        # creates templates; nothing else.
+        pytest.param(["create", "-f", "{slice}"], id="write-slice"),
+        pytest.param(["delete", "resourceclaims", "-n", NAMESPACE, "any"], id="delete-claim"),
+        pytest.param(["create", "-f", "{claim}"], id="create-claim"),
+        pytest.param(["delete", "deviceclass", "gpu.vgpu-operator.io"], id="delete-class"),
+        pytest.param(
+            ["delete", "resourceclaimtemplates", "-n", NAMESPACE, "any"], id="delete-template"
+        ),
     ],
 )
 def test_the_operator_is_refused(
@@ -859,7 +868,15 @@ def test_the_operator_is_refused(
     pod = f"vgpu-agent-{gpu_nodes[0]}"
     inventory = _inventory_file(tmp_path, "gpu-op")
     lease = _lease_file(tmp_path, "gpu-op")
-    filled = [arg.format(a=gpu_nodes[0], pod=pod, inventory=inventory, lease=lease) for arg in args]
+    slice_file = _slice_file(tmp_path, gpu_nodes[0])
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(yaml.safe_dump(_claim_body(NAMESPACE, "op-claim", "1Gi")))
+    filled = [
+        arg.format(
+            a=gpu_nodes[0], pod=pod, inventory=inventory, lease=lease, slice=slice_file, claim=claim
+        )
+        for arg in args
+    ]
     done = installed.run(filled, token=operator_token)
     assert done.returncode != 0, done.stdout
     # The namespaced KopfPeering type is not even installed any more.
@@ -918,3 +935,76 @@ def test_the_dra_driver_writes_only_its_own_nodes_slices(
         installed.run(
             ["delete", "resourceslice", f"{node_a}-gpu.vgpu-operator.io", "--ignore-not-found"]
         )
+
+
+def _claim_body(namespace: str, name: str, memory: str) -> dict[str, object]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "gpu.vgpu-operator.io",
+                            "capacity": {"requests": {"memory": memory}},
+                        },
+                    }
+                ]
+            }
+        },
+    }
+
+
+def test_the_operator_allocates_a_claim_on_its_own_token(
+    installed: Cluster, operator_token: str, tmp_path: Path
+) -> None:
+    """The DRA path's reads and writes (slices, classes, claims; the claim's finalizer,
+    allocation and reservation; the Binding) are allowed by the manifests' RBAC."""
+    from vgpu_operator.devices import dra
+
+    cp = installed.cp
+    node = f"gpu-dra-{uuid.uuid4().hex[:6]}"
+    cp.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
+    card = dra.CardShape(f"GPU-{node}-0", 0, "L40S", "NVIDIA-L40S", 46068, 100, 4, "hami-core")
+    cp.create("/apis/resource.k8s.io/v1/resourceslices", dra.slice_wire(node, [card], 1, None))
+    namespace = f"team-{uuid.uuid4().hex[:6]}"
+    cp.ensure_namespace(namespace)
+    cp.create(
+        f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims",
+        _claim_body(namespace, "share", "4Gi"),
+    )
+    kubeconfig = token_kubeconfig(cp, operator_token, tmp_path / "operator.kubeconfig")
+    options = env.options(
+        cp,
+        NAMESPACE,
+        kubeconfig=kubeconfig,
+        config_map="vgpu-device-config",
+        standalone=False,
+        peering="vgpu-operator",
+        inventory_timeout_s=None,
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "dra", "namespace": namespace},
+        "spec": {
+            "schedulerName": "vgpu-scheduler",
+            "containers": [
+                {"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "share"}],
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+        },
+    }
+    with OperatorThread(options):
+        env.create_pod(cp, pod)
+        bound = env.wait_bound(cp, namespace, "dra", 90)
+    assert bound["spec"]["nodeName"] == node
+    claim = cp.get(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/share")
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["pool"], result["device"]) == (node, card.name)
+    assert claim["status"]["reservedFor"][0]["name"] == "dra"
+    assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]

@@ -1020,3 +1020,51 @@ def test_a_tenant_may_preempt_with_critical_priority_only_until_the_documented_q
         tenant.create_pod(gpu_pod("ordinary", node=stack.main.name, gpumem=1000))
     finally:
         cp.delete(f"{path}/{name}")
+
+
+# --- 9. a DRA claim's allocation is the schedulers' to write ---------------------------------
+
+
+def test_9_a_tenant_cannot_allocate_a_claim_to_itself(stack: Stack, tenant: Tenant) -> None:
+    """The DRA path's record of a share is a claim's status.allocation: a tenant's edit role
+    covers claims, not their status (nor the resourceclaims/binding that 1.37 asks for),
+    so the books may believe every allocation they read (docs/operations.md)."""
+    from vgpu_operator.devices import dra
+
+    claims = f"/apis/resource.k8s.io/v1/namespaces/{tenant.namespace}/resourceclaims"
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "mine"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": dra.SHARED_CLASS}}]
+            }
+        },
+    }
+    stack.cp.create(claims, body)
+    allocation = {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": dra.DRIVER,
+                            "pool": stack.main.name,
+                            "device": "gpu-0",
+                            "consumedCapacity": {"memory": "1Mi"},
+                        }
+                    ]
+                }
+            }
+        }
+    }
+    message = tenant.refused(
+        lambda: tenant.request(
+            "PATCH", f"{claims}/mine/status", allocation, "application/merge-patch+json"
+        )
+    )
+    assert "forbidden" in message.lower()
+    assert not (stack.cp.get(f"{claims}/mine").get("status") or {}).get("allocation")
+    stack.cp.delete(f"{claims}/mine")

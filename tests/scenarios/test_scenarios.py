@@ -11,7 +11,8 @@ an ``expect`` entry may carry keys only this suite reads:
   ``usedcores`` and, for a MIG instance, ``instance`` (order within a container ignored);
 - ``rejected``: whether admission refused the pod (the decision has ``rejected``);
 - ``annotations``: annotations the decision must carry with exactly these values;
-- ``message``: the pending message (kube-scheduler's form) exactly.
+- ``message``: the pending message (kube-scheduler's form) exactly;
+- ``messageContains``: words the pending message must contain.
 
 A scenario may also carry ``expectWarnings``: per node, words that must each appear in
 one of the warnings ``simulate`` prints for the node's unreadable annotations.
@@ -78,6 +79,10 @@ def _extra_problems(expected: Mapping[str, Any], got: Mapping[str, Any]) -> list
         have_allocs = [sorted(_allocation_key(e) for e in c) for c in got["containers"]]
         if want_allocs != have_allocs:
             problems.append(f"{key}: allocations={have_allocs} (expected {want_allocs})")
+    if "messageContains" in expected and expected["messageContains"] not in str(got.get("message")):
+        problems.append(
+            f"{key}: message={got.get('message')!r} lacks {expected['messageContains']!r}"
+        )
     if "message" in expected and got.get("message") != expected["message"]:
         problems.append(f"{key}: message={got.get('message')!r} (expected {expected['message']!r})")
     for name, value in (expected.get("annotations") or {}).items():

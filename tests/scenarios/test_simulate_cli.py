@@ -229,6 +229,13 @@ def _pod_without_containers_list(scenario: Scenario) -> None:
     scenario["pods"][0]["spec"] = {"containers": "main"}
 
 
+def _defrag(section: Any) -> Mutation:
+    def mutate(scenario: Scenario) -> None:
+        scenario["defrag"] = section
+
+    return mutate
+
+
 _REGISTER_JSON_BAD_COUNT = json.dumps(
     [
         {
@@ -277,6 +284,13 @@ _REGISTER_JSON_BAD_COUNT = json.dumps(
             "hami.io/node-nvidia-register",
             id="register-legacy-devmem-text",
         ),
+        pytest.param(_defrag([1]), "defrag", id="defrag-not-a-mapping"),
+        pytest.param(_defrag({"maxEvictions": 0}), "defrag.maxEvictions", id="defrag-no-moves"),
+        pytest.param(_defrag({"maxEvictions": "2"}), "defrag.maxEvictions", id="defrag-text"),
+        pytest.param(_defrag({"method": "best"}), "defrag.method", id="defrag-method"),
+        pytest.param(_defrag({"ownerKinds": "Job"}), "defrag.ownerKinds", id="defrag-kinds"),
+        pytest.param(_defrag({"allowBarePods": 1}), "defrag.allowBarePods", id="defrag-bare"),
+        pytest.param(_defrag({"evictions": 2}), "defrag.evictions", id="defrag-unknown-key"),
     ],
 )
 def test_malformed_scenario_exits_nonzero_naming_the_field(

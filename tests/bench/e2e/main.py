@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from e2e import ceiling, counting, cpu, faults, fleet, gate, procs, report, runs, workloads
+from e2e import ceiling, counting, cpu, dra, faults, fleet, gate, procs, report, runs, workloads
 from e2e.api import Api, ApiError, gather_limited
 from e2e.tracking import Tracker
 from vgpu_operator import names
@@ -39,7 +39,7 @@ OPERATOR_NAMESPACE = "vgpu-operator"
 #: The scheduler name of a backlog's pods until the operator is told to serve it.
 HELD_SCHEDULER = "vgpu-bench-held"
 RAISED_QPS = (1000, 2000)
-PARTS = frozenset({"baselines", "operator", "restart", "faults", "gate"})
+PARTS = frozenset({"baselines", "operator", "restart", "faults", "gate", "dra"})
 
 
 def _env_int(name: str, default: int) -> int:
@@ -76,7 +76,7 @@ def options() -> argparse.Namespace:
     parser.add_argument(
         "--only",
         default=os.environ.get("BENCH_ONLY", ""),
-        help="comma list of parts to run: baselines, operator, restart, faults, gate",
+        help="comma list of parts to run: baselines, operator, restart, faults, gate, dra",
     )
     parser.add_argument("--docs", type=Path, default=None, help="write docs/benchmarks.md here")
     parser.add_argument(
@@ -751,14 +751,20 @@ async def amain(args: argparse.Namespace) -> int:
     )
     if args.operator_args:
         facts["operator flags"] = args.operator_args
+    parts = set(filter(None, args.only.split(","))) or PARTS
     sizes = [(args.nodes, True, False)] + ([(5000, False, False)] if args.with_5000 else [])
     if args.big:
         sizes.append((args.big, False, True))
+    if not parts - {"dra"}:
+        sizes = []
     clusters: list[report.Cluster] = []
     for nodes, full, big in sizes:
         clusters.append(await one_cluster(args, nodes, full=full, big=big))
         # Written after each cluster: a later one that fails leaves the earlier figures.
         save(args, clusters, facts)
+    if "dra" in parts:
+        # Its own cluster (DRA nodes, kube-controller-manager), in the same run.
+        save(args, clusters, facts, await dra.run(args.scale))
     failed = [r.name for c in clusters for r in c.results if not r.check_ok]
     if failed:
         print(f"[bench] correctness check FAILED in: {', '.join(failed)}", flush=True)
@@ -766,15 +772,19 @@ async def amain(args: argparse.Namespace) -> int:
     return 0
 
 
-def save(args: argparse.Namespace, clusters: list[report.Cluster], facts: dict[str, Any]) -> None:
+def save(
+    args: argparse.Namespace,
+    clusters: list[report.Cluster],
+    facts: dict[str, Any],
+    dra_results: dict[str, Any] | None = None,
+) -> None:
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(
-        json.dumps(
-            {"facts": facts, "clusters": [asdict(c) for c in clusters]}, indent=1, default=str
-        )
-    )
+    saved: dict[str, Any] = {"facts": facts, "clusters": [asdict(c) for c in clusters]}
+    if dra_results is not None:
+        saved["dra"] = dra_results
+    args.results.write_text(json.dumps(saved, indent=1, default=str))
     if args.docs is not None:
-        report.write(args.docs, clusters, facts)
+        report.write(args.docs, clusters, facts, dra.section(dra_results or {}))
         print(f"[bench] wrote {args.docs}", flush=True)
 
 
@@ -786,7 +796,7 @@ def render_saved(args: argparse.Namespace) -> int:
         results = [runs.Result(**r) for r in raw.pop("results")]
         rss = [tuple(point) for point in raw.pop("rss")]
         clusters.append(report.Cluster(**raw, results=results, rss=rss))
-    save(args, clusters, saved["facts"])
+    save(args, clusters, saved["facts"], saved.get("dra"))
     return 0
 
 

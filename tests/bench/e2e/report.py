@@ -1,5 +1,7 @@
 """docs/benchmarks.md and its plots, written from one bench's results.
 
+The section between the ``defrag`` markers is kept as it is: tests/bench/bench_defrag.py
+writes it (in the same ``make bench``, before this bench).
 The section between the ``profile`` markers is kept from the existing file: it holds the
 profiles (py-spy) taken by hand, which the bench does not take itself.
 """
@@ -16,6 +18,9 @@ from e2e.runs import Result
 
 PROFILE_BEGIN = "<!-- profile:begin -->"
 PROFILE_END = "<!-- profile:end -->"
+#: Written by tests/bench/bench_defrag.py (the engine alone), kept here as it is.
+DEFRAG_BEGIN = "<!-- defrag:begin -->"
+DEFRAG_END = "<!-- defrag:end -->"
 #: Runs placed as fast as they could be, shown in the throughput table: pods created as
 #: fast as the bench could (burst), the ceiling, and pods all waiting before the start
 #: (backlog: the scheduler's side of the ceiling).
@@ -355,7 +360,41 @@ def _kept(path: Path, begin: str, end: str, placeholder: str) -> str:
     return placeholder
 
 
-def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> None:
+#: The DRA part's section (tests/bench/e2e/dra.py), between these markers: a run of that
+#: part alone (``BENCH_ONLY=dra``) replaces only it.
+DRA_BEGIN = "<!-- dra-part-begin -->"
+DRA_END = "<!-- dra-part-end -->"
+
+
+def dra_block(lines: Sequence[str]) -> list[str]:
+    return [DRA_BEGIN, *lines, DRA_END] if lines else []
+
+
+def write_dra_only(path: Path, lines: Sequence[str]) -> None:
+    """Put the DRA part's section into an existing docs/benchmarks.md, leaving the rest."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = "\n".join(dra_block(lines))
+    if DRA_BEGIN in text and DRA_END in text:
+        head, rest = text.split(DRA_BEGIN, 1)
+        _old, tail = rest.split(DRA_END, 1)
+        text = head + block + tail
+    elif "\n## Plots" in text:
+        head, tail = text.split("\n## Plots", 1)
+        text = head + "\n" + block + "\n\n## Plots" + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def write(
+    path: Path,
+    clusters: Sequence[Cluster],
+    facts: dict[str, Any],
+    dra_lines: Sequence[str] = (),
+) -> None:
+    if not clusters:
+        write_dra_only(path, dra_lines)
+        return
     folder = path.parent / "benchmarks"
     pictures = plots(clusters, folder)
     out = [
@@ -456,8 +495,13 @@ def write(path: Path, clusters: Sequence[Cluster], facts: dict[str, Any]) -> Non
                 gate_table(cluster),
             ]
         out += ["", "### API writes per placed pod, by request", "", writes_table(cluster)]
+    if dra_lines:
+        out += ["", *dra_block(dra_lines)]
     out += ["", "## Plots", ""]
     out += [f"![{name}](benchmarks/{name})" for name in pictures]
     profile = _kept(path, PROFILE_BEGIN, PROFILE_END, PROFILE_PLACEHOLDER)
     out += ["", PROFILE_BEGIN, profile.rstrip("\n"), PROFILE_END, ""]
+    defrag = _kept(path, DEFRAG_BEGIN, DEFRAG_END, "")
+    if defrag.strip():
+        out += [DEFRAG_BEGIN, defrag.rstrip("\n"), DEFRAG_END, ""]
     path.write_text("\n".join(out))

@@ -1,0 +1,127 @@
+"""Before a DRA pod's Binding: its claims' allocations and reservations, written and
+checked against other allocators.
+
+The worker calls ``reserve`` between the decision and the Binding, and ``undo`` when the
+Binding is not written: each claim gets the engine's allocation (and the delete-protection
+finalizer) and the pod in ``reservedFor``, on the copy the decision read (a change since,
+by anyone, is a conflict: the pod is decided again).
+
+Nothing locks a device between two allocators: kube-scheduler, deciding from a copy of
+the claims that does not show our allocation yet, may allocate the same capacity a
+moment later, and each allocation alone is valid. So while another scheduler may be
+allocating on the same slices (a pod of another scheduler with claims waits, or did
+within ``RECENT_S``), the Binding waits ``settle_s`` after the claims are written, the
+books (fed by the claims' watch, which by then shows what any allocator wrote before or
+just after ours) recount the devices this pod got, and if any is over-committed the
+pod's claims are released and it is decided again; the other allocator's pod keeps its
+shares. Without such a scheduler nothing waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
+
+import structlog
+
+from vgpu_operator.kube.claims import WriteOutcome
+from vgpu_operator.scheduling.claim_decision import ClaimWrite
+
+log = structlog.get_logger("vgpu_operator.claim_binding")
+
+#: Default wait after writing claims while another allocator is active (seconds): longer
+#: than that allocator's scheduling cycle plus its watch's delay on a loaded machine.
+DEFAULT_SETTLE_S: Final = 1.0
+#: A pod of another scheduler with claims seen waiting this recently counts as active.
+RECENT_S: Final = 10.0
+
+
+class ClaimWriter(Protocol):
+    async def allocate(
+        self,
+        claim: Mapping[str, Any],
+        allocation: Mapping[str, Any] | None,
+        consumer: Mapping[str, str],
+    ) -> WriteOutcome: ...
+
+    async def release(
+        self, namespace: str, name: str, consumer_uid: str, deallocate: bool
+    ) -> None: ...
+
+
+class ClaimBooksView(Protocol):
+    def claim_object(self, key: str) -> Mapping[str, Any] | None: ...
+    def over_committed(self, node: str, devices: Sequence[str]) -> list[str]: ...
+
+
+class ClaimBinding:
+    def __init__(
+        self,
+        books: ClaimBooksView,
+        writer: ClaimWriter,
+        *,
+        other_allocator_seen: Callable[[], float | None],
+        settle_s: float = DEFAULT_SETTLE_S,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._books = books
+        self._writer = writer
+        self._other_allocator_seen = other_allocator_seen
+        self._settle_s = settle_s
+        self._clock = clock
+        self._sleep = sleep
+        #: Claim writes made (API calls), for the writes-per-pod figure.
+        self.writes = 0
+
+    def _other_allocator_active(self) -> bool:
+        seen = self._other_allocator_seen()
+        return seen is not None and self._clock() - seen <= RECENT_S
+
+    async def reserve(self, key: str, node: str, writes: Sequence[ClaimWrite]) -> str | None:
+        """Write the claims; None when the pod may be bound, else why not (its claims
+        are released again)."""
+        done: list[ClaimWrite] = []
+        for write in writes:
+            claim = self._books.claim_object(write.key)
+            meta = (claim or {}).get("metadata") or {}
+            if claim is None or meta.get("uid") != write.uid:
+                await self.undo(done)
+                return f"ResourceClaim {write.key} is gone or was replaced"
+            if str(meta.get("resourceVersion")) != write.resource_version:
+                await self.undo(done)
+                return f"ResourceClaim {write.key} changed since the decision"
+            outcome = await self._writer.allocate(claim, write.allocation, write.consumer)
+            self.writes += 2 if write.allocation is not None else 1
+            if outcome is not WriteOutcome.WRITTEN:
+                await self.undo(done)
+                return f"ResourceClaim {write.key}: {outcome.value}"
+            done.append(write)
+        if not self._other_allocator_active():
+            return None
+        await self._sleep(self._settle_s)
+        devices = [
+            result["device"]
+            for write in done
+            if write.allocation is not None
+            for result in write.allocation["devices"]["results"]
+        ]
+        over = self._books.over_committed(node, devices)
+        if over:
+            log.warning("claim_allocation_raced", pod=key, node=node, devices=over)
+            await self.undo(done)
+            return f"devices {', '.join(over)} on {node} were allocated by another scheduler too"
+        return None
+
+    async def undo(self, writes: Sequence[ClaimWrite]) -> None:
+        """Release what ``reserve`` wrote for a pod that is not bound."""
+        for write in writes:
+            try:
+                await self._writer.release(
+                    write.namespace, write.name, write.consumer["uid"], write.allocation is not None
+                )
+                self.writes += 1
+            except Exception as exc:  # the claim controller cleans up after the pod
+                log.warning("claim_release_failed", claim=write.key, error=str(exc))

@@ -1,0 +1,71 @@
+"""The cluster read once, as the operator reads it, for one-off commands.
+
+``read_cluster`` lists the device-config ConfigMap, then every kind the operator watches
+(``watching.kinds_of``: Nodes, DeviceInventories, node Leases, ResourceQuotas,
+PodDisruptionBudgets, Pods) and hands each listing to a ``StateFeed`` over a fresh
+``ClusterState``, exactly as the operator's own listings are handed over: the same
+checks (a refused inventory, an unreadable annotation) give the same books. It only
+reads (get and list).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vgpu_operator import config as device_config
+from vgpu_operator.control import feed, queue, watching
+from vgpu_operator.kube import listing
+from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.scheduling.cluster import ClusterState
+
+
+class SnapshotError(Exception):
+    """The cluster could not be read as the operator reads it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    state: ClusterState
+    feed: feed.StateFeed
+    #: Every pod listed (the running pods' owners and specs; the waiting pods).
+    pods: list[dict[str, Any]]
+
+    def waiting(self) -> list[dict[str, Any]]:
+        """Pods waiting for the operator's scheduler name."""
+        return self.feed.waiting_for(self.feed.scheduler_name)
+
+
+async def read_cluster(
+    api: ApiClient,
+    *,
+    namespace: str,
+    config_map: str,
+    config_key: str = feed.DEFAULT_CONFIG_KEY,
+    inventory_timeout_s: float | None = 120.0,
+) -> Snapshot:
+    """Raises ``SnapshotError`` when the device config cannot be read or is refused:
+    books with another configuration would not be the operator's."""
+    state = ClusterState(device_config.DeviceConfig(), inventory_timeout_s=inventory_timeout_s)
+    state_feed = feed.StateFeed(
+        state,
+        queue.SchedulingQueue(),
+        config_key=config_key,
+        inventory_timeout_s=inventory_timeout_s,
+    )
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    found = await listing.list_all(api, path, field_selector=f"metadata.name={config_map}")
+    for item in found.items:
+        result = state_feed.config_event(None, item)
+        if result.outcome is feed.ConfigOutcome.REJECTED and result.error is not None:
+            raise SnapshotError(
+                f"the device config {namespace}/{config_map} is refused "
+                f"({result.error.field}: {result.error.message})"
+            )
+    pods: list[dict[str, Any]] = []
+    for kind in watching.kinds_of(state_feed):
+        listed = await listing.list_all(api, kind.path)
+        kind.listed(listed.items, listed.resource_version)
+        if kind.name == "pod":
+            pods = listed.items
+    return Snapshot(state, state_feed, pods)

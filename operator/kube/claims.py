@@ -1,0 +1,165 @@
+"""The operator's DRA writes: a claim's finalizer, allocation and reservation
+(``resource.k8s.io/v1``), and the paths its watches list.
+
+As kube-scheduler writes them: the delete-protection finalizer in a normal update of the
+claim (so the claim is not deleted while allocated), then ``status.allocation`` with the
+pod in ``status.reservedFor`` in one update of the status subresource. Both carry the
+resourceVersion of the copy the decision read, so a concurrent change (another allocator,
+the claim controller) makes them fail with 409 rather than overwrite it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import quote
+
+from vgpu_operator.kube import requests
+from vgpu_operator.kube.requests import ApiClient, ApiError, request_json
+
+BASE: Final = "/apis/resource.k8s.io/v1"
+RESOURCE_SLICES: Final = f"{BASE}/resourceslices"
+RESOURCE_CLAIMS: Final = f"{BASE}/resourceclaims"
+DEVICE_CLASSES: Final = f"{BASE}/deviceclasses"
+#: Keeps an allocated claim from being deleted before it is deallocated.
+FINALIZER: Final = "resource.kubernetes.io/delete-protection"
+
+
+class WriteOutcome(enum.Enum):
+    WRITTEN = "written"
+    CONFLICT = "conflict"  # changed meanwhile (or allocated elsewhere): decide again
+    GONE = "gone"
+
+
+def claim_path(namespace: str, name: str) -> str:
+    return f"{BASE}/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}"
+
+
+async def _patch(api: ApiClient, path: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        return await request_json(api, "PATCH", path, body=body, content_type=requests.MERGE_PATCH)
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+async def allocate(
+    api: ApiClient,
+    claim: Mapping[str, Any],
+    allocation: Mapping[str, Any] | None,
+    consumer: Mapping[str, str],
+) -> WriteOutcome:
+    """Write ``allocation`` (None: keep the claim's) and reserve the claim for
+    ``consumer``, on the claim as ``claim`` shows it (its resourceVersion is the
+    precondition)."""
+    meta = claim.get("metadata") or {}
+    path = claim_path(str(meta.get("namespace")), str(meta.get("name")))
+    version = str(meta.get("resourceVersion", ""))
+    try:
+        if allocation is not None:
+            if (claim.get("status") or {}).get("allocation"):
+                return WriteOutcome.CONFLICT
+            finalizers = list(meta.get("finalizers") or ())
+            if FINALIZER not in finalizers:
+                updated = await _patch(
+                    api,
+                    path,
+                    {
+                        "metadata": {
+                            "finalizers": [*finalizers, FINALIZER],
+                            "resourceVersion": version,
+                        }
+                    },
+                )
+                if updated is None:
+                    return WriteOutcome.GONE
+                version = str(updated["metadata"]["resourceVersion"])
+        reserved = list((claim.get("status") or {}).get("reservedFor") or ())
+        if not any(r.get("uid") == consumer.get("uid") for r in reserved):
+            reserved.append(dict(consumer))
+        status: dict[str, Any] = {"reservedFor": reserved}
+        if allocation is not None:
+            status["allocation"] = dict(allocation)
+        written = await _patch(
+            api, f"{path}/status", {"metadata": {"resourceVersion": version}, "status": status}
+        )
+    except ApiError as exc:
+        if exc.status == 409:
+            return WriteOutcome.CONFLICT
+        raise
+    return WriteOutcome.WRITTEN if written is not None else WriteOutcome.GONE
+
+
+async def release(
+    api: ApiClient, namespace: str, name: str, consumer_uid: str, deallocate: bool
+) -> None:
+    """Undo a reservation whose pod was not bound: the pod leaves ``reservedFor``, and the
+    allocation goes too when ``deallocate`` (we made it, and no other pod holds it)."""
+    path = claim_path(namespace, name)
+    for _attempt in range(5):
+        current = await _get(api, path)
+        if current is None:
+            return
+        status = current.get("status") or {}
+        reserved = [r for r in status.get("reservedFor") or () if r.get("uid") != consumer_uid]
+        body: dict[str, Any] = {
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+            "status": {"reservedFor": reserved or None},
+        }
+        if deallocate and not reserved:
+            body["status"]["allocation"] = None
+        try:
+            await _patch(api, f"{path}/status", body)
+            return
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+
+async def _get(api: ApiClient, path: str) -> dict[str, Any] | None:
+    try:
+        return await request_json(api, "GET", path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+async def ensure_template(api: ApiClient, template: Mapping[str, Any]) -> str | None:
+    """Create the ResourceClaimTemplate, or find it made already with the same spec; a
+    sentence when one of that name says something else."""
+    meta = template["metadata"]
+    path = f"{BASE}/namespaces/{quote(str(meta['namespace']))}/resourceclaimtemplates"
+    try:
+        await request_json(api, "POST", path, body=template)
+        return None
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    existing = await _get(api, f"{path}/{quote(str(meta['name']))}")
+    if existing is None or existing.get("spec") != template.get("spec"):
+        return (
+            f"ResourceClaimTemplate {meta['namespace']}/{meta['name']} exists with another "
+            "spec; delete it (the webhook makes it again)"
+        )
+    return None
+
+
+class ApiClaimWriter:
+    """``control.claim_binding.ClaimWriter`` over one ApiClient."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self._api = api
+
+    async def allocate(
+        self,
+        claim: Mapping[str, Any],
+        allocation: Mapping[str, Any] | None,
+        consumer: Mapping[str, str],
+    ) -> WriteOutcome:
+        return await allocate(self._api, claim, allocation, consumer)
+
+    async def release(self, namespace: str, name: str, consumer_uid: str, deallocate: bool) -> None:
+        await release(self._api, namespace, name, consumer_uid, deallocate)

@@ -1,0 +1,236 @@
+"""The books' DRA inputs: ResourceSlices, ResourceClaims and DeviceClasses.
+
+``ClaimBooks`` is the part of ``books.ClusterBooks`` that the DRA path adds: the slices
+(a DRA node's cards, ``dra_pool``), the claims (what each allocated claim holds,
+``claim_ledger``, counted in the namespace quota too) and the device classes (their
+selectors), with the holds of the engine's own decisions until their claims come back
+allocated. ``ClusterBooks`` inherits it and answers its three hooks: a node's cards
+changed, the cards registered on a node, and the quota ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from vgpu_operator.devices import dra, model
+from vgpu_operator.scheduling import claim_cel, claim_ledger, claims, dra_pool, placement
+from vgpu_operator.scheduling.claim_ledger import Decided, Hold
+from vgpu_operator.scheduling.quota import QuotaLedger
+
+_VENDOR = "NVIDIA"
+
+
+class ClaimBooks:
+    def __init__(self) -> None:
+        self._slice_objects: dict[str, Mapping[str, Any]] = {}
+        self._pools: dict[str, dra_pool.Pool] = {}
+        self._claim_objects: dict[str, Mapping[str, Any]] = {}
+        self._classes: dict[str, claims.DeviceClass] = {}
+        self._cel = claim_cel.SelectorCache()
+        self._claim_ledger = claim_ledger.ClaimLedger()
+        #: Per claim hold, the namespace and the quota sums it added.
+        self._claim_sums: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {}
+
+    # --- hooks (ClusterBooks) ----------------------------------------------------------
+    def _cards_changed(self, node: str) -> None:
+        """The node's devices changed (re-register its cards)."""
+        raise NotImplementedError
+
+    def _holds_changed(self, node: str) -> None:
+        """What claims hold on the node changed (rebuild its usage)."""
+        raise NotImplementedError
+
+    def _registered_on(self, node: str) -> Sequence[model.DeviceInfo]:
+        raise NotImplementedError
+
+    def _quota_ledger(self) -> QuotaLedger:
+        raise NotImplementedError
+
+    # --- slices ------------------------------------------------------------------------
+    def set_slice(self, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        old = self._slice_objects.get(name)
+        self._slice_objects[name] = obj
+        for node in {_slice_node(old), _slice_node(obj)} - {None}:
+            assert node is not None
+            self._read_pool(node)
+
+    def remove_slice(self, name: str) -> None:
+        old = self._slice_objects.pop(name, None)
+        node = _slice_node(old)
+        if node is not None:
+            self._read_pool(node)
+
+    def _read_pool(self, node: str) -> None:
+        slices = [s for s in self._slice_objects.values() if _slice_node(s) == node]
+        pool = dra_pool.read_pool(node, slices)
+        if pool.devices:
+            self._pools[node] = pool
+        else:
+            self._pools.pop(node, None)
+        self._cards_changed(node)
+        for hold in self._claim_ledger.on_node(node):
+            self._put_hold(hold)  # counted against the node's cards as published now
+
+    def pool_of(self, node: str) -> dra_pool.Pool | None:
+        return self._pools.get(node)
+
+    def pool_problems(self) -> dict[str, tuple[str, ...]]:
+        return {n: p.problems for n, p in self._pools.items() if p.problems}
+
+    # --- device classes ------------------------------------------------------------------
+    def set_device_class(self, obj: Mapping[str, Any]) -> None:
+        device_class = claims.DeviceClass.of(obj)
+        self._classes[device_class.name] = device_class
+
+    def remove_device_class(self, name: str) -> None:
+        self._classes.pop(name, None)
+
+    # --- claims ----------------------------------------------------------------------------
+    def set_claim(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+        self._claim_objects[key] = obj
+        current = self._claim_ledger.holds.get(key)
+        read = claim_ledger.hold_from_claim(obj)
+        if read is None and current is not None and current.decided is Decided.WRITING:
+            return  # our status write is in flight: this copy is older than it
+        if read is None:
+            self._drop_hold(key)
+        elif current is None or current.shares != read.shares or current.node != read.node:
+            self._put_hold(read)
+        elif current.decided is not Decided.NO:
+            self._claim_ledger.put(read)  # the same shares, now read from the status
+
+    def remove_claim(self, key: str) -> None:
+        self._claim_objects.pop(key, None)
+        self._drop_hold(key)
+
+    def claim_object(self, key: str) -> Mapping[str, Any] | None:
+        return self._claim_objects.get(key)
+
+    def over_committed(self, node: str, devices: Sequence[str]) -> list[str]:
+        """Of ``devices`` on ``node``, those that the allocated claims (as the watch shows
+        them, whoever wrote them) take past a capacity the slice publishes."""
+        pool = self._pools.get(node)
+        if pool is None:
+            return []
+        totals: dict[str, dict[str, Fraction]] = {}
+        for obj in self._claim_objects.values():
+            hold = claim_ledger.hold_from_claim(obj)
+            if hold is None or hold.node != node:
+                continue
+            for share in hold.shares:
+                published = pool.devices.get(share.device)
+                if share.device not in devices or published is None:
+                    continue
+                sums = totals.setdefault(share.device, {})
+                for name, amount in (
+                    (dra.MEMORY, share.memory_bytes),
+                    (dra.CORES, share.cores),
+                    (dra.SHARES, share.shares),
+                ):
+                    policy = published.capacity.get(name)
+                    if policy is None:
+                        continue
+                    # An amount the allocation does not name counts as the whole capacity.
+                    taken = policy.value if amount is None else amount
+                    sums[name] = sums.get(name, Fraction(0)) + taken
+        return [
+            device
+            for device, sums in sorted(totals.items())
+            if any(total > pool.devices[device].capacity[n].value for n, total in sums.items())
+        ]
+
+    def claim_holds(self) -> dict[str, str]:
+        """Claims that hold shares, and their nodes (for tests and status)."""
+        return {k: h.node for k, h in self._claim_ledger.holds.items()}
+
+    def _put_hold(self, hold: Hold) -> None:
+        previous = self._claim_ledger.put(hold)
+        self._unquota(hold.key)
+        if previous is not None and previous.node != hold.node:
+            self._holds_changed(previous.node)
+        sums = self._sums(hold)
+        self._claim_sums[hold.key] = (hold.namespace, sums)
+        self._quota_ledger().add_sums(hold.namespace, sums)
+        self._holds_changed(hold.node)
+
+    def _drop_hold(self, key: str) -> None:
+        hold = self._claim_ledger.drop(key)
+        if hold is None:
+            return
+        self._unquota(key)
+        self._holds_changed(hold.node)
+
+    def _unquota(self, key: str) -> None:
+        counted = self._claim_sums.pop(key, None)
+        if counted is not None:
+            self._quota_ledger().remove_sums(*counted)
+
+    def _sums(self, hold: Hold) -> dict[str, tuple[int, int]]:
+        cards = {d.id: model.DeviceUsage.from_info(d) for d in self._registered_on(hold.node)}
+        booked = claim_ledger.bookings(hold, cards)
+        return {_VENDOR: (sum(b.memory_mib for b in booked), sum(b.cores for b in booked))}
+
+    def _requota_claims(self) -> None:
+        """Count the claims again in a new quota ledger (the config changed)."""
+        for namespace, sums in self._claim_sums.values():
+            self._quota_ledger().add_sums(namespace, sums)
+
+    def _claim_bookings(
+        self, node: str, cards: Mapping[str, model.DeviceUsage]
+    ) -> list[list[placement.Booking]]:
+        return [claim_ledger.bookings(h, cards) for h in self._claim_ledger.on_node(node)]
+
+    # --- the engine's own decisions ----------------------------------------------------
+    def _hold_decided(
+        self, pod: str, node: str, decided: Mapping[str, tuple[str, Sequence[Any]]]
+    ) -> None:
+        """Hold what a decision allocates (claim key -> (namespace, picks)) until the
+        claims come back allocated."""
+        for key, (namespace, picks) in decided.items():
+            shares = claim_ledger.decided_shares(node, picks)
+            self._put_hold(Hold(key, namespace, node, shares, Decided.WRITING, pod))
+        if decided:
+            self._claim_ledger.decided_for[pod] = list(decided)
+
+    def _settle_decided(self, pod: str) -> None:
+        """The decision's claims are written: the next copy of each is the truth (the
+        copy known now, if it already shows the allocation)."""
+        for key in self._claim_ledger.decided_for.pop(pod, ()):
+            hold = self._claim_ledger.holds.get(key)
+            if hold is None or hold.decided is not Decided.WRITING:
+                continue
+            obj = self._claim_objects.get(key)
+            read = None if obj is None else claim_ledger.hold_from_claim(obj)
+            if read is not None:
+                self._put_hold(read)
+            else:
+                self._claim_ledger.put(
+                    Hold(hold.key, hold.namespace, hold.node, hold.shares, Decided.WRITTEN)
+                )
+
+    def _release_decided(self, pod: str) -> None:
+        """The decision is given up: its holds go, unless the claim came back allocated
+        meanwhile (then its status holds the shares)."""
+        for key in self._claim_ledger.decided_for.pop(pod, ()):
+            hold = self._claim_ledger.holds.get(key)
+            if hold is not None and hold.decided is not Decided.NO and hold.pod == pod:
+                obj = self._claim_objects.get(key)
+                read = None if obj is None else claim_ledger.hold_from_claim(obj)
+                if read is not None:
+                    self._put_hold(read)
+                else:
+                    self._drop_hold(key)
+
+
+def _slice_node(obj: Mapping[str, Any] | None) -> str | None:
+    if obj is None:
+        return None
+    spec = obj.get("spec") or {}
+    if spec.get("driver") != dra.DRIVER or not spec.get("nodeName"):
+        return None
+    return str(spec["nodeName"])

@@ -1,0 +1,436 @@
+"""A pod's ResourceClaims, read for the engine: what each request asks of which devices.
+
+``read_pod_claims`` resolves the claims a pod names (directly, or made from its templates
+by kube-controller-manager, found through ``status.resourceClaimStatuses``), and reads each
+claim's requests: device class, count, CEL selectors (the class's and the request's),
+capacity requests and tolerations, and the claim's ``matchAttribute`` constraints. What
+the engine does not allocate is refused with a sentence that says what to change
+(``Refusal``); what is not there yet (a claim still to be made) is a wait (``Waiting``).
+A claim already allocated (by anyone) is kept as it is: it pins the pod to its node.
+
+``eligible`` then says, for one request and one published device, whether the device
+may serve it and what it would consume of each capacity (upstream's request-policy
+rounding, ``dra_pool.CapacityPolicy``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Final
+
+from vgpu_operator.devices import dra
+from vgpu_operator.devices.quantity import parse_quantity
+from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling import claim_cel, dra_pool
+
+#: The DeviceClasses whose claims the engine allocates (manifests/dra-deviceclasses.yaml).
+OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS})
+#: The most pods one claim may be reserved for (the API's limit).
+MAX_RESERVED_FOR: Final = 256
+
+
+class Refusal(Exception):
+    """The engine will not allocate this pod's claims as they are; the message says why
+    and what to change."""
+
+
+class Waiting(Exception):
+    """A claim the pod names does not exist yet (or is being deleted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...] = ()
+    #: Opaque configs of the class, as the allocation's ``config`` carries them.
+    config: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> DeviceClass:
+        spec = obj.get("spec") or {}
+        return cls(
+            name=str((obj.get("metadata") or {}).get("name", "")),
+            selectors=tuple(
+                str((s.get("cel") or {}).get("expression", ""))
+                for s in spec.get("selectors") or ()
+                if isinstance(s, Mapping) and s.get("cel")
+            ),
+            config=tuple(c for c in spec.get("config") or () if isinstance(c, Mapping)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request of a claim (``exactly``)."""
+
+    name: str
+    device_class: str
+    count: int
+    selectors: tuple[claim_cel.Selector, ...]
+    capacity: Mapping[str, Fraction]
+    tolerations: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedShare:
+    """One device an existing allocation names, and what it consumes."""
+
+    request: str
+    node: str
+    device: str
+    memory_bytes: Fraction | None
+    cores: Fraction | None
+    shares: Fraction | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim of the pod, as the engine needs it."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    requests: tuple[Request, ...]
+    #: Per ``matchAttribute`` constraint: the requests it covers (all when empty), and
+    #: the attribute's qualified name.
+    match_attributes: tuple[tuple[tuple[str, ...], str], ...] = ()
+    #: The claim's own opaque configs (``spec.devices.config``).
+    config: tuple[Mapping[str, Any], ...] = ()
+    #: Set when the claim is allocated already (the node it is on, and its devices).
+    allocated_node: str | None = None
+    allocated: tuple[AllocatedShare, ...] = ()
+    reserved_for: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaims:
+    """Every claim a pod names: those to allocate, and those allocated already."""
+
+    claims: tuple[Claim, ...]
+    #: The node the allocated ones pin the pod to (None: none is allocated).
+    node: str | None = None
+    pending: tuple[Claim, ...] = field(default=())
+
+
+def pod_claim_keys(pod: Mapping[str, Any]) -> list[str] | str:
+    """The ``namespace/name`` of every claim the pod uses, or a sentence saying which
+    claim is not made yet (a template's claim waits for kube-controller-manager)."""
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    spec = pod.get("spec") or {}
+    made = {
+        str(s.get("name")): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        if isinstance(s, Mapping)
+    }
+    keys: list[str] = []
+    for entry in spec.get("resourceClaims") or ():
+        if not isinstance(entry, Mapping):
+            continue
+        if entry.get("resourceClaimName"):
+            keys.append(f"{namespace}/{entry['resourceClaimName']}")
+        elif entry.get("resourceClaimTemplateName"):
+            name = str(entry.get("name"))
+            if name not in made:
+                return (
+                    f"waiting for the ResourceClaim of template "
+                    f"{entry['resourceClaimTemplateName']!r} ({name}) to be created"
+                )
+            if made[name]:
+                keys.append(f"{namespace}/{made[name]}")
+    return keys
+
+
+def uses_claims(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("resourceClaims"))
+
+
+def _quantity(raw: Any, where: str) -> Fraction:
+    try:
+        return parse_quantity(raw, where)
+    except CodecError as exc:
+        raise Refusal(str(exc)) from None
+
+
+def read_claim(
+    obj: Mapping[str, Any],
+    classes: Mapping[str, DeviceClass],
+    cache: claim_cel.SelectorCache,
+) -> Claim:
+    """One claim; raises Refusal for what the engine does not allocate."""
+    meta = obj.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta.get("name", ""))
+    where = f"ResourceClaim {namespace}/{name}"
+    devices = (obj.get("spec") or {}).get("devices") or {}
+    allocation = (obj.get("status") or {}).get("allocation")
+    reserved = tuple(r for r in (obj.get("status") or {}).get("reservedFor") or () if r)
+    if isinstance(allocation, Mapping):
+        node, shares = read_allocated(allocation)
+        return Claim(
+            namespace,
+            name,
+            str(meta.get("uid", "")),
+            str(meta.get("resourceVersion", "")),
+            (),
+            allocated_node=node,
+            allocated=shares,
+            reserved_for=reserved,
+        )
+    requests = tuple(_read_request(r, where, classes, cache) for r in devices.get("requests") or ())
+    if not requests:
+        raise Refusal(f"{where} requests no device")
+    known = {r.name for r in requests}
+    matches: list[tuple[tuple[str, ...], str]] = []
+    for constraint in devices.get("constraints") or ():
+        if not isinstance(constraint, Mapping):
+            continue
+        if constraint.get("distinctAttribute"):
+            raise Refusal(
+                f"{where}: the constraint distinctAttribute is not allocated by this "
+                "scheduler; leave it out (one request's devices are distinct cards here) or "
+                "use kube-scheduler"
+            )
+        attribute = constraint.get("matchAttribute")
+        if not attribute:
+            continue
+        covered = tuple(str(r).split("/", 1)[0] for r in constraint.get("requests") or ())
+        if any(r not in known for r in covered):
+            raise Refusal(f"{where}: a constraint names a request the claim does not have")
+        matches.append((covered, str(attribute)))
+    return Claim(
+        namespace,
+        name,
+        str(meta.get("uid", "")),
+        str(meta.get("resourceVersion", "")),
+        requests,
+        match_attributes=tuple(matches),
+        config=tuple(c for c in devices.get("config") or () if isinstance(c, Mapping)),
+        reserved_for=reserved,
+    )
+
+
+def _read_request(
+    raw: Mapping[str, Any],
+    where: str,
+    classes: Mapping[str, DeviceClass],
+    cache: claim_cel.SelectorCache,
+) -> Request:
+    name = str(raw.get("name", ""))
+    exactly = raw.get("exactly")
+    if raw.get("firstAvailable"):
+        raise Refusal(
+            f"{where}: request {name!r} lists alternatives (firstAvailable), which this "
+            "scheduler does not allocate yet; name one device class with exactly"
+        )
+    if not isinstance(exactly, Mapping):
+        raise Refusal(f"{where}: request {name!r} has no exactly")
+    class_name = str(exactly.get("deviceClassName", ""))
+    if class_name not in OUR_CLASSES:
+        raise Refusal(
+            f"{where}: request {name!r} uses DeviceClass {class_name!r}; this scheduler "
+            f"allocates only {', '.join(sorted(OUR_CLASSES))} (use kube-scheduler for others)"
+        )
+    device_class = classes.get(class_name)
+    if device_class is None:
+        raise Waiting(f"DeviceClass {class_name!r} does not exist")
+    mode = exactly.get("allocationMode") or "ExactCount"
+    if mode != "ExactCount":
+        raise Refusal(
+            f"{where}: request {name!r} asks allocationMode {mode}; this scheduler "
+            "allocates ExactCount requests (give a count)"
+        )
+    if exactly.get("adminAccess"):
+        raise Refusal(f"{where}: request {name!r} asks adminAccess, which this scheduler refuses")
+    count = exactly.get("count", 1)
+    if not isinstance(count, int) or count < 1:
+        raise Refusal(f"{where}: request {name!r} has count {count!r}")
+    expressions = [
+        *device_class.selectors,
+        *(
+            str((s.get("cel") or {}).get("expression", ""))
+            for s in exactly.get("selectors") or ()
+            if isinstance(s, Mapping)
+        ),
+    ]
+    try:
+        selectors = tuple(cache.compile(e) for e in expressions)
+    except claim_cel.CelRefused as exc:
+        raise Refusal(f"{where}: request {name!r}: {exc}") from None
+    requested = (exactly.get("capacity") or {}).get("requests") or {}
+    capacity = {str(k): _quantity(v, f"{where}.{name}.capacity.{k}") for k, v in requested.items()}
+    return Request(
+        name,
+        class_name,
+        count,
+        selectors,
+        capacity,
+        tuple(t for t in exactly.get("tolerations") or () if isinstance(t, Mapping)),
+    )
+
+
+def read_allocated(allocation: Mapping[str, Any]) -> tuple[str | None, tuple[AllocatedShare, ...]]:
+    """The node an allocation pins (its node selector, else its pool) and this driver's
+    devices in it. Unreadable amounts count as the whole device (None)."""
+    nodes = dra.selected_nodes(allocation.get("nodeSelector"))
+    node = sorted(nodes)[0] if nodes else None
+    shares = []
+    for result in (allocation.get("devices") or {}).get("results") or ():
+        if not isinstance(result, Mapping) or result.get("driver") != dra.DRIVER:
+            continue
+        consumed = result.get("consumedCapacity") or {}
+
+        def amount(key: str, consumed: Any = consumed) -> Fraction | None:
+            try:
+                value = parse_quantity(consumed.get(key), key)
+            except (CodecError, AttributeError, TypeError):
+                return None
+            return value if value >= 0 else None
+
+        pool = str(result.get("pool", ""))
+        shares.append(
+            AllocatedShare(
+                request=str(result.get("request", "")),
+                node=pool,
+                device=str(result.get("device", "")),
+                memory_bytes=amount(dra.MEMORY),
+                cores=amount(dra.CORES),
+                shares=amount(dra.SHARES),
+            )
+        )
+    if node is None and shares:
+        node = shares[0].node
+    return node, tuple(shares)
+
+
+def read_pod_claims(
+    pod: Mapping[str, Any],
+    claims: Mapping[str, Mapping[str, Any]],
+    classes: Mapping[str, DeviceClass],
+    cache: claim_cel.SelectorCache,
+) -> PodClaims:
+    """Raises Waiting or Refusal."""
+    keys = pod_claim_keys(pod)
+    if isinstance(keys, str):
+        raise Waiting(keys)
+    read: list[Claim] = []
+    uid = (pod.get("metadata") or {}).get("uid")
+    for key in keys:
+        obj = claims.get(key)
+        if obj is None:
+            raise Waiting(f"ResourceClaim {key} does not exist yet")
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            raise Waiting(f"ResourceClaim {key} is being deleted")
+        claim = read_claim(obj, classes, cache)
+        if len(claim.reserved_for) >= MAX_RESERVED_FOR and not any(
+            r.get("uid") == uid for r in claim.reserved_for
+        ):
+            raise Waiting(f"ResourceClaim {key} is reserved for {MAX_RESERVED_FOR} pods already")
+        read.append(claim)
+    nodes = {c.allocated_node for c in read if c.allocated_node is not None}
+    if len(nodes) > 1:
+        raise Refusal(
+            f"the pod's claims are allocated on different nodes ({', '.join(sorted(nodes))}); "
+            "no node can run it"
+        )
+    return PodClaims(
+        tuple(read),
+        node=next(iter(nodes), None),
+        pending=tuple(c for c in read if c.allocated_node is None),
+    )
+
+
+# --- one request on one device ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Consumption:
+    """What a request would consume of one device: every capacity, exact; and in the
+    engine's units (MiB, cores, slots). ``None`` capacities: a device without consumable
+    capacity, taken whole."""
+
+    capacity: Mapping[str, Fraction] | None
+    memory_mib: int
+    cores: int
+    slots: int
+
+
+def eligible(
+    request: Request,
+    device: dra_pool.PoolDevice,
+    cache: claim_cel.SelectorCache,
+    total_memory_mib: int,
+    total_cores: int,
+    total_slots: int,
+) -> Consumption | None:
+    """What ``request`` consumes of ``device``, or None when the device may not serve it
+    (a selector says no, a taint is not tolerated, a capacity it names is missing, or the
+    rounded amount breaks the device's request policy). Raises CelRuntimeError."""
+    for selector in request.selectors:
+        if not cache.matches(selector, device.key, device.view):
+            return None
+    if not dra_pool.tolerated(device.taints, request.tolerations):
+        return None
+    names: dict[str, Fraction] = {}
+    for asked, amount in request.capacity.items():
+        key = device.capacity_named(asked)
+        if key is None:
+            return None
+        names[key] = amount
+    if not device.allow_multiple:
+        if names:
+            return None  # capacity requests need consumable capacity
+        return Consumption(None, total_memory_mib, total_cores, total_slots)
+    consumed: dict[str, Fraction] = {}
+    for key, policy in device.capacity.items():
+        rounded = policy.consumed(names.get(key))
+        if rounded is None or rounded > policy.value:
+            return None
+        consumed[key] = rounded
+    memory = consumed.get(dra.MEMORY)
+    cores = consumed.get(dra.CORES)
+    shares = consumed.get(dra.SHARES)
+    return Consumption(
+        consumed,
+        memory_mib=total_memory_mib if memory is None else int(-(-memory // dra.MIB)),
+        cores=0 if cores is None else int(-(-cores // 1)),
+        slots=1 if shares is None else int(-(-shares // 1)),
+    )
+
+
+def attribute_groups(
+    claim: Claim, devices: Sequence[dra_pool.PoolDevice]
+) -> list[dict[str, frozenset[str]]]:
+    """For a claim with ``matchAttribute`` constraints: each way to satisfy them on this
+    node, as request name -> the devices it may use (those whose attribute has the
+    chosen value); one unrestricted entry without constraints. A device without the
+    attribute satisfies no such constraint."""
+    if not claim.match_attributes:
+        return [{}]
+    options: list[dict[str, frozenset[str]]] = [{}]
+    for covered, attribute in claim.match_attributes:
+        requests = covered or tuple(r.name for r in claim.requests)
+        values: dict[Any, set[str]] = {}
+        for device in devices:
+            value = device.attribute(attribute)
+            if value is not None:
+                values.setdefault(value, set()).add(device.name)
+        expanded: list[dict[str, frozenset[str]]] = []
+        for option in options:
+            for _value, names in sorted(values.items(), key=lambda kv: str(kv[0])):
+                combined = dict(option)
+                for request in requests:
+                    previous = combined.get(request)
+                    combined[request] = (
+                        frozenset(names) if previous is None else previous & frozenset(names)
+                    )
+                expanded.append(combined)
+        options = expanded
+    return options

@@ -1,0 +1,859 @@
+"""Defragmentation: the fewest moves that free room for a pod waiting on scattered shares.
+
+A pod is *blocked by fragmentation* when it fits on no node, yet some node that admits
+it (taints, selector, CPU, heartbeat) holds enough free memory, cores and slots on cards
+it may use, only spread over several cards (``fragmentation``). A *plan* for it is an
+ordered list of moves, each "evict pod P from its cards; its replacement fits again at
+Q", after which the waiting pod fits. A plan is read exactly as the operator carries it
+out (``control/defrag.py``), and checked by replaying it through the engine itself:
+
+1. the waiting pod holds the shares it gets on the target node once the plan's pods on
+   that node have left (preemption's hold: nominated, the shares booked for it at once,
+   so that no replacement can take them back);
+2. for each move in order, the pod's replacement (the same pod, as its controller would
+   create it again) is decided by the engine, without preemption, where it must fit:
+   while the evicted pod still terminates and holds its shares (a ReplicaSet's or a
+   Job's replacement is created at the eviction), or once it is gone (a StatefulSet's,
+   which keeps its name). Its placement, type and UUID choices included, is the ``to``.
+
+Only pods this operator placed (their ``schedulerName`` is its own, and the books believe
+their allocation) and that something recreates may move (a controller owner: ReplicaSet,
+StatefulSet, Job, ReplicationController, or kinds the options add; a bare pod only when
+allowed), of
+priority lower than or equal to the waiting pod's, never terminating, reserved (decided,
+not bound yet) or already claimed by a preemption; the plan's evictions, counted
+together, must leave every PodDisruptionBudget within its ``disruptionsAllowed``; and
+there are at most ``max_evictions`` of them.
+
+Cost: fewest evictions, then least memory moved (MiB booked by the moved pods), then the
+node met first and the pods' names. On clusters of up to ``exact_node_limit`` nodes the
+search is exact: every target node, every set of its pods that lets the waiting pod fit
+there, with any other pods of the cluster added to make room for replacements (chains),
+every order, by increasing number of evictions, pruned only by the bound of the best
+memory found (the tests compare it with an exhaustive search of every set and order).
+Beyond that a heuristic: target nodes by shortfall (the memory their best cards lack,
+a lower bound on what must move off them), moves from the target node only (no chains)
+of pods whose replacement fits somewhere already, sets of pods by increasing memory, a
+bounded number of nodes; its distance from the exact answer is measured in
+``tests/bench/bench_defrag.py``.
+
+Pure: the planner reads and changes the books only through ``defrag_books`` and puts
+every change back before it returns.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations, permutations
+from typing import Any, Final
+
+from vgpu_operator import names
+from vgpu_operator.devices import codec, model
+from vgpu_operator.scheduling import allocation_trust, disruption, placement, preemption
+from vgpu_operator.scheduling.decision import ClusterState, Decision
+from vgpu_operator.scheduling.defrag_books import DefragBooks, WhatIf
+from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+
+#: Appended to a moved pod's name for its replacement in a what-if (a character no real
+#: pod name may hold, so it can never meet a real pod in the books).
+REPLACEMENT_SUFFIX: Final = "~replacement"
+
+
+class Replacement(enum.StrEnum):
+    """When the moved pod's replacement is created, so when it must fit."""
+
+    #: At the eviction, while the evicted pod terminates and still holds its shares
+    #: (ReplicaSet, ReplicationController, Job with its default replacement policy).
+    WHILE_TERMINATING = "while-terminating"
+    #: Once the evicted pod is gone (StatefulSet: the replacement keeps its name; a bare
+    #: pod, where allowed, is gone for good unless someone creates it again).
+    AFTER_GONE = "after-gone"
+
+
+#: Controller kinds (API group, kind) whose pods are recreated elsewhere after an eviction.
+#: DaemonSet pods are not (they belong to their node), nor static pods (owned by a Node).
+RECREATING_OWNERS: Final[Mapping[tuple[str, str], Replacement]] = {
+    ("apps", "ReplicaSet"): Replacement.WHILE_TERMINATING,
+    ("", "ReplicationController"): Replacement.WHILE_TERMINATING,
+    ("batch", "Job"): Replacement.WHILE_TERMINATING,
+    ("apps", "StatefulSet"): Replacement.AFTER_GONE,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    max_evictions: int = 3
+    #: Move pods no controller recreates (their owner must create them again).
+    allow_bare_pods: bool = False
+    #: More controller kinds, by ``kind`` or ``group/kind``, whose pods may move (their
+    #: replacement is taken to be created at the eviction).
+    owner_kinds: frozenset[str] = frozenset()
+    #: Up to this many nodes the search is exact; beyond, the heuristic.
+    exact_node_limit: int = 8
+    #: The heuristic stops after this many target nodes with a plan of the same size...
+    heuristic_plans: int = 8
+    #: ...or after trying this many target nodes.
+    heuristic_nodes: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    kind: str
+    name: str
+    uid: str
+    api_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Mover:
+    """A running pod that a plan may move."""
+
+    key: PodKey
+    uid: str
+    node: str
+    priority: int
+    labels: Mapping[str, str]
+    memory_mib: int
+    cards: tuple[str, ...]
+    owner: Owner | None
+    replacement: Replacement
+    pod: Mapping[str, Any] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Evict ``pod`` from ``from_cards`` of ``from_node``; its replacement fits at
+    ``to_node`` (``to_cards``) as the engine decides it."""
+
+    pod: PodKey
+    uid: str
+    owner: Owner | None
+    from_node: str
+    from_cards: tuple[str, ...]
+    to_node: str
+    to_cards: tuple[str, ...]
+    memory_mib: int
+    replacement: Replacement
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "owner": None if self.owner is None else f"{self.owner.kind}/{self.owner.name}",
+            "from": {"node": self.from_node, "cards": list(self.from_cards)},
+            "to": {"node": self.to_node, "cards": list(self.to_cards)},
+            "memoryMiB": self.memory_mib,
+            "replacement": self.replacement.value,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The moves, in order, after which ``pod`` fits on ``node`` (on ``cards``, one tuple
+    per container)."""
+
+    pod: PodKey
+    priority: int
+    node: str
+    cards: tuple[tuple[str, ...], ...]
+    moves: tuple[Move, ...]
+    method: str  # "exact" or "heuristic"
+
+    @property
+    def evictions(self) -> int:
+        return len(self.moves)
+
+    @property
+    def memory_mib(self) -> int:
+        return sum(m.memory_mib for m in self.moves)
+
+    @property
+    def moved(self) -> frozenset[PodKey]:
+        return frozenset(m.pod for m in self.moves)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "node": self.node,
+            "cards": [list(c) for c in self.cards],
+            "evictions": self.evictions,
+            "memoryMovedMiB": self.memory_mib,
+            "method": self.method,
+            "moves": [m.to_json() for m in self.moves],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Nodes that admit the pod and hold room enough for it, pooled over the cards it may
+    use; the smallest shortfall on its best cards first."""
+
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Plans for the pods blocked by fragmentation (each planned with the earlier plans
+    carried out), and why the others have none."""
+
+    plans: tuple[Plan, ...]
+    fragmented: tuple[PodKey, ...]
+    unplanned: Mapping[PodKey, str]
+
+
+# --- who may move -------------------------------------------------------------------------
+
+
+def controller_of(pod: Mapping[str, Any]) -> Owner | None:
+    """The pod's controlling owner reference, if it has one."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return Owner(
+                str(ref.get("kind") or ""),
+                str(ref.get("name") or ""),
+                str(ref.get("uid") or ""),
+                str(ref.get("apiVersion") or ""),
+            )
+    return None
+
+
+def replacement_rule(pod: Mapping[str, Any], options: PlanOptions) -> Replacement | None:
+    """How the pod comes back after an eviction, or None when it may not move."""
+    owner = controller_of(pod)
+    if owner is None:
+        return Replacement.AFTER_GONE if options.allow_bare_pods else None
+    group = owner.api_version.rpartition("/")[0] if "/" in owner.api_version else ""
+    known = RECREATING_OWNERS.get((group, owner.kind))
+    if known is not None:
+        return known
+    if owner.kind in options.owner_kinds or f"{group}/{owner.kind}" in options.owner_kinds:
+        return Replacement.WHILE_TERMINATING
+    return None
+
+
+def _mover(books: DefragBooks, pod: Mapping[str, Any], options: PlanOptions) -> Mover | None:
+    """The pod as a plan may move it, or None (a pod object whose uid differs from the
+    books' is not trusted to describe it)."""
+    key = pod_key(pod)
+    entry = books.entry(key)
+    meta = pod.get("metadata") or {}
+    if entry is None or entry.node is None or entry.reserved or entry.deleting:
+        return None
+    if books.is_claimed(key):
+        return None  # already leaving for a preemption or another plan
+    if not any(entry.bookings.values()) or meta.get("deletionTimestamp"):
+        return None
+    if entry.uid and str(meta.get("uid") or "") != entry.uid:
+        return None
+    if allocation_trust.scheduler_of(pod) != books.own_scheduler():
+        # Only pods this operator placed: its replacement comes back to this scheduler,
+        # so the engine's "fits again at Q" is a promise it can keep. A pod of a scheduler
+        # opted in with ``trustedSchedulerNames`` holds its shares in the books, but
+        # another scheduler places its replacement (and an untrusted one holds nothing).
+        return None
+    rule = replacement_rule(pod, options)
+    if rule is None:
+        return None
+    bookings = [b for bs in entry.bookings.values() for b in bs]
+    return Mover(
+        key=key,
+        uid=entry.uid,
+        node=entry.node,
+        priority=entry.priority,
+        labels=dict(entry.labels),
+        memory_mib=sum(b.memory_mib for b in bookings),
+        cards=tuple(b.uuid for b in bookings),
+        owner=controller_of(pod),
+        replacement=rule,
+        pod=pod,
+    )
+
+
+class Candidates:
+    """The running pods a plan may move, read from their objects node by node, when a
+    search first looks at the node (a search at 1,000 nodes looks at a few dozen)."""
+
+    def __init__(
+        self, books: DefragBooks, running: Iterable[Mapping[str, Any]], options: PlanOptions
+    ) -> None:
+        self._books = books
+        self._options = options
+        self._pods_on: dict[str, list[Mapping[str, Any]]] = {}
+        for pod in running:
+            entry = books.entry(pod_key(pod))
+            if entry is not None and entry.node is not None:
+                self._pods_on.setdefault(entry.node, []).append(pod)
+        self._on: dict[str, list[Mover]] = {}
+        self._by_key: dict[PodKey, Mover] = {}
+        #: Moved by an earlier plan of the same call: no longer there to move.
+        self.spent: list[Mover] = []
+        self._spent_keys: set[PodKey] = set()
+        #: Each mover's replacement, one object per call (the engine parses it once).
+        self.twins: dict[PodKey, dict[str, Any]] = {}
+        #: Each mover's shape (``_shape``), read once per call.
+        self.shapes: dict[PodKey, str] = {}
+
+    def on(self, node: str) -> list[Mover]:
+        made = self._on.get(node)
+        if made is None:
+            found = (_mover(self._books, p, self._options) for p in self._pods_on.get(node, ()))
+            made = self._on[node] = [m for m in found if m is not None]
+            self._by_key.update((m.key, m) for m in made)
+        return [m for m in made if m.key not in self._spent_keys]
+
+    def everywhere(self) -> list[Mover]:
+        return [m for node in sorted(self._pods_on) for m in self.on(node)]
+
+    def get(self, key: PodKey) -> Mover | None:
+        return self._by_key.get(key)
+
+    def spend(self, keys: Iterable[PodKey]) -> None:
+        for key in keys:
+            mover = self._by_key.get(key)
+            if mover is not None and key not in self._spent_keys:
+                self._spent_keys.add(key)
+                self.spent.append(mover)
+
+
+def movers(
+    books: DefragBooks, running: Iterable[Mapping[str, Any]], options: PlanOptions
+) -> dict[PodKey, Mover]:
+    """The running pods a plan may move."""
+    return {m.key: m for m in Candidates(books, running, options).everywhere()}
+
+
+def _shape(pod: Mapping[str, Any], written: frozenset[str]) -> str:
+    """What decides where a pod may go, as one text: pods of one Deployment share it, and
+    whether one fits somewhere is asked once for all of them."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in written}
+    return json.dumps(
+        [
+            meta.get("namespace"),
+            annotations,
+            [c.get("resources") for c in spec.get("initContainers") or ()],
+            [c.get("resources") for c in spec.get("containers") or ()],
+            {k: spec.get(k) for k in ("nodeSelector", "affinity", "tolerations", "priority")},
+        ],
+        sort_keys=True,
+        default=str,
+    )
+
+
+def _scheduler_written(state: ClusterState) -> frozenset[str]:
+    keys = {
+        names.ASSIGNED_NODE,
+        names.ASSIGNED_TIME,
+        names.BIND_PHASE,
+        names.BIND_TIME,
+        names.MIG_ALLOCATIONS,
+    }
+    for spec in state.vendors.specs():
+        keys.add(spec.to_allocate_annotation)
+        keys.add(spec.allocated_annotation)
+    return frozenset(keys)
+
+
+def replacement_pod(pod: Mapping[str, Any], written: frozenset[str]) -> dict[str, Any]:
+    """The pod as its controller creates it again: unbound, without what the scheduler
+    wrote on it, under a name no real pod has."""
+    meta = pod.get("metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in written}
+    spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": meta.get("namespace") or "default",
+            "name": f"{meta.get('name', '')}{REPLACEMENT_SUFFIX}",
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": annotations,
+            "ownerReferences": list(meta.get("ownerReferences") or ()),
+        },
+        "spec": spec,
+    }
+
+
+# --- the verdict --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Room:
+    """What a node's usable cards offer a pod: the memory its best cards lack (a lower
+    bound on what a plan must move off the node), and whether its free shares, pooled,
+    would hold the pod."""
+
+    shortfall_mib: int
+    pooled: bool
+
+
+def _room(
+    job: placement.Job, cards: Sequence[model.DeviceUsage], cordoned: frozenset[str]
+) -> _Room | None:
+    """None when the node's usable cards could not hold the pod even empty."""
+    shortfall = 0
+    pooled = True
+    for vendor_word in sorted({v for r in (*job.init_requests, *job.app_requests) for v in r}):
+        card_filter = job.card_filters.get(vendor_word)
+        usable = [
+            c
+            for c in cards
+            if c.vendor == vendor_word
+            and c.health
+            and c.id not in cordoned
+            and (
+                card_filter is None
+                or (
+                    card_filter.type_allowed(c.type)
+                    and card_filter.uuid_allowed(c.id)
+                    and card_filter.mode_allowed(c.mode)
+                )
+            )
+        ]
+        if not usable:
+            return None
+        smallest = min(c.total_memory_mib for c in usable)
+        largest = max(c.total_memory_mib for c in usable)
+        free = sorted(
+            (max(0, c.total_memory_mib - c.used_memory_mib) for c in usable), reverse=True
+        )
+        memory = cores = slots = widest = 0
+        for requests in (*job.init_requests, *job.app_requests):
+            request = requests.get(vendor_word)
+            if request is None:
+                continue
+            each = (
+                smallest * request.memory_percent // 100
+                if request.uses_percentage
+                else request.memory_mib
+            )
+            if each > largest:
+                return None
+            memory += each * request.count
+            cores += min(request.cores, 100) * request.count
+            slots += request.count
+            widest = max(widest, request.count)
+            shortfall += sum(max(0, each - f) for f in free[: request.count])
+        if len(usable) < widest:
+            return None
+        pooled = (
+            pooled
+            and sum(free) >= memory
+            and sum(max(0, c.total_cores - c.used_cores) for c in usable) >= cores
+            and sum(max(0, c.count - c.used) for c in usable) >= slots
+        )
+    return _Room(shortfall, pooled)
+
+
+def _rooms(books: DefragBooks, job: placement.Job, now: float) -> list[tuple[_Room, int, str]]:
+    """Every node that admits the pod and whose usable cards could hold it, with its
+    room and its order."""
+    found: list[tuple[_Room, int, str]] = []
+    for order, name in enumerate(books.node_names()):
+        if not books.node_admits(name, job, now):
+            continue
+        room = _room(job, books.cards(name), books.cordoned(name))
+        if room is not None:
+            found.append((room, order, name))
+    return found
+
+
+def fragmentation(books: DefragBooks, job: placement.Job, now: float) -> Verdict | None:
+    """Whether a pod that fits nowhere is blocked by fragmentation: the nodes that admit
+    it and whose free shares, pooled over its usable cards, would hold it."""
+    if not job.wants_devices:
+        return None
+    pooled = sorted((r.shortfall_mib, o, n) for r, o, n in _rooms(books, job, now) if r.pooled)
+    return Verdict(tuple(name for *_, name in pooled)) if pooled else None
+
+
+# --- the search ---------------------------------------------------------------------------
+
+
+def _cost(plan: Plan, order: Mapping[str, int]) -> tuple[int, int, int, tuple[str, ...]]:
+    return (plan.evictions, plan.memory_mib, order[plan.node], tuple(m.pod for m in plan.moves))
+
+
+class _Search:
+    """Plans for one waiting pod over one what-if (see the module docstring)."""
+
+    def __init__(
+        self,
+        whatif: WhatIf,
+        pod: Mapping[str, Any],
+        job: placement.Job,
+        candidates: Candidates,
+        budgets: Sequence[disruption.Budget],
+        now: float,
+    ) -> None:
+        self.whatif = whatif
+        self.books = whatif.books
+        self.pod = pod
+        self.key = pod_key(pod)
+        self.priority = preemption.priority_of(pod)
+        self.job = job
+        self.now = now
+        self.candidates = candidates
+        # Which budgets cover each pod, read once (``Budget.covers``), and how many
+        # disruptions each has left after the pods earlier plans moved.
+        self.budgets = budgets
+        self._covers: dict[PodKey, tuple[int, ...]] = {}
+        self.left = [b.disruptions_allowed for b in budgets]
+        for mover in candidates.spent:
+            for index in self._covering(mover):
+                self.left[index] -= 1
+        #: Per pod shape (``_shape``): whether such a pod fits somewhere now.
+        self.placeable: dict[str, bool] = {}
+        self.written = _scheduler_written(self.books.state)
+        self._movers_on: dict[str, list[Mover]] = {}
+        self._eligible: list[Mover] | None = None
+        self.order = {name: i for i, name in enumerate(self.books.node_names())}
+        asked = [r for rs in (*job.init_requests, *job.app_requests) for r in rs.values()]
+        self.cards_asked = sum(r.count for r in asked)
+        self.one_card = len(asked) == 1 and asked[0].count == 1
+        self._fits: dict[tuple[str, frozenset[PodKey]], bool] = {}
+
+    def movers_on(self, node: str) -> list[Mover]:
+        """The node's pods this pod may move, the lightest first."""
+        known = self._movers_on.get(node)
+        if known is None:
+            known = self._movers_on[node] = sorted(
+                (
+                    m
+                    for m in self.candidates.on(node)
+                    if m.priority <= self.priority and m.key != self.key
+                ),
+                key=lambda m: (m.memory_mib, m.key),
+            )
+        return known
+
+    @property
+    def eligible(self) -> list[Mover]:
+        """Every pod this pod may move, the lightest first (the exact search's chains)."""
+        if self._eligible is None:
+            self._eligible = sorted(
+                (m for n in self.books.node_names() for m in self.movers_on(n)),
+                key=lambda m: (m.memory_mib, m.key),
+            )
+        return self._eligible
+
+    # --- checks -------------------------------------------------------------------------
+
+    def violates_budget(self, moved: Sequence[Mover]) -> bool:
+        """Whether evicting ``moved`` (after the pods earlier plans moved) takes a
+        disruption budget below zero (each eviction spends one disruption of every
+        budget covering the pod, as ``disruption.split_by_violation`` counts)."""
+        spending: dict[int, int] = {}
+        for mover in moved:
+            for index in self._covering(mover):
+                spending[index] = spending.get(index, 0) + 1
+        return any(self.left[i] < n for i, n in spending.items())
+
+    def _covering(self, mover: Mover) -> tuple[int, ...]:
+        known = self._covers.get(mover.key)
+        if known is None:
+            namespace, _, name = mover.key.partition("/")
+            known = self._covers[mover.key] = tuple(
+                i for i, b in enumerate(self.budgets) if b.covers(namespace, name, mover.labels)
+            )
+        return known
+
+    def twin(self, mover: Mover) -> dict[str, Any]:
+        """The mover's replacement, one object per search (the engine parses it once)."""
+        twins = self.candidates.twins
+        known = twins.get(mover.key)
+        if known is None:
+            known = twins[mover.key] = replacement_pod(mover.pod, self.written)
+        return known
+
+    def placeable_now(self, mover: Mover) -> bool:
+        """Whether the mover's replacement fits somewhere as the books stand, before any
+        move: the heuristic's quick test (a replacement created while its pod
+        terminates fits no better once the plan's hold is booked, unless an earlier
+        move of the same plan freed room for it, which the heuristic does not count on)."""
+        shape = self.candidates.shapes.get(mover.key)
+        if shape is None:
+            shape = self.candidates.shapes[mover.key] = _shape(mover.pod, self.written)
+        known = self.placeable.get(shape)
+        if known is None:
+            job = self.books.admitted_job(mover.pod)
+            known = job is None or self.books.fits_somewhere(job, self.now)
+            self.placeable[shape] = known
+        return known
+
+    def fits_after(self, node: str, leaving: Sequence[Mover]) -> bool:
+        keys = frozenset(m.key for m in leaving)
+        known = self._fits.get((node, keys))
+        if known is None:
+            known = self.books.fit_after_leaving(node, self.job, keys, self.now).ok
+            self._fits[(node, keys)] = known
+        return known
+
+    def may_fit_after(self, node: str, leaving: Sequence[Mover]) -> bool:
+        """The engine's own quick test (``placement.Summary``) on the node's cards with
+        ``leaving`` gone: never False where the Fit would succeed."""
+        cards = [c.copy() for c in self.books.cards(node)]
+        for mover in leaving:
+            entry = self.books.entry(mover.key)
+            if entry is None or not placement.shift(cards, entry.bookings, -1):
+                return True  # MIG cards: only the Fit can tell
+        return placement.Summary.of(cards).may_fit(self.job)
+
+    def replay(self, node: str, order: Sequence[Mover], method: str, keep: bool) -> Plan | None:
+        """The plan as the operator would carry it out, through the engine; None where a
+        step fails. ``keep``: leave it carried out in the what-if."""
+        whatif, now = self.whatif, self.now
+        mark = whatif.mark()
+        held = whatif.hold(self.pod, node, frozenset(m.key for m in order), now)
+        if held is None:
+            return None
+        moves: list[Move] = []
+        for mover in order:
+            twin = self.twin(mover)
+            if mover.replacement is Replacement.WHILE_TERMINATING:
+                decision = whatif.place(twin, now)
+                whatif.take_out(mover.key)
+            else:
+                whatif.take_out(mover.key)
+                decision = whatif.place(twin, now)
+            if not decision.scheduled or decision.node is None:
+                whatif.undo_to(mark)
+                return None
+            moves.append(_move(mover, decision))
+        if not keep:
+            whatif.undo_to(mark)
+        cards = tuple(tuple(d.uuid for d in c) for single in held.devices.values() for c in single)
+        return Plan(self.key, self.priority, node, cards, tuple(moves), method)
+
+    def first_order(self, node: str, moved: Sequence[Mover], method: str) -> Plan | None:
+        """The plan for the first order (by name) in which every step succeeds."""
+        for order in permutations(sorted(moved, key=lambda m: m.key)):
+            plan = self.replay(node, order, method, keep=False)
+            if plan is not None:
+                return plan
+        return None
+
+    def targets(self) -> list[str]:
+        return [
+            n
+            for n in self.books.node_names()
+            if self.movers_on(n) and self.books.node_admits(n, self.job, self.now)
+        ]
+
+    # --- exact ----------------------------------------------------------------------------
+    def exact(self, size: int) -> Plan | None:
+        """The cheapest plan of exactly ``size`` evictions (module docstring)."""
+        best: Plan | None = None
+        for node in self.targets():
+            on = self.movers_on(node)
+            others = [m for m in self.eligible if m.node != node]
+            for direct in range(1, min(size, len(on)) + 1):
+                for here in combinations(on, direct):
+                    memory_here = sum(m.memory_mib for m in here)
+                    if best is not None and memory_here > best.memory_mib:
+                        continue
+                    if not self.fits_after(node, here):
+                        continue
+                    for chain in combinations(others, size - direct):
+                        moved = (*here, *chain)
+                        memory = memory_here + sum(m.memory_mib for m in chain)
+                        if best is not None and memory > best.memory_mib:
+                            continue
+                        if self.violates_budget(moved):
+                            continue
+                        plan = self.first_order(node, moved, "exact")
+                        if plan is not None and (
+                            best is None or _cost(plan, self.order) < _cost(best, self.order)
+                        ):
+                            best = plan
+        return best
+
+    # --- heuristic ------------------------------------------------------------------------
+    def pools(self, node: str) -> list[list[Mover]]:
+        """Groups of the node's movable pods among which the heuristic looks for a
+        plan's evictions. A pod that asks for one card needs room on one card: each
+        card's pods are a group (a pod on several cards is in each of their groups).
+        Otherwise one group: the pods of the cards with the most free memory, one card
+        more than the pod asks for, the smallest ``_POOL`` of them. Only pods whose
+        replacement fits somewhere now (``placeable_now``) are in a group."""
+        on = [m for m in self.movers_on(node) if self.placeable_now(m)]
+        if self.one_card:
+            by_card: dict[str, list[Mover]] = {}
+            for mover in on:
+                for card in dict.fromkeys(_base(c) for c in mover.cards):
+                    by_card.setdefault(card, []).append(mover)
+            return [by_card[c] for c in sorted(by_card)]
+        cards = sorted(
+            self.books.cards(node), key=lambda c: (c.used_memory_mib - c.total_memory_mib, c.id)
+        )[: self.cards_asked + 1]
+        wanted = {c.id for c in cards}
+        return [[m for m in on if wanted & {_base(c) for c in m.cards}][:_POOL]]
+
+    def heuristic(
+        self, size: int, targets: Sequence[tuple[int, str]], options: PlanOptions
+    ) -> Plan | None:
+        """The cheapest plan of ``size`` evictions, all from one node's group
+        (``pools``), among the first target nodes by shortfall (a node whose shortfall
+        exceeds the best plan's memory cannot beat it, so the walk stops there)."""
+        best: Plan | None = None
+        found = tried = 0
+        for shortfall, node in targets:
+            if best is not None and shortfall > best.memory_mib:
+                break
+            sets: dict[tuple[PodKey, ...], tuple[Mover, ...]] = {}
+            for pool in self.pools(node):
+                for moved in combinations(pool, size):
+                    if sum(m.memory_mib for m in moved) >= shortfall:
+                        sets[tuple(sorted(m.key for m in moved))] = moved
+            if not sets:
+                continue
+            tried += 1
+            ordered = sorted(
+                sets.items(), key=lambda item: (sum(m.memory_mib for m in item[1]), item[0])
+            )
+            for _keys, moved in ordered:
+                memory = sum(m.memory_mib for m in moved)
+                if best is not None and memory > best.memory_mib:
+                    break
+                # The cheapest tests first: the budgets, the node's summary, its Fit.
+                if self.violates_budget(moved) or not self.may_fit_after(node, moved):
+                    continue
+                if not self.fits_after(node, moved):
+                    continue
+                # The biggest pods first: they are the hardest to place while room lasts.
+                plan = self.replay(
+                    node, sorted(moved, key=lambda m: (-m.memory_mib, m.key)), "heuristic", False
+                ) or self.first_order(node, moved, "heuristic")
+                if plan is not None:
+                    found += 1
+                    if best is None or _cost(plan, self.order) < _cost(best, self.order):
+                        best = plan
+                    break
+            if found >= options.heuristic_plans or tried >= options.heuristic_nodes:
+                break
+        return best
+
+
+#: The most pods of one group the heuristic combines (pods asking several cards).
+_POOL = 12
+
+
+def _base(uuid: str) -> str:
+    """A card's id without a MIG instance's suffix."""
+    return codec.split_mig_uuid(uuid)[0]
+
+
+def _move(mover: Mover, decision: Decision) -> Move:
+    to_cards = tuple(
+        device.uuid
+        for single in decision.devices.values()
+        for container in single
+        for device in container
+    )
+    return Move(
+        pod=mover.key,
+        uid=mover.uid,
+        owner=mover.owner,
+        from_node=mover.node,
+        from_cards=mover.cards,
+        to_node=str(decision.node),
+        to_cards=tuple(dict.fromkeys(to_cards)),
+        memory_mib=mover.memory_mib,
+        replacement=mover.replacement,
+    )
+
+
+def _plan_one(
+    search: _Search, options: PlanOptions, exact: bool, targets: Sequence[tuple[int, str]]
+) -> Plan | None:
+    for size in range(1, options.max_evictions + 1):
+        plan = search.exact(size) if exact else search.heuristic(size, targets, options)
+        if plan is not None:
+            order = [search.candidates.get(m.pod) for m in plan.moves]
+            # Carried out in the what-if, so that the next waiting pod sees it done.
+            return search.replay(plan.node, [m for m in order if m], plan.method, keep=True)
+    return None
+
+
+def plan(
+    state: ClusterState,
+    waiting: Iterable[Mapping[str, Any]],
+    running: Iterable[Mapping[str, Any]],
+    now: float,
+    options: PlanOptions | None = None,
+    *,
+    exact: bool | None = None,
+    limit: int | None = None,
+) -> Report:
+    """Plans for the ``waiting`` pods blocked by fragmentation, the most important first,
+    each planned as if the earlier plans had been carried out; ``running`` are the pod
+    objects of the pods holding shares (their owners and specs; the books say where they
+    are). ``exact`` forces the method (default: by ``options.exact_node_limit``);
+    ``limit`` stops after that many plans (the pods after them are not looked at). The
+    books are left as they were."""
+    options = options or PlanOptions()
+    books = DefragBooks(state)
+    use_exact = books.node_count() <= options.exact_node_limit if exact is None else exact
+    candidates = Candidates(books, running, options)
+    budgets = books.budgets()
+    ordered = sorted(waiting, key=lambda p: -preemption.priority_of(p))
+    plans: list[Plan] = []
+    fragmented: list[PodKey] = []
+    unplanned: dict[PodKey, str] = {}
+    with WhatIf(books) as whatif:
+        for pod in ordered:
+            key = pod_key(pod)
+            if books.entry(key) is not None or books.is_nominated(key):
+                continue  # being bound, or waiting for a preemption's victims
+            job = books.job(pod)
+            if job is None or not job.wants_devices or books.fits_somewhere(job, now):
+                continue
+            rooms = _rooms(books, job, now)
+            if not any(room.pooled for room, _o, _n in rooms):
+                continue  # not fragmentation: no node could hold it even pooled
+            fragmented.append(key)
+            search = _Search(whatif, pod, job, candidates, budgets, now)
+            targets = sorted((room.shortfall_mib, name) for room, _o, name in rooms)
+            found = _plan_one(search, options, use_exact, targets)
+            if found is None:
+                unplanned[key] = (
+                    f"no plan of at most {options.max_evictions} evictions of pods that "
+                    "their controllers recreate, of lower or equal priority, within the "
+                    "disruption budgets"
+                )
+                continue
+            plans.append(found)
+            candidates.spend(m.pod for m in found.moves)
+            if limit is not None and len(plans) >= limit:
+                break
+    return Report(tuple(plans), tuple(fragmented), unplanned)
+
+
+def replay(
+    state: ClusterState,
+    pod: Mapping[str, Any],
+    node: str,
+    order: Sequence[PodKey],
+    running: Iterable[Mapping[str, Any]],
+    now: float,
+    options: PlanOptions | None = None,
+) -> Plan | None:
+    """The plan "move ``order``, in that order, so that ``pod`` fits on ``node``" as the
+    operator would carry it out, or None where a step fails (the hold, a replacement) or
+    a pod may not move (owner, priority, state). Budgets and the eviction limit are not
+    checked here. The books are left as they were."""
+    options = options or PlanOptions()
+    books = DefragBooks(state)
+    candidates = Candidates(books, running, options)
+    job = books.job(pod)
+    if job is None or len(set(order)) < len(order):
+        return None
+    with WhatIf(books) as whatif:
+        search = _Search(whatif, pod, job, candidates, [], now)
+        allowed = {m.key: m for m in search.eligible}
+        if any(k not in allowed for k in order):
+            return None
+        return search.replay(node, [allowed[k] for k in order], "replay", keep=False)

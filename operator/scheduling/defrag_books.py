@@ -1,0 +1,251 @@
+"""The books as defragmentation reads and changes them, and a what-if that undoes itself.
+
+The planner (``defrag``) needs what no public method of the books offers yet: each node's
+cards and pods, the disruption budgets, a pod admitted and parsed into a Job, a Fit "as if
+these pods had left" (preemption's ``_RemovalTrial``), a hold on shares for a waiting pod
+(preemption's nomination), and changes it can undo. Every private member of ``books`` and
+``decision`` that defragmentation uses is used here and nowhere else, so that a public
+read-only view of the books replaces this one module: ``_nodes``, ``_pods``,
+``_budgets``, ``_preempted``, ``_parse``, ``_refresh``, ``_node_gate``, ``_find``,
+``_drop_pod``, ``_add_pod``, ``_nominate`` and ``_RemovalTrial``.
+
+``WhatIf`` changes the live books and puts everything back on exit, exactly: a pod taken
+out is put back as the same entry (its bookings are added back on its cards, as the
+books add any pod), a pod placed or held is removed as the books remove one. Planning
+on the live books, instead of a copy, spares a copy of 1,000 nodes per plan;
+the callers are synchronous, so no decision runs in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from vgpu_operator import names
+from vgpu_operator.devices import model, vendor
+from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling import disruption, placement, preemption
+from vgpu_operator.scheduling.books import PodEntry
+from vgpu_operator.scheduling.decision import ClusterState, Decision, _RemovalTrial
+from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.scheduling.status import Diagnosis
+
+
+class DefragBooks:
+    """Read access to the books for the planner, and the hold the runtime makes."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    # --- reads --------------------------------------------------------------------------
+    def node_names(self) -> list[str]:
+        """Every node, in the order the books met them (the engine's tie-break order)."""
+        return self.state.node_names()
+
+    def node_count(self) -> int:
+        return len(self.state._nodes)
+
+    def entry(self, key: PodKey) -> PodEntry | None:
+        return self.state._pods.get(key)
+
+    def entries_on(self, node: str) -> list[PodEntry]:
+        entry = self.state._nodes.get(node)
+        if entry is None:
+            return []
+        pods = self.state._pods
+        return [pods[k] for k in sorted(entry.pods) if k in pods]
+
+    def cards(self, node: str) -> Sequence[model.DeviceUsage]:
+        """The node's cards as booked now (the books' own objects: read, never change)."""
+        entry = self.state._nodes.get(node)
+        if entry is None:
+            return ()
+        self.state._refresh(entry)
+        return entry.cards
+
+    def cordoned(self, node: str) -> frozenset[str]:
+        """Cards no pod may take: the inventory's cordons and ``hami.io/device-cordon``."""
+        entry = self.state._nodes.get(node)
+        if entry is None:
+            return frozenset()
+        marked = entry.facts.annotations.get(names.NODE_DEVICE_CORDON)
+        return entry.inventory_cordoned | frozenset(vendor.split_list(marked))
+
+    def own_scheduler(self) -> str:
+        """The name this operator schedules under (``scheduler.schedulerName``)."""
+        return self.state.config.scheduler.scheduler_name
+
+    def budgets(self) -> list[disruption.Budget]:
+        return list(self.state._budgets.values())
+
+    def is_claimed(self, key: PodKey) -> bool:
+        """Whether the pod is a victim of a preemption or plan already under way."""
+        return key in self.state._preempted
+
+    def is_nominated(self, key: PodKey) -> bool:
+        return self.state.nominated_node(key) is not None
+
+    def job(self, pod: Mapping[str, Any]) -> placement.Job | None:
+        """The pod as admission mutates it, parsed; None when admission refuses it or its
+        annotations cannot be read (nothing to plan for)."""
+        attempt = self.state._parse(pod_key(pod), pod)
+        if attempt.admitted.handled and not attempt.admitted.allowed:
+            return None
+        return attempt.job
+
+    def admitted_job(self, pod: Mapping[str, Any]) -> placement.Job | None:
+        """A pod already admitted (a running pod's spec), parsed without admission's
+        copy, and without being remembered; None when it cannot be read."""
+        state = self.state
+        try:
+            return placement.Job.from_pod(pod, state.config, state.vendors, state.quota)
+        except CodecError:
+            return None
+
+    def node_admits(self, node: str, job: placement.Job, now: float) -> bool:
+        """Whether the node's own checks (taints, selector, CPU, heartbeat...) let the pod
+        in, whatever its cards hold."""
+        entry = self.state._nodes.get(node)
+        return entry is not None and self.state._node_gate(entry, job, now) is None
+
+    def fits_somewhere(self, job: placement.Job, now: float) -> bool:
+        """Whether the pod fits on some node as the books stand (no plan is needed)."""
+        return self.state._find(job, now, {}) is not None
+
+    def fit_after_leaving(
+        self, node: str, job: placement.Job, leaving: frozenset[PodKey], now: float
+    ) -> placement.Outcome:
+        """The pod's Fit on ``node`` as if ``leaving`` (pods of that node) had left."""
+        entry = self.state._nodes[node]
+        return _RemovalTrial(self.state, entry, job, now).outcome(leaving)
+
+    # --- changes --------------------------------------------------------------------------
+    def take_out(self, key: PodKey) -> PodEntry | None:
+        """Remove a pod's entry (and its bookings); ``put_back`` restores it as it was."""
+        entry = self.state._pods.get(key)
+        if entry is not None:
+            self.state._drop_pod(key)
+        return entry
+
+    def put_back(self, entry: PodEntry) -> None:
+        self.state._add_pod(entry)
+
+    def place(self, pod: Mapping[str, Any], now: float) -> Decision:
+        """The engine's decision for a pod, without preemption (a replacement must fit as
+        the cluster stands); a placement is booked as a reservation. A pod that fits
+        nowhere is not diagnosed (the decision has no reasons): a plan only needs to
+        know, and a diagnosis fits every node."""
+        job = self.job(pod)
+        if job is None or self.state._find(job, now, {}) is None:
+            return Decision(pod_key(pod), False)
+        enabled = self.state.preemption_enabled
+        self.state.preemption_enabled = False
+        try:
+            return self.state.schedule(pod, now)
+        finally:
+            self.state.preemption_enabled = enabled
+
+    def unplace(self, key: PodKey) -> None:
+        """Undo ``place``: the pod's reservation is dropped (its parse is kept, for the
+        next what-if of the same pod)."""
+        self.state._drop_pod(key)
+
+    def forget(self, key: PodKey) -> None:
+        """Drop all the books know of a pod that never was (a what-if's replacement)."""
+        self.state.remove_pod(key)
+
+    def hold(
+        self, pod: Mapping[str, Any], node: str, leaving: frozenset[PodKey], now: float
+    ) -> Decision | None:
+        """Hold for ``pod`` the shares it gets on ``node`` once ``leaving`` are gone, as a
+        preemption holds what its victims free: the pod is nominated to the node, waits
+        for every pod of ``leaving`` (on any node) to go, and they are marked so that no
+        preemption picks them meanwhile. None when it does not fit there even then."""
+        key = pod_key(pod)
+        target = self.state._nodes.get(node)
+        attempt = self.state._parse(key, pod)
+        job = attempt.job
+        if target is None or job is None or key in self.state._pods:
+            return None
+        if attempt.admitted.handled and not attempt.admitted.allowed:
+            return None
+        pods = self.state._pods
+        on_node = frozenset(k for k in leaving if k in pods and pods[k].node == node)
+        outcome = _RemovalTrial(self.state, target, job, now).outcome(on_node)
+        if not outcome.ok:
+            return None
+        entries = sorted(
+            (pods[k] for k in leaving if k in pods),
+            key=lambda e: (-e.priority, e.started or 0.0, e.key),
+        )
+        victims = preemption.Victims(
+            tuple(preemption.Occupant(e.key, e.priority, e.started, e.labels) for e in entries),
+            0,
+        )
+        subject = attempt.admitted.pod if attempt.admitted.allowed else pod
+        return self.state._nominate(
+            key,
+            job,
+            subject,
+            preemption.Candidate(node, victims),
+            outcome,
+            Diagnosis({}, len(self.state._nodes)),
+            now,
+        )
+
+    def release(self, key: PodKey, victims: frozenset[PodKey]) -> None:
+        """Give up a hold: the shares go back, and the pods it waited for that are still
+        there may be chosen again (also when the pod bound early and the books dropped
+        its nomination already)."""
+        self.state.cancel_preemption(key)
+        self.state._preempted.difference_update(victims)
+
+
+class WhatIf:
+    """Changes to the books that are all undone on exit (or back to a ``mark``)."""
+
+    def __init__(self, books: DefragBooks) -> None:
+        self.books = books
+        self._undo: list[Callable[[], None]] = []
+        self._placed: set[PodKey] = set()
+
+    def __enter__(self) -> WhatIf:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.undo_to(0)
+        for key in self._placed:
+            self.books.forget(key)
+
+    def mark(self) -> int:
+        return len(self._undo)
+
+    def undo_to(self, mark: int) -> None:
+        while len(self._undo) > mark:
+            self._undo.pop()()
+
+    def take_out(self, key: PodKey) -> None:
+        entry = self.books.take_out(key)
+        if entry is not None:
+            self._undo.append(lambda: self.books.put_back(entry))
+
+    def place(self, pod: Mapping[str, Any], now: float) -> Decision:
+        key = pod_key(pod)
+        self._placed.add(key)
+        self._undo.append(lambda: self.books.unplace(key))
+        return self.books.place(pod, now)
+
+    def hold(
+        self, pod: Mapping[str, Any], node: str, leaving: frozenset[PodKey], now: float
+    ) -> Decision | None:
+        decision = self.books.hold(pod, node, leaving, now)
+        if decision is not None:
+            key = decision.pod
+            self._undo.append(lambda: self.books.release(key, leaving))
+        return decision
