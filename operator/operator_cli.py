@@ -13,7 +13,7 @@ from vgpu_operator.cli_options import kubeconfig_option, logging_options
 if TYPE_CHECKING:
     from vgpu_operator.scheduling.defrag import Report
 
-#: Shown in ``--help``; the full story is in handlers/app.py and control/.
+#: Shown in ``--help``; the full story is in control/operator.py and docs/architecture.md.
 _RUN_HELP = """Run the operator: watch pods, nodes, DeviceInventories, quotas and the
 device-config ConfigMap, and bind pending pods that use our schedulerName."""
 

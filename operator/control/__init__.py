@@ -4,6 +4,6 @@
 keeps waiting pods with backoff and parking; ``worker`` runs decide -> bind -> confirm;
 ``versions`` drops stale events; ``pod_facts`` reads pods; ``leadership`` follows Kopf's
 peering; ``reporting`` writes conditions and Events; ``serving`` serves metrics and
-probes; ``options`` holds the operator's settings. ``vgpu_operator.handlers`` wires it to
-Kopf.
+probes; ``options`` holds the operator's settings; ``operator`` assembles them into one
+operator. ``vgpu_operator.handlers`` hands it to Kopf.
 """

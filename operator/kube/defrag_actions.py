@@ -1,0 +1,47 @@
+"""A defragmentation plan's API actions: ``control.defrag.DefragActions`` over the API
+(listings, Evictions, ``nominatedNodeName``, Events)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from vgpu_operator.kube import events as kube_events
+from vgpu_operator.kube import eviction, listing
+from vgpu_operator.kube.requests import ApiClient
+
+
+class ObjectEvents(Protocol):
+    """Writes an Event on an object (``control.reporting.KubeReporter`` does)."""
+
+    async def object_event(
+        self, obj: Mapping[str, Any], kind: str, reason: str, message: str, event_type: str
+    ) -> None: ...
+
+
+class KubeDefragActions:
+    """``defrag.DefragActions`` over the API: listings, Evictions, nominatedNodeName,
+    Events."""
+
+    def __init__(self, api: ApiClient, events: ObjectEvents) -> None:
+        self._api = api
+        self._events = events
+
+    async def list_pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        path = listing.PODS if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+        return (await listing.list_all(self._api, path)).items
+
+    async def evict(self, key: str, uid: str) -> eviction.EvictOutcome:
+        namespace, _, name = key.partition("/")
+        return await eviction.evict_pod(self._api, namespace, name, uid)
+
+    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None:
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        await eviction.set_nominated_node(self._api, namespace, str(meta.get("name")), node)
+
+    async def event(
+        self, pod: Mapping[str, Any], reason: str, message: str, warning: bool = False
+    ) -> None:
+        kind = kube_events.TYPE_WARNING if warning else kube_events.TYPE_NORMAL
+        await self._events.object_event(pod, "Pod", reason, message, kind)

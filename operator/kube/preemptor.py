@@ -1,0 +1,40 @@
+"""The preemptor: ``worker.Preemptor`` over the API (Evictions, ``nominatedNodeName``)
+and the Events that tell both sides, written by whoever reports for the operator."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from vgpu_operator.kube import eviction
+from vgpu_operator.kube.requests import ApiClient
+
+
+class PreemptionNews(Protocol):
+    """The Events of a preemption (``control.reporting.KubeReporter`` writes them)."""
+
+    async def preempted(self, victim: str, preemptor: Mapping[str, Any], node: str) -> None: ...
+    async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None: ...
+
+
+class KubePreemptor:
+    """``worker.Preemptor`` over the API: Evictions, nominatedNodeName, and the Events."""
+
+    def __init__(self, api: ApiClient, news: PreemptionNews) -> None:
+        self._api = api
+        self._news = news
+
+    async def evict(self, victim: str, uid: str) -> eviction.EvictOutcome:
+        namespace, _, name = victim.partition("/")
+        return await eviction.evict_pod(self._api, namespace, name, uid)
+
+    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None:
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        await eviction.set_nominated_node(self._api, namespace, str(meta.get("name")), node)
+
+    async def preempted(self, victim: str, preemptor: Mapping[str, Any], node: str) -> None:
+        await self._news.preempted(victim, preemptor, node)
+
+    async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None:
+        await self._news.preempting(pod, node, victims)
