@@ -128,6 +128,8 @@ def _hint_of(decision: cluster.Decision) -> Hashable | None:
     """What an unschedulable pod waits for (``queue``): its verdict, which the engine
     weighs against each event; only its own edit for a request that cannot be read; any
     event where the engine kept no verdict (the reference path)."""
+    if decision.waits_for_claims:
+        return None  # the claim's arrival wakes it (``claims_feed``)
     if decision.diagnosis is not None and decision.diagnosis.error is not None:
         return queue.OWN_CHANGE_ONLY
     return decision.verdict

@@ -61,6 +61,9 @@ class ClaimPlacement:
     card_scores: tuple[float, ...] = ()
     #: Per candidate node, its score before the pod (only when asked to explain).
     node_scores: Mapping[str, float] = field(default_factory=dict)
+    #: A claim the pod names is not in the books yet: its arrival, not the pod's own
+    #: change, lets the pod be placed.
+    waits_for_claims: bool = False
 
 
 class ClaimScheduling(ClusterBooks):
@@ -73,7 +76,10 @@ class ClaimScheduling(ClusterBooks):
         try:
             job = placement.Job.from_pod(pod, self._config, self._vendors, self._quota)
             wanted = claims.read_pod_claims(pod, self._claim_objects, self._classes, self._cel)
-        except (claims.Waiting, claims.Refusal, CodecError) as exc:
+        except claims.Waiting as exc:
+            diagnosis = Diagnosis({}, total, error=str(exc))
+            return ClaimPlacement(None, diagnosis=diagnosis, waits_for_claims=True)
+        except (claims.Refusal, CodecError) as exc:
             return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=str(exc)))
         consumer = claim_wire.consumer(pod)
         failures: dict[str, NodeFailure] = {}

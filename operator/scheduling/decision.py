@@ -95,6 +95,9 @@ class Decision:
     #: The DRA path: what to write on the pod's claims before its Binding (allocations
     #: and reservations, ``claim_decision``).
     claim_writes: tuple[ClaimWrite, ...] = ()
+    #: The DRA path: a claim the pod names is not in the books yet (the pod waits for
+    #: it to arrive, not for its own change).
+    waits_for_claims: bool = False
 
 
 AdmissionResult = admission.AdmissionResult
@@ -277,7 +280,9 @@ class ClusterState(ClaimScheduling):
         self._drop_pod(key)
         placed = self._place_claims(key, pod, now, explain)
         if placed.node is None:
-            return Decision(key, False, diagnosis=placed.diagnosis)
+            return Decision(
+                key, False, diagnosis=placed.diagnosis, waits_for_claims=placed.waits_for_claims
+            )
         return Decision(
             key,
             True,

@@ -585,7 +585,13 @@ def test_each_waiting_pod_waits_with_the_hint_of_its_decision() -> None:
         rig.engine.decisions["ns/preempting"] = Decision(
             "ns/preempting", False, diagnosis=NO_MEMORY, nominated_node="n7"
         )
-        for name in ("fits-nowhere", "unreadable", "refused", "preempting"):
+        rig.engine.decisions["ns/claim-not-made"] = Decision(
+            "ns/claim-not-made",
+            False,
+            diagnosis=Diagnosis({}, 1, error="claim ns/x does not exist yet"),
+            waits_for_claims=True,
+        )
+        for name in ("fits-nowhere", "unreadable", "refused", "preempting", "claim-not-made"):
             rig.add(name)
             rig.decide_next()
         await settle(rig)
@@ -596,6 +602,8 @@ def test_each_waiting_pod_waits_with_the_hint_of_its_decision() -> None:
     assert rig.queue.hint_of("ns/unreadable") is OWN_CHANGE_ONLY
     assert rig.queue.hint_of("ns/refused") == Refused("ns")
     assert rig.queue.hint_of("ns/preempting") == WaitsForVictims("n7")
+    # Waits for its claim's arrival (any event may bring it), not for its own change.
+    assert rig.queue.hint_of("ns/claim-not-made") is None
 
 
 def test_rejected_pod_is_parked_with_the_admission_message() -> None:

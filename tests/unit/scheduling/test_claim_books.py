@@ -142,3 +142,14 @@ def test_over_committed_devices_are_found_by_a_recount() -> None:
     assert engine.over_committed(NODE, ["gpu-a"]) == []
     engine.set_claim(claim("b", "6Gi", allocated=True))
     assert engine.over_committed(NODE, ["gpu-a"]) == ["gpu-a"]
+
+
+def test_a_pod_whose_claim_is_not_in_the_books_yet_waits_for_it() -> None:
+    engine = state()
+    decision = engine.schedule(pod("p", "later"), now=0)
+    assert not decision.scheduled
+    assert decision.waits_for_claims  # the claim's arrival, not the pod's edit, helps
+    engine.set_claim(claim("later", "4Gi"))
+    placed = engine.schedule(pod("p", "later"), now=0)
+    assert placed.scheduled
+    assert not placed.waits_for_claims
