@@ -24,6 +24,7 @@ from vgpu_operator import names
 from vgpu_operator.devices import model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
+    claim_best_fit,
     claim_fit,
     claim_wire,
     claims,
@@ -89,7 +90,7 @@ class ClaimScheduling(ClusterBooks):
         # where they are linked (the first such node wins; else the first that fits).
         wants_links = any(r.count > 1 for c in wanted.pending for r in c.requests)
         linked = False
-        for node in self._claim_candidates(job, wanted.node):
+        for node in self._claim_order(job, wanted):
             outcome = self._fit_claims_on(node, job, wanted, now)
             if outcome.error is not None:
                 return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=outcome.error))
@@ -145,6 +146,24 @@ class ClaimScheduling(ClusterBooks):
             )
         )
         return ClaimPlacement(node.name, tuple(writes), None, outcome.card_scores, scores)
+
+    def _claim_order(self, job: placement.Job, wanted: claims.PodClaims) -> list[NodeEntry]:
+        """The candidates; under binpack, where the claims fit most tightly first
+        (``claim_best_fit``)."""
+        ranked = self._claim_candidates(job, wanted.node)
+        if wanted.node is not None or not wanted.pending or not self._binpacking(job, ranked):
+            return ranked
+        for node in ranked:
+            self._refresh(node)
+        requests = [r for c in wanted.pending for r in c.requests]
+        return claim_best_fit.tightest_first(ranked, lambda n: n.cards, requests)
+
+    def _binpacking(self, job: placement.Job, nodes: list[NodeEntry]) -> bool:
+        """Whether binpack ranks these nodes: the pod's node policy, else each node's own."""
+        if job.pod_node_policy is not None:
+            return job.pod_node_policy == policies.BINPACK
+        default = self._config.scheduler.node_scheduler_policy
+        return all((n.layer.node_policy or default) == policies.BINPACK for n in nodes)
 
     def _claim_candidates(self, job: placement.Job, pinned: str | None) -> list[NodeEntry]:
         """Nodes in the order the annotation path would try them (best-ranked first),

@@ -21,7 +21,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vgpu_operator.devices import model, vendor
-from vgpu_operator.scheduling import claim_cel, claims, dra_pool, fit, node_layer, placement
+from vgpu_operator.scheduling import (
+    claim_best_fit,
+    claim_cel,
+    claims,
+    dra_pool,
+    fit,
+    node_layer,
+    placement,
+)
 from vgpu_operator.scheduling import policies as pol
 from vgpu_operator.scheduling.status import Reason
 
@@ -156,6 +164,10 @@ def _fit_claim(
             card_scores = {c.id: pol.card_score(c, [ask], job.weights) for c in candidates}
             numa_bind = _numa_bind(job, spec)
             candidates.sort(key=pol.card_sort_key(policy, numa_bind, card_scores))
+            if policy == pol.BINPACK and not numa_bind:
+                # Binpack on claims: the card the request fills most tightly first (the
+                # node was chosen by that measure too: ``claim_best_fit``).
+                candidates = claim_best_fit.card_order(candidates, memory, cores)
             options_ = fit.FitOptions(
                 spec=spec,
                 annotations={},
