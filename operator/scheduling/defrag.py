@@ -95,8 +95,11 @@ class PlanOptions:
     exact_node_limit: int = 8
     #: The heuristic stops after this many target nodes with a plan of the same size...
     heuristic_plans: int = 8
-    #: ...or after trying this many target nodes.
+    #: ...or after trying this many target nodes (where some set of pods frees enough)...
     heuristic_nodes: int = 64
+    #: ...or after looking at this many, tried or not (at 1,000 nodes, a size of plan that
+    #: exists nowhere would otherwise read every node's pods).
+    heuristic_looks: int = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +224,10 @@ def controller_of(pod: Mapping[str, Any]) -> Owner | None:
 
 def replacement_rule(pod: Mapping[str, Any], options: PlanOptions) -> Replacement | None:
     """How the pod comes back after an eviction, or None when it may not move."""
-    owner = controller_of(pod)
+    return _rule_for(controller_of(pod), options)
+
+
+def _rule_for(owner: Owner | None, options: PlanOptions) -> Replacement | None:
     if owner is None:
         return Replacement.AFTER_GONE if options.allow_bare_pods else None
     group = owner.api_version.rpartition("/")[0] if "/" in owner.api_version else ""
@@ -233,16 +239,18 @@ def replacement_rule(pod: Mapping[str, Any], options: PlanOptions) -> Replacemen
     return None
 
 
-def _mover(books: DefragBooks, pod: Mapping[str, Any], options: PlanOptions) -> Mover | None:
-    """The pod as a plan may move it, or None (a pod object whose uid differs from the
-    books' is not trusted to describe it)."""
-    key = pod_key(pod)
+def _mover(
+    books: DefragBooks, key: PodKey, pod: Mapping[str, Any], options: PlanOptions
+) -> Mover | None:
+    """The pod (``key`` is its ``pod_key``) as a plan may move it, or None (a pod object
+    whose uid differs from the books' is not trusted to describe it). The books' entry is
+    read first: it rules out most pods before their object is."""
     entry = books.entry(key)
-    meta = pod.get("metadata") or {}
     if entry is None or entry.node is None or entry.reserved or entry.deleting:
         return None
     if books.is_claimed(key):
         return None  # already leaving for a preemption or another plan
+    meta = pod.get("metadata") or {}
     if not any(entry.bookings.values()) or meta.get("deletionTimestamp"):
         return None
     if entry.uid and str(meta.get("uid") or "") != entry.uid:
@@ -253,7 +261,8 @@ def _mover(books: DefragBooks, pod: Mapping[str, Any], options: PlanOptions) -> 
         # opted in with ``trustedSchedulerNames`` holds its shares in the books, but
         # another scheduler places its replacement (and an untrusted one holds nothing).
         return None
-    rule = replacement_rule(pod, options)
+    owner = controller_of(pod)
+    rule = _rule_for(owner, options)
     if rule is None:
         return None
     bookings = [b for bs in entry.bookings.values() for b in bs]
@@ -265,26 +274,32 @@ def _mover(books: DefragBooks, pod: Mapping[str, Any], options: PlanOptions) -> 
         labels=dict(entry.labels),
         memory_mib=sum(b.memory_mib for b in bookings),
         cards=tuple(b.uuid for b in bookings),
-        owner=controller_of(pod),
+        owner=owner,
         replacement=rule,
         pod=pod,
     )
 
 
-class Candidates:
-    """The running pods a plan may move, read from their objects node by node, when a
-    search first looks at the node (a search at 1,000 nodes looks at a few dozen)."""
+#: The running pods' objects: a list, or a mapping by ``pod_key`` (which spares the planner
+#: reading every pod's key, for a caller that keeps them so).
+Running = Mapping[PodKey, Mapping[str, Any]] | Iterable[Mapping[str, Any]]
 
-    def __init__(
-        self, books: DefragBooks, running: Iterable[Mapping[str, Any]], options: PlanOptions
-    ) -> None:
+
+def by_key(running: Running) -> Mapping[PodKey, Mapping[str, Any]]:
+    if isinstance(running, Mapping):
+        return running
+    return {pod_key(pod): pod for pod in running}
+
+
+class Candidates:
+    """The running pods a plan may move, read from their objects node by node (the books
+    say which pods a node holds), when a search first looks at the node (a search at
+    1,000 nodes looks at a few hundred at most: ``PlanOptions.heuristic_looks``)."""
+
+    def __init__(self, books: DefragBooks, running: Running, options: PlanOptions) -> None:
         self._books = books
         self._options = options
-        self._pods_on: dict[str, list[Mapping[str, Any]]] = {}
-        for pod in running:
-            entry = books.entry(pod_key(pod))
-            if entry is not None and entry.node is not None:
-                self._pods_on.setdefault(entry.node, []).append(pod)
+        self._running = by_key(running)
         self._on: dict[str, list[Mover]] = {}
         self._by_key: dict[PodKey, Mover] = {}
         #: Moved by an earlier plan of the same call: no longer there to move.
@@ -298,13 +313,15 @@ class Candidates:
     def on(self, node: str) -> list[Mover]:
         made = self._on.get(node)
         if made is None:
-            found = (_mover(self._books, p, self._options) for p in self._pods_on.get(node, ()))
+            books, options, running = self._books, self._options, self._running
+            pods = ((k, running.get(k)) for k in books.keys_on(node))
+            found = (_mover(books, k, p, options) for k, p in pods if p is not None)
             made = self._on[node] = [m for m in found if m is not None]
             self._by_key.update((m.key, m) for m in made)
         return [m for m in made if m.key not in self._spent_keys]
 
     def everywhere(self) -> list[Mover]:
-        return [m for node in sorted(self._pods_on) for m in self.on(node)]
+        return [m for node in sorted(self._books.node_names()) for m in self.on(node)]
 
     def get(self, key: PodKey) -> Mover | None:
         return self._by_key.get(key)
@@ -317,9 +334,7 @@ class Candidates:
                 self.spent.append(mover)
 
 
-def movers(
-    books: DefragBooks, running: Iterable[Mapping[str, Any]], options: PlanOptions
-) -> dict[PodKey, Mover]:
+def movers(books: DefragBooks, running: Running, options: PlanOptions) -> dict[PodKey, Mover]:
     """The running pods a plan may move."""
     return {m.key: m for m in Candidates(books, running, options).everywhere()}
 
@@ -672,14 +687,25 @@ class _Search:
         return best
 
     # --- heuristic ------------------------------------------------------------------------
-    def pools(self, node: str) -> list[list[Mover]]:
+    def pools(self, node: str, size: int, shortfall: int) -> list[list[Mover]]:
         """Groups of the node's movable pods among which the heuristic looks for a
-        plan's evictions. A pod that asks for one card needs room on one card: each
-        card's pods are a group (a pod on several cards is in each of their groups).
+        plan's ``size`` evictions. A pod that asks for one card needs room on one card:
+        each card's pods are a group (a pod on several cards is in each of their groups).
         Otherwise one group: the pods of the cards with the most free memory, one card
         more than the pod asks for, the smallest ``_POOL`` of them. Only pods whose
-        replacement fits somewhere now (``placeable_now``) are in a group."""
-        on = [m for m in self.movers_on(node) if self.placeable_now(m)]
+        replacement fits somewhere now (``placeable_now``) are in a group; a group whose
+        ``size`` heaviest pods, placeable or not, free less than ``shortfall`` is left out
+        before that costlier test."""
+        limit = None if self.one_card else _POOL
+        return [
+            [m for m in group if self.placeable_now(m)][:limit]
+            for group in self._groups(node)
+            if sum(m.memory_mib for m in group[-size:]) >= shortfall
+        ]
+
+    def _groups(self, node: str) -> list[list[Mover]]:
+        """``pools`` before the placeable test, the lightest pod first in each."""
+        on = self.movers_on(node)
         if self.one_card:
             by_card: dict[str, list[Mover]] = {}
             for mover in on:
@@ -690,7 +716,7 @@ class _Search:
             self.books.cards(node), key=lambda c: (c.used_memory_mib - c.total_memory_mib, c.id)
         )[: self.cards_asked + 1]
         wanted = {c.id for c in cards}
-        return [[m for m in on if wanted & {_base(c) for c in m.cards}][:_POOL]]
+        return [[m for m in on if wanted & {_base(c) for c in m.cards}]]
 
     def heuristic(
         self, size: int, targets: Sequence[tuple[int, str]], options: PlanOptions
@@ -699,12 +725,15 @@ class _Search:
         (``pools``), among the first target nodes by shortfall (a node whose shortfall
         exceeds the best plan's memory cannot beat it, so the walk stops there)."""
         best: Plan | None = None
-        found = tried = 0
+        found = tried = looked = 0
         for shortfall, node in targets:
             if best is not None and shortfall > best.memory_mib:
                 break
+            if looked >= options.heuristic_looks:
+                break
+            looked += 1
             sets: dict[tuple[PodKey, ...], tuple[Mover, ...]] = {}
-            for pool in self.pools(node):
+            for pool in self.pools(node, size, shortfall):
                 for moved in combinations(pool, size):
                     if sum(m.memory_mib for m in moved) >= shortfall:
                         sets[tuple(sorted(m.key for m in moved))] = moved
@@ -781,7 +810,7 @@ def _plan_one(
 def plan(
     state: ClusterState,
     waiting: Iterable[Mapping[str, Any]],
-    running: Iterable[Mapping[str, Any]],
+    running: Running,
     now: float,
     options: PlanOptions | None = None,
     *,
@@ -837,7 +866,7 @@ def replay(
     pod: Mapping[str, Any],
     node: str,
     order: Sequence[PodKey],
-    running: Iterable[Mapping[str, Any]],
+    running: Running,
     now: float,
     options: PlanOptions | None = None,
 ) -> Plan | None:

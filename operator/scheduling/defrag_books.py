@@ -56,6 +56,11 @@ class DefragBooks:
         pods = self.state._pods
         return [pods[k] for k in sorted(entry.pods) if k in pods]
 
+    def keys_on(self, node: str) -> list[PodKey]:
+        """The keys of the pods the node holds, sorted."""
+        entry = self.state._nodes.get(node)
+        return [] if entry is None else sorted(entry.pods)
+
     def cards(self, node: str) -> Sequence[model.DeviceUsage]:
         """The node's cards as booked now (the books' own objects: read, never change)."""
         entry = self.state._nodes.get(node)

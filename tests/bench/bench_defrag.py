@@ -297,9 +297,8 @@ class Churn:
         for pod, _since in sorted(self.waiting, key=lambda w: -w[0]["spec"]["priority"]):
             started = time.perf_counter()
             cpu = time.process_time()
-            report = defrag.plan(
-                self.state, [pod], [p for p, _, _ in self.running.values()], now, OPTIONS
-            )
+            running = {key: p for key, (p, _, _) in self.running.items()}
+            report = defrag.plan(self.state, [pod], running, now, OPTIONS)
             if measure and report.fragmented:
                 self.figures.plan_ms.append((time.perf_counter() - started) * 1000)
                 self.figures.plan_cpu_ms.append((time.process_time() - cpu) * 1000)
