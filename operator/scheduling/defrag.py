@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations, permutations
 from typing import Any, Final
@@ -659,10 +659,19 @@ class _Search:
         ]
 
     # --- exact ----------------------------------------------------------------------------
-    def exact(self, size: int) -> Plan | None:
+    def pause(self) -> Iterator[None]:
+        """A point where the caller may let other work change the books (``plan_steps``):
+        only while this what-if holds no change (no earlier plan of the call kept)."""
+        if self.whatif.mark() == 0:
+            yield
+
+    def exact(self, size: int) -> Generator[None, None, Plan | None]:
         """The cheapest plan of exactly ``size`` evictions (module docstring)."""
         best: Plan | None = None
         for node in self.targets():
+            yield from self.pause()
+            if not self.books.has_node(node):
+                continue  # gone while other work ran
             on = self.movers_on(node)
             others = [m for m in self.eligible if m.node != node]
             for direct in range(1, min(size, len(on)) + 1):
@@ -720,7 +729,7 @@ class _Search:
 
     def heuristic(
         self, size: int, targets: Sequence[tuple[int, str]], options: PlanOptions
-    ) -> Plan | None:
+    ) -> Generator[None, None, Plan | None]:
         """The cheapest plan of ``size`` evictions, all from one node's group
         (``pools``), among the first target nodes by shortfall (a node whose shortfall
         exceeds the best plan's memory cannot beat it, so the walk stops there)."""
@@ -732,6 +741,9 @@ class _Search:
             if looked >= options.heuristic_looks:
                 break
             looked += 1
+            yield from self.pause()
+            if not self.books.has_node(node):
+                continue  # gone while other work ran
             sets: dict[tuple[PodKey, ...], tuple[Mover, ...]] = {}
             for pool in self.pools(node, size, shortfall):
                 for moved in combinations(pool, size):
@@ -797,9 +809,12 @@ def _move(mover: Mover, decision: Decision) -> Move:
 
 def _plan_one(
     search: _Search, options: PlanOptions, exact: bool, targets: Sequence[tuple[int, str]]
-) -> Plan | None:
+) -> Generator[None, None, Plan | None]:
     for size in range(1, options.max_evictions + 1):
-        plan = search.exact(size) if exact else search.heuristic(size, targets, options)
+        if exact:
+            plan = yield from search.exact(size)
+        else:
+            plan = yield from search.heuristic(size, targets, options)
         if plan is not None:
             order = [search.candidates.get(m.pod) for m in plan.moves]
             # Carried out in the what-if, so that the next waiting pod sees it done.
@@ -823,6 +838,30 @@ def plan(
     are). ``exact`` forces the method (default: by ``options.exact_node_limit``);
     ``limit`` stops after that many plans (the pods after them are not looked at). The
     books are left as they were."""
+    steps = plan_steps(state, waiting, running, now, options, exact=exact, limit=limit)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            report: Report = done.value
+            return report
+
+
+def plan_steps(
+    state: ClusterState,
+    waiting: Iterable[Mapping[str, Any]],
+    running: Running,
+    now: float,
+    options: PlanOptions | None = None,
+    *,
+    exact: bool | None = None,
+    limit: int | None = None,
+) -> Generator[None, None, Report]:
+    """``plan`` in steps: it stops before each target node it looks at, at a point where
+    the books hold none of its what-if changes, so that the caller may let other work run
+    (and change the books) before it goes on; its report is the generator's value. Other
+    work may have made a plan out of date by the time it is returned (the planner reads
+    the books as they are at each step): ``recheck`` it on the books before acting."""
     options = options or PlanOptions()
     books = DefragBooks(state)
     use_exact = books.node_count() <= options.exact_node_limit if exact is None else exact
@@ -846,7 +885,7 @@ def plan(
             fragmented.append(key)
             search = _Search(whatif, pod, job, candidates, budgets, now)
             targets = sorted((room.shortfall_mib, name) for room, _o, name in rooms)
-            found = _plan_one(search, options, use_exact, targets)
+            found = yield from _plan_one(search, options, use_exact, targets)
             if found is None:
                 unplanned[key] = (
                     f"no plan of at most {options.max_evictions} evictions of pods that "
@@ -886,3 +925,42 @@ def replay(
         if any(k not in allowed for k in order):
             return None
         return search.replay(node, [allowed[k] for k in order], "replay", keep=False)
+
+
+def recheck(
+    state: ClusterState,
+    made: Plan,
+    pod: Mapping[str, Any],
+    running: Running,
+    now: float,
+    options: PlanOptions | None = None,
+) -> Plan | None:
+    """``made`` checked again on the books as they are now, for a plan made in steps
+    (``plan_steps``) while other work ran: the pod still waits (not decided, not
+    nominated), every pod to move is still there (same uid) and may still move, the
+    disruption budgets and the eviction limit allow the moves, and the plan replays
+    through the engine (the hold, then each replacement). The plan replayed (its
+    replacements where the engine now puts them), or None. The books are left as they
+    were."""
+    options = options or PlanOptions()
+    books = DefragBooks(state)
+    key = pod_key(pod)
+    if key != made.pod or books.entry(key) is not None or books.is_nominated(key):
+        return None
+    if made.evictions > options.max_evictions or not books.has_node(made.node):
+        return None
+    job = books.job(pod)
+    if job is None:
+        return None
+    candidates = Candidates(books, running, options)
+    with WhatIf(books) as whatif:
+        search = _Search(whatif, pod, job, candidates, books.budgets(), now)
+        order: list[Mover] = []
+        for move in made.moves:
+            mover = next((m for m in search.movers_on(move.from_node) if m.key == move.pod), None)
+            if mover is None or mover.uid != move.uid:
+                return None
+            order.append(mover)
+        if search.violates_budget(order):
+            return None
+        return search.replay(made.node, order, made.method, keep=False)

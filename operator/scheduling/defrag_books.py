@@ -43,6 +43,9 @@ class DefragBooks:
         """Every node, in the order the books met them (the engine's tie-break order)."""
         return self.state.node_names()
 
+    def has_node(self, node: str) -> bool:
+        return node in self.state._nodes
+
     def node_count(self) -> int:
         return len(self.state._nodes)
 
