@@ -34,11 +34,13 @@ memory found (the tests compare it with an exhaustive search of every set and or
 Beyond that a heuristic: target nodes by shortfall (the memory their best cards lack,
 a lower bound on what must move off them), moves from the target node only (no chains)
 of pods whose replacement fits somewhere already, sets of pods by increasing memory, a
-bounded number of nodes; its distance from the exact answer is measured in
-``tests/bench/bench_defrag.py``.
+bounded number of nodes (``heuristic_looks`` looked at, ``heuristic_nodes`` tried); its
+distance from the exact answer is measured in ``tests/bench/bench_defrag.py``.
 
 Pure: the planner reads and changes the books only through ``defrag_books`` and puts
-every change back before it returns.
+every change back before it returns. ``plan_steps`` is the planner in steps, pausing
+where the books hold none of its changes, for a caller that lets other work run
+meanwhile; such a caller checks the plan again (``recheck``) before acting on it.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ read-only view of the books replaces this one module: ``_nodes``, ``_pods``,
 ``WhatIf`` changes the live books and puts everything back on exit, exactly: a pod taken
 out is put back as the same entry (its bookings are added back on its cards, as the
 books add any pod), a pod placed or held is removed as the books remove one. Planning
-on the live books, instead of a copy, spares a copy of 1,000 nodes per plan;
-the callers are synchronous, so no decision runs in between.
+on the live books, instead of a copy, spares a copy of 1,000 nodes per plan; no
+decision runs while a what-if holds changes (the planner pauses for other work only when
+its what-if has put everything back: ``defrag.plan_steps``).
 """
 
 from __future__ import annotations
