@@ -101,7 +101,7 @@ class PlanOptions:
     heuristic_nodes: int = 64
     #: ...or after looking at this many, tried or not (at 1,000 nodes, a size of plan that
     #: exists nowhere would otherwise read every node's pods).
-    heuristic_looks: int = 128
+    heuristic_looks: int = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,6 +526,7 @@ class _Search:
         self.placeable: dict[str, bool] = {}
         self.written = _scheduler_written(self.books.state)
         self._movers_on: dict[str, list[Mover]] = {}
+        self._groups_on: dict[str, list[list[Mover]]] = {}
         self._eligible: list[Mover] | None = None
         self.order = {name: i for i, name in enumerate(self.books.node_names())}
         asked = [r for rs in (*job.init_requests, *job.app_requests) for r in rs.values()]
@@ -663,7 +664,9 @@ class _Search:
     # --- exact ----------------------------------------------------------------------------
     def pause(self) -> Iterator[None]:
         """A point where the caller may let other work change the books (``plan_steps``):
-        only while this what-if holds no change (no earlier plan of the call kept)."""
+        only while this what-if holds no change (no earlier plan of the call kept). The
+        search pauses before each target node and, in the heuristic, before each set of
+        pods it tests."""
         if self.whatif.mark() == 0:
             yield
 
@@ -715,7 +718,14 @@ class _Search:
         ]
 
     def _groups(self, node: str) -> list[list[Mover]]:
-        """``pools`` before the placeable test, the lightest pod first in each."""
+        """``pools`` before the placeable test, the lightest pod first in each (read once
+        per node and search: the heuristic walks the nodes once per number of evictions)."""
+        known = self._groups_on.get(node)
+        if known is None:
+            known = self._groups_on[node] = self._group(node)
+        return known
+
+    def _group(self, node: str) -> list[list[Mover]]:
         on = self.movers_on(node)
         if self.one_card:
             by_card: dict[str, list[Mover]] = {}
@@ -760,6 +770,10 @@ class _Search:
             for _keys, moved in ordered:
                 memory = sum(m.memory_mib for m in moved)
                 if best is not None and memory > best.memory_mib:
+                    break
+                # A node may hold hundreds of sets, each maybe replayed: a pause per set.
+                yield from self.pause()
+                if not self.books.has_node(node):
                     break
                 # The cheapest tests first: the budgets, the node's summary, its Fit.
                 if self.violates_budget(moved) or not self.may_fit_after(node, moved):
