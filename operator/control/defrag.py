@@ -10,16 +10,18 @@ Planning runs on the event loop, on the books themselves, in slices: the planner
 (``defrag.plan_steps``) stops before each node it looks at, at a point where its what-if
 has put every change to the books back, and after ``_SLICE_S`` of planning the runner
 lets the loop run (decisions, the feed's events) before it goes on. At 1,000 nodes a
-plan takes a few hundred milliseconds (``docs/benchmarks.md``), so decisions wait tens
-of milliseconds at most instead of the whole plan. The books may change between two
-slices, so the plan returned may be out of date: right before the hold, with no await in
-between, it is checked again on the books as they then are (``defrag.recheck``: the pod
-still waits, the pods to move are still there and may move, the budgets allow it, the
-hold and each replacement replay through the engine), and dropped if not (the next round
-plans again). Not a copy of the books planned on in a thread: the copy (every node's
-cards and tens of thousands of pod entries) would hold the loop up as long as planning
-does, a thread gains no CPU under the GIL, and the plan would still need the same check
-on the live books before the hold.
+plan takes about 0.2 s at the median and up to a few seconds (``docs/benchmarks.md``);
+decisions wait ``_SLICE_S`` plus one step instead of the whole plan. The longest steps
+are the interpreter's full garbage collections (up to about 0.8 s of CPU with the books
+of 1,000 nodes, measured with ``gc.callbacks``), which pause any other work just the
+same. The books may change between two slices, so the plan returned may be out of date:
+right before the hold, with no await in between, it is checked again on the books as
+they then are (``defrag.recheck``: the pod still waits, the pods to move are still there
+and may move, the budgets allow it, the hold and each replacement replay through the
+engine), and dropped if not (the next round plans again). Not a copy of the books
+planned on in a thread: the copy (every node's cards and tens of thousands of pod
+entries) would hold the loop up as long as planning does, a thread gains no CPU under
+the GIL, and the plan would still need the same check on the live books before the hold.
 
 1. The waiting pod is given the hold a preemption gives: the shares the plan frees on
    its node are booked for it at once and it waits for every pod the plan moves (the
