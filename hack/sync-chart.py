@@ -13,9 +13,11 @@ exactly as often as it says: when a manifest changes there, this script stops an
 which edit to redo, rather than render a chart that drifted. A new manifest file needs no
 edit to be followed (its namespace is put in like every other's). The templates written
 by hand (``HAND_WRITTEN``: helpers, the ServiceMonitor, the dashboard's ConfigMap) are
-left alone. ``tests/unit/test_chart_in_sync.py`` runs ``--check``;
-``tests/integration/test_chart.py`` renders the chart with its default values and holds
-it equal to ``kubectl kustomize manifests/``.
+left alone. An opt-in manifest (``OPT_IN``: not in kustomization.yaml, applied by hand)
+becomes a template rendered only when its value is true.
+``tests/unit/test_chart_in_sync.py`` runs ``--check``; ``tests/integration/test_chart.py``
+renders the chart with its default values and holds it equal to ``kubectl kustomize
+manifests/``.
 """
 
 from __future__ import annotations
@@ -80,6 +82,28 @@ def _resources(values: str, requests: str, limits: str) -> Edit:
 _POLICY = "scheduler.defaultSchedulerPolicy"
 _WEBHOOK = "scheduler.admissionWebhook"
 
+#: ``run --defrag`` and its options, from ``scheduler.defrag`` (off: no argument at all).
+_DEFRAG_ARGS = (
+    "            {{- with .Values.scheduler.defrag }}\n"
+    "            {{- if .enabled }}\n"
+    "            - --defrag\n"
+    "            - --defrag-interval={{ .interval }}\n"
+    "            - --defrag-max-evictions={{ .maxEvictions }}\n"
+    "            - --defrag-step-timeout={{ .stepTimeout }}\n"
+    "            {{- if .allowBarePods }}\n"
+    "            - --defrag-allow-bare-pods\n"
+    "            {{- end }}\n"
+    "            {{- range .ownerKinds }}\n"
+    "            - --defrag-owner-kind={{ . }}\n"
+    "            {{- end }}\n"
+    "            {{- end }}\n"
+    "            {{- end }}\n"
+)
+
+#: Manifests that are not in kustomization.yaml (opt-in: applied by hand) and become
+#: templates rendered only when the value named here is true.
+OPT_IN: dict[str, str] = {"defrag-plan-reader.yaml": "defragPlanReader.enabled"}
+
 EDITS: dict[str, tuple[Edit, ...]] = {
     "namespace.yaml": (
         Edit(
@@ -123,6 +147,10 @@ EDITS: dict[str, tuple[Edit, ...]] = {
             "          imagePullPolicy: {{ .Values.scheduler.image.pullPolicy }}\n",
         ),
         _resources("scheduler", "{cpu: 200m, memory: 256Mi}", "{memory: 1Gi}"),
+        Edit(
+            "            - --webhook-tls-dir=/tmp/webhook-tls\n",
+            "            - --webhook-tls-dir=/tmp/webhook-tls\n" + _DEFRAG_ARGS,
+        ),
     ),
     "webhook.yaml": (
         Edit(
@@ -244,6 +272,10 @@ def rendered() -> dict[Path, str]:
             out[CHART_CRDS / source.name] = text
         else:
             out[TEMPLATES / source.name] = template(source.name, text)
+    for name, value in OPT_IN.items():
+        text = template(name, (MANIFESTS / name).read_text())
+        header, _, body = text.partition("\n")
+        out[TEMPLATES / name] = f"{header}\n{{{{- if .Values.{value} }}}}\n{body}{{{{- end }}}}\n"
     unused = set(EDITS) - {p.name for p in out if p.parent == TEMPLATES}
     if unused:
         raise StaleEdit(f"EDITS names files manifests/ no longer installs: {sorted(unused)}")

@@ -4,10 +4,24 @@ Every ``interval_s``, while this replica decides and its books are synced, the r
 looks at the pods waiting for this scheduler (the 32 most important). When the engine
 finds one blocked by fragmentation (``scheduling.defrag``), it lists the running pods
 (their owners and specs), asks the planner for one plan (for the most important such pod)
-and carries it out, one plan at a time. Planning runs on the event loop, between two
-decisions, on the books themselves: tens of milliseconds on a small cluster; at 1,000
-nodes under churn a median of about 0.7 s and up to a few seconds on the 2-core bench
-machine (``docs/benchmarks.md``), time in which no decision runs.
+and carries it out, one plan at a time.
+
+Planning runs on the event loop, on the books themselves, in slices: the planner
+(``defrag.plan_steps``) stops before each node it looks at, at a point where its what-if
+has put every change to the books back, and after ``_SLICE_S`` of planning the runner
+lets the loop run (decisions, the feed's events) before it goes on. At 1,000 nodes a
+plan takes about 0.2 s at the median and up to a few seconds (``docs/benchmarks.md``);
+decisions wait ``_SLICE_S`` plus one step instead of the whole plan. The longest steps
+are the interpreter's full garbage collections (up to about 0.8 s of CPU with the books
+of 1,000 nodes, measured with ``gc.callbacks``), which pause any other work just the
+same. The books may change between two slices, so the plan returned may be out of date:
+right before the hold, with no await in between, it is checked again on the books as
+they then are (``defrag.recheck``: the pod still waits, the pods to move are still there
+and may move, the budgets allow it, the hold and each replacement replay through the
+engine), and dropped if not (the next round plans again). Not a copy of the books
+planned on in a thread: the copy (every node's cards and tens of thousands of pod
+entries) would hold the loop up as long as planning does, a thread gains no CPU under
+the GIL, and the plan would still need the same check on the live books before the hold.
 
 1. The waiting pod is given the hold a preemption gives: the shares the plan frees on
    its node are booked for it at once and it waits for every pod the plan moves (the
@@ -36,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,6 +68,10 @@ log = structlog.get_logger("vgpu_operator.defrag")
 
 #: The most waiting pods looked at in one round, the most important first.
 _LOOKS = 32
+
+#: The longest stretch of planning (or looking for fragmented pods) before the loop runs
+#: other work.
+_SLICE_S = 0.02
 
 #: Event reasons.
 DEFRAGMENTING = "Defragmenting"
@@ -189,40 +207,72 @@ class DefragRunner:
     async def round(self) -> Outcome | None:
         """One look for a pod blocked by fragmentation; carries out at most one plan."""
         waiting = self._feed.waiting_for(self._feed.scheduler_name)
-        if not waiting or not self._any_fragmented(waiting):
+        if not waiting or not await self._any_fragmented(waiting):
             return None
-        running = await self._actions.list_pods()
-        # The listing took a while: the waiting pods are read afresh, and from here to the
-        # hold nothing awaits, so the plan is made and held on the same books.
+        listed = await self._actions.list_pods()
+        running = {pod_key(p): p for p in listed}
+        # The listing took a while: the waiting pods are read afresh.
         waiting = self._feed.waiting_for(self._feed.scheduler_name)
         now = self._wall_clock()
         ranked = sorted(waiting, key=lambda p: -preemption.priority_of(p))[:_LOOKS]
-        report = defrag.plan(self._state, ranked, running, now, self._plan_options, limit=1)
+        steps = defrag.plan_steps(self._state, ranked, running, now, self._plan_options, limit=1)
+        report = await self._in_slices(steps)
         for key, why in report.unplanned.items():
             log.info("defrag_no_plan", pod=key, reason=why)
         if not report.plans:
             return None
-        plan = report.plans[0]
-        pod = next(p for p in waiting if pod_key(p) == plan.pod)
+        # Other work ran while the plan was made: it is checked again on the books as
+        # they are now, and from here to the hold nothing awaits.
+        made = report.plans[0]
+        now = self._wall_clock()
+        pod = self._feed.pending_pod(made.pod)
+        plan = None
+        if pod is not None:
+            plan = defrag.recheck(self._state, made, pod, running, now, self._plan_options)
+        if pod is None or plan is None:
+            log.info("defrag_plan_outdated", pod=made.pod, node=made.node)
+            return None
         held = self._books.hold(pod, plan.node, plan.moved, now)
         if held is None:
-            # The planner replayed this very hold a moment ago: an engine bug, not a reason
-            # to evict anyone.
+            # The plan's hold replayed a moment ago: an engine bug, not a reason to evict
+            # anyone.
             log.error("defrag_hold_refused", pod=plan.pod, node=plan.node)
             return None
         self._feed.held_for(plan.pod)
-        by_key = {pod_key(p): p for p in running}
+        by_key = running
         carrying = _Carrying(plan, pod, {m.pod: by_key[m.pod] for m in plan.moves})
         return await self.carry_out(carrying)
 
-    def _any_fragmented(self, waiting: Sequence[Mapping[str, Any]]) -> bool:
+    async def _in_slices(self, steps: Generator[None, None, defrag.Report]) -> defrag.Report:
+        """Run the planner to its report, letting the loop run every ``_SLICE_S``."""
+        began = self._clock()
+        try:
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    report: defrag.Report = done.value
+                    return report
+                if self._clock() - began >= _SLICE_S:
+                    await asyncio.sleep(0)
+                    began = self._clock()
+        finally:
+            steps.close()  # cancelled meanwhile: the planner's what-if is closed too
+
+    async def _any_fragmented(self, waiting: Sequence[Mapping[str, Any]]) -> bool:
         """Whether one of the most important waiting pods is blocked by fragmentation
-        (a look costs a walk over the nodes: at most ``_LOOKS`` pods per round, so a
-        long queue does not hold decisions up)."""
-        now = self._wall_clock()
+        (a look costs a walk over the nodes: at most ``_LOOKS`` pods per round, and the
+        loop runs other work between two looks every ``_SLICE_S``)."""
         ranked = sorted(waiting, key=lambda p: -preemption.priority_of(p))
+        began = self._clock()
         for pod in ranked[:_LOOKS]:
+            if self._clock() - began >= _SLICE_S:
+                await asyncio.sleep(0)
+                began = self._clock()
+            now = self._wall_clock()
             key = pod_key(pod)
+            if self._feed.pending_pod(key) is None:
+                continue  # bound or deleted while the loop ran other work
             if self._books.entry(key) is not None or self._books.is_nominated(key):
                 continue
             job = self._books.job(pod)

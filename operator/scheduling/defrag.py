@@ -34,18 +34,20 @@ memory found (the tests compare it with an exhaustive search of every set and or
 Beyond that a heuristic: target nodes by shortfall (the memory their best cards lack,
 a lower bound on what must move off them), moves from the target node only (no chains)
 of pods whose replacement fits somewhere already, sets of pods by increasing memory, a
-bounded number of nodes; its distance from the exact answer is measured in
-``tests/bench/bench_defrag.py``.
+bounded number of nodes (``heuristic_looks`` looked at, ``heuristic_nodes`` tried); its
+distance from the exact answer is measured in ``tests/bench/bench_defrag.py``.
 
 Pure: the planner reads and changes the books only through ``defrag_books`` and puts
-every change back before it returns.
+every change back before it returns. ``plan_steps`` is the planner in steps, pausing
+where the books hold none of its changes, for a caller that lets other work run
+meanwhile; such a caller checks the plan again (``recheck``) before acting on it.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations, permutations
 from typing import Any, Final
@@ -95,8 +97,11 @@ class PlanOptions:
     exact_node_limit: int = 8
     #: The heuristic stops after this many target nodes with a plan of the same size...
     heuristic_plans: int = 8
-    #: ...or after trying this many target nodes.
+    #: ...or after trying this many target nodes (where some set of pods frees enough)...
     heuristic_nodes: int = 64
+    #: ...or after looking at this many, tried or not (at 1,000 nodes, a size of plan that
+    #: exists nowhere would otherwise read every node's pods).
+    heuristic_looks: int = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +226,10 @@ def controller_of(pod: Mapping[str, Any]) -> Owner | None:
 
 def replacement_rule(pod: Mapping[str, Any], options: PlanOptions) -> Replacement | None:
     """How the pod comes back after an eviction, or None when it may not move."""
-    owner = controller_of(pod)
+    return _rule_for(controller_of(pod), options)
+
+
+def _rule_for(owner: Owner | None, options: PlanOptions) -> Replacement | None:
     if owner is None:
         return Replacement.AFTER_GONE if options.allow_bare_pods else None
     group = owner.api_version.rpartition("/")[0] if "/" in owner.api_version else ""
@@ -233,16 +241,18 @@ def replacement_rule(pod: Mapping[str, Any], options: PlanOptions) -> Replacemen
     return None
 
 
-def _mover(books: DefragBooks, pod: Mapping[str, Any], options: PlanOptions) -> Mover | None:
-    """The pod as a plan may move it, or None (a pod object whose uid differs from the
-    books' is not trusted to describe it)."""
-    key = pod_key(pod)
+def _mover(
+    books: DefragBooks, key: PodKey, pod: Mapping[str, Any], options: PlanOptions
+) -> Mover | None:
+    """The pod (``key`` is its ``pod_key``) as a plan may move it, or None (a pod object
+    whose uid differs from the books' is not trusted to describe it). The books' entry is
+    read first: it rules out most pods before their object is."""
     entry = books.entry(key)
-    meta = pod.get("metadata") or {}
     if entry is None or entry.node is None or entry.reserved or entry.deleting:
         return None
     if books.is_claimed(key):
         return None  # already leaving for a preemption or another plan
+    meta = pod.get("metadata") or {}
     if not any(entry.bookings.values()) or meta.get("deletionTimestamp"):
         return None
     if entry.uid and str(meta.get("uid") or "") != entry.uid:
@@ -253,7 +263,8 @@ def _mover(books: DefragBooks, pod: Mapping[str, Any], options: PlanOptions) -> 
         # opted in with ``trustedSchedulerNames`` holds its shares in the books, but
         # another scheduler places its replacement (and an untrusted one holds nothing).
         return None
-    rule = replacement_rule(pod, options)
+    owner = controller_of(pod)
+    rule = _rule_for(owner, options)
     if rule is None:
         return None
     bookings = [b for bs in entry.bookings.values() for b in bs]
@@ -265,26 +276,32 @@ def _mover(books: DefragBooks, pod: Mapping[str, Any], options: PlanOptions) -> 
         labels=dict(entry.labels),
         memory_mib=sum(b.memory_mib for b in bookings),
         cards=tuple(b.uuid for b in bookings),
-        owner=controller_of(pod),
+        owner=owner,
         replacement=rule,
         pod=pod,
     )
 
 
-class Candidates:
-    """The running pods a plan may move, read from their objects node by node, when a
-    search first looks at the node (a search at 1,000 nodes looks at a few dozen)."""
+#: The running pods' objects: a list, or a mapping by ``pod_key`` (which spares the planner
+#: reading every pod's key, for a caller that keeps them so).
+Running = Mapping[PodKey, Mapping[str, Any]] | Iterable[Mapping[str, Any]]
 
-    def __init__(
-        self, books: DefragBooks, running: Iterable[Mapping[str, Any]], options: PlanOptions
-    ) -> None:
+
+def by_key(running: Running) -> Mapping[PodKey, Mapping[str, Any]]:
+    if isinstance(running, Mapping):
+        return running
+    return {pod_key(pod): pod for pod in running}
+
+
+class Candidates:
+    """The running pods a plan may move, read from their objects node by node (the books
+    say which pods a node holds), when a search first looks at the node (a search at
+    1,000 nodes looks at a few hundred at most: ``PlanOptions.heuristic_looks``)."""
+
+    def __init__(self, books: DefragBooks, running: Running, options: PlanOptions) -> None:
         self._books = books
         self._options = options
-        self._pods_on: dict[str, list[Mapping[str, Any]]] = {}
-        for pod in running:
-            entry = books.entry(pod_key(pod))
-            if entry is not None and entry.node is not None:
-                self._pods_on.setdefault(entry.node, []).append(pod)
+        self._running = by_key(running)
         self._on: dict[str, list[Mover]] = {}
         self._by_key: dict[PodKey, Mover] = {}
         #: Moved by an earlier plan of the same call: no longer there to move.
@@ -298,13 +315,15 @@ class Candidates:
     def on(self, node: str) -> list[Mover]:
         made = self._on.get(node)
         if made is None:
-            found = (_mover(self._books, p, self._options) for p in self._pods_on.get(node, ()))
+            books, options, running = self._books, self._options, self._running
+            pods = ((k, running.get(k)) for k in books.keys_on(node))
+            found = (_mover(books, k, p, options) for k, p in pods if p is not None)
             made = self._on[node] = [m for m in found if m is not None]
             self._by_key.update((m.key, m) for m in made)
         return [m for m in made if m.key not in self._spent_keys]
 
     def everywhere(self) -> list[Mover]:
-        return [m for node in sorted(self._pods_on) for m in self.on(node)]
+        return [m for node in sorted(self._books.node_names()) for m in self.on(node)]
 
     def get(self, key: PodKey) -> Mover | None:
         return self._by_key.get(key)
@@ -317,9 +336,7 @@ class Candidates:
                 self.spent.append(mover)
 
 
-def movers(
-    books: DefragBooks, running: Iterable[Mapping[str, Any]], options: PlanOptions
-) -> dict[PodKey, Mover]:
+def movers(books: DefragBooks, running: Running, options: PlanOptions) -> dict[PodKey, Mover]:
     """The running pods a plan may move."""
     return {m.key: m for m in Candidates(books, running, options).everywhere()}
 
@@ -509,6 +526,7 @@ class _Search:
         self.placeable: dict[str, bool] = {}
         self.written = _scheduler_written(self.books.state)
         self._movers_on: dict[str, list[Mover]] = {}
+        self._groups_on: dict[str, list[list[Mover]]] = {}
         self._eligible: list[Mover] | None = None
         self.order = {name: i for i, name in enumerate(self.books.node_names())}
         asked = [r for rs in (*job.init_requests, *job.app_requests) for r in rs.values()]
@@ -644,10 +662,21 @@ class _Search:
         ]
 
     # --- exact ----------------------------------------------------------------------------
-    def exact(self, size: int) -> Plan | None:
+    def pause(self) -> Iterator[None]:
+        """A point where the caller may let other work change the books (``plan_steps``):
+        only while this what-if holds no change (no earlier plan of the call kept). The
+        search pauses before each target node and, in the heuristic, before each set of
+        pods it tests."""
+        if self.whatif.mark() == 0:
+            yield
+
+    def exact(self, size: int) -> Generator[None, None, Plan | None]:
         """The cheapest plan of exactly ``size`` evictions (module docstring)."""
         best: Plan | None = None
         for node in self.targets():
+            yield from self.pause()
+            if not self.books.has_node(node):
+                continue  # gone while other work ran
             on = self.movers_on(node)
             others = [m for m in self.eligible if m.node != node]
             for direct in range(1, min(size, len(on)) + 1):
@@ -672,14 +701,32 @@ class _Search:
         return best
 
     # --- heuristic ------------------------------------------------------------------------
-    def pools(self, node: str) -> list[list[Mover]]:
+    def pools(self, node: str, size: int, shortfall: int) -> list[list[Mover]]:
         """Groups of the node's movable pods among which the heuristic looks for a
-        plan's evictions. A pod that asks for one card needs room on one card: each
-        card's pods are a group (a pod on several cards is in each of their groups).
+        plan's ``size`` evictions. A pod that asks for one card needs room on one card:
+        each card's pods are a group (a pod on several cards is in each of their groups).
         Otherwise one group: the pods of the cards with the most free memory, one card
         more than the pod asks for, the smallest ``_POOL`` of them. Only pods whose
-        replacement fits somewhere now (``placeable_now``) are in a group."""
-        on = [m for m in self.movers_on(node) if self.placeable_now(m)]
+        replacement fits somewhere now (``placeable_now``) are in a group; a group whose
+        ``size`` heaviest pods, placeable or not, free less than ``shortfall`` is left out
+        before that costlier test."""
+        limit = None if self.one_card else _POOL
+        return [
+            [m for m in group if self.placeable_now(m)][:limit]
+            for group in self._groups(node)
+            if sum(m.memory_mib for m in group[-size:]) >= shortfall
+        ]
+
+    def _groups(self, node: str) -> list[list[Mover]]:
+        """``pools`` before the placeable test, the lightest pod first in each (read once
+        per node and search: the heuristic walks the nodes once per number of evictions)."""
+        known = self._groups_on.get(node)
+        if known is None:
+            known = self._groups_on[node] = self._group(node)
+        return known
+
+    def _group(self, node: str) -> list[list[Mover]]:
+        on = self.movers_on(node)
         if self.one_card:
             by_card: dict[str, list[Mover]] = {}
             for mover in on:
@@ -690,21 +737,27 @@ class _Search:
             self.books.cards(node), key=lambda c: (c.used_memory_mib - c.total_memory_mib, c.id)
         )[: self.cards_asked + 1]
         wanted = {c.id for c in cards}
-        return [[m for m in on if wanted & {_base(c) for c in m.cards}][:_POOL]]
+        return [[m for m in on if wanted & {_base(c) for c in m.cards}]]
 
     def heuristic(
         self, size: int, targets: Sequence[tuple[int, str]], options: PlanOptions
-    ) -> Plan | None:
+    ) -> Generator[None, None, Plan | None]:
         """The cheapest plan of ``size`` evictions, all from one node's group
         (``pools``), among the first target nodes by shortfall (a node whose shortfall
         exceeds the best plan's memory cannot beat it, so the walk stops there)."""
         best: Plan | None = None
-        found = tried = 0
+        found = tried = looked = 0
         for shortfall, node in targets:
             if best is not None and shortfall > best.memory_mib:
                 break
+            if looked >= options.heuristic_looks:
+                break
+            looked += 1
+            yield from self.pause()
+            if not self.books.has_node(node):
+                continue  # gone while other work ran
             sets: dict[tuple[PodKey, ...], tuple[Mover, ...]] = {}
-            for pool in self.pools(node):
+            for pool in self.pools(node, size, shortfall):
                 for moved in combinations(pool, size):
                     if sum(m.memory_mib for m in moved) >= shortfall:
                         sets[tuple(sorted(m.key for m in moved))] = moved
@@ -717,6 +770,10 @@ class _Search:
             for _keys, moved in ordered:
                 memory = sum(m.memory_mib for m in moved)
                 if best is not None and memory > best.memory_mib:
+                    break
+                # A node may hold hundreds of sets, each maybe replayed: a pause per set.
+                yield from self.pause()
+                if not self.books.has_node(node):
                     break
                 # The cheapest tests first: the budgets, the node's summary, its Fit.
                 if self.violates_budget(moved) or not self.may_fit_after(node, moved):
@@ -768,9 +825,12 @@ def _move(mover: Mover, decision: Decision) -> Move:
 
 def _plan_one(
     search: _Search, options: PlanOptions, exact: bool, targets: Sequence[tuple[int, str]]
-) -> Plan | None:
+) -> Generator[None, None, Plan | None]:
     for size in range(1, options.max_evictions + 1):
-        plan = search.exact(size) if exact else search.heuristic(size, targets, options)
+        if exact:
+            plan = yield from search.exact(size)
+        else:
+            plan = yield from search.heuristic(size, targets, options)
         if plan is not None:
             order = [search.candidates.get(m.pod) for m in plan.moves]
             # Carried out in the what-if, so that the next waiting pod sees it done.
@@ -781,7 +841,7 @@ def _plan_one(
 def plan(
     state: ClusterState,
     waiting: Iterable[Mapping[str, Any]],
-    running: Iterable[Mapping[str, Any]],
+    running: Running,
     now: float,
     options: PlanOptions | None = None,
     *,
@@ -794,6 +854,30 @@ def plan(
     are). ``exact`` forces the method (default: by ``options.exact_node_limit``);
     ``limit`` stops after that many plans (the pods after them are not looked at). The
     books are left as they were."""
+    steps = plan_steps(state, waiting, running, now, options, exact=exact, limit=limit)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            report: Report = done.value
+            return report
+
+
+def plan_steps(
+    state: ClusterState,
+    waiting: Iterable[Mapping[str, Any]],
+    running: Running,
+    now: float,
+    options: PlanOptions | None = None,
+    *,
+    exact: bool | None = None,
+    limit: int | None = None,
+) -> Generator[None, None, Report]:
+    """``plan`` in steps: it stops before each target node it looks at, at a point where
+    the books hold none of its what-if changes, so that the caller may let other work run
+    (and change the books) before it goes on; its report is the generator's value. Other
+    work may have made a plan out of date by the time it is returned (the planner reads
+    the books as they are at each step): ``recheck`` it on the books before acting."""
     options = options or PlanOptions()
     books = DefragBooks(state)
     use_exact = books.node_count() <= options.exact_node_limit if exact is None else exact
@@ -817,7 +901,7 @@ def plan(
             fragmented.append(key)
             search = _Search(whatif, pod, job, candidates, budgets, now)
             targets = sorted((room.shortfall_mib, name) for room, _o, name in rooms)
-            found = _plan_one(search, options, use_exact, targets)
+            found = yield from _plan_one(search, options, use_exact, targets)
             if found is None:
                 unplanned[key] = (
                     f"no plan of at most {options.max_evictions} evictions of pods that "
@@ -837,7 +921,7 @@ def replay(
     pod: Mapping[str, Any],
     node: str,
     order: Sequence[PodKey],
-    running: Iterable[Mapping[str, Any]],
+    running: Running,
     now: float,
     options: PlanOptions | None = None,
 ) -> Plan | None:
@@ -857,3 +941,42 @@ def replay(
         if any(k not in allowed for k in order):
             return None
         return search.replay(node, [allowed[k] for k in order], "replay", keep=False)
+
+
+def recheck(
+    state: ClusterState,
+    made: Plan,
+    pod: Mapping[str, Any],
+    running: Running,
+    now: float,
+    options: PlanOptions | None = None,
+) -> Plan | None:
+    """``made`` checked again on the books as they are now, for a plan made in steps
+    (``plan_steps``) while other work ran: the pod still waits (not decided, not
+    nominated), every pod to move is still there (same uid) and may still move, the
+    disruption budgets and the eviction limit allow the moves, and the plan replays
+    through the engine (the hold, then each replacement). The plan replayed (its
+    replacements where the engine now puts them), or None. The books are left as they
+    were."""
+    options = options or PlanOptions()
+    books = DefragBooks(state)
+    key = pod_key(pod)
+    if key != made.pod or books.entry(key) is not None or books.is_nominated(key):
+        return None
+    if made.evictions > options.max_evictions or not books.has_node(made.node):
+        return None
+    job = books.job(pod)
+    if job is None:
+        return None
+    candidates = Candidates(books, running, options)
+    with WhatIf(books) as whatif:
+        search = _Search(whatif, pod, job, candidates, books.budgets(), now)
+        order: list[Mover] = []
+        for move in made.moves:
+            mover = next((m for m in search.movers_on(move.from_node) if m.key == move.pod), None)
+            if mover is None or mover.uid != move.uid:
+                return None
+            order.append(mover)
+        if search.violates_budget(order):
+            return None
+        return search.replay(made.node, order, made.method, keep=False)

@@ -12,8 +12,9 @@ read-only view of the books replaces this one module: ``_nodes``, ``_pods``,
 ``WhatIf`` changes the live books and puts everything back on exit, exactly: a pod taken
 out is put back as the same entry (its bookings are added back on its cards, as the
 books add any pod), a pod placed or held is removed as the books remove one. Planning
-on the live books, instead of a copy, spares a copy of 1,000 nodes per plan;
-the callers are synchronous, so no decision runs in between.
+on the live books, instead of a copy, spares a copy of 1,000 nodes per plan; no
+decision runs while a what-if holds changes (the planner pauses for other work only when
+its what-if has put everything back: ``defrag.plan_steps``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class DefragBooks:
         """Every node, in the order the books met them (the engine's tie-break order)."""
         return self.state.node_names()
 
+    def has_node(self, node: str) -> bool:
+        return node in self.state._nodes
+
     def node_count(self) -> int:
         return len(self.state._nodes)
 
@@ -55,6 +59,11 @@ class DefragBooks:
             return []
         pods = self.state._pods
         return [pods[k] for k in sorted(entry.pods) if k in pods]
+
+    def keys_on(self, node: str) -> list[PodKey]:
+        """The keys of the pods the node holds, sorted."""
+        entry = self.state._nodes.get(node)
+        return [] if entry is None else sorted(entry.pods)
 
     def cards(self, node: str) -> Sequence[model.DeviceUsage]:
         """The node's cards as booked now (the books' own objects: read, never change)."""

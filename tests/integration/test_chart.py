@@ -133,6 +133,8 @@ def test_the_default_render_is_what_kustomize_renders(helm: Path, kubectl: Path)
         ("scheduler.admissionWebhook.whitelistNamespaces[0]=Kube_System", "whitelistNamespaces"),
         ("devicePlugin.nvidiaNodeSelector.gpu=o n", "nvidiaNodeSelector"),
         ("scheduler.image.pullPolicy=Sometimes", "pullPolicy"),
+        ("scheduler.defrag.maxEvictions=0", "maxEvictions"),
+        ("scheduler.defrag.ownerKinds[0]=not a kind", "ownerKinds"),
         ("scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy=fastest", "gpuSchedulerPolicy"),
         ("devices.nvidia.gpuCorePolicy=strict", "gpuCorePolicy"),
         # HAMi's name for the scheduler image: here scheduler.image (a typo is refused, not
@@ -295,6 +297,44 @@ def test_the_service_monitors_and_the_dashboard_are_optional(helm: Path) -> None
     assert json.loads(dashboard["data"]["vgpu-operator.json"]) == json.loads(committed)
     defaults = render(helm, crds=False)
     assert not [k for k in defaults if k[1] in ("ServiceMonitor",) or k[3].endswith("dashboard")]
+
+
+def test_defragmentation_and_its_plan_reader_are_optional(helm: Path) -> None:
+    defaults = render(helm, crds=False)
+    operator = _one(defaults, "Deployment", "vgpu-operator")
+    assert not [
+        a
+        for a in operator["spec"]["template"]["spec"]["containers"][0]["args"]
+        if a.startswith("--defrag")
+    ]
+    assert not [k for k in defaults if k[3] == "vgpu-operator-defrag-plan"]
+    objs = render(
+        helm,
+        {
+            "scheduler.defrag.enabled": True,
+            "scheduler.defrag.interval": 30,
+            "scheduler.defrag.maxEvictions": 2,
+            "scheduler.defrag.allowBarePods": True,
+            "scheduler.defrag.ownerKinds": ["Trainer", "example.com/Notebook"],
+            "defragPlanReader.enabled": True,
+            "namespaceOverride": "gpu-system",
+        },
+        crds=False,
+    )
+    args = _one(objs, "Deployment", "vgpu-operator")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert [a for a in args if a.startswith("--defrag")] == [
+        "--defrag",
+        "--defrag-interval=30",
+        "--defrag-max-evictions=2",
+        "--defrag-step-timeout=120",
+        "--defrag-allow-bare-pods",
+        "--defrag-owner-kind=Trainer",
+        "--defrag-owner-kind=example.com/Notebook",
+    ]
+    readers = {(kind, ns) for (_, kind, ns, name) in objs if name == "vgpu-operator-defrag-plan"}
+    assert readers == {("ClusterRole", None), ("Role", "gpu-system"), ("Role", "vgpu-node-leases")}
 
 
 # --- the README's helm install on a fresh API server --------------------------------------------

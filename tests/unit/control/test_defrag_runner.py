@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Mapping
+import itertools
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from builders import make_node
 from defrag_cases import running_pod
 
@@ -291,3 +293,73 @@ def test_a_replica_that_no_longer_decides_stops_after_the_move_under_way() -> No
     outcome = asyncio.run(run.round())
     assert outcome is defrag.Outcome.STOPPED
     assert sample(metrics, "failures", reason="hold_lost") == 1
+
+
+def test_decisions_run_while_the_plan_is_made() -> None:
+    """The runner lets the loop run between two steps of planning (here every step: each
+    look at the clock is a second later); a plan that other work left intact is then
+    checked again and carried out."""
+    w = world()
+    metrics = OperatorMetrics()
+    run = runner(w, DefragMetrics(metrics))
+    seconds = itertools.count()
+    run._clock = lambda: float(next(seconds))
+    listed: list[str | None] = []
+    seen: list[tuple[list[str], list[tuple[str, str | None]]]] = []
+    list_pods = w.list_pods
+
+    async def listing(namespace: str | None = None) -> list[Json]:
+        listed.append(namespace)
+        return await list_pods(namespace)
+
+    w.list_pods = listing  # type: ignore[method-assign]
+
+    async def meanwhile() -> None:
+        while not listed:
+            await asyncio.sleep(0)
+        seen.append((list(w.evicted), list(w.nominated)))  # the round is planning
+
+    async def both() -> list[Any]:
+        return list(await asyncio.gather(run.round(), meanwhile()))
+
+    outcome, _ = asyncio.run(both())
+    assert seen == [([], [])]
+    assert outcome is defrag.Outcome.DONE
+    assert w.evicted == ["default/p8"]
+
+
+def test_a_plan_that_other_work_made_out_of_date_is_not_carried_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The room planned for p8's replacement is taken while the loop runs after the
+    search: the check before the hold refuses the plan; nothing is held or evicted."""
+    from vgpu_operator.scheduling import defrag as planner
+
+    w = world()
+    waiting = w.feed.waiting_for("vgpu-scheduler")
+    made = planner.plan(w.state, waiting, list(w.pods.values()), w.now, limit=1)
+    assert [m.to_node for m in made.plans[0].moves] == ["b"]
+
+    def out_of_date(*args: Any, **kwargs: Any) -> Generator[None, None, planner.Report]:
+        yield  # the loop runs: a pod takes b0's room
+        return made
+
+    async def intruder() -> None:
+        await asyncio.sleep(0)
+        pod = pending("intruder", 10 * GIB)
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "b"}
+        w._create(pod)
+        w.decide()
+
+    monkeypatch.setattr(planner, "plan_steps", out_of_date)
+    run = runner(w, DefragMetrics(OperatorMetrics()))
+    run._clock = itertools.count().__next__  # type: ignore[assignment]
+
+    async def both() -> list[Any]:
+        return list(await asyncio.gather(run.round(), intruder()))
+
+    outcome, _ = asyncio.run(both())
+    assert w.pods["default/intruder"]["spec"]["nodeName"] == "b"
+    assert outcome is None
+    assert (w.evicted, w.nominated) == ([], [])
+    assert not DefragBooks(w.state).is_nominated("default/w")

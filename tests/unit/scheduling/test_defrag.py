@@ -362,3 +362,58 @@ def test_a_released_hold_frees_the_shares_and_the_pods_it_waited_for() -> None:
     books.release("default/w", frozenset({"default/p8"}))
     assert not books.is_claimed("default/p8")
     assert fingerprint(state) == before
+
+
+# --- planning in steps, and the check before acting ----------------------------------------
+
+
+def test_planning_in_steps_shows_other_work_the_books_as_they_were_at_every_step() -> None:
+    nodes, pods = two_half_full_cards()
+    state = state_with(*nodes, pods=pods)
+    before = fingerprint(state)
+    for exact in (True, False):
+        steps = defrag.plan_steps(state, [waiting_pod("w", 12 * GIB)], pods, 0.0, exact=exact)
+        paused = 0
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                report = done.value
+                break
+            paused += 1
+            assert fingerprint(state) == before
+        assert paused >= 1
+        assert [m.pod for m in only_plan(report).moves] == ["default/p8"]
+    assert fingerprint(state) == before
+
+
+def test_a_plan_made_out_of_date_is_refused_by_the_recheck() -> None:
+    nodes, pods = two_half_full_cards()
+    state = state_with(*nodes, pods=pods)
+    w = waiting_pod("w", 12 * GIB)
+    made = only_plan(defrag.plan(state, [w], pods, 0.0))
+    assert defrag.recheck(state, made, w, pods, 0.0) == made
+    before = fingerprint(state)
+    # Room on b0, where p8's replacement was to go, is taken meanwhile.
+    intruder = running_pod("intruder", "b", "GPU-b0", 6 * GIB, priority=100)
+    state.set_pod(intruder)
+    assert defrag.recheck(state, made, w, [*pods, intruder], 0.0) is None
+    state.remove_pod("default/intruder")
+    # p8 was replaced by a pod of the same name (another uid).
+    renewed = running_pod("p8", "a", "GPU-a1", 8 * GIB)
+    renewed["metadata"]["uid"] = "uid-new"
+    state.set_pod(renewed)
+    assert defrag.recheck(state, made, w, [pods[0], renewed, pods[2]], 0.0) is None
+    # A budget with no disruption left now covers p8.
+    labelled = running_pod("p8", "a", "GPU-a1", 8 * GIB, labels={"app": "p8"})
+    state.set_pod(labelled)
+    state.set_budget(budget("keep", {"app": "p8"}, 0))
+    assert defrag.recheck(state, made, w, [pods[0], labelled, pods[2]], 0.0) is None
+    state.remove_budget("default", "keep")
+    state.set_pod(pods[1])
+    assert defrag.recheck(state, made, w, pods, 0.0) == made
+    # The waiting pod was decided meanwhile.
+    assert state.schedule(waiting_pod("w", 6 * GIB), 0.0).scheduled
+    assert defrag.recheck(state, made, w, pods, 0.0) is None
+    state.remove_pod("default/w")
+    assert fingerprint(state) == before
