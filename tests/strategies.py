@@ -288,3 +288,30 @@ class Replay:
             self.state.remove_pod(key)
             del self.live[key]
         return None
+
+
+# --- changes to a cluster, as the stateful property tests apply them ---------------------
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    node: int
+    what: str  # cordon, uncordon, taint, untaint, label, unlabel, restrict, unrestrict
+
+
+@dataclass(frozen=True)
+class CardChange:
+    node: int
+    card: int
+    what: str  # fail, heal, cordon, uncordon
+
+
+@dataclass(frozen=True)
+class QuotaChange:
+    namespace: str
+    gpumem: int | None
+
+
+@dataclass(frozen=True)
+class Tick:
+    seconds: float

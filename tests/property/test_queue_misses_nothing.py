@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from builders import Json, make_node, resource_quota
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import NAMESPACES, ClusterSpec, clusters, pods
+from strategies import (
+    NAMESPACES,
+    CardChange,
+    ClusterSpec,
+    NodeChange,
+    QuotaChange,
+    Tick,
+    clusters,
+    pods,
+)
 
 from vgpu_operator import names
 from vgpu_operator.control import feed as feed_module
@@ -50,30 +59,6 @@ class Work:
 class End:
     pick: int
     how: str  # succeeded, deleted
-
-
-@dataclass(frozen=True)
-class NodeChange:
-    node: int
-    what: str
-
-
-@dataclass(frozen=True)
-class CardChange:
-    node: int
-    card: int
-    what: str  # fail, heal, cordon, uncordon
-
-
-@dataclass(frozen=True)
-class QuotaChange:
-    namespace: str
-    gpumem: int | None
-
-
-@dataclass(frozen=True)
-class Tick:
-    seconds: float
 
 
 Step = Arrive | Work | End | NodeChange | CardChange | QuotaChange | Tick

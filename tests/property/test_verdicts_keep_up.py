@@ -18,7 +18,16 @@ from typing import Any
 from builders import Json, bound, make_node, resource_quota
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import NAMESPACES, ClusterSpec, clusters, pods
+from strategies import (
+    NAMESPACES,
+    CardChange,
+    ClusterSpec,
+    NodeChange,
+    QuotaChange,
+    Tick,
+    clusters,
+    pods,
+)
 
 from vgpu_operator import names
 from vgpu_operator.scheduling.cluster import ClusterState, Decision
@@ -50,30 +59,6 @@ class Twin:
 class Release:
     pick: int
     how: str  # succeeded, remove
-
-
-@dataclass(frozen=True)
-class NodeChange:
-    node: int
-    what: str  # cordon, uncordon, taint, untaint, label, unlabel, restrict, unrestrict
-
-
-@dataclass(frozen=True)
-class CardChange:
-    node: int
-    card: int
-    what: str  # fail, heal, cordon, uncordon
-
-
-@dataclass(frozen=True)
-class QuotaChange:
-    namespace: str
-    gpumem: int | None
-
-
-@dataclass(frozen=True)
-class Tick:
-    seconds: float
 
 
 @dataclass(frozen=True)
