@@ -441,3 +441,32 @@ def cleanup_group(cp: ControlPlane, namespace: str) -> None:
         cp.delete(f"{INVENTORIES}/{name}")
         cp.delete(node_leases.lease_path(name))
         cp.delete(f"/api/v1/nodes/{name}")
+
+
+def disruption_budget(
+    cp: ControlPlane, namespace: str, name: str, labels: dict[str, str], allowed: int
+) -> None:
+    """A PodDisruptionBudget with the status the disruption controller would write."""
+    path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+    cp.create(
+        path,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"selector": {"matchLabels": labels}, "maxUnavailable": 0},
+        },
+    )
+    status = {
+        "observedGeneration": 1,
+        "disruptionsAllowed": allowed,
+        "currentHealthy": 1,
+        "desiredHealthy": 1,
+        "expectedPods": 1,
+    }
+    cp.request(
+        "PATCH",
+        f"{path}/{name}/status",
+        {"status": status},
+        content_type="application/merge-patch+json",
+    )

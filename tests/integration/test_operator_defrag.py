@@ -192,30 +192,7 @@ class Setup:
         return True
 
     def budget(self, name: str, labels: dict[str, str], allowed: int) -> None:
-        """A PodDisruptionBudget with the status the disruption controller would write."""
-        path = f"/apis/policy/v1/namespaces/{self.namespace}/poddisruptionbudgets"
-        self.cp.create(
-            path,
-            {
-                "apiVersion": "policy/v1",
-                "kind": "PodDisruptionBudget",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": {"selector": {"matchLabels": labels}, "maxUnavailable": 0},
-            },
-        )
-        status = {
-            "observedGeneration": 1,
-            "disruptionsAllowed": allowed,
-            "currentHealthy": 1,
-            "desiredHealthy": 1,
-            "expectedPods": 1,
-        }
-        self.cp.request(
-            "PATCH",
-            f"{path}/{name}/status",
-            {"status": status},
-            content_type="application/merge-patch+json",
-        )
+        env.disruption_budget(self.cp, self.namespace, name, labels, allowed)
 
     def scatter(self) -> tuple[Json, Json]:
         """The cluster of the module docstring; returns web's pod and db's pod."""
