@@ -13,6 +13,7 @@ event that freed room for it, or by the one that changed its node.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -293,17 +294,7 @@ class Cluster:
         at = index % len(cards)
         card = cards[at]
         if what in ("fail", "heal"):
-            cards[at] = model.DeviceInfo(
-                card.id,
-                card.index,
-                card.count,
-                card.memory_mib,
-                card.cores,
-                card.type,
-                card.numa,
-                what == "heal",
-                card.mode,
-            )
+            cards[at] = dataclasses.replace(card, health=what == "heal")
         elif what == "cordon":
             self.cordoned[name].add(card.id)
         else:

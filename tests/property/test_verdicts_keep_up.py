@@ -12,6 +12,7 @@ Every decision must be the same, diagnosis message included.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,17 +237,7 @@ class Driver:
         cards = self.cards[name]
         card = cards[index % len(cards)]
         if what in ("fail", "heal"):
-            cards[index % len(cards)] = type(card)(
-                card.id,
-                card.index,
-                card.count,
-                card.memory_mib,
-                card.cores,
-                card.type,
-                card.numa,
-                what == "heal",
-                card.mode,
-            )
+            cards[index % len(cards)] = dataclasses.replace(card, health=what == "heal")
         elif what == "cordon":
             self.cordoned[name].add(card.id)
         else:
