@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from vgpu_operator.cli_types import Seconds
+
 
 @click.group()
 @click.version_option(package_name="vgpu-operator")
@@ -18,7 +20,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("scenario_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--now", type=float, default=None, help="Unix time of the decisions.")
+@click.option("--now", type=Seconds(0.0), default=None, help="Unix time of the decisions.")
 @click.option("--check", "check_expect", is_flag=True, help="Exit 1 if `expect` is not met.")
 @click.option("--reference", is_flag=True, help="Decide without the node index.")
 def simulate(scenario_file: Path, now: float | None, check_expect: bool, reference: bool) -> None:
