@@ -430,6 +430,11 @@ class SchedulingWorker:
                 raise
         if gated:
             self._binding_on[node] = key
+        reporting_now = self._reports.get(key)
+        if reporting_now is not None and not reporting_now.done():
+            # The Binding sets PodScheduled True; a report still being written (the gate's
+            # wait, say) lands first, or its False would stay on the bound pod.
+            await asyncio.wait([reporting_now])
         if not slot_held:
             await self._bind_slots.acquire()
         self._binds_in_flight += 1

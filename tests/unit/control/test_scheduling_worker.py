@@ -363,6 +363,46 @@ def test_the_gate_report_follows_a_new_holder() -> None:
     assert [b[0] for b in rig.binder.bound] == ["a"]
 
 
+def test_a_gate_report_being_written_lands_before_the_binding() -> None:
+    """The Binding sets PodScheduled True: a gate report still in flight when the gate
+    opens must be written before it, or its False stays on the bound pod."""
+    gpu = {"NVIDIA": ((model.ContainerDevice("GPU-0", "NVIDIA", 1024, 10),),)}
+    order: list[str] = []
+
+    class SlowReporter(Reporter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def gated(self, pod: Mapping[str, Any], message: str) -> None:
+            order.append("report started")
+            await self.release.wait()
+            order.append("report written")
+
+    async def scenario() -> Rig:
+        rig = Rig(gate_report_after_s=0.0)
+        reporter = SlowReporter()
+        rig.worker._reporter = reporter
+        rig.engine.shut.add("n1")
+        rig.engine.decisions["ns/a"] = Decision(
+            "ns/a", True, "n1", devices=gpu, annotations=ANNOTATIONS
+        )
+        rig.add("a")
+        rig.decide_next()
+        await _until(lambda: order == ["report started"])
+        rig.engine.shut.discard("n1")
+        rig.worker.node_settled("n1")
+        await asyncio.sleep(0.02)
+        order.extend(f"bound {b[0]}" for b in rig.binder.bound)
+        reporter.release.set()
+        await settle(rig)
+        order.extend(f"bound {b[0]}" for b in rig.binder.bound)
+        return rig
+
+    asyncio.run(scenario())
+    assert order == ["report started", "report written", "bound a"]
+
+
 @pytest.mark.parametrize(
     ("report_after_s", "held_s"),
     [pytest.param(60.0, 12.0, id="short-wait"), pytest.param(0.05, 0.0, id="young-holder")],
