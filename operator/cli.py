@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from vgpu_operator.cli_types import Seconds
+
 
 @click.group()
 @click.version_option(package_name="vgpu-operator")
@@ -18,7 +20,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("scenario_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--now", type=float, default=None, help="Unix time of the decisions.")
+@click.option("--now", type=Seconds(0.0), default=None, help="Unix time of the decisions.")
 @click.option("--check", "check_expect", is_flag=True, help="Exit 1 if `expect` is not met.")
 @click.option("--reference", is_flag=True, help="Decide without the node index.")
 def simulate(scenario_file: Path, now: float | None, check_expect: bool, reference: bool) -> None:
@@ -27,13 +29,25 @@ def simulate(scenario_file: Path, now: float | None, check_expect: bool, referen
     from vgpu_operator.errors import ScenarioError
 
     try:
-        scenario = simulation.parse_scenario(scenario_file.read_text())
+        scenario = simulation.read_scenario(scenario_file)
         result = simulation.simulate(
             scenario, now=time.time() if now is None else now, use_index=not reference
         )
     except ScenarioError as exc:
-        click.echo(f"error: invalid scenario {scenario_file}: {exc}", err=True)
+        click.echo(f"error: invalid scenario {scenario_file}: {_one_line(str(exc))}", err=True)
         sys.exit(2)
+    except (RecursionError, MemoryError) as exc:
+        # Within the file's bounds, yet too much for the engine (a selector nested too
+        # deep, say): a sentence, not a traceback.
+        what = "nested too deeply" if isinstance(exc, RecursionError) else "too large"
+        click.echo(f"error: scenario {scenario_file} is {what} to simulate", err=True)
+        sys.exit(2)
+    except Exception as exc:
+        # Whatever a scenario holds must end in one line and a failure status; a
+        # traceback is no answer to a user (and this is a bug to report).
+        message = _one_line(f"{type(exc).__name__}: {exc}")
+        click.echo(f"error: simulating {scenario_file} failed ({message})", err=True)
+        sys.exit(3)
     click.echo(json.dumps(result, indent=2))
     if check_expect:
         problems = simulation.check(scenario, result)
@@ -41,6 +55,18 @@ def simulate(scenario_file: Path, now: float | None, check_expect: bool, referen
             click.echo(f"expectation not met: {problem}", err=True)
         if problems:
             sys.exit(1)
+
+
+#: The most characters of a message the command prints (it may quote the input).
+_MESSAGE_CHARS = 500
+
+
+def _one_line(message: str) -> str:
+    """A message on one bounded line: a scenario's value may be long or multi-line."""
+    flat = " ".join(message.split())
+    if len(flat) <= _MESSAGE_CHARS:
+        return flat
+    return f"{flat[:_MESSAGE_CHARS]}... ({len(flat) - _MESSAGE_CHARS} more characters)"
 
 
 def _register_commands() -> None:

@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 import click
 
+from vgpu_operator.cli_types import LogLevel
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 kubeconfig_option = click.option(
@@ -21,7 +23,9 @@ kubeconfig_option = click.option(
 
 def logging_options(command: _F) -> _F:
     """``--log-format`` and ``--log-level``, as every long-running command takes them."""
-    command = click.option("--log-level", default="INFO", show_default=True)(command)
+    command = click.option("--log-level", type=LogLevel(), default="INFO", show_default=True)(
+        command
+    )
     return click.option(
         "--log-format",
         type=click.Choice(["auto", "json", "console"]),

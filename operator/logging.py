@@ -24,16 +24,61 @@ _CHATTY_LOGGERS = ("aiohttp.access", "kubernetes_asyncio.client.rest")
 #: The longest text value a log line carries. Values come from objects anyone may write
 #: (a 200 kB annotation quoted in a refusal): one line must not carry all of it.
 MAX_VALUE_CHARS = 2000
+#: The most characters all the values of one line carry together.
+MAX_LINE_CHARS = 6000
+#: What another field is cut to first when a line is over ``MAX_LINE_CHARS``.
+OTHER_FIELD_CHARS = 200
+#: The fields that say what happened and why. A refusal's line must keep its reason:
+#: these are cut last, and only in the middle (a refusal quotes the value first and
+#: gives the reason after it, so cutting the end lost exactly the reason).
+REASON_FIELDS = frozenset({"event", "reason", "error", "problem", "message", "why"})
+_CUT_NOTE_CHARS = 40
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """``text`` within about ``limit`` characters: its start and its end, saying how many
+    characters were cut between them."""
+    if len(text) <= limit:
+        return text
+    head = max(limit // 2, 1)
+    tail = max(limit - head, 0)
+    cut = len(text) - head - tail
+    return f"{text[:head]}… ({cut} more characters) …{text[len(text) - tail :]}"
 
 
 def bound_values(
     logger: object, method: str, event: structlog.typing.EventDict
 ) -> structlog.typing.EventDict:
-    """Cut every text value longer than ``MAX_VALUE_CHARS``, saying how much was cut."""
+    """Bound one line: every value to ``MAX_VALUE_CHARS`` (lists and mappings as their
+    text), then the line to ``MAX_LINE_CHARS``, cutting other fields before the reason
+    fields. Cuts are made in the middle, so a value's end (a refusal's reason) stays."""
+    sizes: dict[str, int] = {}
     for key, value in event.items():
-        if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
-            cut = len(value) - MAX_VALUE_CHARS
-            event[key] = f"{value[:MAX_VALUE_CHARS]}… ({cut} more characters)"
+        if isinstance(value, list | tuple | dict | set | frozenset):
+            text = str(value)
+            if len(text) <= MAX_VALUE_CHARS:
+                sizes[key] = len(text)
+                continue
+            value = text
+        if isinstance(value, str):
+            if len(value) > MAX_VALUE_CHARS:
+                value = event[key] = cut_middle(value, MAX_VALUE_CHARS)
+            sizes[key] = len(value)
+    excess = sum(sizes.values()) - MAX_LINE_CHARS
+    if excess <= 0:
+        return event
+    others = sorted((k for k in sizes if k not in REASON_FIELDS), key=lambda k: -sizes[k])
+    reasons = sorted((k for k in sizes if k in REASON_FIELDS), key=lambda k: -sizes[k])
+    for key in [*others, *reasons]:
+        if excess <= 0:
+            break
+        floor = OTHER_FIELD_CHARS if key in others else MAX_LINE_CHARS // (2 * len(reasons))
+        # The note a cut leaves ("… (N more characters) …") takes room too.
+        target = max(sizes[key] - excess - _CUT_NOTE_CHARS, floor)
+        if target < sizes[key] - _CUT_NOTE_CHARS:
+            text = cut_middle(str(event[key]), target)
+            excess -= sizes[key] - len(text)
+            event[key] = text
     return event
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from vgpu_operator.cli_options import kubeconfig_option, logging_options
+from vgpu_operator.cli_types import ConfigMapKey, KubeName, OwnerKind, Seconds
 
 if TYPE_CHECKING:
     from vgpu_operator.scheduling.defrag import Report
@@ -22,24 +23,28 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 @kubeconfig_option
 @click.option(
     "--namespace",
+    type=KubeName("namespace", label=True),
     default="vgpu-operator",
     show_default=True,
     help="Namespace of the device-config ConfigMap.",
 )
 @click.option(
     "--config-map",
+    type=KubeName("ConfigMap name"),
     default="vgpu-device-config",
     show_default=True,
     help="Name of the device-config ConfigMap.",
 )
 @click.option(
     "--config-key",
+    type=ConfigMapKey(),
     default="device-config.yaml",
     show_default=True,
     help="Key of the ConfigMap holding device-config.yaml.",
 )
 @click.option(
     "--peering",
+    type=KubeName("ClusterKopfPeering name"),
     default="vgpu-operator",
     show_default=True,
     help="ClusterKopfPeering object that elects the active replica.",
@@ -50,7 +55,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 )
 @click.option(
     "--metrics-port",
-    type=int,
+    type=click.IntRange(-1, 65535),
     default=8080,
     show_default=True,
     help="Port for /metrics, /healthz and /readyz; 0 picks a free port, -1 disables.",
@@ -59,7 +64,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 @click.option(
     "--inventory-timeout",
     "inventory_timeout_s",
-    type=float,
+    type=Seconds(0.0),
     default=120.0,
     show_default=True,
     help="Seconds without a heartbeat (the node's Lease in vgpu-node-leases, or its "
@@ -69,7 +74,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 @click.option(
     "--resync-interval",
     "resync_interval_s",
-    type=float,
+    type=Seconds(0.0, open_min=True),
     default=300.0,
     show_default=True,
     help="Seconds an unschedulable pod waits for an event that could let it fit before it "
@@ -88,7 +93,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 @click.option(
     "--allocation-gate-timeout",
     "allocation_gate_timeout_s",
-    type=click.FloatRange(min=1.0),
+    type=Seconds(1.0),
     default=60.0,
     show_default=True,
     help="Seconds after which a node whose device plugin has not answered takes GPU pods again.",
@@ -109,7 +114,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 )
 @click.option(
     "--webhook-port",
-    type=int,
+    type=click.IntRange(1, 65535),
     default=None,
     help="Serve the mutating admission webhook (HTTPS) on this port.",
 )
@@ -119,6 +124,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 @click.option("--webhook-ca", type=click.Path(exists=True, path_type=Path), default=None)
 @click.option(
     "--webhook-tls-secret",
+    type=KubeName("Secret name"),
     default=None,
     help="Self-managed TLS instead of --webhook-cert/--webhook-key: keep a CA and serving "
     "certificate in this Secret of --namespace, renew them, and patch the caBundle of "
@@ -126,12 +132,14 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 )
 @click.option(
     "--webhook-service",
+    type=KubeName("Service name", label=True),
     default="vgpu-operator-webhook",
     show_default=True,
     help="The webhook's Service, named in the self-managed certificate.",
 )
 @click.option(
     "--webhook-configuration",
+    type=KubeName("MutatingWebhookConfiguration name", empty_ok=True),
     default="vgpu-operator",
     show_default=True,
     help="The MutatingWebhookConfiguration whose caBundle self-managed TLS keeps current.",
@@ -153,7 +161,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 @click.option(
     "--defrag-interval",
     "defrag_interval_s",
-    type=click.FloatRange(min=1.0),
+    type=Seconds(1.0),
     default=60.0,
     show_default=True,
     help="Seconds between looks for pods blocked by fragmentation.",
@@ -173,13 +181,14 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 @click.option(
     "--defrag-owner-kind",
     "defrag_owner_kinds",
+    type=OwnerKind(),
     multiple=True,
     help="Another controller kind whose pods may move (Kind or group/Kind); repeatable.",
 )
 @click.option(
     "--defrag-step-timeout",
     "defrag_step_timeout_s",
-    type=click.FloatRange(min=1.0),
+    type=Seconds(1.0),
     default=120.0,
     show_default=True,
     help="Seconds a move (the pod gone, its replacement bound) may take before the plan stops.",
@@ -288,9 +297,16 @@ def defrag_group() -> None:
 
 @defrag_group.command("plan")
 @kubeconfig_option
-@click.option("--namespace", default="vgpu-operator", show_default=True)
-@click.option("--config-map", default="vgpu-device-config", show_default=True)
-@click.option("--config-key", default="device-config.yaml", show_default=True)
+@click.option(
+    "--namespace",
+    type=KubeName("namespace", label=True),
+    default="vgpu-operator",
+    show_default=True,
+)
+@click.option(
+    "--config-map", type=KubeName("ConfigMap name"), default="vgpu-device-config", show_default=True
+)
+@click.option("--config-key", type=ConfigMapKey(), default="device-config.yaml", show_default=True)
 @click.option(
     "--max-evictions",
     type=click.IntRange(min=1),
@@ -306,6 +322,7 @@ def defrag_group() -> None:
 @click.option(
     "--owner-kind",
     "owner_kinds",
+    type=OwnerKind(),
     multiple=True,
     help="Another controller kind whose pods may move (Kind or group/Kind); repeatable.",
 )
@@ -319,7 +336,7 @@ def defrag_group() -> None:
 @click.option(
     "--inventory-timeout",
     "inventory_timeout_s",
-    type=float,
+    type=Seconds(0.0),
     default=120.0,
     show_default=True,
     help="As the operator's: a node without a heartbeat this long offers no devices.",

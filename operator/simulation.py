@@ -14,7 +14,8 @@ import json
 import math
 import struct
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import yaml
 
@@ -29,13 +30,46 @@ from vgpu_operator.scheduling.cluster import ClusterState, Decision
 #: The ``defrag`` section's keys and the options they set.
 _DEFRAG_METHODS = ("auto", "exact", "heuristic")
 
+#: Bounds on what a scenario file may hold, far above any real cluster's description
+#: (a Kubernetes object nests about a dozen levels; a 1,000-node cluster with its pods is
+#: a few hundred thousand values). Deeper input exhausted Python's recursion in the YAML
+#: reader or later in the engine, and the command died with a traceback.
+MAX_SCENARIO_BYTES: Final = 64 * 1024 * 1024
+MAX_NESTING: Final = 64
+MAX_VALUES: Final = 5_000_000
+
+
+def read_scenario(path: Path) -> dict[str, Any]:
+    """A scenario file, read within the bounds above and parsed (``parse_scenario``)."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_SCENARIO_BYTES:
+            raise ScenarioError(
+                "<file>", f"is {size} bytes; a scenario may be at most {MAX_SCENARIO_BYTES}"
+            )
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ScenarioError("<file>", f"cannot be read: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError("<file>", f"is not UTF-8 text (byte {exc.start})") from exc
+    return parse_scenario(text)
+
 
 def parse_scenario(text: str) -> dict[str, Any]:
     """JSON or YAML text to a scenario mapping; structural errors name the field."""
+    if len(text) > MAX_SCENARIO_BYTES:
+        raise ScenarioError("<file>", f"a scenario may be at most {MAX_SCENARIO_BYTES} characters")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ScenarioError("<file>", f"neither JSON nor YAML: {exc}") from exc
+    except RecursionError:
+        raise ScenarioError("<file>", f"nested deeper than {MAX_NESTING} levels") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits, for instance
+        raise ScenarioError("<file>", f"holds a value that cannot be read: {exc}") from None
+    _check_bounds(data)
     if not isinstance(data, dict):
         raise ScenarioError("<file>", "a scenario must be a mapping")
     for key in ("nodes", "pods", "resourceQuotas", "podDisruptionBudgets", "expect"):
@@ -66,6 +100,44 @@ def parse_scenario(text: str) -> dict[str, Any]:
     for position, pdb in enumerate(data.get("podDisruptionBudgets") or []):
         _require_name(pdb, f"podDisruptionBudgets[{position}]")
     return data
+
+
+def _check_bounds(data: Any) -> None:
+    """Refuse nesting deeper than ``MAX_NESTING``, more than ``MAX_VALUES`` values (YAML
+    aliases counted as often as they are used: the engine copies what they stand for)
+    and a structure that contains itself. Iterative: the check must not recurse into what
+    it checks."""
+    measured: dict[int, tuple[int, int]] = {}  # id -> (height, values), once finished
+    open_ids: set[int] = set()  # the containers on the current path
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        item, finished = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        key = id(item)
+        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+        if finished:
+            height, values = 1, 1
+            for child in children:
+                child_height, child_values = measured.get(id(child), (0, 1))
+                height = max(height, child_height + 1)
+                values += child_values
+            if height > MAX_NESTING:
+                raise ScenarioError("<file>", f"nested deeper than {MAX_NESTING} levels")
+            if values > MAX_VALUES:
+                raise ScenarioError(
+                    "<file>", f"holds more than {MAX_VALUES} values (YAML aliases counted out)"
+                )
+            measured[key] = (height, values)
+            open_ids.discard(key)
+            continue
+        if key in measured:
+            continue
+        if key in open_ids:
+            raise ScenarioError("<file>", "contains itself (a YAML alias inside its anchor)")
+        open_ids.add(key)
+        stack.append((item, True))
+        stack.extend((child, False) for child in children if id(child) not in measured)
 
 
 def _require_name(obj: Any, where: str) -> str:

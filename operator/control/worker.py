@@ -430,6 +430,11 @@ class SchedulingWorker:
                 raise
         if gated:
             self._binding_on[node] = key
+        reporting_now = self._reports.get(key)
+        if reporting_now is not None and not reporting_now.done():
+            # The Binding sets PodScheduled True; a report still being written (the gate's
+            # wait, say) lands first, or its False would stay on the bound pod.
+            await asyncio.wait([reporting_now])
         if not slot_held:
             await self._bind_slots.acquire()
         self._binds_in_flight += 1
@@ -453,40 +458,50 @@ class SchedulingWorker:
 
     async def _await_gate(self, node: str, key: PodKey, pod: Mapping[str, Any]) -> None:
         """Wait, in decision order, until the pod may be bound on ``node``; a wait longer
-        than ``gate_report_after_s`` is shown on the pod once (``_report_gated``)."""
+        than ``gate_report_after_s`` is shown on the pod (``_report_gated``), and shown
+        again when another pod comes to hold the gate meanwhile (the first holder timed
+        out or answered and an earlier waiter took the gate): the condition must not go
+        on naming a holder that has long let go."""
         self._metrics.attempt(Result.GATED)
         log.debug("binding_waits_for_allocation_gate", pod=key, node=node)
         loop = asyncio.get_running_loop()
         report_at: float | None = self._clock() + self._gate_report_after_s
+        told: str | None = None  # the holder the pod's condition names
         while not self._gate_passable(node, key):
             turn: asyncio.Future[None] = loop.create_future()
             self._gate_waiters.setdefault(node, []).append(turn)
             try:
-                if report_at is None:
-                    await turn
-                    continue
+                timeout = None if report_at is None else max(0.0, report_at - self._clock())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        asyncio.shield(turn), max(0.0, report_at - self._clock())
-                    )
-                if not turn.done() and self._clock() >= report_at:
-                    report_at = self._report_gated(key, node, pod)
+                    await asyncio.wait_for(asyncio.shield(turn), timeout)
+                due = report_at is not None and self._clock() >= report_at
+                # Once told, every settling of the node (a holder answered or timed out)
+                # is a look at who holds the gate now.
+                if (due or (told is not None and turn.done())) and not self._gate_passable(
+                    node, key
+                ):
+                    report_at, told = self._report_gated(key, node, pod, told)
             finally:
                 waiters = self._gate_waiters.get(node)
                 if waiters is not None and turn in waiters:
                     waiters.remove(turn)
 
-    def _report_gated(self, key: PodKey, node: str, pod: Mapping[str, Any]) -> float | None:
+    def _report_gated(
+        self, key: PodKey, node: str, pod: Mapping[str, Any], told: str | None
+    ) -> tuple[float | None, str | None]:
         """The pod's Binding has waited long for the node's gate. If the pod holding it has
-        held it long too (its plugin is slow or silent), say who, for how long, and when
-        the gate opens at the latest (a condition, an Event, a log line), and return None;
-        in a burst whose holders answer promptly nothing is written (the waits are the
-        queue's), and the next look is returned."""
+        held it long too (its plugin is slow or silent), and the pod was not told about
+        that holder already, say who, for how long, and when the gate opens at the latest
+        (a condition, an Event, a log line). In a burst whose holders answer promptly
+        nothing is written (the waits are the queue's). Returns when to look next (None:
+        at the node's next settling) and the holder the pod has been told about."""
         after = self._gate_report_after_s
         holder = self._engine.gate_holder(node, self._wall_clock())
         if holder is None or holder.held_s < after:
             held = 0.0 if holder is None else holder.held_s
-            return self._clock() + max(after - held, 0.05)
+            return self._clock() + max(after - held, 0.05), told
+        if holder.pod == told:
+            return None, told
         message = reporting.gate_wait_message(node, holder.pod, holder.held_s, holder.opens_in_s)
         log.info(
             "binding_waits_for_allocation_gate",
@@ -496,7 +511,7 @@ class SchedulingWorker:
             held_s=round(holder.held_s, 1),
         )
         self._report(key, self._reporter.gated(pod, message))
-        return None
+        return None, holder.pod
 
     def node_settled(self, node: str) -> None:
         """The node's previous GPU pod has its devices (or gave up, or timed out): the

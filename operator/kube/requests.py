@@ -31,7 +31,7 @@ class ApiError(Exception):
     """The API server answered with an HTTP error status."""
 
     def __init__(self, method: str, path: str, status: int, body: str) -> None:
-        super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
+        super().__init__(f"{method} {path}: HTTP {status}: {_why(body)}")
         self.method = method
         self.path = path
         self.status = status
@@ -45,6 +45,29 @@ class ApiError(Exception):
         except ValueError:
             return ""
         return str(data.get("reason", "")) if isinstance(data, dict) else ""
+
+
+#: The most characters of an error body an ``ApiError`` quotes.
+_BODY_CHARS: Final = 600
+
+
+def _why(body: str) -> str:
+    """What an error body says, bounded: a Status object's reason and message first (the
+    first 300 characters of its JSON were mostly ``kind``, ``apiVersion`` and ``metadata``,
+    and a long message lost its end), any other body cut in its middle."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and data.get("kind") == "Status" and data.get("message"):
+        text = f"{data.get('reason') or 'Failure'}: {data['message']}"
+    else:
+        text = " ".join(body.split())
+    if len(text) <= _BODY_CHARS:
+        return text
+    head = _BODY_CHARS // 2
+    cut = len(text) - _BODY_CHARS
+    return f"{text[:head]}… ({cut} more characters) …{text[len(text) - (_BODY_CHARS - head) :]}"
 
 
 async def auth_headers(api: client.ApiClient) -> dict[str, str]:

@@ -42,10 +42,13 @@ MESSAGE_LIMIT = 1000
 
 
 def bounded(message: str, limit: int = MESSAGE_LIMIT) -> str:
-    """``message`` cut to ``limit`` characters, saying how much was cut."""
+    """``message`` cut to ``limit`` characters in its middle, saying how much was cut: a
+    refusal quotes the value first and says why after it, so the end must stay."""
     if len(message) <= limit:
         return message
-    return f"{message[:limit]}… ({len(message) - limit} more characters)"
+    head = limit // 2
+    cut = len(message) - limit
+    return f"{message[:head]}… ({cut} more characters) …{message[len(message) - (limit - head) :]}"
 
 
 def admit(

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from vgpu_operator.devices import model
+from vgpu_operator.devices import model, vendor
 from vgpu_operator.scheduling import fit, node_layer, placement, policies
 from vgpu_operator.scheduling.status import NodeFailure, Reason
 
@@ -218,6 +218,11 @@ class Simple:
             return NodeFailure({Reason.NODE_INSUFFICIENT_DEVICE: 1})
         reasons: dict[Reason, int] = {}
         refused_by: dict[Reason, set[str]] = {}
+        # With UUID restrictions the node is profiled card by card (``wants_ids``), so
+        # a class's card is the card; what the allowed ones fail is the node's cause.
+        pod_filter = self._filter or vendor.CardFilter.read(self._spec, self._job.annotations)
+        allows = fit.uuid_allows(self._spec, pod_filter, node.layer.restrictions)
+        allowed_reasons: dict[Reason, int] = {}
         passing = 0
         for card_class in visible:
             verdict = self._card(card_class, node)
@@ -228,13 +233,17 @@ class Simple:
             reasons[reason] = reasons.get(reason, 0) + card_class.count
             if keys:
                 refused_by.setdefault(reason, set()).update(keys)
+            if allows is not None and allows(card_class.card.id):
+                allowed_reasons[reason] = allowed_reasons.get(reason, 0) + card_class.count
         if passing >= self._count:
             return None
         if passing:
             reasons[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = passing
         if not reasons:
             reasons[Reason.NODE_INSUFFICIENT_DEVICE] = 1
-        return NodeFailure(reasons, {r: frozenset(k) for r, k in refused_by.items()})
+        return NodeFailure(
+            reasons, {r: frozenset(k) for r, k in refused_by.items()}, allowed_reasons
+        )
 
     def could_ever(self, node: NodeProfile) -> bool:
         """Whether the job could fit the node were every share on it free: False when

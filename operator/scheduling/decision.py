@@ -597,7 +597,9 @@ class ClusterState(ClaimScheduling):
             outcome = known.get(node.name) or self._try_node(node, job, now)
             if not outcome.ok:
                 refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
-                failures[node.name] = NodeFailure(dict(outcome.reasons), refused_by)
+                failures[node.name] = NodeFailure(
+                    dict(outcome.reasons), refused_by, dict(outcome.allowed_reasons)
+                )
         return Diagnosis(failures, len(self._nodes))
 
     # --- queueing hints -------------------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from vgpu_operator.devices import model, vendor
 from vgpu_operator.scheduling import mig, topology
-from vgpu_operator.scheduling.status import Reason
+from vgpu_operator.scheduling.status import AGGREGATE_REASONS, Reason
 
 #: quota_ok(candidates): does the pod still fit its namespace quota when this container
 #: takes these (card id, memory MiB, cores) on top of what earlier containers hold?
@@ -66,6 +66,11 @@ class FitResult:
     reasons: Counter[Reason]
     #: Per reason, the Node annotations that refused cards under it (the node layer).
     refused_by: dict[Reason, set[str]] = field(default_factory=dict)
+    #: With UUID restrictions (``use-gpuuuid``, ``nouse-gpuuuid``, the node layer's), the
+    #: reasons the cards they allow were refused for: the real cause, where ``reasons``
+    #: counts most cards under ``CardUuidMismatch`` (HAMi's order checks health and type
+    #: first, so a pinned card's own failure cannot be told from the counts).
+    allowed_reasons: Counter[Reason] = field(default_factory=Counter)
 
 
 def visible_cards(
@@ -108,11 +113,20 @@ def fit_container(
     pod_filter = options.card_filter or vendor.CardFilter.read(spec, options.annotations)
     node_types, node_uuids = _node_filters(spec, options.node_restrictions)
     topo = options.topology_aware
+    allows = _uuid_allows(pod_filter, node_uuids)
+    allowed_reasons: Counter[Reason] = Counter()
+    #: The reasons before the card now judged, when the UUID restrictions allow it.
+    before: Counter[Reason] | None = None
 
     i = len(typed) - 1
     while i >= 0:
+        if before is not None:
+            _note_allowed(allowed_reasons, reasons, before)
+            before = None
         card = typed[i]
         i -= 1
+        if allows is not None and allows(card.id):
+            before = reasons.copy()
         if not card.health:
             reasons[Reason.CARD_NOT_HEALTH] += 1
             continue
@@ -191,6 +205,8 @@ def fit_container(
         if card.mode == model.MODE_MIG:
             i += 1  # a MIG card can give one container several instances
 
+    if before is not None:
+        _note_allowed(allowed_reasons, reasons, before)
     if topo:
         chosen = _choose_topology(picked, origin, options)
         if chosen is not None:
@@ -199,7 +215,42 @@ def fit_container(
         reasons[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(picked)
     if not reasons:
         reasons[Reason.NODE_INSUFFICIENT_DEVICE] = 1
-    return FitResult(False, [], reasons, refused_by)
+    return FitResult(False, [], reasons, refused_by, allowed_reasons)
+
+
+def _note_allowed(
+    allowed_reasons: Counter[Reason], reasons: Counter[Reason], before: Counter[Reason]
+) -> None:
+    """Add what one allowed card was refused for (the reasons it added; none when it
+    was picked). Aggregate counts (NUMA regrouping) are not a card's own reason."""
+    for reason, count in reasons.items():
+        added = count - before.get(reason, 0)
+        if added > 0 and reason not in AGGREGATE_REASONS:
+            allowed_reasons[reason] += added
+
+
+def uuid_allows(
+    spec: vendor.VendorSpec,
+    pod_filter: vendor.CardFilter,
+    node_restrictions: Mapping[str, str],
+) -> Callable[[str], bool] | None:
+    """Whether the UUID restrictions (the pod's and the node layer's) allow a card, or
+    None when there are none (``card_classes`` judges by it as Fit does)."""
+    return _uuid_allows(pod_filter, _node_filters(spec, node_restrictions)[1])
+
+
+def _uuid_allows(
+    pod_filter: vendor.CardFilter, node_uuids: Sequence[_NodeFilter]
+) -> Callable[[str], bool] | None:
+    if not (pod_filter.use_uuids or pod_filter.nouse_uuids or node_uuids):
+        return None
+
+    def allows(card_id: str) -> bool:
+        return pod_filter.uuid_allowed(card_id) and all(
+            f.uuid_allowed(card_id) for _key, f in node_uuids
+        )
+
+    return allows
 
 
 #: A node annotation's key and the card filter it makes.

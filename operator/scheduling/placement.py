@@ -151,6 +151,8 @@ class Outcome:
     reasons: Counter[Reason] = field(default_factory=Counter)
     #: Per reason, the Node annotations that refused cards under it (the node layer).
     refused_by: Mapping[Reason, set[str]] = field(default_factory=dict)
+    #: What the cards UUID restrictions allow were refused for (``fit.FitResult``).
+    allowed_reasons: Mapping[Reason, int] = field(default_factory=dict)
     #: Per vendor and container, the score of each chosen card (aligned with
     #: ``devices``) as the container's card order saw it (HAMi's DeviceListsScore).
     card_scores: dict[str, tuple[tuple[float, ...], ...]] = field(default_factory=dict)
@@ -444,7 +446,13 @@ def fit_pod(
             )
             result = fit.fit_container(work, request, options)
             if not result.ok:
-                return Outcome(False, {}, Counter(result.reasons), result.refused_by)
+                return Outcome(
+                    False,
+                    {},
+                    Counter(result.reasons),
+                    result.refused_by,
+                    allowed_reasons=dict(result.allowed_reasons),
+                )
             score_lists[position] = tuple(scores[p.card.id] for p in result.picks)
             lists[position] = [
                 add_usage(p.card, p.memory_mib, p.cores, vendor_word) for p in result.picks

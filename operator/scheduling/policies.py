@@ -30,9 +30,15 @@ class ScoringWeights:
 
 DEFAULT_WEIGHTS: Final = ScoringWeights()
 
+#: The largest weight admitted. Only the ratios between weights matter, so a million to
+#: one is finer than any policy needs, while a score stays a float (a 400-digit weight
+#: overflowed the float division and failed every decision for the pod).
+MAX_SCORING_WEIGHT: Final = 1_000_000
+
 
 def parse_scoring_weights(value: str | None) -> ScoringWeights:
-    """Exactly ``slot=..,core=..,memory=..`` once each, non-negative, not all zero."""
+    """Exactly ``slot=..,core=..,memory=..`` once each, integers from 0 to
+    ``MAX_SCORING_WEIGHT``, not all zero."""
     if value is None:
         return DEFAULT_WEIGHTS
     field = names.DEVICE_SCORING_WEIGHTS
@@ -45,12 +51,18 @@ def parse_scoring_weights(value: str | None) -> ScoringWeights:
         key = key.strip()
         if not sep or key not in ("slot", "core", "memory") or key in parsed:
             raise CodecError(field, f"bad or repeated entry {entry.strip()!r}", value)
-        try:
-            weight = int(number.strip())
-        except ValueError:
-            raise CodecError(field, f"weight of {key} is not an integer", value) from None
-        if weight < 0:
-            raise CodecError(field, f"weight of {key} is negative", value)
+        digits = number.strip()
+        allowed = f"each weight must be an integer from 0 to {MAX_SCORING_WEIGHT}"
+        if digits.startswith("-") and digits[1:].isdigit():
+            raise CodecError(field, f"weight of {key} is negative; {allowed}", value)
+        # ASCII digits only: int() would also take "1_000", "+1" and other scripts' digits.
+        if not (digits.isascii() and digits.isdigit()):
+            raise CodecError(field, f"weight of {key} is not an integer; {allowed}", value)
+        if len(digits.lstrip("0")) > len(str(MAX_SCORING_WEIGHT)) or (
+            int(digits) > MAX_SCORING_WEIGHT
+        ):
+            raise CodecError(field, f"weight of {key} is too large; {allowed}", value)
+        weight = int(digits)
         parsed[key] = weight
     if not any(parsed.values()):
         raise CodecError(field, "at least one weight must be positive", value)
@@ -70,6 +82,11 @@ def card_score(
     """
     if card.count == 0 or card.total_cores == 0 or card.total_memory_mib == 0:
         return 0.0
+    # The parser refuses larger weights; bounded here too so that no weights object,
+    # however built, can make a decision raise (an unbounded int overflows the float).
+    slot_w, core_w, memory_w = (
+        min(max(w, 0), MAX_SCORING_WEIGHT) for w in (weights.slot, weights.core, weights.memory)
+    )
     request = core = memory = 0
     for req in requests:
         if req.vendor != card.type:
@@ -81,9 +98,9 @@ def card_score(
         else:
             memory += req.memory_mib
     return 10 * (
-        weights.slot * (request + card.used) / card.count
-        + weights.core * (core + card.used_cores) / card.total_cores
-        + weights.memory * (memory + card.used_memory_mib) / card.total_memory_mib
+        slot_w * (request + card.used) / card.count
+        + core_w * (core + card.used_cores) / card.total_cores
+        + memory_w * (memory + card.used_memory_mib) / card.total_memory_mib
     )
 
 

@@ -105,6 +105,10 @@ class NodeFailure:
 
     reasons: Mapping[Reason, int]
     refused_by: Mapping[Reason, frozenset[str]] = field(default_factory=dict)
+    #: Under UUID restrictions, the reasons the cards they allow were refused for
+    #: (``fit.FitResult.allowed_reasons``): the node's real cause, which the counts hide
+    #: under ``CardUuidMismatch`` (every other card) when a pinned card fails a check.
+    allowed_reasons: Mapping[Reason, int] = field(default_factory=dict)
 
     @property
     def code(self) -> Code:
@@ -113,9 +117,13 @@ class NodeFailure:
         return Code.UNSCHEDULABLE
 
     def main_reason(self) -> Reason:
-        """The reason that ruled out most devices; ties go to the earlier-declared one."""
+        """The reason that ruled out most devices; ties go to the earlier-declared one.
+        With UUID restrictions, the one among the cards they allow: a pod pinned to a
+        card that lacks memory is told ``CardInsufficientMemory``, not that the node's
+        other cards have the wrong UUID."""
         order = list(Reason)
-        return max(self.reasons, key=lambda r: (self.reasons[r], -order.index(r)))
+        counts = self.allowed_reasons or self.reasons
+        return max(counts, key=lambda r: (counts[r], -order.index(r)))
 
     def main_reason_text(self) -> str:
         """The main reason's name, with the Node annotations that caused it, if any:

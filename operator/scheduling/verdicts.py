@@ -54,7 +54,7 @@ class JudgedBooks(Protocol):
 def failure_of(outcome: placement.Outcome) -> NodeFailure:
     """The diagnosis entry of a Fit that failed."""
     refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
-    return NodeFailure(dict(outcome.reasons), refused_by)
+    return NodeFailure(dict(outcome.reasons), refused_by, dict(outcome.allowed_reasons))
 
 
 def _only_stale(failure: NodeFailure | None) -> bool:

@@ -804,6 +804,17 @@ def test_5_a_pod_bound_after_a_long_wait_holds_the_gate_from_its_binding(
     assert not env.get_pod(cp, tenant.namespace, "third")["spec"].get("nodeName"), (
         "the third pod was bound together with the second"
     )
+    # The third was told the first holds the gate; now the second does, and its condition
+    # says so (it named the first, long gone, until it was bound).
+    named: list[str] = []
+
+    def third_names_the_second() -> bool:
+        third = env.get_pod(cp, tenant.namespace, "third")
+        named.append(str((env.condition(third) or {}).get("message") or ""))
+        return f"pod {tenant.namespace}/second was bound there" in named[-1]
+
+    env.wait_until("the third pod's condition to name the second", third_names_the_second, 14)
+    assert not env.get_pod(cp, tenant.namespace, "third")["spec"].get("nodeName")
     stack.slow.admitting.set()  # the kubelet comes: first, second, then third
     for name in ("first", "second"):
         assert wait_received(stack, stack.slow, name).error is None

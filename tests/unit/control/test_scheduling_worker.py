@@ -40,8 +40,9 @@ class Engine:
         self.cancelled: list[str] = []
         self.shut: set[str] = set()
         self.gate_enabled = True
-        #: How long the pod holding a shut node's gate has held it.
+        #: How long the pod holding a shut node's gate has held it, and which pod it is.
         self.held_s = 12.0
+        self.holder = "ns/holder"
 
     def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
@@ -82,7 +83,7 @@ class Engine:
     def gate_holder(self, node_name: str, now: float) -> GateHolder | None:
         if node_name not in self.shut:
             return None
-        return GateHolder("ns/holder", self.held_s, 60.0 - self.held_s)
+        return GateHolder(self.holder, self.held_s, 60.0 - self.held_s)
 
     def remove_pod(self, key: str) -> None:
         self.log.append(f"remove {key}")
@@ -322,6 +323,84 @@ def test_a_long_wait_at_the_gate_shows_on_the_pod_once() -> None:
     assert "pod ns/holder was bound there 12 s ago" in gated[0][2]
     assert "in 48 s at the latest" in gated[0][2]
     assert [b[0] for b in rig.binder.bound] == ["a"]
+
+
+def test_the_gate_report_follows_a_new_holder() -> None:
+    """Told that ns/holder keeps the gate shut, the pod is told again when another pod
+    holds it (the first timed out or answered and an earlier waiter was bound): first
+    only once the new holder has held it long too, then not again for the same one."""
+    gpu = {"NVIDIA": ((model.ContainerDevice("GPU-0", "NVIDIA", 1024, 10),),)}
+
+    def gated(rig: Rig) -> list[str]:
+        return [r[2] for r in rig.reporter.reports if r[0] == "gated"]
+
+    async def scenario() -> tuple[Rig, list[int]]:
+        rig = Rig(gate_report_after_s=0.0)
+        rig.engine.shut.add("n1")
+        rig.engine.decisions["ns/a"] = Decision(
+            "ns/a", True, "n1", devices=gpu, annotations=ANNOTATIONS
+        )
+        rig.add("a")
+        rig.decide_next()
+        await _until(lambda: len(gated(rig)) == 1)
+        counts = [len(gated(rig))]
+        rig.engine.holder = "ns/next"  # ns/holder let go; ns/next was bound meanwhile
+        rig.worker.node_settled("n1")
+        await _until(lambda: len(gated(rig)) == 2)
+        rig.worker.node_settled("n1")  # the same holder: nothing new to say
+        await asyncio.sleep(0.02)
+        counts.append(len(gated(rig)))
+        rig.engine.shut.discard("n1")
+        rig.worker.node_settled("n1")
+        await settle(rig)
+        return rig, counts
+
+    rig, counts = asyncio.run(scenario())
+    assert counts == [1, 2]
+    first, second = gated(rig)
+    assert "pod ns/holder was bound there" in first
+    assert "pod ns/next was bound there" in second
+    assert [b[0] for b in rig.binder.bound] == ["a"]
+
+
+def test_a_gate_report_being_written_lands_before_the_binding() -> None:
+    """The Binding sets PodScheduled True: a gate report still in flight when the gate
+    opens must be written before it, or its False stays on the bound pod."""
+    gpu = {"NVIDIA": ((model.ContainerDevice("GPU-0", "NVIDIA", 1024, 10),),)}
+    order: list[str] = []
+
+    class SlowReporter(Reporter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def gated(self, pod: Mapping[str, Any], message: str) -> None:
+            order.append("report started")
+            await self.release.wait()
+            order.append("report written")
+
+    async def scenario() -> Rig:
+        rig = Rig(gate_report_after_s=0.0)
+        reporter = SlowReporter()
+        rig.worker._reporter = reporter
+        rig.engine.shut.add("n1")
+        rig.engine.decisions["ns/a"] = Decision(
+            "ns/a", True, "n1", devices=gpu, annotations=ANNOTATIONS
+        )
+        rig.add("a")
+        rig.decide_next()
+        await _until(lambda: order == ["report started"])
+        rig.engine.shut.discard("n1")
+        rig.worker.node_settled("n1")
+        await asyncio.sleep(0.02)
+        order.extend(f"bound {b[0]}" for b in rig.binder.bound)
+        reporter.release.set()
+        await settle(rig)
+        order.extend(f"bound {b[0]}" for b in rig.binder.bound)
+        return rig
+
+    asyncio.run(scenario())
+    assert order == ["report started", "report written", "bound a"]
 
 
 @pytest.mark.parametrize(

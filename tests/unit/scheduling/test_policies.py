@@ -347,3 +347,46 @@ def test_mutex_policy_refuses_used_cards() -> None:
     decision = state.schedule(pod.obj(), 0)
     assert decision.diagnosis is not None
     assert decision.diagnosis.to_json() == {"n": {"ExclusiveDeviceAllocateConflict": 1}}
+
+
+# --- bounded weights (a 400-digit weight overflowed every decision) -------------------
+
+HUGE = "9" * 400
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(f"slot={HUGE},core=1,memory=1", id="400-digits"),
+        pytest.param("slot=1000001,core=1,memory=1", id="just-over"),
+        pytest.param("slot=1,core=1_000,memory=1", id="underscores"),
+        pytest.param("slot=1,core=+1,memory=1", id="sign"),
+    ],
+)
+def test_scoring_weights_out_of_range_are_refused_with_the_range(value: str) -> None:
+    with pytest.raises(CodecError) as caught:
+        policies.parse_scoring_weights(value)
+    assert "each weight must be an integer from 0 to 1000000" in caught.value.message
+
+
+def test_scoring_weight_at_the_bound_is_read() -> None:
+    parsed = policies.parse_scoring_weights("slot=1000000,core=0,memory=000001")
+    assert (parsed.slot, parsed.core, parsed.memory) == (1_000_000, 0, 1)
+
+
+def test_card_score_of_unbounded_weights_does_not_raise() -> None:
+    """Weights built past the parser (a bug, a future caller) are bounded where used."""
+    card = usage("a", used=2, used_cores=30, used_memory_mib=5000)
+    weights = policies.ScoringWeights(slot=int(HUGE), core=1, memory=1)
+    bounded = policies.ScoringWeights(slot=policies.MAX_SCORING_WEIGHT, core=1, memory=1)
+    assert policies.card_score(card, [], weights) == policies.card_score(card, [], bounded)
+
+
+def test_schedule_with_a_400_digit_weight_waits_with_the_range() -> None:
+    state = cluster(make_node("a").gpu("GPU-a0"))
+    pod = make_pod("p").container(gpu=1, gpumem=1024)
+    pod = pod.annotate(names.DEVICE_SCORING_WEIGHTS, f"slot={HUGE},core=1,memory=1")
+    decision = state.schedule(pod.obj(), 0)
+    assert not decision.scheduled
+    assert decision.diagnosis is not None
+    assert "from 0 to 1000000" in decision.diagnosis.message()
