@@ -53,6 +53,24 @@ class Seconds(click.ParamType[float]):
         return f"give a finite number of seconds {bound} {self.minimum:g}"
 
 
+class Positive(click.ParamType[float]):
+    """A finite number above zero (a scaling factor): click's ``FloatRange`` takes ``inf``
+    and ``nan``, which would multiply every card's memory into nonsense."""
+
+    name = "number"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number; give a finite number above 0", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"{value!r} is out of range; give a finite number above 0", param, ctx)
+        return number
+
+
 class KubeName(click.ParamType[str]):
     """A Kubernetes object name: a DNS-1123 label (``label=True``) or subdomain."""
 

@@ -11,6 +11,7 @@ import click
 
 from vgpu_operator import resources
 from vgpu_operator.cli_options import kubeconfig_option, logging_options
+from vgpu_operator.cli_types import Positive, Seconds
 from vgpu_operator.errors import ConfigError
 
 
@@ -30,7 +31,7 @@ from vgpu_operator.errors import ConfigError
 @kubeconfig_option
 @click.option(
     "--heartbeat-interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(0.1),
     default=30.0,
     show_default=True,
     help="Seconds between renewals of the node's Lease (in vgpu-node-leases).",
@@ -43,7 +44,7 @@ from vgpu_operator.errors import ConfigError
     help="What the node's Lease says it lasts (spec.leaseDurationSeconds): the operator's "
     "--inventory-timeout.",
 )
-@click.option("--poll-interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@click.option("--poll-interval", type=Seconds(0.1), default=10.0, show_default=True)
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
@@ -60,13 +61,13 @@ from vgpu_operator.errors import ConfigError
 @click.option("--device-split-count", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option(
     "--device-memory-scaling",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Positive(),
     default=1.0,
     show_default=True,
 )
 @click.option(
     "--device-core-scaling",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Positive(),
     default=1.0,
     show_default=True,
 )

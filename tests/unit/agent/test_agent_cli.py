@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from vgpu_operator import resources
@@ -47,3 +48,26 @@ def test_agent_rejects_a_missing_machine_file() -> None:
     )
     assert result.exit_code == 2
     assert "no machine file" in result.output
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--heartbeat-interval", "nan"),
+        ("--heartbeat-interval", "inf"),
+        ("--poll-interval", "0.01"),
+        ("--device-memory-scaling", "inf"),
+        ("--device-memory-scaling", "nan"),
+        ("--device-core-scaling", "0"),
+    ],
+)
+def test_agent_refuses_numbers_it_cannot_use(option: str, value: str) -> None:
+    # click's FloatRange let nan and inf through: a NaN heartbeat never renews the Lease,
+    # an infinite scaling reports cards of infinite memory.
+    result = CliRunner().invoke(
+        agent_command,
+        ["--node-name", "n1", "--backend", "sim:h100-sxm-8", "--metrics-port", "0", option, value],
+    )
+    assert result.exit_code == 2, result.output
+    assert option in result.output
+    assert "finite number" in result.output
