@@ -104,17 +104,19 @@ class OffLoopSelectors:
             self.timeouts += 1
             await self._stop_child()
             return claim_cel.CelTooCostly(
-                f"{_shown(expression)} took longer than {self._deadline_s:g} s to evaluate "
-                "on one device; make the selector cheaper (smaller list literals, fewer "
-                "nested all/exists/map/filter, simpler regular expressions)"
+                f"{claim_cel.shown(expression)} took longer than {self._deadline_s:g} s to "
+                "evaluate on one device; make the selector cheaper (smaller list literals, "
+                "fewer nested all/exists/map/filter)"
             )
         except (OSError, ConnectionError) as exc:
             await self._stop_child()
-            return claim_cel.CelTooCostly(f"{_shown(expression)} could not be evaluated: {exc}")
+            return claim_cel.CelTooCostly(
+                f"{claim_cel.shown(expression)} could not be evaluated: {exc}"
+            )
         if not line:  # the child died (its memory cap): the expression built too much
             await self._stop_child()
             return claim_cel.CelTooCostly(
-                f"{_shown(expression)} used more memory than its evaluation may; make the "
+                f"{claim_cel.shown(expression)} used more memory than its evaluation may; make the "
                 "selector build smaller values"
             )
         reply = json.loads(line)
@@ -168,7 +170,3 @@ def cache_of(engine: object) -> claim_cel.SelectorCache:
     if not isinstance(cache, claim_cel.SelectorCache):
         raise TypeError(f"{type(engine).__name__} keeps no CEL selector cache")
     return cache
-
-
-def _shown(expression: str) -> str:
-    return repr(expression if len(expression) <= 200 else expression[:200] + "...")

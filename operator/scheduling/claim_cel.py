@@ -480,6 +480,11 @@ class _BoundedEvaluator(Evaluator):
         return super()._visit_tree(tree)
 
 
+def shown(expression: str) -> str:
+    """The expression as messages quote it (a long one cut)."""
+    return repr(expression if len(expression) <= 200 else expression[:200] + "...")
+
+
 def _detail(exc: CELEvalError) -> str:
     """celpy's error, with the function's own words when it raised them."""
     args = exc.args
@@ -510,19 +515,19 @@ class Selector:
             result = evaluator.evaluate(activation(device))
         except CelBudgetExceeded as exc:
             raise CelTooCostly(
-                f"{self.expression!r} {exc} (more than {steps} steps on device "
+                f"{shown(self.expression)} {exc} (more than {steps} steps on device "
                 f"{device.driver}): this scheduler evaluates CEL more slowly than "
                 "kube-scheduler; make the selector cheaper (smaller list literals, fewer "
                 "nested all/exists/map/filter)"
             ) from None
         except CELEvalError as exc:
-            raise CelRuntimeError(f"{self.expression!r}: {_detail(exc)}") from None
+            raise CelRuntimeError(f"{shown(self.expression)}: {_detail(exc)}") from None
         except RecursionError:
-            raise CelTooCostly(f"{self.expression!r} nests too deeply to evaluate") from None
+            raise CelTooCostly(f"{shown(self.expression)} nests too deeply to evaluate") from None
         except Exception as exc:  # a library function's own failure is the selector's
-            raise CelRuntimeError(f"{self.expression!r}: {exc}") from None
+            raise CelRuntimeError(f"{shown(self.expression)}: {exc}") from None
         if not isinstance(result, celtypes.BoolType):
-            raise CelRuntimeError(f"{self.expression!r} yields {result!r}, not a bool")
+            raise CelRuntimeError(f"{shown(self.expression)} yields {result!r}, not a bool")
         return bool(result)
 
 
@@ -535,17 +540,17 @@ def compile_selector(expression: str) -> Selector:
             f"CEL expression of {len(expression)} characters is longer than "
             f"{MAX_LENGTH} (the API server's limit); shorten it"
         )
-    shown = expression if len(expression) <= 200 else expression[:200] + "..."
+    quoted = shown(expression)
     try:
         tree = _ENV.compile(expression)
     except CELParseError as exc:
-        raise CelRefused(f"CEL expression {shown!r} does not parse here: {exc}") from None
+        raise CelRefused(f"CEL expression {quoted} does not parse here: {exc}") from None
     except RecursionError:
-        raise CelRefused(f"CEL expression {shown!r} nests too deeply to parse") from None
+        raise CelRefused(f"CEL expression {quoted} nests too deeply to parse") from None
     depth = _depth(tree)
     if depth > MAX_DEPTH:
         raise CelRefused(
-            f"CEL expression {shown!r} nests too deeply for this scheduler (its parse tree "
+            f"CEL expression {quoted} nests too deeply for this scheduler (its parse tree "
             f"is {depth} levels deep, at most {MAX_DEPTH} here: about 30 nested "
             "parentheses or 250 chained conditions); flatten it, or split it into several "
             "selectors (a request's selectors must all match)"
@@ -553,13 +558,13 @@ def compile_selector(expression: str) -> Selector:
     unknown = sorted(_called_names(tree) - SUPPORTED)
     if unknown:
         raise CelRefused(
-            f"CEL expression {shown!r} calls {', '.join(unknown)}, which this scheduler "
+            f"CEL expression {quoted} calls {', '.join(unknown)}, which this scheduler "
             "does not evaluate"
         )
     cost = claim_cel_cost.estimate(tree)
     if cost > claim_cel_cost.MAX_COST:
         raise CelRefused(
-            f"CEL expression {shown!r} is too complex: its estimated cost {cost} exceeds "
+            f"CEL expression {quoted} is too complex: its estimated cost {cost} exceeds "
             f"the limit {claim_cel_cost.MAX_COST} (as the API server estimates it); use "
             "smaller list literals or fewer nested macros"
         )
