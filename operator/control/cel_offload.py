@@ -74,11 +74,22 @@ class OffLoopSelectors:
     async def _drain(self) -> None:
         started = time.perf_counter()
         count = 0
+        #: Expressions past a bound on one device: their other devices get the same
+        #: verdict unevaluated (any device's error refuses the claim; one bound's worth of
+        #: work per expression is what a tenant may cost us).
+        too_costly: dict[str, claim_cel.CelTooCostly] = {}
         while self._queue:
             expression, device_key, device = self._queue.popleft()
-            verdict = await self._evaluate(expression, device)
+            known = too_costly.get(expression)
+            verdict: claim_cel.Verdict
+            if known is not None:
+                verdict = known
+            else:
+                verdict = await self._evaluate(expression, device)
+                count += 1
+                if isinstance(verdict, claim_cel.CelTooCostly):
+                    too_costly[expression] = verdict
             self._cache.record(expression, device_key, verdict)
-            count += 1
         self.evaluated += count
         waiting, self._waiting = self._waiting, set()
         for key in waiting:

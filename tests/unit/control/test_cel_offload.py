@@ -118,3 +118,23 @@ def test_the_event_loop_runs_other_work_while_the_child_evaluates() -> None:
             await offload.close()
 
     asyncio.run(scenario())
+
+
+def test_a_selector_past_its_bound_on_one_device_costs_one_bound_not_one_per_device() -> None:
+    async def scenario() -> None:
+        cache = claim_cel.SelectorCache()
+        offload = cel_offload.OffLoopSelectors(cache, lambda _key: None)
+        cheap = cache.compile('device.driver != ""')
+        for n in range(4):
+            cache.matches(cheap, ("pool", "dev", n), DEVICE)  # four devices known
+        try:
+            await _decide_and_wait(cache, offload, [SLOW])
+        finally:
+            await offload.close()
+        assert offload.evaluated == 1
+        slow = cache.compile(SLOW)
+        for n in range(4):
+            with pytest.raises(claim_cel.CelTooCostly):
+                cache.matches(slow, ("pool", "dev", n), DEVICE)
+
+    asyncio.run(scenario())
