@@ -29,6 +29,7 @@ import structlog
 from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.control import (
+    cel_offload,
     claim_binding,
     claims_feed,
     deferred,
@@ -106,6 +107,7 @@ class Operator:
         self.claim_feed: claims_feed.ClaimFeed | None = None
         self.queue: queue.SchedulingQueue | None = None
         self.worker: worker.SchedulingWorker | None = None
+        self.selectors: cel_offload.OffLoopSelectors | None = None
         self.reporter: reporting.KubeReporter | None = None
         self.gate: worker.Gate | None = None
         self.deferred: deferred.DeferredWrites | None = None
@@ -144,6 +146,10 @@ class Operator:
             inventory_timeout_s=options.inventory_timeout_s,
         )
         self.claim_feed = claims_feed.ClaimFeed(self.state, self.queue)
+        # CEL selectors are evaluated off the event loop (control/cel_offload.py).
+        self.selectors = cel_offload.OffLoopSelectors(
+            cel_offload.cache_of(self.state), self.queue.wake_one
+        )
         # Scheduled Events wait while Bindings are being written (control/deferred.py).
         self.deferred = deferred.DeferredWrites()
         self.reporter = reporting.KubeReporter(
@@ -182,6 +188,7 @@ class Operator:
             gate=self.gate,
             preemptor=preemptor.KubePreemptor(self.api, self.reporter),
             max_binds_in_flight=options.max_binds_in_flight,
+            selectors=self.selectors,
             claims=claim_binding.ClaimBinding(
                 self.state,
                 claims.ApiClaimWriter(self.api),
@@ -261,6 +268,8 @@ class Operator:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.selectors is not None:
+            await self.selectors.close()
         self._forever.clear()
         if self._server is not None:
             await self._server.stop()

@@ -57,6 +57,12 @@ class EngineDecisions(Protocol):
     def gate_holder(self, node_name: str, now: float) -> GateHolder | None: ...
 
 
+class SelectorsOffLoop(Protocol):
+    """``cel_offload.OffLoopSelectors``: what a decision lacked of CEL verdicts."""
+
+    def decided(self, key: PodKey) -> None: ...
+
+
 class Binder(Protocol):
     async def bind(
         self, pod: Mapping[str, Any], node: str, annotations: Mapping[str, str]
@@ -155,6 +161,7 @@ class SchedulingWorker:
         wall_clock: Callable[[], float] = time.time,
         gate_report_after_s: float = GATE_REPORT_AFTER_S,
         claims: claim_binding.ClaimBinding | None = None,
+        selectors: SelectorsOffLoop | None = None,
     ) -> None:
         self._engine = engine
         self._feed = state_feed
@@ -170,6 +177,8 @@ class SchedulingWorker:
         self._gate_report_after_s = gate_report_after_s
         #: The DRA path's writes before a Binding (None: no pod here uses claims).
         self._claims = claims
+        #: Where CEL verdicts a decision lacked are computed (None: all on the loop).
+        self._selectors = selectors
         self._bind_slots = asyncio.Semaphore(max_binds_in_flight)
         self._binds_in_flight = 0
         self._wakeup = asyncio.Event()
@@ -281,6 +290,8 @@ class SchedulingWorker:
         finally:
             # The decision may have let go of room (a hold expired, moved): wake who it helps.
             self._feed.settle_releases()
+            if self._selectors is not None:
+                self._selectors.decided(key)  # verdicts it lacked: computed off the loop
         self._metrics.decided(time.perf_counter() - started)
         if decision.scheduled and decision.node:
             self._reported.pop(key, None)

@@ -29,12 +29,14 @@ from fractions import Fraction
 from typing import Any, Final, cast
 
 import celpy
+import lark
 from celpy import celtypes
 from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
+from celpy.evaluation import CELEvalError, Evaluator
 
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling import claim_cel_cost
 
 
 class CelRefused(Exception):
@@ -43,6 +45,18 @@ class CelRefused(Exception):
 
 class CelRuntimeError(Exception):
     """The expression failed on a device (kube-scheduler refuses the whole claim then)."""
+
+
+class CelTooCostly(CelRuntimeError):
+    """The evaluation ran past this scheduler's runtime bound (steps or wall time)."""
+
+
+class CelPending(Exception):
+    """The verdict is being computed off the scheduling loop; decide the pod again later."""
+
+
+class CelBudgetExceeded(Exception):
+    """Raised inside an evaluation that ran out of steps (becomes CelTooCostly)."""
 
 
 # --- Kubernetes' quantity and semver types --------------------------------------------------
@@ -141,24 +155,153 @@ def _sub(q: Quantity, other: Any) -> Quantity:
     return _number(q.value - amount)
 
 
-def _str(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A string function whose result is a CEL string (or list of them)."""
-
-    def wrapped(*args: Any) -> Any:
-        result = fn(*args)
-        if isinstance(result, str):
-            return celtypes.StringType(result)
-        if isinstance(result, list):
-            return celtypes.ListType([celtypes.StringType(s) for s in result])
-        return result
-
-    return wrapped
+#: The longest string a string function may build (a selector's strings are an
+#: attribute's 64 characters or literals of a 10 KiB expression; ``replace`` chained on
+#: a literal could otherwise grow without bound between two evaluation steps).
+MAX_STRING: Final = 1 << 20
 
 
-def _split(s: str, sep: str, limit: int = -1) -> list[str]:
+def _text(value: str) -> celtypes.StringType:
+    if len(value) > MAX_STRING:
+        raise CelBudgetExceeded(f"a string function built {len(value)} characters")
+    return celtypes.StringType(value)
+
+
+def _string(value: Any, function: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{function} needs a string, not {type(value).__name__}")
+    return str(value)
+
+
+def _index(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"an index must be an int, not {type(value).__name__}")
+    return int(value)
+
+
+def _out_of_range(index: int) -> ValueError:
+    # cel-go's ext.Strings says exactly this for charAt, indexOf, lastIndexOf, substring.
+    return ValueError(f"index out of range: {index}")
+
+
+# cel-go's ext.Strings (v0.29, Kubernetes 1.37's; ``ext/strings.go``): indexes count code
+# points, a negative index is an error and so is one past the end for charAt and
+# substring (indexOf and lastIndexOf answer -1 there), the case functions change ASCII
+# letters only, trim strips what Go's unicode.IsSpace calls space.
+
+
+def _char_at(s: Any, i: Any) -> celtypes.StringType:
+    text, index = _string(s, "charAt"), _index(i)
+    if index < 0 or index > len(text):
+        raise _out_of_range(index)
+    return celtypes.StringType(text[index : index + 1])
+
+
+def _index_of(s: Any, sub: Any, start: Any = 0) -> celtypes.IntType:
+    if isinstance(s, list):  # Kubernetes' lists library: the first equal element
+        return celtypes.IntType(next((n for n, e in enumerate(s) if e == sub), -1))
+    text, needle, offset = _string(s, "indexOf"), _string(sub, "indexOf"), _index(start)
+    if offset < 0:
+        raise _out_of_range(offset)
+    if needle == "":
+        return celtypes.IntType(min(offset, len(text)))
+    if offset >= len(text):
+        return celtypes.IntType(-1)
+    return celtypes.IntType(text.find(needle, offset))
+
+
+def _last_index_of(s: Any, sub: Any, *start: Any) -> celtypes.IntType:
+    if isinstance(s, list):
+        found = [n for n, e in enumerate(s) if e == sub]
+        return celtypes.IntType(found[-1] if found else -1)
+    text, needle = _string(s, "lastIndexOf"), _string(sub, "lastIndexOf")
+    if not start:
+        if needle == "":
+            return celtypes.IntType(len(text))
+        offset = len(text) - 1
+    else:
+        offset = _index(start[0])
+    if offset < 0:
+        if not start:
+            return celtypes.IntType(-1)  # an empty string holds nothing
+        raise _out_of_range(offset)
+    if needle == "":
+        return celtypes.IntType(min(offset, len(text)))
+    if offset >= len(text):
+        return celtypes.IntType(-1)
+    # A match starting at ``offset`` or before it.
+    return celtypes.IntType(text.rfind(needle, 0, offset + len(needle)))
+
+
+def _substring(s: Any, start: Any, *end: Any) -> celtypes.StringType:
+    text, first = _string(s, "substring"), _index(start)
+    last = _index(end[0]) if end else len(text)
+    if first > last:
+        raise ValueError(f"invalid substring range. start: {first}, end: {last}")
+    if first < 0 or first > len(text):
+        raise _out_of_range(first)
+    if last < 0 or last > len(text):
+        raise _out_of_range(last)
+    return celtypes.StringType(text[first:last])
+
+
+_TO_LOWER: Final = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+_TO_UPPER: Final = {c + 32: c for c in range(ord("A"), ord("Z") + 1)}
+#: Go's unicode.IsSpace (strings.TrimSpace): Python's str.strip also strips \x1c-\x1f.
+_GO_SPACE: Final = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+    "\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def _lower_ascii(s: Any) -> celtypes.StringType:
+    return celtypes.StringType(_string(s, "lowerAscii").translate(_TO_LOWER))
+
+
+def _upper_ascii(s: Any) -> celtypes.StringType:
+    return celtypes.StringType(_string(s, "upperAscii").translate(_TO_UPPER))
+
+
+def _trim(s: Any) -> celtypes.StringType:
+    return celtypes.StringType(_string(s, "trim").strip(_GO_SPACE))
+
+
+def _replace(s: Any, old: Any, new: Any, n: Any = -1) -> celtypes.StringType:
+    text, before, after, count = (
+        _string(s, "replace"),
+        _string(old, "replace"),
+        _string(new, "replace"),
+        _index(n),
+    )
+    # Bound the result before building it (see MAX_STRING).
+    times = text.count(before) if before else len(text) + 1
+    if count >= 0:
+        times = min(times, count)
+    if len(text) + times * max(0, len(after) - len(before)) > MAX_STRING:
+        raise CelBudgetExceeded(f"replace would build more than {MAX_STRING} characters")
+    return _text(text.replace(before, after, count))
+
+
+def _split(s: Any, sep: Any, n: Any = -1) -> celtypes.ListType:
+    text, separator, limit = _string(s, "split"), _string(sep, "split"), _index(n)
     if limit == 0:
-        return []
-    return s.split(sep, limit - 1) if limit > 0 else s.split(sep)
+        return celtypes.ListType()
+    if separator == "":  # Go: into code points, the last one holding the rest
+        parts = (
+            list(text)
+            if limit < 0 or limit >= len(text)
+            else [*text[: limit - 1], text[limit - 1 :]]
+        )
+    else:
+        parts = text.split(separator, limit - 1) if limit > 0 else text.split(separator)
+    return celtypes.ListType([celtypes.StringType(p) for p in parts])
+
+
+def _join(items: Any, sep: Any = "") -> celtypes.StringType:
+    if not isinstance(items, list):
+        raise TypeError("join needs a list of strings")
+    separator = _string(sep, "join")
+    return _text(separator.join(_string(i, "join") for i in items))
 
 
 #: Kubernetes' CEL library beyond CEL's standard functions, as far as a device selector
@@ -180,16 +323,16 @@ FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "major": lambda v: celtypes.IntType(v.parts[0]),
     "minor": lambda v: celtypes.IntType(v.parts[1]),
     "patch": lambda v: celtypes.IntType(v.parts[2]),
-    "lowerAscii": _str(lambda s: s.lower()),
-    "upperAscii": _str(lambda s: s.upper()),
-    "trim": _str(lambda s: s.strip()),
-    "replace": _str(lambda s, old, new, n=-1: s.replace(old, new, int(n))),
-    "split": _str(lambda s, sep, n=-1: _split(s, sep, int(n))),
-    "join": _str(lambda items, sep="": sep.join(items)),
-    "indexOf": lambda s, sub, start=0: celtypes.IntType(s.find(sub, int(start))),
-    "lastIndexOf": lambda s, sub: celtypes.IntType(s.rfind(sub)),
-    "substring": _str(lambda s, start, end=None: s[int(start) : None if end is None else int(end)]),
-    "charAt": _str(lambda s, i: s[int(i)] if int(i) < len(s) else ""),
+    "lowerAscii": _lower_ascii,
+    "upperAscii": _upper_ascii,
+    "trim": _trim,
+    "replace": _replace,
+    "split": _split,
+    "join": _join,
+    "indexOf": _index_of,
+    "lastIndexOf": _last_index_of,
+    "substring": _substring,
+    "charAt": _char_at,
 }
 
 #: CEL's own functions and macros that celpy provides.
@@ -266,6 +409,27 @@ def activation(device: DeviceView) -> dict[str, Any]:
 
 # --- compiling and evaluating -------------------------------------------------------------
 
+#: ``resource.k8s.io``'s ``CELSelectorExpressionMaxLength``.
+MAX_LENGTH: Final = 10 * 1024
+#: The deepest parse tree compiled. The interpreter recurses about four Python frames per
+#: tree level (celpy raises the recursion limit to 2,500), so 300 levels stay far inside
+#: it wherever the engine is called from. A level of parentheses is ten tree levels, a
+#: chained ``&&``/``||`` one, a chained ``+`` or comparison two: about 30 nested
+#: parentheses or 250 chained conditions.
+MAX_DEPTH: Final = 300
+#: Evaluation steps (parse-tree nodes visited) one verdict may take: about half a second
+#: of the interpreter. Past it the claim is refused; kube-scheduler's own bound is its
+#: runtime cost limit (1,000,000), which a slower interpreter cannot afford.
+MAX_STEPS: Final = 100_000
+#: Steps an evaluation on the scheduling loop may take (a few milliseconds); a selector
+#: that needs more is evaluated off the loop (``SelectorCache.deferring``).
+INLINE_STEPS: Final = 2_000
+#: Static cost below which a selector is tried on the loop at all.
+INLINE_COST: Final = 2_000
+#: Longest expression compiled on the loop (parsing takes about 40 µs a character);
+#: a longer one is compiled, checked and evaluated off the loop.
+INLINE_LENGTH: Final = 512
+
 _ENV: Final = celpy.Environment()
 
 
@@ -280,55 +444,172 @@ def _called_names(tree: Any) -> set[str]:
     return names
 
 
+def _depth(tree: Any) -> int:
+    """The parse tree's depth, without recursing."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+    return deepest
+
+
+class _Steps:
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+
+class _BoundedEvaluator(Evaluator):
+    """celpy's interpreter, counting the nodes it visits (macro bodies included)."""
+
+    def __init__(self, ast: Any, activation: Any, steps: _Steps) -> None:
+        super().__init__(ast, activation)
+        self._steps = steps
+
+    def sub_evaluator(self, ast: Any) -> Evaluator:
+        return _BoundedEvaluator(ast, self.activation, self._steps)
+
+    def _visit_tree(self, tree: Any) -> Any:
+        # lark's Interpreter visits every node through here (``visit`` only the root).
+        steps = self._steps
+        steps.left -= 1
+        if steps.left < 0:
+            raise CelBudgetExceeded("ran out of evaluation steps")
+        return super()._visit_tree(tree)
+
+
+def shown(expression: str) -> str:
+    """The expression as messages quote it (a long one cut)."""
+    return repr(expression if len(expression) <= 200 else expression[:200] + "...")
+
+
+def _detail(exc: CELEvalError) -> str:
+    """celpy's error, with the function's own words when it raised them."""
+    args = exc.args
+    if len(args) >= 3 and args[2]:
+        return " ".join(str(a) for a in args[2])
+    return str(args[0]) if args else str(exc)
+
+
 @dataclass(frozen=True, slots=True)
 class Selector:
     """One compiled selector."""
 
     expression: str
     program: Any
+    #: Its static cost, as the API server estimates it.
+    cost: int = 0
+    #: Whether its verdicts are computed off the scheduling loop only.
+    off_loop: bool = False
 
-    def matches(self, device: DeviceView) -> bool:
+    def matches(self, device: DeviceView, steps: int = MAX_STEPS) -> bool:
         """Whether the device is selected; raises CelRuntimeError when the expression
-        fails on it (a missing attribute, a wrong type) or yields no bool."""
+        fails on it (a missing attribute, a wrong type) or yields no bool, CelTooCostly
+        when it takes more than ``steps`` evaluation steps."""
         try:
-            result = self.program.evaluate(activation(device))
+            evaluator = _BoundedEvaluator(
+                self.program.ast, self.program.new_activation(), _Steps(steps)
+            )
+            result = evaluator.evaluate(activation(device))
+        except CelBudgetExceeded as exc:
+            raise CelTooCostly(
+                f"{shown(self.expression)} {exc} (more than {steps} steps on device "
+                f"{device.driver}): this scheduler evaluates CEL more slowly than "
+                "kube-scheduler; make the selector cheaper (smaller list literals, fewer "
+                "nested all/exists/map/filter)"
+            ) from None
         except CELEvalError as exc:
-            detail = exc.args[0] if exc.args else exc
-            raise CelRuntimeError(f"{self.expression!r}: {detail}") from None
-        except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as exc:
-            raise CelRuntimeError(f"{self.expression!r}: {exc}") from None
+            raise CelRuntimeError(f"{shown(self.expression)}: {_detail(exc)}") from None
+        except RecursionError:
+            raise CelTooCostly(f"{shown(self.expression)} nests too deeply to evaluate") from None
+        except Exception as exc:  # a library function's own failure is the selector's
+            raise CelRuntimeError(f"{shown(self.expression)}: {exc}") from None
         if not isinstance(result, celtypes.BoolType):
-            raise CelRuntimeError(f"{self.expression!r} yields {result!r}, not a bool")
+            raise CelRuntimeError(f"{shown(self.expression)} yields {result!r}, not a bool")
         return bool(result)
 
 
 def compile_selector(expression: str) -> Selector:
-    """Raises CelRefused for an expression that does not parse or that calls a function
-    the engine does not provide."""
+    """Raises CelRefused for an expression that is too long, too deep or too costly (as
+    the API server estimates it), that does not parse, or that calls a function the engine
+    does not provide."""
+    if len(expression) > MAX_LENGTH:
+        raise CelRefused(
+            f"CEL expression of {len(expression)} characters is longer than "
+            f"{MAX_LENGTH} (the API server's limit); shorten it"
+        )
+    quoted = shown(expression)
     try:
         tree = _ENV.compile(expression)
     except CELParseError as exc:
-        raise CelRefused(f"CEL expression {expression!r} does not parse here: {exc}") from None
+        raise CelRefused(f"CEL expression {quoted} does not parse here: {exc}") from None
+    except RecursionError:
+        raise CelRefused(f"CEL expression {quoted} nests too deeply to parse") from None
+    depth = _depth(tree)
+    if depth > MAX_DEPTH:
+        raise CelRefused(
+            f"CEL expression {quoted} nests too deeply for this scheduler (its parse tree "
+            f"is {depth} levels deep, at most {MAX_DEPTH} here: about 30 nested "
+            "parentheses or 250 chained conditions); flatten it, or split it into several "
+            "selectors (a request's selectors must all match)"
+        )
     unknown = sorted(_called_names(tree) - SUPPORTED)
     if unknown:
         raise CelRefused(
-            f"CEL expression {expression!r} calls {', '.join(unknown)}, which this scheduler "
+            f"CEL expression {quoted} calls {', '.join(unknown)}, which this scheduler "
             "does not evaluate"
         )
-    return Selector(expression, _ENV.program(tree, functions=FUNCTIONS))
+    cost = claim_cel_cost.estimate(tree)
+    if cost > claim_cel_cost.MAX_COST:
+        raise CelRefused(
+            f"CEL expression {quoted} is too complex: its estimated cost {cost} exceeds "
+            f"the limit {claim_cel_cost.MAX_COST} (as the API server estimates it); use "
+            "smaller list literals or fewer nested macros"
+        )
+    # Each step is bounded in time (``matches`` is RE2's, linear; strings are capped at
+    # MAX_STRING), so the step bound bounds the evaluation.
+    off_loop = cost > INLINE_COST
+    return Selector(expression, _ENV.program(tree, functions=FUNCTIONS), cost, off_loop)
+
+
+#: A verdict: selected or not, or the error the expression raised on the device.
+Verdict = bool | CelRuntimeError
 
 
 class SelectorCache:
     """Compiled selectors, and each one's verdict per device (a verdict depends only on
     the device as published, so it holds until the device's slice changes: the key the
-    caller gives must change with it)."""
+    caller gives must change with it).
+
+    By default a missing verdict is computed at once (bounded by ``MAX_STEPS``): the CLI's
+    simulation and tests. The operator sets ``deferring``: then only a cheap selector is
+    evaluated on the scheduling loop (at most ``INLINE_STEPS``); any other missing verdict
+    is queued (``take_pending``) for an evaluator off the loop, which ``record``s it, and
+    ``matches`` raises CelPending meanwhile."""
 
     def __init__(self) -> None:
+        self.deferring = False
         self._compiled: dict[str, Selector | CelRefused] = {}
-        self._verdicts: dict[tuple[str, Any], bool | CelRuntimeError] = {}
+        self._verdicts: dict[tuple[str, Any], Verdict] = {}
+        #: Pairs waiting for the evaluator, with the device as the selector sees it.
+        self._pending: dict[tuple[str, Any], DeviceView] = {}
+        #: Pairs handed to the evaluator and not recorded yet.
+        self._in_flight: set[tuple[str, Any]] = set()
+        #: Every device a selector was asked about: a costly selector is sent for all of
+        #: them at once, not node by node as decisions meet them.
+        self._devices: dict[Any, DeviceView] = {}
+        #: Expressions that ran past INLINE_STEPS on the loop once.
+        self._costly: set[str] = set()
+        #: Whether a ``matches`` raised CelPending since ``pending_seen`` was last asked.
+        self._pending_seen = False
 
     def compile(self, expression: str) -> Selector:
         found = self._compiled.get(expression)
+        if found is None and self.deferring and len(expression) > INLINE_LENGTH:
+            # Checked and evaluated off the loop: a refusal comes back as its verdicts.
+            return Selector(expression, None, off_loop=True)
         if found is None:
             try:
                 found = compile_selector(expression)
@@ -343,15 +624,68 @@ class SelectorCache:
         key = (selector.expression, device_key)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            try:
-                verdict = selector.matches(device)
-            except CelRuntimeError as exc:
-                verdict = exc
-            self._verdicts[key] = verdict
+            verdict = self._evaluate(selector, key, device)
         if isinstance(verdict, CelRuntimeError):
             raise verdict
         return verdict
 
+    def _evaluate(self, selector: Selector, key: tuple[str, Any], device: DeviceView) -> Verdict:
+        verdict: Verdict = False
+        if self.deferring:
+            self._devices[key[1]] = device
+            if not selector.off_loop and selector.expression not in self._costly:
+                try:
+                    verdict = selector.matches(device, INLINE_STEPS)
+                except CelTooCostly:
+                    self._costly.add(selector.expression)  # all its pairs off the loop now
+                except CelRuntimeError as exc:
+                    verdict = exc
+                if selector.expression not in self._costly:
+                    self._verdicts[key] = verdict
+                    return verdict
+            if key not in self._in_flight:
+                self._pending[key] = device
+            self._pending_seen = True
+            raise CelPending(
+                "its CEL selectors are being evaluated off the scheduling loop; the pod is "
+                "decided again when the verdicts are in"
+            )
+        try:
+            verdict = selector.matches(device)
+        except CelRuntimeError as exc:
+            verdict = exc
+        self._verdicts[key] = verdict
+        return verdict
+
+    def pending_seen(self) -> bool:
+        """Whether a decision met a pending verdict since the last call (and reset)."""
+        seen, self._pending_seen = self._pending_seen, False
+        return seen
+
+    def take_pending(self) -> list[tuple[str, Any, DeviceView]]:
+        """The pairs to evaluate off the loop, now in flight: each queued pair, and for a
+        selector queued, every other device seen so far without its verdict."""
+        expressions = {e for e, _ in self._pending}
+        for expression in expressions:
+            for device_key, view in self._devices.items():
+                pair = (expression, device_key)
+                if pair not in self._verdicts and pair not in self._in_flight:
+                    self._pending.setdefault(pair, view)
+        taken = [(e, k, v) for (e, k), v in self._pending.items()]
+        self._in_flight.update(self._pending)
+        self._pending.clear()
+        return taken
+
+    def record(self, expression: str, device_key: Any, verdict: Verdict) -> None:
+        """An evaluator's verdict for one pair."""
+        pair = (expression, device_key)
+        self._in_flight.discard(pair)
+        if device_key in self._devices or not self.deferring:
+            self._verdicts[pair] = verdict
+
     def forget_devices(self, keep: Callable[[Any], bool]) -> None:
         """Drop verdicts of devices no longer published (keep those ``keep`` accepts)."""
         self._verdicts = {k: v for k, v in self._verdicts.items() if keep(k[1])}
+        self._devices = {k: v for k, v in self._devices.items() if keep(k)}
+        self._pending = {k: v for k, v in self._pending.items() if keep(k[1])}
+        self._in_flight = {k for k in self._in_flight if keep(k[1])}

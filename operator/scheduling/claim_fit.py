@@ -50,7 +50,8 @@ class ClaimsOutcome:
     picks: dict[str, list[Pick]] = field(default_factory=dict)
     reasons: Counter[Reason] = field(default_factory=Counter)
     refused_by: dict[Reason, set[str]] = field(default_factory=dict)
-    #: A selector that failed at run time (kube-scheduler refuses the pod then too).
+    #: A selector that failed at run time (kube-scheduler refuses the pod then too), or
+    #: whose verdicts are being computed off the loop (the pod waits for them).
     error: str | None = None
     #: Per chosen device, its score as the request's card order saw it.
     card_scores: tuple[float, ...] = ()
@@ -125,6 +126,7 @@ def _fit_claim(
         options: dict[tuple[int, int, int], list[tuple[model.DeviceUsage, claims.Consumption]]]
         options = {}
         reasons: Counter[Reason] = Counter()
+        pending: claim_cel.CelPending | None = None
         for card in cards:
             device = pool.devices.get(card.id)
             if device is None:
@@ -139,11 +141,18 @@ def _fit_claim(
             except claim_cel.CelRuntimeError as exc:
                 where = f"ResourceClaim {claim.key}, request {request.name!r}"
                 return ClaimsOutcome(False, error=f"{where}: CEL runtime error: {exc}")
+            except claim_cel.CelPending as exc:
+                # Go on through the cards: their missing verdicts are queued together.
+                pending = exc
+                continue
             if consumption is None:
                 reasons[Reason.DEVICE_NOT_SELECTED] += 1
                 continue
             shape = (consumption.memory_mib, consumption.cores, consumption.slots)
             options.setdefault(shape, []).append((card, consumption))
+        if pending is not None:
+            where = f"ResourceClaim {claim.key}, request {request.name!r}"
+            return ClaimsOutcome(False, error=f"{where}: selector evaluation pending: {pending}")
         if not options:
             if not reasons:
                 reasons[Reason.NODE_INSUFFICIENT_DEVICE] = 1

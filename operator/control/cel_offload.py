@@ -1,0 +1,183 @@
+"""CEL selector verdicts computed off the event loop.
+
+The event loop that decides pods also answers the admission webhook and the health
+probes, so a selector's evaluation must not run long on it. The engine's
+``SelectorCache`` is set ``deferring``: a decision evaluates on the loop only a cheap,
+short selector under a small step bound (``claim_cel.INLINE_STEPS``); any other missing
+verdict makes the pod wait ("selector evaluation pending") and is queued. After each
+decision the worker calls ``decided``: the queued pairs go, one at a time, to a child
+process (``cel_process``) that evaluates each under the step bound
+(``claim_cel.MAX_STEPS``) and a wall deadline; past the deadline the process is killed
+(and started again for the next pair) and the pair's verdict is a refusal that says
+what to change. When the queue is empty the waiting pods are woken and decided again
+with the verdicts in the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+import structlog
+
+from vgpu_operator.control import cel_process
+from vgpu_operator.scheduling import claim_cel
+from vgpu_operator.scheduling.pod_key import PodKey
+
+log = structlog.get_logger("vgpu_operator.cel_offload")
+
+#: Wall time one verdict may take in the child (the step bound is about half a second).
+DEADLINE_S: Final = 2.0
+#: Wall time the child may take to start (importing the interpreter).
+START_S: Final = 60.0
+
+
+class OffLoopSelectors:
+    def __init__(
+        self,
+        cache: claim_cel.SelectorCache,
+        wake: Callable[[PodKey], None],
+        *,
+        deadline_s: float = DEADLINE_S,
+        command: tuple[str, ...] = (sys.executable, "-m", "vgpu_operator.control.cel_process"),
+    ) -> None:
+        self._cache = cache
+        cache.deferring = True
+        self._wake = wake
+        self._deadline_s = deadline_s
+        self._command = command
+        self._queue: deque[tuple[str, Any, claim_cel.DeviceView]] = deque()
+        self._waiting: set[PodKey] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        #: Verdicts computed, deadlines hit, and the CPU seconds children spent evaluating.
+        self.evaluated = 0
+        self.timeouts = 0
+        self.cpu_s = 0.0
+        self._child_cpu_s = 0.0
+
+    def decided(self, key: PodKey) -> None:
+        """After a decision: if it met a pending verdict, the pod waits for the queue."""
+        if not self._cache.pending_seen():
+            return
+        self._waiting.add(key)
+        self._queue.extend(self._cache.take_pending())
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain(), name="cel")
+
+    async def _drain(self) -> None:
+        started = time.perf_counter()
+        count = 0
+        #: Expressions past a bound on one device: their other devices get the same
+        #: verdict unevaluated (any device's error refuses the claim; one bound's worth of
+        #: work per expression is what a tenant may cost us).
+        too_costly: dict[str, claim_cel.CelTooCostly] = {}
+        while self._queue:
+            expression, device_key, device = self._queue.popleft()
+            known = too_costly.get(expression)
+            verdict: claim_cel.Verdict
+            if known is not None:
+                verdict = known
+            else:
+                verdict = await self._evaluate(expression, device)
+                count += 1
+                if isinstance(verdict, claim_cel.CelTooCostly):
+                    too_costly[expression] = verdict
+            self._cache.record(expression, device_key, verdict)
+        self.evaluated += count
+        waiting, self._waiting = self._waiting, set()
+        for key in waiting:
+            self._wake(key)
+        log.info(
+            "cel_verdicts",
+            verdicts=count,
+            woken=len(waiting),
+            seconds=round(time.perf_counter() - started, 3),
+            evaluator_cpu_s=round(self.cpu_s, 3),
+        )
+
+    async def _evaluate(self, expression: str, device: claim_cel.DeviceView) -> claim_cel.Verdict:
+        request = {"expression": expression, "device": cel_process.device_to_wire(device)}
+        try:
+            process = await self._child()
+            assert process.stdin is not None
+            assert process.stdout is not None
+            process.stdin.write((json.dumps(request) + "\n").encode())
+            await process.stdin.drain()
+            line = await asyncio.wait_for(process.stdout.readline(), self._deadline_s)
+        except TimeoutError:
+            self.timeouts += 1
+            await self._stop_child()
+            return claim_cel.CelTooCostly(
+                f"{claim_cel.shown(expression)} took longer than {self._deadline_s:g} s to "
+                "evaluate on one device; make the selector cheaper (smaller list literals, "
+                "fewer nested all/exists/map/filter)"
+            )
+        except (OSError, ConnectionError) as exc:
+            await self._stop_child()
+            return claim_cel.CelTooCostly(
+                f"{claim_cel.shown(expression)} could not be evaluated: {exc}"
+            )
+        if not line:  # the child died (its memory cap): the expression built too much
+            await self._stop_child()
+            return claim_cel.CelTooCostly(
+                f"{claim_cel.shown(expression)} used more memory than its evaluation may; make the "
+                "selector build smaller values"
+            )
+        reply = json.loads(line)
+        cpu_s = float(reply.get("cpu_s", 0.0))
+        self.cpu_s += max(0.0, cpu_s - self._child_cpu_s)
+        self._child_cpu_s = cpu_s
+        if "match" in reply:
+            return bool(reply["match"])
+        if reply.get("costly"):
+            return claim_cel.CelTooCostly(str(reply.get("error")))
+        return claim_cel.CelRuntimeError(str(reply.get("error")))
+
+    async def _child(self) -> asyncio.subprocess.Process:
+        if self._process is None or self._process.returncode is not None:
+            process = await asyncio.create_subprocess_exec(
+                *self._command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            self._process = process
+            self._child_cpu_s = 0.0
+            assert process.stdout is not None
+            try:
+                ready = await asyncio.wait_for(process.stdout.readline(), START_S)
+            except TimeoutError:
+                ready = b""
+            if not ready:
+                await self._stop_child()
+                raise OSError("the CEL evaluator process did not start")
+        return self._process
+
+    async def _stop_child(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._stop_child()
+
+
+def cache_of(engine: object) -> claim_cel.SelectorCache:
+    """The engine's selector cache (``ClaimBooks._cel``; the books keep it private)."""
+    cache = engine.__dict__.get("_cel")
+    if not isinstance(cache, claim_cel.SelectorCache):
+        raise TypeError(f"{type(engine).__name__} keeps no CEL selector cache")
+    return cache

@@ -1,0 +1,140 @@
+"""CEL verdicts computed off the event loop (``cel_offload``), in the real child process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+
+import pytest
+
+from vgpu_operator.control import cel_offload, cel_process
+from vgpu_operator.scheduling import claim_cel
+from vgpu_operator.scheduling.pod_key import PodKey
+
+DEVICE = claim_cel.DeviceView(
+    "gpu.vgpu-operator.io",
+    True,
+    {"gpu.vgpu-operator.io/type": ("string", "A100"), "gpu.vgpu-operator.io/index": ("int", 3)},
+    {"gpu.vgpu-operator.io/memory": "40Gi"},
+)
+BIG = "[" + ",".join("0" for _ in range(570)) + "]"
+SLOW = f"{BIG}.all(x, {BIG}.all(y, true))"
+#: A child that hangs on the first request (as one stuck in a library call would), and
+#: answers as the real one after that.
+HANGS_ONCE = (
+    sys.executable,
+    "-c",
+    "import sys, time, json\n"
+    "from vgpu_operator.control import cel_process\n"
+    "from vgpu_operator.scheduling import claim_cel\n"
+    "print(json.dumps({'ready': True}), flush=True)\n"
+    "cache = claim_cel.SelectorCache()\n"
+    "for line in sys.stdin:\n"
+    "    if 'hang' in line:\n"
+    "        time.sleep(600)\n"
+    "    print(json.dumps(cel_process.answer(cache, json.loads(line))), flush=True)\n",
+)
+KEY = PodKey("ns/pod")
+#: Two selectors sent off the loop (long: not even parsed on it).
+HANGS = " || ".join([f'device.driver == "hang-{i}"' for i in range(30)])
+FINE = " || ".join([f'device.driver == "gpu.vgpu-operator.io{i * " "}"' for i in range(30)])
+
+
+def test_the_wire_carries_a_device_whole() -> None:
+    assert cel_process.device_from_wire(cel_process.device_to_wire(DEVICE)) == DEVICE
+
+
+async def _decide_and_wait(
+    cache: claim_cel.SelectorCache, offload: cel_offload.OffLoopSelectors, expressions: list[str]
+) -> None:
+    for expression in expressions:
+        selector = cache.compile(expression)
+        with contextlib.suppress(claim_cel.CelPending):
+            cache.matches(selector, ("pool", "dev", 1), DEVICE)
+    offload.decided(KEY)
+    task = offload._task
+    assert task is not None
+    await task
+
+
+def test_pending_verdicts_are_computed_in_the_child_and_the_pod_is_woken() -> None:
+    woken: list[PodKey] = []
+
+    async def scenario() -> None:
+        cache = claim_cel.SelectorCache()
+        offload = cel_offload.OffLoopSelectors(cache, woken.append)
+        try:
+            await _decide_and_wait(cache, offload, [SLOW, 'device.driver.matches("^gpu")'])
+        finally:
+            await offload.close()
+        regex = cache.compile('device.driver.matches("^gpu")')
+        assert cache.matches(regex, ("pool", "dev", 1), DEVICE) is True
+        slow = cache.compile(SLOW)
+        with pytest.raises(claim_cel.CelTooCostly, match="make the selector cheaper"):
+            cache.matches(slow, ("pool", "dev", 1), DEVICE)
+
+    asyncio.run(scenario())
+    assert woken == [KEY]
+
+
+def test_past_the_deadline_the_child_is_killed_and_the_next_pair_still_answered() -> None:
+    async def scenario() -> None:
+        cache = claim_cel.SelectorCache()
+        offload = cel_offload.OffLoopSelectors(
+            cache, lambda _key: None, deadline_s=1.0, command=HANGS_ONCE
+        )
+        try:
+            await _decide_and_wait(cache, offload, [HANGS, FINE])
+        finally:
+            await offload.close()
+        assert offload.timeouts == 1
+        stuck = cache.compile(HANGS)
+        with pytest.raises(claim_cel.CelTooCostly, match="took longer than 1 s"):
+            cache.matches(stuck, ("pool", "dev", 1), DEVICE)
+        fine = cache.compile(FINE)  # answered by a new child
+        assert cache.matches(fine, ("pool", "dev", 1), DEVICE) is True
+
+    asyncio.run(scenario())
+
+
+def test_the_event_loop_runs_other_work_while_the_child_evaluates() -> None:
+    async def scenario() -> None:
+        cache = claim_cel.SelectorCache()
+        offload = cel_offload.OffLoopSelectors(cache, lambda _key: None)
+        try:
+            selector = cache.compile(SLOW)
+            with contextlib.suppress(claim_cel.CelPending):
+                cache.matches(selector, ("pool", "dev", 1), DEVICE)
+            offload.decided(KEY)
+            evaluating = offload._task
+            assert evaluating is not None
+            other = asyncio.create_task(asyncio.sleep(0))
+            done, _ = await asyncio.wait({evaluating, other}, return_when=asyncio.FIRST_COMPLETED)
+            # What an inline evaluation would have blocked (a webhook answer) ran first.
+            assert done == {other}
+            await evaluating
+        finally:
+            await offload.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_selector_past_its_bound_on_one_device_costs_one_bound_not_one_per_device() -> None:
+    async def scenario() -> None:
+        cache = claim_cel.SelectorCache()
+        offload = cel_offload.OffLoopSelectors(cache, lambda _key: None)
+        cheap = cache.compile('device.driver != ""')
+        for n in range(4):
+            cache.matches(cheap, ("pool", "dev", n), DEVICE)  # four devices known
+        try:
+            await _decide_and_wait(cache, offload, [SLOW])
+        finally:
+            await offload.close()
+        assert offload.evaluated == 1
+        slow = cache.compile(SLOW)
+        for n in range(4):
+            with pytest.raises(claim_cel.CelTooCostly):
+                cache.matches(slow, ("pool", "dev", n), DEVICE)
+
+    asyncio.run(scenario())
