@@ -11,6 +11,12 @@ process (``cel_process``) that evaluates each under the step bound
 (and started again for the next pair) and the pair's verdict is a refusal that says
 what to change. When the queue is empty the waiting pods are woken and decided again
 with the verdicts in the cache.
+
+A deadline is measured in wall time, which a busy machine stretches: a child killed at
+its deadline having used less than half of it in CPU was starved, not working, so its
+pair is not refused but evaluated again a little later (``RETRY_S``), at most
+``STARVED_RETRIES`` times per expression; a refusal is cached until the device changes,
+so it must come from the expression, never from the machine's load.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 from collections import deque
@@ -36,6 +43,24 @@ log = structlog.get_logger("vgpu_operator.cel_offload")
 DEADLINE_S: Final = 2.0
 #: Wall time the child may take to start (importing the interpreter).
 START_S: Final = 60.0
+#: A deadline hit with less than this share of it spent in the child's CPU is starvation.
+STARVED_SHARE: Final = 0.5
+#: How often an expression may be starved before its deadline is taken as its own.
+STARVED_RETRIES: Final = 2
+#: How long pods whose verdicts were starved wait before they are decided again.
+RETRY_S: Final = 5.0
+#: Expressions whose starved attempts are remembered (a tenant may make many).
+_STARVED_MEMORY: Final = 1024
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """A process's CPU seconds so far (user and system), or None where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class OffLoopSelectors:
@@ -56,9 +81,14 @@ class OffLoopSelectors:
         self._waiting: set[PodKey] = set()
         self._task: asyncio.Task[None] | None = None
         self._process: asyncio.subprocess.Process | None = None
-        #: Verdicts computed, deadlines hit, and the CPU seconds children spent evaluating.
+        #: Per expression, how often its evaluation was starved at the deadline.
+        self._starved: dict[str, int] = {}
+        self._retry: asyncio.TimerHandle | None = None
+        #: Verdicts computed, deadlines hit (starved ones among them), and the CPU
+        #: seconds children spent evaluating.
         self.evaluated = 0
         self.timeouts = 0
+        self.starved = 0
         self.cpu_s = 0.0
         self._child_cpu_s = 0.0
 
@@ -78,31 +108,50 @@ class OffLoopSelectors:
         #: verdict unevaluated (any device's error refuses the claim; one bound's worth of
         #: work per expression is what a tenant may cost us).
         too_costly: dict[str, claim_cel.CelTooCostly] = {}
+        starved: set[str] = set()
         while self._queue:
             expression, device_key, device = self._queue.popleft()
             known = too_costly.get(expression)
-            verdict: claim_cel.Verdict
+            verdict: claim_cel.Verdict | None
             if known is not None:
                 verdict = known
+            elif expression in starved:
+                verdict = None  # its other devices wait with it
             else:
                 verdict = await self._evaluate(expression, device)
                 count += 1
                 if isinstance(verdict, claim_cel.CelTooCostly):
                     too_costly[expression] = verdict
-            self._cache.record(expression, device_key, verdict)
+                if verdict is None:
+                    starved.add(expression)
+            if verdict is None:
+                self._cache.release(expression, device_key)
+            else:
+                self._cache.record(expression, device_key, verdict)
         self.evaluated += count
         waiting, self._waiting = self._waiting, set()
-        for key in waiting:
-            self._wake(key)
+        if starved:
+            # Decided again later: at once, they would meet the same busy machine.
+            self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._wake_all, waiting)
+        else:
+            self._wake_all(waiting)
         log.info(
             "cel_verdicts",
             verdicts=count,
             woken=len(waiting),
+            starved=len(starved),
             seconds=round(time.perf_counter() - started, 3),
             evaluator_cpu_s=round(self.cpu_s, 3),
         )
 
-    async def _evaluate(self, expression: str, device: claim_cel.DeviceView) -> claim_cel.Verdict:
+    def _wake_all(self, keys: set[PodKey]) -> None:
+        for key in keys:
+            self._wake(key)
+
+    async def _evaluate(
+        self, expression: str, device: claim_cel.DeviceView
+    ) -> claim_cel.Verdict | None:
+        """The pair's verdict, or None where the child was starved at its deadline."""
         request = {"expression": expression, "device": cel_process.device_to_wire(device)}
         try:
             process = await self._child()
@@ -113,6 +162,11 @@ class OffLoopSelectors:
             line = await asyncio.wait_for(process.stdout.readline(), self._deadline_s)
         except TimeoutError:
             self.timeouts += 1
+            if self._was_starved(expression):
+                self.starved += 1
+                await self._stop_child()
+                return None
+            self._starved.pop(expression, None)
             await self._stop_child()
             return claim_cel.CelTooCostly(
                 f"{claim_cel.shown(expression)} took longer than {self._deadline_s:g} s to "
@@ -130,6 +184,7 @@ class OffLoopSelectors:
                 f"{claim_cel.shown(expression)} used more memory than its evaluation may; make the "
                 "selector build smaller values"
             )
+        self._starved.pop(expression, None)
         reply = json.loads(line)
         cpu_s = float(reply.get("cpu_s", 0.0))
         self.cpu_s += max(0.0, cpu_s - self._child_cpu_s)
@@ -139,6 +194,21 @@ class OffLoopSelectors:
         if reply.get("costly"):
             return claim_cel.CelTooCostly(str(reply.get("error")))
         return claim_cel.CelRuntimeError(str(reply.get("error")))
+
+    def _was_starved(self, expression: str) -> bool:
+        """Whether the child, killed at the deadline, had spent less than its share of it
+        working (and the expression has not been starved too often already)."""
+        process = self._process
+        used = None if process is None else process_cpu_s(process.pid)
+        if used is None or used - self._child_cpu_s >= STARVED_SHARE * self._deadline_s:
+            return False
+        tries = self._starved.get(expression, 0)
+        if tries >= STARVED_RETRIES:
+            return False
+        if len(self._starved) >= _STARVED_MEMORY:
+            self._starved.clear()
+        self._starved[expression] = tries + 1
+        return True
 
     async def _child(self) -> asyncio.subprocess.Process:
         if self._process is None or self._process.returncode is not None:
@@ -157,6 +227,8 @@ class OffLoopSelectors:
             if not ready:
                 await self._stop_child()
                 raise OSError("the CEL evaluator process did not start")
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                self._child_cpu_s = float(json.loads(ready).get("cpu_s", 0.0))
         return self._process
 
     async def _stop_child(self) -> None:
@@ -168,16 +240,10 @@ class OffLoopSelectors:
         await process.wait()
 
     async def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self._stop_child()
-
-
-def cache_of(engine: object) -> claim_cel.SelectorCache:
-    """The engine's selector cache (``ClaimBooks._cel``; the books keep it private)."""
-    cache = engine.__dict__.get("_cel")
-    if not isinstance(cache, claim_cel.SelectorCache):
-        raise TypeError(f"{type(engine).__name__} keeps no CEL selector cache")
-    return cache

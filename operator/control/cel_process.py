@@ -54,7 +54,9 @@ def answer(cache: claim_cel.SelectorCache, request: Mapping[str, Any]) -> dict[s
 
 def serve(lines_in: TextIO, lines_out: TextIO) -> None:
     cache = claim_cel.SelectorCache()  # compiles each expression once; evaluates at once
-    lines_out.write(json.dumps({"ready": True}) + "\n")  # imports done: deadlines start now
+    # Imports done: deadlines start now. The CPU spent so far is the baseline against which
+    # the operator measures what a request that ran past its deadline cost.
+    lines_out.write(json.dumps({"ready": True, "cpu_s": time.process_time()}) + "\n")
     lines_out.flush()
     for line in lines_in:
         try:

@@ -148,7 +148,7 @@ class Operator:
         self.claim_feed = claims_feed.ClaimFeed(self.state, self.queue)
         # CEL selectors are evaluated off the event loop (control/cel_offload.py).
         self.selectors = cel_offload.OffLoopSelectors(
-            cel_offload.cache_of(self.state), self.queue.wake_one
+            self.state.selector_cache, self.queue.wake_one
         )
         # Scheduled Events wait while Bindings are being written (control/deferred.py).
         self.deferred = deferred.DeferredWrites()

@@ -33,6 +33,11 @@ class ClaimBooks:
         #: Per claim hold, the namespace and the quota sums it added.
         self._claim_sums: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {}
 
+    @property
+    def selector_cache(self) -> claim_cel.SelectorCache:
+        """The CEL verdicts the decision reads (filled off the loop by the operator)."""
+        return self._cel
+
     # --- hooks (ClusterBooks) ----------------------------------------------------------
     def _cards_changed(self, node: str) -> None:
         """The node's devices changed (re-register its cards)."""

@@ -589,8 +589,14 @@ class SelectorCache:
     is queued (``take_pending``) for an evaluator off the loop, which ``record``s it, and
     ``matches`` raises CelPending meanwhile."""
 
+    #: Expressions whose compilation and verdicts are kept: tenants write the expressions,
+    #: so the cache forgets the least recently used beyond this (their verdicts with them).
+    MAX_EXPRESSIONS: Final = 4096
+
     def __init__(self) -> None:
         self.deferring = False
+        #: Every expression with something cached, least recently used first.
+        self._recent: dict[str, None] = {}
         self._compiled: dict[str, Selector | CelRefused] = {}
         self._verdicts: dict[tuple[str, Any], Verdict] = {}
         #: Pairs waiting for the evaluator, with the device as the selector sees it.
@@ -605,7 +611,27 @@ class SelectorCache:
         #: Whether a ``matches`` raised CelPending since ``pending_seen`` was last asked.
         self._pending_seen = False
 
+    def _touch(self, expression: str) -> None:
+        self._recent.pop(expression, None)
+        self._recent[expression] = None
+        if len(self._recent) > self.MAX_EXPRESSIONS:
+            self._forget_oldest(len(self._recent) - self.MAX_EXPRESSIONS * 3 // 4)
+
+    def _forget_oldest(self, count: int) -> None:
+        """Forget the ``count`` least recently used expressions (a quarter at a time, so
+        the verdicts are filtered once per many insertions)."""
+        oldest = list(self._recent)[:count]
+        gone = set(oldest)
+        for expression in oldest:
+            del self._recent[expression]
+            self._compiled.pop(expression, None)
+        self._costly -= gone
+        self._verdicts = {k: v for k, v in self._verdicts.items() if k[0] not in gone}
+        self._pending = {k: v for k, v in self._pending.items() if k[0] not in gone}
+        self._in_flight = {k for k in self._in_flight if k[0] not in gone}
+
     def compile(self, expression: str) -> Selector:
+        self._touch(expression)
         found = self._compiled.get(expression)
         if found is None and self.deferring and len(expression) > INLINE_LENGTH:
             # Checked and evaluated off the loop: a refusal comes back as its verdicts.
@@ -676,10 +702,16 @@ class SelectorCache:
         self._pending.clear()
         return taken
 
+    def release(self, expression: str, device_key: Any) -> None:
+        """A pair handed out and not evaluated: the next decision that meets it asks again."""
+        self._in_flight.discard((expression, device_key))
+
     def record(self, expression: str, device_key: Any, verdict: Verdict) -> None:
         """An evaluator's verdict for one pair."""
         pair = (expression, device_key)
         self._in_flight.discard(pair)
+        if expression not in self._recent:
+            return  # forgotten meanwhile: the next decision that needs it asks again
         if device_key in self._devices or not self.deferring:
             self._verdicts[pair] = verdict
 

@@ -20,21 +20,29 @@ DEVICE = claim_cel.DeviceView(
 )
 BIG = "[" + ",".join("0" for _ in range(570)) + "]"
 SLOW = f"{BIG}.all(x, {BIG}.all(y, true))"
-#: A child that hangs on the first request (as one stuck in a library call would), and
-#: answers as the real one after that.
-HANGS_ONCE = (
-    sys.executable,
-    "-c",
-    "import sys, time, json\n"
-    "from vgpu_operator.control import cel_process\n"
-    "from vgpu_operator.scheduling import claim_cel\n"
-    "print(json.dumps({'ready': True}), flush=True)\n"
-    "cache = claim_cel.SelectorCache()\n"
-    "for line in sys.stdin:\n"
-    "    if 'hang' in line:\n"
-    "        time.sleep(600)\n"
-    "    print(json.dumps(cel_process.answer(cache, json.loads(line))), flush=True)\n",
-)
+
+
+def _child_that_hangs(how: str) -> tuple[str, ...]:
+    """A child that hangs on a request naming "hang" (working: as in a backtracking
+    regular expression; sleeping: as a child the machine gives no CPU), and answers as the
+    real one otherwise."""
+    return (
+        sys.executable,
+        "-c",
+        "import sys, time, json\n"
+        "from vgpu_operator.control import cel_process\n"
+        "from vgpu_operator.scheduling import claim_cel\n"
+        "print(json.dumps({'ready': True, 'cpu_s': time.process_time()}), flush=True)\n"
+        "cache = claim_cel.SelectorCache()\n"
+        "for line in sys.stdin:\n"
+        "    if 'hang' in line:\n"
+        f"        {how}\n"
+        "    print(json.dumps(cel_process.answer(cache, json.loads(line))), flush=True)\n",
+    )
+
+
+HANGS_WORKING = _child_that_hangs("while True: pass")
+HANGS_SLEEPING = _child_that_hangs("time.sleep(600)")
 KEY = PodKey("ns/pod")
 #: Two selectors sent off the loop (long: not even parsed on it).
 HANGS = " || ".join([f'device.driver == "hang-{i}"' for i in range(30)])
@@ -82,7 +90,7 @@ def test_past_the_deadline_the_child_is_killed_and_the_next_pair_still_answered(
     async def scenario() -> None:
         cache = claim_cel.SelectorCache()
         offload = cel_offload.OffLoopSelectors(
-            cache, lambda _key: None, deadline_s=1.0, command=HANGS_ONCE
+            cache, lambda _key: None, deadline_s=1.0, command=HANGS_WORKING
         )
         try:
             await _decide_and_wait(cache, offload, [HANGS, FINE])
@@ -136,5 +144,39 @@ def test_a_selector_past_its_bound_on_one_device_costs_one_bound_not_one_per_dev
         for n in range(4):
             with pytest.raises(claim_cel.CelTooCostly):
                 cache.matches(slow, ("pool", "dev", n), DEVICE)
+
+    asyncio.run(scenario())
+
+
+def test_a_child_starved_at_its_deadline_is_asked_again_later_not_taken_as_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On a busy machine the wall deadline passes while the child waits for a core; a
+    # refusal is cached until the device changes, so it must not come from the load.
+    monkeypatch.setattr(cel_offload, "RETRY_S", 0.05)
+    woken: list[PodKey] = []
+
+    async def scenario() -> None:
+        cache = claim_cel.SelectorCache()
+        offload = cel_offload.OffLoopSelectors(
+            cache, woken.append, deadline_s=1.0, command=HANGS_SLEEPING
+        )
+        try:
+            for attempt in range(cel_offload.STARVED_RETRIES):
+                await _decide_and_wait(cache, offload, [HANGS])
+                assert offload.starved == attempt + 1
+                stuck = cache.compile(HANGS)
+                with pytest.raises(claim_cel.CelPending):  # no verdict: asked again
+                    cache.matches(stuck, ("pool", "dev", 1), DEVICE)
+                cache.pending_seen()
+                await asyncio.sleep(0.2)
+                assert woken == [KEY] * (attempt + 1)  # woken after RETRY_S
+            # Starved every time: then the deadline is the expression's own.
+            await _decide_and_wait(cache, offload, [HANGS])
+            assert offload.starved == cel_offload.STARVED_RETRIES
+            with pytest.raises(claim_cel.CelTooCostly, match="took longer than 1 s"):
+                cache.matches(cache.compile(HANGS), ("pool", "dev", 1), DEVICE)
+        finally:
+            await offload.close()
 
     asyncio.run(scenario())

@@ -202,3 +202,24 @@ def test_without_deferring_every_verdict_is_computed_at_once_with_the_same_bound
     selector = cache.compile(SLOW)
     with pytest.raises(claim_cel.CelTooCostly):
         cache.matches(selector, "dev-1", DEVICE)
+
+
+def test_the_cache_forgets_the_least_recently_used_expressions_and_their_verdicts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Tenants write the expressions: a cache that kept each one (and its verdict on every
+    # device) would grow without bound.
+    monkeypatch.setattr(claim_cel.SelectorCache, "MAX_EXPRESSIONS", 8)
+    cache = claim_cel.SelectorCache()
+    kept = f'device.driver == "{D}"'
+    for n in range(40):
+        selector = cache.compile(f'device.driver == "other-{n}"')
+        assert cache.matches(selector, ("pool", "dev"), DEVICE) is False
+        assert cache.matches(cache.compile(kept), ("pool", "dev"), DEVICE) is True
+    assert len(cache._recent) <= 8
+    assert len(cache._compiled) <= 8
+    assert len(cache._verdicts) <= 8
+    assert (kept, ("pool", "dev")) in cache._verdicts  # in use: never the oldest
+    # A forgotten expression is compiled and evaluated again when asked.
+    again = cache.compile('device.driver == "other-0"')
+    assert cache.matches(again, ("pool", "dev"), DEVICE) is False
