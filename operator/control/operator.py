@@ -617,8 +617,10 @@ class Operator:
         return self.state.stranded_memory_mib(pod for pod in pending if pod is not None)
 
     async def _report_not_routed(self) -> None:
-        """GPU pods created while the webhook was down keep ``default-scheduler`` and would
-        wait forever: tell their owners (once per pod) how to fix them.
+        """GPU pods created while the webhook was down keep ``default-scheduler``: unbound,
+        they would wait forever; bound by kube-scheduler (or by their creator), they fail
+        at Allocate, as no share was booked for them. Tell their owners (once per pod) how
+        to fix them.
 
         They cannot be adopted: a pod's scheduler name is immutable.
         """
@@ -626,19 +628,29 @@ class Operator:
         assert self.state is not None
         assert self.reporter is not None
         waiting = self.feed.waiting_for(names.DEFAULT_SCHEDULER)
-        present: set[str] = set()
-        for pod in waiting:
+        present = {str((pod.get("metadata") or {}).get("uid") or "") for pod in waiting}
+        # Each bound pod is handed out once (the feed); one reported while it waited (in
+        # the set still: it is pruned below) or before a restart (its condition) is not
+        # reported again.
+        bound = [
+            pod
+            for pod in self.feed.take_bound_by_default()
+            if pod_facts.condition_of(pod, reporting.CONDITION_NOT_ROUTED) is None
+        ]
+        for pod in [*waiting, *bound]:
             uid = str((pod.get("metadata") or {}).get("uid") or "")
-            present.add(uid)
             if uid in self._not_routed_reported:
                 continue
-            admitted = self.state.admit(pod)
-            if not admitted.handled:
+            if not self._asks_for_gpu(pod):
                 continue  # not a GPU pod: the default scheduler's business
             self._not_routed_reported.add(uid)
             wanted = pod_facts.extended_resources_of(pod)
             message = reporting.not_routed_message(pod, wanted, self.feed.scheduler_name)
-            log.warning("gpu_pod_not_routed", pod=cluster.pod_key(pod))
+            log.warning(
+                "gpu_pod_not_routed",
+                pod=cluster.pod_key(pod),
+                node=pod_facts.node_name_of(pod),
+            )
             self.metrics.not_routed()
             try:
                 await self.reporter.not_routed(pod, message)
@@ -646,6 +658,17 @@ class Operator:
                 log.warning("event_write_failed", pod=cluster.pod_key(pod), error=str(exc))
                 self.metrics.api_error("report")
         self._not_routed_reported &= present
+
+    def _asks_for_gpu(self, pod: Mapping[str, Any]) -> bool:
+        """Whether the webhook would have taken the pod as a GPU pod, had it seen it
+        (a bound pod is one the webhook passes unchanged: asked as if unbound)."""
+        assert self.state is not None
+        spec = {
+            k: v
+            for k, v in (pod.get("spec") or {}).items()
+            if k not in ("nodeName", "schedulerName")
+        }
+        return self.state.admit({**pod, "spec": spec}).handled
 
     async def _read_peering(self) -> Mapping[str, Any] | None:
         assert self.api is not None

@@ -54,10 +54,13 @@ async def allocate(
     claim: Mapping[str, Any],
     allocation: Mapping[str, Any] | None,
     consumer: Mapping[str, str],
+    *,
+    now: datetime.datetime | None = None,
 ) -> WriteOutcome:
     """Write ``allocation`` (None: keep the claim's) and reserve the claim for
     ``consumer``, on the claim as ``claim`` shows it (its resourceVersion is the
-    precondition)."""
+    precondition). The allocation is written with its ``allocationTimestamp``
+    (``stamped_allocation``)."""
     meta = claim.get("metadata") or {}
     path = claim_path(str(meta.get("namespace")), str(meta.get("name")))
     version = str(meta.get("resourceVersion", ""))
@@ -85,7 +88,7 @@ async def allocate(
             reserved.append(dict(consumer))
         status: dict[str, Any] = {"reservedFor": reserved}
         if allocation is not None:
-            status["allocation"] = dict(allocation)
+            status["allocation"] = stamped_allocation(allocation, now)
         written = await _patch(
             api, f"{path}/status", {"metadata": {"resourceVersion": version}, "status": status}
         )
@@ -94,6 +97,19 @@ async def allocate(
             return WriteOutcome.CONFLICT
         raise
     return WriteOutcome.WRITTEN if written is not None else WriteOutcome.GONE
+
+
+def stamped_allocation(
+    allocation: Mapping[str, Any], now: datetime.datetime | None = None
+) -> dict[str, Any]:
+    """The allocation as kube-scheduler writes it: with ``allocationTimestamp``.
+
+    kube-scheduler (1.37, device binding conditions on) sets the timestamp on a claim it
+    joins when the allocation lacks one, in the same status update as its reservation:
+    without it here, the first kube-scheduler pod to share a claim the engine allocated
+    rewrote ``status.allocation`` (issue 33 item 6)."""
+    stamp = format_rfc3339(now or datetime.datetime.now(datetime.UTC))
+    return {**allocation, "allocationTimestamp": allocation.get("allocationTimestamp") or stamp}
 
 
 async def release(
