@@ -41,6 +41,7 @@ from vgpu_operator.control import (
     queue,
     reporting,
     serving,
+    template_collector,
     watching,
     webhook_tls,
     worker,
@@ -238,6 +239,17 @@ class Operator:
                 decides=lambda: self._is_leader() and self.synced,
             )
             self._spawn("defragmentation", self.defrag.run())
+        if options.template_collection is not None:
+            collector = template_collector.TemplateCollector(
+                template_collector.ApiTemplateStore(self.api), options.template_collection
+            )
+            self._spawn(
+                "template collector",
+                collector.run(
+                    decides=lambda: self._is_leader() and self.synced,
+                    on_error=lambda: self.metrics.api_error("template_collector"),
+                ),
+            )
         self._spawn("deferred events", self.deferred.run(self._deferred_write_failed))
         self._spawn("housekeeping", self._housekeeping())
         self.started.set()

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote
 
-from vgpu_operator.kube import requests
+from vgpu_operator.kube import listing, requests
 from vgpu_operator.kube.requests import ApiClient, ApiError, request_json
 from vgpu_operator.scheduling import claim_admission, claim_routing
 from vgpu_operator.timestamps import format_rfc3339, parse_rfc3339
@@ -229,6 +229,46 @@ async def read_pod_claims(
         if obj is not None and claim_routing.asks_our_classes(obj, ref.kind):
             break
     return out
+
+
+async def list_webhook_templates(api: ApiClient) -> list[dict[str, Any]]:
+    """Every ResourceClaimTemplate carrying the webhook's label, cluster-wide (whether
+    each is really ours is ``claim_admission.made_by_webhook``'s question)."""
+    key, value = claim_admission.MANAGED_BY
+    found = await listing.list_all(api, templates_path(), label_selector=f"{key}={value}")
+    return found.items
+
+
+async def templates_named_by_pods(api: ApiClient, namespace: str) -> set[str]:
+    """The templates the namespace's pods (any phase: a finished Job's pod still names
+    its template) name."""
+    found = await listing.list_all(api, f"/api/v1/namespaces/{quote(namespace)}/pods")
+    return {
+        str(entry["resourceClaimTemplateName"])
+        for pod in found.items
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
+        if isinstance(entry, Mapping) and entry.get("resourceClaimTemplateName")
+    }
+
+
+async def delete_template(api: ApiClient, template: Mapping[str, Any]) -> bool:
+    """Delete the template as listed: preconditions on its uid and resourceVersion, so
+    one stamped by the webhook (or made again) since is left. False when it changed or
+    went meanwhile."""
+    meta = template.get("metadata") or {}
+    path = f"{templates_path(str(meta.get('namespace')))}/{quote(str(meta.get('name')))}"
+    body = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
+    }
+    try:
+        await request_json(api, "DELETE", path, body=body)
+    except ApiError as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+    return True
 
 
 class ApiClaimWriter:
