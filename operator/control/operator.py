@@ -391,7 +391,8 @@ class Operator:
         ``timeoutSeconds`` for the answer)."""
         assert self.state is not None
         refs = claim_routing.claim_refs(pod)
-        if not refs:
+        scheduler = self.state.config.scheduler.scheduler_name
+        if not refs or claim_routing.settled_without_reading(pod, scheduler):
             return claim_routing.Routing(claim_routing.Action.PASS)
         too_many = claim_routing.too_many(refs)
         if too_many is not None:
@@ -407,7 +408,7 @@ class Operator:
                 claim_routing.Action.REFUSE,
                 f"the pod's ResourceClaims could not be read to route it ({exc!r}); try again",
             )
-        return claim_routing.route(pod, found, self.state.config.scheduler.scheduler_name)
+        return claim_routing.route(pod, found, scheduler)
 
     async def _to_claims(
         self, pod: Mapping[str, Any], *, dry_run: bool = False

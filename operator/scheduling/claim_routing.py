@@ -142,6 +142,15 @@ def route(
     )
 
 
+def settled_without_reading(pod: Mapping[str, Any], scheduler: str) -> bool:
+    """Whether the answer is PASS whatever the claims say: the pod names this scheduler
+    (its claims are allocated here, a missing one waited for), or is bound by its
+    creator. So a pod the webhook converted (the first hook; the API server then sends
+    it to the claims hook too, with templates that a dry run did not make) costs no read."""
+    spec = pod.get("spec") or {}
+    return bool(spec.get("nodeName")) or spec.get("schedulerName") == scheduler
+
+
 def too_many(refs: list[ClaimRef]) -> str | None:
     """A refusal when the pod names more objects than the webhook reads."""
     if len(refs) <= MAX_CLAIM_READS:

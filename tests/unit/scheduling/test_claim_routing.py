@@ -102,3 +102,13 @@ def test_the_reading_is_bounded() -> None:
     message = routing.too_many([*refs, ClaimRef(CLAIM, "one-more")])
     assert message is not None
     assert str(routing.MAX_CLAIM_READS) in message
+
+
+def test_pods_of_ours_or_bound_are_settled_without_reading_their_claims() -> None:
+    """A pod the first hook converted reaches the claims hook too, naming templates a dry
+    run did not make: it names our scheduler, so nothing is read and it passes."""
+    entries = [{"name": "vgpu-gpu-0", "resourceClaimTemplateName": "vgpu-0123456789abcdef"}]
+    assert routing.settled_without_reading(pod(entries, OURS), OURS)
+    assert routing.settled_without_reading(pod(entries, nodeName="n1"), OURS)
+    assert not routing.settled_without_reading(pod(entries), OURS)
+    assert not routing.settled_without_reading(pod(entries, "default-scheduler"), OURS)
