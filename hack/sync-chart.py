@@ -66,9 +66,9 @@ def _pull_secrets(values: str, indent: int) -> str:
     )
 
 
-def _value(key: str, default: str, path: str) -> Edit:
+def _value(key: str, default: str, path: str, count: int = 1) -> Edit:
     """``key: default`` (one line of a YAML text) takes its value from ``.Values.<path>``."""
-    return Edit(f"{key}: {default}\n", f"{key}: {{{{ .Values.{path} }}}}\n")
+    return Edit(f"{key}: {default}\n", f"{key}: {{{{ .Values.{path} }}}}\n", count)
 
 
 def _resources(values: str, requests: str, limits: str) -> Edit:
@@ -153,12 +153,14 @@ EDITS: dict[str, tuple[Edit, ...]] = {
         ),
     ),
     "webhook.yaml": (
+        # Both hooks: GPU pods, and pods naming ResourceClaims.
         Edit(
             "          values: [kube-system, vgpu-operator]\n",
             '          values: {{ include "vgpu-operator.webhookSkippedNamespaces" . }}\n',
+            2,
         ),
-        _value("    failurePolicy", "Ignore", f"{_WEBHOOK}.failurePolicy"),
-        _value("    reinvocationPolicy", "Never", f"{_WEBHOOK}.reinvocationPolicy"),
+        _value("    failurePolicy", "Ignore", f"{_WEBHOOK}.failurePolicy", 2),
+        _value("    reinvocationPolicy", "Never", f"{_WEBHOOK}.reinvocationPolicy", 2),
     ),
     "agent-daemonset.yaml": (
         Edit(

@@ -27,7 +27,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 import structlog
 
 from vgpu_operator import config as device_config
-from vgpu_operator import node_leases, resources
+from vgpu_operator import names, node_leases, resources
 from vgpu_operator.control import pod_facts, queue, versions
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError, ConfigError
@@ -182,6 +182,11 @@ class StateFeed:
         #: seen waiting: another allocator is at work on the slices (``claim_binding``).
         self._other_claim_pods: set[PodKey] = set()
         self._other_claim_pods_seen: float | None = None
+        #: Bound pods of the default scheduler that ask for a domain-qualified resource,
+        #: not yet handed to the not-routed reporter (``take_bound_by_default``), and the
+        #: uid of each live pod handed already: each is looked at once.
+        self._bound_by_default: dict[PodKey, dict[str, Any]] = {}
+        self._bound_by_default_taken: dict[PodKey, str] = {}
         #: Per pod, what the books could not believe of its allocation, as last logged.
         self._allocation_problems: dict[PodKey, tuple[str | None, str | None]] = {}
         self._node_fingerprints: dict[str, str] = {}
@@ -356,6 +361,7 @@ class StateFeed:
                 self._allocation_problems[key] = problems
         self._track_allocation(key, pod)
         self._note_other_allocator(key, pod)
+        self._note_bound_by_default(key, uid, pod, bound)
         if pod_facts.is_waiting_for_scheduler(pod):
             fingerprint = pod_facts.pod_fingerprint(pod)
             previous = self._unbound.get(key)
@@ -389,6 +395,31 @@ class StateFeed:
             self._other_claim_pods.discard(key)
             self._other_claim_pods_seen = time.monotonic()
 
+    def _note_bound_by_default(
+        self, key: PodKey, uid: str, pod: dict[str, Any], bound: bool
+    ) -> None:
+        if (
+            bound
+            and pod_facts.scheduler_name_of(pod) == names.DEFAULT_SCHEDULER
+            and not pod_facts.is_terminal(pod)
+            and not pod_facts.is_deleting(pod)
+            and self._bound_by_default_taken.get(key) != uid
+            and pod_facts.extended_resources_of(pod)
+        ):
+            self._bound_by_default[key] = pod
+        else:
+            self._bound_by_default.pop(key, None)
+
+    def take_bound_by_default(self) -> list[dict[str, Any]]:
+        """Pods bound by the default scheduler (or by their creator) that ask for a
+        domain-qualified resource, each handed out once while it lives: GPU pods among
+        them missed the webhook and fail at Allocate (the not-routed reporter says so)."""
+        taken = list(self._bound_by_default.values())
+        for key, pod in self._bound_by_default.items():
+            self._bound_by_default_taken[key] = pod_facts.uid_of(pod)
+        self._bound_by_default.clear()
+        return taken
+
     def other_allocator_seen(self) -> float | None:
         """When a pod of another scheduler with claims was last waiting (now, while one
         is), on the monotonic clock; None if never."""
@@ -398,6 +429,8 @@ class StateFeed:
 
     def _forget_pod(self, key: PodKey) -> None:
         self._other_claim_pods.discard(key)
+        self._bound_by_default.pop(key, None)
+        self._bound_by_default_taken.pop(key, None)
         self._engine.remove_pod(key)
         self._allocation_problems.pop(key, None)
         self._unbound.pop(key, None)

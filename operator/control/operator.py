@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import os
 import socket
 import time
@@ -41,6 +42,7 @@ from vgpu_operator.control import (
     queue,
     reporting,
     serving,
+    template_collector,
     watching,
     webhook_tls,
     worker,
@@ -58,7 +60,7 @@ from vgpu_operator.kube import (
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import DefragMetrics, OperatorMetrics, WebhookResult
-from vgpu_operator.scheduling import claim_admission, cluster
+from vgpu_operator.scheduling import claim_admission, claim_routing, cluster
 from vgpu_operator.scheduling.allocation_gate import GateMode
 
 log = structlog.get_logger("vgpu_operator.operator")
@@ -69,6 +71,9 @@ _RESYNC_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 #: The longest the garbage collector stays off while the first listing comes in (the API
 #: server may not answer for a while; retries make garbage of their own).
 HEAP_HOLD_MAX_S = 120.0
+#: How long the webhook reads a pod's claims at most (manifests/webhook.yaml's
+#: timeoutSeconds is 3: the answer must come before it).
+CLAIM_READ_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +246,17 @@ class Operator:
                 decides=lambda: self._is_leader() and self.synced,
             )
             self._spawn("defragmentation", self.defrag.run())
+        if options.template_collection is not None:
+            collector = template_collector.TemplateCollector(
+                template_collector.ApiTemplateStore(self.api), options.template_collection
+            )
+            self._spawn(
+                "template collector",
+                collector.run(
+                    decides=lambda: self._is_leader() and self.synced,
+                    on_error=lambda: self.metrics.api_error("template_collector"),
+                ),
+            )
         self._spawn("deferred events", self.deferred.run(self._deferred_write_failed))
         self._spawn("housekeeping", self._housekeeping())
         self.started.set()
@@ -332,8 +348,10 @@ class Operator:
                 log.warning("event_write_failed", kind=warning.kind, name=name, error=str(exc))
 
     # --- admission: the webhook's answers (handlers/app.py hands them to Kopf) ------------
-    async def admit_pod(self, pod: Mapping[str, Any]) -> AdmissionAnswer:
-        """What the mutating webhook answers for ``pod`` (counted in the metrics)."""
+    async def admit_pod(self, pod: Mapping[str, Any], *, dry_run: bool = False) -> AdmissionAnswer:
+        """What the mutating webhook answers for ``pod`` (counted in the metrics); in a
+        dry run (the AdmissionReview's ``dryRun``) nothing is written, the answer is the
+        same."""
         started = time.monotonic()
 
         def answered(result: WebhookResult) -> None:
@@ -345,6 +363,18 @@ class Operator:
             return AdmissionAnswer()
         result = self.state.admit(pod)
         if not result.handled:
+            routed = await self._route_by_claims(pod)
+            if routed.action is claim_routing.Action.REFUSE:
+                log.info("pod_denied", pod=cluster.pod_key(pod), reason=routed.message)
+                answered(WebhookResult.DENIED)
+                return AdmissionAnswer(allowed=False, message=routed.message)
+            if routed.action is claim_routing.Action.ROUTE:
+                answered(WebhookResult.MUTATED)
+                routed_pod = copy.deepcopy(dict(pod))
+                routed_pod.setdefault("spec", {})["schedulerName"] = (
+                    self.state.config.scheduler.scheduler_name
+                )
+                return AdmissionAnswer(pod=routed_pod)
             answered(WebhookResult.PASSED)
             return AdmissionAnswer()
         if not result.allowed:
@@ -355,7 +385,7 @@ class Operator:
         mutated: Mapping[str, Any] = result.pod
         namespace = str((mutated.get("metadata") or {}).get("namespace") or "default")
         if self.state.config.dra.converts(namespace):
-            converted = await self._to_claims(mutated)
+            converted = await self._to_claims(mutated, dry_run=dry_run)
             if isinstance(converted, str):
                 answered(WebhookResult.DENIED)
                 return AdmissionAnswer(allowed=False, message=converted)
@@ -364,10 +394,38 @@ class Operator:
         # kubectl prints the warnings to whoever created the pod (e.g. gpucores above 100).
         return AdmissionAnswer(pod=mutated, warnings=tuple(result.warnings))
 
-    async def _to_claims(self, pod: Mapping[str, Any]) -> Mapping[str, Any] | str:
+    async def _route_by_claims(self, pod: Mapping[str, Any]) -> claim_routing.Routing:
+        """Where a pod naming ResourceClaims goes (``claim_routing``): the claims and
+        templates it names are read (bounded in count and in time: the API server waits
+        ``timeoutSeconds`` for the answer)."""
+        assert self.state is not None
+        refs = claim_routing.claim_refs(pod)
+        scheduler = self.state.config.scheduler.scheduler_name
+        if not refs or claim_routing.settled_without_reading(pod, scheduler):
+            return claim_routing.Routing(claim_routing.Action.PASS)
+        too_many = claim_routing.too_many(refs)
+        if too_many is not None:
+            return claim_routing.Routing(claim_routing.Action.REFUSE, too_many)
+        assert self.api is not None
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+        try:
+            async with asyncio.timeout(CLAIM_READ_TIMEOUT_S):
+                found = await claims.read_pod_claims(self.api, namespace, refs)
+        except Exception as exc:
+            self.metrics.api_error("webhook_claims")
+            return claim_routing.Routing(
+                claim_routing.Action.REFUSE,
+                f"the pod's ResourceClaims could not be read to route it ({exc!r}); try again",
+            )
+        return claim_routing.route(pod, found, scheduler)
+
+    async def _to_claims(
+        self, pod: Mapping[str, Any], *, dry_run: bool = False
+    ) -> Mapping[str, Any] | str:
         """A pod of a namespace on the DRA path: its GPU containers name claims made from
-        templates (``claim_admission``), which are created first. Returns the refusal's
-        message when the request cannot be a claim or a template cannot be made."""
+        templates (``claim_admission``), which are created first (in a dry run only
+        validated: ``dryRun=All``). Returns the refusal's message when the request cannot
+        be a claim or a template cannot be made."""
         assert self.state is not None
         assert self.api is not None
         try:
@@ -378,7 +436,7 @@ class Operator:
             return pod
         for template in converted.templates:
             try:
-                problem = await claims.ensure_template(self.api, template)
+                problem = await claims.ensure_template(self.api, template, dry_run=dry_run)
             except Exception as exc:
                 problem = f"the pod's ResourceClaimTemplate could not be made: {exc}"
             if problem is not None:
@@ -581,8 +639,10 @@ class Operator:
         return self.state.stranded_memory_mib(pod for pod in pending if pod is not None)
 
     async def _report_not_routed(self) -> None:
-        """GPU pods created while the webhook was down keep ``default-scheduler`` and would
-        wait forever: tell their owners (once per pod) how to fix them.
+        """GPU pods created while the webhook was down keep ``default-scheduler``: unbound,
+        they would wait forever; bound by kube-scheduler (or by their creator), they fail
+        at Allocate, as no share was booked for them. Tell their owners (once per pod) how
+        to fix them.
 
         They cannot be adopted: a pod's scheduler name is immutable.
         """
@@ -590,19 +650,29 @@ class Operator:
         assert self.state is not None
         assert self.reporter is not None
         waiting = self.feed.waiting_for(names.DEFAULT_SCHEDULER)
-        present: set[str] = set()
-        for pod in waiting:
+        present = {str((pod.get("metadata") or {}).get("uid") or "") for pod in waiting}
+        # Each bound pod is handed out once (the feed); one reported while it waited (in
+        # the set still: it is pruned below) or before a restart (its condition) is not
+        # reported again.
+        bound = [
+            pod
+            for pod in self.feed.take_bound_by_default()
+            if pod_facts.condition_of(pod, reporting.CONDITION_NOT_ROUTED) is None
+        ]
+        for pod in [*waiting, *bound]:
             uid = str((pod.get("metadata") or {}).get("uid") or "")
-            present.add(uid)
             if uid in self._not_routed_reported:
                 continue
-            admitted = self.state.admit(pod)
-            if not admitted.handled:
+            if not self._asks_for_gpu(pod):
                 continue  # not a GPU pod: the default scheduler's business
             self._not_routed_reported.add(uid)
             wanted = pod_facts.extended_resources_of(pod)
             message = reporting.not_routed_message(pod, wanted, self.feed.scheduler_name)
-            log.warning("gpu_pod_not_routed", pod=cluster.pod_key(pod))
+            log.warning(
+                "gpu_pod_not_routed",
+                pod=cluster.pod_key(pod),
+                node=pod_facts.node_name_of(pod),
+            )
             self.metrics.not_routed()
             try:
                 await self.reporter.not_routed(pod, message)
@@ -610,6 +680,17 @@ class Operator:
                 log.warning("event_write_failed", pod=cluster.pod_key(pod), error=str(exc))
                 self.metrics.api_error("report")
         self._not_routed_reported &= present
+
+    def _asks_for_gpu(self, pod: Mapping[str, Any]) -> bool:
+        """Whether the webhook would have taken the pod as a GPU pod, had it seen it
+        (a bound pod is one the webhook passes unchanged: asked as if unbound)."""
+        assert self.state is not None
+        spec = {
+            k: v
+            for k, v in (pod.get("spec") or {}).items()
+            if k not in ("nodeName", "schedulerName")
+        }
+        return self.state.admit({**pod, "spec": spec}).handled
 
     async def _read_peering(self) -> Mapping[str, Any] | None:
         assert self.api is not None

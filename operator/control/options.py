@@ -56,6 +56,18 @@ class DefragOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class TemplateCollection:
+    """The collection of webhook-made ResourceClaimTemplates no pod names
+    (``control/template_collector``): a round every ``interval_s``; a template is kept
+    ``grace_s`` after its creation or the last pod admitted with it; at most
+    ``max_deletes`` per round."""
+
+    interval_s: float = 60.0
+    grace_s: float = 600.0
+    max_deletes: int = 100
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorOptions:
     kubeconfig: Path | None = None
     namespace: str = DEFAULT_NAMESPACE  # where the device-config ConfigMap lives
@@ -91,3 +103,5 @@ class OperatorOptions:
     webhook: WebhookOptions | None = None
     #: Carry out defragmentation plans (None: off, the default).
     defrag: DefragOptions | None = None
+    #: Collect the webhook's unused ResourceClaimTemplates (None: never).
+    template_collection: TemplateCollection | None = TemplateCollection()

@@ -131,6 +131,14 @@ def extended_resources_of(pod: Mapping[str, Any]) -> set[str]:
     return found
 
 
+def condition_of(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The pod's status condition of type ``kind``, if it has one."""
+    for condition in _status(pod).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return condition
+    return None
+
+
 def priority_of(pod: Mapping[str, Any]) -> int:
     value = _spec(pod).get("priority")
     return value if isinstance(value, int) else 0

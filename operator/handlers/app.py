@@ -45,9 +45,16 @@ class OperatorApp(operator.Operator):
         return await connection_info(self.api, self.options.namespace)
 
     async def on_pod_admission(
-        self, body: kopf.Body, patch: kopf.Patch, warnings: list[str], **_: Any
+        self,
+        body: kopf.Body,
+        patch: kopf.Patch,
+        warnings: list[str],
+        dryrun: bool = False,
+        **_: Any,
     ) -> None:
-        answer = await self.admit_pod(_raw(body))
+        # A dry run (kubectl --dry-run=server) writes nothing: the webhook is registered
+        # with sideEffects NoneOnDryRun.
+        answer = await self.admit_pod(_raw(body), dry_run=dryrun)
         if not answer.allowed:
             raise kopf.AdmissionError(answer.message, code=403)
         mutated = answer.pod
@@ -150,6 +157,9 @@ def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:
             registry=registry,
             id=WEBHOOK_ID,
             ignore_failures=True,
+            # It makes ResourceClaimTemplates (DRA namespaces), never in a dry run:
+            # sideEffects NoneOnDryRun where Kopf registers the webhook itself.
+            side_effects=True,
         )(app.on_pod_admission)
     return registry
 

@@ -10,13 +10,17 @@ the claim controller) makes them fail with 409 rather than overwrite it.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote
 
-from vgpu_operator.kube import requests
+from vgpu_operator.kube import listing, requests
 from vgpu_operator.kube.requests import ApiClient, ApiError, request_json
+from vgpu_operator.scheduling import claim_admission, claim_routing
+from vgpu_operator.timestamps import format_rfc3339, parse_rfc3339
 
 BASE: Final = "/apis/resource.k8s.io/v1"
 RESOURCE_SLICES: Final = f"{BASE}/resourceslices"
@@ -50,10 +54,13 @@ async def allocate(
     claim: Mapping[str, Any],
     allocation: Mapping[str, Any] | None,
     consumer: Mapping[str, str],
+    *,
+    now: datetime.datetime | None = None,
 ) -> WriteOutcome:
     """Write ``allocation`` (None: keep the claim's) and reserve the claim for
     ``consumer``, on the claim as ``claim`` shows it (its resourceVersion is the
-    precondition)."""
+    precondition). The allocation is written with its ``allocationTimestamp``
+    (``stamped_allocation``)."""
     meta = claim.get("metadata") or {}
     path = claim_path(str(meta.get("namespace")), str(meta.get("name")))
     version = str(meta.get("resourceVersion", ""))
@@ -81,7 +88,7 @@ async def allocate(
             reserved.append(dict(consumer))
         status: dict[str, Any] = {"reservedFor": reserved}
         if allocation is not None:
-            status["allocation"] = dict(allocation)
+            status["allocation"] = stamped_allocation(allocation, now)
         written = await _patch(
             api, f"{path}/status", {"metadata": {"resourceVersion": version}, "status": status}
         )
@@ -90,6 +97,19 @@ async def allocate(
             return WriteOutcome.CONFLICT
         raise
     return WriteOutcome.WRITTEN if written is not None else WriteOutcome.GONE
+
+
+def stamped_allocation(
+    allocation: Mapping[str, Any], now: datetime.datetime | None = None
+) -> dict[str, Any]:
+    """The allocation as kube-scheduler writes it: with ``allocationTimestamp``.
+
+    kube-scheduler (1.37, device binding conditions on) sets the timestamp on a claim it
+    joins when the allocation lacks one, in the same status update as its reservation:
+    without it here, the first kube-scheduler pod to share a claim the engine allocated
+    rewrote ``status.allocation`` (issue 33 item 6)."""
+    stamp = format_rfc3339(now or datetime.datetime.now(datetime.UTC))
+    return {**allocation, "allocationTimestamp": allocation.get("allocationTimestamp") or stamp}
 
 
 async def release(
@@ -127,24 +147,128 @@ async def _get(api: ApiClient, path: str) -> dict[str, Any] | None:
         raise
 
 
-async def ensure_template(api: ApiClient, template: Mapping[str, Any]) -> str | None:
-    """Create the ResourceClaimTemplate, or find it made already with the same spec; a
-    sentence when one of that name says something else."""
+#: A webhook-made template reused at admission is stamped (``LAST_ADMITTED``) when its
+#: stamp is older than this: the collector keeps a template for its grace period after
+#: the last pod admitted with it, whose create may not have landed yet.
+STAMP_AFTER_S: Final = 60.0
+LAST_ADMITTED: Final = "vgpu-operator.io/last-admitted"
+
+
+def templates_path(namespace: str | None = None) -> str:
+    if namespace is None:
+        return f"{BASE}/resourceclaimtemplates"
+    return f"{BASE}/namespaces/{quote(namespace)}/resourceclaimtemplates"
+
+
+async def ensure_template(
+    api: ApiClient,
+    template: Mapping[str, Any],
+    *,
+    dry_run: bool = False,
+    now: datetime.datetime | None = None,
+) -> str | None:
+    """Create the ResourceClaimTemplate, or find it made already asking the same
+    (``claim_admission.same_template``); a sentence when one of that name asks something
+    else. ``dry_run`` (the AdmissionReview's): nothing is written, the API server only
+    validates the template (``dryRun=All``)."""
     meta = template["metadata"]
-    path = f"{BASE}/namespaces/{quote(str(meta['namespace']))}/resourceclaimtemplates"
+    path = templates_path(str(meta["namespace"]))
+    now = now or datetime.datetime.now(datetime.UTC)
+    stamped = {
+        **template,
+        "metadata": {
+            **meta,
+            "annotations": {**(meta.get("annotations") or {}), LAST_ADMITTED: format_rfc3339(now)},
+        },
+    }
+    query = {"dryRun": "All"} if dry_run else None
     try:
-        await request_json(api, "POST", path, body=template)
+        await request_json(api, "POST", path, body=stamped, query=query)
         return None
     except ApiError as exc:
         if exc.status != 409:
             raise
-    existing = await _get(api, f"{path}/{quote(str(meta['name']))}")
-    if existing is None or existing.get("spec") != template.get("spec"):
+    name_path = f"{path}/{quote(str(meta['name']))}"
+    existing = await _get(api, name_path)
+    if existing is None or not claim_admission.same_template(existing, template):
         return (
             f"ResourceClaimTemplate {meta['namespace']}/{meta['name']} exists with another "
             "spec; delete it (the webhook makes it again)"
         )
+    if not dry_run and _stamp_is_old(existing, now):
+        # Best effort: a failed stamp costs at most a template made again later.
+        with contextlib.suppress(ApiError):
+            await _patch(
+                api,
+                name_path,
+                {"metadata": {"annotations": {LAST_ADMITTED: format_rfc3339(now)}}},
+            )
     return None
+
+
+def _stamp_is_old(template: Mapping[str, Any], now: datetime.datetime) -> bool:
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    stamped = parse_rfc3339(annotations.get(LAST_ADMITTED))
+    return stamped is None or (now - stamped).total_seconds() > STAMP_AFTER_S
+
+
+async def read_pod_claims(
+    api: ApiClient, namespace: str, refs: Sequence[claim_routing.ClaimRef]
+) -> list[tuple[claim_routing.ClaimRef, dict[str, Any] | None]]:
+    """The claims and templates a pod names, read one by one (None: not found), up to
+    the first that asks for our DeviceClasses (the webhook's answer is then known).
+    The caller bounds the count (``claim_routing.too_many``) and the time."""
+    out: list[tuple[claim_routing.ClaimRef, dict[str, Any] | None]] = []
+    for ref in refs[: claim_routing.MAX_CLAIM_READS]:
+        if ref.kind == claim_routing.CLAIM:
+            path = claim_path(namespace, ref.name)
+        else:
+            path = f"{templates_path(namespace)}/{quote(ref.name)}"
+        obj = await _get(api, path)
+        out.append((ref, obj))
+        if obj is not None and claim_routing.asks_our_classes(obj, ref.kind):
+            break
+    return out
+
+
+async def list_webhook_templates(api: ApiClient) -> list[dict[str, Any]]:
+    """Every ResourceClaimTemplate carrying the webhook's label, cluster-wide (whether
+    each is really ours is ``claim_admission.made_by_webhook``'s question)."""
+    key, value = claim_admission.MANAGED_BY
+    found = await listing.list_all(api, templates_path(), label_selector=f"{key}={value}")
+    return found.items
+
+
+async def templates_named_by_pods(api: ApiClient, namespace: str) -> set[str]:
+    """The templates the namespace's pods (any phase: a finished Job's pod still names
+    its template) name."""
+    found = await listing.list_all(api, f"/api/v1/namespaces/{quote(namespace)}/pods")
+    return {
+        str(entry["resourceClaimTemplateName"])
+        for pod in found.items
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
+        if isinstance(entry, Mapping) and entry.get("resourceClaimTemplateName")
+    }
+
+
+async def delete_template(api: ApiClient, template: Mapping[str, Any]) -> bool:
+    """Delete the template as listed: preconditions on its uid and resourceVersion, so
+    one stamped by the webhook (or made again) since is left. False when it changed or
+    went meanwhile."""
+    meta = template.get("metadata") or {}
+    path = f"{templates_path(str(meta.get('namespace')))}/{quote(str(meta.get('name')))}"
+    body = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
+    }
+    try:
+        await request_json(api, "DELETE", path, body=body)
+    except ApiError as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+    return True
 
 
 class ApiClaimWriter:

@@ -32,7 +32,12 @@ class Listing:
 
 
 async def list_all(
-    api: client.ApiClient, path: str, *, page_size: int = 500, field_selector: str | None = None
+    api: client.ApiClient,
+    path: str,
+    *,
+    page_size: int = 500,
+    field_selector: str | None = None,
+    label_selector: str | None = None,
 ) -> Listing:
     """Every object at ``path``; an absent kind (CRD not installed) lists as empty."""
     items: list[dict[str, Any]] = []
@@ -44,6 +49,8 @@ async def list_all(
             query["continue"] = token
         if field_selector:
             query["fieldSelector"] = field_selector
+        if label_selector:
+            query["labelSelector"] = label_selector
         try:
             page = await requests.request_json(api, "GET", path, query=query, timeout_s=120.0)
         except requests.ApiError as exc:

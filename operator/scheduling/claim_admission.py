@@ -25,11 +25,18 @@ A template, not a claim: the pod has no uid at admission, so a claim could not b
 by it; kube-controller-manager makes each pod its claim from the template, owned by the
 pod and deleted with it. The template's name is a digest of its spec, so identical
 requests share one template, and one that exists with other content is refused rather
-than used.
+than used. "Other content" is judged semantically (``same_template``): the API server
+returns the template with defaults filled in (``allocationMode: ExactCount``) and
+quantities in canonical form (``8192Mi`` reads back as ``8Gi``), which is the same request.
+
+Each template carries the label ``MANAGED_BY`` and the annotation ``DIGEST_ANNOTATION`` (the
+whole digest its name was cut from): the template collector (``control/template_collector``)
+deletes only templates that say they are ours, and only once no pod names them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -38,12 +45,18 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from vgpu_operator.devices import dra, model, vendor
+from vgpu_operator.devices.quantity import parse_quantity
+from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.vendors import Vendors
 
 _VENDOR: Final = "NVIDIA"
 #: The prefix of the templates the webhook makes (and the entries it adds to a pod).
 TEMPLATE_PREFIX: Final = "vgpu-"
 ENTRY_PREFIX: Final = "vgpu-gpu-"
+#: The label every webhook-made template carries (and the collector lists by).
+MANAGED_BY: Final = ("app.kubernetes.io/managed-by", "vgpu-operator")
+#: The whole digest of the template's spec; its name carries the first 16 characters.
+DIGEST_ANNOTATION: Final = "vgpu-operator.io/template-digest"
 
 
 class Unmappable(Exception):
@@ -118,17 +131,38 @@ def template_for(exactly: Mapping[str, Any], numa_bind: bool, namespace: str) ->
     if numa_bind and int(exactly.get("count", 1)) > 1:
         devices["constraints"] = [{"requests": ["gpu"], "matchAttribute": dra.ATTR_NUMA_NODE}]
     spec = {"spec": {"devices": devices}}
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    digest = spec_digest(spec)
     return {
         "apiVersion": dra.API_VERSION,
         "kind": "ResourceClaimTemplate",
         "metadata": {
-            "name": f"{TEMPLATE_PREFIX}{digest}",
+            "name": f"{TEMPLATE_PREFIX}{digest[:16]}",
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "vgpu-operator"},
+            "labels": {MANAGED_BY[0]: MANAGED_BY[1]},
+            "annotations": {DIGEST_ANNOTATION: digest},
         },
         "spec": spec,
     }
+
+
+def spec_digest(spec: Mapping[str, Any]) -> str:
+    """The digest of a template spec as the webhook writes it."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def made_by_webhook(template: Mapping[str, Any]) -> bool:
+    """Whether a template says it is one the webhook made: our label, our name prefix, and
+    a digest annotation whose head is its name (a template anyone else made lacks them)."""
+    meta = template.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    labels = meta.get("labels") or {}
+    digest = str((meta.get("annotations") or {}).get(DIGEST_ANNOTATION) or "")
+    return (
+        labels.get(MANAGED_BY[0]) == MANAGED_BY[1]
+        and name.startswith(TEMPLATE_PREFIX)
+        and len(digest) == 64
+        and name == f"{TEMPLATE_PREFIX}{digest[:16]}"
+    )
 
 
 def convert(pod: Mapping[str, Any], vendors: Vendors) -> Conversion | None:
@@ -187,5 +221,50 @@ def _name_claim(container: dict[str, Any], entry: str, vendors: Vendors) -> None
 
 
 def same_template(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    """Whether a template found under the wanted name says what we would write."""
-    return existing.get("spec") == wanted.get("spec")
+    """Whether a template found under the wanted name asks what we would write: equal
+    once the API server's defaults and quantity spellings are read away (``canonical``)."""
+    return bool(canonical(existing.get("spec")) == canonical(wanted.get("spec")))
+
+
+def canonical(spec: Any) -> Any:
+    """A template spec as a request, not as spelled: what the API server fills in by
+    default is dropped (``allocationMode: ExactCount``, ``count: 1`` with it, empty claim
+    metadata) and capacity quantities become numbers (``8192Mi`` == ``8Gi``). Anything
+    else stays, so any other difference (a selector, a constraint, a toleration, admin
+    access, a config) still tells the templates apart."""
+    if not isinstance(spec, Mapping):
+        return spec
+    out = copy.deepcopy(dict(spec))
+    if out.get("metadata") is None or _empty_metadata(out.get("metadata")):
+        out.pop("metadata", None)
+    inner = out.get("spec")
+    if isinstance(inner, dict):
+        devices = inner.get("devices")
+        if isinstance(devices, dict):
+            for request in devices.get("requests") or ():
+                if isinstance(request, dict):
+                    _canonical_exactly(request.get("exactly"))
+                    for sub in request.get("firstAvailable") or ():
+                        _canonical_exactly(sub)
+    return out
+
+
+def _empty_metadata(meta: Any) -> bool:
+    # The API server serialises an empty ObjectMeta as {"creationTimestamp": null} in
+    # some versions.
+    return isinstance(meta, Mapping) and all(v in (None, {}, [], "") for v in meta.values())
+
+
+def _canonical_exactly(exactly: Any) -> None:
+    if not isinstance(exactly, dict):
+        return
+    if exactly.get("allocationMode", "ExactCount") == "ExactCount":
+        exactly.pop("allocationMode", None)
+        if exactly.get("count", 1) == 1:
+            exactly.pop("count", None)
+    requests = (exactly.get("capacity") or {}).get("requests")
+    if isinstance(requests, dict):
+        for name, value in list(requests.items()):
+            # An unreadable quantity is left as written: compared as text.
+            with contextlib.suppress(CodecError):
+                requests[name] = str(parse_quantity(value))

@@ -310,7 +310,7 @@ def pod_webhook_configuration(
                     }
                 ],
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "sideEffects": "None",
+                "sideEffects": "NoneOnDryRun",
                 "admissionReviewVersions": ["v1"],
                 "failurePolicy": "Fail",
                 "timeoutSeconds": timeout_s,

@@ -66,3 +66,34 @@ def test_a_gpu_pod_left_to_the_default_scheduler_is_reported_with_the_fix(
         assert env.events_for(cp, namespace, "cpu") == []
     finally:
         env.cleanup_group(cp, namespace)
+
+
+def test_a_gpu_pod_bound_without_the_gpu_scheduler_is_reported_once(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """Issue 33 item 7: a GPU pod that missed the webhook and was bound by kube-scheduler
+    (here: bound at creation, which the operator sees the same way) fails at Allocate;
+    its owner is told (once: tests/unit/control/test_state_feed.py)."""
+    cp = control_plane
+    env.new_scheduler(cp, namespace)
+    bound = _default_scheduler_pod(namespace, "bound", {"nvidia.com/gpu": "1"})
+    bound["spec"].pop("nodeSelector")
+    bound["spec"]["nodeName"] = f"{namespace}-elsewhere"
+    env.create_pod(cp, bound)
+    try:
+        with OperatorThread(env.options(cp, namespace)):
+
+            def reported() -> dict[str, Any] | None:
+                pod = env.get_pod(cp, namespace, "bound")
+                return dict(env.condition(pod, reporting.CONDITION_NOT_ROUTED) or {}) or None
+
+            condition = env.wait_until("the not-routed condition", reported, 60)
+            events = env.wait_until(
+                "the not-routed Event", lambda: env.events_for(cp, namespace, "bound"), 30
+            )
+        assert condition["status"] == "False"
+        assert "nvidia.com/gpu" in condition["message"]
+        assert [e["reason"] for e in events] == [reporting.REASON_NOT_ROUTED]
+        assert events[0]["type"] == "Warning"
+    finally:
+        env.cleanup_group(cp, namespace)

@@ -61,13 +61,29 @@ def test_the_gpu_pod_policy_names_the_device_configs_scheduler() -> None:
 
 def test_the_gpu_pod_policy_sees_the_pods_the_webhook_sees() -> None:
     webhook = next(d for d in _docs("webhook.yaml") if d["kind"] == "MutatingWebhookConfiguration")
-    (hook,) = webhook["webhooks"]
+    hook = next(h for h in webhook["webhooks"] if h["name"] == "pods.vgpu-operator.io")
     routed = {c["name"]: c["expression"] for c in hook["matchConditions"]}
     checked = {
         c["name"]: c["expression"]
         for c in _policy("gpu-pod-policy.yaml")["spec"]["matchConditions"]
     }
     assert checked["names-a-managed-resource"] == routed["names-a-managed-resource"]
+
+
+def test_the_claims_hook_sees_exactly_the_pods_the_gpu_hook_does_not() -> None:
+    """Pods naming ResourceClaims go to the operator (claim routing) unless they name a
+    managed resource, which the first hook sends already (never both: no second mutation)."""
+    webhook = next(d for d in _docs("webhook.yaml") if d["kind"] == "MutatingWebhookConfiguration")
+    hooks = {h["name"]: h for h in webhook["webhooks"]}
+    gpu = {c["name"]: c["expression"] for c in hooks["pods.vgpu-operator.io"]["matchConditions"]}
+    claims = hooks["claims.pods.vgpu-operator.io"]
+    conditions = {c["name"]: c["expression"] for c in claims["matchConditions"]}
+    negated = conditions["names-no-managed-resource"].strip()
+    assert negated == "!" + gpu["names-a-managed-resource"].strip()
+    assert "resourceClaims" in conditions["names-resource-claims"]
+    for hook in hooks.values():
+        assert hook["clientConfig"]["service"]["path"] == "/mutate-pods"
+    assert hooks["pods.vgpu-operator.io"]["sideEffects"] == "NoneOnDryRun"
 
 
 def test_both_policies_are_installed_and_deny() -> None:

@@ -781,3 +781,31 @@ def test_fresh_report_after_an_unnoticed_stale_one_wakes(
     park(queue, "ns/w")
     feed.inventory_event("MODIFIED", inventory(2, heartbeat_s=clock.now))
     assert queue.parked_count == 0
+
+
+def _asking(body: dict[str, Any], resource: str = "nvidia.com/gpu") -> dict[str, Any]:
+    body["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
+    return body
+
+
+def test_pods_bound_by_the_default_scheduler_are_handed_to_the_reporter_once(
+    feed: StateFeed,
+) -> None:
+    """Issue 33 item 7: GPU pods that missed the webhook and were bound by kube-scheduler
+    fail at Allocate; the not-routed reporter must see them (once each)."""
+    default = "default-scheduler"
+    feed.pod_event("ADDED", _asking(pod("a", 1, scheduler=default)))
+    assert feed.take_bound_by_default() == []  # unbound: waiting_for reports it
+    feed.pod_event("MODIFIED", _asking(pod("a", 2, scheduler=default, node="n1", phase="Running")))
+    feed.pod_event("ADDED", _asking(pod("cpu", 1, scheduler=default, node="n1")))
+    feed.pod_event("ADDED", pod("plain", 1, scheduler=default, node="n1"))  # no extended resource
+    feed.pod_event("ADDED", _asking(pod("ours", 1, node="n1")))  # our scheduler's
+    taken = feed.take_bound_by_default()
+    assert sorted(p["metadata"]["name"] for p in taken) == ["a", "cpu"]
+    # Later updates of the same pods are not handed out again ...
+    feed.pod_event("MODIFIED", _asking(pod("a", 3, scheduler=default, node="n1", phase="Running")))
+    assert feed.take_bound_by_default() == []
+    # ... a pod of the same name made again is.
+    feed.pod_event("DELETED", _asking(pod("a", 4, scheduler=default, node="n1")))
+    feed.pod_event("ADDED", _asking(pod("a", 5, scheduler=default, node="n1", uid="u2")))
+    assert [p["metadata"]["uid"] for p in feed.take_bound_by_default()] == ["u2"]

@@ -130,3 +130,69 @@ def test_other_modes_cannot_be_served_on_the_dra_path() -> None:
 
 def test_a_pod_without_gpus_is_left_alone() -> None:
     assert claim_admission.convert(pod({}), VENDORS) is None
+
+
+def _as_the_api_server_returns(template: dict[str, Any]) -> dict[str, Any]:
+    """The template as kube-apiserver gives it back: defaults filled in, quantities in
+    canonical form (8192Mi reads back as 8Gi), server metadata added."""
+    import copy
+
+    returned = copy.deepcopy(template)
+    returned["metadata"].update({"uid": "u", "resourceVersion": "7"})
+    returned["spec"]["metadata"] = {"creationTimestamp": None}
+    for request in returned["spec"]["spec"]["devices"]["requests"]:
+        exactly = request["exactly"]
+        exactly["allocationMode"] = "ExactCount"
+        exactly.setdefault("count", 1)
+        memory = exactly.get("capacity", {}).get("requests", {}).get("memory")
+        if memory == "8192Mi":
+            exactly["capacity"]["requests"]["memory"] = "8Gi"
+    return returned
+
+
+def test_a_template_read_back_with_the_api_servers_defaults_is_the_same() -> None:
+    """Issue 33 item 6: the second pod of a shape found the template the first made and
+    was refused, because the API server's copy carries defaults."""
+    for limits in (
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8192, "nvidia.com/gpucores": 30},
+        {"nvidia.com/gpu": 2},
+    ):
+        converted = claim_admission.convert(pod(limits), VENDORS)
+        assert converted is not None
+        [wanted] = converted.templates
+        existing = _as_the_api_server_returns(wanted)
+        assert claim_admission.same_template(existing, wanted)
+
+
+def test_a_template_that_asks_something_else_is_not_the_same() -> None:
+    converted = claim_admission.convert(
+        pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8192}), VENDORS
+    )
+    assert converted is not None
+    [wanted] = converted.templates
+    for change in (
+        lambda e: e["capacity"]["requests"].update(memory="9Gi"),
+        lambda e: e.update(count=2),
+        lambda e: e.update(allocationMode="All"),
+        lambda e: e.update(selectors=[{"cel": {"expression": "true"}}]),
+        lambda e: e.update(adminAccess=True),
+    ):
+        existing = _as_the_api_server_returns(wanted)
+        change(existing["spec"]["spec"]["devices"]["requests"][0]["exactly"])
+        assert not claim_admission.same_template(existing, wanted)
+    existing = _as_the_api_server_returns(wanted)
+    existing["spec"]["spec"]["devices"]["config"] = [{"opaque": {"driver": "x", "parameters": {}}}]
+    assert not claim_admission.same_template(existing, wanted)
+
+
+def test_templates_say_they_are_the_webhooks() -> None:
+    converted = claim_admission.convert(pod({"nvidia.com/gpu": 1}), VENDORS)
+    assert converted is not None
+    [template] = converted.templates
+    assert claim_admission.made_by_webhook(template)
+    digest = template["metadata"]["annotations"][claim_admission.DIGEST_ANNOTATION]
+    assert digest == claim_admission.spec_digest(template["spec"])
+    forged = {**template, "metadata": {**template["metadata"], "name": "vgpu-0123456789abcdef"}}
+    assert not claim_admission.made_by_webhook(forged)
+    unlabelled = {**template, "metadata": {**template["metadata"], "labels": {}}}
+    assert not claim_admission.made_by_webhook(unlabelled)
