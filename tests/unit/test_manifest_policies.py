@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from vgpu_operator import names
+from vgpu_operator.config import DeviceConfig, load_config_yaml
 from vgpu_operator.agent.dra import prepare
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.catalog import VENDOR_TABLE
@@ -178,3 +179,13 @@ def test_the_critical_priority_example_is_the_documented_quota() -> None:
     example = MANIFESTS.parent / "examples" / "security" / "no-critical-priority-quota.yaml"
     assert yaml.safe_load(example.read_text()) == documented
     assert "examples/security/no-critical-priority-quota.yaml" in section.split("**", 1)[0]
+
+
+def test_the_shipped_device_config_is_the_built_in_one_and_the_administrators() -> None:
+    """Not installed by `kubectl apply -k manifests/` (a re-apply would reset an
+    administrator's edits): until an administrator creates it, the operator and the
+    agents run on the same settings, built in."""
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    assert "device-config.yaml" not in kustomization["resources"]
+    config_map = next(d for d in _docs("device-config.yaml") if d["kind"] == "ConfigMap")
+    assert load_config_yaml(config_map["data"]["device-config.yaml"]) == DeviceConfig()
