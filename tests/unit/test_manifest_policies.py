@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from vgpu_operator import names
-from vgpu_operator.config import DeviceConfig, load_config_yaml
 from vgpu_operator.agent.dra import prepare
+from vgpu_operator.config import DeviceConfig, load_config_yaml
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.scheduling import claim_admission, claim_ledger
