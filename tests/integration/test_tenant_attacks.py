@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import json
 import shlex
 import ssl
@@ -1396,6 +1397,24 @@ def test_13_the_env_rules_hold_for_pods_with_claims(
     with allowing(stack, tenant.namespace, "vgpu-operator.io/allow-hami-core-off"):
         message = tenant.refused(lambda: tenant.create_pod(pod))
     assert "hamiCore: false" in message
+    # A pod as the webhook converts it in a DRA namespace (it asks for no GPU resource any
+    # more, and names the webhook's claims): placed by the vgpu-scheduler all the same.
+    from vgpu_operator.scheduling import claim_admission
+
+    entry = f"{claim_admission.ENTRY_PREFIX}0"
+    converted = claim_pod("converted", "any", dra_node)
+    converted["spec"]["resourceClaims"] = [
+        {"name": entry, "resourceClaimTemplateName": f"{claim_admission.TEMPLATE_PREFIX}x"}
+    ]
+    converted["spec"]["containers"][0]["resources"] = {"claims": [{"name": entry}]}
+    preset = copy.deepcopy(converted)
+    preset["spec"]["nodeName"] = dra_node
+    message = tenant.refused(lambda: tenant.create_pod(preset))
+    assert "remove spec.nodeName" in message
+    elsewhere = copy.deepcopy(converted)
+    elsewhere["spec"]["schedulerName"] = "my-scheduler"
+    message = tenant.refused(lambda: tenant.create_pod(elsewhere))
+    assert "remove spec.schedulerName" in message
     # The core limit lifted in a GPU pod (annotation path): an administrator's choice.
     limited = gpu_pod(
         "cores",
