@@ -104,6 +104,12 @@ _DEFRAG_ARGS = (
 #: templates rendered only when the value named here is true.
 OPT_IN: dict[str, str] = {"defrag-plan-reader.yaml": "defragPlanReader.enabled"}
 
+#: Manifests that are not in kustomization.yaml but that the chart always renders: the
+#: device config, which an administrator of a kustomize install creates and edits as
+#: theirs (re-applying manifests/ must not reset it), and which a chart install takes
+#: from its values (Helm's way: edit the values, not the ConfigMap).
+CHART_ONLY: tuple[str, ...] = ("device-config.yaml",)
+
 EDITS: dict[str, tuple[Edit, ...]] = {
     "namespace.yaml": (
         Edit(
@@ -257,7 +263,7 @@ def template(name: str, text: str) -> str:
 
 def _resources() -> list[str]:
     kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
-    return [str(r) for r in kustomization.get("resources") or []]
+    return [str(r) for r in kustomization.get("resources") or []] + list(CHART_ONLY)
 
 
 def rendered() -> dict[Path, str]:

@@ -383,6 +383,7 @@ class ClusterBooks(claim_books.ClaimBooks):
         (its ``nominatedNodeName`` status, for one) until it binds, ends or times out.
         """
         key = pod_key(pod)
+        self._claim_pod_seen(pod)  # a claim that went keeps its hold while its pods run
         meta = pod.get("metadata") or {}
         phase = (pod.get("status") or {}).get("phase")
         node = (pod.get("spec") or {}).get("nodeName") or None
@@ -577,6 +578,7 @@ class ClusterBooks(claim_books.ClaimBooks):
         return table_of
 
     def remove_pod(self, key: PodKey) -> None:
+        self._claim_pod_gone(key)
         self._release_decided(key)
         self._attempts.pop(key, None)
         self._drop_pod(key)

@@ -4,19 +4,31 @@
 (a DRA node's cards, ``dra_pool``), the claims (what each allocated claim holds,
 ``claim_ledger``, counted in the namespace quota too) and the device classes (their
 selectors), with the holds of the engine's own decisions until their claims come back
-allocated. ``ClusterBooks`` inherits it and answers its three hooks: a node's cards
-changed, the cards registered on a node, and the quota ledger.
+allocated. ``ClusterBooks`` inherits it and answers its hooks: a node's cards changed,
+the cards registered on a node, and the quota ledger; and it tells it of pods
+(``_claim_pod_seen``, ``_claim_pod_gone``).
+
+The pods matter for one thing here: a claim that goes while a pod it was reserved for
+runs (a tenant removed the delete-protection finalizer and deleted it; an allocation
+stripped under a pod) keeps its hold, under ``claim_ledger.kept_key``, until every such
+pod has ended. Kubelet does not take a prepared device from a running container, so
+releasing the share would let a second claim onto a card that is still in use, and the
+namespace's quota fall below what it holds. Only bound pods keep a hold: a pod that was
+never bound cannot have the device prepared once its claim is gone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
+from vgpu_operator import names
 from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling import claim_cel, claim_ledger, claims, dra_pool, placement
 from vgpu_operator.scheduling.claim_ledger import Decided, Hold
+from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
 
 _VENDOR = "NVIDIA"
@@ -32,6 +44,11 @@ class ClaimBooks:
         self._claim_ledger = claim_ledger.ClaimLedger()
         #: Per claim hold, the namespace and the quota sums it added.
         self._claim_sums: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {}
+        #: Bound pods that have not ended (uid -> key), and each one's uid by key.
+        self._running: dict[str, PodKey] = {}
+        self._running_uid: dict[PodKey, str] = {}
+        #: Holds kept after their claim went (kept key -> the running pods keeping it).
+        self._kept: dict[str, frozenset[str]] = {}
 
     @property
     def selector_cache(self) -> claim_cel.SelectorCache:
@@ -103,15 +120,66 @@ class ClaimBooks:
         if read is None and current is not None and current.decided is Decided.WRITING:
             return  # our status write is in flight: this copy is older than it
         if read is None:
-            self._drop_hold(key)
+            # The allocation went: its pods still reserved keep the hold (the copy says
+            # whom it is still reserved for; a pod unreserved with it is let go).
+            self._keep_or_drop(key, obj, obj)
         elif current is None or current.shares != read.shares or current.node != read.node:
             self._put_hold(read)
         elif current.decided is not Decided.NO:
             self._claim_ledger.put(read)  # the same shares, now read from the status
 
     def remove_claim(self, key: str) -> None:
-        self._claim_objects.pop(key, None)
+        last = self._claim_objects.pop(key, None)
+        # Deleted: the pods its last copy was reserved for keep the hold while they run.
+        self._keep_or_drop(key, last, last)
+
+    def _keep_or_drop(
+        self, key: str, held: Mapping[str, Any] | None, reserved: Mapping[str, Any] | None
+    ) -> None:
+        """The claim ``key`` no longer holds: its hold is kept, under its kept key, if a
+        running pod the claim (copy ``reserved``) is reserved for uses it; else dropped.
+        ``held`` is the copy the hold was read from (its uid names the kept hold)."""
+        hold = self._claim_ledger.holds.get(key)
+        keeping = claim_ledger.reserved_uids(reserved) & self._running.keys()
+        if hold is None or hold.decided is Decided.WRITING or not keeping:
+            self._drop_hold(key)
+            return
+        kept = claim_ledger.kept_key(key, held)
         self._drop_hold(key)
+        self._put_hold(replace(hold, key=kept))
+        self._kept[kept] = frozenset(keeping)
+
+    # --- pods (ClusterBooks tells of every pod) -------------------------------------------
+    def _claim_pod_seen(self, pod: Mapping[str, Any]) -> None:
+        key = pod_key(pod)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        ended = (pod.get("status") or {}).get("phase") in names.TERMINAL_PHASES
+        known = self._running_uid.get(key)
+        if known is not None and (known != uid or ended or not bound):
+            self._claim_pod_gone(key)
+        if uid and bound and not ended:
+            self._running[uid] = key
+            self._running_uid[key] = uid
+
+    def _claim_pod_gone(self, key: PodKey) -> None:
+        """The pod ended or is gone: the holds it alone kept go."""
+        uid = self._running_uid.pop(key, None)
+        if uid is None:
+            return
+        self._running.pop(uid, None)
+        for kept, pods in list(self._kept.items()):
+            if uid not in pods:
+                continue
+            if pods - {uid}:
+                self._kept[kept] = pods - {uid}
+            else:
+                del self._kept[kept]
+                self._drop_hold(kept)
+
+    def kept_holds(self) -> dict[str, frozenset[str]]:
+        """Holds kept after their claims went, and the uids of the pods keeping them."""
+        return dict(self._kept)
 
     def claim_object(self, key: str) -> Mapping[str, Any] | None:
         return self._claim_objects.get(key)
@@ -123,8 +191,9 @@ class ClaimBooks:
         if pool is None:
             return []
         totals: dict[str, dict[str, Fraction]] = {}
-        for obj in self._claim_objects.values():
-            hold = claim_ledger.hold_from_claim(obj)
+        read = (claim_ledger.hold_from_claim(obj) for obj in self._claim_objects.values())
+        kept = (self._claim_ledger.holds.get(k) for k in self._kept)
+        for hold in (*read, *kept):
             if hold is None or hold.node != node:
                 continue
             for share in hold.shares:

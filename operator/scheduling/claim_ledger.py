@@ -11,14 +11,25 @@ Between the engine's decision and the claim's allocated copy coming back through
 watch, the decision's own hold stands in for it (``Hold.decided``): a copy without the
 allocation (the finalizer's update, or the watch lagging behind the status write) does
 not drop it; once the status is written (``settle``), the next copy is the truth.
+
+What an allocation holds is read as the agent will serve it: a claim whose opaque config
+turns HAMi-core off (``hamiCore: false``, as ``agent.dra.prepare`` reads it) holds its
+cards whole, for nothing limits what its containers take; a result with ``adminAccess``
+holds nothing (Kubernetes consumes no capacity for it: it reaches a device beside the
+claims that hold it, and only in namespaces an administrator labelled).
+
+A claim that goes (deleted, or its allocation stripped) while a pod it was reserved for
+still runs keeps its hold under another key (``kept_key``) until those pods end:
+kubelet does not take a prepared device from a running container, so the share is still
+in use whatever happened to the claim object (``claim_books``).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Final
 
 from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling import claims, placement
@@ -91,18 +102,84 @@ class ClaimLedger:
         return [self.holds[k] for k in sorted(self.by_node.get(node, ())) if k in self.holds]
 
 
+#: The opaque config key that turns HAMi-core off for a claim (``agent.dra.prepare``).
+CONFIG_HAMI_CORE: Final = "hamiCore"
+#: Joins a claim's key and uid in the key of a hold kept after the claim went.
+KEPT_MARK: Final = "#kept:"
+
+
+def hami_core_off(allocation: Mapping[str, Any]) -> bool:
+    """Whether the agent will leave HAMi-core out for the allocation's claim: an opaque
+    config of this driver (from the claim or its class) says ``hamiCore: false``, the
+    claim's own config winning over its class's, as ``agent.dra.prepare`` reads it."""
+    devices = allocation.get("devices")
+    configs = devices.get("config") if isinstance(devices, Mapping) else None
+    if not isinstance(configs, list):
+        return False
+    on = True
+    ordered = sorted(
+        (c for c in configs if isinstance(c, Mapping)),
+        key=lambda c: 0 if c.get("source") == "FromClass" else 1,
+    )
+    for config in ordered:
+        opaque = config.get("opaque")
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != dra.DRIVER:
+            continue
+        parameters = opaque.get("parameters")
+        if isinstance(parameters, Mapping) and CONFIG_HAMI_CORE in parameters:
+            on = parameters[CONFIG_HAMI_CORE] is not False
+    return not on
+
+
+def _without_admin_access(allocation: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The allocation without its ``adminAccess`` results (they consume nothing)."""
+    devices = allocation.get("devices")
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    if not isinstance(results, list):
+        return allocation
+    kept = [r for r in results if not (isinstance(r, Mapping) and r.get("adminAccess") is True)]
+    if len(kept) == len(results):
+        return allocation
+    assert isinstance(devices, Mapping)
+    return {**allocation, "devices": {**devices, "results": kept}}
+
+
 def hold_from_claim(obj: Mapping[str, Any]) -> Hold | None:
     """The hold an allocated claim's status says, or None (not allocated, or nothing of
-    this driver in it)."""
+    this driver in it that consumes capacity)."""
     allocation = (obj.get("status") or {}).get("allocation")
     if not isinstance(allocation, Mapping):
         return None
-    node, shares = claims.read_allocated(allocation)
+    node, shares = claims.read_allocated(_without_admin_access(allocation))
     if node is None or not shares:
         return None
+    if hami_core_off(allocation):
+        # Nothing limits what its containers take: each card it names is theirs whole.
+        shares = tuple(replace(s, memory_bytes=None, cores=None, shares=None) for s in shares)
     meta = obj.get("metadata") or {}
     namespace = str(meta.get("namespace") or "default")
     return Hold(f"{namespace}/{meta.get('name', '')}", namespace, node, shares)
+
+
+def reserved_uids(obj: Mapping[str, Any] | None) -> frozenset[str]:
+    """The uids of the pods a claim's ``status.reservedFor`` names."""
+    if obj is None:
+        return frozenset()
+    reserved = (obj.get("status") or {}).get("reservedFor")
+    if not isinstance(reserved, list):
+        return frozenset()
+    return frozenset(
+        str(r["uid"])
+        for r in reserved
+        if isinstance(r, Mapping) and r.get("uid") and r.get("resource", "pods") == "pods"
+    )
+
+
+def kept_key(key: str, obj: Mapping[str, Any] | None) -> str:
+    """The key a claim's hold is kept under once the claim went: its uid tells it from a
+    later claim of the same name (which holds under the plain key)."""
+    uid = str(((obj or {}).get("metadata") or {}).get("uid") or "")
+    return f"{key}{KEPT_MARK}{uid}"
 
 
 def same_node_shares(shares: Iterable[claims.AllocatedShare], node: str) -> bool:

@@ -231,13 +231,14 @@ def test_the_readme_install_creates_every_object_in_one_run(installed: Cluster) 
     for path in (
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/vgpu-operator",
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/vgpu-agent",
-        f"/api/v1/namespaces/{NAMESPACE}/configmaps/vgpu-device-config",
         f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/vgpu-operator",
         f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/vgpu-agent",
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/vgpu-operator",
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-agent-own-node",
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-allocation-record",
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-gpu-pods",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-claims",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-claim-templates",
         f"/api/v1/namespaces/{LEASES}",
         f"{ROLES.format(ns=LEASES)}/vgpu-agent-node-lease",
         f"{ROLES.format(ns=LEASES)}/vgpu-operator-node-leases",
@@ -246,9 +247,30 @@ def test_the_readme_install_creates_every_object_in_one_run(installed: Cluster) 
     ):
         # A CRD just established may answer 429 while its storage initialises.
         env.wait_until(f"{path} to be served", lambda path=path: _served(cp, path), 30)
-    # Applying again changes nothing and fails nothing (upgrades re-run the same command).
+    # Applying again changes nothing and fails nothing (upgrades re-run the same command):
+    # the manifests are written as the API server stores them.
     again = installed.run(["apply", "-k", "manifests/"])
     assert again.returncode == 0, again.stderr
+    changed = [line for line in again.stdout.splitlines() if not line.endswith(" unchanged")]
+    assert not changed, again.stdout
+
+
+def test_a_reapply_keeps_the_administrators_device_config(installed: Cluster) -> None:
+    """The device config is the administrator's: created by hand from the shipped file,
+    edited, and left as edited by the next `kubectl apply -k manifests/`."""
+    path = f"/api/v1/namespaces/{NAMESPACE}/configmaps/vgpu-device-config"
+    if not _served(installed.cp, path):
+        created = installed.run(["create", "-f", "manifests/device-config.yaml"])
+        assert created.returncode == 0, created.stderr
+    config_map = installed.cp.get(path)
+    text = config_map["data"]["device-config.yaml"]
+    edited = text.replace("deviceSplitCount: 10", "deviceSplitCount: 7")
+    assert edited != text
+    installed.cp.patch(path, {"data": {"device-config.yaml": edited}})
+    again = installed.run(["apply", "-k", "manifests/"])
+    assert again.returncode == 0, again.stderr
+    assert installed.cp.get(path)["data"]["device-config.yaml"] == edited
+    installed.cp.patch(path, {"data": {"device-config.yaml": text}})
 
 
 def _served(cp: ControlPlane, path: str) -> bool:
@@ -560,6 +582,9 @@ def test_the_agent_reads_the_device_config_and_no_other_configmap(
     """It lists and watches the device config by name (how it follows its nodeconfig
     entry), and may not list the namespace's other ConfigMaps."""
     by_name = "--field-selector=metadata.name=vgpu-device-config"
+    if not _served(installed.cp, f"/api/v1/namespaces/{NAMESPACE}/configmaps/vgpu-device-config"):
+        created = installed.run(["create", "-f", "manifests/device-config.yaml"])  # the admin's
+        assert created.returncode == 0, created.stderr
     listed = installed.run(["get", "configmaps", "-n", NAMESPACE, by_name], token=agent_token)
     assert listed.returncode == 0, listed.stderr
     assert "vgpu-device-config" in listed.stdout

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import json
 import shlex
 import ssl
@@ -87,7 +88,10 @@ class Tenant:
     def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> Json:
-        data = json.dumps(body).encode() if body is not None else None
+        # Compact, as kubectl sends it: the API server keeps a claim's opaque parameters
+        # as sent, and refuses any later patch of a claim whose parameters it would
+        # re-encode differently ("spec: field is immutable").
+        data = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
         req = urllib.request.Request(self.cp.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         req.add_header("Accept", "application/json")
@@ -1079,3 +1083,355 @@ def test_9_a_tenant_cannot_allocate_a_claim_to_itself(stack: Stack, tenant: Tena
     assert "forbidden" in message.lower()
     assert not (stack.cp.get(f"{claims}/mine").get("status") or {}).get("allocation")
     stack.cp.delete(f"{claims}/mine")
+
+
+# =============================================================================================
+# The DRA path (issue 33): the same tenant, on their own token, against the claim policies
+# (manifests/claim-policy.yaml, as installed) and the books, with a node on the DRA path
+# whose agent publishes its ResourceSlice and the operator allocating the tenant's claims.
+# No kube-controller-manager runs here: the tests release their claims themselves.
+# =============================================================================================
+
+DRA_CARD_MIB = 46068  # l40s-pcie-4, as the DRA node's agent publishes each card
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+
+
+@pytest.fixture(scope="module")
+def dra_node(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A KWOK node on the DRA path, its agent publishing four L40S cards as one slice."""
+    from integration.dra_env import dra_agent, node_slice
+
+    from vgpu_operator.devices import dra
+
+    cp = stack.cp
+    name = f"gpu-dra-{uuid.uuid4().hex[:6]}"
+    cp.create_fake_gpu_node(name, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
+    work = tmp_path_factory.mktemp("tenant-dra")
+    agent = dra_agent(name, "l40s-pcie-4", cp.kubeconfig_path, work, split=4)
+    try:
+        env.wait_until(f"{name}'s slice", lambda: node_slice(cp, name), 60)
+        yield name
+    finally:
+        agent.stop()
+
+
+@pytest.fixture
+def claims_tenant(stack: Stack, dra_node: str) -> Iterator[Tenant]:
+    """The tenant; afterwards their pods go, then their claims (released as the claim
+    controller would, which does not run here)."""
+    tenant = stack.tenant
+    yield tenant
+    cp = stack.cp
+    _delete_all_pods(cp, tenant.namespace)
+    path = f"/apis/resource.k8s.io/v1/namespaces/{tenant.namespace}/resourceclaims"
+    for claim in cp.get(path).get("items", []):
+        name = claim["metadata"]["name"]
+        cp.patch(f"{path}/{name}", {"metadata": {"finalizers": None}})
+        cp.delete(f"{path}/{name}")
+    env.wait_until("the claims to go", lambda: not cp.get(path).get("items"), 30)
+    env.wait_until("the DRA node's cards to be free", lambda: not node_usage(stack, dra_node), 30)
+
+
+def node_usage(stack: Stack, node: str) -> Usage:
+    return {key: value for key, value in gauges(stack).items() if key[0] == node}
+
+
+def claims_path(tenant: Tenant) -> str:
+    return f"/apis/resource.k8s.io/v1/namespaces/{tenant.namespace}/resourceclaims"
+
+
+def claim_spec(
+    memory_mib: int | None = None,
+    *,
+    card: int | None = 0,
+    hami_core: bool | None = None,
+    admin_access: bool = False,
+) -> Json:
+    """A claim's spec: one share of the driver's class, on card ``card`` of the node."""
+    from vgpu_operator.devices import dra
+
+    exactly: Json = {"deviceClassName": dra.SHARED_CLASS}
+    if memory_mib is not None:
+        exactly["capacity"] = {"requests": {"memory": f"{memory_mib}Mi"}}
+    if card is not None:
+        expression = f'device.attributes["{dra.DRIVER}"].index == {card}'
+        exactly["selectors"] = [{"cel": {"expression": expression}}]
+    if admin_access:
+        exactly["adminAccess"] = True
+    devices: Json = {"requests": [{"name": "gpu", "exactly": exactly}]}
+    if hami_core is not None:
+        devices["config"] = [
+            {"opaque": {"driver": dra.DRIVER, "parameters": {"hamiCore": hami_core}}}
+        ]
+    return {"devices": devices}
+
+
+def claim_body(name: str, spec: Json) -> Json:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def claim_pod(name: str, claim: str, node: str) -> Json:
+    """A tenant's pod on the DRA path: it names its claim and the vgpu-scheduler."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/cuda",
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+    }
+
+
+def allocated(stack: Stack, tenant: Tenant, claim: str) -> Json | None:
+    """The claim, once it is allocated and its pod is running."""
+    obj = stack.cp.get(f"{claims_path(tenant)}/{claim}")
+    if not (obj.get("status") or {}).get("allocation") or not obj["status"].get("reservedFor"):
+        return None
+    pod_name = obj["status"]["reservedFor"][0]["name"]
+    pod = env.get_pod(stack.cp, tenant.namespace, pod_name)
+    return obj if (pod.get("status") or {}).get("phase") == "Running" else None
+
+
+def waiting(stack: Stack, tenant: Tenant, pod: str) -> str | None:
+    """The pod's PodScheduled=False message, once the operator found it does not fit (not
+    while it waits for its claim to be seen)."""
+    obj = env.get_pod(stack.cp, tenant.namespace, pod)
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition.get("status") == "False":
+            message = str(condition.get("message", ""))
+            return None if "does not exist" in message else message
+    return None
+
+
+def quota_memory(stack: Stack, namespace: str) -> int:
+    """The GPU memory the operator books against the namespace's quota (MiB), scraped."""
+    server = stack.operator.app._server
+    assert server is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return round(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "vgpu_operator_quota_used"
+            and sample.labels["namespace"] == namespace
+            and sample.labels["resource"].endswith("gpumem")
+        )
+    )
+
+
+def memory_on(stack: Stack, node: str) -> int:
+    return sum(mib for _, mib, _ in node_usage(stack, node).values())
+
+
+# --- 10. HAMi-core off in a claim --------------------------------------------------------------
+
+
+def test_10_turning_hami_core_off_in_a_claim_is_an_administrators_choice(
+    stack: Stack, claims_tenant: Tenant, dra_node: str
+) -> None:
+    tenant = claims_tenant
+    templates = f"/apis/resource.k8s.io/v1/namespaces/{tenant.namespace}/resourceclaimtemplates"
+    off = claim_body("raw", claim_spec(1024, hami_core=False))
+    message = tenant.refused(lambda: tenant.request("POST", claims_path(tenant), off))
+    assert "vgpu-operator.io/allow-hami-core-off=true" in message
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "raw"},
+        "spec": {"spec": claim_spec(1024, hami_core=False)},
+    }
+    message = tenant.refused(lambda: tenant.request("POST", templates, template))
+    assert "vgpu-operator.io/allow-hami-core-off=true" in message
+    # hamiCore true, or another driver's config, is anyone's to write.
+    tenant.request("POST", claims_path(tenant), claim_body("on", claim_spec(1024, hami_core=True)))
+    # Allowed by an administrator: booked as the whole card, in the books and the quota.
+    with allowing(stack, tenant.namespace, "vgpu-operator.io/allow-hami-core-off"):
+        tenant.request("POST", claims_path(tenant), off)
+    tenant.create_pod(claim_pod("raw", "raw", dra_node))
+    env.wait_until("the raw claim's allocation", lambda: allocated(stack, tenant, "raw"), 60)
+    usage = env.wait_until(
+        "the whole card booked",
+        lambda: node_usage(stack, dra_node) if memory_on(stack, dra_node) else None,
+        30,
+    )
+    assert list(usage.values()) == [(4, DRA_CARD_MIB, 100)]
+    assert quota_memory(stack, tenant.namespace) == DRA_CARD_MIB
+    # Nothing else goes on that card.
+    tenant.request("POST", claims_path(tenant), claim_body("beside", claim_spec(1024)))
+    tenant.create_pod(claim_pod("beside", "beside", dra_node))
+    env.wait_until("the pod beside to wait", lambda: waiting(stack, tenant, "beside"), 60)
+    assert not (stack.cp.get(f"{claims_path(tenant)}/beside").get("status") or {}).get("allocation")
+    template_allowed = dict(template, metadata={"name": "raw-allowed"})
+    with allowing(stack, tenant.namespace, "vgpu-operator.io/allow-hami-core-off"):
+        tenant.request("POST", templates, template_allowed)
+    stack.cp.delete(f"{templates}/raw-allowed")
+
+
+# --- 11. a claim pulled from under its running pod ---------------------------------------------
+
+
+def test_11_a_claim_cannot_be_pulled_from_under_its_running_pod(
+    stack: Stack, claims_tenant: Tenant, dra_node: str
+) -> None:
+    tenant, cp = claims_tenant, stack.cp
+    path = claims_path(tenant)
+    tenant.request("POST", path, claim_body("held", claim_spec(20000)))
+    tenant.create_pod(claim_pod("holder", "held", dra_node))
+    claim = env.wait_until("the held claim's allocation", lambda: allocated(stack, tenant, "held"))
+    assert DELETE_PROTECTION in claim["metadata"]["finalizers"]
+    env.wait_until("the share booked", lambda: memory_on(stack, dra_node) == 20000, 30)
+    # The finalizer is the claim controller's and the allocators' while a pod holds it.
+    message = tenant.refused(
+        lambda: tenant.request(
+            "PATCH", f"{path}/held", {"metadata": {"finalizers": None}}, MERGE_PATCH
+        )
+    )
+    assert "delete the pods first" in message
+    assert "holder" in message
+    removal = [{"op": "remove", "path": "/metadata/finalizers/0"}]
+    tenant.refused(
+        lambda: tenant.request("PATCH", f"{path}/held", removal, "application/json-patch+json")
+    )
+    # Deleting it is allowed, and changes nothing while the finalizer stands.
+    tenant.request("DELETE", f"{path}/held")
+    assert cp.get(f"{path}/held")["metadata"].get("deletionTimestamp")
+    # Should the finalizer go anyway (a cluster without the policy: here the administrator
+    # removes it), the books keep the share while the pod runs: a second claim that fits
+    # only beside a free card is not placed.
+    cp.patch(f"{path}/held", {"metadata": {"finalizers": None}})
+    env.wait_until("the held claim to go", lambda: _claim_gone(cp, f"{path}/held"), 30)
+    tenant.request("POST", path, claim_body("second", claim_spec(30000)))
+    tenant.create_pod(claim_pod("second", "second", dra_node))
+    message = env.wait_until("the second pod to wait", lambda: waiting(stack, tenant, "second"))
+    assert memory_on(stack, dra_node) == 20000
+    assert not (cp.get(f"{path}/second").get("status") or {}).get("allocation")
+    assert quota_memory(stack, tenant.namespace) == 20000
+    # The pod ends: its share is free, and the second claim is placed.
+    cp.delete(f"/api/v1/namespaces/{tenant.namespace}/pods/holder?gracePeriodSeconds=0")
+    env.wait_until("the second claim's allocation", lambda: allocated(stack, tenant, "second"))
+    env.wait_until("the second share booked", lambda: memory_on(stack, dra_node) == 30000, 30)
+
+
+def _claim_gone(cp: ControlPlane, path: str) -> bool:
+    try:
+        cp.get(path)
+    except ApiError as exc:
+        return exc.status == 404
+    return False
+
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+# --- 12. adminAccess -----------------------------------------------------------------------------
+
+
+def test_12_admin_access_is_an_administrators_and_books_nothing(
+    stack: Stack, claims_tenant: Tenant, dra_node: str
+) -> None:
+    from integration.dra_env import node_slice
+
+    from vgpu_operator.devices import dra
+
+    tenant, cp = claims_tenant, stack.cp
+    path = claims_path(tenant)
+    admin = claim_body("admin", claim_spec(card=None, admin_access=True))
+    message = tenant.refused(lambda: tenant.request("POST", path, admin))
+    assert "admin-access" in message
+    with allowing(stack, tenant.namespace, "resource.kubernetes.io/admin-access"):
+        tenant.request("POST", path, admin)
+        # No allocator here gives adminAccess (the engine refuses it): the status an
+        # allocator would write, on the first card, consuming nothing.
+        found = node_slice(cp, dra_node)
+        assert found is not None
+        device = next(
+            d["name"] for d in found["spec"]["devices"] if d["attributes"]["index"]["int"] == 0
+        )
+        result = {
+            "request": "gpu",
+            "driver": dra.DRIVER,
+            "pool": dra_node,
+            "device": device,
+            "adminAccess": True,
+        }
+        cp.request(
+            "PATCH",
+            f"{path}/admin/status",
+            {"status": {"allocation": {"devices": {"results": [result]}}}},
+            content_type=MERGE_PATCH,
+        )
+    # The whole card is still free: a claim of all of it is placed there.
+    tenant.request("POST", path, claim_body("whole", claim_spec(DRA_CARD_MIB)))
+    tenant.create_pod(claim_pod("whole", "whole", dra_node))
+    env.wait_until("the whole card's allocation", lambda: allocated(stack, tenant, "whole"))
+    env.wait_until("the card booked", lambda: memory_on(stack, dra_node) == DRA_CARD_MIB, 30)
+    assert quota_memory(stack, tenant.namespace) == DRA_CARD_MIB
+
+
+# --- 13. the GPU-pod policy for pods with claims --------------------------------------------
+
+
+def test_13_the_env_rules_hold_for_pods_with_claims(
+    stack: Stack, claims_tenant: Tenant, dra_node: str
+) -> None:
+    tenant = claims_tenant
+    for variable, value, named in (
+        ("CUDA_DISABLE_CONTROL", "true", "CUDA_DISABLE_CONTROL"),
+        ("GPU_CORE_UTILIZATION_POLICY", " Disable", "GPU_CORE_UTILIZATION_POLICY"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "46068m", "CUDA_DEVICE_MEMORY_LIMIT*"),
+    ):
+        pod = claim_pod("env", "any", dra_node)
+        pod["spec"]["containers"][0]["env"] = [{"name": variable, "value": value}]
+        message = tenant.refused(lambda pod=pod: tenant.create_pod(pod))
+        assert named in message
+    # In a claim's container even an administrator's label does not allow it: the claim
+    # says hamiCore: false instead (booked whole).
+    pod = claim_pod("env", "any", dra_node)
+    pod["spec"]["containers"][0]["env"] = [{"name": "CUDA_DISABLE_CONTROL", "value": "1"}]
+    with allowing(stack, tenant.namespace, "vgpu-operator.io/allow-hami-core-off"):
+        message = tenant.refused(lambda: tenant.create_pod(pod))
+    assert "hamiCore: false" in message
+    # A pod as the webhook converts it in a DRA namespace (it asks for no GPU resource any
+    # more, and names the webhook's claims): placed by the vgpu-scheduler all the same.
+    from vgpu_operator.scheduling import claim_admission
+
+    entry = f"{claim_admission.ENTRY_PREFIX}0"
+    converted = claim_pod("converted", "any", dra_node)
+    converted["spec"]["resourceClaims"] = [
+        {"name": entry, "resourceClaimTemplateName": f"{claim_admission.TEMPLATE_PREFIX}x"}
+    ]
+    converted["spec"]["containers"][0]["resources"] = {"claims": [{"name": entry}]}
+    preset = copy.deepcopy(converted)
+    preset["spec"]["nodeName"] = dra_node
+    message = tenant.refused(lambda: tenant.create_pod(preset))
+    assert "remove spec.nodeName" in message
+    elsewhere = copy.deepcopy(converted)
+    elsewhere["spec"]["schedulerName"] = "my-scheduler"
+    message = tenant.refused(lambda: tenant.create_pod(elsewhere))
+    assert "remove spec.schedulerName" in message
+    # The core limit lifted in a GPU pod (annotation path): an administrator's choice.
+    limited = gpu_pod(
+        "cores",
+        node=stack.main.name,
+        gpumem=1024,
+        env_vars={"GPU_CORE_UTILIZATION_POLICY": "disable"},
+    )
+    message = tenant.refused(lambda: tenant.create_pod(limited))
+    assert "vgpu-operator.io/allow-hami-core-off=true" in message

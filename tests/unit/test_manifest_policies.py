@@ -1,6 +1,8 @@
 """The admission policies of manifests/ agree with the code they protect: the allocation
 record names every key the books and the device plugin read, the GPU-pod policy names the
-device config's scheduler and the webhook's idea of a managed resource."""
+device config's scheduler and the webhook's idea of a managed resource, the claim policies
+name the driver's config key and the operator's identity, and say the same of claims and
+templates."""
 
 from __future__ import annotations
 
@@ -11,17 +13,33 @@ from typing import Any
 import yaml
 
 from vgpu_operator import names
+from vgpu_operator.agent.dra import prepare
+from vgpu_operator.config import DeviceConfig, load_config_yaml
+from vgpu_operator.devices import dra
 from vgpu_operator.devices.catalog import VENDOR_TABLE
+from vgpu_operator.scheduling import claim_admission, claim_ledger
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+
+
+POLICY_FILES = ("allocation-record-policy.yaml", "gpu-pod-policy.yaml", "claim-policy.yaml")
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
 
 
-def _policy(name: str) -> dict[str, Any]:
-    return next(d for d in _docs(name) if d["kind"] == "ValidatingAdmissionPolicy")
+def _policy(name: str, policy: str | None = None) -> dict[str, Any]:
+    return next(
+        d
+        for d in _docs(name)
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        and (policy is None or d["metadata"]["name"] == policy)
+    )
+
+
+def _words(expression: str) -> str:
+    return " ".join(expression.split())
 
 
 def _variable(policy: dict[str, Any], name: str) -> str:
@@ -67,7 +85,18 @@ def test_the_gpu_pod_policy_sees_the_pods_the_webhook_sees() -> None:
         c["name"]: c["expression"]
         for c in _policy("gpu-pod-policy.yaml")["spec"]["matchConditions"]
     }
-    assert checked["names-a-managed-resource"] == routed["names-a-managed-resource"]
+    webhooks = _words(routed["names-a-managed-resource"])
+    # Every pod the webhook routes, and every pod with claims (the webhook's converted
+    # pods among them: after the conversion they ask for no managed resource).
+    assert _words(checked["a-gpu-pod-or-a-pod-with-claims"]) == (
+        f"{webhooks} || (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)"
+    )
+    managed = _words(_variable(_policy("gpu-pod-policy.yaml"), "managed"))
+    prefix = claim_admission.ENTRY_PREFIX
+    assert managed == (
+        f"{webhooks} || (has(object.spec.resourceClaims) && "
+        f"object.spec.resourceClaims.exists(r, r.name.startsWith('{prefix}')))"
+    )
 
 
 def test_the_claims_hook_sees_exactly_the_pods_the_gpu_hook_does_not() -> None:
@@ -86,11 +115,93 @@ def test_the_claims_hook_sees_exactly_the_pods_the_gpu_hook_does_not() -> None:
     assert hooks["pods.vgpu-operator.io"]["sideEffects"] == "NoneOnDryRun"
 
 
-def test_both_policies_are_installed_and_deny() -> None:
+def test_the_policies_are_installed_and_deny() -> None:
     kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
-    for name in ("allocation-record-policy.yaml", "gpu-pod-policy.yaml"):
+    for name in POLICY_FILES:
         assert name in kustomization["resources"]
-        binding = next(d for d in _docs(name) if d["kind"] == "ValidatingAdmissionPolicyBinding")
-        assert binding["spec"]["validationActions"] == ["Deny"]
-        assert _policy(name)["spec"]["failurePolicy"] == "Fail"
+        policies = [d for d in _docs(name) if d["kind"] == "ValidatingAdmissionPolicy"]
+        bindings = {
+            d["spec"]["policyName"]: d
+            for d in _docs(name)
+            if d["kind"] == "ValidatingAdmissionPolicyBinding"
+        }
+        for policy in policies:
+            binding = bindings[policy["metadata"]["name"]]
+            assert binding["spec"]["validationActions"] == ["Deny"]
+            assert policy["spec"]["failurePolicy"] == "Fail"
     assert "hami-scheduler-opt-in.yaml" not in kustomization["resources"]
+
+
+def test_the_claim_policies_say_the_same_of_claims_and_templates() -> None:
+    claims = _policy("claim-policy.yaml", "vgpu-claims")
+    templates = _policy("claim-policy.yaml", "vgpu-claim-templates")
+    for name in ("labels", "allowHamiCoreOff", "allowAdminAccess", "hamiCoreOff", "adminAccess"):
+        on_claims = _words(_variable(claims, name))
+        on_templates = _words(_variable(templates, name))
+        assert on_templates == on_claims.replace(
+            "has(object.spec.devices)", ("has(object.spec.spec) && has(object.spec.spec.devices)")
+        ).replace("object.spec.devices", "object.spec.spec.devices"), name
+    assert templates["spec"]["validations"] == claims["spec"]["validations"][:2]
+    (rule,) = claims["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["resourceclaims"]
+    (rule,) = templates["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["resourceclaimtemplates"]
+
+
+def test_the_claim_policy_reads_hami_core_off_as_the_agent_and_the_books_do() -> None:
+    expression = _variable(_policy("claim-policy.yaml", "vgpu-claims"), "hamiCoreOff")
+    assert f"c.opaque.driver == '{dra.DRIVER}'" in expression
+    assert prepare.CONFIG_HAMI_CORE == claim_ledger.CONFIG_HAMI_CORE == "hamiCore"
+    assert f"c.opaque.parameters.{prepare.CONFIG_HAMI_CORE} == false" in expression
+    # The same namespace label as CUDA_DISABLE_CONTROL on pods.
+    assert _variable(_policy("claim-policy.yaml", "vgpu-claims"), "allowHamiCoreOff") == (
+        _variable(_policy("gpu-pod-policy.yaml"), "allowHamiCoreOff")
+    )
+
+
+def test_the_claim_policy_lets_the_operator_release_a_claim() -> None:
+    releaser = _variable(_policy("claim-policy.yaml", "vgpu-claims"), "releaser")
+    accounts = {
+        (d["metadata"]["namespace"], d["metadata"]["name"])
+        for d in _docs("rbac.yaml")
+        if d["kind"] == "ServiceAccount"
+    }
+    named = {
+        tuple(user.split(":")[2:])
+        for user in _quoted(releaser)
+        if user.startswith("system:serviceaccount:vgpu-operator:")
+    }
+    assert named == {("vgpu-operator", "vgpu-operator")}
+    assert named <= accounts
+
+
+def test_the_policies_are_written_as_the_api_server_stores_them() -> None:
+    """The fields the API server defaults, spelled out: a second `kubectl apply` of
+    manifests/ then finds nothing to change ("unchanged", not "configured")."""
+    for name in sorted(p.name for p in MANIFESTS.glob("*.yaml")):
+        for policy in (d for d in _docs(name) if d["kind"] == "ValidatingAdmissionPolicy"):
+            constraints = policy["spec"]["matchConstraints"]
+            assert constraints["matchPolicy"] == "Equivalent", name
+            assert constraints["namespaceSelector"] == {}, name
+            assert constraints["objectSelector"] == {}, name
+            for rule in constraints["resourceRules"]:
+                assert rule["scope"] == "*", name
+
+
+def test_the_critical_priority_example_is_the_documented_quota() -> None:
+    text = (MANIFESTS.parent / "docs" / "operations.md").read_text()
+    section = text.split("**Critical priority classes.**", 1)[1]
+    documented = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    example = MANIFESTS.parent / "examples" / "security" / "no-critical-priority-quota.yaml"
+    assert yaml.safe_load(example.read_text()) == documented
+    assert "examples/security/no-critical-priority-quota.yaml" in section.split("**", 1)[0]
+
+
+def test_the_shipped_device_config_is_the_built_in_one_and_the_administrators() -> None:
+    """Not installed by `kubectl apply -k manifests/` (a re-apply would reset an
+    administrator's edits): until an administrator creates it, the operator and the
+    agents run on the same settings, built in."""
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    assert "device-config.yaml" not in kustomization["resources"]
+    config_map = next(d for d in _docs("device-config.yaml") if d["kind"] == "ConfigMap")
+    assert load_config_yaml(config_map["data"]["device-config.yaml"]) == DeviceConfig()
