@@ -136,7 +136,13 @@ def _fit_claim(
                 continue
             try:
                 consumption = claims.eligible(
-                    request, device, cache, card.total_memory_mib, card.total_cores, card.count
+                    request,
+                    device,
+                    cache,
+                    card.total_memory_mib,
+                    card.total_cores,
+                    card.count,
+                    whole=claim.whole_devices,
                 )
             except claim_cel.CelRuntimeError as exc:
                 where = f"ResourceClaim {claim.key}, request {request.name!r}"

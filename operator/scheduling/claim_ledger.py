@@ -102,8 +102,7 @@ class ClaimLedger:
         return [self.holds[k] for k in sorted(self.by_node.get(node, ())) if k in self.holds]
 
 
-#: The opaque config key that turns HAMi-core off for a claim (``agent.dra.prepare``).
-CONFIG_HAMI_CORE: Final = "hamiCore"
+CONFIG_HAMI_CORE: Final = claims.CONFIG_HAMI_CORE
 #: Joins a claim's key and uid in the key of a hold kept after the claim went.
 KEPT_MARK: Final = "#kept:"
 
@@ -116,19 +115,11 @@ def hami_core_off(allocation: Mapping[str, Any]) -> bool:
     configs = devices.get("config") if isinstance(devices, Mapping) else None
     if not isinstance(configs, list):
         return False
-    on = True
     ordered = sorted(
         (c for c in configs if isinstance(c, Mapping)),
         key=lambda c: 0 if c.get("source") == "FromClass" else 1,
     )
-    for config in ordered:
-        opaque = config.get("opaque")
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != dra.DRIVER:
-            continue
-        parameters = opaque.get("parameters")
-        if isinstance(parameters, Mapping) and CONFIG_HAMI_CORE in parameters:
-            on = parameters[CONFIG_HAMI_CORE] is not False
-    return not on
+    return claims.configs_turn_hami_core_off(ordered)
 
 
 def _without_admin_access(allocation: Mapping[str, Any]) -> Mapping[str, Any]:

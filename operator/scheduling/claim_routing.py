@@ -11,10 +11,13 @@ same cards with no quota check. So the webhook reads the claims and templates a 
 - a pod bound by its creator (``nodeName``) is left as it is: nothing allocates its claims
   (kubelet runs a pod only on claims reserved for it), so it holds nothing.
 
-A claim or template the pod names that does not exist yet is refused with a sentence
-(create it before the pod): which class it will ask for cannot be known, and letting the
-pod through would let kube-scheduler allocate whatever claim appears under that name.
-Controllers (Deployments, Jobs) retry the create. Reading is bounded: at most
+A claim or template the pod names that does not exist yet is let through unchanged: which
+class it will ask for cannot be known, and refusing would break every other DRA driver's
+users who create a pod before its claims. Such a pod cannot take our devices past the
+quota all the same: manifests/claim-policy.yaml (``vgpu-claim-allocations``) lets only
+the operator write an allocation of our driver, so kube-scheduler's attempt is refused
+with a sentence (recreate the pod after its claims, or name this scheduler), and the pod
+waits. Reading is bounded: at most
 ``MAX_CLAIM_READS`` objects per pod (a pod names at most that many), and the reading
 stops at the first one that asks for our classes.
 
@@ -106,28 +109,17 @@ def route(
 ) -> Routing:
     """What the webhook does with ``pod`` given the objects it names as read (None: not
     found). ``found`` may stop at the first object asking our classes."""
-    meta = pod.get("metadata") or {}
-    namespace = str(meta.get("namespace") or "default")
     spec = pod.get("spec") or {}
     ours: set[str] = set()
-    missing: list[ClaimRef] = []
     for ref, obj in found:
-        if obj is None:
-            missing.append(ref)
-        else:
+        if obj is not None:
             ours |= asks_our_classes(obj, ref.kind)
     if spec.get("nodeName"):
         return Routing(Action.PASS)
     named = spec.get("schedulerName") or names.DEFAULT_SCHEDULER
     if not ours:
-        if missing:
-            ref = missing[0]
-            return Routing(
-                Action.REFUSE,
-                f"the pod names {ref.kind} {namespace}/{ref.name}, which does not exist yet: "
-                "create the pod's claims and templates before the pod (the vgpu-operator "
-                "webhook must see which DeviceClass they ask for)",
-            )
+        # None of ours among those that exist (any not made yet: the allocation policy
+        # keeps our devices from kube-scheduler if it turns out to be ours).
         return Routing(Action.PASS)
     if named == scheduler:
         return Routing(Action.PASS)

@@ -61,6 +61,25 @@ class DeviceClass:
         )
 
 
+#: The opaque config key that turns HAMi-core off for a claim (``agent.dra.prepare``).
+CONFIG_HAMI_CORE: Final = "hamiCore"
+
+
+def configs_turn_hami_core_off(configs: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether opaque configs of this driver, in precedence order (the class's first, the
+    claim's after: a later one wins, as ``agent.dra.prepare`` reads them), say
+    ``hamiCore: false``."""
+    on = True
+    for config in configs:
+        opaque = config.get("opaque")
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != dra.DRIVER:
+            continue
+        parameters = opaque.get("parameters")
+        if isinstance(parameters, Mapping) and CONFIG_HAMI_CORE in parameters:
+            on = parameters[CONFIG_HAMI_CORE] is not False
+    return not on
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """One request of a claim (``exactly``)."""
@@ -103,6 +122,9 @@ class Claim:
     allocated_node: str | None = None
     allocated: tuple[AllocatedShare, ...] = ()
     reserved_for: tuple[Mapping[str, Any], ...] = ()
+    #: Its configs (or its classes') turn HAMi-core off: nothing will limit what its
+    #: containers take, so each device it gets is taken whole (the books count it so).
+    whole_devices: bool = False
 
     @property
     def key(self) -> str:
@@ -205,6 +227,10 @@ def read_claim(
         if any(r not in known for r in covered):
             raise Refusal(f"{where}: a constraint names a request the claim does not have")
         matches.append((covered, str(attribute)))
+    own = tuple(c for c in devices.get("config") or () if isinstance(c, Mapping))
+    from_classes = [
+        c for r in requests if r.device_class in classes for c in classes[r.device_class].config
+    ]
     return Claim(
         namespace,
         name,
@@ -212,8 +238,9 @@ def read_claim(
         str(meta.get("resourceVersion", "")),
         requests,
         match_attributes=tuple(matches),
-        config=tuple(c for c in devices.get("config") or () if isinstance(c, Mapping)),
+        config=own,
         reserved_for=reserved,
+        whole_devices=configs_turn_hami_core_off([*from_classes, *own]),
     )
 
 
@@ -369,10 +396,14 @@ def eligible(
     total_memory_mib: int,
     total_cores: int,
     total_slots: int,
+    *,
+    whole: bool = False,
 ) -> Consumption | None:
     """What ``request`` consumes of ``device``, or None when the device may not serve it
     (a selector says no, a taint is not tolerated, a capacity it names is missing, or the
-    rounded amount breaks the device's request policy). Raises CelRuntimeError."""
+    rounded amount breaks the device's request policy). ``whole``: the claim takes each
+    device whole (HAMi-core off), every capacity consumed to its value, whatever it asked.
+    Raises CelRuntimeError."""
     for selector in request.selectors:
         if not cache.matches(selector, device.key, device.view):
             return None
@@ -388,6 +419,9 @@ def eligible(
         if names:
             return None  # capacity requests need consumable capacity
         return Consumption(None, total_memory_mib, total_cores, total_slots)
+    if whole:
+        everything = {key: policy.value for key, policy in device.capacity.items()}
+        return Consumption(everything, total_memory_mib, total_cores, total_slots)
     consumed: dict[str, Fraction] = {}
     for key, policy in device.capacity.items():
         rounded = policy.consumed(names.get(key))

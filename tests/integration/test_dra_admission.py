@@ -9,7 +9,9 @@ manifests/webhook.yaml (both hooks, their matchConditions) for the namespaces la
   used to be refused: its template was compared with the API server's defaulted copy);
 - a server-side dry run makes no template;
 - a pod whose claim asks our DeviceClass is routed to our scheduler, or refused when it
-  names another one or a claim not made yet;
+  names another one; one created before its claim passes unrouted, and kube-scheduler may
+  not allocate its claim of our class (manifests/claim-policy.yaml,
+  ``vgpu-claim-allocations``, installed for the whole module);
 - Kubernetes' device-count quota (examples/dra/device-quota.yaml) refuses claims past it;
 - kube-scheduler joins a claim the engine allocated without rewriting its allocation;
 - a webhook-made template no pod names any more is collected.
@@ -18,6 +20,10 @@ manifests/webhook.yaml (both hooks, their matchConditions) for the namespaces la
 from __future__ import annotations
 
 import copy
+import json
+import ssl
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,6 +72,7 @@ def plane(
                 "resourcequota-controller",
             ]
         )
+        install_allocation_policy(cp)
         cp.start_scheduler()
         work = tmp_path_factory.mktemp("dra-admission")
         cp.create_fake_gpu_node(NODE, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
@@ -75,6 +82,58 @@ def plane(
             yield cp
         finally:
             agent.stop()
+
+
+ALLOCATION_POLICY = "vgpu-claim-allocations"
+
+
+def _as_user(cp: ControlPlane, user: str, method: str, path: str, body: Any) -> int:
+    """The HTTP status of a JSON merge patch sent as ``user`` (a client certificate)."""
+    creds = cp.create_client_credentials(user)
+    context = ssl.create_default_context(cafile=str(cp.ca_path))
+    context.load_cert_chain(str(creds.cert_path), str(creds.key_path))
+    request = urllib.request.Request(
+        cp.server + path, data=json.dumps(body).encode(), method=method
+    )
+    request.add_header("Content-Type", "application/merge-patch+json")
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return int(exc.code)
+
+
+def install_allocation_policy(cp: ControlPlane) -> None:
+    """manifests/claim-policy.yaml's allocation policy, in force once kube-scheduler's own
+    identity is refused an allocation of our driver (policies are taken up
+    asynchronously)."""
+    for doc in yaml.safe_load_all((ROOT / "manifests" / "claim-policy.yaml").read_text()):
+        if doc["metadata"]["name"] != ALLOCATION_POLICY:
+            continue
+        kind = "validatingadmissionpolicies"
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+            kind = "validatingadmissionpolicybindings"
+        cp.create(f"/apis/admissionregistration.k8s.io/v1/{kind}", doc)
+    cp.ensure_namespace("policy-probe")
+    make_claim(cp, "policy-probe", "probe")
+    allocation = {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": dra.DRIVER, "pool": "p", "device": "d"}
+                    ]
+                }
+            }
+        }
+    }
+    path = f"{RESOURCE}/namespaces/policy-probe/resourceclaims/probe/status?dryRun=All"
+    wait_for(
+        "the allocation policy in force",
+        lambda: _as_user(cp, "system:kube-scheduler", "PATCH", path, allocation) == 403 or None,
+        60,
+    )
 
 
 def manifest_hooks(url: str, ca: bytes) -> dict[str, Any]:
@@ -326,9 +385,9 @@ def test_a_pod_whose_claim_asks_our_class_is_routed_to_our_scheduler(
     body = refusal(plane, ns, claim_pod("other", template="share", scheduler="volcano"))
     assert "volcano" in body
     assert SCHEDULER in body
-    # A claim not made yet: refused, saying to make it first.
-    body = refusal(plane, ns, claim_pod("early", claim="later"))
-    assert "does not exist yet" in body
+    # A claim not made yet: the pod passes unchanged (it may be another driver's).
+    early = plane.create(f"/api/v1/namespaces/{ns}/pods", claim_pod("early", claim="later"))
+    assert early["spec"]["schedulerName"] == "default-scheduler"
     # A claim of another class is none of our business.
     other = {
         "apiVersion": "resource.k8s.io/v1",
@@ -343,6 +402,34 @@ def test_a_pod_whose_claim_asks_our_class_is_routed_to_our_scheduler(
     plane.create(f"{RESOURCE}/namespaces/{ns}/resourceclaims", other)
     theirs = plane.create(f"/api/v1/namespaces/{ns}/pods", claim_pod("theirs", claim="theirs"))
     assert theirs["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_kube_scheduler_may_not_allocate_our_class_for_a_pod_created_before_its_claim(
+    plane: ControlPlane, operator: OperatorThread
+) -> None:
+    """Issue 33 item 3, the order the webhook cannot see: the pod passes unrouted (its
+    claim did not exist), then a claim of our class appears under the name it gave.
+    kube-scheduler would allocate it with no quota check; the allocation policy refuses
+    its write, and the pod waits with the policy's sentence in kube-scheduler's Event."""
+    ns = admitted_namespace(plane)
+    made = plane.create(f"/api/v1/namespaces/{ns}/pods", claim_pod("first", claim="after"))
+    assert made["spec"]["schedulerName"] == "default-scheduler"
+    make_claim(plane, ns, "after", "40Gi")
+
+    def refused_event() -> str | None:
+        events = plane.get(f"/api/v1/namespaces/{ns}/events")["items"]
+        for event in events:
+            if event["involvedObject"].get("name") == "first" and (
+                "only the vgpu-operator allocates" in event.get("message", "")
+            ):
+                return str(event["message"])
+        return None
+
+    message = wait_for("kube-scheduler's refused allocation", refused_event, 90)
+    assert "create the pod after its claims" in message
+    claim = plane.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims/after")
+    assert not (claim.get("status") or {}).get("allocation")
+    assert not plane.get(f"/api/v1/namespaces/{ns}/pods/first")["spec"].get("nodeName")
 
 
 def test_the_device_count_quota_refuses_claims_past_the_count(

@@ -69,6 +69,37 @@ def test_a_claim_with_hami_core_off_holds_its_card_whole_in_the_books_and_the_qu
     assert engine.over_committed(NODE, ["gpu-a"]) == ["gpu-a"]
 
 
+def _asking_whole(name: str, memory: str) -> dict[str, Any]:
+    """A pending claim whose own config turns HAMi-core off."""
+    out = claim(name, memory)
+    out["spec"]["devices"]["config"] = [
+        {"opaque": {"driver": dra.DRIVER, "parameters": {"hamiCore": False}}}
+    ]
+    return out
+
+
+def test_the_engine_places_a_claim_with_hami_core_off_only_on_a_card_it_takes_whole() -> None:
+    # The books count such a claim whole once allocated; the decision must size it so too,
+    # or it lands on a card already shared and the card is over-committed.
+    engine = state()
+    engine.set_claim(claim("share", "1Gi", allocated=True))
+    engine.set_claim(_asking_whole("raw", "1Gi"))
+    refused = engine.schedule(pod("p", "raw"), now=0)
+    assert not refused.scheduled
+    engine.remove_claim("ns/share")
+    decision = engine.schedule(pod("p", "raw"), now=0)
+    assert decision.scheduled
+    [write] = decision.claim_writes
+    assert write.allocation is not None
+    [result] = write.allocation["devices"]["results"]
+    consumed = result["consumedCapacity"]
+    assert consumed["memory"] in ("10Gi", "10240Mi", str(CARD_MIB * 1024 * 1024))
+    assert usage(engine) == (CARD_SLOTS, CARD_MIB, 100)
+    # And nothing is placed beside it while it holds the card.
+    engine.set_claim(claim("next", "1Gi"))
+    assert not engine.schedule(pod("q", "next"), now=0).scheduled
+
+
 def test_hami_core_on_or_unsaid_books_the_share_it_names() -> None:
     for parameters in ({"hamiCore": True}, {"hamiCore": "false"}, {"other": 1}, ["x"]):
         engine = state()
