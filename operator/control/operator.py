@@ -387,6 +387,7 @@ class Operator:
         if self.state.config.dra.converts(namespace):
             converted = await self._to_claims(mutated, dry_run=dry_run)
             if isinstance(converted, str):
+                log.info("pod_denied", pod=cluster.pod_key(pod), reason=converted)
                 answered(WebhookResult.DENIED)
                 return AdmissionAnswer(allowed=False, message=converted)
             mutated = converted

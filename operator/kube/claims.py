@@ -17,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote
 
-from vgpu_operator.kube import listing, requests
+import orjson
+
+from vgpu_operator.kube import listing, raw_finalizer, requests
 from vgpu_operator.kube.requests import ApiClient, ApiError, request_json
 from vgpu_operator.scheduling import claim_admission, claim_routing
 from vgpu_operator.timestamps import format_rfc3339, parse_rfc3339
@@ -49,6 +51,39 @@ async def _patch(api: ApiClient, path: str, body: Mapping[str, Any]) -> dict[str
         raise
 
 
+async def _add_finalizer(
+    api: ApiClient, path: str, finalizers: list[str], version: str
+) -> dict[str, Any] | None:
+    """The delete-protection finalizer added to the claim at ``version`` (a changed claim
+    raises a 409 ApiError); None: the claim is gone.
+
+    A merge patch first. The API server applies it to the claim decoded into plain maps,
+    which re-encodes the spec's opaque parameters compactly; where the client that made
+    the claim sent them with spaces, the stored bytes differ and the immutable spec reads
+    as changed (422). Then the claim is read and written in protobuf, its raw parameters
+    byte for byte as stored, as a Go client's update carries them (``raw_finalizer``)."""
+    body = {"metadata": {"finalizers": [*finalizers, FINALIZER], "resourceVersion": version}}
+    try:
+        return await _patch(api, path, body)
+    except ApiError as exc:
+        if exc.status != 422 or "immutable" not in exc.body:
+            raise
+    try:
+        stored = await requests.request_bytes(api, "GET", path, accept=raw_finalizer.CONTENT_TYPE)
+        spliced = raw_finalizer.with_finalizer(stored, FINALIZER, version)
+        if spliced is None:
+            raise ApiError("PUT", path, 409, "the claim changed since it was read")
+        written = await requests.request_bytes(
+            api, "PUT", path, data=spliced, content_type=raw_finalizer.CONTENT_TYPE
+        )
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    decoded = orjson.loads(written)
+    return decoded if isinstance(decoded, dict) else None
+
+
 async def allocate(
     api: ApiClient,
     claim: Mapping[str, Any],
@@ -70,16 +105,7 @@ async def allocate(
                 return WriteOutcome.CONFLICT
             finalizers = list(meta.get("finalizers") or ())
             if FINALIZER not in finalizers:
-                updated = await _patch(
-                    api,
-                    path,
-                    {
-                        "metadata": {
-                            "finalizers": [*finalizers, FINALIZER],
-                            "resourceVersion": version,
-                        }
-                    },
-                )
+                updated = await _add_finalizer(api, path, finalizers, version)
                 if updated is None:
                     return WriteOutcome.GONE
                 version = str(updated["metadata"]["resourceVersion"])

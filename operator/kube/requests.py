@@ -24,6 +24,7 @@ ApiClient: TypeAlias = client.ApiClient
 
 JSON_CONTENT: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 
 
@@ -97,12 +98,34 @@ async def request_json(
     needed for a path and a dict, and costs more than the request itself in a burst.
     Raises ``ApiError`` for HTTP statuses outside 2xx.
     """
+    data = orjson.dumps(body) if body is not None else None
+    raw = await request_bytes(
+        api, method, path, query=query, data=data, content_type=content_type, timeout_s=timeout_s
+    )
+    if not raw:
+        return {}
+    decoded = orjson.loads(raw)
+    return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+
+async def request_bytes(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: Mapping[str, str | int] | None = None,
+    data: bytes | None = None,
+    content_type: str = JSON_CONTENT,
+    accept: str = JSON_CONTENT,
+    timeout_s: float | None = 30.0,
+) -> bytes:
+    """``request_json`` with the bodies as bytes, sent and returned as they are (for an
+    object whose raw parts must travel byte for byte). Raises ``ApiError``."""
     configuration = api.configuration
-    headers = {"Accept": JSON_CONTENT, "Content-Type": content_type, **await auth_headers(api)}
+    headers = {"Accept": accept, "Content-Type": content_type, **await auth_headers(api)}
     url = f"{configuration.host}{path}"
     if query:
         url = f"{url}?{urlencode(list(query.items()))}"
-    data = orjson.dumps(body) if body is not None else None
     async with session.session_of(api).request(
         method,
         url,
@@ -116,7 +139,4 @@ async def request_json(
         status = response.status
     if not 200 <= status < 300:
         raise ApiError(method, path, status, raw.decode(errors="replace"))
-    if not raw:
-        return {}
-    decoded = orjson.loads(raw)
-    return decoded if isinstance(decoded, dict) else {"items": decoded}
+    return raw

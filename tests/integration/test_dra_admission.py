@@ -432,6 +432,31 @@ def test_kube_scheduler_may_not_allocate_our_class_for_a_pod_created_before_its_
     assert not plane.get(f"/api/v1/namespaces/{ns}/pods/first")["spec"].get("nodeName")
 
 
+def test_a_claim_whose_opaque_parameters_were_not_sent_compact_is_allocated(
+    plane: ControlPlane, operator: OperatorThread
+) -> None:
+    """The control plane's client sends JSON with spaces (as most clients but kubectl do);
+    the API server keeps an opaque config's parameters as sent, and a merge patch of such
+    a claim re-encodes them compactly, which it took for a change of the immutable spec:
+    the finalizer patch failed and the engine never allocated the claim."""
+    ns = f"dra-spaced-{uuid.uuid4().hex[:8]}"
+    plane.ensure_namespace(ns)
+    spec = claim_spec("1Gi")
+    spec["devices"]["config"] = [
+        {"opaque": {"driver": dra.DRIVER, "parameters": {"note": "spaced out", "n": 1}}}
+    ]
+    plane.create(
+        f"{RESOURCE}/namespaces/{ns}/resourceclaims",
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+         "metadata": {"name": "spaced"}, "spec": spec},
+    )  # fmt: skip
+    plane.create(
+        f"/api/v1/namespaces/{ns}/pods", claim_pod("spaced", claim="spaced", scheduler=SCHEDULER)
+    )
+    claim = wait_for("the engine's allocation", lambda: bound_claim(plane, ns, "spaced"), 60)
+    assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+
+
 def test_the_device_count_quota_refuses_claims_past_the_count(
     plane: ControlPlane, operator: OperatorThread
 ) -> None:
