@@ -88,9 +88,10 @@ class Tenant:
     def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> Json:
-        # Compact, as kubectl sends it: the API server keeps a claim's opaque parameters
-        # as sent, and refuses any later patch of a claim whose parameters it would
-        # re-encode differently ("spec: field is immutable").
+        # Compact, as kubectl sends it: the API server keeps a claim's opaque parameters as
+        # sent, and this module's clean-up removes finalizers with merge patches, which
+        # the API server refuses for parameters it would re-encode differently ("spec:
+        # field is immutable"; the operator copes: test_dra_admission's spaced claim).
         data = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
         req = urllib.request.Request(self.cp.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
@@ -1435,3 +1436,123 @@ def test_13_the_env_rules_hold_for_pods_with_claims(
     )
     message = tenant.refused(lambda: tenant.create_pod(limited))
     assert "vgpu-operator.io/allow-hami-core-off=true" in message
+
+
+# --- 14. a claim of our classes left to another allocator -------------------------------------
+
+
+def _as_kube_scheduler(stack: Stack, method: str, path: str, body: Json) -> tuple[int, str]:
+    """A request as kube-scheduler's own identity (its bootstrapped RBAC may write claims'
+    status and resourceclaims/binding): the status and the answer's text."""
+    creds = stack.cp.create_client_credentials("system:kube-scheduler")
+    context = ssl.create_default_context(cafile=str(stack.cp.ca_path))
+    context.load_cert_chain(str(creds.cert_path), str(creds.key_path))
+    req = urllib.request.Request(
+        stack.cp.server + path, data=json.dumps(body).encode(), method=method
+    )
+    req.add_header("Content-Type", "application/merge-patch+json")
+    try:
+        with urllib.request.urlopen(req, context=context, timeout=30) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return int(exc.code), exc.read().decode()
+
+
+def test_14_a_claim_of_our_classes_is_allocated_by_the_operator_only(
+    stack: Stack, claims_tenant: Tenant, dra_node: str
+) -> None:
+    """Issue 33 attack 3: kube-scheduler allocated a claim of our DeviceClass for a pod
+    that did not name our scheduler, past the namespace's GPU quota."""
+    from vgpu_operator.devices import dra
+
+    tenant = claims_tenant
+    tenant.request("POST", claims_path(tenant), claim_body("mine", claim_spec(1024)))
+    # A pod naming no scheduler: routed to ours by the webhook.
+    plain = claim_pod("plain", "mine", dra_node)
+    del plain["spec"]["schedulerName"]
+    made = tenant.create_pod(plain)
+    assert made["spec"]["schedulerName"] == SCHEDULER
+    # Another scheduler named: refused, with the fix.
+    other = claim_pod("other", "mine", dra_node)
+    other["spec"]["schedulerName"] = "default-scheduler-2"
+    message = tenant.refused(lambda: tenant.create_pod(other))
+    assert "remove schedulerName" in message
+    # A pod created before its claim passes unrouted; kube-scheduler's own identity then
+    # may not write an allocation of our driver's devices into the claim.
+    early = claim_pod("early", "later", dra_node)
+    del early["spec"]["schedulerName"]
+    assert tenant.create_pod(early)["spec"].get("schedulerName") == "default-scheduler"
+    tenant.request("POST", claims_path(tenant), claim_body("later", claim_spec(40000, card=None)))
+    allocation = {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": dra.DRIVER,
+                            "pool": dra_node,
+                            "device": "gpu-0",
+                            "consumedCapacity": {"memory": "40000Mi"},
+                        }
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": "early", "uid": "x"}],
+        }
+    }
+    status, text = _as_kube_scheduler(
+        stack, "PATCH", f"{claims_path(tenant)}/later/status", allocation
+    )
+    assert status == 403, text
+    assert "only the vgpu-operator allocates" in text
+    later = stack.cp.get(f"{claims_path(tenant)}/later")
+    assert not (later.get("status") or {}).get("allocation")
+    # The books hold the routed pod's share, and nothing of the refused allocation.
+    env.wait_until("the routed pod's claim", lambda: allocated(stack, tenant, "mine"), 60)
+    assert memory_on(stack, dra_node) == 1024
+
+
+# --- 15. CEL selectors that cost the operator its loop or disagree with Kubernetes ---------
+
+
+def _healthz(stack: Stack) -> bool:
+    server = stack.operator.app._server
+    assert server is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as answer:
+        return bool(answer.status == 200)
+
+
+def test_15_costly_or_deep_selectors_are_refused_with_a_sentence_and_the_operator_answers(
+    stack: Stack, claims_tenant: Tenant, dra_node: str
+) -> None:
+    """Issue 33 attacks 1 and 5, as the tenant: a selector the API server accepts that took
+    the interpreter ~25 s a device, 240 nested parentheses (a RecursionError), and string
+    functions whose edges Kubernetes treats as errors."""
+    tenant = claims_tenant
+    big = "[" + ",".join("0" for _ in range(570)) + "]"
+    cases = {
+        "slow": (f"{big}.all(x, {big}.all(y, true))", "cheaper"),
+        "deep": ("(" * 240 + "true" + ")" * 240, "nest"),
+        "charat": ('"abc".charAt(-1) == "c"', "CEL"),
+    }
+    for name, (expression, _) in cases.items():
+        spec = claim_spec(1024, card=None)
+        spec["devices"]["requests"][0]["exactly"]["selectors"] = [
+            {"cel": {"expression": expression}}
+        ]
+        tenant.request("POST", claims_path(tenant), claim_body(name, spec))
+        tenant.create_pod(claim_pod(name, name, dra_node))
+    for name, (_, word) in cases.items():
+
+        def refusal(name: str = name) -> str | None:
+            message = waiting(stack, tenant, name)
+            return None if message is None or "evaluation pending" in message else message
+
+        message = env.wait_until(f"{name}'s refusal", refusal, 120)
+        assert word.lower() in message.lower(), message
+        assert _healthz(stack)
+        claim = stack.cp.get(f"{claims_path(tenant)}/{name}")
+        assert not (claim.get("status") or {}).get("allocation")
+    assert memory_on(stack, dra_node) == 0
