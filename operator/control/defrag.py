@@ -63,6 +63,7 @@ from vgpu_operator.scheduling import defrag, preemption
 from vgpu_operator.scheduling.cluster import ClusterState
 from vgpu_operator.scheduling.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.wire import Pod
 
 log = structlog.get_logger("vgpu_operator.defrag")
 
@@ -83,7 +84,7 @@ STOPPED = "DefragmentationStopped"
 class DefragActions(Protocol):
     """What carrying out a plan writes and reads through the API."""
 
-    async def list_pods(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
+    async def list_pods(self, namespace: str | None = None) -> list[Pod]: ...
     async def evict(self, key: PodKey, uid: str) -> EvictOutcome: ...
     async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None: ...
     async def event(

@@ -64,8 +64,8 @@ async def read_cluster(
             )
     pods: list[dict[str, Any]] = []
     for kind in watching.kinds_of(state_feed):
-        listed = await listing.list_all(api, kind.path)
-        kind.listed(listed.items, listed.resource_version)
+        listed = await listing.list_all(api, kind.collection.path)
+        kind.on_listed(listed.items, listed.resource_version)
         if kind.name == "pod":
-            pods = listed.items
+            pods = [dict(item) for item in listed.items]
     return Snapshot(state, state_feed, pods)

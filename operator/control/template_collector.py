@@ -28,12 +28,13 @@ from vgpu_operator.kube import claims
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.scheduling import claim_admission
 from vgpu_operator.timestamps import parse_rfc3339
+from vgpu_operator.wire import ResourceClaimTemplate
 
 log = structlog.get_logger("vgpu_operator.template_collector")
 
 
 class TemplateStore(Protocol):
-    async def list_ours(self) -> list[dict[str, Any]]: ...
+    async def list_ours(self) -> list[ResourceClaimTemplate]: ...
     async def names_in_use(self, namespace: str) -> set[str]: ...
     async def delete(self, template: Mapping[str, Any]) -> bool: ...
 
@@ -44,7 +45,7 @@ class ApiTemplateStore:
     def __init__(self, api: ApiClient) -> None:
         self._api = api
 
-    async def list_ours(self) -> list[dict[str, Any]]:
+    async def list_ours(self) -> list[ResourceClaimTemplate]:
         return await claims.list_webhook_templates(self._api)
 
     async def names_in_use(self, namespace: str) -> set[str]:

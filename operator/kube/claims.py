@@ -14,7 +14,7 @@ import contextlib
 import datetime
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import quote
 
 import orjson
@@ -23,6 +23,7 @@ from vgpu_operator.kube import listing, raw_finalizer, requests
 from vgpu_operator.kube.requests import ApiClient, ApiError, request_json
 from vgpu_operator.scheduling import claim_admission, claim_routing
 from vgpu_operator.timestamps import format_rfc3339, parse_rfc3339
+from vgpu_operator.wire import Pod, ResourceClaimTemplate
 
 BASE: Final = "/apis/resource.k8s.io/v1"
 RESOURCE_SLICES: Final = f"{BASE}/resourceslices"
@@ -257,23 +258,24 @@ async def read_pod_claims(
     return out
 
 
-async def list_webhook_templates(api: ApiClient) -> list[dict[str, Any]]:
+async def list_webhook_templates(api: ApiClient) -> list[ResourceClaimTemplate]:
     """Every ResourceClaimTemplate carrying the webhook's label, cluster-wide (whether
     each is really ours is ``claim_admission.made_by_webhook``'s question)."""
     key, value = claim_admission.MANAGED_BY
     found = await listing.list_all(api, templates_path(), label_selector=f"{key}={value}")
-    return found.items
+    return cast(list[ResourceClaimTemplate], found.items)
 
 
 async def templates_named_by_pods(api: ApiClient, namespace: str) -> set[str]:
     """The templates the namespace's pods (any phase: a finished Job's pod still names
     its template) name."""
     found = await listing.list_all(api, f"/api/v1/namespaces/{quote(namespace)}/pods")
+    pods = cast(list[Pod], found.items)
     return {
-        str(entry["resourceClaimTemplateName"])
-        for pod in found.items
-        for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
-        if isinstance(entry, Mapping) and entry.get("resourceClaimTemplateName")
+        template
+        for pod in pods
+        for entry in pod.get("spec", {}).get("resourceClaims") or ()
+        if (template := entry.get("resourceClaimTemplateName"))
     }
 
 

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube import eviction, listing
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.wire import Pod
 
 
 class ObjectEvents(Protocol):
@@ -27,9 +28,9 @@ class KubeDefragActions:
         self._api = api
         self._events = events
 
-    async def list_pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
+    async def list_pods(self, namespace: str | None = None) -> list[Pod]:
         path = listing.PODS if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
-        return (await listing.list_all(self._api, path)).items
+        return cast(list[Pod], (await listing.list_all(self._api, path)).items)
 
     async def evict(self, key: str, uid: str) -> eviction.EvictOutcome:
         namespace, _, name = key.partition("/")
