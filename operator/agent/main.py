@@ -46,7 +46,7 @@ from vgpu_operator.agent.dra.publisher import SlicePublisher
 from vgpu_operator.agent.dra.runner import DraRunner
 from vgpu_operator.agent.inventory import RegistrationOptions, build_status, same_report
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
-from vgpu_operator.devices import codec, dra
+from vgpu_operator.devices import codec, dra, nvidia
 from vgpu_operator.errors import CodecError
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube import resource_slices
@@ -91,7 +91,7 @@ class AgentSettings:
     #: kubelet's device-plugin directory; None runs no device plugin (no kubelet here).
     device_plugin_dir: str | None = None
     #: The count resource the plugin advertises (the device config's resourceCountName).
-    device_plugin_resource: str = "nvidia.com/gpu"
+    device_plugin_resource: str = nvidia.COUNT_RESOURCE
     #: HAMi-core's directory on the host, mounted at the same path into the agent.
     hami_core_dir: str = "/usr/local/vgpu"
     #: The device-config ConfigMap this node's settings follow; name None follows none

@@ -16,7 +16,7 @@ from vgpu_operator.agent.backends import backend_from_spec
 from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings, KubeletStandIn
 from vgpu_operator.agent.main import AgentSettings, run_agent
 from vgpu_operator.demo.settings import CRDS, INVENTORIES, DemoError, Json, wait_for
-from vgpu_operator.devices import dra
+from vgpu_operator.devices import dra, nvidia
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.pods import pods_on_node
 from vgpu_operator.testing.controlplane import (
@@ -47,7 +47,7 @@ DEMO_CONFIG_MAP: Final = "vgpu-device-config"
 #: Keeps pods that do not ask for MIG off the MIG node (the MIG example tolerates it).
 #: Under HAMi's rules a pod that names no ``nvidia.com/vgpu-mode`` may take a MIG
 #: instance: the exclusive example would take the whole card as a 7g.40gb instance.
-MIG_TAINT: Final = {"key": "nvidia.com/mig", "value": "true", "effect": "NoSchedule"}
+MIG_TAINT: Final = {"key": nvidia.MIG_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 
 DEMO_NODES: Final = (
     DemoNode("gpu-h100-sxm", "h100-sxm-8", cpu="192", memory="2Ti"),
@@ -128,7 +128,7 @@ def create_nodes(cp: ControlPlane, nodes: Sequence[DemoNode]) -> dict[str, _Mach
             memory=node.memory,
             pods=node.pods,
             labels={
-                "nvidia.com/gpu.present": "true",
+                nvidia.GPU_PRESENT_LABEL: "true",
                 "vgpu-operator.io/simulated-machine": node.machine,
                 **({dra.NODE_PATH_LABEL: dra.PATH_DRA} if node.dra else {}),
             },

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from vgpu_operator import names
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.devices.vendor import is_true
 from vgpu_operator.errors import CodecError
 
@@ -243,7 +243,7 @@ def _grant(
     patch: Mapping[str, str],
     settings: NodeSettings,
 ) -> ContainerGrant:
-    envs: dict[str, str] = {"NVIDIA_VISIBLE_DEVICES": ",".join(visible)}
+    envs: dict[str, str] = {nvidia.VISIBLE_DEVICES_ENV: ",".join(visible)}
     cache_name = f"{pod_uid}_{name}"
     host = settings.host
     cache_dir = f"{host.hook_dir}/containers/{cache_name}"

@@ -28,6 +28,7 @@ import structlog
 
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin import api_pb2, api_pb2_grpc
+from vgpu_operator.devices import nvidia
 
 log = structlog.get_logger("vgpu_operator.kubelet_standin")
 
@@ -86,7 +87,7 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
         directory: Path,
         pods: PodSource,
         *,
-        resource: str = "nvidia.com/gpu",
+        resource: str = nvidia.COUNT_RESOURCE,
         poll_s: float = 0.1,
     ) -> None:
         self.node = node
