@@ -147,6 +147,13 @@ class Binding(TypedDict):
     target: ObjectReference
 
 
+class Node(KubeObject, total=False):
+    """A Node: its spec and status are read by the engine (``scheduling.node_basics``)."""
+
+    spec: dict[str, Any]
+    status: dict[str, Any]
+
+
 # --- the device config ----------------------------------------------------------------------
 class ConfigMap(KubeObject, total=False):
     data: dict[str, str]

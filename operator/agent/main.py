@@ -57,6 +57,7 @@ from vgpu_operator.kube.node_labels import read_node_labels
 from vgpu_operator.kube.node_lease import LeaseNamespaceMissingError
 from vgpu_operator.kube.pods import patch_pod_annotations, pods_on_node
 from vgpu_operator.kube.requests import ApiClient, ApiError
+from vgpu_operator.wire import Pod
 
 log = structlog.get_logger(__name__)
 
@@ -694,10 +695,10 @@ def device_plugin(
     """The kubelet device plugin of this node, reading and settling pods through ``api``."""
     node = settings.node_name
 
-    async def pods() -> list[dict[str, Any]]:
+    async def pods() -> list[Pod]:
         return await pods_on_node(api, node)
 
-    async def patch(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+    async def patch(pod: Pod, annotations: Mapping[str, str]) -> None:
         try:
             await patch_pod_annotations(api, pod, annotations)
         except ApiError as exc:

@@ -52,7 +52,7 @@ import enum
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -86,10 +86,8 @@ class DefragActions(Protocol):
 
     async def list_pods(self, namespace: str | None = None) -> list[Pod]: ...
     async def evict(self, key: PodKey, uid: str) -> EvictOutcome: ...
-    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None: ...
-    async def event(
-        self, pod: Mapping[str, Any], reason: str, message: str, warning: bool = False
-    ) -> None: ...
+    async def nominate(self, pod: Pod, node: str | None) -> None: ...
+    async def event(self, pod: Pod, reason: str, message: str, warning: bool = False) -> None: ...
 
 
 class Decides(Protocol):
@@ -112,15 +110,15 @@ class Outcome(enum.Enum):
     STOPPED = "stopped"
 
 
-def _name(pod: Mapping[str, Any]) -> str:
+def _name(pod: Pod) -> str:
     return str((pod.get("metadata") or {}).get("name") or "")
 
 
-def _uid(pod: Mapping[str, Any]) -> str:
+def _uid(pod: Pod) -> str:
     return str((pod.get("metadata") or {}).get("uid") or "")
 
 
-def _controller_uid(pod: Mapping[str, Any]) -> str | None:
+def _controller_uid(pod: Pod) -> str | None:
     owner = defrag.controller_of(pod)
     return None if owner is None else owner.uid
 
@@ -154,8 +152,8 @@ class _Carrying:
     """A plan being carried out."""
 
     plan: defrag.Plan
-    pod: Mapping[str, Any]
-    movers: Mapping[PodKey, Mapping[str, Any]]
+    pod: Pod
+    movers: Mapping[PodKey, Pod]
     done: int = 0
 
 
@@ -260,7 +258,7 @@ class DefragRunner:
         finally:
             steps.close()  # cancelled meanwhile: the planner's what-if is closed too
 
-    async def _any_fragmented(self, waiting: Sequence[Mapping[str, Any]]) -> bool:
+    async def _any_fragmented(self, waiting: Sequence[Pod]) -> bool:
         """Whether one of the most important waiting pods is blocked by fragmentation
         (a look costs a walk over the nodes: at most ``_LOOKS`` pods per round, and the
         loop runs other work between two looks every ``_SLICE_S``)."""
@@ -350,7 +348,7 @@ class DefragRunner:
         self,
         plan: defrag.Plan,
         move: defrag.Move,
-        moving: Mapping[str, Any],
+        moving: Pod,
         owner_uid: str | None,
         before: set[str],
     ) -> None:
@@ -440,9 +438,7 @@ class DefragRunner:
         )
         await self._quietly(carrying.pod, STOPPED, message, warning=True)
 
-    async def _quietly(
-        self, pod: Mapping[str, Any], reason: str, message: str, *, warning: bool
-    ) -> None:
+    async def _quietly(self, pod: Pod, reason: str, message: str, *, warning: bool) -> None:
         """An Event that may fail without changing the plan (it is logged anyway)."""
         try:
             await self._actions.event(pod, reason, message, warning)

@@ -63,7 +63,7 @@ from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import DefragMetrics, OperatorMetrics
 from vgpu_operator.scheduling import cluster
 from vgpu_operator.scheduling.allocation_gate import GateMode
-from vgpu_operator.wire import ConfigMap, KubeObject, WatchEventType
+from vgpu_operator.wire import ConfigMap, KubeObject, Pod, WatchEventType
 
 log = structlog.get_logger("vgpu_operator.operator")
 
@@ -273,9 +273,7 @@ class Operator:
             priority=self.priority,
         )
 
-    async def admit_pod(
-        self, pod: Mapping[str, Any], *, dry_run: bool = False
-    ) -> admission.AdmissionAnswer:
+    async def admit_pod(self, pod: Pod, *, dry_run: bool = False) -> admission.AdmissionAnswer:
         """What the mutating webhook answers for ``pod`` (``admission.PodAdmission``)."""
         return await self.admission.admit_pod(pod, dry_run=dry_run)
 
@@ -493,7 +491,7 @@ class Operator:
                 self.metrics.api_error("report")
         self._not_routed_reported &= present
 
-    def _asks_for_gpu(self, pod: Mapping[str, Any]) -> bool:
+    def _asks_for_gpu(self, pod: Pod) -> bool:
         """Whether the webhook would have taken the pod as a GPU pod, had it seen it
         (a bound pod is one the webhook passes unchanged: asked as if unbound)."""
         spec = {

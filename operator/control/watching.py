@@ -26,7 +26,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import structlog
 
@@ -42,23 +42,28 @@ async def _nothing() -> None:
     return None
 
 
+#: The kind's shape (``wire``): what the loop's objects are taken to be here, where the
+#: kind becomes known.
+_Shape = TypeVar("_Shape", bound=Mapping[str, Any])
+
+
 @dataclass(frozen=True, slots=True)
-class FeedKind:
+class FeedKind(Generic[_Shape]):
     """A kind the feed takes synchronously: its listing and events, then (for the kinds
     whose objects can be refused) the warnings the feed found written as Events."""
 
     name: str
     collection: Collection
-    on_listed: Callable[[Iterable[Mapping[str, Any]], str | None], None]
-    on_event: Callable[[str | None, Mapping[str, Any]], None]
+    on_listed: Callable[[Iterable[_Shape], str | None], None]
+    on_event: Callable[[str | None, _Shape], None]
     after: Callable[[], Awaitable[None]] = _nothing
 
     async def listed(self, items: Sequence[KubeObject], version: str | None) -> None:
-        self.on_listed(items, version)
+        self.on_listed(cast(Sequence[_Shape], items), version)
         await self.after()
 
     async def event(self, event_type: WatchEventType, obj: KubeObject) -> None:
-        self.on_event(event_type, obj)
+        self.on_event(event_type, cast(_Shape, obj))
         await self.after()
 
 
@@ -70,7 +75,7 @@ def config_collection(namespace: str, config_map: str) -> Collection:
     )
 
 
-def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[FeedKind, ...]:
+def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[FeedKind[Any], ...]:
     """The DRA path's kinds: ResourceSlices, DeviceClasses and ResourceClaims."""
     return (
         FeedKind(
@@ -96,7 +101,7 @@ def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[FeedKind, ...]:
 
 def kinds_of(
     state_feed: feed.StateFeed, report_warnings: Callable[[], Awaitable[None]] = _nothing
-) -> tuple[FeedKind, ...]:
+) -> tuple[FeedKind[Any], ...]:
     """The annotation path's kinds, the pods last."""
     return (
         FeedKind(

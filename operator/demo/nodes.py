@@ -23,6 +23,7 @@ from vgpu_operator.testing.controlplane import (
     ApiError,
     ControlPlane,
 )
+from vgpu_operator.wire import Pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +243,7 @@ class AgentFleet:
         assert self._plugin_root is not None
         async with api_client(str(self._kubeconfig)) as api:
 
-            async def pods() -> list[dict[str, Any]]:
+            async def pods() -> list[Pod]:
                 return await pods_on_node(api, node)
 
             standin = KubeletStandIn(node, self._plugin_root / node / "device-plugins", pods)

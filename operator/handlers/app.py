@@ -27,6 +27,7 @@ from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.handlers import admission
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics
+from vgpu_operator.wire import Pod
 
 log = structlog.get_logger("vgpu_operator.operator")
 
@@ -108,9 +109,9 @@ class OperatorApp:
         warnings.extend(answer.warnings)
 
 
-def _raw(body: Any) -> dict[str, Any]:
-    """The plain dict behind a Kopf body view."""
-    return {key: body[key] for key in body}
+def _raw(body: Any) -> Pod:
+    """The plain dict behind a Kopf body view (the AdmissionReview's pod)."""
+    return cast(Pod, {key: body[key] for key in body})
 
 
 class _DenialsAreNotErrors(logging.Filter):

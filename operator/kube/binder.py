@@ -14,6 +14,7 @@ import structlog
 from vgpu_operator import names
 from vgpu_operator.kube import binding, node_lock
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.wire import Pod
 
 log = structlog.get_logger("vgpu_operator.operator")
 
@@ -47,5 +48,5 @@ class KubeBinder:
             await node_lock.release(self._api, node, namespace, name)
         return outcome
 
-    async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    async def read_pod(self, namespace: str, name: str) -> Pod | None:
         return await binding.read_pod(self._api, namespace, name)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from kubernetes_asyncio import client
 
 from vgpu_operator.kube import requests
+from vgpu_operator.wire import Pod
 
 
 class BindOutcome(enum.Enum):
@@ -69,12 +70,13 @@ async def bind_pod(
     return BindOutcome.BOUND
 
 
-async def read_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+async def read_pod(api: client.ApiClient, namespace: str, name: str) -> Pod | None:
     """The pod as the server has it now, or None when it is gone."""
     try:
-        return await requests.request_json(
+        found = await requests.request_json(
             api, "GET", f"/api/v1/namespaces/{namespace}/pods/{name}"
         )
+        return cast(Pod, found)
     except requests.ApiError as exc:
         if exc.status == 404:
             return None

@@ -29,13 +29,14 @@ import structlog
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin import api_pb2, api_pb2_grpc
 from vgpu_operator.devices import nvidia
+from vgpu_operator.wire import Container, Pod
 
 log = structlog.get_logger("vgpu_operator.kubelet_standin")
 
 KUBELET_SOCKET: Final = "kubelet.sock"
 HEALTHY: Final = "Healthy"
 
-PodSource = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
+PodSource = Callable[[], Awaitable[Sequence[Pod]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +53,12 @@ class ContainerSettings:
     uid: str = ""
 
 
-def requested(container: Mapping[str, Any], resource: str) -> int:
+def requested(container: Container, resource: str) -> int:
     """The count a container asks for (limits, else requests), as kubelet reads it; an
     unreadable value counts as none (the API server refuses those anyway)."""
     resources = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        value = (resources.get(section) or {}).get(resource)
+    for section in (resources.get("limits"), resources.get("requests")):
+        value = (section or {}).get(resource)
         if value is not None:
             try:
                 return max(int(str(value)), 0)
@@ -66,12 +67,12 @@ def requested(container: Mapping[str, Any], resource: str) -> int:
     return 0
 
 
-def _key(pod: Mapping[str, Any]) -> str:
+def _key(pod: Pod) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def _finished(pod: Mapping[str, Any]) -> bool:
+def _finished(pod: Pod) -> bool:
     phase = (pod.get("status") or {}).get("phase")
     return phase in names.TERMINAL_PHASES or bool(
         (pod.get("metadata") or {}).get("deletionTimestamp")
@@ -176,11 +177,11 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.poll_s)
 
-    def _release_ended(self, pods: Sequence[Mapping[str, Any]]) -> None:
+    def _release_ended(self, pods: Sequence[Pod]) -> None:
         live = {str((p.get("metadata") or {}).get("uid")) for p in pods if not _finished(p)}
         self._in_use = {d: uid for d, uid in self._in_use.items() if uid in live}
 
-    async def _admit(self, stub: Any, pod: Mapping[str, Any]) -> None:
+    async def _admit(self, stub: Any, pod: Pod) -> None:
         uid = str((pod.get("metadata") or {}).get("uid"))
         if uid in self._admitted or _finished(pod):
             return
@@ -212,7 +213,7 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
     async def _allocate(
         self,
         stub: Any,
-        pod: Mapping[str, Any],
+        pod: Pod,
         uid: str,
         container: str,
         count: int,
