@@ -251,6 +251,7 @@ class DeviceInventoryStatus(TypedDict, total=False):
 
 
 class DeviceInventory(KubeObject, total=False):
+    spec: dict[str, Any]  # empty: everything is reported in status
     status: DeviceInventoryStatus
 
 

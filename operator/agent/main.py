@@ -57,7 +57,7 @@ from vgpu_operator.kube.node_labels import read_node_labels
 from vgpu_operator.kube.node_lease import LeaseNamespaceMissingError
 from vgpu_operator.kube.pods import patch_pod_annotations, pods_on_node
 from vgpu_operator.kube.requests import ApiClient, ApiError
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import Pod, ResourceClaim
 
 log = structlog.get_logger(__name__)
 
@@ -614,7 +614,7 @@ async def run_dra_driver(
         check_interval_s=settings.heartbeat_interval_s,
     )
 
-    async def claim(namespace: str, name: str) -> Mapping[str, Any] | None:
+    async def claim(namespace: str, name: str) -> ResourceClaim | None:
         return await resource_slices.get_claim(api, namespace, name)
 
     plugin = DraPlugin(
@@ -708,7 +708,7 @@ def device_plugin(
 
     events = kube_events.EventAggregator(component=AGENT_COMPONENT)
 
-    async def report(pod: Mapping[str, Any], reason: str, message: str) -> None:
+    async def report(pod: Pod, reason: str, message: str) -> None:
         ref = kube_events.ObjectRef.of(pod, "Pod")
         await kube_events.write_event(api, events.record(ref, reason, message, _utc_now()))
 

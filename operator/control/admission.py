@@ -14,7 +14,7 @@ import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -22,6 +22,7 @@ from vgpu_operator.kube import claims
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics, WebhookResult
 from vgpu_operator.scheduling import claim_admission, claim_routing, cluster
+from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.operator")
 
@@ -47,7 +48,7 @@ class NotReady:
     def __init__(self, metrics: OperatorMetrics) -> None:
         self.metrics = metrics
 
-    async def admit_pod(self, pod: Mapping[str, Any], *, dry_run: bool = False) -> AdmissionAnswer:
+    async def admit_pod(self, pod: Pod, *, dry_run: bool = False) -> AdmissionAnswer:
         self.metrics.webhook_answered(WebhookResult.NOT_READY, 0.0)
         return AdmissionAnswer()
 
@@ -62,7 +63,7 @@ class PodAdmission:
         self.api = api
         self.metrics = metrics
 
-    async def admit_pod(self, pod: Mapping[str, Any], *, dry_run: bool = False) -> AdmissionAnswer:
+    async def admit_pod(self, pod: Pod, *, dry_run: bool = False) -> AdmissionAnswer:
         """What the mutating webhook answers for ``pod`` (counted in the metrics); in a
         dry run (the AdmissionReview's ``dryRun``) nothing is written, the answer is the
         same."""
@@ -80,7 +81,7 @@ class PodAdmission:
                 return AdmissionAnswer(allowed=False, message=routed.message)
             if routed.action is claim_routing.Action.ROUTE:
                 answered(WebhookResult.MUTATED)
-                routed_pod = copy.deepcopy(dict(pod))
+                routed_pod = copy.deepcopy(pod)
                 routed_pod.setdefault("spec", {})["schedulerName"] = (
                     self.state.config.scheduler.scheduler_name
                 )
@@ -92,8 +93,8 @@ class PodAdmission:
             log.info("pod_denied", pod=cluster.pod_key(pod), reason=result.message)
             answered(WebhookResult.DENIED)
             return AdmissionAnswer(allowed=False, message=result.message)
-        mutated: Mapping[str, Any] = result.pod
-        namespace = str((mutated.get("metadata") or {}).get("namespace") or "default")
+        mutated = cast(Pod, result.pod)  # the engine's admission returns the pod it was given
+        namespace = str(meta_of(mutated).get("namespace") or "default")
         if self.state.config.dra.converts(namespace):
             converted = await self._to_claims(mutated, dry_run=dry_run)
             if isinstance(converted, str):
@@ -105,7 +106,7 @@ class PodAdmission:
         # kubectl prints the warnings to whoever created the pod (e.g. gpucores above 100).
         return AdmissionAnswer(pod=mutated, warnings=tuple(result.warnings))
 
-    async def _route_by_claims(self, pod: Mapping[str, Any]) -> claim_routing.Routing:
+    async def _route_by_claims(self, pod: Pod) -> claim_routing.Routing:
         """Where a pod naming ResourceClaims goes (``claim_routing``): the claims and
         templates it names are read (bounded in count and in time: the API server waits
         ``timeoutSeconds`` for the answer)."""
@@ -116,7 +117,7 @@ class PodAdmission:
         too_many = claim_routing.too_many(refs)
         if too_many is not None:
             return claim_routing.Routing(claim_routing.Action.REFUSE, too_many)
-        namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+        namespace = str(meta_of(pod).get("namespace") or "default")
         try:
             async with asyncio.timeout(CLAIM_READ_TIMEOUT_S):
                 found = await claims.read_pod_claims(self.api, namespace, refs)
@@ -128,9 +129,7 @@ class PodAdmission:
             )
         return claim_routing.route(pod, found, scheduler)
 
-    async def _to_claims(
-        self, pod: Mapping[str, Any], *, dry_run: bool = False
-    ) -> Mapping[str, Any] | str:
+    async def _to_claims(self, pod: Pod, *, dry_run: bool = False) -> Pod | str:
         """A pod of a namespace on the DRA path: its GPU containers name claims made from
         templates (``claim_admission``), which are created first (in a dry run only
         validated: ``dryRun=All``). Returns the refusal's message when the request cannot
@@ -148,4 +147,4 @@ class PodAdmission:
                 problem = f"the pod's ResourceClaimTemplate could not be made: {exc}"
             if problem is not None:
                 return problem
-        return converted.pod
+        return cast(Pod, converted.pod)  # the pod as given, its GPU asks made claims

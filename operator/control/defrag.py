@@ -63,7 +63,7 @@ from vgpu_operator.scheduling import defrag, preemption
 from vgpu_operator.scheduling.cluster import ClusterState
 from vgpu_operator.scheduling.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.defrag")
 
@@ -111,11 +111,11 @@ class Outcome(enum.Enum):
 
 
 def _name(pod: Pod) -> str:
-    return str((pod.get("metadata") or {}).get("name") or "")
+    return str(meta_of(pod).get("name") or "")
 
 
 def _uid(pod: Pod) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
+    return str(meta_of(pod).get("uid") or "")
 
 
 def _controller_uid(pod: Pod) -> str | None:

@@ -63,7 +63,7 @@ from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import DefragMetrics, OperatorMetrics
 from vgpu_operator.scheduling import cluster
 from vgpu_operator.scheduling.allocation_gate import GateMode
-from vgpu_operator.wire import ConfigMap, KubeObject, Pod, WatchEventType
+from vgpu_operator.wire import ConfigMap, KubeObject, Pod, WatchEventType, meta_of
 
 log = structlog.get_logger("vgpu_operator.operator")
 
@@ -344,7 +344,7 @@ class Operator:
                     kube_events.TYPE_WARNING,
                 )
             except Exception as exc:
-                name = (warning.obj.get("metadata") or {}).get("name")
+                name = meta_of(warning.obj).get("name")
                 log.warning("event_write_failed", kind=warning.kind, name=name, error=str(exc))
 
     # --- config -------------------------------------------------------------------------
@@ -460,7 +460,7 @@ class Operator:
         They cannot be adopted: a pod's scheduler name is immutable.
         """
         waiting = self.feed.waiting_for(names.DEFAULT_SCHEDULER)
-        present = {str((pod.get("metadata") or {}).get("uid") or "") for pod in waiting}
+        present = {str(meta_of(pod).get("uid") or "") for pod in waiting}
         # Each bound pod is handed out once (the feed); one reported while it waited (in
         # the set still: it is pruned below) or before a restart (its condition) is not
         # reported again.
@@ -470,7 +470,7 @@ class Operator:
             if pod_facts.condition_of(pod, reporting.CONDITION_NOT_ROUTED) is None
         ]
         for pod in [*waiting, *bound]:
-            uid = str((pod.get("metadata") or {}).get("uid") or "")
+            uid = str(meta_of(pod).get("uid") or "")
             if uid in self._not_routed_reported:
                 continue
             if not self._asks_for_gpu(pod):

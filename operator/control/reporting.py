@@ -9,8 +9,8 @@ them. The condition carries kube-scheduler's node-counting message
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Iterable
+from typing import Final
 
 import structlog
 
@@ -20,7 +20,7 @@ from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OtherReason
 from vgpu_operator.scheduling import status
 from vgpu_operator.timestamps import format_rfc3339
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import KubeObject, Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.reporting")
 
@@ -62,12 +62,12 @@ def condition_reasons(diagnosis: status.Diagnosis) -> tuple[str, ...]:
 
 
 def scheduled_message(pod: Pod, node: str) -> str:
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     return f"Successfully assigned {meta.get('namespace')}/{meta.get('name')} to {node}"
 
 
 def preempted_message(preemptor: Pod, node: str) -> str:
-    meta = preemptor.get("metadata") or {}
+    meta = meta_of(preemptor)
     return f"Preempted by {meta.get('namespace')}/{meta.get('name')} on node {node}"
 
 
@@ -235,7 +235,7 @@ class KubeReporter:
         self._events.forget(namespace, name)
 
     async def object_event(
-        self, obj: Mapping[str, Any], kind: str, reason: str, message: str, event_type: str
+        self, obj: KubeObject, kind: str, reason: str, message: str, event_type: str
     ) -> None:
         """An Event about any object (a rejected ConfigMap, for instance)."""
         ref = events.ObjectRef.of(obj, kind=kind)

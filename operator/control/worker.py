@@ -41,7 +41,7 @@ from vgpu_operator.metrics import OperatorMetrics, OtherReason, PreemptionResult
 from vgpu_operator.scheduling import cluster, status
 from vgpu_operator.scheduling.allocation_gate import GateHolder
 from vgpu_operator.scheduling.pod_key import PodKey
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.worker")
 
@@ -294,14 +294,14 @@ class SchedulingWorker:
         self._metrics.decided(time.perf_counter() - started)
         if decision.scheduled and decision.node:
             self._reported.pop(key, None)
-            self._feed.binding_started(key, str((pod.get("metadata") or {}).get("uid") or ""))
+            self._feed.binding_started(key, str(meta_of(pod).get("uid") or ""))
             self._spawn(f"bind {key}", self._bind(key, pod, decision.node, decision, slot_held))
             return True
         if decision.nominated_node is not None:
             return self._await_victims(key, pod, decision, decision.nominated_node)
         if decision.rejected is not None:
             self._metrics.attempt(Result.REJECTED)
-            namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+            namespace = str(meta_of(pod).get("namespace") or "default")
             backoff_s = self._queue.park(
                 key,
                 hint=queue.Refused(namespace),
@@ -610,7 +610,7 @@ class SchedulingWorker:
         """What a Binding whose answer was lost did, read from the pod: BOUND (here, by
         it), CONFLICT (bound elsewhere, or deleting), GONE, or None (still unbound: it was
         not written). Reads until the API server answers; a drain cancels it."""
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         uid = meta.get("uid")
         delay = _REREAD_INITIAL_S
@@ -623,7 +623,7 @@ class SchedulingWorker:
                 log.warning("bind_outcome_unknown", pod=key, node=node, error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _REREAD_MAX_S)
-        if fresh is None or (uid and (fresh.get("metadata") or {}).get("uid") != uid):
+        if fresh is None or (uid and meta_of(fresh).get("uid") != uid):
             return BindOutcome.GONE
         bound_to = (fresh.get("spec") or {}).get("nodeName")
         if not bound_to:
@@ -633,7 +633,7 @@ class SchedulingWorker:
         return BindOutcome.CONFLICT
 
     async def _reread_after_conflict(self, key: PodKey, pod: Pod, node: str) -> None:
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         try:
             fresh = await self._binder.read_pod(str(meta.get("namespace")), str(meta.get("name")))
         except Exception as exc:

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from vgpu_operator.kube import requests
 from vgpu_operator.kube.requests import ApiClient
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import Pod, meta_of
 
 
 async def pods_on_node(api: ApiClient, node: str) -> list[Pod]:
@@ -24,7 +24,7 @@ async def patch_pod_annotations(api: ApiClient, pod: Pod, annotations: Mapping[s
     """Merge-patch annotations onto the pod as it was read: the resourceVersion makes the
     API server refuse the patch (409) if the pod changed meanwhile, so an entry is never
     consumed twice."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     body = {
         "metadata": {
             "annotations": dict(annotations),

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from vgpu_operator.kube import eviction
 from vgpu_operator.kube.requests import ApiClient
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import Pod, meta_of
 
 
 class PreemptionNews(Protocol):
@@ -29,7 +29,7 @@ class KubePreemptor:
         return await eviction.evict_pod(self._api, namespace, name, uid)
 
     async def nominate(self, pod: Pod, node: str | None) -> None:
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         namespace = str(meta.get("namespace") or "default")
         await eviction.set_nominated_node(self._api, namespace, str(meta.get("name")), node)
 

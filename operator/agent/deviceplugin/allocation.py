@@ -25,7 +25,7 @@ from vgpu_operator import names
 from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.devices.vendor import is_true
 from vgpu_operator.errors import CodecError
-from vgpu_operator.wire import Container, Pod
+from vgpu_operator.wire import Container, Pod, meta_of
 
 #: Inside the container, where HAMi-core's files are mounted (HAMi's default hook path).
 CONTAINER_HOOK_DIR: Final = "/usr/local/vgpu"
@@ -167,7 +167,7 @@ def allocate(
     """The next container's grant for kubelet's ``requested_ids``; raises
     ``AllocationError`` when the pod, its annotation and the IDs do not agree. MIG
     entries (``GPU-a[g-s]``) are asked of ``mig``, which may create the instance."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     where = f"pod {meta.get('namespace')}/{meta.get('name')}"
     raw = annotations.get(names.NVIDIA_DEVICES_TO_ALLOCATE)

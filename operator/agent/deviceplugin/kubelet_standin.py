@@ -29,7 +29,7 @@ import structlog
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin import api_pb2, api_pb2_grpc
 from vgpu_operator.devices import nvidia
-from vgpu_operator.wire import Container, Pod
+from vgpu_operator.wire import Container, Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.kubelet_standin")
 
@@ -68,15 +68,13 @@ def requested(container: Container, resource: str) -> int:
 
 
 def _key(pod: Pod) -> str:
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def _finished(pod: Pod) -> bool:
     phase = (pod.get("status") or {}).get("phase")
-    return phase in names.TERMINAL_PHASES or bool(
-        (pod.get("metadata") or {}).get("deletionTimestamp")
-    )
+    return phase in names.TERMINAL_PHASES or bool(meta_of(pod).get("deletionTimestamp"))
 
 
 class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
@@ -170,19 +168,17 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
                 pods = None
             if pods is not None:
                 self._release_ended(pods)
-                for pod in sorted(
-                    pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp", ""))
-                ):
+                for pod in sorted(pods, key=lambda p: str(meta_of(p).get("creationTimestamp", ""))):
                     await self._admit(stub, pod)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.poll_s)
 
     def _release_ended(self, pods: Sequence[Pod]) -> None:
-        live = {str((p.get("metadata") or {}).get("uid")) for p in pods if not _finished(p)}
+        live = {str(meta_of(p).get("uid")) for p in pods if not _finished(p)}
         self._in_use = {d: uid for d, uid in self._in_use.items() if uid in live}
 
     async def _admit(self, stub: Any, pod: Pod) -> None:
-        uid = str((pod.get("metadata") or {}).get("uid"))
+        uid = str(meta_of(pod).get("uid"))
         if uid in self._admitted or _finished(pod):
             return
         if (pod.get("spec") or {}).get("nodeName") != self.node:

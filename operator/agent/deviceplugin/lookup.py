@@ -23,7 +23,7 @@ from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError
 from vgpu_operator.devices import codec, model
 from vgpu_operator.errors import CodecError
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import Pod, meta_of
 
 _WAITING_PHASES = (codec.BindPhase.ALLOCATING.value, codec.BindPhase.SUCCESS.value)
 
@@ -41,7 +41,7 @@ class AmbiguousAllocation(AllocationError):
 
 def next_entry(pod: Pod) -> model.ContainerDevices | None:
     """The pod's next allocation entry still to hand out, or None."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = meta_of(pod).get("annotations") or {}
     raw = annotations.get(names.NVIDIA_DEVICES_TO_ALLOCATE)
     if not raw:
         return None
@@ -55,7 +55,7 @@ def next_entry(pod: Pod) -> model.ContainerDevices | None:
 def placed_by_trusted(pod: Pod, node: str, schedulers: Collection[str]) -> bool:
     """A trusted scheduler placed the pod on this node (not its creator, nor another)."""
     spec = pod.get("spec") or {}
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = meta_of(pod).get("annotations") or {}
     scheduler = spec.get("schedulerName") or "default-scheduler"
     return scheduler in schedulers and annotations.get(names.ASSIGNED_NODE) == node
 
@@ -63,7 +63,7 @@ def placed_by_trusted(pod: Pod, node: str, schedulers: Collection[str]) -> bool:
 def awaiting(pod: Pod, node: str, schedulers: Collection[str] = DEFAULT_SCHEDULERS) -> bool:
     """Bound here by a trusted scheduler, not finished, and the scheduler's allocation not
     yet all handed out."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     annotations = meta.get("annotations") or {}
     if (pod.get("spec") or {}).get("nodeName") != node or meta.get("deletionTimestamp"):
         return False
@@ -77,7 +77,7 @@ def awaiting(pod: Pod, node: str, schedulers: Collection[str] = DEFAULT_SCHEDULE
 
 
 def _key(pod: Pod) -> str:
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 

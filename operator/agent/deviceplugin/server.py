@@ -22,7 +22,7 @@ from vgpu_operator import resources
 from vgpu_operator.agent import hamicore
 from vgpu_operator.agent.deviceplugin import allocation, api_pb2, api_pb2_grpc, lookup
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError, NodeSettings
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.deviceplugin")
 
@@ -259,7 +259,7 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
     async def _fail(self, pod: Pod, message: str) -> None:
         """``bind-phase: failed`` (the operator then releases the booking) and an Event on
         the pod saying why. Neither write may hide the other, nor the gRPC error."""
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         log.warning(
             "allocate_failed",
             node=self.node,
@@ -277,7 +277,7 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
 
     async def _patch_fresh(self, pod: Pod, annotations: Mapping[str, str]) -> None:
         """Patch ``pod``, reading it again (by uid) when it changed since it was read."""
-        uid = (pod.get("metadata") or {}).get("uid")
+        uid = meta_of(pod).get("uid")
         current = pod
         for attempt in range(1, _ATTEMPTS + 1):
             try:
@@ -286,7 +286,7 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
             except StaleRead:
                 if attempt == _ATTEMPTS:
                     raise
-            fresh = [p for p in await self._pods() if (p.get("metadata") or {}).get("uid") == uid]
+            fresh = [p for p in await self._pods() if meta_of(p).get("uid") == uid]
             if not fresh:
                 return  # gone: nothing left to mark
             current = fresh[0]
