@@ -3,15 +3,17 @@ integration tests and the end-to-end bench check the operator's placements with 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from vgpu_operator import names
 from vgpu_operator.devices import codec, nvidia
-from vgpu_operator.wire import Pod, meta_of
 
 
-def nvidia_devices(pod: Pod) -> list[tuple[str, int, int]]:
+def nvidia_devices(pod: Mapping[str, Any]) -> list[tuple[str, int, int]]:
     """(device uuid, memory MiB, cores) for each device granted, container by container;
-    empty when the pod carries no allocation."""
-    annotations = meta_of(pod).get("annotations") or {}
+    empty when the pod carries no allocation (tests hand in what they read, untyped)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
     devices = codec.decode_pod_devices(
         annotations, {nvidia.COMMON_WORD: names.NVIDIA_DEVICES_ALLOCATED}
     )
