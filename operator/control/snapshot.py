@@ -54,8 +54,8 @@ async def read_cluster(
         config_key=config_key,
         inventory_timeout_s=inventory_timeout_s,
     )
-    path = f"/api/v1/namespaces/{namespace}/configmaps"
-    found = await listing.list_all(api, path, field_selector=f"metadata.name={config_map}")
+    config = watching.config_collection(namespace, config_map)
+    found = await listing.list_all(api, config.path, field_selector=config.field_selector)
     for item in found.items:
         result = state_feed.config_event(None, cast(ConfigMap, item))
         if result.outcome is feed.ConfigOutcome.REJECTED and result.error is not None:

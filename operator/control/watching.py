@@ -38,10 +38,6 @@ from vgpu_operator.wire import KubeObject, WatchEventType
 log = structlog.get_logger("vgpu_operator.watching")
 
 
-async def _nothing() -> None:
-    return None
-
-
 #: The kind's shape (``wire``): what the loop's objects are taken to be here, where the
 #: kind becomes known.
 _Shape = TypeVar("_Shape", bound=Mapping[str, Any])
@@ -56,15 +52,18 @@ class FeedKind(Generic[_Shape]):
     collection: Collection
     on_listed: Callable[[Iterable[_Shape], str | None], None]
     on_event: Callable[[str | None, _Shape], None]
-    after: Callable[[], Awaitable[None]] = _nothing
+    #: None for most kinds: no coroutine per event where there is nothing to await.
+    after: Callable[[], Awaitable[None]] | None = None
 
     async def listed(self, items: Sequence[KubeObject], version: str | None) -> None:
         self.on_listed(cast(Sequence[_Shape], items), version)
-        await self.after()
+        if self.after is not None:
+            await self.after()
 
     async def event(self, event_type: WatchEventType, obj: KubeObject) -> None:
         self.on_event(event_type, cast(_Shape, obj))
-        await self.after()
+        if self.after is not None:
+            await self.after()
 
 
 def config_collection(namespace: str, config_map: str) -> Collection:
@@ -100,7 +99,7 @@ def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[FeedKind[Any], ...]
 
 
 def kinds_of(
-    state_feed: feed.StateFeed, report_warnings: Callable[[], Awaitable[None]] = _nothing
+    state_feed: feed.StateFeed, report_warnings: Callable[[], Awaitable[None]] | None = None
 ) -> tuple[FeedKind[Any], ...]:
     """The annotation path's kinds, the pods last."""
     return (

@@ -165,8 +165,15 @@ class WatchLoop:
                         continue
                 async for event_type, obj in self._source.watch(self.collection, version):
                     version = _version_of(obj) or version
-                    if event_type != listing.BOOKMARK:
-                        await self._hand_over(event_type, obj)
+                    if event_type == listing.BOOKMARK:
+                        continue
+                    # Inline, not a helper coroutine: every event of the cluster passes here.
+                    try:
+                        await self._handler.event(event_type, obj)
+                    except Exception as exc:
+                        # Moved past: the same event would fail the same way again.
+                        log.exception("watch_event_not_applied", kind=self.name, error=str(exc))
+                        self._on_error(f"{self.name}_watch")
                 self._retry.reset()
             except listing.WatchExpired:
                 log.info("watch_expired_relisting", kind=self.name)
@@ -196,14 +203,6 @@ class WatchLoop:
             except Exception as exc:
                 raise _ListingRefused from exc
         return found.resource_version
-
-    async def _hand_over(self, event_type: WatchEventType, obj: KubeObject) -> None:
-        try:
-            await self._handler.event(event_type, obj)
-        except Exception as exc:
-            # The loop moves past it: the same event would fail the same way again.
-            log.exception("watch_event_not_applied", kind=self.name, error=str(exc))
-            self._on_error(f"{self.name}_watch")
 
     async def _failed(self, what: str, exc: BaseException | None) -> None:
         delay = self._retry.next_delay_s()
