@@ -59,22 +59,6 @@ class ObjectReference(TypedDict, total=False):
     resourceVersion: str
 
 
-class ListMeta(TypedDict, total=False):
-    resourceVersion: str
-    # ``continue`` is a keyword: read as ``meta.get("continue")`` through this key list.
-
-
-class Status(TypedDict, total=False):
-    """The API server's answer to a failed request, or a watch's ERROR object."""
-
-    apiVersion: str
-    kind: str
-    status: str
-    message: str
-    reason: str
-    code: int
-
-
 # --- pods (the fields the operator reads and writes) --------------------------------------
 class ResourceRequirements(TypedDict, total=False):
     limits: dict[str, str]
