@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vgpu_operator import names
-from vgpu_operator.devices import links, model, plausibility
+from vgpu_operator.devices import links, model, nvidia, plausibility
 from vgpu_operator.errors import CodecError
 
 #: What ``kubectl`` prints for the (singular) resource; the plural is in names.py.
@@ -90,7 +90,7 @@ class Device(_Wire):
 
     uuid: str = Field(min_length=1)
     index: int = Field(ge=0, description="NVML index.")
-    vendor: str = Field("NVIDIA", min_length=1, description="Vendor common word.")
+    vendor: str = Field(nvidia.COMMON_WORD, min_length=1, description="Vendor common word.")
     model: str = Field(min_length=1, description="Model name as the driver reports it.")
     type: str = Field(
         min_length=1, description="HAMi type string (NVIDIA-<model> unless it starts so)."

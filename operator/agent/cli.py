@@ -12,6 +12,7 @@ import click
 from vgpu_operator import resources
 from vgpu_operator.cli_options import kubeconfig_option, logging_options
 from vgpu_operator.cli_types import Positive, Seconds
+from vgpu_operator.devices import nvidia
 from vgpu_operator.errors import ConfigError
 
 
@@ -81,7 +82,7 @@ from vgpu_operator.errors import ConfigError
 )
 @click.option(
     "--device-plugin-resource",
-    default="nvidia.com/gpu",
+    default=nvidia.COUNT_RESOURCE,
     show_default=True,
     help="The count resource the device plugin advertises (resourceCountName).",
 )

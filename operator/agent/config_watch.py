@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import structlog
 
@@ -22,14 +22,16 @@ from vgpu_operator.agent.inventory import RegistrationOptions
 from vgpu_operator.agent.nodeconfig import NodeConfig
 from vgpu_operator.config import load_config_yaml
 from vgpu_operator.errors import ConfigError
-from vgpu_operator.kube import listing
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.kube.watch_loop import ApiSource, Collection, WatchLoop
+from vgpu_operator.wire import ConfigMap, KubeObject, WatchEventType, meta_of
 
 log = structlog.get_logger(__name__)
 
 
 class ConfigFollower:
-    """Turns ConfigMap events into this node's settings (no I/O: ``on_event`` is fed)."""
+    """Turns ConfigMap events into this node's settings (no I/O: the loop feeds it, as
+    its ``KindHandler``)."""
 
     def __init__(
         self, node: str, key: str, flags: RegistrationOptions, apply: Callable[[NodeConfig], None]
@@ -39,13 +41,22 @@ class ConfigFollower:
         self.flags = flags
         self._apply = apply
 
-    def on_event(self, kind: str | None, config_map: Mapping[str, Any]) -> None:
-        meta = config_map.get("metadata") or {}
+    async def listed(self, items: Sequence[KubeObject], version: str | None) -> None:
+        if not items:
+            log.info("device_config_absent")
+        for item in items:
+            self.on_event(None, cast(ConfigMap, item))
+
+    async def event(self, event_type: WatchEventType, obj: KubeObject) -> None:
+        self.on_event(event_type, cast(ConfigMap, obj))
+
+    def on_event(self, kind: str | None, config_map: ConfigMap) -> None:
+        meta = meta_of(config_map)
         name = f"{meta.get('namespace')}/{meta.get('name')}"
         if kind == "DELETED":
             log.warning("device_config_deleted_last_good_kept", config_map=name)
             return
-        text = (config_map.get("data") or {}).get(self.key)
+        text = config_map.get("data", {}).get(self.key)
         if text is None:
             log.warning("device_config_key_missing", config_map=name, key=self.key)
             return
@@ -73,48 +84,19 @@ async def follow(
     backoff_initial_s: float = 1.0,
     backoff_max_s: float = 60.0,
 ) -> None:
-    """List, then watch, the ConfigMap until ``stop`` is set; errors are retried."""
-    task = asyncio.create_task(
-        _follow(api, follower, namespace, name, Backoff(backoff_initial_s, backoff_max_s))
+    """List, then watch, the ConfigMap until ``stop`` is set; errors are retried (the
+    one list-then-watch loop, ``kube/watch_loop.py``)."""
+    loop = WatchLoop(
+        "device_config",
+        ApiSource(api),
+        Collection(
+            f"/api/v1/namespaces/{namespace}/configmaps", field_selector=f"metadata.name={name}"
+        ),
+        follower,
+        retry=Backoff(backoff_initial_s, backoff_max_s),
     )
+    task = asyncio.create_task(loop.run())
     await stop.wait()
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-
-
-async def _follow(
-    api: ApiClient, follower: ConfigFollower, namespace: str, name: str, backoff: Backoff
-) -> None:
-    path = f"/api/v1/namespaces/{namespace}/configmaps"
-    selector = f"metadata.name={name}"
-    version: str | None = None
-    while True:
-        try:
-            if version is None:
-                found = await listing.list_all(api, path, field_selector=selector)
-                if not found.items:
-                    log.info("device_config_absent", config_map=f"{namespace}/{name}")
-                for item in found.items:
-                    follower.on_event(None, item)
-                version = found.resource_version
-            async for kind, obj in listing.watch(
-                api, path, resource_version=version, field_selector=selector
-            ):
-                follower.on_event(kind, obj)
-                version = (obj.get("metadata") or {}).get("resourceVersion") or version
-            backoff.reset()
-        except listing.WatchExpired:
-            version = None
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            delay = backoff.next_delay_s()
-            log.warning(
-                "device_config_watch_failed",
-                config_map=f"{namespace}/{name}",
-                error=str(exc),
-                retry_in_s=round(delay, 3),
-            )
-            version = None
-            await asyncio.sleep(delay)

@@ -19,6 +19,7 @@ from typing import Any
 from vgpu_operator import names
 from vgpu_operator.devices import codec, model
 from vgpu_operator.errors import CodecError
+from vgpu_operator.wire import Pod, meta_of
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -57,11 +58,11 @@ def _holds_after_start(position: int, inits: list[Any]) -> bool:
     return isinstance(init, Mapping) and init.get("restartPolicy") == "Always"
 
 
-def container_cards(pods: Iterable[Mapping[str, Any]], node: str) -> set[ContainerCard]:
+def container_cards(pods: Iterable[Pod], node: str) -> set[ContainerCard]:
     """Every container of a pod bound to ``node`` and its cards, as handed out."""
     rows: set[ContainerCard] = set()
     for pod in pods:
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         spec = pod.get("spec") or {}
         if (
             spec.get("nodeName") != node

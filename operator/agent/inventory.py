@@ -17,10 +17,11 @@ from typing import Final
 from vgpu_operator import resources
 from vgpu_operator.agent.health import CountCheck
 from vgpu_operator.agent.readings import MIB, GpuReading, LinkReading, MachineReading
+from vgpu_operator.devices import nvidia
 from vgpu_operator.errors import ConfigError
 
-VENDOR: Final = "NVIDIA"
-HAMI_TYPE_PREFIX: Final = "NVIDIA"
+VENDOR: Final = nvidia.COMMON_WORD
+HAMI_TYPE_PREFIX: Final = nvidia.COMMON_WORD
 
 CONDITION_HEALTHY: Final = "Healthy"
 

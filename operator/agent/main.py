@@ -46,7 +46,7 @@ from vgpu_operator.agent.dra.publisher import SlicePublisher
 from vgpu_operator.agent.dra.runner import DraRunner
 from vgpu_operator.agent.inventory import RegistrationOptions, build_status, same_report
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
-from vgpu_operator.devices import codec, dra
+from vgpu_operator.devices import codec, dra, nvidia
 from vgpu_operator.errors import CodecError
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube import resource_slices
@@ -57,6 +57,7 @@ from vgpu_operator.kube.node_labels import read_node_labels
 from vgpu_operator.kube.node_lease import LeaseNamespaceMissingError
 from vgpu_operator.kube.pods import patch_pod_annotations, pods_on_node
 from vgpu_operator.kube.requests import ApiClient, ApiError
+from vgpu_operator.wire import Pod, ResourceClaim
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +92,7 @@ class AgentSettings:
     #: kubelet's device-plugin directory; None runs no device plugin (no kubelet here).
     device_plugin_dir: str | None = None
     #: The count resource the plugin advertises (the device config's resourceCountName).
-    device_plugin_resource: str = "nvidia.com/gpu"
+    device_plugin_resource: str = nvidia.COUNT_RESOURCE
     #: HAMi-core's directory on the host, mounted at the same path into the agent.
     hami_core_dir: str = "/usr/local/vgpu"
     #: The device-config ConfigMap this node's settings follow; name None follows none
@@ -613,7 +614,7 @@ async def run_dra_driver(
         check_interval_s=settings.heartbeat_interval_s,
     )
 
-    async def claim(namespace: str, name: str) -> Mapping[str, Any] | None:
+    async def claim(namespace: str, name: str) -> ResourceClaim | None:
         return await resource_slices.get_claim(api, namespace, name)
 
     plugin = DraPlugin(
@@ -694,10 +695,10 @@ def device_plugin(
     """The kubelet device plugin of this node, reading and settling pods through ``api``."""
     node = settings.node_name
 
-    async def pods() -> list[dict[str, Any]]:
+    async def pods() -> list[Pod]:
         return await pods_on_node(api, node)
 
-    async def patch(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+    async def patch(pod: Pod, annotations: Mapping[str, str]) -> None:
         try:
             await patch_pod_annotations(api, pod, annotations)
         except ApiError as exc:
@@ -707,7 +708,7 @@ def device_plugin(
 
     events = kube_events.EventAggregator(component=AGENT_COMPONENT)
 
-    async def report(pod: Mapping[str, Any], reason: str, message: str) -> None:
+    async def report(pod: Pod, reason: str, message: str) -> None:
         ref = kube_events.ObjectRef.of(pod, "Pod")
         await kube_events.write_event(api, events.record(ref, reason, message, _utc_now()))
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import structlog
 
 from vgpu_operator.kube.claims import WriteOutcome
 from vgpu_operator.scheduling.claim_decision import ClaimWrite
+from vgpu_operator.wire import ResourceClaim, meta_of
 
 log = structlog.get_logger("vgpu_operator.claim_binding")
 
@@ -41,7 +42,7 @@ RECENT_S: Final = 10.0
 class ClaimWriter(Protocol):
     async def allocate(
         self,
-        claim: Mapping[str, Any],
+        claim: ResourceClaim,
         allocation: Mapping[str, Any] | None,
         consumer: Mapping[str, str],
     ) -> WriteOutcome: ...
@@ -85,8 +86,9 @@ class ClaimBinding:
         are released again)."""
         done: list[ClaimWrite] = []
         for write in writes:
-            claim = self._books.claim_object(write.key)
-            meta = (claim or {}).get("metadata") or {}
+            # The books keep the claim as it was watched (``claims_feed``): a ResourceClaim.
+            claim = cast(ResourceClaim | None, self._books.claim_object(write.key))
+            meta = meta_of(claim) if claim is not None else {}
             if claim is None or meta.get("uid") != write.uid:
                 await self.undo(done)
                 return f"ResourceClaim {write.key} is gone or was replaced"

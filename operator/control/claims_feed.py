@@ -17,6 +17,13 @@ from typing import Any, Protocol
 import structlog
 
 from vgpu_operator.control import pod_facts, queue, versions
+from vgpu_operator.wire import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceSlice,
+    name_of,
+    namespaced_name_of,
+)
 
 log = structlog.get_logger("vgpu_operator.claims_feed")
 
@@ -33,15 +40,6 @@ class ClaimInputs(Protocol):
     def quota_may_help(self, verdict: Any, namespace: str) -> bool: ...
 
 
-def _name(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
-
-
-def _namespaced(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
-
-
 def _without_verdict(hint: Hashable | None) -> bool:
     """Pods on the DRA path wait without a verdict (hint None: any event may help them);
     every hint-bearing pod is on the annotation path, which DRA nodes never take, so a
@@ -49,8 +47,8 @@ def _without_verdict(hint: Hashable | None) -> bool:
     return hint is None
 
 
-def _allocated(obj: Mapping[str, Any] | None) -> bool:
-    return obj is not None and bool((obj.get("status") or {}).get("allocation"))
+def _allocated(claim: ResourceClaim) -> bool:
+    return bool(claim.get("status", {}).get("allocation"))
 
 
 class ClaimFeed:
@@ -66,16 +64,16 @@ class ClaimFeed:
         self._slice_digests: dict[str, str] = {}
 
     # --- slices ------------------------------------------------------------------------
-    def slice_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
-        name, version = _name(obj), versions.version_of(obj)
+    def slice_event(self, event_type: str | None, obj: ResourceSlice) -> None:
+        name, version = name_of(obj), versions.version_of(obj)
         if event_type == "DELETED":
             if self._slices.accept_delete(name, version):
                 self._forget_slice(name)
         elif self._slices.accept_update(name, version):
             self._apply_slice(name, obj)
 
-    def slices_listed(self, items: Iterable[Mapping[str, Any]], version: str | None) -> None:
-        by_name = {_name(i): i for i in items}
+    def slices_listed(self, items: Iterable[ResourceSlice], version: str | None) -> None:
+        by_name = {name_of(i): i for i in items}
         result = self._slices.reconcile(
             {k: versions.version_of(v) for k, v in by_name.items()},
             versions.parse_version(version),
@@ -85,7 +83,7 @@ class ClaimFeed:
         for name in result.remove:
             self._forget_slice(name)
 
-    def _apply_slice(self, name: str, obj: Mapping[str, Any]) -> None:
+    def _apply_slice(self, name: str, obj: ResourceSlice) -> None:
         slim = pod_facts.slim(obj)
         self._engine.set_slice(slim)
         digest = pod_facts.digest(slim.get("spec"))
@@ -122,16 +120,16 @@ class ClaimFeed:
             log.debug("pods_woken", cluster_event=queue.ClusterEvent.ROOM_FREED.value, woken=woken)
 
     # --- claims ------------------------------------------------------------------------
-    def claim_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
-        key, version = _namespaced(obj), versions.version_of(obj)
+    def claim_event(self, event_type: str | None, obj: ResourceClaim) -> None:
+        key, version = namespaced_name_of(obj), versions.version_of(obj)
         if event_type == "DELETED":
             if self._claims.accept_delete(key, version):
                 self._forget_claim(key)
         elif self._claims.accept_update(key, version):
             self._apply_claim(key, obj)
 
-    def claims_listed(self, items: Iterable[Mapping[str, Any]], version: str | None) -> None:
-        by_key = {_namespaced(i): i for i in items}
+    def claims_listed(self, items: Iterable[ResourceClaim], version: str | None) -> None:
+        by_key = {namespaced_name_of(i): i for i in items}
         result = self._claims.reconcile(
             {k: versions.version_of(v) for k, v in by_key.items()},
             versions.parse_version(version),
@@ -141,7 +139,7 @@ class ClaimFeed:
         for key in result.remove:
             self._forget_claim(key)
 
-    def _apply_claim(self, key: str, obj: Mapping[str, Any]) -> None:
+    def _apply_claim(self, key: str, obj: ResourceClaim) -> None:
         new = key not in self._seen
         self._seen.add(key)
         self._engine.set_claim(pod_facts.slim(obj))
@@ -164,8 +162,8 @@ class ClaimFeed:
             self._claim_released(key)
 
     # --- device classes ------------------------------------------------------------------
-    def class_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
-        name, version = _name(obj), versions.version_of(obj)
+    def class_event(self, event_type: str | None, obj: DeviceClass) -> None:
+        name, version = name_of(obj), versions.version_of(obj)
         if event_type == "DELETED":
             if self._classes.accept_delete(name, version):
                 self._engine.remove_device_class(name)
@@ -173,8 +171,8 @@ class ClaimFeed:
             self._engine.set_device_class(pod_facts.slim(obj))
             self._wake_claim_pods(queue.ClusterEvent.CONFIG_CHANGED)
 
-    def classes_listed(self, items: Iterable[Mapping[str, Any]], version: str | None) -> None:
-        by_name = {_name(i): i for i in items}
+    def classes_listed(self, items: Iterable[DeviceClass], version: str | None) -> None:
+        by_name = {name_of(i): i for i in items}
         result = self._classes.reconcile(
             {k: versions.version_of(v) for k, v in by_name.items()},
             versions.parse_version(version),

@@ -52,7 +52,7 @@ import enum
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -63,6 +63,7 @@ from vgpu_operator.scheduling import defrag, preemption
 from vgpu_operator.scheduling.cluster import ClusterState
 from vgpu_operator.scheduling.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.defrag")
 
@@ -83,12 +84,10 @@ STOPPED = "DefragmentationStopped"
 class DefragActions(Protocol):
     """What carrying out a plan writes and reads through the API."""
 
-    async def list_pods(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
+    async def list_pods(self, namespace: str | None = None) -> list[Pod]: ...
     async def evict(self, key: PodKey, uid: str) -> EvictOutcome: ...
-    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None: ...
-    async def event(
-        self, pod: Mapping[str, Any], reason: str, message: str, warning: bool = False
-    ) -> None: ...
+    async def nominate(self, pod: Pod, node: str | None) -> None: ...
+    async def event(self, pod: Pod, reason: str, message: str, warning: bool = False) -> None: ...
 
 
 class Decides(Protocol):
@@ -111,15 +110,15 @@ class Outcome(enum.Enum):
     STOPPED = "stopped"
 
 
-def _name(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("name") or "")
+def _name(pod: Pod) -> str:
+    return str(meta_of(pod).get("name") or "")
 
 
-def _uid(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
+def _uid(pod: Pod) -> str:
+    return str(meta_of(pod).get("uid") or "")
 
 
-def _controller_uid(pod: Mapping[str, Any]) -> str | None:
+def _controller_uid(pod: Pod) -> str | None:
     owner = defrag.controller_of(pod)
     return None if owner is None else owner.uid
 
@@ -153,8 +152,8 @@ class _Carrying:
     """A plan being carried out."""
 
     plan: defrag.Plan
-    pod: Mapping[str, Any]
-    movers: Mapping[PodKey, Mapping[str, Any]]
+    pod: Pod
+    movers: Mapping[PodKey, Pod]
     done: int = 0
 
 
@@ -259,7 +258,7 @@ class DefragRunner:
         finally:
             steps.close()  # cancelled meanwhile: the planner's what-if is closed too
 
-    async def _any_fragmented(self, waiting: Sequence[Mapping[str, Any]]) -> bool:
+    async def _any_fragmented(self, waiting: Sequence[Pod]) -> bool:
         """Whether one of the most important waiting pods is blocked by fragmentation
         (a look costs a walk over the nodes: at most ``_LOOKS`` pods per round, and the
         loop runs other work between two looks every ``_SLICE_S``)."""
@@ -349,7 +348,7 @@ class DefragRunner:
         self,
         plan: defrag.Plan,
         move: defrag.Move,
-        moving: Mapping[str, Any],
+        moving: Pod,
         owner_uid: str | None,
         before: set[str],
     ) -> None:
@@ -439,9 +438,7 @@ class DefragRunner:
         )
         await self._quietly(carrying.pod, STOPPED, message, warning=True)
 
-    async def _quietly(
-        self, pod: Mapping[str, Any], reason: str, message: str, *, warning: bool
-    ) -> None:
+    async def _quietly(self, pod: Pod, reason: str, message: str, *, warning: bool) -> None:
         """An Event that may fail without changing the plan (it is logged anyway)."""
         try:
             await self._actions.event(pod, reason, message, warning)

@@ -22,7 +22,7 @@ import functools
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 import structlog
 
@@ -34,6 +34,16 @@ from vgpu_operator.errors import CodecError, ConfigError
 from vgpu_operator.scheduling import cluster
 from vgpu_operator.scheduling.changes import Freed
 from vgpu_operator.scheduling.pod_key import PodKey
+from vgpu_operator.wire import (
+    ConfigMap,
+    DeviceInventory,
+    KubeObject,
+    Lease,
+    Node,
+    Pod,
+    name_of,
+    namespaced_name_of,
+)
 
 log = structlog.get_logger("vgpu_operator.feed")
 
@@ -57,7 +67,7 @@ class EngineInputs(Protocol):
     ) -> None: ...
     def set_heartbeat(self, node_name: str, heartbeat: float | None) -> None: ...
     def remove_inventory(self, node_name: str) -> None: ...
-    def set_pod(self, pod: Mapping[str, Any]) -> None: ...
+    def set_pod(self, pod: Pod) -> None: ...
     def allocation_error(self, key: PodKey) -> str | None: ...
     def allocation_warning(self, key: PodKey) -> str | None: ...
     def expired_gates(self, now: float) -> list[tuple[str, PodKey]]: ...
@@ -84,7 +94,7 @@ class ObjectWarning:
     """Something wrong with an object the operator reads, for a Warning Event on it: a
     Node annotation it ignores, a DeviceInventory it refuses."""
 
-    obj: Mapping[str, Any]
+    obj: KubeObject
     kind: str
     reason: str
     message: str
@@ -102,7 +112,7 @@ class ConfigResult:
 
 
 def parse_config_map(
-    config_map: Mapping[str, Any], key: str = DEFAULT_CONFIG_KEY
+    config_map: ConfigMap, key: str = DEFAULT_CONFIG_KEY
 ) -> device_config.DeviceConfig:
     """The DeviceConfig in a ConfigMap's ``data[key]``; raises ``ConfigError``."""
     data = config_map.get("data")
@@ -114,29 +124,21 @@ def parse_config_map(
     return device_config.load_config_yaml(text)
 
 
-def _namespaced_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
-
-
-def _name_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("name") or "")
-
-
 #: How a kind's objects are keyed: ``namespace/name`` (a ``PodKey`` for pods) or a name.
 _K = TypeVar("_K", bound=str)
+#: The kind's shape (``wire``).
+_S = TypeVar("_S", bound=KubeObject)
 
 
 @dataclass(frozen=True, slots=True)
-class _Kind(Generic[_K]):
+class _Kind(Generic[_K, _S]):
     """One watched kind, as the feed handles it: how its objects are keyed, the ledger
     that drops stale events, and what applying or forgetting one does."""
 
     name: str
-    key: Callable[[Mapping[str, Any]], _K]
+    key: Callable[[_S], _K]
     ledger: versions.VersionLedger
-    apply: Callable[[_K, Mapping[str, Any]], None]
+    apply: Callable[[_K, _S], None]
     forget: Callable[[_K], None]
     #: Logged when a relist no longer shows an object (it went while we were not watching).
     vanished: str | None = None
@@ -170,7 +172,7 @@ class StateFeed:
         self._config_version: int | None = None
         self._config_text_digest: str | None = None
         #: Unbound live pods (any scheduler), with their fingerprint.
-        self._unbound: dict[PodKey, tuple[dict[str, Any], str]] = {}
+        self._unbound: dict[PodKey, tuple[Pod, str]] = {}
         #: Bound pods whose device plugin has not answered, and their nodes: the
         #: answer opens the node's allocation gate.
         self._allocating: dict[PodKey, str] = {}
@@ -185,7 +187,7 @@ class StateFeed:
         #: Bound pods of the default scheduler that ask for a domain-qualified resource,
         #: not yet handed to the not-routed reporter (``take_bound_by_default``), and the
         #: uid of each live pod handed already: each is looked at once.
-        self._bound_by_default: dict[PodKey, dict[str, Any]] = {}
+        self._bound_by_default: dict[PodKey, Pod] = {}
         self._bound_by_default_taken: dict[PodKey, str] = {}
         #: Per pod, what the books could not believe of its allocation, as last logged.
         self._allocation_problems: dict[PodKey, tuple[str | None, str | None]] = {}
@@ -210,7 +212,7 @@ class StateFeed:
         self._stale_nodes: set[str] = set()
         # The six watched kinds differ only in these rows; events and relists of every
         # kind go through ``_event`` and ``_listed``.
-        self._pod_kind = _Kind(
+        self._pod_kind: _Kind[PodKey, Pod] = _Kind(
             "pod",
             cluster.pod_key,
             self._pods,
@@ -218,36 +220,36 @@ class StateFeed:
             self._forget_pod,
             vanished="pod_vanished",
         )
-        self._node_kind = _Kind(
+        self._node_kind: _Kind[str, Node] = _Kind(
             "node",
-            _name_key,
+            name_of,
             self._nodes,
             lambda key, node: self._apply_node(key, pod_facts.slim(node)),
             self._forget_node,
         )
-        self._inventory_kind = _Kind(
-            "inventory", _name_key, self._inventories, self._apply_inventory, self._forget_inventory
+        self._inventory_kind: _Kind[str, DeviceInventory] = _Kind(
+            "inventory", name_of, self._inventories, self._apply_inventory, self._forget_inventory
         )
-        self._lease_kind = _Kind(
-            "lease", _name_key, self._leases, self._apply_lease, self._forget_lease
+        self._lease_kind: _Kind[str, Lease] = _Kind(
+            "lease", name_of, self._leases, self._apply_lease, self._forget_lease
         )
-        self._quota_kind = _Kind(
+        self._quota_kind: _Kind[str, KubeObject] = _Kind(
             "quota",
-            _namespaced_key,
+            namespaced_name_of,
             self._quotas,
             lambda key, quota: self._apply_quota(key, pod_facts.slim(quota)),
             self._forget_quota,
         )
-        self._budget_kind = _Kind(
+        self._budget_kind: _Kind[str, KubeObject] = _Kind(
             "budget",
-            _namespaced_key,
+            namespaced_name_of,
             self._budgets,
             lambda _key, pdb: self._engine.set_budget(pod_facts.slim(pdb)),
             self._forget_budget,
         )
 
     # --- every kind -----------------------------------------------------------------------
-    def _event(self, kind: _Kind[Any], event_type: str | None, obj: Mapping[str, Any]) -> None:
+    def _event(self, kind: _Kind[_K, _S], event_type: str | None, obj: _S) -> None:
         """A watch event (``None`` for Kopf's initial listing, ADDED, MODIFIED, DELETED),
         applied unless the ledger has seen a newer version of the object."""
         key = kind.key(obj)
@@ -261,18 +263,17 @@ class StateFeed:
             kind.apply(key, obj)
             self.settle_releases()
 
-    def _listed(
-        self, kind: _Kind[Any], items: Iterable[Mapping[str, Any]], list_version: str | None
-    ) -> None:
+    def _listed(self, kind: _Kind[_K, _S], items: Iterable[_S], list_version: str | None) -> None:
         """A full listing: apply what is newer, forget what is gone."""
         by_key = {kind.key(item): item for item in items}
         result = kind.ledger.reconcile(
             {k: versions.version_of(v) for k, v in by_key.items()},
             versions.parse_version(list_version),
         )
-        for key in result.apply:
+        # The ledger hands back the keys it was given (typed as plain strings there).
+        for key in cast(Iterable[_K], result.apply):
             kind.apply(key, by_key[key])
-        for key in result.remove:
+        for key in cast(Iterable[_K], result.remove):
             if kind.vanished is not None:
                 log.info(kind.vanished, **{kind.name: key})
             kind.forget(key)
@@ -287,7 +288,7 @@ class StateFeed:
     def scheduler_name(self) -> str:
         return self._config.scheduler.scheduler_name
 
-    def waiting_for(self, scheduler_name: str) -> list[dict[str, Any]]:
+    def waiting_for(self, scheduler_name: str) -> list[Pod]:
         """Unbound live pods that name ``scheduler_name`` (another scheduler's, too)."""
         return [
             pod
@@ -302,7 +303,7 @@ class StateFeed:
         its own, can never change."""
         self._queue.wake_one(key)
 
-    def pending_pod(self, key: PodKey) -> dict[str, Any] | None:
+    def pending_pod(self, key: PodKey) -> Pod | None:
         """The latest copy of a pod waiting for this scheduler, or None."""
         entry = self._unbound.get(key)
         if entry is None or pod_facts.scheduler_name_of(entry[0]) != self.scheduler_name:
@@ -314,10 +315,10 @@ class StateFeed:
         return frozenset(self._stale_nodes)
 
     # --- pods ---------------------------------------------------------------------------
-    def pod_event(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
+    def pod_event(self, event_type: str | None, pod: Pod) -> None:
         self._event(self._pod_kind, event_type, pod)
 
-    def pods_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
+    def pods_listed(self, items: Iterable[Pod], list_version: str | None) -> None:
         self._listed(self._pod_kind, items, list_version)
 
     def binding_started(self, key: PodKey, uid: str) -> None:
@@ -333,7 +334,7 @@ class StateFeed:
         self._unbound.pop(key, None)
         self._queue.remove(key)
 
-    def _apply_pod(self, key: PodKey, pod: dict[str, Any]) -> None:
+    def _apply_pod(self, key: PodKey, pod: Pod) -> None:
         bound = pod_facts.node_name_of(pod) is not None
         uid = pod_facts.uid_of(pod)
         binding_uid = self._binding.get(key)
@@ -383,7 +384,7 @@ class StateFeed:
             if not self._queue.is_in_flight(key):
                 self._queue.remove(key)
 
-    def _note_other_allocator(self, key: PodKey, pod: Mapping[str, Any]) -> None:
+    def _note_other_allocator(self, key: PodKey, pod: Pod) -> None:
         if (
             pod_facts.is_waiting_for_scheduler(pod)
             and (pod.get("spec") or {}).get("resourceClaims")
@@ -395,9 +396,7 @@ class StateFeed:
             self._other_claim_pods.discard(key)
             self._other_claim_pods_seen = time.monotonic()
 
-    def _note_bound_by_default(
-        self, key: PodKey, uid: str, pod: dict[str, Any], bound: bool
-    ) -> None:
+    def _note_bound_by_default(self, key: PodKey, uid: str, pod: Pod, bound: bool) -> None:
         if (
             bound
             and pod_facts.scheduler_name_of(pod) == names.DEFAULT_SCHEDULER
@@ -410,7 +409,7 @@ class StateFeed:
         else:
             self._bound_by_default.pop(key, None)
 
-    def take_bound_by_default(self) -> list[dict[str, Any]]:
+    def take_bound_by_default(self) -> list[Pod]:
         """Pods bound by the default scheduler (or by their creator) that ask for a
         domain-qualified resource, each handed out once while it lives: GPU pods among
         them missed the webhook and fail at Allocate (the not-routed reporter says so)."""
@@ -444,7 +443,7 @@ class StateFeed:
         if node is not None:
             self.on_settled(node)
 
-    def _track_allocation(self, key: PodKey, pod: Mapping[str, Any]) -> None:
+    def _track_allocation(self, key: PodKey, pod: Pod) -> None:
         node = pod_facts.node_name_of(pod)
         if node is not None and pod_facts.awaits_devices(pod):
             self._allocating[key] = node
@@ -460,10 +459,10 @@ class StateFeed:
         return expired
 
     # --- nodes --------------------------------------------------------------------------
-    def node_event(self, event_type: str | None, node: Mapping[str, Any]) -> None:
+    def node_event(self, event_type: str | None, node: Node) -> None:
         self._event(self._node_kind, event_type, node)
 
-    def nodes_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
+    def nodes_listed(self, items: Iterable[Node], list_version: str | None) -> None:
         self._listed(self._node_kind, items, list_version)
 
     def take_warnings(self) -> list[ObjectWarning]:
@@ -471,7 +470,7 @@ class StateFeed:
         taken, self._unreported = self._unreported, []
         return taken
 
-    def _apply_node(self, name: str, node: dict[str, Any]) -> None:
+    def _apply_node(self, name: str, node: Node) -> None:
         self._engine.set_node(node)
         warnings = self._engine.node_warnings(name)
         if warnings != self._node_warnings.get(name, ()):
@@ -493,15 +492,15 @@ class StateFeed:
         log.info("node_removed", node=name)
 
     # --- device inventories ---------------------------------------------------------------
-    def inventory_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+    def inventory_event(self, event_type: str | None, obj: DeviceInventory) -> None:
         self._event(self._inventory_kind, event_type, obj)
 
     def inventories_listed(
-        self, items: Iterable[Mapping[str, Any]], list_version: str | None
+        self, items: Iterable[DeviceInventory], list_version: str | None
     ) -> None:
         self._listed(self._inventory_kind, items, list_version)
 
-    def _apply_inventory(self, name: str, obj: Mapping[str, Any]) -> None:
+    def _apply_inventory(self, name: str, obj: DeviceInventory) -> None:
         # An inventory describes only the node it is named after: one that claims another
         # node would let whoever may write it redefine that node's GPUs.
         node = name
@@ -551,7 +550,7 @@ class StateFeed:
         if changed or revived:
             self._wake_for_node(queue.ClusterEvent.INVENTORY_CHANGED, node)
 
-    def _refuse_inventory(self, name: str, obj: Mapping[str, Any], problem: str) -> None:
+    def _refuse_inventory(self, name: str, obj: DeviceInventory, problem: str) -> None:
         """Offer none of the inventory's devices, and say why (log, and an Event once per
         change of reason)."""
         self._forget_inventory(name)
@@ -569,13 +568,13 @@ class StateFeed:
         self._stale_nodes.discard(node)
 
     # --- node Leases (the agents' heartbeats) ---------------------------------------------
-    def lease_event(self, event_type: str | None, lease: Mapping[str, Any]) -> None:
+    def lease_event(self, event_type: str | None, lease: Lease) -> None:
         self._event(self._lease_kind, event_type, lease)
 
-    def leases_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
+    def leases_listed(self, items: Iterable[Lease], list_version: str | None) -> None:
         self._listed(self._lease_kind, items, list_version)
 
-    def _apply_lease(self, name: str, lease: Mapping[str, Any]) -> None:
+    def _apply_lease(self, name: str, lease: Lease) -> None:
         # Each Lease is named after its node (the admission policy holds agents to it).
         try:
             renewed: float | None = self._not_after_now(node_leases.read_renewal(lease))
@@ -648,13 +647,13 @@ class StateFeed:
         return newly_stale
 
     # --- quotas -------------------------------------------------------------------------
-    def quota_event(self, event_type: str | None, quota: Mapping[str, Any]) -> None:
+    def quota_event(self, event_type: str | None, quota: KubeObject) -> None:
         self._event(self._quota_kind, event_type, quota)
 
-    def quotas_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
+    def quotas_listed(self, items: Iterable[KubeObject], list_version: str | None) -> None:
         self._listed(self._quota_kind, items, list_version)
 
-    def _apply_quota(self, key: str, quota: dict[str, Any]) -> None:
+    def _apply_quota(self, key: str, quota: KubeObject) -> None:
         # Only the limits (spec) reach the engine: the quota controller rewrites status
         # with every pod of the namespace, and each new limit starts its verdicts over.
         fingerprint = pod_facts.quota_fingerprint(quota)
@@ -670,10 +669,10 @@ class StateFeed:
         self._wake_for_quota(namespace)
 
     # --- pod disruption budgets (read by preemption only: no pod is woken) ----------------
-    def budget_event(self, event_type: str | None, pdb: Mapping[str, Any]) -> None:
+    def budget_event(self, event_type: str | None, pdb: KubeObject) -> None:
         self._event(self._budget_kind, event_type, pdb)
 
-    def budgets_listed(self, items: Iterable[Mapping[str, Any]], list_version: str | None) -> None:
+    def budgets_listed(self, items: Iterable[KubeObject], list_version: str | None) -> None:
         self._listed(self._budget_kind, items, list_version)
 
     def _forget_budget(self, key: str) -> None:
@@ -681,7 +680,7 @@ class StateFeed:
         self._engine.remove_budget(namespace, name)
 
     # --- device config ------------------------------------------------------------------
-    def config_event(self, event_type: str | None, config_map: Mapping[str, Any]) -> ConfigResult:
+    def config_event(self, event_type: str | None, config_map: ConfigMap) -> ConfigResult:
         """A change of the device-config ConfigMap. An invalid one changes nothing."""
         if event_type == "DELETED":
             self._config_version = None

@@ -5,31 +5,31 @@ Kopf runs the process around it (``handlers/app.py``: start-up and clean-up call
 ``start`` and ``stop``, the webhook calls ``admit_pod``, login and peering); nothing here
 knows Kopf. The kinds the engine reads (Pods, Nodes, DeviceInventories, ResourceQuotas,
 PodDisruptionBudgets, the DRA kinds, cluster-wide; the node Leases in their namespace)
-are watched by plain list-then-watch loops that hand each event straight to the feed
-(``watching``): Kopf's per-event handler pipeline cost more than the decision itself in a
-burst (``docs/architecture.md`` keeps that decision with its numbers). The device-config
-ConfigMap is watched by a small watch of our own in the operator's namespace (a
-cluster-wide watch would see every ConfigMap of the cluster to find one).
+and the device-config ConfigMap are watched by one list-then-watch loop each
+(``kube/watch_loop.py``; the table is ``watching``) that hands each event straight to the
+feed: Kopf's per-event handler pipeline cost more than the decision itself in a burst
+(``docs/architecture.md`` keeps that decision with its numbers). A failover's resync
+lists every kind again through the same loops and handlers.
+
+The webhook's answers are ``admission.PodAdmission``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import os
 import socket
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import structlog
 
 from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.control import (
+    admission,
     cel_offload,
     claim_binding,
     claims_feed,
@@ -56,12 +56,14 @@ from vgpu_operator.kube import (
     listing,
     peering,
     preemptor,
+    watch_loop,
 )
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
-from vgpu_operator.metrics import DefragMetrics, OperatorMetrics, WebhookResult
-from vgpu_operator.scheduling import claim_admission, claim_routing, cluster
+from vgpu_operator.metrics import DefragMetrics, OperatorMetrics
+from vgpu_operator.scheduling import cluster
 from vgpu_operator.scheduling.allocation_gate import GateMode
+from vgpu_operator.wire import ConfigMap, KubeObject, Pod, WatchEventType, meta_of
 
 log = structlog.get_logger("vgpu_operator.operator")
 
@@ -71,20 +73,6 @@ _RESYNC_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 #: The longest the garbage collector stays off while the first listing comes in (the API
 #: server may not answer for a while; retries make garbage of their own).
 HEAP_HOLD_MAX_S = 120.0
-#: How long the webhook reads a pod's claims at most (manifests/webhook.yaml's
-#: timeoutSeconds is 3: the answer must come before it).
-CLAIM_READ_TIMEOUT_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionAnswer:
-    """The webhook's answer for one pod: refused with ``message``, or allowed, with the
-    pod as it should be created (``pod``; None: unchanged) and warnings for its creator."""
-
-    allowed: bool = True
-    message: str = ""
-    pod: Mapping[str, Any] | None = None
-    warnings: tuple[str, ...] = ()
 
 
 def make_identity() -> str:
@@ -93,45 +81,27 @@ def make_identity() -> str:
 
 
 class Operator:
-    """See the module docstring. ``start`` runs in Kopf's startup handler, ``stop`` in
-    its cleanup handler (``handlers/app.py``)."""
+    """See the module docstring. Built complete, by ``assemble`` (which makes the API
+    client) or from a client; ``start`` spawns its tasks, ``stop`` ends them. Nothing is
+    filled in later: until it exists, the webhook answers with ``admission.NotReady``."""
 
-    def __init__(self, options: OperatorOptions) -> None:
+    def __init__(
+        self,
+        options: OperatorOptions,
+        api: ApiClient,
+        *,
+        identity: str,
+        priority: int,
+        metrics: OperatorMetrics,
+    ) -> None:
         self.options = options
-        self.identity = make_identity()
-        self.priority = (
-            options.priority
-            if options.priority is not None
-            else leadership.peering_priority(time.time())
-        )
-        self.metrics = OperatorMetrics()
-        self.defrag_metrics = DefragMetrics(self.metrics)
-        self.api: ApiClient | None = None
-        self.state: cluster.ClusterState | None = None
-        self.feed: feed.StateFeed | None = None
-        self.claim_feed: claims_feed.ClaimFeed | None = None
-        self.queue: queue.SchedulingQueue | None = None
-        self.worker: worker.SchedulingWorker | None = None
-        self.selectors: cel_offload.OffLoopSelectors | None = None
-        self.reporter: reporting.KubeReporter | None = None
-        self.gate: worker.Gate | None = None
-        self.deferred: deferred.DeferredWrites | None = None
-        self.watches: watching.FeedWatches | None = None
-        self.defrag: defrag.DefragRunner | None = None
-        self._config_listed = asyncio.Event()
-        self._opened_before = False
-        self._tasks: list[asyncio.Task[None]] = []
-        self._forever: list[asyncio.Task[None]] = []  # must run as long as the process
-        self._server: serving.HttpServer | None = None
-        self._resync_lock = asyncio.Lock()
+        self.api = api
+        self.identity = identity
+        self.priority = priority
+        self.metrics = metrics
+        self.defrag_metrics = DefragMetrics(metrics)
+        #: Set once every task runs (``/readyz``).
         self.started = asyncio.Event()
-        #: uids of GPU pods already reported as left to the default scheduler.
-        self._not_routed_reported: set[str] = set()
-
-    # --- lifecycle ----------------------------------------------------------------------
-    async def start(self) -> None:
-        options = self.options
-        self.api = await client.create_api_client(options.kubeconfig)
         self.state = cluster.ClusterState(
             device_config.DeviceConfig(), inventory_timeout_s=options.inventory_timeout_s
         )
@@ -142,7 +112,7 @@ class Operator:
             initial_backoff_s=options.initial_backoff_s,
             max_backoff_s=options.max_backoff_s,
             flush_after_s=options.resync_interval_s,
-            notify=self._poke_worker,
+            notify=lambda: self.worker.poke(),  # the worker is made below, before any pod
         )
         self.feed = feed.StateFeed(
             self.state,
@@ -158,69 +128,113 @@ class Operator:
         # Scheduled Events wait while Bindings are being written (control/deferred.py).
         self.deferred = deferred.DeferredWrites()
         self.reporter = reporting.KubeReporter(
-            self.api,
-            aggregator=kube_events.EventAggregator(self.identity),
+            api,
+            aggregator=kube_events.EventAggregator(identity),
             scheduled_events=options.scheduled_events,
             deferred=self.deferred,
         )
-        if not options.standalone:
-            await self._ensure_peering()
-        if options.standalone:
-            self.gate = worker.AlwaysOpen()
-            self.metrics.leadership(True)
-        else:
-            gate = leadership.PeeringGate(
-                self._read_peering,
-                self.identity,
-                self.priority,
-                on_change=self.metrics.leadership,
+        self.gate: worker.Gate = (
+            worker.AlwaysOpen()
+            if options.standalone
+            else leadership.PeeringGate(
+                self._read_peering, identity, priority, on_change=metrics.leadership
             )
-            self.gate = gate
-            self._spawn("peering gate", gate.run())
+        )
         self.worker = worker.SchedulingWorker(
             self.state,
             self.feed,
             self.queue,
             binder.KubeBinder(
-                self.api,
+                api,
                 lock_timeout_s=options.allocation_gate_timeout_s
                 if options.allocation_gate is GateMode.HAMI_LOCK
                 else None,
             ),
             self.reporter,
-            self.metrics,
+            metrics,
             resync=self._sync_for_opening,
             gate=self.gate,
-            preemptor=preemptor.KubePreemptor(self.api, self.reporter),
+            preemptor=preemptor.KubePreemptor(api, self.reporter),
             max_binds_in_flight=options.max_binds_in_flight,
             selectors=self.selectors,
             claims=claim_binding.ClaimBinding(
                 self.state,
-                claims.ApiClaimWriter(self.api),
+                claims.ApiClaimWriter(api),
                 other_allocator_seen=self.feed.other_allocator_seen,
             ),
         )
         self.feed.on_settled = self.worker.node_settled
         self.deferred.busy = self.worker.busy
+        self.admission = admission.PodAdmission(self.state, api, metrics)
+        self.watches = watching.Watches(
+            watch_loop.ApiSource(api),
+            config=(
+                watching.config_collection(options.namespace, options.config_map),
+                _ConfigHandler(self),
+            ),
+            state_feed=self.feed,
+            claim_feed=self.claim_feed,
+            report_warnings=self._report_warnings,
+            on_error=metrics.api_error,
+        )
+        #: Present with ``--defrag``: the runner that plans and carries out moves.
+        self.defrag = (
+            defrag.DefragRunner(
+                self.state,
+                self.feed,
+                defrag_actions.KubeDefragActions(api, self.reporter),
+                self.defrag_metrics,
+                options.defrag,
+                decides=lambda: self._is_leader() and self.synced,
+            )
+            if options.defrag is not None
+            else None
+        )
+        #: Present with a metrics port: ``/metrics``, ``/healthz``, ``/readyz``.
+        self.server = (
+            serving.HttpServer(
+                metrics, ready=self.started.is_set, leader=self._is_leader, live=self.healthy
+            )
+            if options.metrics_port is not None
+            else None
+        )
+        self._opened_before = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._forever: list[asyncio.Task[None]] = []  # must run as long as the process
+        self._resync_lock = asyncio.Lock()
+        #: uids of GPU pods already reported as left to the default scheduler.
+        self._not_routed_reported: set[str] = set()
+
+    @classmethod
+    async def assemble(
+        cls,
+        options: OperatorOptions,
+        *,
+        identity: str,
+        priority: int,
+        metrics: OperatorMetrics,
+    ) -> Operator:
+        """The operator with a new API client (closed by ``stop``)."""
+        api = await client.create_api_client(options.kubeconfig)
+        return cls(options, api, identity=identity, priority=priority, metrics=metrics)
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        options = self.options
+        if options.standalone:
+            self.metrics.leadership(True)
+        else:
+            await self._ensure_peering()
+        if isinstance(self.gate, leadership.PeeringGate):
+            self._spawn("peering gate", self.gate.run())
         self.metrics.read_state_from(
             self.state.device_usage,
             self.state.quota_usage,
             waiting=self._queue_census,
             stranded=self._stranded_memory,
         )
-        if options.metrics_port is not None:
-            self._server = serving.HttpServer(
-                self.metrics, ready=self.started.is_set, leader=self._is_leader, live=self.healthy
-            )
-            await self._server.start(options.metrics_addr, options.metrics_port)
-        self._spawn("config watch", self._watch_config())
-        self.watches = watching.FeedWatches(
-            self.api,
-            self.feed,
-            report_warnings=self._report_warnings,
-            on_error=self.metrics.api_error,
-            claim_feed=self.claim_feed,
-        )
+        if self.server is not None and options.metrics_port is not None:
+            await self.server.start(options.metrics_addr, options.metrics_port)
         heap.hold()
         self._spawn("watches", self.watches.run())
         self._spawn("heap", self._settle_heap_once_listed(), forever=False)
@@ -236,15 +250,7 @@ class Operator:
                 ),
             )
         self._spawn("scheduling worker", self.worker.run())
-        if options.defrag is not None:
-            self.defrag = defrag.DefragRunner(
-                self.state,
-                self.feed,
-                defrag_actions.KubeDefragActions(self.api, self.reporter),
-                self.defrag_metrics,
-                options.defrag,
-                decides=lambda: self._is_leader() and self.synced,
-            )
+        if self.defrag is not None:
             self._spawn("defragmentation", self.defrag.run())
         if options.template_collection is not None:
             collector = template_collector.TemplateCollector(
@@ -267,9 +273,12 @@ class Operator:
             priority=self.priority,
         )
 
+    async def admit_pod(self, pod: Pod, *, dry_run: bool = False) -> admission.AdmissionAnswer:
+        """What the mutating webhook answers for ``pod`` (``admission.PodAdmission``)."""
+        return await self.admission.admit_pod(pod, dry_run=dry_run)
+
     async def _ensure_peering(self) -> None:
         """Create our peering object if it is missing (manifests/ ships only its CRD)."""
-        assert self.api is not None
         try:
             created = await peering.ensure_cluster_peering(self.api, self.options.peering)
         except peering.PeeringCrdMissingError as exc:
@@ -284,13 +293,11 @@ class Operator:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self.selectors is not None:
-            await self.selectors.close()
+        await self.selectors.close()
         self._forever.clear()
-        if self._server is not None:
-            await self._server.stop()
-        if self.api is not None:
-            await self.api.close()
+        if self.server is not None:
+            await self.server.stop()
+        await self.api.close()
         log.info("operator_stopped", identity=self.identity)
 
     def _spawn(self, name: str, coro: Any, *, forever: bool = True) -> None:
@@ -312,29 +319,22 @@ class Operator:
         log.warning("event_write_failed", error=str(exc))
         self.metrics.api_error("report")
 
-    def _poke_worker(self) -> None:
-        if self.worker is not None:
-            self.worker.poke()
-
     def healthy(self) -> bool:
         """False once a background task (worker, watch, gate) has died: restart us."""
         return all(not task.done() for task in self._forever)
 
     def _is_leader(self) -> bool:
-        return self.gate is not None and self.gate.is_open()
+        return self.gate.is_open()
 
     @property
     def synced(self) -> bool:
         """True once the worker holds a full picture and may decide."""
-        return self.worker is not None and self.worker.synced.is_set()
+        return self.worker.synced.is_set()
 
     async def _report_warnings(self) -> None:
         """What the feed could not use (unreadable Node annotations, refused inventories):
         a Warning Event on the object."""
-        assert self.feed is not None
         for warning in self.feed.take_warnings():
-            if self.reporter is None:
-                continue
             try:
                 await self.reporter.object_event(
                     warning.obj,
@@ -344,157 +344,12 @@ class Operator:
                     kube_events.TYPE_WARNING,
                 )
             except Exception as exc:
-                name = (warning.obj.get("metadata") or {}).get("name")
+                name = meta_of(warning.obj).get("name")
                 log.warning("event_write_failed", kind=warning.kind, name=name, error=str(exc))
 
-    # --- admission: the webhook's answers (handlers/app.py hands them to Kopf) ------------
-    async def admit_pod(self, pod: Mapping[str, Any], *, dry_run: bool = False) -> AdmissionAnswer:
-        """What the mutating webhook answers for ``pod`` (counted in the metrics); in a
-        dry run (the AdmissionReview's ``dryRun``) nothing is written, the answer is the
-        same."""
-        started = time.monotonic()
-
-        def answered(result: WebhookResult) -> None:
-            self.metrics.webhook_answered(result, time.monotonic() - started)
-
-        if self.state is None:
-            # Not started: let the pod through unchanged (failurePolicy Ignore).
-            answered(WebhookResult.NOT_READY)
-            return AdmissionAnswer()
-        result = self.state.admit(pod)
-        if not result.handled:
-            routed = await self._route_by_claims(pod)
-            if routed.action is claim_routing.Action.REFUSE:
-                log.info("pod_denied", pod=cluster.pod_key(pod), reason=routed.message)
-                answered(WebhookResult.DENIED)
-                return AdmissionAnswer(allowed=False, message=routed.message)
-            if routed.action is claim_routing.Action.ROUTE:
-                answered(WebhookResult.MUTATED)
-                routed_pod = copy.deepcopy(dict(pod))
-                routed_pod.setdefault("spec", {})["schedulerName"] = (
-                    self.state.config.scheduler.scheduler_name
-                )
-                return AdmissionAnswer(pod=routed_pod)
-            answered(WebhookResult.PASSED)
-            return AdmissionAnswer()
-        if not result.allowed:
-            # An ordinary answer, not a fault: info (Kopf's own error line is filtered out).
-            log.info("pod_denied", pod=cluster.pod_key(pod), reason=result.message)
-            answered(WebhookResult.DENIED)
-            return AdmissionAnswer(allowed=False, message=result.message)
-        mutated: Mapping[str, Any] = result.pod
-        namespace = str((mutated.get("metadata") or {}).get("namespace") or "default")
-        if self.state.config.dra.converts(namespace):
-            converted = await self._to_claims(mutated, dry_run=dry_run)
-            if isinstance(converted, str):
-                log.info("pod_denied", pod=cluster.pod_key(pod), reason=converted)
-                answered(WebhookResult.DENIED)
-                return AdmissionAnswer(allowed=False, message=converted)
-            mutated = converted
-        answered(WebhookResult.MUTATED)
-        # kubectl prints the warnings to whoever created the pod (e.g. gpucores above 100).
-        return AdmissionAnswer(pod=mutated, warnings=tuple(result.warnings))
-
-    async def _route_by_claims(self, pod: Mapping[str, Any]) -> claim_routing.Routing:
-        """Where a pod naming ResourceClaims goes (``claim_routing``): the claims and
-        templates it names are read (bounded in count and in time: the API server waits
-        ``timeoutSeconds`` for the answer)."""
-        assert self.state is not None
-        refs = claim_routing.claim_refs(pod)
-        scheduler = self.state.config.scheduler.scheduler_name
-        if not refs or claim_routing.settled_without_reading(pod, scheduler):
-            return claim_routing.Routing(claim_routing.Action.PASS)
-        too_many = claim_routing.too_many(refs)
-        if too_many is not None:
-            return claim_routing.Routing(claim_routing.Action.REFUSE, too_many)
-        assert self.api is not None
-        namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
-        try:
-            async with asyncio.timeout(CLAIM_READ_TIMEOUT_S):
-                found = await claims.read_pod_claims(self.api, namespace, refs)
-        except Exception as exc:
-            self.metrics.api_error("webhook_claims")
-            return claim_routing.Routing(
-                claim_routing.Action.REFUSE,
-                f"the pod's ResourceClaims could not be read to route it ({exc!r}); try again",
-            )
-        return claim_routing.route(pod, found, scheduler)
-
-    async def _to_claims(
-        self, pod: Mapping[str, Any], *, dry_run: bool = False
-    ) -> Mapping[str, Any] | str:
-        """A pod of a namespace on the DRA path: its GPU containers name claims made from
-        templates (``claim_admission``), which are created first (in a dry run only
-        validated: ``dryRun=All``). Returns the refusal's message when the request cannot
-        be a claim or a template cannot be made."""
-        assert self.state is not None
-        assert self.api is not None
-        try:
-            converted = claim_admission.convert(pod, self.state.vendors)
-        except claim_admission.Unmappable as exc:
-            return str(exc)
-        if converted is None:
-            return pod
-        for template in converted.templates:
-            try:
-                problem = await claims.ensure_template(self.api, template, dry_run=dry_run)
-            except Exception as exc:
-                problem = f"the pod's ResourceClaimTemplate could not be made: {exc}"
-            if problem is not None:
-                return problem
-        return converted.pod
-
     # --- config -------------------------------------------------------------------------
-    async def _watch_config(self) -> None:
-        path = f"/api/v1/namespaces/{self.options.namespace}/configmaps"
-        selector = f"metadata.name={self.options.config_map}"
-        await self._watch(
-            "config", path, self.on_config, field_selector=selector, listed=self._config_listed
-        )
-
-    async def _watch(
-        self,
-        what: str,
-        path: str,
-        on_event: Callable[[str | None, Mapping[str, Any]], Awaitable[None]],
-        *,
-        field_selector: str | None = None,
-        listed: asyncio.Event | None = None,
-    ) -> None:
-        """List, then watch, ``path`` forever; ``on_event(None, obj)`` for listed objects
-        (then ``listed`` is set)."""
-        assert self.api is not None
-        version: str | None = None
-        delays = iter(_RESYNC_RETRY_S)
-        while True:
-            try:
-                if version is None:
-                    found = await listing.list_all(self.api, path, field_selector=field_selector)
-                    for item in found.items:
-                        await on_event(None, item)
-                    version = found.resource_version
-                    if listed is not None:
-                        listed.set()
-                async for kind, obj in listing.watch(
-                    self.api, path, resource_version=version, field_selector=field_selector
-                ):
-                    await on_event(kind, obj)
-                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                delays = iter(_RESYNC_RETRY_S)
-            except listing.WatchExpired:
-                version = None
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                delay = next(delays, _RESYNC_RETRY_S[-1])
-                log.warning(f"{what}_watch_failed", error=str(exc), retry_after_s=delay)
-                self.metrics.api_error(f"{what}_watch")
-                version = None
-                await asyncio.sleep(delay)
-
-    async def on_config(self, kind: str | None, config_map: Mapping[str, Any]) -> None:
+    async def on_config(self, kind: str | None, config_map: ConfigMap) -> None:
         """A ConfigMap event: apply a valid config; refuse an invalid one loudly."""
-        assert self.feed is not None
         result = self.feed.config_event(kind, config_map)
         name = f"{self.options.namespace}/{self.options.config_map}"
         if result.outcome is feed.ConfigOutcome.APPLIED:
@@ -513,55 +368,20 @@ class Operator:
                 field=result.error.field,
                 error=result.error.message,
             )
-            if self.reporter is not None:
-                try:
-                    await self.reporter.object_event(
-                        config_map, "ConfigMap", "ConfigRejected", message, kube_events.TYPE_WARNING
-                    )
-                except Exception as exc:
-                    log.warning("event_write_failed", config_map=name, error=str(exc))
-                    self.metrics.api_error("report")
+            try:
+                await self.reporter.object_event(
+                    config_map, "ConfigMap", "ConfigRejected", message, kube_events.TYPE_WARNING
+                )
+            except Exception as exc:
+                log.warning("event_write_failed", config_map=name, error=str(exc))
+                self.metrics.api_error("report")
 
     # --- full listings ------------------------------------------------------------------
     async def resync(self) -> None:
-        """List every kind the engine reads and reconcile the books with the listing."""
-        assert self.api is not None
-        assert self.feed is not None
+        """List every kind the engine reads again and reconcile the books with the
+        listings (the watches' own loops and handlers, ``watching.Watches.relist_all``)."""
         async with self._resync_lock:
-            started = time.monotonic()
-            path = f"/api/v1/namespaces/{self.options.namespace}/configmaps"
-            found = await listing.list_all(
-                self.api, path, field_selector=f"metadata.name={self.options.config_map}"
-            )
-            for item in found.items:
-                await self.on_config(None, item)
-            nodes = await listing.list_all(self.api, listing.NODES)
-            self.feed.nodes_listed(nodes.items, nodes.resource_version)
-            await self._report_warnings()
-            inventories = await listing.list_all(self.api, listing.DEVICE_INVENTORIES)
-            self.feed.inventories_listed(inventories.items, inventories.resource_version)
-            await self._report_warnings()
-            leases = await listing.list_all(self.api, listing.NODE_LEASES)
-            self.feed.leases_listed(leases.items, leases.resource_version)
-            quotas = await listing.list_all(self.api, listing.RESOURCE_QUOTAS)
-            self.feed.quotas_listed(quotas.items, quotas.resource_version)
-            budgets = await listing.list_all(self.api, listing.POD_DISRUPTION_BUDGETS)
-            self.feed.budgets_listed(budgets.items, budgets.resource_version)
-            if self.claim_feed is not None:
-                for kind in watching.dra_kinds_of(self.claim_feed):
-                    found = await listing.list_all(self.api, kind.path)
-                    kind.listed(found.items, found.resource_version)
-            pods = await listing.list_all(self.api, listing.PODS)
-            self.feed.pods_listed(pods.items, pods.resource_version)
-            log.info(
-                "resync_done",
-                nodes=len(nodes.items),
-                inventories=len(inventories.items),
-                leases=len(leases.items),
-                quotas=len(quotas.items),
-                pods=len(pods.items),
-                duration_s=round(time.monotonic() - started, 3),
-            )
+            await self.watches.relist_all()
 
     async def _sync_for_opening(self) -> None:
         """What the worker waits for after the gate opens, before its first decision:
@@ -572,10 +392,9 @@ class Operator:
         a restart lists the cluster once, not twice. Any other opening (a failover, where
         the previous leader may have bound pods a moment ago) lists everything afresh.
         """
-        if self.options.standalone and not self._opened_before and self.watches is not None:
+        if self.options.standalone and not self._opened_before:
             self._opened_before = True
-            await self._config_listed.wait()
-            await self.watches.listed.wait()
+            await self.watches.all_listed()
             log.info("watches_listed")
             return
         self._opened_before = True
@@ -585,10 +404,9 @@ class Operator:
     async def _settle_heap_once_listed(self) -> None:
         """The collector back on (and what the listing made frozen) once the watches
         have listed everything, or after ``HEAP_HOLD_MAX_S`` if they cannot."""
-        assert self.watches is not None
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.watches.listed.wait(), HEAP_HOLD_MAX_S)
+                await asyncio.wait_for(self.watches.all_listed(), HEAP_HOLD_MAX_S)
         finally:
             heap.settle()  # also when stopped before the listing is in
 
@@ -607,8 +425,6 @@ class Operator:
                 await asyncio.sleep(delay)
 
     async def _housekeeping(self) -> None:
-        assert self.queue is not None
-        assert self.feed is not None
         while True:
             await asyncio.sleep(_HOUSEKEEPING_S)
             for node in self.feed.check_heartbeats():
@@ -619,22 +435,18 @@ class Operator:
             if self._is_leader():
                 await self._report_not_routed()
             # Pods no event helped for --resync-interval are tried again anyway (the
-            # watches keep the books current, control/watching.py: no relisting).
+            # watches keep the books current, kube/watch_loop.py: no relisting).
             flushed = self.queue.flush()
             if flushed:
                 log.info("unschedulable_pods_flushed", pods=flushed)
 
     def _queue_census(self) -> tuple[dict[str, int], dict[str, int]]:
         """For the metrics: pods per queue, parked pods per reason (read at scrape time)."""
-        assert self.queue is not None
         census = self.queue.census()
         return {str(q): n for q, n in census.pods.items()}, dict(census.unschedulable_reasons)
 
     def _stranded_memory(self) -> dict[str, int]:
         """For the metrics: per node, the free card memory no pending pod could use."""
-        assert self.queue is not None
-        assert self.feed is not None
-        assert self.state is not None
         waiting = self.queue.keys()
         pending = (self.feed.pending_pod(key) for key in waiting)
         return self.state.stranded_memory_mib(pod for pod in pending if pod is not None)
@@ -647,11 +459,8 @@ class Operator:
 
         They cannot be adopted: a pod's scheduler name is immutable.
         """
-        assert self.feed is not None
-        assert self.state is not None
-        assert self.reporter is not None
         waiting = self.feed.waiting_for(names.DEFAULT_SCHEDULER)
-        present = {str((pod.get("metadata") or {}).get("uid") or "") for pod in waiting}
+        present = {str(meta_of(pod).get("uid") or "") for pod in waiting}
         # Each bound pod is handed out once (the feed); one reported while it waited (in
         # the set still: it is pruned below) or before a restart (its condition) is not
         # reported again.
@@ -661,7 +470,7 @@ class Operator:
             if pod_facts.condition_of(pod, reporting.CONDITION_NOT_ROUTED) is None
         ]
         for pod in [*waiting, *bound]:
-            uid = str((pod.get("metadata") or {}).get("uid") or "")
+            uid = str(meta_of(pod).get("uid") or "")
             if uid in self._not_routed_reported:
                 continue
             if not self._asks_for_gpu(pod):
@@ -682,10 +491,9 @@ class Operator:
                 self.metrics.api_error("report")
         self._not_routed_reported &= present
 
-    def _asks_for_gpu(self, pod: Mapping[str, Any]) -> bool:
+    def _asks_for_gpu(self, pod: Pod) -> bool:
         """Whether the webhook would have taken the pod as a GPU pod, had it seen it
         (a bound pod is one the webhook passes unchanged: asked as if unbound)."""
-        assert self.state is not None
         spec = {
             k: v
             for k, v in (pod.get("spec") or {}).items()
@@ -694,10 +502,24 @@ class Operator:
         return self.state.admit({**pod, "spec": spec}).handled
 
     async def _read_peering(self) -> Mapping[str, Any] | None:
-        assert self.api is not None
         return await listing.get_object(
             self.api, listing.cluster_peering_path(self.options.peering)
         )
+
+
+class _ConfigHandler:
+    """The device-config ConfigMap's loop hands its listing and events to the operator
+    (a refused config is reported with an Event, which the feed cannot write)."""
+
+    def __init__(self, operator: Operator) -> None:
+        self._operator = operator
+
+    async def listed(self, items: Sequence[KubeObject], version: str | None) -> None:
+        for item in items:
+            await self._operator.on_config(None, cast(ConfigMap, item))
+
+    async def event(self, event_type: WatchEventType, obj: KubeObject) -> None:
+        await self._operator.on_config(event_type, cast(ConfigMap, obj))
 
 
 def tls_target(options: OperatorOptions) -> webhook_tls.TlsTarget:

@@ -9,8 +9,8 @@ them. The condition carries kube-scheduler's node-counting message
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Iterable
+from typing import Final
 
 import structlog
 
@@ -20,6 +20,7 @@ from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OtherReason
 from vgpu_operator.scheduling import status
 from vgpu_operator.timestamps import format_rfc3339
+from vgpu_operator.wire import KubeObject, Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.reporting")
 
@@ -60,13 +61,13 @@ def condition_reasons(diagnosis: status.Diagnosis) -> tuple[str, ...]:
     return diagnosis.main_reasons() or (OtherReason.NO_NODES.value,)
 
 
-def scheduled_message(pod: Mapping[str, Any], node: str) -> str:
-    meta = pod.get("metadata") or {}
+def scheduled_message(pod: Pod, node: str) -> str:
+    meta = meta_of(pod)
     return f"Successfully assigned {meta.get('namespace')}/{meta.get('name')} to {node}"
 
 
-def preempted_message(preemptor: Mapping[str, Any], node: str) -> str:
-    meta = preemptor.get("metadata") or {}
+def preempted_message(preemptor: Pod, node: str) -> str:
+    meta = meta_of(preemptor)
     return f"Preempted by {meta.get('namespace')}/{meta.get('name')} on node {node}"
 
 
@@ -74,7 +75,7 @@ def preempting_message(node: str, victims: int) -> str:
     return f"Preempting {victims} pod{'s' if victims != 1 else ''} on node {node}"
 
 
-def not_routed_message(pod: Mapping[str, Any], resources: Iterable[str], scheduler: str) -> str:
+def not_routed_message(pod: Pod, resources: Iterable[str], scheduler: str) -> str:
     """Why a GPU pod on the default scheduler gets no share, and how to fix it."""
     names_ = ", ".join(sorted(resources)) or "a GPU resource"
     return (
@@ -109,7 +110,7 @@ def eviction_refused_message(node: str, victim: str, evicted: int) -> str:
     )
 
 
-def _pod_ref(pod: Mapping[str, Any]) -> events.ObjectRef:
+def _pod_ref(pod: Pod) -> events.ObjectRef:
     return events.ObjectRef.of(pod, kind="Pod")
 
 
@@ -132,16 +133,16 @@ class KubeReporter:
         #: Where the Scheduled Events wait for a quiet moment (None: written at once).
         self._deferred = deferred
 
-    async def unschedulable(self, pod: Mapping[str, Any], diagnosis: status.Diagnosis) -> None:
+    async def unschedulable(self, pod: Pod, diagnosis: status.Diagnosis) -> None:
         await self._not_scheduled(pod, diagnosis.message(), failed_scheduling_message(diagnosis))
 
-    async def rejected(self, pod: Mapping[str, Any], message: str) -> None:
+    async def rejected(self, pod: Pod, message: str) -> None:
         await self._not_scheduled(pod, message, message)
 
-    async def failed(self, pod: Mapping[str, Any], message: str) -> None:
+    async def failed(self, pod: Pod, message: str) -> None:
         await self._not_scheduled(pod, message, message)
 
-    async def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
+    async def scheduled(self, pod: Pod, node: str) -> None:
         ref = _pod_ref(pod)
         self._events.forget(ref.namespace, ref.name)
         if self._scheduled_events:
@@ -163,7 +164,7 @@ class KubeReporter:
 
             self._deferred.put(later)
 
-    async def adjusted(self, pod: Mapping[str, Any], message: str) -> None:
+    async def adjusted(self, pod: Pod, message: str) -> None:
         """A Warning Event: the engine booked less than the pod wrote (cores above 100)."""
         ref = _pod_ref(pod)
         write = self._events.record(
@@ -171,7 +172,7 @@ class KubeReporter:
         )
         await self._write(write, ref, REASON_REQUEST_ADJUSTED)
 
-    async def preempted(self, victim: str, preemptor: Mapping[str, Any], node: str) -> None:
+    async def preempted(self, victim: str, preemptor: Pod, node: str) -> None:
         """The Event on an evicted victim (named ``namespace/name``)."""
         namespace, _, name = victim.partition("/")
         ref = events.ObjectRef("Pod", namespace, name)
@@ -181,7 +182,7 @@ class KubeReporter:
         )
         await self._write(write, ref, REASON_PREEMPTED)
 
-    async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None:
+    async def preempting(self, pod: Pod, node: str, victims: int) -> None:
         ref = _pod_ref(pod)
         message = preempting_message(node, victims)
         write = self._events.record(
@@ -189,7 +190,7 @@ class KubeReporter:
         )
         await self._write(write, ref, REASON_PREEMPTING)
 
-    async def gated(self, pod: Mapping[str, Any], message: str) -> None:
+    async def gated(self, pod: Pod, message: str) -> None:
         """``PodScheduled=False`` (reason WaitingForAllocationGate) and a Normal Event: the
         pod is decided, its Binding waits (the Binding sets the condition True)."""
         ref = _pod_ref(pod)
@@ -200,7 +201,7 @@ class KubeReporter:
         write = self._events.record(ref, REASON_GATED, message, now, events.TYPE_NORMAL)
         await self._write(write, ref, REASON_GATED)
 
-    async def preemption_blocked(self, pod: Mapping[str, Any], message: str) -> None:
+    async def preemption_blocked(self, pod: Pod, message: str) -> None:
         """``PodScheduled=False`` (reason PreemptionBlocked) and a Warning Event."""
         ref = _pod_ref(pod)
         now = self._clock()
@@ -214,7 +215,7 @@ class KubeReporter:
         )
         await self._write(write, ref, REASON_PREEMPTION_BLOCKED)
 
-    async def not_routed(self, pod: Mapping[str, Any], message: str) -> None:
+    async def not_routed(self, pod: Pod, message: str) -> None:
         """A Warning Event and a False condition on a GPU pod left to the default scheduler."""
         ref = _pod_ref(pod)
         now = self._clock()
@@ -234,16 +235,14 @@ class KubeReporter:
         self._events.forget(namespace, name)
 
     async def object_event(
-        self, obj: Mapping[str, Any], kind: str, reason: str, message: str, event_type: str
+        self, obj: KubeObject, kind: str, reason: str, message: str, event_type: str
     ) -> None:
         """An Event about any object (a rejected ConfigMap, for instance)."""
         ref = events.ObjectRef.of(obj, kind=kind)
         write = self._events.record(ref, reason, message, self._clock(), event_type)
         await self._write(write, ref, reason)
 
-    async def _not_scheduled(
-        self, pod: Mapping[str, Any], condition_message: str, event_message: str
-    ) -> None:
+    async def _not_scheduled(self, pod: Pod, condition_message: str, event_message: str) -> None:
         ref = _pod_ref(pod)
         now = self._clock()
         condition = conditions.unschedulable_condition(pod, condition_message, now)

@@ -11,13 +11,14 @@ reads (get and list).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from vgpu_operator import config as device_config
 from vgpu_operator.control import feed, queue, watching
 from vgpu_operator.kube import listing
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.wire import ConfigMap, Pod
 
 
 class SnapshotError(Exception):
@@ -29,9 +30,9 @@ class Snapshot:
     state: ClusterState
     feed: feed.StateFeed
     #: Every pod listed (the running pods' owners and specs; the waiting pods).
-    pods: list[dict[str, Any]]
+    pods: list[Pod]
 
-    def waiting(self) -> list[dict[str, Any]]:
+    def waiting(self) -> list[Pod]:
         """Pods waiting for the operator's scheduler name."""
         return self.feed.waiting_for(self.feed.scheduler_name)
 
@@ -53,19 +54,19 @@ async def read_cluster(
         config_key=config_key,
         inventory_timeout_s=inventory_timeout_s,
     )
-    path = f"/api/v1/namespaces/{namespace}/configmaps"
-    found = await listing.list_all(api, path, field_selector=f"metadata.name={config_map}")
+    config = watching.config_collection(namespace, config_map)
+    found = await listing.list_all(api, config.path, field_selector=config.field_selector)
     for item in found.items:
-        result = state_feed.config_event(None, item)
+        result = state_feed.config_event(None, cast(ConfigMap, item))
         if result.outcome is feed.ConfigOutcome.REJECTED and result.error is not None:
             raise SnapshotError(
                 f"the device config {namespace}/{config_map} is refused "
                 f"({result.error.field}: {result.error.message})"
             )
-    pods: list[dict[str, Any]] = []
+    pods: list[Pod] = []
     for kind in watching.kinds_of(state_feed):
-        listed = await listing.list_all(api, kind.path)
-        kind.listed(listed.items, listed.resource_version)
+        listed = await listing.list_all(api, kind.collection.path)
+        kind.on_listed(listed.items, listed.resource_version)
         if kind.name == "pod":
-            pods = listed.items
+            pods = cast(list[Pod], listed.items)
     return Snapshot(state, state_feed, pods)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
 
 import structlog
 
@@ -28,14 +28,15 @@ from vgpu_operator.kube import claims
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.scheduling import claim_admission
 from vgpu_operator.timestamps import parse_rfc3339
+from vgpu_operator.wire import ResourceClaimTemplate, meta_of
 
 log = structlog.get_logger("vgpu_operator.template_collector")
 
 
 class TemplateStore(Protocol):
-    async def list_ours(self) -> list[dict[str, Any]]: ...
+    async def list_ours(self) -> list[ResourceClaimTemplate]: ...
     async def names_in_use(self, namespace: str) -> set[str]: ...
-    async def delete(self, template: Mapping[str, Any]) -> bool: ...
+    async def delete(self, template: ResourceClaimTemplate) -> bool: ...
 
 
 class ApiTemplateStore:
@@ -44,19 +45,19 @@ class ApiTemplateStore:
     def __init__(self, api: ApiClient) -> None:
         self._api = api
 
-    async def list_ours(self) -> list[dict[str, Any]]:
+    async def list_ours(self) -> list[ResourceClaimTemplate]:
         return await claims.list_webhook_templates(self._api)
 
     async def names_in_use(self, namespace: str) -> set[str]:
         return await claims.templates_named_by_pods(self._api, namespace)
 
-    async def delete(self, template: Mapping[str, Any]) -> bool:
+    async def delete(self, template: ResourceClaimTemplate) -> bool:
         return await claims.delete_template(self._api, template)
 
 
-def last_used(template: Mapping[str, Any]) -> datetime.datetime | None:
+def last_used(template: ResourceClaimTemplate) -> datetime.datetime | None:
     """The later of the template's creation and the webhook's last admission with it."""
-    meta = template.get("metadata") or {}
+    meta = meta_of(template)
     times = [
         parse_rfc3339(meta.get("creationTimestamp")),
         parse_rfc3339((meta.get("annotations") or {}).get(claims.LAST_ADMITTED)),
@@ -66,15 +67,15 @@ def last_used(template: Mapping[str, Any]) -> datetime.datetime | None:
 
 
 def past_grace(
-    templates: Iterable[Mapping[str, Any]], now: datetime.datetime, grace_s: float
-) -> list[Mapping[str, Any]]:
+    templates: Iterable[ResourceClaimTemplate], now: datetime.datetime, grace_s: float
+) -> list[ResourceClaimTemplate]:
     """The webhook's templates whose grace has passed (not yet asked whether in use); a
     template whose times cannot be read is kept."""
     out = []
     for template in templates:
         if not claim_admission.made_by_webhook(template):
             continue
-        if (template.get("metadata") or {}).get("deletionTimestamp"):
+        if meta_of(template).get("deletionTimestamp"):
             continue
         used = last_used(template)
         if used is not None and (now - used).total_seconds() >= grace_s:
@@ -99,9 +100,9 @@ class TemplateCollector:
     async def collect_once(self) -> list[str]:
         """One round; the ``namespace/name`` of each template deleted."""
         candidates = past_grace(await self._store.list_ours(), self._clock(), self._options.grace_s)
-        by_namespace: dict[str, list[Mapping[str, Any]]] = {}
+        by_namespace: dict[str, list[ResourceClaimTemplate]] = {}
         for template in candidates:
-            namespace = str((template.get("metadata") or {}).get("namespace") or "")
+            namespace = str(meta_of(template).get("namespace") or "")
             by_namespace.setdefault(namespace, []).append(template)
         deleted: list[str] = []
         for namespace, templates in sorted(by_namespace.items()):
@@ -111,7 +112,7 @@ class TemplateCollector:
             for template in templates:
                 if len(deleted) >= self._options.max_deletes:
                     break
-                name = str((template.get("metadata") or {}).get("name"))
+                name = str(meta_of(template).get("name"))
                 if name in in_use:
                     continue
                 if await self._store.delete(template):

@@ -1,156 +1,181 @@
-"""The feed's watches: one plain list-then-watch loop per kind the engine reads.
+"""What the operator watches: one ``kube.watch_loop.WatchLoop`` per kind, each with its
+handler (the table below).
 
-Pods, Nodes, DeviceInventories, ResourceQuotas and PodDisruptionBudgets, cluster-wide,
-and the node Leases (the agents' heartbeats) in their namespace.
-Each loop lists its kind once (``StateFeed.*_listed`` reconciles the books with the
-listing), then watches from the listing's resourceVersion and hands every event to the
-feed as it arrives: no per-event handler pipeline, no copies of the object beyond the
-feed's own slim one. A watch the server ends, or a broken connection, resumes from the
-last resourceVersion seen (bookmarks keep it fresh on quiet kinds); only when the server
-no longer has that version (410 Gone) is the kind listed again. So there is no periodic
-full relisting: a watch resumed this way misses nothing.
+The device-config ConfigMap (in the operator's namespace, by name), the DRA kinds
+(ResourceSlices, DeviceClasses, ResourceClaims), Nodes, DeviceInventories, node Leases
+(the agents' heartbeats, in their namespace), ResourceQuotas, PodDisruptionBudgets and
+Pods. Each event goes straight to the feed (``feed.StateFeed``, ``claims_feed.ClaimFeed``):
+no per-event handler pipeline, no copies of the object beyond the feed's own slim one.
+The loop resumes a broken watch from the last resourceVersion and relists only on 410
+Gone, so there is no periodic full relisting: a watch resumed so misses nothing.
+
+The order of the table is the order of a full resync (``relist_all``, a failover): the
+config first (it says which scheduler name is ours), the claims before the pods (a pod's
+claims' allocations are known when the pod arrives), the pods last.
 
 The loops run on every replica, active or standby: a standby's books stay current (its
 webhook answers with the quotas in force, and a failover starts from warm books).
+
+To watch another kind: give the feed its ``*_listed`` and ``*_event`` (or write a
+``KindHandler``), and add a row to ``feed_kinds``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Generic, TypeVar, cast
 
 import structlog
 
 from vgpu_operator.control import claims_feed, feed
 from vgpu_operator.kube import claims, listing
-from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.kube.watch_loop import Collection, KindHandler, Source, WatchLoop
+from vgpu_operator.wire import KubeObject, WatchEventType
 
 log = structlog.get_logger("vgpu_operator.watching")
 
-#: Waits before reconnecting after a failure (the last one repeats).
-RETRY_S: Final = (0.5, 1.0, 2.0, 5.0, 10.0)
-#: How often a kind the API server does not serve is looked for again.
-ABSENT_RECHECK_S: Final = 30.0
+
+#: The kind's shape (``wire``): what the loop's objects are taken to be here, where the
+#: kind becomes known.
+_Shape = TypeVar("_Shape", bound=Mapping[str, Any])
 
 
 @dataclass(frozen=True, slots=True)
-class WatchedKind:
+class FeedKind(Generic[_Shape]):
+    """A kind the feed takes synchronously: its listing and events, then (for the kinds
+    whose objects can be refused) the warnings the feed found written as Events."""
+
     name: str
-    path: str
-    listed: Callable[[Iterable[Mapping[str, Any]], str | None], None]
-    event: Callable[[str | None, Mapping[str, Any]], None]
-    #: Whether the feed may have warnings to report after this kind changed.
-    warns: bool = False
+    collection: Collection
+    on_listed: Callable[[Iterable[_Shape], str | None], None]
+    on_event: Callable[[str | None, _Shape], None]
+    #: None for most kinds: no coroutine per event where there is nothing to await.
+    after: Callable[[], Awaitable[None]] | None = None
+
+    async def listed(self, items: Sequence[KubeObject], version: str | None) -> None:
+        self.on_listed(cast(Sequence[_Shape], items), version)
+        if self.after is not None:
+            await self.after()
+
+    async def event(self, event_type: WatchEventType, obj: KubeObject) -> None:
+        self.on_event(event_type, cast(_Shape, obj))
+        if self.after is not None:
+            await self.after()
 
 
-def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[WatchedKind, ...]:
-    """The DRA path's kinds: ResourceSlices, DeviceClasses and ResourceClaims (listed
-    before the pods, so that a restart knows every claim's allocation first)."""
+def config_collection(namespace: str, config_map: str) -> Collection:
+    """The device-config ConfigMap: watched by name in its namespace (a cluster-wide
+    watch would see every ConfigMap of the cluster to find one)."""
+    return Collection(
+        f"/api/v1/namespaces/{namespace}/configmaps", field_selector=f"metadata.name={config_map}"
+    )
+
+
+def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[FeedKind[Any], ...]:
+    """The DRA path's kinds: ResourceSlices, DeviceClasses and ResourceClaims."""
     return (
-        WatchedKind(
-            "slice", claims.RESOURCE_SLICES, claim_feed.slices_listed, claim_feed.slice_event
+        FeedKind(
+            "slice",
+            Collection(claims.RESOURCE_SLICES),
+            claim_feed.slices_listed,
+            claim_feed.slice_event,
         ),
-        WatchedKind(
-            "deviceclass", claims.DEVICE_CLASSES, claim_feed.classes_listed, claim_feed.class_event
+        FeedKind(
+            "deviceclass",
+            Collection(claims.DEVICE_CLASSES),
+            claim_feed.classes_listed,
+            claim_feed.class_event,
         ),
-        WatchedKind(
-            "claim", claims.RESOURCE_CLAIMS, claim_feed.claims_listed, claim_feed.claim_event
+        FeedKind(
+            "claim",
+            Collection(claims.RESOURCE_CLAIMS),
+            claim_feed.claims_listed,
+            claim_feed.claim_event,
         ),
     )
 
 
-def kinds_of(state_feed: feed.StateFeed) -> tuple[WatchedKind, ...]:
+def kinds_of(
+    state_feed: feed.StateFeed, report_warnings: Callable[[], Awaitable[None]] | None = None
+) -> tuple[FeedKind[Any], ...]:
+    """The annotation path's kinds, the pods last."""
     return (
-        WatchedKind("node", listing.NODES, state_feed.nodes_listed, state_feed.node_event, True),
-        WatchedKind(
+        FeedKind(
+            "node",
+            Collection(listing.NODES),
+            state_feed.nodes_listed,
+            state_feed.node_event,
+            report_warnings,
+        ),
+        FeedKind(
             "inventory",
-            listing.DEVICE_INVENTORIES,
+            Collection(listing.DEVICE_INVENTORIES),
             state_feed.inventories_listed,
             state_feed.inventory_event,
-            True,
+            report_warnings,
         ),
-        WatchedKind("lease", listing.NODE_LEASES, state_feed.leases_listed, state_feed.lease_event),
-        WatchedKind(
-            "quota", listing.RESOURCE_QUOTAS, state_feed.quotas_listed, state_feed.quota_event
+        FeedKind(
+            "lease",
+            Collection(listing.NODE_LEASES),
+            state_feed.leases_listed,
+            state_feed.lease_event,
         ),
-        WatchedKind(
+        FeedKind(
+            "quota",
+            Collection(listing.RESOURCE_QUOTAS),
+            state_feed.quotas_listed,
+            state_feed.quota_event,
+        ),
+        FeedKind(
             "budget",
-            listing.POD_DISRUPTION_BUDGETS,
+            Collection(listing.POD_DISRUPTION_BUDGETS),
             state_feed.budgets_listed,
             state_feed.budget_event,
         ),
-        WatchedKind("pod", listing.PODS, state_feed.pods_listed, state_feed.pod_event),
+        FeedKind("pod", Collection(listing.PODS), state_feed.pods_listed, state_feed.pod_event),
     )
 
 
-class FeedWatches:
-    """See the module docstring. ``report_warnings`` writes what the feed found wrong
-    (Events on Nodes and DeviceInventories); ``on_error`` counts a failed watch."""
+class Watches:
+    """Every loop the operator runs, in resync order (see the module docstring)."""
 
     def __init__(
         self,
-        api: ApiClient,
-        state_feed: feed.StateFeed,
+        source: Source,
         *,
-        report_warnings: Callable[[], Any],
+        config: tuple[Collection, KindHandler],
+        state_feed: feed.StateFeed,
+        claim_feed: claims_feed.ClaimFeed,
+        report_warnings: Callable[[], Awaitable[None]],
         on_error: Callable[[str], None],
-        claim_feed: claims_feed.ClaimFeed | None = None,
     ) -> None:
-        self._api = api
-        dra = () if claim_feed is None else dra_kinds_of(claim_feed)
-        self._kinds = (*dra, *kinds_of(state_feed))
-        self._report_warnings = report_warnings
-        self._on_error = on_error
-        self._unlisted = {kind.name for kind in self._kinds}
-        #: Set once every kind has been listed (the books hold the whole cluster).
-        self.listed = asyncio.Event()
+        config_loop = WatchLoop("config", source, config[0], config[1], on_error=on_error)
+        self.loops: tuple[WatchLoop, ...] = (
+            config_loop,
+            *(
+                WatchLoop(kind.name, source, kind.collection, kind, on_error=on_error)
+                for kind in (*dra_kinds_of(claim_feed), *kinds_of(state_feed, report_warnings))
+            ),
+        )
+        self.config = config_loop
 
     async def run(self) -> None:
-        """Watch every kind forever (until cancelled)."""
-        await asyncio.gather(*(self._run_kind(kind) for kind in self._kinds))
+        """Run every loop until cancelled."""
+        await asyncio.gather(*(loop.run() for loop in self.loops))
 
-    async def _run_kind(self, kind: WatchedKind) -> None:
-        version: str | None = None
-        delays = iter(RETRY_S)
-        while True:
-            try:
-                if version is None:
-                    found = await listing.list_all(self._api, kind.path)
-                    kind.listed(found.items, found.resource_version)
-                    version = found.resource_version
-                    await self._after(kind)
-                    self._mark_listed(kind)
-                    if version is None:
-                        # Not served (a CRD not installed yet): look again later.
-                        await asyncio.sleep(ABSENT_RECHECK_S)
-                        continue
-                async for event_type, obj in listing.watch(
-                    self._api, kind.path, resource_version=version, bookmarks=True
-                ):
-                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                    if event_type == listing.BOOKMARK:
-                        continue
-                    kind.event(event_type, obj)
-                    await self._after(kind)
-                delays = iter(RETRY_S)
-            except listing.WatchExpired:
-                log.info("watch_expired_relisting", kind=kind.name)
-                version = None
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                delay = next(delays, RETRY_S[-1])
-                log.warning("watch_failed", kind=kind.name, error=str(exc), retry_after_s=delay)
-                self._on_error(f"{kind.name}_watch")
-                await asyncio.sleep(delay)
+    async def all_listed(self) -> None:
+        """Wait until every loop has handed over its first listing (the books hold the
+        whole cluster)."""
+        for loop in self.loops:
+            await loop.listed.wait()
 
-    async def _after(self, kind: WatchedKind) -> None:
-        if kind.warns:
-            await self._report_warnings()
-
-    def _mark_listed(self, kind: WatchedKind) -> None:
-        self._unlisted.discard(kind.name)
-        if not self._unlisted:
-            self.listed.set()
+    async def relist_all(self) -> dict[str, int]:
+        """List every kind again, in order, through the same handlers (a failover's
+        resync); returns how many objects of each kind."""
+        started = time.monotonic()
+        counts = {loop.name: await loop.relist() for loop in self.loops}
+        log.info("resync_done", **counts, duration_s=round(time.monotonic() - started, 3))
+        return counts

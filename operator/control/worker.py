@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -41,6 +41,7 @@ from vgpu_operator.metrics import OperatorMetrics, OtherReason, PreemptionResult
 from vgpu_operator.scheduling import cluster, status
 from vgpu_operator.scheduling.allocation_gate import GateHolder
 from vgpu_operator.scheduling.pod_key import PodKey
+from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.worker")
 
@@ -48,7 +49,7 @@ log = structlog.get_logger("vgpu_operator.worker")
 class EngineDecisions(Protocol):
     """The part of ``scheduling.cluster.ClusterState`` the worker calls."""
 
-    def schedule(self, pod: Mapping[str, Any], now: float) -> cluster.Decision: ...
+    def schedule(self, pod: Pod, now: float) -> cluster.Decision: ...
     def confirm(self, key: PodKey, now: float | None = None) -> None: ...
     def rollback(self, key: PodKey) -> None: ...
     def cancel_preemption(self, key: PodKey) -> None: ...
@@ -64,32 +65,30 @@ class SelectorsOffLoop(Protocol):
 
 
 class Binder(Protocol):
-    async def bind(
-        self, pod: Mapping[str, Any], node: str, annotations: Mapping[str, str]
-    ) -> BindOutcome: ...
+    async def bind(self, pod: Pod, node: str, annotations: Mapping[str, str]) -> BindOutcome: ...
 
-    async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+    async def read_pod(self, namespace: str, name: str) -> Pod | None: ...
 
 
 class Reporter(Protocol):
     """Tells the pod's owner what happened (conditions, Events)."""
 
-    async def unschedulable(self, pod: Mapping[str, Any], diagnosis: status.Diagnosis) -> None: ...
-    async def rejected(self, pod: Mapping[str, Any], message: str) -> None: ...
-    async def failed(self, pod: Mapping[str, Any], message: str) -> None: ...
-    async def scheduled(self, pod: Mapping[str, Any], node: str) -> None: ...
-    async def adjusted(self, pod: Mapping[str, Any], message: str) -> None: ...
-    async def gated(self, pod: Mapping[str, Any], message: str) -> None: ...
-    async def preemption_blocked(self, pod: Mapping[str, Any], message: str) -> None: ...
+    async def unschedulable(self, pod: Pod, diagnosis: status.Diagnosis) -> None: ...
+    async def rejected(self, pod: Pod, message: str) -> None: ...
+    async def failed(self, pod: Pod, message: str) -> None: ...
+    async def scheduled(self, pod: Pod, node: str) -> None: ...
+    async def adjusted(self, pod: Pod, message: str) -> None: ...
+    async def gated(self, pod: Pod, message: str) -> None: ...
+    async def preemption_blocked(self, pod: Pod, message: str) -> None: ...
 
 
 class Preemptor(Protocol):
     """Preemption's writes: evictions and the preemptor's ``nominatedNodeName``."""
 
     async def evict(self, victim: PodKey, uid: str) -> EvictOutcome: ...
-    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None: ...
-    async def preempted(self, victim: PodKey, preemptor: Mapping[str, Any], node: str) -> None: ...
-    async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None: ...
+    async def nominate(self, pod: Pod, node: str | None) -> None: ...
+    async def preempted(self, victim: PodKey, preemptor: Pod, node: str) -> None: ...
+    async def preempting(self, pod: Pod, node: str, victims: int) -> None: ...
 
 
 class Gate(Protocol):
@@ -295,14 +294,14 @@ class SchedulingWorker:
         self._metrics.decided(time.perf_counter() - started)
         if decision.scheduled and decision.node:
             self._reported.pop(key, None)
-            self._feed.binding_started(key, str((pod.get("metadata") or {}).get("uid") or ""))
+            self._feed.binding_started(key, str(meta_of(pod).get("uid") or ""))
             self._spawn(f"bind {key}", self._bind(key, pod, decision.node, decision, slot_held))
             return True
         if decision.nominated_node is not None:
             return self._await_victims(key, pod, decision, decision.nominated_node)
         if decision.rejected is not None:
             self._metrics.attempt(Result.REJECTED)
-            namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+            namespace = str(meta_of(pod).get("namespace") or "default")
             backoff_s = self._queue.park(
                 key,
                 hint=queue.Refused(namespace),
@@ -338,9 +337,7 @@ class SchedulingWorker:
         self._report_once(key, pod, message, self._reporter.unschedulable(pod, diagnosis))
         return False
 
-    def _await_victims(
-        self, key: PodKey, pod: Mapping[str, Any], decision: cluster.Decision, node: str
-    ) -> bool:
+    def _await_victims(self, key: PodKey, pod: Pod, decision: cluster.Decision, node: str) -> bool:
         """A preempting decision (evict its victims now) or a pod still waiting for the
         victims of an earlier one: parked either way, woken when a victim is gone."""
         self._metrics.attempt(Result.PREEMPTING)
@@ -362,9 +359,7 @@ class SchedulingWorker:
         self._spawn(f"preempt {key}", self._preempt(key, pod, node, decision))
         return False
 
-    async def _preempt(
-        self, key: PodKey, pod: Mapping[str, Any], node: str, decision: cluster.Decision
-    ) -> None:
+    async def _preempt(self, key: PodKey, pod: Pod, node: str, decision: cluster.Decision) -> None:
         victims = decision.victims
         preemptor = self._preemptor
         assert preemptor is not None
@@ -419,7 +414,7 @@ class SchedulingWorker:
     async def _bind(
         self,
         key: PodKey,
-        pod: Mapping[str, Any],
+        pod: Pod,
         node: str,
         decision: cluster.Decision,
         slot_held: bool,
@@ -467,7 +462,7 @@ class SchedulingWorker:
             return False
         return self._engine.bind_gate_open(node, key, self._wall_clock())
 
-    async def _await_gate(self, node: str, key: PodKey, pod: Mapping[str, Any]) -> None:
+    async def _await_gate(self, node: str, key: PodKey, pod: Pod) -> None:
         """Wait, in decision order, until the pod may be bound on ``node``; a wait longer
         than ``gate_report_after_s`` is shown on the pod (``_report_gated``), and shown
         again when another pod comes to hold the gate meanwhile (the first holder timed
@@ -498,7 +493,7 @@ class SchedulingWorker:
                     waiters.remove(turn)
 
     def _report_gated(
-        self, key: PodKey, node: str, pod: Mapping[str, Any], told: str | None
+        self, key: PodKey, node: str, pod: Pod, told: str | None
     ) -> tuple[float | None, str | None]:
         """The pod's Binding has waited long for the node's gate. If the pod holding it has
         held it long too (its plugin is slow or silent), and the pod was not told about
@@ -532,7 +527,7 @@ class SchedulingWorker:
                 turn.set_result(None)
 
     async def _bind_once(
-        self, key: PodKey, pod: Mapping[str, Any], node: str, decision: cluster.Decision
+        self, key: PodKey, pod: Pod, node: str, decision: cluster.Decision
     ) -> None:
         started = self._clock()
         if decision.claim_writes and not await self._reserve_claims(key, node, decision):
@@ -611,13 +606,11 @@ class SchedulingWorker:
         )
         return False
 
-    async def _outcome_from_the_pod(
-        self, key: PodKey, pod: Mapping[str, Any], node: str
-    ) -> BindOutcome | None:
+    async def _outcome_from_the_pod(self, key: PodKey, pod: Pod, node: str) -> BindOutcome | None:
         """What a Binding whose answer was lost did, read from the pod: BOUND (here, by
         it), CONFLICT (bound elsewhere, or deleting), GONE, or None (still unbound: it was
         not written). Reads until the API server answers; a drain cancels it."""
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         uid = meta.get("uid")
         delay = _REREAD_INITIAL_S
@@ -630,7 +623,7 @@ class SchedulingWorker:
                 log.warning("bind_outcome_unknown", pod=key, node=node, error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _REREAD_MAX_S)
-        if fresh is None or (uid and (fresh.get("metadata") or {}).get("uid") != uid):
+        if fresh is None or (uid and meta_of(fresh).get("uid") != uid):
             return BindOutcome.GONE
         bound_to = (fresh.get("spec") or {}).get("nodeName")
         if not bound_to:
@@ -639,8 +632,8 @@ class SchedulingWorker:
             return BindOutcome.BOUND
         return BindOutcome.CONFLICT
 
-    async def _reread_after_conflict(self, key: PodKey, pod: Mapping[str, Any], node: str) -> None:
-        meta = pod.get("metadata") or {}
+    async def _reread_after_conflict(self, key: PodKey, pod: Pod, node: str) -> None:
+        meta = meta_of(pod)
         try:
             fresh = await self._binder.read_pod(str(meta.get("namespace")), str(meta.get("name")))
         except Exception as exc:
@@ -670,18 +663,14 @@ class SchedulingWorker:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _bound_news(
-        self, pod: Mapping[str, Any], node: str, warnings: tuple[str, ...]
-    ) -> None:
+    async def _bound_news(self, pod: Pod, node: str, warnings: tuple[str, ...]) -> None:
         """One report (one per pod runs at a time): the Scheduled Event, then what the
         engine adjusted in the request."""
         await self._reporter.scheduled(pod, node)
         for warning in warnings:
             await self._reporter.adjusted(pod, warning)
 
-    def _report_once(
-        self, key: PodKey, pod: Mapping[str, Any], message: str, coro: Awaitable[None]
-    ) -> None:
+    def _report_once(self, key: PodKey, pod: Pod, message: str, coro: Awaitable[None]) -> None:
         """Report why the pod waits unless that message is what it was last told: the
         condition and Event are written when the message changes, not per attempt."""
         told = (pod_facts.uid_of(pod), message)

@@ -16,13 +16,14 @@ from vgpu_operator.agent.backends import backend_from_spec
 from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings, KubeletStandIn
 from vgpu_operator.agent.main import AgentSettings, run_agent
 from vgpu_operator.demo.settings import CRDS, INVENTORIES, DemoError, Json, wait_for
-from vgpu_operator.devices import dra
+from vgpu_operator.devices import dra, nvidia
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.pods import pods_on_node
 from vgpu_operator.testing.controlplane import (
     ApiError,
     ControlPlane,
 )
+from vgpu_operator.wire import Pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ DEMO_CONFIG_MAP: Final = "vgpu-device-config"
 #: Keeps pods that do not ask for MIG off the MIG node (the MIG example tolerates it).
 #: Under HAMi's rules a pod that names no ``nvidia.com/vgpu-mode`` may take a MIG
 #: instance: the exclusive example would take the whole card as a 7g.40gb instance.
-MIG_TAINT: Final = {"key": "nvidia.com/mig", "value": "true", "effect": "NoSchedule"}
+MIG_TAINT: Final = {"key": nvidia.MIG_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 
 DEMO_NODES: Final = (
     DemoNode("gpu-h100-sxm", "h100-sxm-8", cpu="192", memory="2Ti"),
@@ -128,7 +129,7 @@ def create_nodes(cp: ControlPlane, nodes: Sequence[DemoNode]) -> dict[str, _Mach
             memory=node.memory,
             pods=node.pods,
             labels={
-                "nvidia.com/gpu.present": "true",
+                nvidia.GPU_PRESENT_LABEL: "true",
                 "vgpu-operator.io/simulated-machine": node.machine,
                 **({dra.NODE_PATH_LABEL: dra.PATH_DRA} if node.dra else {}),
             },
@@ -242,7 +243,7 @@ class AgentFleet:
         assert self._plugin_root is not None
         async with api_client(str(self._kubeconfig)) as api:
 
-            async def pods() -> list[dict[str, Any]]:
+            async def pods() -> list[Pod]:
                 return await pods_on_node(api, node)
 
             standin = KubeletStandIn(node, self._plugin_root / node / "device-plugins", pods)

@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 from vgpu_operator.demo.dra_claim import render_dra_claim
 from vgpu_operator.demo.nodes import CardFacts
 from vgpu_operator.demo.result import DemoResult
+from vgpu_operator.devices import nvidia
 
 
 def _short_model(model: str) -> str:
-    return model.removeprefix("NVIDIA ").removeprefix("NVIDIA-")
+    return model.removeprefix(f"{nvidia.COMMON_WORD} ").removeprefix(f"{nvidia.COMMON_WORD}-")
 
 
 def _short_uuid(uuid: str) -> str:
@@ -77,13 +78,13 @@ def _render_containers(result: DemoResult) -> list[str]:
                 got.pod,
                 got.container,
                 ",".join(
-                    _short_uuid(u) for u in got.envs.get("NVIDIA_VISIBLE_DEVICES", "-").split(",")
+                    _short_uuid(u) for u in got.envs.get(nvidia.VISIBLE_DEVICES_ENV, "-").split(",")
                 ),
                 _memory_limits(got.envs),
                 got.envs.get("CUDA_DEVICE_SM_LIMIT", "-"),
             ]
         )
-    header = ["POD", "CONTAINER", "NVIDIA_VISIBLE_DEVICES", "MEMORY LIMIT MiB", "SM LIMIT %"]
+    header = ["POD", "CONTAINER", nvidia.VISIBLE_DEVICES_ENV, "MEMORY LIMIT MiB", "SM LIMIT %"]
     lines += _table(header, rows, right={3, 4}) if rows else []
     if result.unsettled:
         lines.append(f"  still waiting for their device plugin: {', '.join(result.unsettled)}")

@@ -13,7 +13,7 @@ from vgpu_operator.demo.dra_claim import DraClaimShown
 from vgpu_operator.demo.nodes import CardFacts
 from vgpu_operator.demo.operator_process import OperatorProcess
 from vgpu_operator.demo.settings import POLL_S, DemoError, Json
-from vgpu_operator.devices import codec
+from vgpu_operator.devices import codec, nvidia
 from vgpu_operator.errors import CodecError
 from vgpu_operator.testing.controlplane import (
     ControlPlane,
@@ -225,7 +225,9 @@ def wait_for_decisions(
 def _grants(pod: Mapping[str, Any]) -> tuple[GpuGrant, ...]:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
-        devices = codec.decode_pod_devices(annotations, {"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED})
+        devices = codec.decode_pod_devices(
+            annotations, {nvidia.COMMON_WORD: names.NVIDIA_DEVICES_ALLOCATED}
+        )
     except CodecError as exc:
         raise DemoError(f"{_pod_key(pod)}: unreadable allocation: {exc}") from exc
     grants = []

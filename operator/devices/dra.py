@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
+from vgpu_operator import names
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
+from vgpu_operator.wire import ObjectMeta, OwnerReference, ResourceSlice, SliceDevice
 
 #: This project's DRA driver name (and the domain of its device attributes).
 DRIVER: Final = "gpu.vgpu-operator.io"
@@ -110,7 +112,7 @@ def _mib(value: int) -> str:
     return f"{value}Mi"
 
 
-def device_wire(card: CardShape) -> dict[str, Any]:
+def device_wire(card: CardShape) -> SliceDevice:
     """The ResourceSlice ``spec.devices[]`` entry of one card."""
     default_memory = card.memory_mib
     if 0 < card.default_memory_mib < card.memory_mib:
@@ -130,7 +132,7 @@ def device_wire(card: CardShape) -> dict[str, Any]:
         attributes[ATTR_PCIE_ROOT] = {"string": card.pcie_root}
     if card.nvlink_island is not None:
         attributes[ATTR_NVLINK_ISLAND] = {"int": card.nvlink_island}
-    device: dict[str, Any] = {
+    device: SliceDevice = {
         "name": card.name,
         "attributes": attributes,
         "allowMultipleAllocations": True,
@@ -173,16 +175,16 @@ def _taint_value(reason: str | None) -> str:
 
 
 def slice_wire(
-    node: str, cards: Sequence[CardShape], generation: int, owner: Mapping[str, Any] | None
-) -> dict[str, Any]:
+    node: str, cards: Sequence[CardShape], generation: int, owner: OwnerReference | None
+) -> ResourceSlice:
     """The one ResourceSlice of ``node``'s pool (a pool per node, one slice per pool).
     ``owner``: an ownerReference, so the slice goes when its owner does."""
-    metadata: dict[str, Any] = {
+    metadata: ObjectMeta = {
         "name": slice_name(node),
-        "labels": {"app.kubernetes.io/managed-by": "vgpu-operator-agent"},
+        "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY_AGENT},
     }
     if owner is not None:
-        metadata["ownerReferences"] = [dict(owner)]
+        metadata["ownerReferences"] = [owner]
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceSlice",

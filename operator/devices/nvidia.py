@@ -10,6 +10,16 @@ from vgpu_operator.devices import vendor
 from vgpu_operator.devices.quantity import as_int
 
 COMMON_WORD: Final = "NVIDIA"
+#: The count resource its device plugins advertise unless the device config names another
+#: (``resourceCountName``; the config's own default).
+COUNT_RESOURCE: Final = NvidiaConfig.model_fields["resource_count_name"].default
+#: The node label NVIDIA's GPU feature discovery sets on GPU nodes (the demo's nodes carry
+#: it, as real ones do).
+GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
+#: The taint NVIDIA's tooling puts on nodes with MIG cards (HAMi's rule for MIG cards).
+MIG_TAINT_KEY: Final = "nvidia.com/mig"
+#: Which cards a container sees (the container toolkit reads it).
+VISIBLE_DEVICES_ENV: Final = names.ENV_VISIBLE_DEVICES
 
 
 def _env_append(container: dict[str, Any], name: str, value: str) -> None:

@@ -1,11 +1,12 @@
 """The operator's Kopf face: start-up, clean-up, login, the mutating webhook, peering.
 
-``OperatorApp`` is the operator assembled in ``control/operator.py`` plus the handlers
-Kopf calls; ``build_registry`` binds them to one instance on a registry of its own, so
-two operators can run in one process (tests of restarts and peering) without sharing
-state. Kopf does what it does well and nothing per object: it stores nothing on the
-objects (no progress annotations, no finalizers) and watches none of the kinds the
-engine reads (``control/watching.py`` does; ``docs/architecture.md`` says why).
+``OperatorApp`` holds what Kopf needs before start-up and the operator that start-up
+assembles (``control/operator.py``), and has the handlers Kopf calls; ``build_registry``
+binds them to one instance on a registry of its own, so two operators can run in one
+process (tests of restarts and peering) without sharing state. Kopf does what it does
+well and nothing per object: it stores nothing on the objects (no progress annotations,
+no finalizers) and watches none of the kinds the engine reads (``control/watching.py``
+does; ``docs/architecture.md`` says why).
 """
 
 from __future__ import annotations
@@ -13,16 +14,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any, cast
 
 import kopf
 import structlog
 
-from vgpu_operator.control import operator
+from vgpu_operator.control import admission as answers
+from vgpu_operator.control import leadership, operator
 from vgpu_operator.control.operator import prepare_webhook_tls, tls_target
 from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.handlers import admission
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.metrics import OperatorMetrics
+from vgpu_operator.wire import Pod
 
 log = structlog.get_logger("vgpu_operator.operator")
 
@@ -30,19 +35,58 @@ log = structlog.get_logger("vgpu_operator.operator")
 _CERT_FILE_CHECK_S = 5.0
 
 
-class OperatorApp(operator.Operator):
-    """The operator with the handlers Kopf calls (created before Kopf starts)."""
+class OperatorApp:
+    """The operator's process as Kopf sees it (created before Kopf starts): the
+    peering identity and priority Kopf is given, the metrics, and the operator, which
+    start-up assembles complete (``running``); until then the webhook answers
+    ``answers.NotReady``."""
+
+    def __init__(self, options: OperatorOptions) -> None:
+        self.options = options
+        self.identity = operator.make_identity()
+        self.priority = (
+            options.priority
+            if options.priority is not None
+            else leadership.peering_priority(time.time())
+        )
+        self.metrics = OperatorMetrics()
+        self._phase: operator.Operator | answers.NotReady = answers.NotReady(self.metrics)
+
+    @property
+    def running(self) -> operator.Operator:
+        """The operator, once start-up assembled it."""
+        phase = self._phase
+        if not isinstance(phase, operator.Operator):
+            raise RuntimeError("the operator has not started")
+        return phase
+
+    @property
+    def synced(self) -> bool:
+        """True once the operator holds a full picture and may decide."""
+        phase = self._phase
+        return isinstance(phase, operator.Operator) and phase.synced
 
     async def on_startup(self, settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_kopf(settings, self.options)
-        await self.start()
+        running = await operator.Operator.assemble(
+            self.options, identity=self.identity, priority=self.priority, metrics=self.metrics
+        )
+        try:
+            await running.start()
+        except BaseException:
+            await running.stop()
+            raise
+        self._phase = running
 
     async def on_cleanup(self, **_: Any) -> None:
-        await self.stop()
+        phase = self._phase
+        self._phase = answers.NotReady(self.metrics)
+        if isinstance(phase, operator.Operator):
+            await phase.stop()
 
     async def on_login(self, **_: Any) -> kopf.ConnectionInfo:
-        assert self.api is not None, "login runs after startup"
-        return await connection_info(self.api, self.options.namespace)
+        # Login runs after start-up (Kopf's order): the operator's client is the source.
+        return await connection_info(self.running.api, self.options.namespace)
 
     async def on_pod_admission(
         self,
@@ -54,7 +98,7 @@ class OperatorApp(operator.Operator):
     ) -> None:
         # A dry run (kubectl --dry-run=server) writes nothing: the webhook is registered
         # with sideEffects NoneOnDryRun.
-        answer = await self.admit_pod(_raw(body), dry_run=dryrun)
+        answer = await self._phase.admit_pod(_raw(body), dry_run=dryrun)
         if not answer.allowed:
             raise kopf.AdmissionError(answer.message, code=403)
         mutated = answer.pod
@@ -65,9 +109,9 @@ class OperatorApp(operator.Operator):
         warnings.extend(answer.warnings)
 
 
-def _raw(body: Any) -> dict[str, Any]:
-    """The plain dict behind a Kopf body view."""
-    return {key: body[key] for key in body}
+def _raw(body: Any) -> Pod:
+    """The plain dict behind a Kopf body view (the AdmissionReview's pod)."""
+    return cast(Pod, {key: body[key] for key in body})
 
 
 class _DenialsAreNotErrors(logging.Filter):

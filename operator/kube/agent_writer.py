@@ -9,6 +9,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from vgpu_operator.kube import inventory, node_lease
+from vgpu_operator.wire import DeviceInventory
 
 
 class AgentWriter:
@@ -23,7 +24,7 @@ class AgentWriter:
     async def write_status(self, node_name: str, status: Mapping[str, Any]) -> None:
         await inventory.patch_inventory_status(self.api, node_name, status)
 
-    async def read_inventory(self, node_name: str) -> dict[str, Any] | None:
+    async def read_inventory(self, node_name: str) -> DeviceInventory | None:
         return await inventory.read_inventory_cached(self.api, node_name)
 
     async def renew_lease(self, node_name: str, renewed: datetime, duration_s: int) -> None:

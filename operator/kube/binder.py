@@ -7,13 +7,13 @@ Binding is preceded by HAMi's node lock (``node_lock``), released again if it fa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import structlog
 
 from vgpu_operator import names
 from vgpu_operator.kube import binding, node_lock
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.operator")
 
@@ -27,9 +27,9 @@ class KubeBinder:
         self._lock_timeout_s = lock_timeout_s
 
     async def bind(
-        self, pod: Mapping[str, Any], node: str, annotations: Mapping[str, str]
+        self, pod: Pod, node: str, annotations: Mapping[str, str]
     ) -> binding.BindOutcome:
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         namespace = str(meta.get("namespace") or "default")
         name = str(meta.get("name") or "")
         locking = self._lock_timeout_s is not None and names.ASSIGNED_NODE in annotations
@@ -47,5 +47,5 @@ class KubeBinder:
             await node_lock.release(self._api, node, namespace, name)
         return outcome
 
-    async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    async def read_pod(self, namespace: str, name: str) -> Pod | None:
         return await binding.read_pod(self._api, namespace, name)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import cast
 
 from kubernetes_asyncio import client
 
 from vgpu_operator.kube import requests
+from vgpu_operator.wire import Binding, ObjectMeta, Pod
 
 
 class BindOutcome(enum.Enum):
@@ -25,13 +26,13 @@ class BindOutcome(enum.Enum):
 
 def binding_body(
     namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
-) -> dict[str, Any]:
+) -> Binding:
     """The Binding object for ``pods/{name}/binding``.
 
     The uid is a precondition: a pod deleted and re-created under the same name while
     the decision was made is not bound by mistake (the server answers 409).
     """
-    metadata: dict[str, Any] = {
+    metadata: ObjectMeta = {
         "name": name,
         "namespace": namespace,
         "annotations": dict(annotations),
@@ -69,12 +70,13 @@ async def bind_pod(
     return BindOutcome.BOUND
 
 
-async def read_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+async def read_pod(api: client.ApiClient, namespace: str, name: str) -> Pod | None:
     """The pod as the server has it now, or None when it is gone."""
     try:
-        return await requests.request_json(
+        found = await requests.request_json(
             api, "GET", f"/api/v1/namespaces/{namespace}/pods/{name}"
         )
+        return cast(Pod, found)
     except requests.ApiError as exc:
         if exc.status == 404:
             return None

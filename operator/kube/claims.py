@@ -14,7 +14,7 @@ import contextlib
 import datetime
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import quote
 
 import orjson
@@ -23,6 +23,15 @@ from vgpu_operator.kube import listing, raw_finalizer, requests
 from vgpu_operator.kube.requests import ApiClient, ApiError, request_json
 from vgpu_operator.scheduling import claim_admission, claim_routing
 from vgpu_operator.timestamps import format_rfc3339, parse_rfc3339
+from vgpu_operator.wire import (
+    AllocationResult,
+    Pod,
+    ResourceClaim,
+    ResourceClaimConsumer,
+    ResourceClaimStatus,
+    ResourceClaimTemplate,
+    meta_of,
+)
 
 BASE: Final = "/apis/resource.k8s.io/v1"
 RESOURCE_SLICES: Final = f"{BASE}/resourceslices"
@@ -86,7 +95,7 @@ async def _add_finalizer(
 
 async def allocate(
     api: ApiClient,
-    claim: Mapping[str, Any],
+    claim: ResourceClaim,
     allocation: Mapping[str, Any] | None,
     consumer: Mapping[str, str],
     *,
@@ -96,12 +105,13 @@ async def allocate(
     ``consumer``, on the claim as ``claim`` shows it (its resourceVersion is the
     precondition). The allocation is written with its ``allocationTimestamp``
     (``stamped_allocation``)."""
-    meta = claim.get("metadata") or {}
+    meta = meta_of(claim)
     path = claim_path(str(meta.get("namespace")), str(meta.get("name")))
-    version = str(meta.get("resourceVersion", ""))
+    version = meta.get("resourceVersion", "")
+    claim_status = claim.get("status", {})
     try:
         if allocation is not None:
-            if (claim.get("status") or {}).get("allocation"):
+            if claim_status.get("allocation"):
                 return WriteOutcome.CONFLICT
             finalizers = list(meta.get("finalizers") or ())
             if FINALIZER not in finalizers:
@@ -109,10 +119,10 @@ async def allocate(
                 if updated is None:
                     return WriteOutcome.GONE
                 version = str(updated["metadata"]["resourceVersion"])
-        reserved = list((claim.get("status") or {}).get("reservedFor") or ())
+        reserved = list(claim_status.get("reservedFor") or ())
         if not any(r.get("uid") == consumer.get("uid") for r in reserved):
-            reserved.append(dict(consumer))
-        status: dict[str, Any] = {"reservedFor": reserved}
+            reserved.append(cast(ResourceClaimConsumer, dict(consumer)))
+        status: ResourceClaimStatus = {"reservedFor": reserved}
         if allocation is not None:
             status["allocation"] = stamped_allocation(allocation, now)
         written = await _patch(
@@ -127,7 +137,7 @@ async def allocate(
 
 def stamped_allocation(
     allocation: Mapping[str, Any], now: datetime.datetime | None = None
-) -> dict[str, Any]:
+) -> AllocationResult:
     """The allocation as kube-scheduler writes it: with ``allocationTimestamp``.
 
     kube-scheduler (1.37, device binding conditions on) sets the timestamp on a claim it
@@ -135,7 +145,8 @@ def stamped_allocation(
     without it here, the first kube-scheduler pod to share a claim the engine allocated
     rewrote ``status.allocation`` (issue 33 item 6)."""
     stamp = format_rfc3339(now or datetime.datetime.now(datetime.UTC))
-    return {**allocation, "allocationTimestamp": allocation.get("allocationTimestamp") or stamp}
+    stamped = {**allocation, "allocationTimestamp": allocation.get("allocationTimestamp") or stamp}
+    return cast(AllocationResult, stamped)
 
 
 async def release(
@@ -215,7 +226,7 @@ async def ensure_template(
         if exc.status != 409:
             raise
     name_path = f"{path}/{quote(str(meta['name']))}"
-    existing = await _get(api, name_path)
+    existing = cast(ResourceClaimTemplate | None, await _get(api, name_path))
     if existing is None or not claim_admission.same_template(existing, template):
         return (
             f"ResourceClaimTemplate {meta['namespace']}/{meta['name']} exists with another "
@@ -232,8 +243,8 @@ async def ensure_template(
     return None
 
 
-def _stamp_is_old(template: Mapping[str, Any], now: datetime.datetime) -> bool:
-    annotations = (template.get("metadata") or {}).get("annotations") or {}
+def _stamp_is_old(template: ResourceClaimTemplate, now: datetime.datetime) -> bool:
+    annotations = meta_of(template).get("annotations") or {}
     stamped = parse_rfc3339(annotations.get(LAST_ADMITTED))
     return stamped is None or (now - stamped).total_seconds() > STAMP_AFTER_S
 
@@ -257,31 +268,32 @@ async def read_pod_claims(
     return out
 
 
-async def list_webhook_templates(api: ApiClient) -> list[dict[str, Any]]:
+async def list_webhook_templates(api: ApiClient) -> list[ResourceClaimTemplate]:
     """Every ResourceClaimTemplate carrying the webhook's label, cluster-wide (whether
     each is really ours is ``claim_admission.made_by_webhook``'s question)."""
     key, value = claim_admission.MANAGED_BY
     found = await listing.list_all(api, templates_path(), label_selector=f"{key}={value}")
-    return found.items
+    return cast(list[ResourceClaimTemplate], found.items)
 
 
 async def templates_named_by_pods(api: ApiClient, namespace: str) -> set[str]:
     """The templates the namespace's pods (any phase: a finished Job's pod still names
     its template) name."""
     found = await listing.list_all(api, f"/api/v1/namespaces/{quote(namespace)}/pods")
+    pods = cast(list[Pod], found.items)
     return {
-        str(entry["resourceClaimTemplateName"])
-        for pod in found.items
-        for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
-        if isinstance(entry, Mapping) and entry.get("resourceClaimTemplateName")
+        template
+        for pod in pods
+        for entry in pod.get("spec", {}).get("resourceClaims") or ()
+        if (template := entry.get("resourceClaimTemplateName"))
     }
 
 
-async def delete_template(api: ApiClient, template: Mapping[str, Any]) -> bool:
+async def delete_template(api: ApiClient, template: ResourceClaimTemplate) -> bool:
     """Delete the template as listed: preconditions on its uid and resourceVersion, so
     one stamped by the webhook (or made again) since is left. False when it changed or
     went meanwhile."""
-    meta = template.get("metadata") or {}
+    meta = meta_of(template)
     path = f"{templates_path(str(meta.get('namespace')))}/{quote(str(meta.get('name')))}"
     body = {
         "apiVersion": "v1",
@@ -305,7 +317,7 @@ class ApiClaimWriter:
 
     async def allocate(
         self,
-        claim: Mapping[str, Any],
+        claim: ResourceClaim,
         allocation: Mapping[str, Any] | None,
         consumer: Mapping[str, str],
     ) -> WriteOutcome:

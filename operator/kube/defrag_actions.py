@@ -3,19 +3,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube import eviction, listing
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.wire import KubeObject, Pod, meta_of
 
 
 class ObjectEvents(Protocol):
     """Writes an Event on an object (``control.reporting.KubeReporter`` does)."""
 
     async def object_event(
-        self, obj: Mapping[str, Any], kind: str, reason: str, message: str, event_type: str
+        self, obj: KubeObject, kind: str, reason: str, message: str, event_type: str
     ) -> None: ...
 
 
@@ -27,21 +27,19 @@ class KubeDefragActions:
         self._api = api
         self._events = events
 
-    async def list_pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
+    async def list_pods(self, namespace: str | None = None) -> list[Pod]:
         path = listing.PODS if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
-        return (await listing.list_all(self._api, path)).items
+        return cast(list[Pod], (await listing.list_all(self._api, path)).items)
 
     async def evict(self, key: str, uid: str) -> eviction.EvictOutcome:
         namespace, _, name = key.partition("/")
         return await eviction.evict_pod(self._api, namespace, name, uid)
 
-    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None:
-        meta = pod.get("metadata") or {}
-        namespace = str(meta.get("namespace") or "default")
-        await eviction.set_nominated_node(self._api, namespace, str(meta.get("name")), node)
+    async def nominate(self, pod: Pod, node: str | None) -> None:
+        meta = meta_of(pod)
+        namespace = meta.get("namespace") or "default"
+        await eviction.set_nominated_node(self._api, namespace, meta.get("name", ""), node)
 
-    async def event(
-        self, pod: Mapping[str, Any], reason: str, message: str, warning: bool = False
-    ) -> None:
+    async def event(self, pod: Pod, reason: str, message: str, warning: bool = False) -> None:
         kind = kube_events.TYPE_WARNING if warning else kube_events.TYPE_NORMAL
         await self._events.object_event(pod, "Pod", reason, message, kind)

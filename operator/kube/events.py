@@ -10,14 +10,14 @@ from __future__ import annotations
 import datetime
 import enum
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, TypedDict
 
 from kubernetes_asyncio import client
 
 from vgpu_operator.kube import requests
 from vgpu_operator.timestamps import format_rfc3339
+from vgpu_operator.wire import Event, KubeObject, ObjectReference, meta_of
 
 COMPONENT: Final = "vgpu-scheduler"
 TYPE_NORMAL: Final = "Normal"
@@ -38,8 +38,8 @@ class ObjectRef:
     api_version: str = "v1"
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
-        meta = obj.get("metadata") or {}
+    def of(cls, obj: KubeObject, kind: str | None = None) -> ObjectRef:
+        meta = meta_of(obj)
         return cls(
             kind=kind or str(obj.get("kind") or "Pod"),
             namespace=str(meta.get("namespace") or "default"),
@@ -48,8 +48,12 @@ class ObjectRef:
             api_version=str(obj.get("apiVersion") or "v1"),
         )
 
-    def as_wire(self) -> dict[str, str]:
-        ref = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+    def as_wire(self) -> ObjectReference:
+        ref: ObjectReference = {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+        }
         if self.kind not in _CLUSTER_SCOPED:
             # A Node's Events live in "default" but name no namespace, as kubelet's do
             # (``kubectl describe node`` looks for exactly that).
@@ -64,6 +68,13 @@ class Action(enum.Enum):
     UPDATE = "update"
 
 
+class SeriesPatch(TypedDict):
+    """What an Event's update changes: one more of the same."""
+
+    count: int
+    lastTimestamp: str
+
+
 @dataclass(frozen=True, slots=True)
 class EventWrite:
     """One write the recorder must make: a new Event, or a count bump of an old one."""
@@ -71,7 +82,8 @@ class EventWrite:
     action: Action
     namespace: str
     name: str
-    body: Mapping[str, Any]
+    #: The new Event, or the merge patch that moves a series on.
+    body: Event | SeriesPatch
     message: str
     event_type: str
 
@@ -115,13 +127,13 @@ class EventAggregator:
         series = self._series.get(key)
         if series is not None and series.message == message:
             series.count += 1
-            patch = {"count": series.count, "lastTimestamp": stamp}
+            patch: SeriesPatch = {"count": series.count, "lastTimestamp": stamp}
             return EventWrite(Action.UPDATE, ref.namespace, series.name, patch, message, event_type)
         self._serial += 1
         name = f"{ref.name}.{int(now.timestamp() * 1e9):x}{self._serial:x}"[:253]
         self._series[key] = _Series(name=name, message=message, count=1, first_timestamp=stamp)
         self._by_object.setdefault((ref.namespace, ref.name), set()).add(key)
-        body = {
+        body: Event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": ref.namespace},

@@ -8,7 +8,7 @@ reads the objects. Everything returned is a plain dict.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import structlog
 from kubernetes_asyncio import client
@@ -18,6 +18,7 @@ from vgpu_operator import names, resources
 from vgpu_operator.errors import VgpuError
 from vgpu_operator.kube import requests
 from vgpu_operator.kube.client import to_dict
+from vgpu_operator.wire import DeviceInventory
 
 log = structlog.get_logger(__name__)
 
@@ -45,7 +46,7 @@ class NodeNotFoundError(VgpuError):
         self.node_name = node_name
 
 
-def inventory_manifest(node_name: str, node_uid: str) -> dict[str, Any]:
+def inventory_manifest(node_name: str, node_uid: str) -> DeviceInventory:
     """A new, empty DeviceInventory for ``node_name``, owned by that Node."""
     return {
         "apiVersion": resources.API_VERSION,
@@ -75,7 +76,7 @@ _VERSION: Final = names.CRD_VERSION
 _PLURAL: Final = names.DEVICE_INVENTORY_PLURAL
 
 
-async def get_inventory(api: client.ApiClient, name: str) -> dict[str, Any] | None:
+async def get_inventory(api: client.ApiClient, name: str) -> DeviceInventory | None:
     """The inventory named ``name``, or None if there is none.
 
     A 404 may also mean the CRD is missing; ``create_inventory`` tells the two apart.
@@ -86,11 +87,10 @@ async def get_inventory(api: client.ApiClient, name: str) -> dict[str, Any] | No
         if exc.status == _NOT_FOUND:
             return None
         raise
-    result: dict[str, Any] = to_dict(obj)
-    return result
+    return cast(DeviceInventory, to_dict(obj))
 
 
-async def list_inventories(api: client.ApiClient) -> list[dict[str, Any]]:
+async def list_inventories(api: client.ApiClient) -> list[DeviceInventory]:
     """Every DeviceInventory in the cluster."""
     try:
         listed = await _custom(api).list_cluster_custom_object(_GROUP, _VERSION, _PLURAL)
@@ -98,7 +98,7 @@ async def list_inventories(api: client.ApiClient) -> list[dict[str, Any]]:
         if exc.status == _NOT_FOUND:
             raise CrdMissingError() from exc
         raise
-    items: list[dict[str, Any]] = to_dict(listed).get("items", [])
+    items: list[DeviceInventory] = to_dict(listed).get("items", [])
     return items
 
 
@@ -114,7 +114,7 @@ async def read_node_uid(api: client.ApiClient, node_name: str) -> str:
     return uid
 
 
-async def create_inventory(api: client.ApiClient, node_name: str) -> dict[str, Any]:
+async def create_inventory(api: client.ApiClient, node_name: str) -> DeviceInventory:
     """Create the node's inventory (owned by the Node); an existing one is returned.
 
     Raises ``CrdMissingError`` when the resource type is unknown to the API server
@@ -134,11 +134,10 @@ async def create_inventory(api: client.ApiClient, node_name: str) -> dict[str, A
                 return existing
         raise
     log.info("inventory_created", node=node_name)
-    result: dict[str, Any] = to_dict(created)
-    return result
+    return cast(DeviceInventory, to_dict(created))
 
 
-async def ensure_inventory(api: client.ApiClient, node_name: str) -> dict[str, Any]:
+async def ensure_inventory(api: client.ApiClient, node_name: str) -> DeviceInventory:
     """The node's inventory, created if absent."""
     existing = await get_inventory(api, node_name)
     if existing is not None:
@@ -148,7 +147,7 @@ async def ensure_inventory(api: client.ApiClient, node_name: str) -> dict[str, A
 
 async def patch_inventory_status(
     api: client.ApiClient, name: str, status: Mapping[str, Any]
-) -> dict[str, Any]:
+) -> DeviceInventory:
     """Merge-patch ``status`` (wire form) through the status subresource."""
     # The client would pick JSON-patch or strategic merge; custom resources take
     # merge patches. (The type stubs omit `_content_type`, which the client accepts.)
@@ -160,16 +159,16 @@ async def patch_inventory_status(
         {"status": dict(status)},
         _content_type=requests.MERGE_PATCH,
     )
-    result: dict[str, Any] = to_dict(patched)
-    return result
+    return cast(DeviceInventory, to_dict(patched))
 
 
-async def read_inventory_cached(api: client.ApiClient, name: str) -> dict[str, Any] | None:
+async def read_inventory_cached(api: client.ApiClient, name: str) -> DeviceInventory | None:
     """The inventory as the API server's watch cache holds it (``resourceVersion=0``: no
     etcd read), or None if there is none; for the agent's periodic check of its report."""
     path = f"/apis/{_GROUP}/{_VERSION}/{_PLURAL}/{name}"
     try:
-        return await requests.request_json(api, "GET", path, query={"resourceVersion": "0"})
+        found = await requests.request_json(api, "GET", path, query={"resourceVersion": "0"})
+        return cast(DeviceInventory, found)
     except requests.ApiError as exc:
         if exc.status == _NOT_FOUND:
             return None

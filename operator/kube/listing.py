@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import orjson
 from kubernetes_asyncio import client
 
 from vgpu_operator import names, node_leases
 from vgpu_operator.kube import requests
+from vgpu_operator.wire import KubeObject, WatchEventType
 
 PODS: Final = "/api/v1/pods"
 NODES: Final = "/api/v1/nodes"
@@ -27,7 +28,7 @@ NODE_LEASES: Final = node_leases.COLLECTION
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    items: list[dict[str, Any]]
+    items: list[KubeObject]
     resource_version: str | None
 
 
@@ -40,7 +41,7 @@ async def list_all(
     label_selector: str | None = None,
 ) -> Listing:
     """Every object at ``path``; an absent kind (CRD not installed) lists as empty."""
-    items: list[dict[str, Any]] = []
+    items: list[KubeObject] = []
     version: str | None = None
     token: str | None = None
     while True:
@@ -63,7 +64,7 @@ async def list_all(
         for item in page.get("items") or []:
             if isinstance(item, dict):
                 _drop_managed_fields(item)
-                items.append(item)
+                items.append(cast(KubeObject, item))
         token = meta.get("continue")
         if not token:
             return Listing(items, version)
@@ -99,6 +100,8 @@ def namespaced_peering_path(namespace: str, name: str) -> str:
 
 #: A watch event that only moves the resourceVersion on.
 BOOKMARK: Final = "BOOKMARK"
+#: The event types a watch hands on (an ERROR event is raised instead).
+_EVENT_TYPES: Final = frozenset({"ADDED", "MODIFIED", "DELETED", BOOKMARK})
 
 
 class WatchExpired(Exception):
@@ -111,9 +114,10 @@ async def watch(
     *,
     resource_version: str | None,
     field_selector: str | None = None,
+    label_selector: str | None = None,
     timeout_s: int = 300,
     bookmarks: bool = False,
-) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+) -> AsyncIterator[tuple[WatchEventType, KubeObject]]:
     """Stream ``(type, object)`` watch events from ``resource_version`` until the server
     ends the watch (after about ``timeout_s``). Bookmarks (only a resourceVersion) are
     yielded as ``BOOKMARK`` when ``bookmarks``, else skipped; a 410 raises
@@ -127,6 +131,8 @@ async def watch(
         query.append(("resourceVersion", resource_version))
     if field_selector:
         query.append(("fieldSelector", field_selector))
+    if label_selector:
+        query.append(("labelSelector", label_selector))
     response = await api.call_api(
         path,
         "GET",
@@ -155,6 +161,8 @@ async def watch(
                 if code == 410:
                     raise WatchExpired(str(obj.get("message", "")))
                 raise requests.ApiError("WATCH", path, int(code or 500), json.dumps(obj))
-            yield kind, obj
+            if kind not in _EVENT_TYPES or not isinstance(obj, dict):
+                raise requests.ApiError("WATCH", path, 500, f"unexpected event {line[:200]!r}")
+            yield cast(WatchEventType, kind), cast(KubeObject, obj)
     finally:
         response.release()

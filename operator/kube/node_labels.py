@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 from urllib.parse import quote
 
 from vgpu_operator.kube.requests import ApiClient, request_json
+from vgpu_operator.wire import Node, meta_of
 
 _NODES: Final = "/api/v1/nodes"
 
 
 async def read_node_labels(api: ApiClient, node: str) -> dict[str, str]:
-    found = await request_json(api, "GET", f"{_NODES}/{quote(node)}")
-    labels = (found.get("metadata") or {}).get("labels") or {}
+    found = cast(Node, await request_json(api, "GET", f"{_NODES}/{quote(node)}"))
+    labels = meta_of(found).get("labels") or {}
     return {str(k): str(v) for k, v in labels.items()}

@@ -11,7 +11,7 @@ is not written.
 from __future__ import annotations
 
 import time
-from typing import Any, Final
+from typing import Final, cast
 
 from vgpu_operator import names
 from vgpu_operator.devices import node_lock
@@ -19,12 +19,13 @@ from vgpu_operator.errors import CodecError
 from vgpu_operator.kube import requests
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.scheduling import allocation_gate
+from vgpu_operator.wire import Node, meta_of
 
 _ATTEMPTS: Final = 3
 
 
-async def _node(api: ApiClient, node: str) -> dict[str, Any]:
-    return await requests.request_json(api, "GET", f"/api/v1/nodes/{node}")
+async def _node(api: ApiClient, node: str) -> Node:
+    return cast(Node, await requests.request_json(api, "GET", f"/api/v1/nodes/{node}"))
 
 
 async def _exists(api: ApiClient, owner: str) -> bool:
@@ -56,7 +57,7 @@ async def take(api: ApiClient, node: str, namespace: str, name: str, timeout_s: 
     me = f"{namespace}/{name}"
     for _ in range(_ATTEMPTS):
         current = await _node(api, node)
-        meta = current.get("metadata") or {}
+        meta = meta_of(current)
         annotations = meta.get("annotations") or {}
         now = time.time()
         owner = allocation_gate.lock_holder(annotations, now, timeout_s)
@@ -80,7 +81,7 @@ async def release(api: ApiClient, node: str, namespace: str, name: str) -> None:
             if exc.status == 404:
                 return
             raise
-        meta = current.get("metadata") or {}
+        meta = meta_of(current)
         raw = (meta.get("annotations") or {}).get(names.NODE_LOCK)
         if not raw:
             return

@@ -4,28 +4,27 @@ reads and settles them), their annotations, and their status."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from vgpu_operator.kube import requests
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.wire import Pod, meta_of
 
 
-async def pods_on_node(api: ApiClient, node: str) -> list[dict[str, Any]]:
+async def pods_on_node(api: ApiClient, node: str) -> list[Pod]:
     """Every pod bound to ``node`` (one LIST with a field selector)."""
     found = await requests.request_json(
         api, "GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node}"}
     )
     items = found.get("items") or []
-    return [item for item in items if isinstance(item, dict)]
+    return [cast(Pod, item) for item in items if isinstance(item, dict)]
 
 
-async def patch_pod_annotations(
-    api: ApiClient, pod: Mapping[str, Any], annotations: Mapping[str, str]
-) -> None:
+async def patch_pod_annotations(api: ApiClient, pod: Pod, annotations: Mapping[str, str]) -> None:
     """Merge-patch annotations onto the pod as it was read: the resourceVersion makes the
     API server refuse the patch (409) if the pod changed meanwhile, so an entry is never
     consumed twice."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     body = {
         "metadata": {
             "annotations": dict(annotations),

@@ -3,18 +3,18 @@ and the Events that tell both sides, written by whoever reports for the operator
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from vgpu_operator.kube import eviction
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.wire import Pod, meta_of
 
 
 class PreemptionNews(Protocol):
     """The Events of a preemption (``control.reporting.KubeReporter`` writes them)."""
 
-    async def preempted(self, victim: str, preemptor: Mapping[str, Any], node: str) -> None: ...
-    async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None: ...
+    async def preempted(self, victim: str, preemptor: Pod, node: str) -> None: ...
+    async def preempting(self, pod: Pod, node: str, victims: int) -> None: ...
 
 
 class KubePreemptor:
@@ -28,13 +28,13 @@ class KubePreemptor:
         namespace, _, name = victim.partition("/")
         return await eviction.evict_pod(self._api, namespace, name, uid)
 
-    async def nominate(self, pod: Mapping[str, Any], node: str | None) -> None:
-        meta = pod.get("metadata") or {}
+    async def nominate(self, pod: Pod, node: str | None) -> None:
+        meta = meta_of(pod)
         namespace = str(meta.get("namespace") or "default")
         await eviction.set_nominated_node(self._api, namespace, str(meta.get("name")), node)
 
-    async def preempted(self, victim: str, preemptor: Mapping[str, Any], node: str) -> None:
+    async def preempted(self, victim: str, preemptor: Pod, node: str) -> None:
         await self._news.preempted(victim, preemptor, node)
 
-    async def preempting(self, pod: Mapping[str, Any], node: str, victims: int) -> None:
+    async def preempting(self, pod: Pod, node: str, victims: int) -> None:
         await self._news.preempting(pod, node, victims)

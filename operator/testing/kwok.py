@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from vgpu_operator.devices import nvidia
 from vgpu_operator.testing.errors import JSON
 
 #: Marks a node as managed by kwok (``--manage-nodes-with-annotation-selector``).
@@ -29,7 +30,7 @@ def fake_gpu_node_manifest(
     name: str,
     *,
     gpus: int = 8,
-    gpu_resource: str = "nvidia.com/gpu",
+    gpu_resource: str = nvidia.COUNT_RESOURCE,
     cpu: str = "64",
     memory: str = "512Gi",
     pods: str = "110",

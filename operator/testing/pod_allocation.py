@@ -7,14 +7,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from vgpu_operator import names
-from vgpu_operator.devices import codec
+from vgpu_operator.devices import codec, nvidia
 
 
 def nvidia_devices(pod: Mapping[str, Any]) -> list[tuple[str, int, int]]:
     """(device uuid, memory MiB, cores) for each device granted, container by container;
-    empty when the pod carries no allocation."""
+    empty when the pod carries no allocation (tests hand in what they read, untyped)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    devices = codec.decode_pod_devices(annotations, {"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED})
+    devices = codec.decode_pod_devices(
+        annotations, {nvidia.COMMON_WORD: names.NVIDIA_DEVICES_ALLOCATED}
+    )
     return [
         (device.uuid, device.memory_mib, device.cores)
         for per_vendor in devices.values()

@@ -185,7 +185,7 @@ def webhook_answers(plane: ControlPlane) -> bool:
 
 
 def healthz(operator: OperatorThread) -> bool:
-    server = operator.app._server
+    server = operator.app.running.server
     assert server is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as answer:
         return bool(answer.status == 200)
@@ -302,7 +302,7 @@ def test_while_100_slow_claims_wait_the_webhook_and_healthz_answer(
             c["message"] for c in obj["status"]["conditions"] if c["type"] == "PodScheduled"
         )
         assert "make the selector cheaper" in message, message
-    selectors = operator.app.selectors
+    selectors = operator.app.running.selectors
     assert selectors is not None
     print(
         f"\n{count} slow claims ({len(slow)} expressions): evaluator CPU "

@@ -387,7 +387,7 @@ def test_a_restarted_operator_rebuilds_the_books_from_the_claims(
     env.put_config_map(plane, namespace, env.config_text(f"{SCHEDULER}-2"))
     with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as fresh:
         wait_for("the new operator's books", lambda: fresh.app.synced or None, 60)
-        state = fresh.app.state
+        state = fresh.app.running.state
         assert state is not None
         holds = state.claim_holds()
         held = claim_of(plane, ns, "held")

@@ -102,7 +102,7 @@ def test_one_replica_decides_and_the_other_takes_over(
             env.wait_bound(cp, namespace, f"b{i}")
         assert _attempts(second) >= 5
         # The new leader rebuilt the bookings of the pods the first one bound.
-        state = second.app.state
+        state = second.app.running.state
         assert state is not None
         held = state.holding_pods()
         assert all(f"{namespace}/a{i}" in held for i in range(5))

@@ -231,7 +231,7 @@ def test_cordoned_node_is_used_once_uncordoned(setup: Setup, operator: OperatorT
     setup.cp.create("/api/v1/nodes", manifest)
     setup.cp.wait_for_node_ready(name)
     env.write_inventory(setup.cp, name, env.cards(name, 1))
-    state = operator.app.state
+    state = operator.app.running.state
     assert state is not None
     env.wait_until("the operator to see the node", lambda: name in state.node_names())
     setup.create("p1", gpumem=1000)
@@ -366,7 +366,7 @@ def test_metrics_show_the_booking_per_device(setup: Setup, operator: OperatorThr
     env.gpu_node(setup.cp, name, cards, group=setup.namespace)
     setup.create("p1", gpumem=12000, gpucores=25)
     env.wait_bound(setup.cp, setup.namespace, "p1")
-    server = operator.app._server
+    server = operator.app.running.server
     assert server is not None
     url = f"http://127.0.0.1:{server.port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:

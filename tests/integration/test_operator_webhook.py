@@ -177,7 +177,7 @@ def test_pod_over_its_namespace_quota_is_refused(webhooked: Webhooked) -> None:
             "spec": {"hard": {"limits.nvidia.com/gpumem": "10000"}},
         },
     )
-    state = w.operator.app.state
+    state = w.operator.app.running.state
     assert state is not None
     env.wait_until(
         "the operator to know the quota", lambda: w.namespace in state.quota_usage() or None

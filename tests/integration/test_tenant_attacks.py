@@ -458,7 +458,7 @@ Usage = dict[tuple[str, str], tuple[int, int, int]]  # (node, card) -> shares, M
 
 def gauges(stack: Stack) -> Usage:
     """The operator's per-card gauges, scraped from its /metrics endpoint."""
-    server = stack.operator.app._server
+    server = stack.operator.app.running.server
     assert server is not None
     assert server.port is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as resp:
@@ -1221,7 +1221,7 @@ def waiting(stack: Stack, tenant: Tenant, pod: str) -> str | None:
 
 def quota_memory(stack: Stack, namespace: str) -> int:
     """The GPU memory the operator books against the namespace's quota (MiB), scraped."""
-    server = stack.operator.app._server
+    server = stack.operator.app.running.server
     assert server is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as resp:
         text = resp.read().decode()

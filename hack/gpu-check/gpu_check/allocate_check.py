@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from gpu_check.context import GPU_RESOURCE, Grant, Run
 from gpu_check.outcome import CheckResult, failed, passed, skipped
@@ -27,6 +27,7 @@ from vgpu_operator.agent.deviceplugin import allocation, server
 from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings, KubeletStandIn
 from vgpu_operator.agent.deviceplugin.runner import PluginRunner
 from vgpu_operator.devices import codec, model
+from vgpu_operator.wire import Pod
 
 NAME: Final = "device plugin: Allocate a share"
 _TIMEOUT_S: Final = 30.0
@@ -93,15 +94,15 @@ class _PodStore:
         self.pods = pods
         self.events: list[str] = []
 
-    async def list(self) -> Sequence[Mapping[str, Any]]:
-        return self.pods
+    async def list(self) -> Sequence[Pod]:
+        return cast(list[Pod], self.pods)
 
-    async def patch(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+    async def patch(self, pod: Pod, annotations: Mapping[str, str]) -> None:
         for held in self.pods:
             if held["metadata"]["uid"] == pod["metadata"]["uid"]:
                 held["metadata"]["annotations"].update(annotations)
 
-    async def report(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+    async def report(self, pod: Pod, reason: str, message: str) -> None:
         self.events.append(f"{reason}: {message}")
 
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from vgpu_operator import names
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.devices.vendor import is_true
 from vgpu_operator.errors import CodecError
+from vgpu_operator.wire import Container, Pod, meta_of
 
 #: Inside the container, where HAMi-core's files are mounted (HAMi's default hook path).
 CONTAINER_HOOK_DIR: Final = "/usr/local/vgpu"
@@ -110,12 +111,12 @@ def device_ids(uuid: str, split_count: int) -> list[str]:
     return [f"{uuid}-{i}" for i in range(split_count)]
 
 
-def _containers_in_order(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _containers_in_order(pod: Pod) -> list[Container]:
     spec = pod.get("spec") or {}
     return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
 
 
-def _init_cards(pod: Mapping[str, Any], annotations: Mapping[str, str], position: int) -> set[str]:
+def _init_cards(pod: Pod, annotations: Mapping[str, str], position: int) -> set[str]:
     """The cards of the init containers before ``position`` that kubelet may hand on.
 
     kubelet gives the devices of a pod's init containers to the containers after them
@@ -141,12 +142,15 @@ def _init_cards(pod: Mapping[str, Any], annotations: Mapping[str, str], position
     }
 
 
-def _asks_for(container: Mapping[str, Any], resource: str) -> bool:
+def _asks_for(container: Container, resource: str) -> bool:
     resources = container.get("resources") or {}
-    return any(resource in (resources.get(s) or {}) for s in ("limits", "requests"))
+    return any(
+        resource in (section or {})
+        for section in (resources.get("limits"), resources.get("requests"))
+    )
 
 
-def _disables_control(container: Mapping[str, Any]) -> bool:
+def _disables_control(container: Container) -> bool:
     for env in container.get("env") or []:
         if env.get("name") == DISABLE_CONTROL_ENV:
             return is_true(str(env.get("value", "")))
@@ -154,7 +158,7 @@ def _disables_control(container: Mapping[str, Any]) -> bool:
 
 
 def allocate(
-    pod: Mapping[str, Any],
+    pod: Pod,
     requested_ids: Sequence[str],
     resource: str,
     settings: NodeSettings,
@@ -163,7 +167,7 @@ def allocate(
     """The next container's grant for kubelet's ``requested_ids``; raises
     ``AllocationError`` when the pod, its annotation and the IDs do not agree. MIG
     entries (``GPU-a[g-s]``) are asked of ``mig``, which may create the instance."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     where = f"pod {meta.get('namespace')}/{meta.get('name')}"
     raw = annotations.get(names.NVIDIA_DEVICES_TO_ALLOCATE)
@@ -238,12 +242,12 @@ def _grant(
     name: str,
     devices: tuple[model.ContainerDevice, ...],
     visible: tuple[str, ...],
-    container: Mapping[str, Any],
+    container: Container,
     pod_uid: str,
     patch: Mapping[str, str],
     settings: NodeSettings,
 ) -> ContainerGrant:
-    envs: dict[str, str] = {"NVIDIA_VISIBLE_DEVICES": ",".join(visible)}
+    envs: dict[str, str] = {nvidia.VISIBLE_DEVICES_ENV: ",".join(visible)}
     cache_name = f"{pod_uid}_{name}"
     host = settings.host
     cache_dir = f"{host.hook_dir}/containers/{cache_name}"

@@ -28,13 +28,15 @@ import structlog
 
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin import api_pb2, api_pb2_grpc
+from vgpu_operator.devices import nvidia
+from vgpu_operator.wire import Container, Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.kubelet_standin")
 
 KUBELET_SOCKET: Final = "kubelet.sock"
 HEALTHY: Final = "Healthy"
 
-PodSource = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
+PodSource = Callable[[], Awaitable[Sequence[Pod]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +53,12 @@ class ContainerSettings:
     uid: str = ""
 
 
-def requested(container: Mapping[str, Any], resource: str) -> int:
+def requested(container: Container, resource: str) -> int:
     """The count a container asks for (limits, else requests), as kubelet reads it; an
     unreadable value counts as none (the API server refuses those anyway)."""
     resources = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        value = (resources.get(section) or {}).get(resource)
+    for section in (resources.get("limits"), resources.get("requests")):
+        value = (section or {}).get(resource)
         if value is not None:
             try:
                 return max(int(str(value)), 0)
@@ -65,16 +67,14 @@ def requested(container: Mapping[str, Any], resource: str) -> int:
     return 0
 
 
-def _key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
+def _key(pod: Pod) -> str:
+    meta = meta_of(pod)
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def _finished(pod: Mapping[str, Any]) -> bool:
+def _finished(pod: Pod) -> bool:
     phase = (pod.get("status") or {}).get("phase")
-    return phase in names.TERMINAL_PHASES or bool(
-        (pod.get("metadata") or {}).get("deletionTimestamp")
-    )
+    return phase in names.TERMINAL_PHASES or bool(meta_of(pod).get("deletionTimestamp"))
 
 
 class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
@@ -86,7 +86,7 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
         directory: Path,
         pods: PodSource,
         *,
-        resource: str = "nvidia.com/gpu",
+        resource: str = nvidia.COUNT_RESOURCE,
         poll_s: float = 0.1,
     ) -> None:
         self.node = node
@@ -168,19 +168,17 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
                 pods = None
             if pods is not None:
                 self._release_ended(pods)
-                for pod in sorted(
-                    pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp", ""))
-                ):
+                for pod in sorted(pods, key=lambda p: str(meta_of(p).get("creationTimestamp", ""))):
                     await self._admit(stub, pod)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.poll_s)
 
-    def _release_ended(self, pods: Sequence[Mapping[str, Any]]) -> None:
-        live = {str((p.get("metadata") or {}).get("uid")) for p in pods if not _finished(p)}
+    def _release_ended(self, pods: Sequence[Pod]) -> None:
+        live = {str(meta_of(p).get("uid")) for p in pods if not _finished(p)}
         self._in_use = {d: uid for d, uid in self._in_use.items() if uid in live}
 
-    async def _admit(self, stub: Any, pod: Mapping[str, Any]) -> None:
-        uid = str((pod.get("metadata") or {}).get("uid"))
+    async def _admit(self, stub: Any, pod: Pod) -> None:
+        uid = str(meta_of(pod).get("uid"))
         if uid in self._admitted or _finished(pod):
             return
         if (pod.get("spec") or {}).get("nodeName") != self.node:
@@ -211,7 +209,7 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
     async def _allocate(
         self,
         stub: Any,
-        pod: Mapping[str, Any],
+        pod: Pod,
         uid: str,
         container: str,
         count: int,

@@ -16,13 +16,14 @@ nothing here whatever its annotations say (the books do not count it either).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Collection, Iterable, Sequence
+from typing import Final
 
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError
 from vgpu_operator.devices import codec, model
 from vgpu_operator.errors import CodecError
+from vgpu_operator.wire import Pod, meta_of
 
 _WAITING_PHASES = (codec.BindPhase.ALLOCATING.value, codec.BindPhase.SUCCESS.value)
 
@@ -33,14 +34,14 @@ DEFAULT_SCHEDULERS: Final = frozenset({names.SCHEDULER_NAME})
 class AmbiguousAllocation(AllocationError):
     """Several pods could be the one an Allocate is for: each is to be marked failed."""
 
-    def __init__(self, message: str, pods: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, message: str, pods: Sequence[Pod]) -> None:
         super().__init__(message)
         self.pods = tuple(pods)
 
 
-def next_entry(pod: Mapping[str, Any]) -> model.ContainerDevices | None:
+def next_entry(pod: Pod) -> model.ContainerDevices | None:
     """The pod's next allocation entry still to hand out, or None."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = meta_of(pod).get("annotations") or {}
     raw = annotations.get(names.NVIDIA_DEVICES_TO_ALLOCATE)
     if not raw:
         return None
@@ -51,20 +52,18 @@ def next_entry(pod: Mapping[str, Any]) -> model.ContainerDevices | None:
     return next((entry for entry in entries if entry), None)
 
 
-def placed_by_trusted(pod: Mapping[str, Any], node: str, schedulers: Collection[str]) -> bool:
+def placed_by_trusted(pod: Pod, node: str, schedulers: Collection[str]) -> bool:
     """A trusted scheduler placed the pod on this node (not its creator, nor another)."""
     spec = pod.get("spec") or {}
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = meta_of(pod).get("annotations") or {}
     scheduler = spec.get("schedulerName") or "default-scheduler"
     return scheduler in schedulers and annotations.get(names.ASSIGNED_NODE) == node
 
 
-def awaiting(
-    pod: Mapping[str, Any], node: str, schedulers: Collection[str] = DEFAULT_SCHEDULERS
-) -> bool:
+def awaiting(pod: Pod, node: str, schedulers: Collection[str] = DEFAULT_SCHEDULERS) -> bool:
     """Bound here by a trusted scheduler, not finished, and the scheduler's allocation not
     yet all handed out."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     annotations = meta.get("annotations") or {}
     if (pod.get("spec") or {}).get("nodeName") != node or meta.get("deletionTimestamp"):
         return False
@@ -77,17 +76,17 @@ def awaiting(
     return next_entry(pod) is not None
 
 
-def _key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
+def _key(pod: Pod) -> str:
+    meta = meta_of(pod)
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def pod_for(
-    pods: Iterable[Mapping[str, Any]],
+    pods: Iterable[Pod],
     node: str,
     count: int,
     schedulers: Collection[str] = DEFAULT_SCHEDULERS,
-) -> Mapping[str, Any]:
+) -> Pod:
     """The one pod this Allocate of ``count`` devices belongs to; raises
     ``AllocationError`` when none does, ``AmbiguousAllocation`` when several do."""
     listed = list(pods)

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import grpc
 import structlog
@@ -22,6 +22,7 @@ from vgpu_operator import resources
 from vgpu_operator.agent import hamicore
 from vgpu_operator.agent.deviceplugin import allocation, api_pb2, api_pb2_grpc, lookup
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError, NodeSettings
+from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.deviceplugin")
 
@@ -41,9 +42,9 @@ class Card:
 
 
 #: The pods bound to this node, as the API server has them now.
-PodSource = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
+PodSource = Callable[[], Awaitable[Sequence[Pod]]]
 #: Merge-patch annotations onto a pod, guarded by its resourceVersion.
-Patcher = Callable[[Mapping[str, Any], Mapping[str, str]], Awaitable[None]]
+Patcher = Callable[[Pod, Mapping[str, str]], Awaitable[None]]
 
 #: Reads and guarded writes per container before Allocate gives up on a pod that keeps
 #: changing under it (KWOK or kubelet writing its status, for one).
@@ -55,14 +56,14 @@ class StaleRead(Exception):
 
 
 #: Tell a pod's owner why its Allocate failed: (pod, reason, message), as a Warning Event.
-Reporter = Callable[[Mapping[str, Any], str, str], Awaitable[None]]
+Reporter = Callable[[Pod, str, str], Awaitable[None]]
 
 #: The Event reason on a pod whose Allocate failed (kubelet then fails the pod with
 #: UnexpectedAdmissionError, which alone does not say why).
 ALLOCATE_FAILED: Final = "GpuAllocateFailed"
 
 
-async def _no_report(pod: Mapping[str, Any], reason: str, message: str) -> None:
+async def _no_report(pod: Pod, reason: str, message: str) -> None:
     return None
 
 
@@ -255,10 +256,10 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
                 )
             return api_pb2.AllocateResponse(container_responses=responses)
 
-    async def _fail(self, pod: Mapping[str, Any], message: str) -> None:
+    async def _fail(self, pod: Pod, message: str) -> None:
         """``bind-phase: failed`` (the operator then releases the booking) and an Event on
         the pod saying why. Neither write may hide the other, nor the gRPC error."""
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         log.warning(
             "allocate_failed",
             node=self.node,
@@ -274,9 +275,9 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
         except Exception as exc:
             log.error("allocate_event_failed", node=self.node, error=str(exc))
 
-    async def _patch_fresh(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+    async def _patch_fresh(self, pod: Pod, annotations: Mapping[str, str]) -> None:
         """Patch ``pod``, reading it again (by uid) when it changed since it was read."""
-        uid = (pod.get("metadata") or {}).get("uid")
+        uid = meta_of(pod).get("uid")
         current = pod
         for attempt in range(1, _ATTEMPTS + 1):
             try:
@@ -285,7 +286,7 @@ class GpuDevicePlugin(api_pb2_grpc.DevicePluginServicer):
             except StaleRead:
                 if attempt == _ATTEMPTS:
                     raise
-            fresh = [p for p in await self._pods() if (p.get("metadata") or {}).get("uid") == uid]
+            fresh = [p for p in await self._pods() if meta_of(p).get("uid") == uid]
             if not fresh:
                 return  # gone: nothing left to mark
             current = fresh[0]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import grpc
 import structlog
@@ -33,6 +33,7 @@ from vgpu_operator.agent.dra import (
     prepare,
 )
 from vgpu_operator.devices import dra
+from vgpu_operator.wire import ResourceClaim, meta_of
 
 log = structlog.get_logger("vgpu_operator.dra")
 
@@ -41,7 +42,7 @@ PLUGIN_TYPE: Final = "DRAPlugin"
 DRA_SERVICE: Final = "v1.DRAPlugin"
 
 #: Read a ResourceClaim: (namespace, name) -> the object, or None when there is none.
-ClaimSource = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+ClaimSource = Callable[[str, str], Awaitable[ResourceClaim | None]]
 #: The cards this node publishes now (device name -> shape).
 CardSource = Callable[[], Mapping[str, dra.CardShape]]
 
@@ -90,7 +91,7 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
             claim = await self._claims(ref.namespace, ref.name)
             if claim is None:
                 raise prepare.PrepareError(f"claim {where} does not exist")
-            uid = str((claim.get("metadata") or {}).get("uid", ""))
+            uid = str(meta_of(claim).get("uid", ""))
             if uid != ref.uid:
                 raise prepare.PrepareError(
                     f"claim {where} has uid {uid}, kubelet asks for {ref.uid}: it was "

@@ -36,7 +36,7 @@ from vgpu_operator.agent.deviceplugin.allocation import (
     PRELOAD_FILE,
     NodeSettings,
 )
-from vgpu_operator.devices import dra
+from vgpu_operator.devices import dra, nvidia
 
 #: The CDI kind of this driver's devices (vendor/class).
 CDI_VENDOR: Final = "vgpu-operator.io"
@@ -316,7 +316,7 @@ def _claim_edits(
 ) -> dict[str, Any]:
     cache_name = _CDI_NAME_UNSAFE.sub("-", claim_uid)
     env = [
-        f"NVIDIA_VISIBLE_DEVICES={','.join(visible)}",
+        f"{nvidia.VISIBLE_DEVICES_ENV}={','.join(visible)}",
         f"CUDA_DEVICE_SM_LIMIT={cores}",
         f"CUDA_DEVICE_MEMORY_SHARED_CACHE={CONTAINER_HOOK_DIR}/{cache_name}.cache",
     ]

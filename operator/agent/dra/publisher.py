@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -27,6 +27,7 @@ from vgpu_operator import resources
 from vgpu_operator.agent.backoff import Backoff
 from vgpu_operator.agent.dra import shapes
 from vgpu_operator.devices import dra
+from vgpu_operator.wire import OwnerReference, ResourceSlice, SliceDevice
 
 log = structlog.get_logger("vgpu_operator.dra")
 
@@ -34,13 +35,13 @@ log = structlog.get_logger("vgpu_operator.dra")
 class SliceStore(Protocol):
     """The API calls of the publisher (``kube.resource_slices`` and the inventory)."""
 
-    async def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]: ...
+    async def list_slices(self, driver: str, node: str) -> list[ResourceSlice]: ...
 
-    async def put_slice(self, wanted: Mapping[str, Any]) -> None: ...
+    async def put_slice(self, wanted: ResourceSlice) -> None: ...
 
     async def delete_slice(self, name: str) -> None: ...
 
-    async def owner(self, node: str) -> Mapping[str, Any] | None:
+    async def owner(self, node: str) -> OwnerReference | None:
         """The ownerReference the node's slices carry (its DeviceInventory), or None."""
         ...
 
@@ -65,7 +66,7 @@ class SlicePublisher:
         self._pcie_root = pcie_root
         self._status: resources.DeviceInventoryStatus | None = None
         self._cards: list[dra.CardShape] = []
-        self._published: list[dict[str, Any]] | None = None
+        self._published: list[SliceDevice] | None = None
         self._generation: int | None = None
         self._wake = asyncio.Event()
         self._backoff = Backoff(backoff_initial_s, backoff_max_s)
@@ -192,5 +193,5 @@ class SlicePublisher:
         return True
 
 
-def _same_devices(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> bool:
+def _same_devices(first: Sequence[SliceDevice], second: Sequence[SliceDevice]) -> bool:
     return list(first) == list(second)
