@@ -24,10 +24,12 @@
 #                                            Only the dashboard and chart tests use them.
 #   hack/control-plane/build.sh kueue
 #                                            ensure Kueue's controller manager (KUEUE_VERSION)
-#                                            exists with its CRDs beside it (crd/, copied from
-#                                            its module's config/components/crd/bases), linked
-#                                            into the bin dir as kueue and kueue-crd; print the
-#                                            bin dir (last line). Only the Kueue tests use it.
+#                                            exists with its CRDs and webhook configurations
+#                                            beside it (crd/ and webhooks.yaml, copied from its
+#                                            module's config/components), linked into the bin
+#                                            dir as kueue, kueue-crd and kueue-webhooks.yaml;
+#                                            print the bin dir (last line). Only the Kueue
+#                                            tests use it.
 #
 # Each binary is cached outside the repository, per component and version:
 #   ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/<component>-<version>/<component>
@@ -143,7 +145,8 @@ version_output() { # <path> <component>
         helm) "$1" version 2>&1 ;;
         # Kueue's manager has no version flag (it logs its version when it starts): the build
         # writes a stamp beside it, and the CRDs copied from the same module must be there too.
-        kueue) [[ -s "$(dirname "$1")/crd/kueue.x-k8s.io_workloads.yaml" ]] && cat "$1.version" 2>&1 ;;
+        kueue) [[ -s "$(dirname "$1")/crd/kueue.x-k8s.io_workloads.yaml" && -s "$(dirname "$1")/webhooks.yaml" ]] \
+            && cat "$1.version" 2>&1 ;;
         *) "$1" --version 2>&1 ;;
     esac
 }
@@ -321,13 +324,15 @@ build_component() { # <component>
             || die "kueue: module directory not found"
         mkdir -p "$work/crd"
         cp "$moddir"/config/components/crd/bases/*.yaml "$work/crd/"
-        chmod u+w "$work"/crd/*.yaml
+        cp "$moddir"/config/components/webhook/manifests.yaml "$work/webhooks.yaml"
+        chmod u+w "$work"/crd/*.yaml "$work/webhooks.yaml"
         expected_version kueue >"$work/$c.version"
     fi
     binary_ok "$work/$c" "$c" || die "$c: built binary does not report '$(expected_version "$c")': $(version_output "$work/$c" "$c" | head -n 3)"
     mkdir -p "$dir"
     if [[ "$c" == kueue ]]; then
         rm -rf "$dir/crd" && mv "$work/crd" "$dir/crd"
+        mv -f "$work/webhooks.yaml" "$dir/webhooks.yaml"
         mv -f "$work/$c.version" "$dest.version"
     fi
     mv -f "$work/$c" "$dest.tmp.$$" && mv -f "$dest.tmp.$$" "$dest"
@@ -414,6 +419,7 @@ build_kueue() {
     mkdir -p "$COMBINED"
     link_into_combined kueue "$dir/kueue"
     link_into_combined kueue-crd "$dir/crd"
+    link_into_combined kueue-webhooks.yaml "$dir/webhooks.yaml"
     log "kueue ready in $COMBINED ($((SECONDS - total))s)"
     printf '%s\n' "$COMBINED"
 }

@@ -1,0 +1,238 @@
+"""Kueue in front, the operator behind, on a live control plane with Kueue's real controller
+(``make kueue``; docs/kueue.md).
+
+Two nodes of two 24 GiB cards, each card giving 5 GiB to a pod that runs outside Kueue:
+19 GiB free per card, 76 GiB in all. A pod group of four pods of 20 GiB fits the
+ClusterQueue's quota (Kueue counts ``gpumem x gpu`` in totals, the ResourceTransformation
+of its HAMi guide) but no card.
+
+- Without the check (the contrast): Kueue admits it, ungates its pods, and they wait,
+  unplaceable, holding the queue's quota.
+- With the check ``vgpu-operator.io/placeable``: the workload is answered Retry with the
+  device counts, not admitted, and its pods stay gated (never bound); once the small pods
+  are gone and four cards have room, it is answered Ready, admitted, and all four pods
+  are bound.
+
+Kueue's pod webhook gates every pod naming a queue, so this module runs its own control
+plane (not the session's).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from integration import operator_env as env
+
+from vgpu_operator import names, node_leases
+from vgpu_operator.control.options import PlaceableOptions
+from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.testing.binaries import Binaries
+from vgpu_operator.testing.controlplane import ControlPlane
+
+pytestmark = pytest.mark.integration
+
+GIB = 1024
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+CHECK = "placeable"
+
+
+@pytest.fixture(scope="module")
+def kueue_plane(control_plane_binaries: Binaries) -> Iterator[ControlPlane]:
+    with ControlPlane(kwok=True, binaries=control_plane_binaries) as plane:
+        plane.start_kueue()
+        yield plane
+
+
+def _queues(cp: ControlPlane, namespace: str) -> None:
+    """A flavor, our check, two ClusterQueues (with and without it) and their LocalQueues."""
+    cp.create(
+        f"{KUEUE}/resourceflavors",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+         "metadata": {"name": "cards"}},
+    )  # fmt: skip
+    cp.create(
+        f"{KUEUE}/admissionchecks",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
+            "metadata": {"name": CHECK},
+            "spec": {"controllerName": "vgpu-operator.io/placeable"},
+        },
+    )
+    for name, checks in (("with-check", [{"name": CHECK}]), ("no-check", [])):
+        spec: dict[str, Any] = {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu", "nvidia.com/total-gpumem"],
+                    "flavors": [
+                        {
+                            "name": "cards",
+                            "resources": [
+                                {"name": "nvidia.com/gpu", "nominalQuota": "8"},
+                                # The cards' total (4 x 24 GiB, in MiB as gpumem counts).
+                                {"name": "nvidia.com/total-gpumem", "nominalQuota": "98304"},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
+        if checks:
+            spec["admissionChecksStrategy"] = {"admissionChecks": checks}
+        cp.create(
+            f"{KUEUE}/clusterqueues",
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+             "metadata": {"name": name}, "spec": spec},
+        )  # fmt: skip
+        cp.create(
+            f"{KUEUE}/namespaces/{namespace}/localqueues",
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+             "metadata": {"name": name, "namespace": namespace},
+             "spec": {"clusterQueue": name}},
+        )  # fmt: skip
+
+
+def _group_pod(namespace: str, scheduler: str, queue: str, group: str, i: int) -> dict[str, Any]:
+    pod = env.gpu_pod(
+        namespace,
+        f"{group}-{i}",
+        scheduler=scheduler,
+        group=namespace,
+        gpumem=20 * GIB,
+        labels={QUEUE_LABEL: queue, GROUP_LABEL: group},
+    )
+    pod["metadata"]["annotations"] = {GROUP_COUNT: "4"}
+    return pod
+
+
+def _workload_of(cp: ControlPlane, namespace: str, group: str) -> dict[str, Any] | None:
+    items = cp.get(f"{KUEUE}/namespaces/{namespace}/workloads").get("items", [])
+    for wl in items:
+        owners = {o.get("name", "") for o in wl["metadata"].get("ownerReferences") or ()}
+        if any(o.startswith(f"{group}-") for o in owners):
+            return dict(wl)
+    return None
+
+
+def _true(obj: dict[str, Any], kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or ()
+    )
+
+
+def _check_state(wl: dict[str, Any]) -> dict[str, Any]:
+    for state in (wl.get("status") or {}).get("admissionChecks") or ():
+        if state.get("name") == CHECK:
+            return dict(state)
+    return {}
+
+
+def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
+    kueue_plane: ControlPlane,
+) -> None:
+    cp = kueue_plane
+    namespace = env.unique("team")
+    cp.ensure_namespace(namespace)
+    cp.ensure_namespace(node_leases.NAMESPACE)
+    env.install_crd(cp)
+    scheduler = env.unique("sched")
+    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    node_cards = {}
+    for n in range(2):
+        name = f"{namespace}-n{n}"
+        node_cards[name] = env.cards(f"{namespace}-{n}", 2, memory_mib=24 * GIB)
+        env.gpu_node(cp, name, node_cards[name], group=namespace)
+    _queues(cp, namespace)
+    options = env.options(cp, namespace, kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2))
+    with OperatorThread(options):
+        # 5 GiB on each card, outside Kueue (no queue): 19 GiB free per card.
+        small = []
+        for cards in node_cards.values():
+            for card in cards:
+                pod = env.gpu_pod(
+                    namespace, f"small-{card.uuid.lower()}", scheduler=scheduler,
+                    group=namespace, gpumem=5 * GIB,
+                )  # fmt: skip
+                pod["metadata"]["annotations"] = {names.GPU_USE_UUID: card.uuid}
+                env.create_pod(cp, pod)
+                small.append(pod["metadata"]["name"])
+        for name in small:
+            env.wait_bound(cp, namespace, name)
+
+        # The contrast: without the check, quota alone admits the group; it then waits.
+        for i in range(4):
+            env.create_pod(cp, _group_pod(namespace, scheduler, "no-check", "quota-only", i))
+        admitted = env.wait_until(
+            "the group without the check to be admitted",
+            lambda: (wl := _workload_of(cp, namespace, "quota-only")) and _true(wl, "Admitted"),
+            60,
+        )
+        assert admitted
+
+        def ungated_and_unplaceable() -> bool | None:
+            pods = [env.get_pod(cp, namespace, f"quota-only-{i}") for i in range(4)]
+            for pod in pods:
+                if pod["spec"].get("schedulingGates") or pod["spec"].get("nodeName"):
+                    return None
+                cond = env.condition(pod)
+                if not cond or "CardInsufficientMemory" not in cond.get("message", ""):
+                    return None
+            return True
+
+        env.wait_until("the admitted pods to wait, unplaceable", ungated_and_unplaceable, 60)
+        for i in range(4):
+            cp.delete(f"/api/v1/namespaces/{namespace}/pods/quota-only-{i}")
+
+        # With the check: answered Retry with the device counts; never admitted nor bound.
+        for i in range(4):
+            env.create_pod(cp, _group_pod(namespace, scheduler, "with-check", "checked", i))
+
+        def retried() -> dict[str, Any] | None:
+            wl = _workload_of(cp, namespace, "checked")
+            if wl is None:
+                return None
+            state = _check_state(wl)
+            if state.get("state") == "Retry" or "fits on no node" in state.get("message", ""):
+                return wl
+            return None
+
+        wl = env.wait_until("the check to answer Retry", retried, 60)
+        assert not _true(wl, "Admitted")
+        for _ in range(3):  # a few rounds (asked again every 2 s): still gated
+            seen = _check_state(wl).get("lastTransitionTime")
+
+            def next_round(seen: Any = seen) -> dict[str, Any] | None:
+                w = _workload_of(cp, namespace, "checked")
+                if w is None or _check_state(w).get("state") != "Retry":
+                    return None
+                return w if _check_state(w).get("lastTransitionTime") != seen else None
+
+            wl = env.wait_until("another Retry round", next_round, 30)
+        message = _check_state(wl).get("message", "")
+        assert re.search(r"CardInsufficientMemory", message), message
+        for i in range(4):
+            pod = env.get_pod(cp, namespace, f"checked-{i}")
+            assert {"name": ADMISSION_GATE} in pod["spec"].get("schedulingGates", [])
+            assert not pod["spec"].get("nodeName")
+
+        # Room appears: the small pods go. Answered Ready, admitted, all four bound.
+        for name in small:
+            cp.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        env.wait_until(
+            "the group with the check to be admitted",
+            lambda: (w := _workload_of(cp, namespace, "checked")) and _true(w, "Admitted"),
+            60,
+        )
+        bound = [env.wait_bound(cp, namespace, f"checked-{i}") for i in range(4)]
+        per_card = env.usage_by_card(bound)
+        assert len(per_card) == 4
+        assert all(mem == 20 * GIB for _, mem, _ in per_card.values())
