@@ -194,9 +194,7 @@ class PlaceableController:
         for wid, wl in list(self._retried.items()):
             states = workloads.check_states(wl)
             due = [
-                name
-                for name in sorted(self.checks)
-                if states.get(name, {}).get("state") == "Retry"
+                name for name in sorted(self.checks) if states.get(name, {}).get("state") == "Retry"
             ]
             if not due:
                 continue

@@ -8,29 +8,36 @@ of its HAMi guide) but no card.
 
 - Without the check (the contrast): Kueue admits it, ungates its pods, and they wait,
   unplaceable, holding the queue's quota.
-- With the check ``vgpu-operator.io/placeable``: the workload is answered Retry with the
+- With the check ``vgpu-operator.io/placeable`` (the AdmissionCheck of
+  ``manifests/kueue-admission-check.yaml``): the workload is answered Retry with the
   device counts, not admitted, and its pods stay gated (never bound); once the small pods
   are gone and four cards have room, it is answered Ready, admitted, and all four pods
   are bound.
 
-Kueue's pod webhook gates every pod naming a queue, so this module runs its own control
-plane (not the session's).
+The queued pods name no scheduler: both webhooks see each pod's creation, Kueue's puts its
+scheduling gate on it and ours routes it to our scheduler. Kueue's pod webhook gates every
+pod naming a queue, so this module runs its own control plane (not the session's).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from integration import operator_env as env
+from integration.test_operator_webhook import make_pki
 
 from vgpu_operator import names, node_leases
-from vgpu_operator.control.options import PlaceableOptions
+from vgpu_operator.control.options import PlaceableOptions, WebhookOptions
+from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ControlPlane
+from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.processes import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +47,14 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
-CHECK = "placeable"
+MANIFEST = env.REPO / "manifests" / "kueue-admission-check.yaml"
+#: The AdmissionCheck of the manifest.
+CHECK = next(
+    d["metadata"]["name"]
+    for d in yaml.safe_load_all(MANIFEST.read_text())
+    if d and d["kind"] == "AdmissionCheck"
+)
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +71,9 @@ def _queues(cp: ControlPlane, namespace: str) -> None:
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
          "metadata": {"name": "cards"}},
     )  # fmt: skip
-    cp.create(
-        f"{KUEUE}/admissionchecks",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "AdmissionCheck",
-            "metadata": {"name": CHECK},
-            "spec": {"controllerName": "vgpu-operator.io/placeable"},
-        },
-    )
+    for document in yaml.safe_load_all(MANIFEST.read_text()):
+        if document and document["kind"] == "AdmissionCheck":
+            cp.create(f"{KUEUE}/admissionchecks", document)
     for name, checks in (("with-check", [{"name": CHECK}]), ("no-check", [])):
         spec: dict[str, Any] = {
             "namespaceSelector": {},
@@ -110,6 +118,7 @@ def _group_pod(namespace: str, scheduler: str, queue: str, group: str, i: int) -
         labels={QUEUE_LABEL: queue, GROUP_LABEL: group},
     )
     pod["metadata"]["annotations"] = {GROUP_COUNT: "4"}
+    del pod["spec"]["schedulerName"]  # our webhook routes it
     return pod
 
 
@@ -137,7 +146,7 @@ def _check_state(wl: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
-    kueue_plane: ControlPlane,
+    kueue_plane: ControlPlane, tmp_path: Path
 ) -> None:
     cp = kueue_plane
     namespace = env.unique("team")
@@ -152,8 +161,37 @@ def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
         node_cards[name] = env.cards(f"{namespace}-{n}", 2, memory_mib=24 * GIB)
         env.gpu_node(cp, name, node_cards[name], group=namespace)
     _queues(cp, namespace)
-    options = env.options(cp, namespace, kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2))
+    pki, port = make_pki(tmp_path), free_port()
+    webhook = WebhookOptions(
+        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
+    )
+    options = env.options(
+        cp,
+        namespace,
+        webhook=webhook,
+        kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2),
+    )
     with OperatorThread(options):
+        cp.create(
+            WEBHOOKS,
+            env.pod_webhook_configuration(
+                f"vgpu-{namespace}",
+                namespace,
+                f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+                ca=pki.ca.read_bytes(),
+                timeout_s=10,
+            ),
+        )
+        probe = env.gpu_pod(namespace, "probe", scheduler=scheduler, group=namespace)
+
+        def webhook_answers() -> bool:
+            try:
+                cp.create(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", probe)
+            except ApiError:
+                return False
+            return True
+
+        env.wait_until("our webhook to answer", webhook_answers, 30)
         # 5 GiB on each card, outside Kueue (no queue): 19 GiB free per card.
         small = []
         for cards in node_cards.values():
@@ -222,6 +260,7 @@ def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
         for i in range(4):
             pod = env.get_pod(cp, namespace, f"checked-{i}")
             assert {"name": ADMISSION_GATE} in pod["spec"].get("schedulingGates", [])
+            assert pod["spec"]["schedulerName"] == scheduler  # routed by our webhook
             assert not pod["spec"].get("nodeName")
 
         # Room appears: the small pods go. Answered Ready, admitted, all four bound.
