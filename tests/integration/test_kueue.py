@@ -21,7 +21,9 @@ pod naming a queue, so this module runs its own control plane (not the session's
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,9 @@ from vgpu_operator import names, node_leases
 from vgpu_operator.control.options import PlaceableOptions, WebhookOptions
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.kube import client as kube_client
+from vgpu_operator.kube import listing, workloads
+from vgpu_operator.kube.requests import ApiError as RequestsApiError
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 from vgpu_operator.testing.processes import free_port
@@ -275,3 +280,98 @@ def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
         per_card = env.usage_by_card(bound)
         assert len(per_card) == 4
         assert all(mem == 20 * GIB for _, mem, _ in per_card.values())
+
+
+def test_the_manifests_role_is_enough_for_the_check(kueue_plane: ControlPlane) -> None:
+    """The check's reads and writes, as an identity holding only the ClusterRole of
+    manifests/kueue-admission-check.yaml: list and watch AdmissionChecks and Workloads,
+    patch their status; nothing else (a pod list is refused)."""
+    cp = kueue_plane
+    namespace = env.unique("rbac")
+    cp.ensure_namespace(namespace)
+    user = env.unique("kueue-check")
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    for document in yaml.safe_load_all(MANIFEST.read_text()):
+        if document and document["kind"] == "ClusterRole":
+            name = f"{document['metadata']['name']}-{user}"
+            cp.create(f"{rbac}/clusterroles", {**document, "metadata": {"name": name}})
+            cp.create(
+                f"{rbac}/clusterrolebindings",
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": name},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": name,
+                    },
+                    "subjects": [
+                        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                    ],
+                },
+            )
+    check = env.unique("check")
+    cp.create(
+        f"{KUEUE}/admissionchecks",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+         "metadata": {"name": check},
+         "spec": {"controllerName": "vgpu-operator.io/placeable"}},
+    )  # fmt: skip
+    wl = cp.create(
+        f"{KUEUE}/namespaces/{namespace}/workloads",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "w", "namespace": namespace},
+            "spec": {
+                "queueName": "nowhere",
+                "podSets": [
+                    {
+                        "name": "main",
+                        "count": 1,
+                        "template": {
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [{"name": "c", "image": "registry.invalid/x"}],
+                            }
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    kubeconfig = cp.create_client_credentials(user).kubeconfig_path
+
+    async def as_the_check() -> None:
+        api = await kube_client.create_api_client(kubeconfig)
+        try:
+            checks = await listing.list_all(api, workloads.ADMISSION_CHECKS)
+            assert check in {c["metadata"]["name"] for c in checks.items}
+            listed = await listing.list_all(api, workloads.WORKLOADS)
+            assert any(w["metadata"]["namespace"] == namespace for w in listed.items)
+            async for _ in listing.watch(
+                api, workloads.WORKLOADS, resource_version=listed.resource_version, timeout_s=1
+            ):
+                pass
+            await workloads.set_check_active(api, check, time.time())
+            await workloads.set_check_state(api, wl, check, "Retry", "no room", time.time())
+            with pytest.raises(RequestsApiError) as refused:
+                await listing.list_all(api, "/api/v1/pods")
+            assert refused.value.status == 403
+        finally:
+            await api.close()
+
+    asyncio.run(as_the_check())
+    got = cp.get(f"{KUEUE}/admissionchecks/{check}")
+    assert any(c["type"] == "Active" and c["status"] == "True" for c in got["status"]["conditions"])
+    state = _check_state_named(cp.get(f"{KUEUE}/namespaces/{namespace}/workloads/w"), check)
+    assert state["state"] == "Retry"
+    assert state["message"] == "no room"
+
+
+def _check_state_named(wl: dict[str, Any], name: str) -> dict[str, Any]:
+    for state in (wl.get("status") or {}).get("admissionChecks") or ():
+        if state.get("name") == name:
+            return dict(state)
+    return {}
