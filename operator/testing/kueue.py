@@ -78,6 +78,46 @@ _SYSTEM_NAMESPACES: Final = {
 }
 
 
+#: kwok's stages for a pod being deleted while a finalizer holds it (Kueue's
+#: ``kueue.x-k8s.io/managed`` on the pods it manages): as kubelet does, the pod is moved to
+#: a terminal phase first (Failed); Kueue then drops its finalizer and the pod goes.
+_TERMINATE_STAGE: Final = """---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-terminate-held
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.metadata.finalizers'
+      operator: 'Exists'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Pending'
+      - 'Running'
+  next:
+    statusTemplate: |
+      phase: Failed
+      reason: Terminated
+"""
+
+
+def kwok_stages(base: str) -> str:
+    """``base`` (the test control plane's stages) with pods held by a finalizer terminated
+    when deleted, and deleted only once no finalizer holds them."""
+    delete_at = base.index("name: pod-delete")
+    selector = "    - key: '.metadata.deletionTimestamp'\n      operator: 'Exists'\n"
+    at = base.index(selector, delete_at) + len(selector)
+    no_finalizer = "    - key: '.metadata.finalizers'\n      operator: 'DoesNotExist'\n"
+    return base[:at] + no_finalizer + base[at:].rstrip("\n") + "\n" + _TERMINATE_STAGE
+
+
 @dataclass(frozen=True, slots=True)
 class KueueCerts:
     ca_pem: bytes

@@ -40,8 +40,9 @@ from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import client as kube_client
 from vgpu_operator.kube import listing, workloads
 from vgpu_operator.kube.requests import ApiError as RequestsApiError
+from vgpu_operator.testing import kueue
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import KWOK_STAGES, ApiError, ControlPlane
 from vgpu_operator.testing.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -64,7 +65,10 @@ WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
 @pytest.fixture(scope="module")
 def kueue_plane(control_plane_binaries: Binaries) -> Iterator[ControlPlane]:
-    with ControlPlane(kwok=True, binaries=control_plane_binaries) as plane:
+    # Kueue's finalizer holds the pods it deletes until they end: kwok ends them, as
+    # kubelet would (kueue.kwok_stages).
+    stages = kueue.kwok_stages(KWOK_STAGES)
+    with ControlPlane(kwok=True, binaries=control_plane_binaries, kwok_stages=stages) as plane:
         plane.start_kueue()
         yield plane
 
@@ -318,7 +322,7 @@ def test_the_manifests_role_is_enough_for_the_check(kueue_plane: ControlPlane) -
          "metadata": {"name": check},
          "spec": {"controllerName": "vgpu-operator.io/placeable"}},
     )  # fmt: skip
-    wl = cp.create(
+    cp.create(
         f"{KUEUE}/namespaces/{namespace}/workloads",
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -355,7 +359,18 @@ def test_the_manifests_role_is_enough_for_the_check(kueue_plane: ControlPlane) -
             ):
                 pass
             await workloads.set_check_active(api, check, time.time())
-            await workloads.set_check_state(api, wl, check, "Retry", "no room", time.time())
+            for _ in range(10):  # Kueue may update it meanwhile: the answer's precondition
+                found = await listing.list_all(api, workloads.WORKLOADS)
+                mine = next(w for w in found.items if w["metadata"]["namespace"] == namespace)
+                try:
+                    await workloads.set_check_state(
+                        api, mine, check, "Retry", "no room", time.time()
+                    )
+                    break
+                except RequestsApiError as exc:
+                    if exc.status != 409:
+                        raise
+                    await asyncio.sleep(0.5)
             with pytest.raises(RequestsApiError) as refused:
                 await listing.list_all(api, "/api/v1/pods")
             assert refused.value.status == 403
@@ -375,3 +390,108 @@ def _check_state_named(wl: dict[str, Any], name: str) -> dict[str, Any]:
         if state.get("name") == name:
             return dict(state)
     return {}
+
+
+def test_a_preempted_workloads_pods_leave_the_books(
+    kueue_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """Kueue preempts a low-priority pod group for a high-priority one in the same
+    ClusterQueue: the low group's pods are deleted and end, are released from the books,
+    and the high group is then answered Ready, admitted and bound to the same cards."""
+    cp = kueue_plane
+    namespace = env.unique("prio")
+    cp.ensure_namespace(namespace)
+    cp.ensure_namespace(node_leases.NAMESPACE)
+    env.install_crd(cp)
+    scheduler = env.unique("sched")
+    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    node_cards = env.cards(namespace, 2, memory_mib=24 * GIB)
+    env.gpu_node(cp, f"{namespace}-n0", node_cards, group=namespace)
+    queue = env.unique("prio")
+    create_unless = env.create_unless_present
+    create_unless(
+        cp,
+        f"{KUEUE}/resourceflavors",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+         "metadata": {"name": "cards"}},
+    )  # fmt: skip
+    for document in yaml.safe_load_all(MANIFEST.read_text()):
+        if document and document["kind"] == "AdmissionCheck":
+            create_unless(cp, f"{KUEUE}/admissionchecks", document)
+    for name, value in (("low", 10), ("high", 1000)):
+        create_unless(
+            cp,
+            f"{KUEUE}/workloadpriorityclasses",
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+             "metadata": {"name": name}, "value": value},
+        )  # fmt: skip
+    cp.create(
+        f"{KUEUE}/clusterqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": queue},
+            "spec": {
+                "namespaceSelector": {},
+                "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["nvidia.com/gpu", "nvidia.com/total-gpumem"],
+                        "flavors": [
+                            {
+                                "name": "cards",
+                                "resources": [
+                                    {"name": "nvidia.com/gpu", "nominalQuota": "2"},
+                                    {"name": "nvidia.com/total-gpumem", "nominalQuota": "49152"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    cp.create(
+        f"{KUEUE}/namespaces/{namespace}/localqueues",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": queue, "namespace": namespace},
+         "spec": {"clusterQueue": queue}},
+    )  # fmt: skip
+
+    def group(name: str, priority: str) -> None:
+        for i in range(2):
+            pod = _group_pod(namespace, scheduler, queue, name, i)
+            pod["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = priority
+            pod["metadata"]["annotations"] = {GROUP_COUNT: "2"}
+            pod["spec"]["schedulerName"] = scheduler
+            env.create_pod(cp, pod)
+
+    options = env.options(cp, namespace, kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2))
+    with OperatorThread(options) as operator:
+        group("low", "low")
+        low = [env.wait_bound(cp, namespace, f"low-{i}") for i in range(2)]
+        assert len(env.usage_by_card(low)) == 2
+        group("high", "high")
+
+        def low_ended() -> bool:
+            # Deleted by Kueue and ended (kwok plays kubelet); Kueue's finalizer may keep
+            # the objects a while longer, which is Kueue's business, not the books'.
+            pods = [p for p in env.list_pods(cp, namespace) if p["metadata"]["name"] in low_names]
+            return all(
+                p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Failed"
+                for p in pods
+            )
+
+        low_names = {"low-0", "low-1"}
+        env.wait_until("the low group to be preempted and ended", low_ended, 60)
+        high = [env.wait_bound(cp, namespace, f"high-{i}") for i in range(2)]
+        per_card = env.usage_by_card(high)
+        assert sorted(per_card) == sorted(c.uuid for c in node_cards)
+        # The books hold the high pods only: each card's 20 GiB, not 40.
+        state = operator.app.state
+        assert state is not None
+        held = {
+            row.uuid: row.used_memory_mib for row in state.device_usage() if row.uuid in per_card
+        }
+        assert held == dict.fromkeys(per_card, 20 * GIB)
