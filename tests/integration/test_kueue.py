@@ -73,17 +73,20 @@ def kueue_plane(control_plane_binaries: Binaries) -> Iterator[ControlPlane]:
         yield plane
 
 
-def _queues(cp: ControlPlane, namespace: str) -> None:
-    """A flavor, our check, two ClusterQueues (with and without it) and their LocalQueues."""
-    cp.create(
+def _queues(cp: ControlPlane, namespace: str, suffix: str = "") -> None:
+    """A flavor, our check, two ClusterQueues (with and without it) and their LocalQueues
+    (names ending in ``-suffix`` when given)."""
+    env.create_unless_present(
+        cp,
         f"{KUEUE}/resourceflavors",
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
          "metadata": {"name": "cards"}},
     )  # fmt: skip
     for document in yaml.safe_load_all(MANIFEST.read_text()):
         if document and document["kind"] == "AdmissionCheck":
-            cp.create(f"{KUEUE}/admissionchecks", document)
-    for name, checks in (("with-check", [{"name": CHECK}]), ("no-check", [])):
+            env.create_unless_present(cp, f"{KUEUE}/admissionchecks", document)
+    for base, checks in (("with-check", [{"name": CHECK}]), ("no-check", [])):
+        name = f"{base}-{suffix}" if suffix else base
         spec: dict[str, Any] = {
             "namespaceSelector": {},
             "resourceGroups": [
@@ -115,6 +118,30 @@ def _queues(cp: ControlPlane, namespace: str) -> None:
              "metadata": {"name": name, "namespace": namespace},
              "spec": {"clusterQueue": name}},
         )  # fmt: skip
+
+
+def _our_webhook(cp: ControlPlane, namespace: str, scheduler: str, port: int, ca: bytes) -> None:
+    """Our pod webhook for the namespace, and wait until the API server reaches it."""
+    cp.create(
+        WEBHOOKS,
+        env.pod_webhook_configuration(
+            f"vgpu-{namespace}",
+            namespace,
+            f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+            ca=ca,
+            timeout_s=10,
+        ),
+    )
+    probe = env.gpu_pod(namespace, "probe", scheduler=scheduler, group=namespace)
+
+    def webhook_answers() -> bool:
+        try:
+            cp.create(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", probe)
+        except ApiError:
+            return False
+        return True
+
+    env.wait_until("our webhook to answer", webhook_answers, 30)
 
 
 def _group_pod(namespace: str, scheduler: str, queue: str, group: str, i: int) -> dict[str, Any]:
@@ -181,26 +208,7 @@ def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
         kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2),
     )
     with OperatorThread(options):
-        cp.create(
-            WEBHOOKS,
-            env.pod_webhook_configuration(
-                f"vgpu-{namespace}",
-                namespace,
-                f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
-                ca=pki.ca.read_bytes(),
-                timeout_s=10,
-            ),
-        )
-        probe = env.gpu_pod(namespace, "probe", scheduler=scheduler, group=namespace)
-
-        def webhook_answers() -> bool:
-            try:
-                cp.create(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", probe)
-            except ApiError:
-                return False
-            return True
-
-        env.wait_until("our webhook to answer", webhook_answers, 30)
+        _our_webhook(cp, namespace, scheduler, port, pki.ca.read_bytes())
         # 5 GiB on each card, outside Kueue (no queue): 19 GiB free per card.
         small = []
         for cards in node_cards.values():
@@ -495,3 +503,80 @@ def test_a_preempted_workloads_pods_leave_the_books(
             row.uuid: row.used_memory_mib for row in state.device_usage() if row.uuid in per_card
         }
         assert held == dict.fromkeys(per_card, 20 * GIB)
+
+
+def test_a_job_is_admitted_when_its_pods_fit_and_its_pods_are_ours(
+    kueue_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """A Job (Kueue's batch/job integration, kube-controller-manager's job controller) of
+    two 20 GiB pods naming no scheduler: suspended by Kueue, answered Ready (two cards of
+    24 GiB), unsuspended; its pods are routed by our webhook and bound one per card."""
+    cp = kueue_plane
+    cp.start_controller_manager(["job-controller"])
+    namespace = env.unique("job")
+    cp.ensure_namespace(namespace)
+    cp.ensure_namespace(node_leases.NAMESPACE)
+    env.install_crd(cp)
+    scheduler = env.unique("sched")
+    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    node_cards = env.cards(namespace, 2, memory_mib=24 * GIB)
+    env.gpu_node(cp, f"{namespace}-n0", node_cards, group=namespace)
+    _queues(cp, namespace, suffix=namespace)
+    pki, port = make_pki(tmp_path), free_port()
+    webhook = WebhookOptions(
+        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
+    )
+    options = env.options(
+        cp, namespace, webhook=webhook, kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2)
+    )
+    with OperatorThread(options):
+        _our_webhook(cp, namespace, scheduler, port, pki.ca.read_bytes())
+        limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(20 * GIB)}
+        job = cp.create(
+            f"/apis/batch/v1/namespaces/{namespace}/jobs",
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": "train",
+                    "namespace": namespace,
+                    "labels": {QUEUE_LABEL: f"with-check-{namespace}"},
+                },
+                "spec": {
+                    "parallelism": 2,
+                    "completions": 2,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "nodeSelector": {env.TEST_LABEL: namespace},
+                            "containers": [
+                                {
+                                    "name": "main",
+                                    "image": "registry.invalid/cuda:latest",
+                                    "resources": {"limits": limits},
+                                }
+                            ],
+                        }
+                    },
+                },
+            },
+        )
+        assert job["spec"]["suspend"] is True  # Kueue's webhook: held until admitted
+
+        def admitted() -> dict[str, Any] | None:
+            items = cp.get(f"{KUEUE}/namespaces/{namespace}/workloads").get("items", [])
+            done = [w for w in items if _true(w, "Admitted")]
+            return done[0] if done else None
+
+        wl = env.wait_until("the job's workload to be admitted", admitted, 60)
+        assert _check_state(wl)["state"] == "Ready"
+
+        def bound_pods() -> list[dict[str, Any]] | None:
+            pods = [p for p in env.list_pods(cp, namespace) if p["spec"].get("nodeName")]
+            return pods if len(pods) == 2 else None
+
+        pods = env.wait_until("the job's two pods to be bound", bound_pods, 60)
+        assert {p["spec"]["schedulerName"] for p in pods} == {scheduler}
+        # (kwok completes a Job's pods at once: read their allocations, not live usage)
+        cards_used = sorted(card for p in pods for card, _, _ in env.allocation(p))
+        assert cards_used == sorted(c.uuid for c in node_cards)
