@@ -137,7 +137,7 @@ class PlaceableController:
             except Exception as exc:
                 delay = next(delays, _RETRY_S[-1])
                 log.warning("kueue_watch_failed", kind=kind, error=str(exc), retry_after_s=delay)
-                self._on_error(f"{kind}_watch")
+                self._on_error("kueue_watch")
                 await asyncio.sleep(delay)
 
     async def _check_event(self, event_type: str, check: dict[str, Any]) -> None:
@@ -155,7 +155,7 @@ class PlaceableController:
                 log.info("kueue_check_active", check=name)
             except ApiError as exc:
                 log.warning("kueue_check_activate_failed", check=name, error=str(exc))
-                self._on_error("admissioncheck_status")
+                self._on_error("kueue_check")
 
     async def _workload_event(self, event_type: str, wl: dict[str, Any]) -> None:
         wid = placeable_check.workload_id(wl)
@@ -211,7 +211,7 @@ class PlaceableController:
             except ApiError as exc:
                 if exc.status not in (404, 409):
                     log.warning("kueue_check_reset_failed", workload=wid, error=str(exc))
-                    self._on_error("workload_status")
+                    self._on_error("kueue_check")
                     continue
                 log.info("kueue_check_stale", workload=wid, status=exc.status)
             else:
@@ -256,7 +256,7 @@ class PlaceableController:
                 return
             # Left pending: judged again at the next tick.
             log.warning("kueue_check_write_failed", workload=wid, error=str(exc))
-            self._on_error("workload_status")
+            self._on_error("kueue_check")
             return
         self._answered[wid] = _rv(wl)
         self._pending.pop(wid, None)
