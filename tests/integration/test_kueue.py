@@ -64,12 +64,12 @@ WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
 
 @pytest.fixture(scope="module")
-def kueue_plane(control_plane_binaries: Binaries) -> Iterator[ControlPlane]:
+def kueue_plane(control_plane_binaries: Binaries, kueue_binary: Path) -> Iterator[ControlPlane]:
     # Kueue's finalizer holds the pods it deletes until they end: kwok ends them, as
     # kubelet would (kueue.kwok_stages).
     stages = kueue.kwok_stages(KWOK_STAGES)
     with ControlPlane(kwok=True, binaries=control_plane_binaries, kwok_stages=stages) as plane:
-        plane.start_kueue()
+        plane.start_kueue(kueue_binary)
         yield plane
 
 
