@@ -22,6 +22,7 @@ help:
 	@echo "make gpu-check - the agent, its device plugin and HAMi-core on this machine's GPU (docs/hardware.md)"
 	@echo "make gpu-check-prepare - fetch what gpu-check needs into .gpu-check/ (network; before going offline)"
 	@echo "make dra-conformance - kubelet's DRA manager and the CDI library, the harness of the DRA tests"
+	@echo "make kueue    - Kueue's controller manager and CRDs, for the Kueue tests (docs/kueue.md)"
 
 -include hack/control-plane.mk
 
@@ -39,14 +40,14 @@ $(BIN)/.linked: $(BIN)/.deps $(PKG_SOURCES)
 
 dev: $(BIN)/.linked
 
-test: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance
+test: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance kueue
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest
 
 test-unit: dev
 	$(BIN)/pytest -m 'not integration'
 
-test-integration: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance
+test-integration: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance kueue
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest -m integration
 

@@ -50,3 +50,10 @@ export VGPU_DRA_CONFORMANCE := $(DRA_CONFORMANCE)
 .PHONY: dra-conformance
 dra-conformance: control-plane-bins
 	@$(CONTROL_PLANE_BUILD) dra-conformance
+
+# Kueue's controller manager (KUEUE_VERSION, sigs.k8s.io/kueue/cmd/kueue) and its CRDs, for the
+# Kueue tests only (tests/integration/test_kueue.py; docs/kueue.md); linked into
+# $(CONTROL_PLANE_BIN_DIR) as kueue and kueue-crd. `make test` builds it, `make demo` does not.
+.PHONY: kueue
+kueue: control-plane-bins
+	@$(CONTROL_PLANE_BUILD) kueue

@@ -110,6 +110,9 @@ API_OPERATIONS: Final = (
     "quota_watch",
     "budget_watch",
     "webhook_tls",
+    # Kueue's AdmissionCheck (--kueue-placeable-check): its watches, its status writes.
+    "kueue_watch",
+    "kueue_check",
 )
 
 #: kube-scheduler's buckets for its preemption_victims histogram.

@@ -193,6 +193,30 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     show_default=True,
     help="Seconds a move (the pod gone, its replacement bound) may take before the plan stops.",
 )
+@click.option(
+    "--kueue-placeable-check/--no-kueue-placeable-check",
+    default=False,
+    show_default=True,
+    help="Answer Kueue's AdmissionChecks of controllerName vgpu-operator.io/placeable: Ready "
+    "only when every pod of the Workload fits on the cards now (docs/kueue.md).",
+)
+@click.option(
+    "--kueue-hold",
+    "kueue_hold_s",
+    type=Seconds(1.0),
+    default=30.0,
+    show_default=True,
+    help="Seconds a Ready answer holds the shares it found, at most (until Kueue admits).",
+)
+@click.option(
+    "--kueue-retry-after",
+    "kueue_retry_after_s",
+    type=click.IntRange(min=2),
+    default=10,
+    show_default=True,
+    help="requeueAfterSeconds of a Retry answer: when Kueue asks again (at least 2: the "
+    "answer is set back to Pending before Kueue requeues the workload; docs/kueue.md).",
+)
 def run(
     kubeconfig: Path | None,
     namespace: str,
@@ -225,6 +249,9 @@ def run(
     defrag_allow_bare_pods: bool,
     defrag_owner_kinds: tuple[str, ...],
     defrag_step_timeout_s: float,
+    kueue_placeable_check: bool,
+    kueue_hold_s: float,
+    kueue_retry_after_s: int,
 ) -> None:
     # Imported here so that `vgpu-operator --help` does not load Kopf.
     from vgpu_operator import logging as vgpu_logging
@@ -279,6 +306,11 @@ def run(
             step_timeout_s=defrag_step_timeout_s,
         )
         if defrag
+        else None,
+        kueue_check=operator_options.PlaceableOptions(
+            hold_s=kueue_hold_s, retry_after_s=kueue_retry_after_s
+        )
+        if kueue_placeable_check
         else None,
     )
     runtime.run_forever(options)

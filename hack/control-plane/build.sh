@@ -22,6 +22,14 @@
 #                                            promtool) and helm exist, linked into the bin dir
 #                                            beside the others; print the bin dir (last line).
 #                                            Only the dashboard and chart tests use them.
+#   hack/control-plane/build.sh kueue
+#                                            ensure Kueue's controller manager (KUEUE_VERSION)
+#                                            exists with its CRDs and webhook configurations
+#                                            beside it (crd/ and webhooks.yaml, copied from its
+#                                            module's config/components), linked into the bin
+#                                            dir as kueue, kueue-crd and kueue-webhooks.yaml;
+#                                            print the bin dir (last line). Only the Kueue
+#                                            tests use it.
 #
 # Each binary is cached outside the repository, per component and version:
 #   ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/<component>-<version>/<component>
@@ -80,7 +88,7 @@ if [[ "${1:-}" == "--print-path" && $# -eq 2 ]] && is_harness "$2"; then
     harness_path "$2"; printf '\n'
     exit 0
 fi
-BENCH=0 ONLY_HARNESS="" ONLY_OBSERVABILITY=0
+BENCH=0 ONLY_HARNESS="" ONLY_OBSERVABILITY=0 ONLY_KUEUE=0
 if [[ "${1:-}" == "--bench" ]]; then
     BENCH=1
     shift
@@ -90,8 +98,11 @@ elif [[ $# -gt 0 ]] && is_harness "$1"; then
 elif [[ "${1:-}" == "observability" ]]; then
     ONLY_OBSERVABILITY=1
     shift
+elif [[ "${1:-}" == "kueue" ]]; then
+    ONLY_KUEUE=1
+    shift
 fi
-[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir | HARNESS | --print-path HARNESS | observability] (HARNESS: ${HARNESSES[*]})"
+[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir | HARNESS | --print-path HARNESS | observability | kueue] (HARNESS: ${HARNESSES[*]})"
 
 # --- Go environment -------------------------------------------------------------------------------
 GO=${GO:-}
@@ -122,6 +133,7 @@ expected_version() {
         promtool) printf 'promtool, version %s ' "${PROMTOOL_VERSION#v}" ;;
         prometheus) printf 'prometheus, version %s ' "${PROMTOOL_VERSION#v}" ;;
         helm) printf 'Version:"%s"' "$HELM_VERSION" ;;
+        kueue) printf 'kueue %s' "$KUEUE_VERSION" ;;
     esac
 }
 
@@ -131,6 +143,10 @@ version_output() { # <path> <component>
         kubectl) "$1" version --client 2>&1 ;;
         toxiproxy) "$1" -version 2>&1 ;;
         helm) "$1" version 2>&1 ;;
+        # Kueue's manager has no version flag (it logs its version when it starts): the build
+        # writes a stamp beside it, and the CRDs copied from the same module must be there too.
+        kueue) [[ -s "$(dirname "$1")/crd/kueue.x-k8s.io_workloads.yaml" && -s "$(dirname "$1")/webhooks.yaml" ]] \
+            && cat "$1.version" 2>&1 ;;
         *) "$1" --version 2>&1 ;;
     esac
 }
@@ -164,6 +180,7 @@ component_version() {
         promtool) printf '%s' "$PROMTOOL_VERSION" ;;
         prometheus) printf '%s' "$PROMTOOL_VERSION" ;;
         helm) printf '%s' "$HELM_VERSION" ;;
+        kueue) printf '%s' "$KUEUE_VERSION" ;;
     esac
 }
 
@@ -291,11 +308,33 @@ build_component() { # <component>
             done
             pkg=helm.sh/helm/v3/cmd/helm
             ;;
+        kueue)
+            check_wrapper_version "$c" sigs.k8s.io/kueue "$KUEUE_VERSION"
+            ldflags="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+            ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitCommit=module-$KUEUE_VERSION"
+            pkg=sigs.k8s.io/kueue/cmd/kueue
+            ;;
         *) die "unknown component $c" ;;
     esac
     go_build "$c" "$work" "$pkg" "$work/$c" "$ldflags" "$tags"
+    if [[ "$c" == kueue ]]; then
+        # Its CRDs, from the module just built (the same version), and the version stamp.
+        local moddir
+        moddir=$(cd "$work" && "$GO" list -m -f '{{.Dir}}' sigs.k8s.io/kueue) \
+            || die "kueue: module directory not found"
+        mkdir -p "$work/crd"
+        cp "$moddir"/config/components/crd/bases/*.yaml "$work/crd/"
+        cp "$moddir"/config/components/webhook/manifests.yaml "$work/webhooks.yaml"
+        chmod u+w "$work"/crd/*.yaml "$work/webhooks.yaml"
+        expected_version kueue >"$work/$c.version"
+    fi
     binary_ok "$work/$c" "$c" || die "$c: built binary does not report '$(expected_version "$c")': $(version_output "$work/$c" "$c" | head -n 3)"
     mkdir -p "$dir"
+    if [[ "$c" == kueue ]]; then
+        rm -rf "$dir/crd" && mv "$work/crd" "$dir/crd"
+        mv -f "$work/webhooks.yaml" "$dir/webhooks.yaml"
+        mv -f "$work/$c.version" "$dest.version"
+    fi
     mv -f "$work/$c" "$dest.tmp.$$" && mv -f "$dest.tmp.$$" "$dest"
     rm -rf "$work"
     log "$c $version: installed $dest"
@@ -371,6 +410,21 @@ build_observability() {
     printf '%s\n' "$COMBINED"
 }
 
+# Kueue's controller manager and its CRDs, for the Kueue tests only (`make kueue`, which
+# `make test` runs), linked into the combined directory as kueue and kueue-crd.
+build_kueue() {
+    lock
+    local total=$SECONDS dir="$BIN_ROOT/kueue-$KUEUE_VERSION"
+    build_component kueue
+    mkdir -p "$COMBINED"
+    link_into_combined kueue "$dir/kueue"
+    link_into_combined kueue-crd "$dir/crd"
+    link_into_combined kueue-webhooks.yaml "$dir/webhooks.yaml"
+    log "kueue ready in $COMBINED ($((SECONDS - total))s)"
+    printf '%s\n' "$COMBINED"
+}
+
 if [[ -n "$ONLY_HARNESS" ]]; then build_harness "$ONLY_HARNESS"; exit; fi
+if (( ONLY_KUEUE )); then build_kueue; exit; fi
 if (( ONLY_OBSERVABILITY )); then build_observability; exit; fi
 main "$@"; exit

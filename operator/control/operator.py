@@ -30,6 +30,7 @@ from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.control import (
     admission,
+    admission_checks,
     cel_offload,
     claim_binding,
     claims_feed,
@@ -38,6 +39,7 @@ from vgpu_operator.control import (
     feed,
     heap,
     leadership,
+    placeable_check,
     pod_facts,
     queue,
     reporting,
@@ -263,6 +265,8 @@ class Operator:
                     on_error=lambda: self.metrics.api_error("template_collector"),
                 ),
             )
+        if options.kueue_check is not None:
+            self._spawn("kueue admission check", self._placeable_controller().run())
         self._spawn("deferred events", self.deferred.run(self._deferred_write_failed))
         self._spawn("housekeeping", self._housekeeping())
         self.started.set()
@@ -276,6 +280,18 @@ class Operator:
     async def admit_pod(self, pod: Pod, *, dry_run: bool = False) -> admission.AdmissionAnswer:
         """What the mutating webhook answers for ``pod`` (``admission.PodAdmission``)."""
         return await self.admission.admit_pod(pod, dry_run=dry_run)
+
+    def _placeable_controller(self) -> admission_checks.PlaceableController:
+        """Kueue's AdmissionCheck vgpu-operator.io/placeable on our books (docs/kueue.md)."""
+        assert self.options.kueue_check is not None
+        return admission_checks.PlaceableController(
+            self.api,
+            placeable_check.PlaceableCheck(self.state, hold_s=self.options.kueue_check.hold_s),
+            self.options.kueue_check,
+            decides=lambda: self._is_leader() and self.synced,
+            on_released=self.feed.settle_releases,
+            on_error=self.metrics.api_error,
+        )
 
     async def _ensure_peering(self) -> None:
         """Create our peering object if it is missing (manifests/ ships only its CRD)."""

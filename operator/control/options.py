@@ -68,6 +68,17 @@ class TemplateCollection:
 
 
 @dataclass(frozen=True, slots=True)
+class PlaceableOptions:
+    """Kueue's AdmissionCheck ``vgpu-operator.io/placeable`` (``--kueue-placeable-check``)."""
+
+    #: How long a Ready answer holds its shares at most (seconds; docs/kueue.md).
+    hold_s: float = 30.0
+    #: ``requeueAfterSeconds`` of a Retry answer: when Kueue tries the workload again (at
+    #: least 2: ``admission_checks`` resets the answer before Kueue's requeue).
+    retry_after_s: int = 10
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorOptions:
     kubeconfig: Path | None = None
     namespace: str = DEFAULT_NAMESPACE  # where the device-config ConfigMap lives
@@ -105,3 +116,6 @@ class OperatorOptions:
     defrag: DefragOptions | None = None
     #: Collect the webhook's unused ResourceClaimTemplates (None: never).
     template_collection: TemplateCollection | None = TemplateCollection()
+    #: Answer Kueue's AdmissionCheck ``vgpu-operator.io/placeable`` (None: off, the
+    #: default; ``control/admission_checks``, docs/kueue.md).
+    kueue_check: PlaceableOptions | None = None

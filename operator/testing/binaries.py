@@ -79,6 +79,8 @@ TOOL_TARGETS: Final = {
     "prometheus": "observability-tools",
     "helm": "observability-tools",
     "toxiproxy": "control-plane-bench-bins",
+    # Its CRDs (crd/) and webhook configurations (webhooks.yaml) lie beside the real binary.
+    "kueue": "kueue",
 }
 TOOLS: Final = tuple(TOOL_TARGETS)
 

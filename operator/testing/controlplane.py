@@ -56,6 +56,7 @@ from typing import Any, Self
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from vgpu_operator.testing import kueue
 from vgpu_operator.testing.binaries import Binaries, default_cache_dir, find_binaries, find_tool
 from vgpu_operator.testing.errors import JSON, ApiError, BinariesNotFoundError, ControlPlaneError
 from vgpu_operator.testing.kwok import (
@@ -137,6 +138,7 @@ class ControlPlane:
         self._kwok: ChildProcess | None = None
         self._scheduler: ChildProcess | None = None
         self._controller_manager: ChildProcess | None = None
+        self._kueue: ChildProcess | None = None
         self._etcd_port = 0
         self._apiserver_port = 0
         self._kwok_port = 0
@@ -222,6 +224,7 @@ class ControlPlane:
             "kwok": self._kwok,
             "kube-scheduler": self._scheduler,
             "kube-controller-manager": self._controller_manager,
+            "kueue": self._kueue,
         }
         return {name: p.pgid for name, p in procs.items() if p is not None and p.alive()}
 
@@ -265,7 +268,14 @@ class ControlPlane:
         """Stop every process started (kube-scheduler, kube-controller-manager, kwok,
         kube-apiserver, etcd) and remove the workdir."""
         with self._lock:
-            for attr in ("_scheduler", "_controller_manager", "_kwok", "_apiserver", "_etcd"):
+            for attr in (
+                "_kueue",
+                "_scheduler",
+                "_controller_manager",
+                "_kwok",
+                "_apiserver",
+                "_etcd",
+            ):
                 proc: ChildProcess | None = getattr(self, attr)
                 if proc is not None:
                     proc.stop()
@@ -425,6 +435,99 @@ class ControlPlane:
             if self._controller_manager is not None:
                 self._controller_manager.stop()
                 self._controller_manager = None
+
+    def start_kueue(
+        self,
+        binary: Path | None = None,
+        *,
+        frameworks: Sequence[str] = ("batch/job", "pod"),
+        feature_gates: str = "VisibilityOnDemand=false",
+    ) -> None:
+        """Install Kueue's CRDs and webhook configurations and start its controller manager
+        (``make kueue``; ``testing/kueue.py`` says how its webhooks and certificates are
+        served), with the ResourceTransformation of its HAMi guide and the ``frameworks``
+        integrations; returns once it is ready. Its pod webhook then gates every pod
+        created outside kube-system and kueue-system that names a queue: a control plane
+        that runs Kueue should serve only the tests that want it."""
+        with self._lock:
+            if self._kueue is not None:
+                return
+            kueue_bin = binary or find_tool("kueue")
+            beside = kueue_bin.resolve().parent
+            certs = kueue.make_certs()
+            cert_dir = self.workdir / "kueue-certs"
+            cert_dir.mkdir(mode=0o700, exist_ok=True)
+            (cert_dir / "tls.crt").write_bytes(certs.cert_pem)
+            _write_private(cert_dir / "tls.key", certs.key_pem)
+            webhook_port, health_port = free_port(), free_port()
+            self.ensure_namespace(kueue.NAMESPACE)
+            secrets = f"/api/v1/namespaces/{kueue.NAMESPACE}/secrets"
+            self.create(secrets, kueue.secret_manifest(certs))
+            crds = list(kueue.crd_manifests(beside / "crd", webhook_port, certs.ca_pem))
+            for crd in crds:
+                self.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            for crd in crds:
+                self._wait_established(crd["metadata"]["name"])
+            for config in kueue.webhook_manifests(
+                beside / "webhooks.yaml", webhook_port, certs.ca_pem
+            ):
+                plural = (
+                    "mutatingwebhookconfigurations"
+                    if config["kind"] == "MutatingWebhookConfiguration"
+                    else "validatingwebhookconfigurations"
+                )
+                self.create(f"/apis/admissionregistration.k8s.io/v1/{plural}", config)
+            config_path = self.workdir / "kueue-config.yaml"
+            config_path.write_text(
+                json.dumps(
+                    kueue.configuration(
+                        webhook_port=webhook_port,
+                        health_port=health_port,
+                        cert_dir=cert_dir,
+                        frameworks=frameworks,
+                    )
+                )
+            )
+            argv = [
+                str(kueue_bin),
+                f"--config={config_path}",
+                f"--feature-gates={feature_gates}",
+                f"--visibility-server-port={free_port()}",
+                "--zap-log-level=2",
+            ]
+            self._kueue = self._spawn("kueue", argv, env=self.env())
+            self._wait_healthy(
+                "kueue",
+                self._kueue,
+                lambda: _http_ok(f"http://127.0.0.1:{health_port}/readyz", None),
+            )
+            # Its rotator rewrote the CRDs' conversion caBundle: their storage restarts.
+            wait_until("Kueue's kinds to be served", self._kueue_served, self.startup_timeout)
+
+    def stop_kueue(self) -> None:
+        """Stop Kueue (its webhook configurations stay: pods naming a queue are then
+        refused, as in a cluster whose Kueue is down)."""
+        with self._lock:
+            if self._kueue is not None:
+                self._kueue.stop()
+                self._kueue = None
+
+    def _kueue_served(self) -> bool | None:
+        for kind in ("clusterqueues", "workloads", "localqueues", "admissionchecks"):
+            try:
+                self.get(f"/apis/kueue.x-k8s.io/v1beta2/{kind}?limit=1")
+            except ApiError as exc:
+                if exc.status in (404, 429, 503):
+                    return None
+                raise
+        return True
+
+    def _wait_established(self, crd: str, timeout: float = 60.0) -> None:
+        def check() -> bool | None:
+            got = self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
+            return True if _condition_true(got, "Established") else None
+
+        wait_until(f"CRD {crd} to be established", check, timeout)
 
     # -- credentials -------------------------------------------------------------------------------
 

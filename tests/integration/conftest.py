@@ -103,6 +103,12 @@ def prometheus() -> Path:
 
 
 @pytest.fixture(scope="session")
+def kueue_binary() -> Path:
+    """Kueue's controller manager, its CRDs and webhooks beside it (`make kueue`)."""
+    return _tool("kueue")
+
+
+@pytest.fixture(scope="session")
 def helm() -> Path:
     """helm (`make observability-tools`), for the chart's tests."""
     return _tool("helm")
