@@ -98,11 +98,17 @@ _DEFRAG_ARGS = (
     "            {{- end }}\n"
     "            {{- end }}\n"
     "            {{- end }}\n"
+    "            {{- if .Values.scheduler.kueueCheck.enabled }}\n"
+    "            - --kueue-placeable-check\n"
+    "            {{- end }}\n"
 )
 
 #: Manifests that are not in kustomization.yaml (opt-in: applied by hand) and become
 #: templates rendered only when the value named here is true.
-OPT_IN: dict[str, str] = {"defrag-plan-reader.yaml": "defragPlanReader.enabled"}
+OPT_IN: dict[str, str] = {
+    "defrag-plan-reader.yaml": "defragPlanReader.enabled",
+    "kueue-admission-check.yaml": "scheduler.kueueCheck.enabled",
+}
 
 #: Manifests that are not in kustomization.yaml but that the chart always renders: the
 #: device config, which an administrator of a kustomize install creates and edits as
