@@ -497,7 +497,7 @@ def test_a_preempted_workloads_pods_leave_the_books(
         per_card = env.usage_by_card(high)
         assert sorted(per_card) == sorted(c.uuid for c in node_cards)
         # The books hold the high pods only: each card's 20 GiB, not 40.
-        state = operator.app.state
+        state = operator.app.running.state
         assert state is not None
         held = {
             row.uuid: row.used_memory_mib for row in state.device_usage() if row.uuid in per_card

@@ -1518,7 +1518,7 @@ def test_14_a_claim_of_our_classes_is_allocated_by_the_operator_only(
 
 
 def _healthz(stack: Stack) -> bool:
-    server = stack.operator.app._server
+    server = stack.operator.app.running.server
     assert server is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as answer:
         return bool(answer.status == 200)
