@@ -4,8 +4,12 @@ Nodes and their cards (from DeviceInventories or HAMi's register annotations), t
 that hold shares on them, namespace quotas and disruption budgets, reservations made by
 decisions (reserve, confirm, rollback) and preemptors' holds, and the ranking index that
 keeps nodes in policy order with a free-capacity summary each. Handlers feed it plain
-dicts; ``decision.ClusterState`` adds the scheduling cycle on top, like kube-scheduler's
-cache beside its scheduling cycle. Pure and synchronous: no I/O, no clock reads.
+dicts (through ``cluster.ClusterState``); the decision cycle (``decision``) reads it
+through its public members (the read view, ``view.BooksView``) and writes reservations
+and holds through ``add_pod``/``drop_pod`` and the nomination methods, like
+kube-scheduler's cache beside its scheduling cycle. The DRA inputs are a part of their
+own (``claim_books.ClaimBooks``, ``claims``). Pure and synchronous: no I/O, no clock
+reads.
 """
 
 from __future__ import annotations
@@ -13,14 +17,12 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, dra, model, plausibility
+from vgpu_operator.devices import codec, model, plausibility
 from vgpu_operator.devices.catalog import VENDOR_TABLE
-from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.devices.quantity import as_int
 from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.errors import CodecError
@@ -29,6 +31,7 @@ from vgpu_operator.scheduling import (
     allocation_trust,
     changes,
     claim_books,
+    claim_cel,
     disruption,
     dra_pool,
     init_release,
@@ -42,6 +45,14 @@ from vgpu_operator.scheduling import (
     preemption,
     stranded,
 )
+from vgpu_operator.scheduling import claims as claims_module
+from vgpu_operator.scheduling.entries import (
+    DeviceUsageRow,
+    NodeEntry,
+    Nomination,
+    PodEntry,
+    is_dra_node,
+)
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
@@ -49,94 +60,6 @@ from vgpu_operator.timestamps import unix_time
 
 #: How long a preemptor's hold on the shares its victims free lasts without a bind.
 DEFAULT_NOMINATION_TIMEOUT_S = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceUsageRow:
-    """One card's booking, for metrics and the demo table."""
-
-    node: str
-    uuid: str
-    vendor: str
-    type: str
-    used_slots: int
-    total_slots: int
-    used_memory_mib: int
-    total_memory_mib: int
-    used_cores: int
-    total_cores: int
-
-
-@dataclass(slots=True)
-class PodEntry:
-    key: PodKey
-    namespace: str
-    node: str | None
-    requests: node_basics.PodResources
-    devices: dict[str, model.PodSingleDevice]
-    bookings: dict[str, list[placement.Booking]]
-    reserved: bool = False
-    priority: int = 0
-    started: float | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
-    #: Being deleted: it leaves anyway, so it is never a victim.
-    deleting: bool = False
-    uid: str = ""
-    #: HAMi v2.10's MIG entries and the allocation as decoded: for a pod with devices on
-    #: MIG cards, read against the cards' tables again when the node's cards change
-    #: (``ClusterBooks._read_mig_records``).
-    mig_records: tuple[MigAllocation, ...] = ()
-    decoded: dict[str, model.PodSingleDevice] = field(default_factory=dict)
-    init_count: int = 0
-    #: Its init containers have all finished (``init_release``): only the app containers
-    #: hold devices.
-    init_done: bool = False
-    #: Since when (the operator's clock) the pod holds its node's allocation gate, if it
-    #: does; ``allocation_gate.UNTIMED`` until the gate's next look stamps it.
-    allocating_since: float | None = None
-    #: What ``set_pod`` read the entry from (the config's epoch and ``_share_source``);
-    #: None for a decision's reservation.
-    source: tuple[Any, ...] | None = None
-
-    @property
-    def quota_sums(self) -> dict[str, tuple[int, int]]:
-        """Per vendor, the memory and cores this pod holds (what its quota counts)."""
-        return {
-            v: (sum(b.memory_mib for b in bs), sum(b.cores for b in bs))
-            for v, bs in self.bookings.items()
-        }
-
-
-@dataclass(slots=True)
-class NodeEntry:
-    name: str
-    order: int
-    facts: node_basics.NodeFacts
-    inventory: tuple[model.DeviceInfo, ...] | None = None
-    inventory_scores: model.PairScores = field(default_factory=dict)
-    inventory_cordoned: frozenset[str] = frozenset()
-    heartbeat: float | None = None
-    registered: tuple[model.DeviceInfo, ...] = ()
-    pair_scores: model.PairScores = field(default_factory=dict)
-    register_error: str | None = None
-    layer: node_layer.NodeLayer = node_layer.EMPTY
-    gpus_lost: bool = False
-    reported_gpus: int = 0
-    pods: set[PodKey] = field(default_factory=set)
-    cards: list[model.DeviceUsage] = field(default_factory=list)
-    used: node_basics.PodResources = field(default_factory=node_basics.PodResources)
-    score: float = 0.0
-    summary: placement.Summary = field(default_factory=placement.Summary)
-    dirty: bool = True
-    #: Pods between their Binding and the device plugin's answer, and since when.
-    allocating: dict[PodKey, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Nomination:
-    node: str
-    victims: frozenset[PodKey]
-    until: float
 
 
 def _same_shares(old: PodEntry, new: PodEntry) -> bool:
@@ -198,18 +121,13 @@ def _with_spots(
     return bookings
 
 
-def is_dra_node(node: NodeEntry) -> bool:
-    """Whether the node's cards are offered as DRA devices (its label says so)."""
-    return node.facts.labels.get(dra.NODE_PATH_LABEL) == dra.PATH_DRA
-
-
 def _start_time(pod: Mapping[str, Any]) -> float | None:
     return unix_time((pod.get("status") or {}).get("startTime"))
 
 
-class ClusterBooks(claim_books.ClaimBooks):
+class Books:
     """What the engine knows of the cluster, kept current by the ``set_*``/``remove_*``
-    inputs (those of the DRA path in ``claim_books``). Not thread-safe: callers
+    inputs (those of the DRA path on the ``claims`` part). Not thread-safe: callers
     serialise access."""
 
     def __init__(
@@ -218,7 +136,6 @@ class ClusterBooks(claim_books.ClaimBooks):
         inventory_timeout_s: float | None = None,
         vendor_table: Sequence[VendorSpec] = VENDOR_TABLE,
     ) -> None:
-        super().__init__()
         self._config = config
         self._vendor_table = tuple(vendor_table)
         self._vendors = Vendors(config, self._vendor_table)
@@ -257,11 +174,6 @@ class ClusterBooks(claim_books.ClaimBooks):
         #: The decision's parse of each waiting pod (``decision._Attempt``); kept here so
         #: that the books drop it when the pod is bound or gone.
         self._attempts: dict[PodKey, object] = {}
-        self.nomination_timeout_s = DEFAULT_NOMINATION_TIMEOUT_S
-        #: Whether a pod that fits nowhere may preempt (the caller must then evict).
-        self.preemption_enabled = False
-        #: Decide with the reference path only (used by tests to compare the two).
-        self.use_index = True
         #: At most one GPU pod per node between Binding and the plugin's answer.
         self.gate_mode = allocation_gate.GateMode.OFF
         self.gate_timeout_s = allocation_gate.DEFAULT_TIMEOUT_S
@@ -275,6 +187,12 @@ class ClusterBooks(claim_books.ClaimBooks):
         #: nodes changed since they were made), and the room pods freed (queueing hints).
         self._changes = changes.ChangeLog()
         self._freed = changes.FreedRoom()
+        #: The DRA inputs: slices, claims, device classes and the claims' holds.
+        self.claims = claim_books.ClaimBooks(
+            claim_books.Hooks(
+                self._cards_changed, self._holds_changed, self._registered_on, self._ledger
+            )
+        )
 
     @property
     def config(self) -> DeviceConfig:
@@ -290,6 +208,99 @@ class ClusterBooks(claim_books.ClaimBooks):
         """The namespaces' quota ledger (read it; the books keep it current)."""
         return self._quota
 
+    # --- the read view (``view.BooksView``) ------------------------------------------------
+    @property
+    def nodes(self) -> Mapping[str, NodeEntry]:
+        """Every node by name, in the order the books met them (read, never change)."""
+        return self._nodes
+
+    @property
+    def pods(self) -> Mapping[PodKey, PodEntry]:
+        """Every pod that holds shares or a reservation (read, never change)."""
+        return self._pods
+
+    @property
+    def epoch(self) -> int:
+        """Bumped when what admission and parsing depend on changes (config, quota limits)."""
+        return self._epoch
+
+    @property
+    def inventory_timeout_s(self) -> float | None:
+        return self._inventory_timeout_s
+
+    @property
+    def change_log(self) -> changes.ChangeLog:
+        """Every change to a node a Fit reads, numbered (read, never change)."""
+        return self._changes
+
+    @property
+    def selector_cache(self) -> claim_cel.SelectorCache:
+        """The CEL verdicts the DRA dialect reads (filled off the loop by the operator)."""
+        return self.claims.selector_cache
+
+    def pool_of(self, node: str) -> dra_pool.Pool | None:
+        return self.claims.pool_of(node)
+
+    def claim_objects(self) -> Mapping[str, Mapping[str, Any]]:
+        return self.claims.objects
+
+    def device_classes(self) -> Mapping[str, claims_module.DeviceClass]:
+        return self.claims.classes
+
+    def budgets(self) -> list[disruption.Budget]:
+        return list(self._budgets.values())
+
+    def is_preempted(self, key: PodKey) -> bool:
+        """Whether the pod is a victim of a preemption or plan under way."""
+        return key in self._preempted
+
+    def ranking(self, pod_node_policy: str | None) -> Sequence[tuple[float, int, str]]:
+        """The ranked nodes (those with a free card) a pod with this node policy walks,
+        best first: (key, order, name). Call ``rerank`` first."""
+        if pod_node_policy is None:
+            return self._layered_rank
+        if pod_node_policy == policies.SPREAD:
+            return self._spread_rank
+        return self._binpack_rank
+
+    def rank_entry(self, name: str, pod_node_policy: str | None) -> tuple[float, int, str] | None:
+        """The node's entry in ``ranking(pod_node_policy)`` (None: not ranked, it has no
+        free card)."""
+        ranked = self._ranked.get(name)
+        if ranked is None:
+            return None
+        score, preference = ranked
+        order = self._nodes[name].order
+        if pod_node_policy is None:
+            return (-preference, order, name)
+        if pod_node_policy == policies.SPREAD:
+            return (score, order, name)
+        return (-score, order, name)
+
+    # --- the decision's writes ---------------------------------------------------------
+    def attempt(self, key: PodKey) -> object:
+        """The decision's parse of a waiting pod (kept here so that the books drop it when
+        the pod is bound or gone)."""
+        return self._attempts.get(key)
+
+    def keep_attempt(self, key: PodKey, attempt: object) -> None:
+        self._attempts[key] = attempt
+
+    def nomination(self, key: PodKey) -> Nomination | None:
+        return self._nominations.get(key)
+
+    def pop_nomination(self, key: PodKey) -> Nomination | None:
+        return self._nominations.pop(key, None)
+
+    def nominate(self, key: PodKey, nomination: Nomination) -> None:
+        """Hold a preemptor's nomination; its victims may not be chosen again meanwhile."""
+        self._nominations[key] = nomination
+        self._preempted.update(nomination.victims)
+
+    def unmark_preempted(self, keys: Iterable[PodKey]) -> None:
+        """Let these pods be chosen again (a hold given up)."""
+        self._preempted.difference_update(keys)
+
     def set_config(self, config: DeviceConfig) -> None:
         self._epoch += 1
         self._config = config
@@ -301,7 +312,7 @@ class ClusterBooks(claim_books.ClaimBooks):
         self._quota = ledger
         for entry in self._pods.values():
             self._quota.add_sums(entry.namespace, entry.quota_sums)
-        self._requota_claims()
+        self.claims.requota()
         for node in self._nodes.values():
             self._register(node)
         for pod in self._first_records.reconsider():
@@ -383,7 +394,7 @@ class ClusterBooks(claim_books.ClaimBooks):
         (its ``nominatedNodeName`` status, for one) until it binds, ends or times out.
         """
         key = pod_key(pod)
-        self._claim_pod_seen(pod)  # a claim that went keeps its hold while its pods run
+        self.claims.pod_seen(pod)  # a claim that went keeps its hold while its pods run
         meta = pod.get("metadata") or {}
         phase = (pod.get("status") or {}).get("phase")
         node = (pod.get("spec") or {}).get("nodeName") or None
@@ -410,7 +421,7 @@ class ClusterBooks(claim_books.ClaimBooks):
             previous.labels = dict(meta.get("labels") or {})
             return
         clean = previous is not None and self._is_clean(previous.node)
-        self._drop_pod(key)
+        self.drop_pod(key)
         self._nominations.pop(key, None)
         self._allocation_errors.pop(key, None)
         self._allocation_warnings.pop(key, None)
@@ -466,7 +477,7 @@ class ClusterBooks(claim_books.ClaimBooks):
             allocating_since=allocating_since,
             source=source,
         )
-        self._add_pod(entry)
+        self.add_pod(entry)
         if on_mig:
             self._read_mig_records(node)
         elif clean and previous is not None and _same_shares(previous, entry):
@@ -547,7 +558,7 @@ class ClusterBooks(claim_books.ClaimBooks):
         entries = [e for e in entries if e.mig_records or self._on_mig_cards(node_name, e.decoded)]
         if not entries:
             return
-        table_of = self._mig_tables_of(node_name)
+        table_of = self.mig_tables_of(node_name)
         prefer = mig_records.choose_geometries(
             (r for e in entries for r in e.mig_records), table_of
         )
@@ -559,14 +570,14 @@ class ClusterBooks(claim_books.ClaimBooks):
                     devices[vendor_word], spots[vendor_word] = mig_records.resolve(
                         single, entry.mig_records, table_of, prefer
                     )
-            self._drop_pod(entry.key)
+            self.drop_pod(entry.key)
             entry.devices = devices
             entry.bookings = _with_spots(
                 placement.collapse(devices, entry.init_count, entry.init_done), spots
             )
-            self._add_pod(entry)
+            self.add_pod(entry)
 
-    def _mig_tables_of(self, node_name: str) -> mig_records.TableOf:
+    def mig_tables_of(self, node_name: str) -> mig_records.TableOf:
         """What names the instances of each MIG card of the node, by card UUID."""
         node = self._nodes.get(node_name)
         cards = {} if node is None else {d.id: d for d in node.registered}
@@ -578,10 +589,10 @@ class ClusterBooks(claim_books.ClaimBooks):
         return table_of
 
     def remove_pod(self, key: PodKey) -> None:
-        self._claim_pod_gone(key)
-        self._release_decided(key)
+        self.claims.pod_gone(key)
+        self.claims.release_decided(key)
         self._attempts.pop(key, None)
-        self._drop_pod(key)
+        self.drop_pod(key)
         self._nominations.pop(key, None)
         self._preempted.discard(key)
         self._allocation_errors.pop(key, None)
@@ -628,7 +639,7 @@ class ClusterBooks(claim_books.ClaimBooks):
             if entry.allocating_since is not None and now is not None:
                 self._time_gate(entry, now)
         self._nominations.pop(key, None)
-        self._settle_decided(key)
+        self.claims.settle_decided(key)
 
     def _time_gate(self, entry: PodEntry, now: float) -> None:
         entry.allocating_since = now
@@ -639,8 +650,8 @@ class ClusterBooks(claim_books.ClaimBooks):
     def rollback(self, key: PodKey) -> None:
         entry = self._pods.get(key)
         if entry is not None and entry.reserved and key not in self._nominations:
-            self._drop_pod(key)
-        self._release_decided(key)
+            self.drop_pod(key)
+        self.claims.release_decided(key)
 
     def cancel_preemption(self, key: PodKey) -> None:
         """Give up a preemptor's hold (an eviction was refused): its victims that are
@@ -650,7 +661,7 @@ class ClusterBooks(claim_books.ClaimBooks):
             return
         entry = self._pods.get(key)
         if entry is not None and entry.reserved:
-            self._drop_pod(key)
+            self.drop_pod(key)
         for victim in nomination.victims:
             self._preempted.discard(victim)
 
@@ -658,8 +669,8 @@ class ClusterBooks(claim_books.ClaimBooks):
         nomination = self._nominations.get(key)
         return None if nomination is None else nomination.node
 
-    def _fresh_cards(self, node: NodeEntry, skip: frozenset[PodKey]) -> list[model.DeviceUsage]:
-        """A node's cards booked with its pods, except ``skip`` (cf. ``_refresh``)."""
+    def fresh_cards(self, node: NodeEntry, skip: frozenset[PodKey]) -> list[model.DeviceUsage]:
+        """A node's cards booked with its pods, except ``skip`` (cf. ``refresh``)."""
         cards = [model.DeviceUsage.from_info(info) for info in node.registered]
         for card, info in zip(cards, node.registered, strict=True):
             self._vendors.prepare_card(card, info.mig_profiles)
@@ -668,14 +679,14 @@ class ClusterBooks(claim_books.ClaimBooks):
             entry = self._pods.get(key)
             if entry is not None:
                 placement.book(by_id, entry.bookings)
-        for booked in self._claim_bookings(node.name, by_id):
+        for booked in self.claims.bookings_on(node.name, by_id):
             placement.book(by_id, {"claims": booked})
         return cards
 
-    def _victims_remain(self, nomination: Nomination) -> bool:
+    def victims_remain(self, nomination: Nomination) -> bool:
         return any(v in self._pods for v in nomination.victims)
 
-    def _expire_nominations(self, now: float) -> None:
+    def expire_nominations(self, now: float) -> None:
         for key, nomination in list(self._nominations.items()):
             if nomination.until < now:
                 self.cancel_preemption(key)
@@ -683,7 +694,7 @@ class ClusterBooks(claim_books.ClaimBooks):
     def device_usage(self) -> list[DeviceUsageRow]:
         rows: list[DeviceUsageRow] = []
         for node in sorted(self._nodes.values(), key=lambda n: n.order):
-            self._refresh(node)
+            self.refresh(node)
             for card in node.cards:
                 rows.append(
                     DeviceUsageRow(
@@ -718,7 +729,7 @@ class ClusterBooks(claim_books.ClaimBooks):
                 requests.update(stranded.CardRequest.of(r) for r in asked.values())
         out: dict[str, int] = {}
         for node in sorted(self._nodes.values(), key=lambda n: n.order):
-            self._refresh(node)
+            self.refresh(node)
             if not node.cards:
                 continue
             cards = [c for c in node.cards if stranded.offered(c, node.inventory_cordoned)]
@@ -758,7 +769,7 @@ class ClusterBooks(claim_books.ClaimBooks):
         """Per node, the node-layer annotations that could not be read (and are ignored)."""
         return {n.name: n.layer.problems for n in self._nodes.values() if n.layer.problems}
 
-    def _add_pod(self, entry: PodEntry) -> None:
+    def add_pod(self, entry: PodEntry) -> None:
         self._pods[entry.key] = entry
         self._freed.came(entry.key, entry.node, (entry.bookings, entry.requests))
         self._quota.add_sums(entry.namespace, entry.quota_sums)
@@ -769,7 +780,7 @@ class ClusterBooks(claim_books.ClaimBooks):
                 node.allocating[entry.key] = entry.allocating_since
             self._shift(node, entry, 1)
 
-    def _drop_pod(self, key: PodKey) -> None:
+    def drop_pod(self, key: PodKey) -> None:
         entry = self._pods.pop(key, None)
         if entry is None:
             return
@@ -919,7 +930,7 @@ class ClusterBooks(claim_books.ClaimBooks):
             # The node's agent offers its cards as DRA devices (a ResourceSlice; it runs no
             # device plugin there): a card is never a device-plugin share at the same time.
             # Its cards are the slice's devices, for claims only (``claim_decision``).
-            pool = self.pool_of(node.name)
+            pool = self.claims.pool_of(node.name)
             devices = [] if pool is None else list(pool.cards)
             scores = {} if pool is None else dict(dra_pool.pair_scores(pool, node.inventory_scores))
         node.registered = tuple(devices)
@@ -928,7 +939,7 @@ class ClusterBooks(claim_books.ClaimBooks):
         self._read_mig_records(node.name)
         self._touch(node)
 
-    # --- the DRA inputs' hooks (claim_books) ------------------------------------------
+    # --- the DRA part's hooks (claim_books.Hooks) ------------------------------------------
     def _cards_changed(self, node: str) -> None:
         entry = self._nodes.get(node)
         if entry is not None:
@@ -943,7 +954,7 @@ class ClusterBooks(claim_books.ClaimBooks):
         entry = self._nodes.get(node)
         return () if entry is None else entry.registered
 
-    def _quota_ledger(self) -> QuotaLedger:
+    def _ledger(self) -> QuotaLedger:
         return self._quota
 
     def _is_clean(self, name: str | None) -> bool:
@@ -982,11 +993,11 @@ class ClusterBooks(claim_books.ClaimBooks):
             if at < len(ranking) and ranking[at] == entry:
                 del ranking[at]
 
-    def _refresh(self, node: NodeEntry) -> None:
+    def refresh(self, node: NodeEntry) -> None:
         """Rebuild a node's card usage from its registered cards and its pods (§4.3)."""
         if not node.dirty:
             return
-        cards = self._fresh_cards(node, frozenset())
+        cards = self.fresh_cards(node, frozenset())
         used = node_basics.PodResources()
         for key in sorted(node.pods):
             entry = self._pods.get(key)
@@ -998,18 +1009,18 @@ class ClusterBooks(claim_books.ClaimBooks):
         node.summary = placement.Summary.of(cards)
         node.dirty = False
 
-    def _rerank_dirty(self) -> None:
+    def rerank(self) -> None:
         for name in list(self._dirty):
             node = self._nodes.get(name)
             self._unrank(name)
             if node is None:
                 continue
-            self._refresh(node)
+            self.refresh(node)
             if not node.summary.has_room():
                 # Full: no pod that wants a device fits, so no search walks past it
                 # (``decision._find`` sends pods that want none to the reference path).
                 continue
-            preference = self._layered_preference(node)
+            preference = self.layered_preference(node)
             bisect.insort(self._spread_rank, (node.score, node.order, name))
             bisect.insort(self._binpack_rank, (-node.score, node.order, name))
             bisect.insort(self._layered_rank, (-preference, node.order, name))
@@ -1024,7 +1035,7 @@ class ClusterBooks(claim_books.ClaimBooks):
         for node in self._nodes.values():
             if node.dirty:
                 continue
-            cards = self._fresh_cards(node, frozenset())
+            cards = self.fresh_cards(node, frozenset())
             used = node_basics.PodResources()
             for key in node.pods:
                 entry = self._pods.get(key)
@@ -1039,6 +1050,6 @@ class ClusterBooks(claim_books.ClaimBooks):
                 drifted.append(node.name)
         return drifted
 
-    def _layered_preference(self, node: NodeEntry) -> float:
+    def layered_preference(self, node: NodeEntry) -> float:
         policy = node.layer.node_policy or self._config.scheduler.node_scheduler_policy
         return policies.node_preference(node.score, policy)

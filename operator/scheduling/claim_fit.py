@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vgpu_operator.devices import model, vendor
+from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.scheduling import (
     claim_best_fit,
     claim_cel,
@@ -32,8 +32,6 @@ from vgpu_operator.scheduling import (
 )
 from vgpu_operator.scheduling import policies as pol
 from vgpu_operator.scheduling.status import Reason
-
-_VENDOR = "NVIDIA"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +118,7 @@ def _fit_claim(
     scores: list[float] = []
     taken = list(held)  # this pod's earlier requests, and this claim's as they are chosen
     policy = job.policy_on(layer)
-    spec = job.vendors.spec(_VENDOR)
+    spec = job.vendors.spec(dra.VENDOR)
     for request in claim.requests:
         allowed = restrict.get(request.name)
         options: dict[tuple[int, int, int], list[tuple[model.DeviceUsage, claims.Consumption]]]
@@ -173,7 +171,7 @@ def _fit_claim(
         for (memory, cores, _slots), group in sorted(options.items(), key=lambda kv: -len(kv[1])):
             by_card = {card.id: consumption for card, consumption in group}
             ask = model.ContainerRequest(
-                request.count, _VENDOR, memory, model.MEMORY_PERCENT_UNSET, cores
+                request.count, dra.VENDOR, memory, model.MEMORY_PERCENT_UNSET, cores
             )
             candidates = [card for card, _ in group]
             card_scores = {c.id: pol.card_score(c, [ask], job.weights) for c in candidates}
@@ -219,7 +217,7 @@ def _fit_claim(
 
 def _numa_bind(job: placement.Job, spec: vendor.VendorSpec) -> bool:
     """The pod's ``numa-bind`` annotation (all of one request's cards on one NUMA node)."""
-    card_filter = job.card_filters.get(_VENDOR)
+    card_filter = job.card_filters.get(dra.VENDOR)
     if card_filter is not None:
         return card_filter.numa_bind
     return vendor.numa_bind(spec, job.annotations)
@@ -229,13 +227,13 @@ def _quota(job: placement.Job, namespace: str, held: Sequence[tuple[int, int]]) 
     """The namespace quota, counting what the pod's earlier requests take."""
     if not job.quota.has_limits(namespace):
         return lambda _candidates: True
-    factor = job.memory_factors.get(_VENDOR, 1)
+    factor = job.memory_factors.get(dra.VENDOR, 1)
     earlier_memory = sum(m for m, _ in held)
     earlier_cores = sum(c for _, c in held)
 
     def quota_ok(candidates: Sequence[tuple[str, int, int]]) -> bool:
         memory = earlier_memory + sum(m for _, m, _ in candidates)
         cores = earlier_cores + sum(c for _, _, c in candidates)
-        return job.quota.fits(namespace, _VENDOR, memory, cores, factor)
+        return job.quota.fits(namespace, dra.VENDOR, memory, cores, factor)
 
     return quota_ok

@@ -55,7 +55,8 @@ from typing import Any, Final
 from vgpu_operator import names
 from vgpu_operator.devices import codec, model
 from vgpu_operator.scheduling import allocation_trust, disruption, placement, preemption
-from vgpu_operator.scheduling.decision import ClusterState, Decision
+from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.decision import Decision
 from vgpu_operator.scheduling.defrag_books import DefragBooks, WhatIf
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 

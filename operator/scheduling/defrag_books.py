@@ -27,10 +27,13 @@ from vgpu_operator import names
 from vgpu_operator.devices import model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import disruption, placement, preemption
-from vgpu_operator.scheduling.books import PodEntry
-from vgpu_operator.scheduling.decision import ClusterState, Decision, _RemovalTrial
+from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.decision import Decision
+from vgpu_operator.scheduling.entries import PodEntry
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.scheduling.removal_trial import RemovalTrial
 from vgpu_operator.scheduling.status import Diagnosis
+from vgpu_operator.scheduling.view import BooksView
 
 
 class DefragBooks:
@@ -38,6 +41,8 @@ class DefragBooks:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        #: Every read goes through the books' view.
+        self.view: BooksView = state.books
 
     # --- reads --------------------------------------------------------------------------
     def node_names(self) -> list[str]:
@@ -45,37 +50,37 @@ class DefragBooks:
         return self.state.node_names()
 
     def has_node(self, node: str) -> bool:
-        return node in self.state._nodes
+        return node in self.view.nodes
 
     def node_count(self) -> int:
-        return len(self.state._nodes)
+        return len(self.view.nodes)
 
     def entry(self, key: PodKey) -> PodEntry | None:
-        return self.state._pods.get(key)
+        return self.view.pods.get(key)
 
     def entries_on(self, node: str) -> list[PodEntry]:
-        entry = self.state._nodes.get(node)
+        entry = self.view.nodes.get(node)
         if entry is None:
             return []
-        pods = self.state._pods
+        pods = self.view.pods
         return [pods[k] for k in sorted(entry.pods) if k in pods]
 
     def keys_on(self, node: str) -> list[PodKey]:
         """The keys of the pods the node holds, sorted."""
-        entry = self.state._nodes.get(node)
+        entry = self.view.nodes.get(node)
         return [] if entry is None else sorted(entry.pods)
 
     def cards(self, node: str) -> Sequence[model.DeviceUsage]:
         """The node's cards as booked now (the books' own objects: read, never change)."""
-        entry = self.state._nodes.get(node)
+        entry = self.view.nodes.get(node)
         if entry is None:
             return ()
-        self.state._refresh(entry)
+        self.view.refresh(entry)
         return entry.cards
 
     def cordoned(self, node: str) -> frozenset[str]:
         """Cards no pod may take: the inventory's cordons and ``hami.io/device-cordon``."""
-        entry = self.state._nodes.get(node)
+        entry = self.view.nodes.get(node)
         if entry is None:
             return frozenset()
         marked = entry.facts.annotations.get(names.NODE_DEVICE_CORDON)
@@ -86,11 +91,11 @@ class DefragBooks:
         return self.state.config.scheduler.scheduler_name
 
     def budgets(self) -> list[disruption.Budget]:
-        return list(self.state._budgets.values())
+        return self.view.budgets()
 
     def is_claimed(self, key: PodKey) -> bool:
         """Whether the pod is a victim of a preemption or plan already under way."""
-        return key in self.state._preempted
+        return self.view.is_preempted(key)
 
     def is_nominated(self, key: PodKey) -> bool:
         return self.state.nominated_node(key) is not None
@@ -98,7 +103,7 @@ class DefragBooks:
     def job(self, pod: Mapping[str, Any]) -> placement.Job | None:
         """The pod as admission mutates it, parsed; None when admission refuses it or its
         annotations cannot be read (nothing to plan for)."""
-        attempt = self.state._parse(pod_key(pod), pod)
+        attempt = self.state.cycle.parse(pod_key(pod), pod)
         if attempt.admitted.handled and not attempt.admitted.allowed:
             return None
         return attempt.job
@@ -115,30 +120,30 @@ class DefragBooks:
     def node_admits(self, node: str, job: placement.Job, now: float) -> bool:
         """Whether the node's own checks (taints, selector, CPU, heartbeat...) let the pod
         in, whatever its cards hold."""
-        entry = self.state._nodes.get(node)
-        return entry is not None and self.state._node_gate(entry, job, now) is None
+        entry = self.view.nodes.get(node)
+        return entry is not None and self.state.cycle.node_gate_of(entry, job, now) is None
 
     def fits_somewhere(self, job: placement.Job, now: float) -> bool:
         """Whether the pod fits on some node as the books stand (no plan is needed)."""
-        return self.state._find(job, now, {}) is not None
+        return self.state.cycle.find(job, now, {}) is not None
 
     def fit_after_leaving(
         self, node: str, job: placement.Job, leaving: frozenset[PodKey], now: float
     ) -> placement.Outcome:
         """The pod's Fit on ``node`` as if ``leaving`` (pods of that node) had left."""
-        entry = self.state._nodes[node]
-        return _RemovalTrial(self.state, entry, job, now).outcome(leaving)
+        entry = self.view.nodes[node]
+        return RemovalTrial(self.view, entry, job, now).outcome(leaving)
 
     # --- changes --------------------------------------------------------------------------
     def take_out(self, key: PodKey) -> PodEntry | None:
         """Remove a pod's entry (and its bookings); ``put_back`` restores it as it was."""
-        entry = self.state._pods.get(key)
+        entry = self.view.pods.get(key)
         if entry is not None:
-            self.state._drop_pod(key)
+            self.state.books.drop_pod(key)
         return entry
 
     def put_back(self, entry: PodEntry) -> None:
-        self.state._add_pod(entry)
+        self.state.books.add_pod(entry)
 
     def place(self, pod: Mapping[str, Any], now: float) -> Decision:
         """The engine's decision for a pod, without preemption (a replacement must fit as
@@ -146,7 +151,7 @@ class DefragBooks:
         nowhere is not diagnosed (the decision has no reasons): a plan only needs to
         know, and a diagnosis fits every node."""
         job = self.job(pod)
-        if job is None or self.state._find(job, now, {}) is None:
+        if job is None or self.state.cycle.find(job, now, {}) is None:
             return Decision(pod_key(pod), False)
         enabled = self.state.preemption_enabled
         self.state.preemption_enabled = False
@@ -158,7 +163,7 @@ class DefragBooks:
     def unplace(self, key: PodKey) -> None:
         """Undo ``place``: the pod's reservation is dropped (its parse is kept, for the
         next what-if of the same pod)."""
-        self.state._drop_pod(key)
+        self.state.books.drop_pod(key)
 
     def forget(self, key: PodKey) -> None:
         """Drop all the books know of a pod that never was (a what-if's replacement)."""
@@ -172,16 +177,16 @@ class DefragBooks:
         for every pod of ``leaving`` (on any node) to go, and they are marked so that no
         preemption picks them meanwhile. None when it does not fit there even then."""
         key = pod_key(pod)
-        target = self.state._nodes.get(node)
-        attempt = self.state._parse(key, pod)
+        target = self.view.nodes.get(node)
+        attempt = self.state.cycle.parse(key, pod)
         job = attempt.job
-        if target is None or job is None or key in self.state._pods:
+        if target is None or job is None or key in self.view.pods:
             return None
         if attempt.admitted.handled and not attempt.admitted.allowed:
             return None
-        pods = self.state._pods
+        pods = self.view.pods
         on_node = frozenset(k for k in leaving if k in pods and pods[k].node == node)
-        outcome = _RemovalTrial(self.state, target, job, now).outcome(on_node)
+        outcome = RemovalTrial(self.view, target, job, now).outcome(on_node)
         if not outcome.ok:
             return None
         entries = sorted(
@@ -193,13 +198,13 @@ class DefragBooks:
             0,
         )
         subject = attempt.admitted.pod if attempt.admitted.allowed else pod
-        return self.state._nominate(
+        return self.state.cycle.nominate(
             key,
             job,
             subject,
             preemption.Candidate(node, victims),
             outcome,
-            Diagnosis({}, len(self.state._nodes)),
+            Diagnosis({}, len(self.view.nodes)),
             now,
         )
 
@@ -208,7 +213,7 @@ class DefragBooks:
         there may be chosen again (also when the pod bound early and the books dropped
         its nomination already)."""
         self.state.cancel_preemption(key)
-        self.state._preempted.difference_update(victims)
+        self.state.books.unmark_preempted(victims)
 
 
 class WhatIf:
