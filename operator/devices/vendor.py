@@ -293,6 +293,16 @@ def admission_warning(
         request = container_request(spec, config, container)
     except CodecError:
         return None
+    return request_warning(spec, config, container, request)
+
+
+def request_warning(
+    spec: VendorSpec,
+    config: VendorConfig,
+    container: Mapping[str, Any],
+    request: model.ContainerRequest | None,
+) -> str | None:
+    """``admission_warning`` of a request already read (``container_request``'s answer)."""
     if request is not None and isolation_off(spec, container):
         return (
             f"container {container.get('name', '')!r}: {spec.isolation_off_env} turns the "

@@ -278,13 +278,13 @@ class Books:
         return (-score, order, name)
 
     # --- the decision's writes ---------------------------------------------------------
-    def attempt(self, key: PodKey) -> object:
-        """The decision's parse of a waiting pod (kept here so that the books drop it when
-        the pod is bound or gone)."""
+    def pod_read(self, key: PodKey) -> object:
+        """The decision's read of a waiting pod (``pod_read``; kept here so that the
+        books drop it when the pod is bound or gone)."""
         return self._attempts.get(key)
 
-    def keep_attempt(self, key: PodKey, attempt: object) -> None:
-        self._attempts[key] = attempt
+    def keep_read(self, key: PodKey, read: object) -> None:
+        self._attempts[key] = read
 
     def nomination(self, key: PodKey) -> Nomination | None:
         return self._nominations.get(key)

@@ -15,6 +15,7 @@ claim, its ``status.allocation`` (None for a claim allocated already) and the po
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -67,6 +68,8 @@ class ClaimPlacement:
     #: A claim the pod names is not in the books yet: its arrival, not the pod's own
     #: change, lets the pod be placed.
     waits_for_claims: bool = False
+    #: When no node fits: how to judge a node for the pod's claims as read (its verdict's).
+    judge: ClaimJudge | None = None
 
 
 class ClaimDialect:
@@ -79,11 +82,17 @@ class ClaimDialect:
         self.view: BooksView = books
 
     def place(
-        self, key: PodKey, pod: Mapping[str, Any], now: float, explain: bool = False
+        self,
+        key: PodKey,
+        pod: Mapping[str, Any],
+        job: placement.Job,
+        now: float,
+        explain: bool = False,
     ) -> ClaimPlacement:
+        """The node and cards for the pod's claims (``job``: the pod as read once), held
+        in the books until the claims come back allocated."""
         total = len(self.view.nodes)
         try:
-            job = placement.Job.from_pod(pod, self.view.config, self.view.vendors, self.view.quota)
             wanted = claims.read_pod_claims(
                 pod, self.view.claim_objects(), self.view.device_classes(), self.view.selector_cache
             )
@@ -92,7 +101,6 @@ class ClaimDialect:
             return ClaimPlacement(None, diagnosis=diagnosis, waits_for_claims=True)
         except (claims.Refusal, CodecError) as exc:
             return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=str(exc)))
-        consumer = claim_wire.consumer(pod)
         failures: dict[str, NodeFailure] = {}
         found: tuple[NodeEntry, claim_fit.ClaimsOutcome] | None = None
         scores: dict[str, float] = {}
@@ -105,9 +113,7 @@ class ClaimDialect:
             if outcome.error is not None:
                 return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=outcome.error))
             if not outcome.ok:
-                failures[node.name] = NodeFailure(
-                    dict(outcome.reasons), {r: frozenset(k) for r, k in outcome.refused_by.items()}
-                )
+                failures[node.name] = _failure(outcome)
                 continue
             scores[node.name] = node.score
             on_links = wants_links and _linked(outcome, node.pair_scores)
@@ -118,7 +124,21 @@ class ClaimDialect:
         if found is None:
             for name in self.view.nodes:
                 failures.setdefault(name, NodeFailure({Reason.NODE_NOT_CLAIMS_NODE: 1}))
-            return ClaimPlacement(None, diagnosis=Diagnosis(failures, total))
+            judge = ClaimJudge(self, wanted)
+            return ClaimPlacement(None, diagnosis=Diagnosis(failures, total), judge=judge)
+        return self._book(key, pod, job, wanted, found, scores)
+
+    def _book(
+        self,
+        key: PodKey,
+        pod: Mapping[str, Any],
+        job: placement.Job,
+        wanted: claims.PodClaims,
+        found: tuple[NodeEntry, claim_fit.ClaimsOutcome],
+        scores: dict[str, float],
+    ) -> ClaimPlacement:
+        """Hold what the pod gets on the node found, and say what to write on its claims."""
+        consumer = claim_wire.consumer(pod)
         node, outcome = found
         writes: list[ClaimWrite] = []
         decided: dict[str, tuple[str, list[claim_fit.Pick]]] = {}
@@ -158,6 +178,21 @@ class ClaimDialect:
             )
         )
         return ClaimPlacement(node.name, tuple(writes), None, outcome.card_scores, scores)
+
+    def judge(
+        self, name: str, job: placement.Job, wanted: claims.PodClaims, now: float
+    ) -> NodeFailure | None:
+        """Why the claims do not fit node ``name`` now (None: they may; also when they
+        cannot be judged without a CEL verdict still being computed)."""
+        node = self.view.nodes.get(name)
+        if node is None:
+            return NodeFailure({Reason.NODE_NOT_CLAIMS_NODE: 1})
+        if wanted.node is not None and name != wanted.node:
+            return NodeFailure({Reason.NODE_NOT_CLAIMS_NODE: 1})
+        outcome = self._fit_claims_on(node, job, wanted, now)
+        if outcome.ok or outcome.error is not None:
+            return None
+        return _failure(outcome)
 
     def _claim_order(self, job: placement.Job, wanted: claims.PodClaims) -> list[NodeEntry]:
         """The candidates; under binpack, where the claims fit most tightly first
@@ -227,6 +262,35 @@ class ClaimDialect:
             layer,
             self.view.selector_cache,
         )
+
+
+class ClaimJudge:
+    """Judges one node for a pod's claims as read at its last attempt: the verdict of a
+    pod on the DRA path judges nodes with it (``verdicts.NodeJudge``), so that an event
+    wakes the pod only where its claims may fit now."""
+
+    def __init__(self, dialect: ClaimDialect, wanted: claims.PodClaims) -> None:
+        self._dialect = dialect
+        self._wanted = wanted
+
+    @property
+    def shape(self) -> str:
+        """What of the claims decides where they fit (their requests, and for claims
+        allocated already their node): added to the pod's shape (``shapes``)."""
+        read = [
+            (c.requests, c.match_attributes, c.config, c.whole_devices, c.allocated_node)
+            for c in self._wanted.claims
+        ]
+        return "+claims:" + hashlib.blake2b(repr(read).encode(), digest_size=16).hexdigest()
+
+    def judge(self, name: str, job: placement.Job, now: float) -> NodeFailure | None:
+        return self._dialect.judge(name, job, self._wanted, now)
+
+
+def _failure(outcome: claim_fit.ClaimsOutcome) -> NodeFailure:
+    return NodeFailure(
+        dict(outcome.reasons), {r: frozenset(k) for r, k in outcome.refused_by.items()}
+    )
 
 
 def _linked(outcome: claim_fit.ClaimsOutcome, pair_scores: model.PairScores) -> bool:

@@ -68,6 +68,11 @@ class ClusterState:
     def quota_may_help(self, verdict: verdicts.Verdict, namespace: str) -> bool:
         return self.cycle.quota_may_help(verdict, namespace)
 
+    def on_claims_path(self, verdict: object) -> bool:
+        """Whether a queueing hint is the verdict of a pod on the DRA path (slice, claim
+        and class changes may help it)."""
+        return isinstance(verdict, verdicts.Verdict) and verdict.dialect is not None
+
     # --- settings --------------------------------------------------------------------
     @property
     def preemption_enabled(self) -> bool:

@@ -28,7 +28,6 @@ from vgpu_operator.scheduling import (
     allocation_gate,
     card_classes,
     claim_decision,
-    claims,
     disruption,
     mig_records,
     node_gate,
@@ -36,13 +35,13 @@ from vgpu_operator.scheduling import (
     placement,
     policies,
     preemption,
-    shapes,
     verdicts,
 )
 from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S, Books
 from vgpu_operator.scheduling.claim_decision import ClaimWrite
 from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.scheduling.pod_read import PodRead, read_pod
 from vgpu_operator.scheduling.removal_trial import RemovalTrial
 from vgpu_operator.scheduling.status import Code, Diagnosis, NodeFailure, Reason
 from vgpu_operator.scheduling.view import BooksView
@@ -103,24 +102,6 @@ AdmissionResult = admission.AdmissionResult
 
 
 @dataclass(slots=True)
-class Attempt:
-    """One pod as admitted and parsed, valid while the pod object and the books' epoch
-    (config and quota limits) are the same."""
-
-    source: Mapping[str, Any]
-    epoch: int
-    admitted: admission.AdmissionResult
-    job: placement.Job | None
-    error: str
-    #: What the diagnosis judges nodes for: ``job``, or for a pod admission refuses the
-    #: refused pod as parsed (None when it cannot be); and its shape (``shapes``).
-    judged: placement.Job | None = None
-    shape: str = ""
-    #: The verdict of its shape, held while the pod waits (the books keep them weakly).
-    verdict: verdicts.Verdict | None = None
-
-
-@dataclass(slots=True)
 class Settings:
     """How the cycle decides (the runtime and tests set them)."""
 
@@ -152,50 +133,35 @@ class Cycle:
     def admit(self, pod: Mapping[str, Any]) -> admission.AdmissionResult:
         return admission.admit(pod, self.view.config, self.view.vendors, self.view.quota)
 
-    def parse(self, key: PodKey, pod: Mapping[str, Any]) -> Attempt:
-        """The pod admitted and parsed into a Job, once: a waiting pod retried with the
-        same object (the runtime keeps it until the pod changes) and the same config and
-        quota limits reuses the last parse instead of replaying admission on a copy."""
-        cached = self.books.attempt(key)
-        if isinstance(cached, Attempt) and cached.source is pod and cached.epoch == self.view.epoch:
+    def parse(self, key: PodKey, pod: Mapping[str, Any]) -> PodRead:
+        """The pod read once (``pod_read``): a waiting pod retried with the same object
+        (the runtime keeps it until the pod changes) and the same config and quota limits
+        reuses the last read instead of replaying admission on a copy."""
+        cached = self.books.pod_read(key)
+        if isinstance(cached, PodRead) and cached.source is pod and cached.epoch == self.view.epoch:
             return cached
-        admitted = self.admit(pod)
-        subject = admitted.pod if admitted.allowed else pod
-        job: placement.Job | None = None
-        judged: placement.Job | None = None
-        error = ""
-        if admitted.allowed or not admitted.handled:
-            try:
-                job = placement.Job.from_pod(
-                    subject, self.view.config, self.view.vendors, self.view.quota
-                )
-            except CodecError as exc:
-                error = str(exc)
-            judged = job
-        else:
-            subject = admitted.pod
-            try:
-                judged = placement.Job.from_pod(
-                    subject, self.view.config, self.view.vendors, self.view.quota
-                )
-            except CodecError as exc:
-                error = str(exc)
-        attempt = Attempt(
-            pod, self.view.epoch, admitted, job, error, judged, shapes.shape_of(subject)
-        )
-        self.books.keep_attempt(key, attempt)
-        return attempt
+        view = self.view
+        read = read_pod(key, pod, view.epoch, self.admit, view.config, view.vendors, view.quota)
+        self.books.keep_read(key, read)
+        return read
 
-    def _verdict_of(self, attempt: Attempt) -> verdicts.Verdict | None:
-        """The verdict of the attempt's shape, shared with every pod of that shape (one
-        made with this epoch's parse: a config or quota limit change starts a new one)."""
-        if attempt.judged is None:
+    def _verdict_of(
+        self, read: PodRead, shape: str = "", judge: verdicts.NodeJudge | None = None
+    ) -> verdicts.Verdict | None:
+        """The verdict of the pod's shape (``shape``, else the read's), shared with every
+        pod of that shape (one made with this epoch's parse: a config or quota limit
+        change starts a new one). ``judge``: how the dialect judges a node (the DRA
+        path's; None: the annotation path's Fit)."""
+        if read.judged is None:
             return None
-        verdict = self._verdicts.get(attempt.shape)
+        shape = shape or read.shape
+        verdict = self._verdicts.get(shape)
         if verdict is None or verdict.job_epoch != self.view.epoch:
-            verdict = verdicts.Verdict.new(attempt.shape, attempt.judged, self.view.epoch)
-            self._verdicts[attempt.shape] = verdict
-        attempt.verdict = verdict
+            verdict = verdicts.Verdict.new(shape, read.judged, self.view.epoch, judge)
+            self._verdicts[shape] = verdict
+        elif judge is not None:
+            verdict.dialect = judge  # the claims as read now
+        read.verdict = verdict
         return verdict
 
     def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision:
@@ -203,28 +169,25 @@ class Cycle:
         candidate node's score (``Decision.node_scores``; ``simulate`` asks for it)."""
         key = pod_key(pod)
         self.books.expire_nominations(now)
-        if claims.uses_claims(pod):
-            return self._schedule_claims(key, pod, now, explain)
+        read = self.parse(key, pod)
+        if read.uses_claims:
+            return self._schedule_claims(read, now, explain)
         held = self.view.pods.get(key)
         nomination = self.books.pop_nomination(key)
         self.books.drop_pod(key)
-        attempt = self.parse(key, pod)
-        admitted = attempt.admitted
-        verdict = self._verdict_of(attempt) if self.settings.use_index else None
-        if admitted.handled and not admitted.allowed:
+        verdict = self._verdict_of(read) if self.settings.use_index else None
+        if read.admitted is not None and read.refused:
             if verdict is None:
-                diagnosis = self._diagnose(admitted.pod, now)
+                diagnosis = self._diagnose(read.admitted.pod, now)
             else:
                 verdict.refresh(self, now, {}, verdict.changed(self, now))
                 diagnosis = verdict.diagnosis()
-            return Decision(
-                key, False, diagnosis=diagnosis, rejected=admitted.message, verdict=verdict
-            )
-        subject = admitted.pod if admitted.allowed else pod
-        if attempt.job is None:
-            failure = Diagnosis({}, len(self.view.nodes), error=attempt.error)
+            message = read.admitted.message
+            return Decision(key, False, diagnosis=diagnosis, rejected=message, verdict=verdict)
+        if read.job is None:
+            failure = Diagnosis({}, len(self.view.nodes), error=read.error)
             return Decision(key, False, diagnosis=failure)
-        job = attempt.job
+        job = read.job
         # What the search learns of each node it fits is kept for the diagnosis, which
         # then judges only the nodes the search did not fit. With a verdict on the pod's
         # shape, only the nodes changed since it was made can fit (the others were all
@@ -233,77 +196,96 @@ class Cycle:
         judged: dict[str, NodeFailure] = {}
         changed = verdict.changed(self, now) if verdict is not None else None
         found = self.find(job, now, tried, changed, verdict, judged)
-        if found is None:
-            if verdict is None:
-                diagnosis = self._diagnose(subject, now, job, tried)
-            else:
-                verdict.refresh(self, now, tried, changed, judged)
-                diagnosis = verdict.diagnosis()
-            if nomination is not None and held is not None and self.view.victims_remain(nomination):
-                # kube-scheduler's rule: a nominated pod whose victims are still
-                # terminating waits for them rather than preempting again.
-                self.books.nominate(key, nomination)
-                self.books.add_pod(held)
-                return Decision(
-                    key,
-                    False,
-                    diagnosis=diagnosis,
-                    nominated_node=nomination.node,
-                    verdict=verdict,
-                )
-            preempting = self._preempt(job, subject, diagnosis, now)
-            if preempting is None:
-                return Decision(key, False, diagnosis=diagnosis, verdict=verdict)
-            if isinstance(preempting, str):
-                return Decision(
-                    key,
-                    False,
-                    diagnosis=diagnosis,
-                    verdict=verdict,
-                    preemption_blocked=preempting,
-                )
-            chosen, outcome = preempting
-            return self.nominate(key, job, subject, chosen, outcome, diagnosis, now)
+        if found is not None:
+            return self._reserve(read, job, found, tried, now, explain)
+        if verdict is None:
+            diagnosis = self._diagnose(read.subject, now, job, tried)
+        else:
+            verdict.refresh(self, now, tried, changed, judged)
+            diagnosis = verdict.diagnosis()
+        if nomination is not None and held is not None and self.view.victims_remain(nomination):
+            # kube-scheduler's rule: a nominated pod whose victims are still terminating
+            # waits for them rather than preempting again.
+            self.books.nominate(key, nomination)
+            self.books.add_pod(held)
+            node = nomination.node
+            return Decision(key, False, diagnosis=diagnosis, nominated_node=node, verdict=verdict)
+        preempting = self._preempt(job, read.subject, diagnosis, now)
+        if preempting is None:
+            return Decision(key, False, diagnosis=diagnosis, verdict=verdict)
+        if isinstance(preempting, str):
+            blocked = preempting
+            return Decision(
+                key, False, diagnosis=diagnosis, verdict=verdict, preemption_blocked=blocked
+            )
+        chosen, outcome = preempting
+        return self.nominate(key, job, read.subject, chosen, outcome, diagnosis, now)
+
+    def _reserve(
+        self,
+        read: PodRead,
+        job: placement.Job,
+        found: tuple[NodeEntry, placement.Outcome],
+        tried: Mapping[str, placement.Outcome],
+        now: float,
+        explain: bool,
+    ) -> Decision:
+        """Book the pod's shares on the node found, until its Binding (``confirm``)."""
         node, outcome = found
         node_scores = self._candidate_scores(job, now, found, tried) if explain else {}
         annotations = self._annotations(node.name, outcome, now)
         devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
         entry = PodEntry(
-            key=key,
+            key=read.key,
             namespace=job.namespace,
             node=node.name,
             requests=job.resources,
             devices=devices,
             bookings=placement.collapse(devices, job.init_count),
             reserved=True,
-            priority=preemption.priority_of(subject),
-            labels=dict((subject.get("metadata") or {}).get("labels") or {}),
+            priority=read.priority,
+            labels=dict((read.subject.get("metadata") or {}).get("labels") or {}),
             # Its Binding says bind-phase allocating: once bound, the node's gate is shut,
             # timed from the Binding's answer (``confirm``), not from this decision.
             allocating_since=allocation_gate.UNTIMED if any(devices.values()) else None,
         )
         self.books.add_pod(entry)
         return Decision(
-            key,
+            read.key,
             True,
             node.name,
             self._wire_devices(node.name, devices),
             annotations,
-            warnings=attempt.admitted.warnings,
+            warnings=read.admitted.warnings if read.admitted is not None else (),
             card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
             node_scores=node_scores,
         )
 
-    def _schedule_claims(
-        self, key: PodKey, pod: Mapping[str, Any], now: float, explain: bool
-    ) -> Decision:
-        """The DRA path (``claim_decision``): no preemption there yet."""
+    def _schedule_claims(self, read: PodRead, now: float, explain: bool) -> Decision:
+        """The DRA dialect (``claim_decision``) after the same read, node walk and node
+        gate; a pod that fits nowhere gets a verdict (its queueing hint) judged by the
+        dialect. No preemption there yet."""
+        key = read.key
         self.books.claims.release_decided(key)
         self.books.drop_pod(key)
-        placed = self._claims.place(key, pod, now, explain)
+        if read.job is None:
+            failure = Diagnosis({}, len(self.view.nodes), error=read.error)
+            return Decision(key, False, diagnosis=failure)
+        placed = self._claims.place(key, read.source, read.job, now, explain)
         if placed.node is None:
+            verdict = None
+            if placed.judge is not None and self.settings.use_index:
+                shape = read.shape + placed.judge.shape
+                verdict = self._verdict_of(read, shape, placed.judge)
+                if verdict is not None and placed.diagnosis is not None:
+                    failures = placed.diagnosis.node_failures
+                    verdict.refresh(self, now, {}, None, failures)
             return Decision(
-                key, False, diagnosis=placed.diagnosis, waits_for_claims=placed.waits_for_claims
+                key,
+                False,
+                diagnosis=placed.diagnosis,
+                waits_for_claims=placed.waits_for_claims,
+                verdict=verdict,
             )
         return Decision(
             key,

@@ -104,7 +104,7 @@ class DefragBooks:
         """The pod as admission mutates it, parsed; None when admission refuses it or its
         annotations cannot be read (nothing to plan for)."""
         attempt = self.state.cycle.parse(pod_key(pod), pod)
-        if attempt.admitted.handled and not attempt.admitted.allowed:
+        if attempt.refused:
             return None
         return attempt.job
 
@@ -182,7 +182,7 @@ class DefragBooks:
         job = attempt.job
         if target is None or job is None or key in self.view.pods:
             return None
-        if attempt.admitted.handled and not attempt.admitted.allowed:
+        if attempt.refused:
             return None
         pods = self.view.pods
         on_node = frozenset(k for k in leaving if k in pods and pods[k].node == node)
@@ -197,7 +197,7 @@ class DefragBooks:
             tuple(preemption.Occupant(e.key, e.priority, e.started, e.labels) for e in entries),
             0,
         )
-        subject = attempt.admitted.pod if attempt.admitted.allowed else pod
+        subject = attempt.subject
         return self.state.cycle.nominate(
             key,
             job,
