@@ -297,6 +297,16 @@ class Books:
         self._nominations[key] = nomination
         self._preempted.update(nomination.victims)
 
+    def release_decided(self, key: PodKey) -> None:
+        """A DRA decision given up: the holds it made go (``claim_books``)."""
+        self.claims.release_decided(key)
+
+    def hold_decided(
+        self, pod: PodKey, node: str, decided: Mapping[str, tuple[str, Sequence[Any]]]
+    ) -> None:
+        """Hold what a DRA decision allocates until its claims come back (``claim_books``)."""
+        self.claims.hold_decided(pod, node, decided)
+
     def unmark_preempted(self, keys: Iterable[PodKey]) -> None:
         """Let these pods be chosen again (a hold given up)."""
         self._preempted.difference_update(keys)
@@ -669,14 +679,21 @@ class Books:
         nomination = self._nominations.get(key)
         return None if nomination is None else nomination.node
 
-    def fresh_cards(self, node: NodeEntry, skip: frozenset[PodKey]) -> list[model.DeviceUsage]:
-        """A node's cards booked with its pods, except ``skip`` (cf. ``refresh``)."""
+    def fresh_cards(
+        self,
+        node: NodeEntry,
+        skip: frozenset[PodKey],
+        pods: Mapping[PodKey, PodEntry] | None = None,
+    ) -> list[model.DeviceUsage]:
+        """A node's cards booked with its pods, except ``skip`` (cf. ``refresh``);
+        ``pods``: the pod entries to book (an overlay's; default the books' own)."""
         cards = [model.DeviceUsage.from_info(info) for info in node.registered]
         for card, info in zip(cards, node.registered, strict=True):
             self._vendors.prepare_card(card, info.mig_profiles)
         by_id = {card.id: card for card in cards}
+        entries = self._pods if pods is None else pods
         for key in sorted(node.pods - skip):
-            entry = self._pods.get(key)
+            entry = entries.get(key)
             if entry is not None:
                 placement.book(by_id, entry.bookings)
         for booked in self.claims.bookings_on(node.name, by_id):

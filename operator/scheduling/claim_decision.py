@@ -33,11 +33,10 @@ from vgpu_operator.scheduling import (
     placement,
     policies,
 )
-from vgpu_operator.scheduling.books import Books
 from vgpu_operator.scheduling.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
-from vgpu_operator.scheduling.view import BooksView
+from vgpu_operator.scheduling.view import BooksView, BooksWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +75,7 @@ class ClaimDialect:
     """The DRA dialect of the decision cycle: the node walk and gate are the cycle's
     (the ranking, ``node_gate``), the cards come from claims (``claim_fit``)."""
 
-    def __init__(self, books: Books) -> None:
+    def __init__(self, books: BooksWriter) -> None:
         self.books = books
         #: Typed as the read view: every read goes through it.
         self.view: BooksView = books
@@ -163,7 +162,7 @@ class ClaimDialect:
                     consumer,
                 )
             )
-        self.books.claims.hold_decided(key, node.name, decided)
+        self.books.hold_decided(key, node.name, decided)
         self.books.add_pod(
             PodEntry(
                 key=key,

@@ -37,14 +37,14 @@ from vgpu_operator.scheduling import (
     preemption,
     verdicts,
 )
-from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S, Books
+from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S
 from vgpu_operator.scheduling.claim_decision import ClaimWrite
 from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.pod_read import PodRead, read_pod
 from vgpu_operator.scheduling.removal_trial import RemovalTrial
 from vgpu_operator.scheduling.status import Code, Diagnosis, NodeFailure, Reason
-from vgpu_operator.scheduling.view import BooksView
+from vgpu_operator.scheduling.view import BooksView, BooksWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +111,16 @@ class Settings:
     use_index: bool = True
     #: How long a preemptor's hold on the shares its victims free lasts without a bind.
     nomination_timeout_s: float = DEFAULT_NOMINATION_TIMEOUT_S
+    #: Keep a verdict per shape of pod that fits nowhere (off on a what-if's overlay,
+    #: whose changes the books' change log does not number).
+    verdicts: bool = True
 
 
 class Cycle:
     """The decision cycle over the books: reads them through the view, writes only
     reservations and nominations. ``cluster.ClusterState`` is its face."""
 
-    def __init__(self, books: Books, settings: Settings) -> None:
+    def __init__(self, books: BooksWriter, settings: Settings) -> None:
         self.books = books
         #: Typed as the read view: every read goes through it.
         self.view: BooksView = books
@@ -164,6 +167,9 @@ class Cycle:
         read.verdict = verdict
         return verdict
 
+    def _keeps_verdicts(self) -> bool:
+        return self.settings.use_index and self.settings.verdicts
+
     def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision:
         """Decide one pod. ``explain`` also fits it on every other node, to report each
         candidate node's score (``Decision.node_scores``; ``simulate`` asks for it)."""
@@ -175,7 +181,7 @@ class Cycle:
         held = self.view.pods.get(key)
         nomination = self.books.pop_nomination(key)
         self.books.drop_pod(key)
-        verdict = self._verdict_of(read) if self.settings.use_index else None
+        verdict = self._verdict_of(read) if self._keeps_verdicts() else None
         if read.admitted is not None and read.refused:
             if verdict is None:
                 diagnosis = self._diagnose(read.admitted.pod, now)
@@ -266,7 +272,7 @@ class Cycle:
         gate; a pod that fits nowhere gets a verdict (its queueing hint) judged by the
         dialect. No preemption there yet."""
         key = read.key
-        self.books.claims.release_decided(key)
+        self.books.release_decided(key)
         self.books.drop_pod(key)
         if read.job is None:
             failure = Diagnosis({}, len(self.view.nodes), error=read.error)
@@ -274,7 +280,7 @@ class Cycle:
         placed = self._claims.place(key, read.source, read.job, now, explain)
         if placed.node is None:
             verdict = None
-            if placed.judge is not None and self.settings.use_index:
+            if placed.judge is not None and self._keeps_verdicts():
                 shape = read.shape + placed.judge.shape
                 verdict = self._verdict_of(read, shape, placed.judge)
                 if verdict is not None and placed.diagnosis is not None:
