@@ -93,7 +93,10 @@ class ClaimDialect:
         total = len(self.view.nodes)
         try:
             wanted = claims.read_pod_claims(
-                pod, self.view.claim_objects(), self.view.device_classes(), self.view.selector_cache
+                pod,
+                self.view.claims.objects,
+                self.view.claims.classes,
+                self.view.claims.selector_cache,
             )
         except claims.Waiting as exc:
             diagnosis = Diagnosis({}, total, error=str(exc))
@@ -147,7 +150,7 @@ class ClaimDialect:
             if claim.allocated_node is None:
                 picks = outcome.picks[claim.key]
                 allocation = claim_wire.allocation(
-                    claim, node.name, picks, self.view.device_classes()
+                    claim, node.name, picks, self.view.claims.classes
                 )
                 decided[claim.key] = (claim.namespace, picks)
             elif reserved:
@@ -232,7 +235,7 @@ class ClaimDialect:
         refused = node_gate.check(node, job, now, self.view.inventory_timeout_s, claims=True)
         if refused is not None:
             return claim_fit.ClaimsOutcome(False, reasons=_one(refused))
-        pool = self.view.pool_of(node.name)
+        pool = self.view.claims.pool_of(node.name)
         if pool is None:
             return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
         if not wanted.pending:
@@ -259,7 +262,7 @@ class ClaimDialect:
             node.pair_scores,
             cordoned,
             layer,
-            self.view.selector_cache,
+            self.view.claims.selector_cache,
         )
 
 

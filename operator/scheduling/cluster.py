@@ -16,7 +16,7 @@ from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import model
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.vendor import VendorSpec
-from vgpu_operator.scheduling import allocation_gate, changes, claim_cel, dra_pool, verdicts
+from vgpu_operator.scheduling import allocation_gate, changes, claim_cel, dra_pool, usage, verdicts
 from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S, Books
 from vgpu_operator.scheduling.decision import AdmissionResult, Cycle, Decision, Settings
 from vgpu_operator.scheduling.entries import DeviceUsageRow
@@ -103,19 +103,19 @@ class ClusterState:
     @property
     def gate_mode(self) -> allocation_gate.GateMode:
         """At most one GPU pod per node between Binding and the plugin's answer."""
-        return self.books.gate_mode
+        return self.books.gate.mode
 
     @gate_mode.setter
     def gate_mode(self, value: allocation_gate.GateMode) -> None:
-        self.books.gate_mode = value
+        self.books.gate.mode = value
 
     @property
     def gate_timeout_s(self) -> float:
-        return self.books.gate_timeout_s
+        return self.books.gate.timeout_s
 
     @gate_timeout_s.setter
     def gate_timeout_s(self, value: float) -> None:
-        self.books.gate_timeout_s = value
+        self.books.gate.timeout_s = value
 
     # --- the books: what they read with, inputs and readers ----------------------------
     @property
@@ -132,7 +132,7 @@ class ClusterState:
 
     @property
     def selector_cache(self) -> claim_cel.SelectorCache:
-        return self.books.selector_cache
+        return self.books.claims.selector_cache
 
     def set_config(self, config: DeviceConfig) -> None:
         self.books.set_config(config)
@@ -196,49 +196,51 @@ class ClusterState:
         return self.books.nominated_node(key)
 
     def device_usage(self) -> list[DeviceUsageRow]:
-        return self.books.device_usage()
+        """Each card's booking, for metrics and the demo table."""
+        return usage.device_usage(self.books)
 
     def stranded_memory_mib(self, pending: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-        return self.books.stranded_memory_mib(pending)
+        return usage.stranded_memory_mib(self.books, pending)
 
     def quota_usage(self) -> dict[str, dict[str, tuple[int, int]]]:
-        return self.books.quota_usage()
+        return usage.quota_usage(self.books)
 
     def take_freed(self) -> list[changes.Freed]:
         return self.books.take_freed()
 
     def holding_pods(self) -> dict[PodKey, str]:
-        return self.books.holding_pods()
+        return usage.holding_pods(self.books)
 
     def node_names(self) -> list[str]:
         return self.books.node_names()
 
     def register_errors(self) -> dict[str, str]:
-        return self.books.register_errors()
+        return usage.register_errors(self.books)
 
     def node_warnings(self, name: str) -> tuple[str, ...]:
-        return self.books.node_warnings(name)
+        return usage.node_warnings(self.books, name)
 
     def node_layer_problems(self) -> dict[str, tuple[str, ...]]:
-        return self.books.node_layer_problems()
+        return usage.node_layer_problems(self.books)
 
     def bind_gate_enabled(self) -> bool:
-        return self.books.bind_gate_enabled()
+        return self.books.gate.enabled
 
     def bind_gate_open(self, node_name: str, key: PodKey, now: float) -> bool:
-        return self.books.bind_gate_open(node_name, key, now)
+        return self.books.gate.open(self.books.nodes.get(node_name), key, self.books.pods, now)
 
     def gate_holders(self) -> dict[str, list[PodKey]]:
-        return self.books.gate_holders()
+        return usage.gate_holders(self.books)
 
     def gate_holder(self, node_name: str, now: float) -> allocation_gate.GateHolder | None:
-        return self.books.gate_holder(node_name, now)
+        return self.books.gate.holder(self.books.nodes.get(node_name), self.books.pods, now)
 
     def expired_gates(self, now: float) -> list[tuple[str, PodKey]]:
-        return self.books.expired_gates(now)
+        return self.books.gate.expired(self.books.nodes, self.books.pods, now)
 
     def drifted_nodes(self) -> list[str]:
-        return self.books.drifted_nodes()
+        """Nodes whose usage kept pod by pod differs from a rebuild (``usage``)."""
+        return usage.drifted_nodes(self.books)
 
     def set_slice(self, obj: Mapping[str, Any]) -> None:
         self.books.claims.set_slice(obj)

@@ -24,10 +24,7 @@ from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling import (
     changes,
-    claim_cel,
-    claims,
     disruption,
-    dra_pool,
     mig_records,
     node_basics,
     placement,
@@ -38,6 +35,7 @@ from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.scheduling.view import ClaimReads
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -147,8 +145,8 @@ class Overlay:
         return self._live.change_log
 
     @property
-    def selector_cache(self) -> claim_cel.SelectorCache:
-        return self._live.selector_cache
+    def claims(self) -> ClaimReads:
+        return self._live.claims
 
     def budgets(self) -> list[disruption.Budget]:
         return self._live.budgets()
@@ -232,15 +230,6 @@ class Overlay:
 
     def mig_tables_of(self, node_name: str) -> mig_records.TableOf:
         return self._live.mig_tables_of(node_name)
-
-    def pool_of(self, node: str) -> dra_pool.Pool | None:
-        return self._live.pool_of(node)
-
-    def claim_objects(self) -> Mapping[str, Mapping[str, Any]]:
-        return self._live.claim_objects()
-
-    def device_classes(self) -> Mapping[str, claims.DeviceClass]:
-        return self._live.device_classes()
 
     # --- the cycle's writes, kept here ----------------------------------------------
     def add_pod(self, entry: PodEntry) -> None:
