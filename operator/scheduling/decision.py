@@ -20,18 +20,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_operator import names
-from vgpu_operator.devices import codec, dra, mig_allocations, model, vendor
+from vgpu_operator.devices import dra, model
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     admission,
     allocation_gate,
-    card_classes,
+    binding,
     claim_decision,
     disruption,
-    mig_records,
     node_gate,
-    node_layer,
     placement,
     policies,
     preemption,
@@ -40,6 +37,7 @@ from vgpu_operator.scheduling import (
 from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S
 from vgpu_operator.scheduling.claim_decision import ClaimWrite
 from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
+from vgpu_operator.scheduling.judged import JudgedView
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.pod_read import PodRead, read_pod
 from vgpu_operator.scheduling.removal_trial import RemovalTrial
@@ -130,8 +128,8 @@ class Cycle:
         self._verdicts: weakref.WeakValueDictionary[str, verdicts.Verdict] = (
             weakref.WeakValueDictionary()
         )
-        #: Each node's cards as classes (``card_classes``), per node change.
-        self._profiles: dict[tuple[str, bool], tuple[int, card_classes.NodeProfile]] = {}
+        #: What verdicts read of the books: the view, with this cycle's node gate and Fit.
+        self.judged = JudgedView(self.view, self.node_gate_of, self._try_node)
 
     def admit(self, pod: Mapping[str, Any]) -> admission.AdmissionResult:
         return admission.admit(pod, self.view.config, self.view.vendors, self.view.quota)
@@ -186,7 +184,7 @@ class Cycle:
             if verdict is None:
                 diagnosis = self._diagnose(read.admitted.pod, now)
             else:
-                verdict.refresh(self, now, {}, verdict.changed(self, now))
+                verdict.refresh(self.judged, now, {}, verdict.changed(self.judged, now))
                 diagnosis = verdict.diagnosis()
             message = read.admitted.message
             return Decision(key, False, diagnosis=diagnosis, rejected=message, verdict=verdict)
@@ -200,14 +198,14 @@ class Cycle:
         # ruled out), so the search visits those only.
         tried: dict[str, placement.Outcome] = {}
         judged: dict[str, NodeFailure] = {}
-        changed = verdict.changed(self, now) if verdict is not None else None
+        changed = verdict.changed(self.judged, now) if verdict is not None else None
         found = self.find(job, now, tried, changed, verdict, judged)
         if found is not None:
             return self._reserve(read, job, found, tried, now, explain)
         if verdict is None:
             diagnosis = self._diagnose(read.subject, now, job, tried)
         else:
-            verdict.refresh(self, now, tried, changed, judged)
+            verdict.refresh(self.judged, now, tried, changed, judged)
             diagnosis = verdict.diagnosis()
         if nomination is not None and held is not None and self.view.victims_remain(nomination):
             # kube-scheduler's rule: a nominated pod whose victims are still terminating
@@ -239,7 +237,7 @@ class Cycle:
         """Book the pod's shares on the node found, until its Binding (``confirm``)."""
         node, outcome = found
         node_scores = self._candidate_scores(job, now, found, tried) if explain else {}
-        annotations = self._annotations(node.name, outcome, now)
+        annotations = binding.hami_annotations(self.view, node.name, outcome, now)
         devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
         entry = PodEntry(
             key=read.key,
@@ -260,7 +258,7 @@ class Cycle:
             read.key,
             True,
             node.name,
-            self._wire_devices(node.name, devices),
+            binding.wire_devices(self.view, node.name, devices),
             annotations,
             warnings=read.admitted.warnings if read.admitted is not None else (),
             card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
@@ -285,7 +283,7 @@ class Cycle:
                 verdict = self._verdict_of(read, shape, placed.judge)
                 if verdict is not None and placed.diagnosis is not None:
                     failures = placed.diagnosis.node_failures
-                    verdict.refresh(self, now, {}, None, failures)
+                    verdict.refresh(self.judged, now, {}, None, failures)
             return Decision(
                 key,
                 False,
@@ -319,40 +317,6 @@ class Cycle:
             self.view.refresh(node)
             scores[node.name] = node.score
         return scores
-
-    def _annotations(self, node: str, outcome: placement.Outcome, now: float) -> dict[str, str]:
-        annotations = {
-            names.ASSIGNED_NODE: node,
-            names.ASSIGNED_TIME: codec.encode_vgpu_time(now),
-            names.BIND_PHASE: codec.BindPhase.ALLOCATING.value,
-            names.BIND_TIME: codec.encode_vgpu_time(now),
-        }
-        for vendor_word, single in self._wire_devices(node, outcome.devices).items():
-            if not any(single):
-                continue
-            spec = self.view.vendors.spec(vendor_word)
-            encoded = codec.encode_pod_single_device(single, spec.to_allocate_annotation)
-            annotations[spec.to_allocate_annotation] = encoded
-            annotations[spec.allocated_annotation] = encoded
-            if spec.supports_mig:
-                engine_form = outcome.devices[vendor_word]
-                records = mig_records.records_for(engine_form, self.view.mig_tables_of(node))
-                if records:
-                    annotations[names.MIG_ALLOCATIONS] = mig_allocations.encode(records)
-        return annotations
-
-    def _wire_devices(
-        self, node: str, devices: Mapping[str, model.PodSingleDevice]
-    ) -> dict[str, model.PodSingleDevice]:
-        """The allocation as the annotations name it (``mig_records.to_wire``): the books
-        keep the engine's names of MIG instances, the Binding carries HAMi's."""
-        table_of = self.view.mig_tables_of(node)
-        return {
-            v: mig_records.to_wire(single, table_of)
-            if self.view.vendors.spec(v).supports_mig
-            else single
-            for v, single in devices.items()
-        }
 
     def _preempt(
         self, job: placement.Job, pod: Mapping[str, Any], diagnosis: Diagnosis, now: float
@@ -442,8 +406,8 @@ class Cycle:
         return Decision(
             key,
             False,
-            devices=self._wire_devices(chosen.node, devices),
-            annotations=self._annotations(chosen.node, outcome, now),
+            devices=binding.wire_devices(self.view, chosen.node, devices),
+            annotations=binding.hami_annotations(self.view, chosen.node, outcome, now),
             diagnosis=diagnosis,
             nominated_node=chosen.node,
             victims=tuple(p.key for p in ordered),
@@ -514,7 +478,7 @@ class Cycle:
             if by_classes:
                 assert verdict is not None
                 assert judged is not None
-                failure = verdict.judge(self, name, now)
+                failure = verdict.judge(self.judged, name, now)
                 if failure is not None:
                     judged[name] = failure
                     continue
@@ -579,7 +543,7 @@ class Cycle:
         woken by that change anyway)."""
         if verdict.job_epoch != self.view.epoch:
             return True
-        return verdict.fits_now(self, node, now)
+        return verdict.fits_now(self.judged, node, now)
 
     def quota_may_help(self, verdict: verdicts.Verdict, namespace: str) -> bool:
         """Whether a quota change in ``namespace`` (usage falling, limits changing) may
@@ -588,75 +552,6 @@ class Cycle:
         if verdict.namespace != namespace:
             return False
         return verdict.quota_bound or verdict.job_epoch != self.view.epoch
-
-    # --- what verdicts read (``verdicts.JudgedBooks``) -------------------------------------
-    @property
-    def epoch(self) -> int:
-        return self.view.epoch
-
-    def change_seq(self) -> int:
-        return self.view.change_log.seq
-
-    def changed_since(self, seq: int) -> set[str] | None:
-        return self.view.change_log.since(seq)
-
-    def judged_nodes(self) -> Iterable[str]:
-        return self.view.nodes.keys()
-
-    def has_node(self, name: str) -> bool:
-        return name in self.view.nodes
-
-    def node_count(self) -> int:
-        return len(self.view.nodes)
-
-    def node_gate(self, name: str, job: placement.Job, now: float) -> Reason | None:
-        node = self.view.nodes[name]
-        self.view.refresh(node)
-        return self.node_gate_of(node, job, now)
-
-    def node_profile(self, name: str, with_ids: bool) -> card_classes.NodeProfile | None:
-        """The node's cards as classes, made once per change of the node."""
-        node = self.view.nodes.get(name)
-        if node is None:
-            self._profiles.pop((name, with_ids), None)
-            return None
-        changed = self.view.change_log.last(name)
-        cached = self._profiles.get((name, with_ids))
-        if cached is not None and cached[0] == changed:
-            return cached[1]
-        self.view.refresh(node)
-        cordoned = node.inventory_cordoned | frozenset(
-            vendor.split_list(node.facts.annotations.get(names.NODE_DEVICE_CORDON))
-        )
-        made = card_classes.profile(node.cards, cordoned, node.layer, with_ids=with_ids)
-        self._profiles[(name, with_ids)] = (changed, made)
-        return made
-
-    def node_layer(self, name: str) -> node_layer.NodeLayer:
-        return self.view.nodes[name].layer
-
-    def node_fit(self, name: str, job: placement.Job, now: float) -> placement.Outcome:
-        return self._try_node(self.view.nodes[name], job, now)
-
-    def heartbeat(self, name: str) -> float | None:
-        node = self.view.nodes.get(name)
-        return None if node is None else node.heartbeat
-
-    def fresh_until(self, name: str) -> float | None:
-        """When the node's devices go stale unless its heartbeat moves (None: never, or
-        already stale without a heartbeat)."""
-        node = self.view.nodes.get(name)
-        if self.view.inventory_timeout_s is None or node is None or node.inventory is None:
-            return None
-        if node.heartbeat is None:
-            return None
-        return node.heartbeat + self.view.inventory_timeout_s
-
-    def namespace_quota(self, namespace: str) -> object:
-        """What Fit's quota check reads of the namespace (None when no quota limits it)."""
-        if not self.view.quota.has_limits(namespace):
-            return None
-        return tuple(sorted(self.view.quota.usage(namespace).items()))
 
 
 def _identity(pod: preemption.Occupant) -> disruption.PodIdentity:
