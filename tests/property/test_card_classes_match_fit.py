@@ -95,7 +95,9 @@ def _compare_every_node(
     for name in state.node_names():
         if state.cycle.judged.node_gate(name, job, 0.0) is not None:
             continue
-        profile = state.cycle.judged.node_profile(name, simple.wants_ids(state.cycle.judged.node_layer(name)))
+        profile = state.cycle.judged.node_profile(
+            name, simple.wants_ids(state.cycle.judged.node_layer(name))
+        )
         assert profile is not None
         judged = simple.judge(profile)
         outcome = state.cycle.judged.node_fit(name, job, 0.0)
