@@ -587,7 +587,7 @@ class Books:
             self.refresh(node)
             if not node.summary.has_room():
                 # Full: no pod that wants a device fits, so no search walks past it
-                # (``decision._find`` sends pods that want none to the reference path).
+                # (``Cycle.find`` sends pods that want none to the reference path).
                 continue
             self._rank.add(name, node.order, node.score, self.layered_preference(node))
         self._dirty.clear()

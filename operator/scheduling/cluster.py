@@ -24,14 +24,10 @@ from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
 
-#: The books under their former name (they were a base class of the engine's object).
-ClusterBooks = Books
-
 __all__ = [
     "DEFAULT_NOMINATION_TIMEOUT_S",
     "AdmissionResult",
     "Books",
-    "ClusterBooks",
     "ClusterState",
     "Decision",
     "DeviceUsageRow",

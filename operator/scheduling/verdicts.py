@@ -33,7 +33,7 @@ from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason, node
 
 
 class JudgedBooks(Protocol):
-    """What judging reads of the books (``decision.ClusterState`` provides it)."""
+    """What judging reads of the books (``judged.JudgedView`` provides it)."""
 
     @property
     def epoch(self) -> int: ...
