@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -54,6 +53,13 @@ class _Layered(Mapping[_K, _V]):
             raise KeyError(key)
         return self._live[key]
 
+    def get(self, key: _K, default: Any = None) -> Any:
+        if key in self._added:
+            return self._added[key]
+        if key in self._hidden:
+            return default
+        return self._live.get(key, default)
+
     def __contains__(self, key: object) -> bool:
         return key in self._added or (key not in self._hidden and key in self._live)
 
@@ -85,6 +91,8 @@ class Overlay:
         self._preempted: set[PodKey] = set()
         self._unpreempted: set[PodKey] = set()
         self._reads: dict[PodKey, object] = {}
+        #: The live nodes with the touched ones replaced, while the touched set holds.
+        self._node_map: dict[str, NodeEntry] | None = None
 
     @property
     def empty(self) -> bool:
@@ -103,6 +111,7 @@ class Overlay:
         change before the next one."""
         if self.empty:
             self._nodes.clear()
+            self._node_map = None
             self._quota = None
             self._reads.clear()  # their jobs check quota against the copy dropped
 
@@ -124,7 +133,11 @@ class Overlay:
     def nodes(self) -> Mapping[str, NodeEntry]:
         if not self._nodes:
             return self._live.nodes
-        return _Layered(self._live.nodes, self._nodes, set())
+        if self._node_map is None:
+            # A plain dict (the walks look every node up): rebuilt only when another node
+            # is touched, since the touched copies change in place.
+            self._node_map = {**self._live.nodes, **self._nodes}
+        return self._node_map
 
     @property
     def pods(self) -> Mapping[PodKey, PodEntry]:
@@ -196,13 +209,17 @@ class Overlay:
         live = self._live.ranking(pod_node_policy)
         if not self._nodes:
             return live
-        moved: list[tuple[float, int, str]] = []
+        merged = list(live)
         for name in self._nodes:
+            old = self._live.rank_entry(name, pod_node_policy)
+            if old is not None:
+                at = bisect.bisect_left(merged, old)
+                if at < len(merged) and merged[at] == old:
+                    del merged[at]
             entry = self.rank_entry(name, pod_node_policy)
             if entry is not None:
-                bisect.insort(moved, entry)
-        kept = (entry for entry in live if entry[2] not in self._nodes)
-        return heapq.merge(kept, moved)
+                bisect.insort(merged, entry)
+        return merged
 
     def rank_entry(self, name: str, pod_node_policy: str | None) -> tuple[float, int, str] | None:
         node = self._nodes.get(name)
@@ -338,5 +355,6 @@ class Overlay:
                 live, pods=set(live.pods), cards=[], allocating=dict(live.allocating)
             )
             self._nodes[name] = node
+            self._node_map = None
         node.dirty = True
         return node
