@@ -73,6 +73,9 @@ class VendorSpec:
     #: A container env that, set true, takes the share's isolation away (HAMi-core is
     #: not loaded): such a container is booked as the whole card.
     isolation_off_env: str | None = None
+    #: Its count resource vanishing from a node's allocatable makes the node unhealthy
+    #: (seed 000 §9: the device plugin is gone).
+    watch_lost_devices: bool = False
 
     def node_annotations(self) -> tuple[str, ...]:
         """The Node annotations of this vendor the engine reads (registration, scores, the

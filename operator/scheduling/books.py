@@ -506,7 +506,7 @@ class Books:
         self._changes.bump(node.name)
 
     def _observe_gpu_count(self, node: NodeEntry) -> None:
-        node_register.observe_gpu_count(node, self._config.nvidia.resource_count_name)
+        node_register.observe_gpu_count(node, self._vendors)
 
     def _register(self, node: NodeEntry) -> None:
         """Work out which cards a node offers, from its inventory or its annotations."""

@@ -95,6 +95,7 @@ def _request(
     ask: model.ContainerRequest,
     spec: vendor.VendorSpec,
     annotations: Mapping[str, str],
+    resources: vendor.ResourceNames,
 ) -> dict[str, Any]:
     name = container.get("name", "")
     card_filter = vendor.CardFilter.read(spec, annotations)
@@ -108,9 +109,9 @@ def _request(
     if ask.uses_percentage:
         if ask.memory_percent != 100:
             raise Unmappable(
-                f"container {name!r}: nvidia.com/gpumem-percentage={ask.memory_percent} cannot "
-                "be expressed as a DRA claim (the card's size is not known before it is "
-                "chosen); give nvidia.com/gpumem in MiB instead"
+                f"container {name!r}: {resources.memory_percentage}={ask.memory_percent} "
+                "cannot be expressed as a DRA claim (the card's size is not known before it "
+                f"is chosen); give {resources.memory} in MiB instead"
             )
     elif ask.memory_mib > 0:
         capacity[dra.MEMORY] = f"{ask.memory_mib}Mi"
@@ -189,7 +190,8 @@ def convert(pod: Mapping[str, Any], vendors: Vendors) -> Conversion | None:
                     f"container {container.get('name', '')!r} asks {', '.join(others)} devices, "
                     "which the DRA path does not offer"
                 )
-            exactly = _request(container, asked[dra.VENDOR], spec, annotations)
+            names = vendor.resource_names(vendors.config_for(dra.VENDOR))
+            exactly = _request(container, asked[dra.VENDOR], spec, annotations, names)
             template = template_for(exactly, numa_bind, namespace)
             templates[template["metadata"]["name"]] = template
             entry = f"{ENTRY_PREFIX}{prefix}{position}"

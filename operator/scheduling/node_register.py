@@ -11,6 +11,7 @@ from vgpu_operator.devices.quantity import as_int
 from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.entries import NodeEntry
+from vgpu_operator.scheduling.vendors import Vendors
 
 
 def offered(
@@ -55,10 +56,16 @@ def offered(
     return devices, scores, error
 
 
-def observe_gpu_count(node: NodeEntry, resource_count_name: str) -> None:
-    """Seed 000 §9: GPUs that vanish from a node's allocatable make it unhealthy."""
-    allocatable = node.facts.allocatable.get(resource_count_name)
-    count = 0 if allocatable is None else as_int(allocatable) or 0
+def observe_gpu_count(node: NodeEntry, vendors: Vendors) -> None:
+    """Seed 000 §9: GPUs that vanish from a node's allocatable make it unhealthy (the
+    count resources of the vendors that ask it, ``VendorSpec.watch_lost_devices``)."""
+    count = 0
+    for spec in vendors.specs():
+        if not spec.watch_lost_devices:
+            continue
+        name = vendors.config_for(spec.common_word).resource_count_name
+        allocatable = node.facts.allocatable.get(name)
+        count += 0 if allocatable is None else as_int(allocatable) or 0
     if count == 0:
         node.gpus_lost = node.reported_gpus > 0 or node.gpus_lost
     else:
