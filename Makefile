@@ -16,7 +16,7 @@ PKG_SOURCES := $(shell find operator -name '*.py' 2>/dev/null)
 help:
 	@echo "make test     - unit, property, scenario and integration tests (sets everything up)"
 	@echo "make demo     - local control plane, simulated GPU nodes, the operator and sample pods"
-	@echo "make lint     - ruff, mypy --strict, import-linter"
+	@echo "make lint     - ruff, mypy --strict, import-linter, hack/check_structure.py"
 	@echo "make bench    - micro-benchmarks, then the end-to-end benchmark (docs/benchmarks.md)"
 	@echo "make deviceplugin-conformance - kubelet's device manager, the harness of the device-plugin tests"
 	@echo "make gpu-check - the agent, its device plugin and HAMi-core on this machine's GPU (docs/hardware.md)"
@@ -60,6 +60,10 @@ lint: dev
 	$(BIN)/ruff check hack/gpu-check
 	$(BIN)/ruff format --check hack/gpu-check
 	$(BIN)/mypy hack/gpu-check/gpu_check
+	$(BIN)/ruff check hack/check_structure.py
+	$(BIN)/ruff format --check hack/check_structure.py
+	$(BIN)/mypy --strict hack/check_structure.py
+	$(BIN)/python hack/check_structure.py
 
 # The benchmark's extra (matplotlib for its plots), installed on first use only.
 $(BIN)/.bench-deps: $(BIN)/.deps

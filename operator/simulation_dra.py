@@ -28,13 +28,13 @@ def card_shape(raw: Mapping[str, Any], where: str) -> dra.CardShape:
     for key, kind in (("uuid", str), ("index", int), ("memoryMiB", int)):
         if not isinstance(raw.get(key), kind):
             raise ScenarioError(f"{where}.{key}", f"must be a {kind.__name__}")
-    product = str(raw.get("product") or "NVIDIA")
+    product = str(raw.get("product") or dra.VENDOR)
     unhealthy = raw.get("unhealthy")
     return dra.CardShape(
         uuid=str(raw["uuid"]),
         index=int(raw["index"]),
         product=product,
-        hami_type=str(raw.get("type") or f"NVIDIA-{product}"),
+        hami_type=str(raw.get("type") or f"{dra.VENDOR}-{product}"),
         memory_mib=int(raw["memoryMiB"]),
         cores=int(raw.get("cores", dra.FULL_CORES)),
         split_count=int(raw.get("splitCount", 10)),

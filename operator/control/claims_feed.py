@@ -38,13 +38,7 @@ class ClaimInputs(Protocol):
     def set_device_class(self, obj: Mapping[str, Any]) -> None: ...
     def remove_device_class(self, name: str) -> None: ...
     def quota_may_help(self, verdict: Any, namespace: str) -> bool: ...
-
-
-def _without_verdict(hint: Hashable | None) -> bool:
-    """Pods on the DRA path wait without a verdict (hint None: any event may help them);
-    every hint-bearing pod is on the annotation path, which DRA nodes never take, so a
-    slice, claim or class changing cannot help it."""
-    return hint is None
+    def on_claims_path(self, verdict: Any) -> bool: ...
 
 
 def _allocated(claim: ResourceClaim) -> bool:
@@ -95,8 +89,15 @@ class ClaimFeed:
         self._engine.remove_slice(name)
         self._slice_digests.pop(name, None)
 
+    def _on_claims_path(self, hint: Hashable | None) -> bool:
+        """Pods on the DRA path: those waiting without a verdict (hint None: any event may
+        help them) and those whose verdict the DRA dialect judges (the engine's
+        ``on_claims_path``). A slice, claim or class changing may help them; it cannot
+        help a pod on the annotation path, which DRA nodes never take."""
+        return hint is None or self._engine.on_claims_path(hint)
+
     def _wake_claim_pods(self, event: queue.ClusterEvent) -> None:
-        woken = self._queue.wake(_without_verdict)
+        woken = self._queue.wake(self._on_claims_path)
         if woken:
             log.debug("pods_woken", cluster_event=event.value, woken=woken)
 
@@ -107,7 +108,7 @@ class ClaimFeed:
         namespace = key.partition("/")[0]
 
         def helps(hint: Hashable | None) -> bool:
-            if hint is None:
+            if self._on_claims_path(hint):
                 return True
             if hint is queue.OWN_CHANGE_ONLY or isinstance(
                 hint, (queue.Refused, queue.WaitsForVictims)

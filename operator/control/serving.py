@@ -42,8 +42,8 @@ class HttpServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, addr, port)
         await site.start()
-        sockets = getattr(site._server, "sockets", None) or []  # the bound port when port=0
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        addresses = self._runner.addresses  # the bound port when port=0
+        self.port = addresses[0][1] if addresses else port
 
     async def stop(self) -> None:
         if self._runner is not None:

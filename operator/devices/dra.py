@@ -32,6 +32,9 @@ from vgpu_operator.wire import ObjectMeta, OwnerReference, ResourceSlice, SliceD
 #: This project's DRA driver name (and the domain of its device attributes).
 DRIVER: Final = "gpu.vgpu-operator.io"
 API_VERSION: Final = "resource.k8s.io/v1"
+#: The vendor whose cards the driver offers (its word in the vendor table): the engine's
+#: DRA path books, fits and converts in this vendor's terms.
+VENDOR: Final = "NVIDIA"
 
 #: Capacity names (short names live in the driver's domain).
 MEMORY: Final = "memory"

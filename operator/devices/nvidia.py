@@ -119,4 +119,5 @@ SPEC: Final = vendor.VendorSpec(
     supports_topology=True,
     mutate=_mutate,
     isolation_off_env=names.ENV_DISABLE_CONTROL,
+    watch_lost_devices=True,
 )

@@ -73,6 +73,9 @@ class VendorSpec:
     #: A container env that, set true, takes the share's isolation away (HAMi-core is
     #: not loaded): such a container is booked as the whole card.
     isolation_off_env: str | None = None
+    #: Its count resource vanishing from a node's allocatable makes the node unhealthy
+    #: (seed 000 §9: the device plugin is gone).
+    watch_lost_devices: bool = False
 
     def node_annotations(self) -> tuple[str, ...]:
         """The Node annotations of this vendor the engine reads (registration, scores, the
@@ -293,6 +296,16 @@ def admission_warning(
         request = container_request(spec, config, container)
     except CodecError:
         return None
+    return request_warning(spec, config, container, request)
+
+
+def request_warning(
+    spec: VendorSpec,
+    config: VendorConfig,
+    container: Mapping[str, Any],
+    request: model.ContainerRequest | None,
+) -> str | None:
+    """``admission_warning`` of a request already read (``container_request``'s answer)."""
     if request is not None and isolation_off(spec, container):
         return (
             f"container {container.get('name', '')!r}: {spec.isolation_off_env} turns the "

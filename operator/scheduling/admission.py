@@ -21,7 +21,7 @@ from vgpu_operator.config import DeviceConfig
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import policies
 from vgpu_operator.scheduling.quota import QuotaLedger
-from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.scheduling.vendors import PodReads, Vendors
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,9 @@ class AdmissionResult:
     handled: bool = False  # the pod asks for a device this operator schedules
     #: Admitted, but the user should know (the API server passes these to kubectl).
     warnings: tuple[str, ...] = ()
+    #: The admitted pod's containers as read (init containers', then app containers'),
+    #: each vendor's request read once: the Job is built from these (``placement``).
+    reads: PodReads | None = None
 
 
 #: The longest refusal: it quotes values anyone may write (a 200 kB annotation), and goes
@@ -90,13 +93,17 @@ def _admit(
                     wants.add(spec_.common_word)
             except ValueError as exc:
                 return AdmissionResult(False, mutated, str(exc), handled=True)
+    reads: PodReads = (
+        tuple(vendors.read(c) for c in spec.get("initContainers") or []),
+        tuple(vendors.read(c) for c in containers),
+    )
     if not wants:
-        return AdmissionResult(True, mutated)
-    for container in [*(spec.get("initContainers") or []), *containers]:
+        return AdmissionResult(True, mutated, reads=reads)
+    for read in (*reads[0], *reads[1]):
         for word in sorted(wants):
-            problem = vendors.admission_problem(word, container)
-            if problem is not None:
-                return AdmissionResult(False, mutated, problem, handled=True)
+            unreadable = read.problems.get(word)
+            if unreadable is not None:
+                return AdmissionResult(False, mutated, str(unreadable), handled=True)
     problem = annotation_problem((mutated.get("metadata") or {}).get("annotations") or {})
     if problem is not None:
         return AdmissionResult(False, mutated, problem, handled=True)
@@ -105,16 +112,16 @@ def _admit(
             name = container.get("name", "")
             return AdmissionResult(False, mutated, f"container {name} is privileged", handled=True)
     spec["schedulerName"] = ours
-    refusal = _over_quota(mutated, vendors, quota)
+    refusal = _over_quota(mutated, reads, vendors, quota)
     if refusal:
-        return AdmissionResult(False, mutated, refusal, handled=True)
+        return AdmissionResult(False, mutated, refusal, handled=True, reads=reads)
     warnings = tuple(
         warning
-        for container in [*(spec.get("initContainers") or []), *containers]
+        for read in (*reads[0], *reads[1])
         for word in sorted(wants)
-        if (warning := vendors.admission_warning(word, container)) is not None
+        if (warning := read.warnings.get(word)) is not None
     )
-    return AdmissionResult(True, mutated, handled=True, warnings=warnings)
+    return AdmissionResult(True, mutated, handled=True, warnings=warnings, reads=reads)
 
 
 def annotation_problem(annotations: Mapping[str, Any]) -> str | None:
@@ -133,15 +140,16 @@ def annotation_problem(annotations: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _over_quota(pod: Mapping[str, Any], vendors: Vendors, quota: QuotaLedger) -> str:
+def _over_quota(
+    pod: Mapping[str, Any], reads: PodReads, vendors: Vendors, quota: QuotaLedger
+) -> str:
     """A refusal when the pod's own demand exceeds a limit, whatever else is running.
 
     Cores are counted as requested, not capped at 100 per card, as HAMi's webhook does.
     """
     namespace = (pod.get("metadata") or {}).get("namespace") or "default"
-    spec = pod.get("spec") or {}
-    inits = [vendors.requests(c) for c in spec.get("initContainers") or []]
-    apps = [vendors.requests(c) for c in spec.get("containers") or []]
+    inits = [read.requests for read in reads[0]]
+    apps = [read.requests for read in reads[1]]
     for word, memory_name in vendors.memory_resources().items():
         core_name = vendors.core_resources()[word]
         app_memory = sum(r[word].memory_mib * r[word].count for r in apps if word in r)

@@ -49,7 +49,6 @@ from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.vendors import Vendors
 
-_VENDOR: Final = "NVIDIA"
 #: The prefix of the templates the webhook makes (and the entries it adds to a pod).
 TEMPLATE_PREFIX: Final = "vgpu-"
 ENTRY_PREFIX: Final = "vgpu-gpu-"
@@ -96,6 +95,7 @@ def _request(
     ask: model.ContainerRequest,
     spec: vendor.VendorSpec,
     annotations: Mapping[str, str],
+    resources: vendor.ResourceNames,
 ) -> dict[str, Any]:
     name = container.get("name", "")
     card_filter = vendor.CardFilter.read(spec, annotations)
@@ -109,9 +109,9 @@ def _request(
     if ask.uses_percentage:
         if ask.memory_percent != 100:
             raise Unmappable(
-                f"container {name!r}: nvidia.com/gpumem-percentage={ask.memory_percent} cannot "
-                "be expressed as a DRA claim (the card's size is not known before it is "
-                "chosen); give nvidia.com/gpumem in MiB instead"
+                f"container {name!r}: {resources.memory_percentage}={ask.memory_percent} "
+                "cannot be expressed as a DRA claim (the card's size is not known before it "
+                f"is chosen); give {resources.memory} in MiB instead"
             )
     elif ask.memory_mib > 0:
         capacity[dra.MEMORY] = f"{ask.memory_mib}Mi"
@@ -172,7 +172,7 @@ def convert(pod: Mapping[str, Any], vendors: Vendors) -> Conversion | None:
     meta = out.get("metadata") or {}
     namespace = str(meta.get("namespace") or "default")
     annotations: Mapping[str, str] = meta.get("annotations") or {}
-    spec = vendors.spec(_VENDOR)
+    spec = vendors.spec(dra.VENDOR)
     numa_bind = vendor.CardFilter.read(spec, annotations).numa_bind
     pod_spec = out.setdefault("spec", {})
     templates: dict[str, dict[str, Any]] = {}
@@ -184,13 +184,14 @@ def convert(pod: Mapping[str, Any], vendors: Vendors) -> Conversion | None:
             asked = vendors.requests(container)
             if not asked:
                 continue
-            others = sorted(set(asked) - {_VENDOR})
+            others = sorted(set(asked) - {dra.VENDOR})
             if others:
                 raise Unmappable(
                     f"container {container.get('name', '')!r} asks {', '.join(others)} devices, "
                     "which the DRA path does not offer"
                 )
-            exactly = _request(container, asked[_VENDOR], spec, annotations)
+            names = vendor.resource_names(vendors.config_for(dra.VENDOR))
+            exactly = _request(container, asked[dra.VENDOR], spec, annotations, names)
             template = template_for(exactly, numa_bind, namespace)
             templates[template["metadata"]["name"]] = template
             entry = f"{ENTRY_PREFIX}{prefix}{position}"
@@ -207,7 +208,7 @@ def convert(pod: Mapping[str, Any], vendors: Vendors) -> Conversion | None:
 
 def _name_claim(container: dict[str, Any], entry: str, vendors: Vendors) -> None:
     """The container names its claim; the extended resources it asked go."""
-    names = vendor.resource_names(vendors.config_for(_VENDOR))
+    names = vendor.resource_names(vendors.config_for(dra.VENDOR))
     gone = {names.count, names.memory, names.memory_percentage, names.cores} - {""}
     resources = container.setdefault("resources", {})
     for key in ("limits", "requests"):

@@ -1,12 +1,12 @@
 """The books' DRA inputs: ResourceSlices, ResourceClaims and DeviceClasses.
 
-``ClaimBooks`` is the part of ``books.ClusterBooks`` that the DRA path adds: the slices
+``ClaimBooks`` is the part of ``books.Books`` that the DRA path adds: the slices
 (a DRA node's cards, ``dra_pool``), the claims (what each allocated claim holds,
 ``claim_ledger``, counted in the namespace quota too) and the device classes (their
 selectors), with the holds of the engine's own decisions until their claims come back
-allocated. ``ClusterBooks`` inherits it and answers its hooks: a node's cards changed,
-the cards registered on a node, and the quota ledger; and it tells it of pods
-(``_claim_pod_seen``, ``_claim_pod_gone``).
+allocated. ``Books`` holds it and answers its ``Hooks``: a node's cards changed, what
+claims hold on a node changed, the cards registered on a node, and the quota ledger; and
+it tells it of pods (``pod_seen``, ``pod_gone``).
 
 The pods matter for one thing here: a claim that goes while a pod it was reserved for
 runs (a tenant removed the delete-protection finalizer and deleted it; an allocation
@@ -19,23 +19,35 @@ never bound cannot have the device prepared once its claim is gone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.devices import dra, model
+from vgpu_operator.devices.dra import VENDOR
 from vgpu_operator.scheduling import claim_cel, claim_ledger, claims, dra_pool, placement
 from vgpu_operator.scheduling.claim_ledger import Decided, Hold
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
 
-_VENDOR = "NVIDIA"
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """What the claim part asks of the books that hold it."""
+
+    #: The node's devices changed (re-register its cards).
+    cards_changed: Callable[[str], None]
+    #: What claims hold on the node changed (rebuild its usage).
+    holds_changed: Callable[[str], None]
+    registered_on: Callable[[str], Sequence[model.DeviceInfo]]
+    quota_ledger: Callable[[], QuotaLedger]
 
 
 class ClaimBooks:
-    def __init__(self) -> None:
+    def __init__(self, hooks: Hooks) -> None:
+        self._hooks = hooks
         self._slice_objects: dict[str, Mapping[str, Any]] = {}
         self._pools: dict[str, dra_pool.Pool] = {}
         self._claim_objects: dict[str, Mapping[str, Any]] = {}
@@ -55,20 +67,14 @@ class ClaimBooks:
         """The CEL verdicts the decision reads (filled off the loop by the operator)."""
         return self._cel
 
-    # --- hooks (ClusterBooks) ----------------------------------------------------------
-    def _cards_changed(self, node: str) -> None:
-        """The node's devices changed (re-register its cards)."""
-        raise NotImplementedError
+    @property
+    def objects(self) -> Mapping[str, Mapping[str, Any]]:
+        """Every claim as last seen, by ``namespace/name`` (read, never change)."""
+        return self._claim_objects
 
-    def _holds_changed(self, node: str) -> None:
-        """What claims hold on the node changed (rebuild its usage)."""
-        raise NotImplementedError
-
-    def _registered_on(self, node: str) -> Sequence[model.DeviceInfo]:
-        raise NotImplementedError
-
-    def _quota_ledger(self) -> QuotaLedger:
-        raise NotImplementedError
+    @property
+    def classes(self) -> Mapping[str, claims.DeviceClass]:
+        return self._classes
 
     # --- slices ------------------------------------------------------------------------
     def set_slice(self, obj: Mapping[str, Any]) -> None:
@@ -92,7 +98,7 @@ class ClaimBooks:
             self._pools[node] = pool
         else:
             self._pools.pop(node, None)
-        self._cards_changed(node)
+        self._hooks.cards_changed(node)
         for hold in self._claim_ledger.on_node(node):
             self._put_hold(hold)  # counted against the node's cards as published now
 
@@ -149,20 +155,20 @@ class ClaimBooks:
         self._put_hold(replace(hold, key=kept))
         self._kept[kept] = frozenset(keeping)
 
-    # --- pods (ClusterBooks tells of every pod) -------------------------------------------
-    def _claim_pod_seen(self, pod: Mapping[str, Any]) -> None:
+    # --- pods (the books tell of every pod) -------------------------------------------
+    def pod_seen(self, pod: Mapping[str, Any]) -> None:
         key = pod_key(pod)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         bound = bool((pod.get("spec") or {}).get("nodeName"))
         ended = (pod.get("status") or {}).get("phase") in names.TERMINAL_PHASES
         known = self._running_uid.get(key)
         if known is not None and (known != uid or ended or not bound):
-            self._claim_pod_gone(key)
+            self.pod_gone(key)
         if uid and bound and not ended:
             self._running[uid] = key
             self._running_uid[key] = uid
 
-    def _claim_pod_gone(self, key: PodKey) -> None:
+    def pod_gone(self, key: PodKey) -> None:
         """The pod ended or is gone: the holds it alone kept go."""
         uid = self._running_uid.pop(key, None)
         if uid is None:
@@ -226,41 +232,41 @@ class ClaimBooks:
         previous = self._claim_ledger.put(hold)
         self._unquota(hold.key)
         if previous is not None and previous.node != hold.node:
-            self._holds_changed(previous.node)
+            self._hooks.holds_changed(previous.node)
         sums = self._sums(hold)
         self._claim_sums[hold.key] = (hold.namespace, sums)
-        self._quota_ledger().add_sums(hold.namespace, sums)
-        self._holds_changed(hold.node)
+        self._hooks.quota_ledger().add_sums(hold.namespace, sums)
+        self._hooks.holds_changed(hold.node)
 
     def _drop_hold(self, key: str) -> None:
         hold = self._claim_ledger.drop(key)
         if hold is None:
             return
         self._unquota(key)
-        self._holds_changed(hold.node)
+        self._hooks.holds_changed(hold.node)
 
     def _unquota(self, key: str) -> None:
         counted = self._claim_sums.pop(key, None)
         if counted is not None:
-            self._quota_ledger().remove_sums(*counted)
+            self._hooks.quota_ledger().remove_sums(*counted)
 
     def _sums(self, hold: Hold) -> dict[str, tuple[int, int]]:
-        cards = {d.id: model.DeviceUsage.from_info(d) for d in self._registered_on(hold.node)}
+        cards = {d.id: model.DeviceUsage.from_info(d) for d in self._hooks.registered_on(hold.node)}
         booked = claim_ledger.bookings(hold, cards)
-        return {_VENDOR: (sum(b.memory_mib for b in booked), sum(b.cores for b in booked))}
+        return {VENDOR: (sum(b.memory_mib for b in booked), sum(b.cores for b in booked))}
 
-    def _requota_claims(self) -> None:
+    def requota(self) -> None:
         """Count the claims again in a new quota ledger (the config changed)."""
         for namespace, sums in self._claim_sums.values():
-            self._quota_ledger().add_sums(namespace, sums)
+            self._hooks.quota_ledger().add_sums(namespace, sums)
 
-    def _claim_bookings(
+    def bookings_on(
         self, node: str, cards: Mapping[str, model.DeviceUsage]
     ) -> list[list[placement.Booking]]:
         return [claim_ledger.bookings(h, cards) for h in self._claim_ledger.on_node(node)]
 
     # --- the engine's own decisions ----------------------------------------------------
-    def _hold_decided(
+    def hold_decided(
         self, pod: str, node: str, decided: Mapping[str, tuple[str, Sequence[Any]]]
     ) -> None:
         """Hold what a decision allocates (claim key -> (namespace, picks)) until the
@@ -271,7 +277,7 @@ class ClaimBooks:
         if decided:
             self._claim_ledger.decided_for[pod] = list(decided)
 
-    def _settle_decided(self, pod: str) -> None:
+    def settle_decided(self, pod: str) -> None:
         """The decision's claims are written: the next copy of each is the truth (the
         copy known now, if it already shows the allocation)."""
         for key in self._claim_ledger.decided_for.pop(pod, ()):
@@ -287,7 +293,7 @@ class ClaimBooks:
                     Hold(hold.key, hold.namespace, hold.node, hold.shares, Decided.WRITTEN)
                 )
 
-    def _release_decided(self, pod: str) -> None:
+    def release_decided(self, pod: str) -> None:
         """The decision is given up: its holds go, unless the claim came back allocated
         meanwhile (then its status holds the shares)."""
         for key in self._claim_ledger.decided_for.pop(pod, ()):

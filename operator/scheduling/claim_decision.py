@@ -15,26 +15,28 @@ claim, its ``status.allocation`` (None for a claim allocated already) and the po
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_operator import names
-from vgpu_operator.devices import model, vendor
+from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     claim_best_fit,
     claim_fit,
     claim_wire,
     claims,
-    node_basics,
+    node_gate,
     placement,
     policies,
 )
-from vgpu_operator.scheduling.books import ClusterBooks, NodeEntry, PodEntry, is_dra_node
+from vgpu_operator.scheduling.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
+from vgpu_operator.scheduling.view import BooksView, BooksWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,24 +67,42 @@ class ClaimPlacement:
     #: A claim the pod names is not in the books yet: its arrival, not the pod's own
     #: change, lets the pod be placed.
     waits_for_claims: bool = False
+    #: When no node fits: how to judge a node for the pod's claims as read (its verdict's).
+    judge: ClaimJudge | None = None
 
 
-class ClaimScheduling(ClusterBooks):
-    """The DRA path of ``ClusterState.schedule``."""
+class ClaimDialect:
+    """The DRA dialect of the decision cycle: the node walk and gate are the cycle's
+    (the ranking, ``node_gate``), the cards come from claims (``claim_fit``)."""
 
-    def _place_claims(
-        self, key: PodKey, pod: Mapping[str, Any], now: float, explain: bool = False
+    def __init__(self, books: BooksWriter) -> None:
+        self.books = books
+        #: Typed as the read view: every read goes through it.
+        self.view: BooksView = books
+
+    def place(
+        self,
+        key: PodKey,
+        pod: Mapping[str, Any],
+        job: placement.Job,
+        now: float,
+        explain: bool = False,
     ) -> ClaimPlacement:
-        total = len(self._nodes)
+        """The node and cards for the pod's claims (``job``: the pod as read once), held
+        in the books until the claims come back allocated."""
+        total = len(self.view.nodes)
         try:
-            job = placement.Job.from_pod(pod, self._config, self._vendors, self._quota)
-            wanted = claims.read_pod_claims(pod, self._claim_objects, self._classes, self._cel)
+            wanted = claims.read_pod_claims(
+                pod,
+                self.view.claims.objects,
+                self.view.claims.classes,
+                self.view.claims.selector_cache,
+            )
         except claims.Waiting as exc:
             diagnosis = Diagnosis({}, total, error=str(exc))
             return ClaimPlacement(None, diagnosis=diagnosis, waits_for_claims=True)
         except (claims.Refusal, CodecError) as exc:
             return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=str(exc)))
-        consumer = claim_wire.consumer(pod)
         failures: dict[str, NodeFailure] = {}
         found: tuple[NodeEntry, claim_fit.ClaimsOutcome] | None = None
         scores: dict[str, float] = {}
@@ -95,9 +115,7 @@ class ClaimScheduling(ClusterBooks):
             if outcome.error is not None:
                 return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=outcome.error))
             if not outcome.ok:
-                failures[node.name] = NodeFailure(
-                    dict(outcome.reasons), {r: frozenset(k) for r, k in outcome.refused_by.items()}
-                )
+                failures[node.name] = _failure(outcome)
                 continue
             scores[node.name] = node.score
             on_links = wants_links and _linked(outcome, node.pair_scores)
@@ -106,9 +124,23 @@ class ClaimScheduling(ClusterBooks):
             if not explain and (not wants_links or linked):
                 break
         if found is None:
-            for name in self._nodes:
+            for name in self.view.nodes:
                 failures.setdefault(name, NodeFailure({Reason.NODE_NOT_CLAIMS_NODE: 1}))
-            return ClaimPlacement(None, diagnosis=Diagnosis(failures, total))
+            judge = ClaimJudge(self, wanted)
+            return ClaimPlacement(None, diagnosis=Diagnosis(failures, total), judge=judge)
+        return self._book(key, pod, job, wanted, found, scores)
+
+    def _book(
+        self,
+        key: PodKey,
+        pod: Mapping[str, Any],
+        job: placement.Job,
+        wanted: claims.PodClaims,
+        found: tuple[NodeEntry, claim_fit.ClaimsOutcome],
+        scores: dict[str, float],
+    ) -> ClaimPlacement:
+        """Hold what the pod gets on the node found, and say what to write on its claims."""
+        consumer = claim_wire.consumer(pod)
         node, outcome = found
         writes: list[ClaimWrite] = []
         decided: dict[str, tuple[str, list[claim_fit.Pick]]] = {}
@@ -117,7 +149,9 @@ class ClaimScheduling(ClusterBooks):
             allocation = None
             if claim.allocated_node is None:
                 picks = outcome.picks[claim.key]
-                allocation = claim_wire.allocation(claim, node.name, picks, self._classes)
+                allocation = claim_wire.allocation(
+                    claim, node.name, picks, self.view.claims.classes
+                )
                 decided[claim.key] = (claim.namespace, picks)
             elif reserved:
                 continue
@@ -131,8 +165,8 @@ class ClaimScheduling(ClusterBooks):
                     consumer,
                 )
             )
-        self._hold_decided(key, node.name, decided)
-        self._add_pod(
+        self.books.hold_decided(key, node.name, decided)
+        self.books.add_pod(
             PodEntry(
                 key=key,
                 namespace=job.namespace,
@@ -147,6 +181,21 @@ class ClaimScheduling(ClusterBooks):
         )
         return ClaimPlacement(node.name, tuple(writes), None, outcome.card_scores, scores)
 
+    def judge(
+        self, name: str, job: placement.Job, wanted: claims.PodClaims, now: float
+    ) -> NodeFailure | None:
+        """Why the claims do not fit node ``name`` now (None: they may; also when they
+        cannot be judged without a CEL verdict still being computed)."""
+        node = self.view.nodes.get(name)
+        if node is None:
+            return NodeFailure({Reason.NODE_NOT_CLAIMS_NODE: 1})
+        if wanted.node is not None and name != wanted.node:
+            return NodeFailure({Reason.NODE_NOT_CLAIMS_NODE: 1})
+        outcome = self._fit_claims_on(node, job, wanted, now)
+        if outcome.ok or outcome.error is not None:
+            return None
+        return _failure(outcome)
+
     def _claim_order(self, job: placement.Job, wanted: claims.PodClaims) -> list[NodeEntry]:
         """The candidates; under binpack, where the claims fit most tightly first
         (``claim_best_fit``)."""
@@ -154,7 +203,7 @@ class ClaimScheduling(ClusterBooks):
         if wanted.node is not None or not wanted.pending or not self._binpacking(job, ranked):
             return ranked
         for node in ranked:
-            self._refresh(node)
+            self.view.refresh(node)
         requests = [r for c in wanted.pending for r in c.requests]
         return claim_best_fit.tightest_first(ranked, lambda n: n.cards, requests)
 
@@ -162,36 +211,31 @@ class ClaimScheduling(ClusterBooks):
         """Whether binpack ranks these nodes: the pod's node policy, else each node's own."""
         if job.pod_node_policy is not None:
             return job.pod_node_policy == policies.BINPACK
-        default = self._config.scheduler.node_scheduler_policy
+        default = self.view.config.scheduler.node_scheduler_policy
         return all((n.layer.node_policy or default) == policies.BINPACK for n in nodes)
 
     def _claim_candidates(self, job: placement.Job, pinned: str | None) -> list[NodeEntry]:
         """Nodes in the order the annotation path would try them (best-ranked first),
         every node once; only ``pinned`` when allocated claims fix the node."""
         if pinned is not None:
-            node = self._nodes.get(pinned)
+            node = self.view.nodes.get(pinned)
             return [] if node is None else [node]
-        self._rerank_dirty()
-        if job.pod_node_policy is None:
-            ranking = self._layered_rank
-        elif job.pod_node_policy == policies.SPREAD:
-            ranking = self._spread_rank
-        else:
-            ranking = self._binpack_rank
-        ranked = [self._nodes[name] for _score, _order, name in ranking]
+        self.view.rerank()
+        ranking = self.view.ranking(job.pod_node_policy)
+        ranked = [self.view.nodes[name] for _score, _order, name in ranking]
         seen = {n.name for n in ranked}
-        rest = [n for n in self._nodes.values() if n.name not in seen]
+        rest = [n for n in self.view.nodes.values() if n.name not in seen]
         rest.sort(key=lambda n: n.order)
         return [*ranked, *rest]
 
     def _fit_claims_on(
         self, node: NodeEntry, job: placement.Job, wanted: claims.PodClaims, now: float
     ) -> claim_fit.ClaimsOutcome:
-        self._refresh(node)
-        refused = self._claim_node_gate(node, job, now)
+        self.view.refresh(node)
+        refused = node_gate.check(node, job, now, self.view.inventory_timeout_s, claims=True)
         if refused is not None:
             return claim_fit.ClaimsOutcome(False, reasons=_one(refused))
-        pool = self.pool_of(node.name)
+        pool = self.view.claims.pool_of(node.name)
         if pool is None:
             return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
         if not wanted.pending:
@@ -202,7 +246,7 @@ class ClaimScheduling(ClusterBooks):
         cordoned = frozenset(
             c.lower() for c in (*node.inventory_cordoned, *vendor.split_list(cordon_note))
         )
-        spec = self._vendors.spec("NVIDIA")
+        spec = self.view.vendors.spec(dra.VENDOR)
         uuid_keys = (spec.use_uuid_annotation, spec.nouse_uuid_annotation)
         layer = dataclasses.replace(
             node.layer,
@@ -211,24 +255,44 @@ class ClaimScheduling(ClusterBooks):
             },
         )
         return claim_fit.fit_claims(
-            job, wanted.pending, pool, node.cards, node.pair_scores, cordoned, layer, self._cel
+            job,
+            wanted.pending,
+            pool,
+            node.cards,
+            node.pair_scores,
+            cordoned,
+            layer,
+            self.view.claims.selector_cache,
         )
 
-    def _claim_node_gate(self, node: NodeEntry, job: placement.Job, now: float) -> Reason | None:
-        reason = node_basics.check_node(
-            job.pod, job.resources, node.facts, node.used, len(node.pods), job.node_terms
-        )
-        if reason is not None:
-            return reason
-        if not is_dra_node(node):
-            return Reason.NODE_NOT_ON_DRA_PATH
-        if (
-            self._inventory_timeout_s is not None
-            and node.inventory is not None
-            and (node.heartbeat is None or now - node.heartbeat > self._inventory_timeout_s)
-        ):
-            return Reason.INVENTORY_STALE
-        return None
+
+class ClaimJudge:
+    """Judges one node for a pod's claims as read at its last attempt: the verdict of a
+    pod on the DRA path judges nodes with it (``verdicts.NodeJudge``), so that an event
+    wakes the pod only where its claims may fit now."""
+
+    def __init__(self, dialect: ClaimDialect, wanted: claims.PodClaims) -> None:
+        self._dialect = dialect
+        self._wanted = wanted
+
+    @property
+    def shape(self) -> str:
+        """What of the claims decides where they fit (their requests, and for claims
+        allocated already their node): added to the pod's shape (``shapes``)."""
+        read = [
+            (c.requests, c.match_attributes, c.config, c.whole_devices, c.allocated_node)
+            for c in self._wanted.claims
+        ]
+        return "+claims:" + hashlib.blake2b(repr(read).encode(), digest_size=16).hexdigest()
+
+    def judge(self, name: str, job: placement.Job, now: float) -> NodeFailure | None:
+        return self._dialect.judge(name, job, self._wanted, now)
+
+
+def _failure(outcome: claim_fit.ClaimsOutcome) -> NodeFailure:
+    return NodeFailure(
+        dict(outcome.reasons), {r: frozenset(k) for r, k in outcome.refused_by.items()}
+    )
 
 
 def _linked(outcome: claim_fit.ClaimsOutcome, pair_scores: model.PairScores) -> bool:

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vgpu_operator.devices import model, vendor
+from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.scheduling import (
     claim_best_fit,
     claim_cel,
@@ -32,8 +32,6 @@ from vgpu_operator.scheduling import (
 )
 from vgpu_operator.scheduling import policies as pol
 from vgpu_operator.scheduling.status import Reason
-
-_VENDOR = "NVIDIA"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +102,10 @@ def fit_claims(
     return outcome
 
 
+Options = dict[tuple[int, int, int], list[tuple[model.DeviceUsage, claims.Consumption]]]
+Chosen = list[tuple[fit.Pick, claims.Consumption, float]]
+
+
 def _fit_claim(
     job: placement.Job,
     claim: claims.Claim,
@@ -119,94 +121,13 @@ def _fit_claim(
     picks: list[Pick] = []
     scores: list[float] = []
     taken = list(held)  # this pod's earlier requests, and this claim's as they are chosen
-    policy = job.policy_on(layer)
-    spec = job.vendors.spec(_VENDOR)
     for request in claim.requests:
-        allowed = restrict.get(request.name)
-        options: dict[tuple[int, int, int], list[tuple[model.DeviceUsage, claims.Consumption]]]
-        options = {}
-        reasons: Counter[Reason] = Counter()
-        pending: claim_cel.CelPending | None = None
-        for card in cards:
-            device = pool.devices.get(card.id)
-            if device is None:
-                continue
-            if allowed is not None and card.id not in allowed:
-                reasons[Reason.DEVICE_NOT_SELECTED] += 1
-                continue
-            try:
-                consumption = claims.eligible(
-                    request,
-                    device,
-                    cache,
-                    card.total_memory_mib,
-                    card.total_cores,
-                    card.count,
-                    whole=claim.whole_devices,
-                )
-            except claim_cel.CelRuntimeError as exc:
-                where = f"ResourceClaim {claim.key}, request {request.name!r}"
-                return ClaimsOutcome(False, error=f"{where}: CEL runtime error: {exc}")
-            except claim_cel.CelPending as exc:
-                # Go on through the cards: their missing verdicts are queued together.
-                pending = exc
-                continue
-            if consumption is None:
-                reasons[Reason.DEVICE_NOT_SELECTED] += 1
-                continue
-            shape = (consumption.memory_mib, consumption.cores, consumption.slots)
-            options.setdefault(shape, []).append((card, consumption))
-        if pending is not None:
-            where = f"ResourceClaim {claim.key}, request {request.name!r}"
-            return ClaimsOutcome(False, error=f"{where}: selector evaluation pending: {pending}")
-        if not options:
-            if not reasons:
-                reasons[Reason.NODE_INSUFFICIENT_DEVICE] = 1
-            return ClaimsOutcome(False, reasons=reasons)
-        chosen = None
-        # Devices the request's selectors rule out are named only when no device is left:
-        # otherwise why the eligible ones do not fit is the news.
-        failed: Counter[Reason] = Counter()
-        refused: dict[Reason, set[str]] = {}
-        # Devices a request consumes alike are fitted together (one shape on a node of
-        # one card model and request policy: the usual case).
-        for (memory, cores, _slots), group in sorted(options.items(), key=lambda kv: -len(kv[1])):
-            by_card = {card.id: consumption for card, consumption in group}
-            ask = model.ContainerRequest(
-                request.count, _VENDOR, memory, model.MEMORY_PERCENT_UNSET, cores
-            )
-            candidates = [card for card, _ in group]
-            card_scores = {c.id: pol.card_score(c, [ask], job.weights) for c in candidates}
-            numa_bind = _numa_bind(job, spec)
-            candidates.sort(key=pol.card_sort_key(policy, numa_bind, card_scores))
-            if policy == pol.BINPACK and not numa_bind:
-                # Binpack on claims: the card the request fills most tightly first (the
-                # node was chosen by that measure too: ``claim_best_fit``).
-                candidates = claim_best_fit.card_order(candidates, memory, cores)
-            options_ = fit.FitOptions(
-                spec=spec,
-                annotations={},
-                policy=policy,
-                numa_bind=numa_bind,
-                # Several cards of one request: the best-linked set, whatever the GPU
-                # policy (a multi-card claim on unlinked cards is rarely what was meant).
-                topology_aware=pol.policy_has(policy, pol.TOPOLOGY)
-                or (request.count > 1 and bool(pair_scores)),
-                mutex=pol.policy_has(policy, pol.MUTEX),
-                cordoned=cordoned,
-                pair_scores=pair_scores,
-                quota_ok=_quota(job, claim.namespace, taken),
-                node_restrictions=layer.restrictions,
-            )
-            result = fit.fit_container(candidates, ask, options_)
-            if result.ok:
-                chosen = [(p, by_card[p.card.id], card_scores[p.card.id]) for p in result.picks]
-                break
-            failed.update(result.reasons)
-            for reason, keys in result.refused_by.items():
-                refused.setdefault(reason, set()).update(keys)
-        if chosen is None:
-            return ClaimsOutcome(False, reasons=failed, refused_by=refused)
+        options = _options(claim, request, restrict.get(request.name), pool, cards, cache)
+        if isinstance(options, ClaimsOutcome):
+            return options
+        chosen = _fit_request(job, claim, request, options, pair_scores, cordoned, layer, taken)
+        if isinstance(chosen, ClaimsOutcome):
+            return chosen
         for pick, consumption, score in chosen:
             pick.card.used += consumption.slots
             pick.card.used_memory_mib += consumption.memory_mib
@@ -217,9 +138,116 @@ def _fit_claim(
     return ClaimsOutcome(True, picks={claim.key: picks}, card_scores=tuple(scores))
 
 
+def _options(
+    claim: claims.Claim,
+    request: claims.Request,
+    allowed: frozenset[str] | None,
+    pool: dra_pool.Pool,
+    cards: list[model.DeviceUsage],
+    cache: claim_cel.SelectorCache,
+) -> Options | ClaimsOutcome:
+    """The node's cards the request may take, grouped by what it would consume of each;
+    or the outcome when none may (why), or when a selector cannot be judged yet."""
+    options: Options = {}
+    reasons: Counter[Reason] = Counter()
+    pending: claim_cel.CelPending | None = None
+    where = f"ResourceClaim {claim.key}, request {request.name!r}"
+    for card in cards:
+        device = pool.devices.get(card.id)
+        if device is None:
+            continue
+        if allowed is not None and card.id not in allowed:
+            reasons[Reason.DEVICE_NOT_SELECTED] += 1
+            continue
+        try:
+            consumption = claims.eligible(
+                request,
+                device,
+                cache,
+                card.total_memory_mib,
+                card.total_cores,
+                card.count,
+                whole=claim.whole_devices,
+            )
+        except claim_cel.CelRuntimeError as exc:
+            return ClaimsOutcome(False, error=f"{where}: CEL runtime error: {exc}")
+        except claim_cel.CelPending as exc:
+            # Go on through the cards: their missing verdicts are queued together.
+            pending = exc
+            continue
+        if consumption is None:
+            reasons[Reason.DEVICE_NOT_SELECTED] += 1
+            continue
+        shape = (consumption.memory_mib, consumption.cores, consumption.slots)
+        options.setdefault(shape, []).append((card, consumption))
+    if pending is not None:
+        return ClaimsOutcome(False, error=f"{where}: selector evaluation pending: {pending}")
+    if not options:
+        if not reasons:
+            reasons[Reason.NODE_INSUFFICIENT_DEVICE] = 1
+        return ClaimsOutcome(False, reasons=reasons)
+    return options
+
+
+def _fit_request(
+    job: placement.Job,
+    claim: claims.Claim,
+    request: claims.Request,
+    options: Options,
+    pair_scores: model.PairScores,
+    cordoned: frozenset[str],
+    layer: node_layer.NodeLayer,
+    taken: list[tuple[int, int]],
+) -> Chosen | ClaimsOutcome:
+    """The cards for one request, by the annotation path's Fit on each group of cards it
+    consumes alike; or why none fits (devices the request's selectors rule out are named
+    only when no device is left: otherwise why the eligible ones do not fit is the news)."""
+    policy = job.policy_on(layer)
+    spec = job.vendors.spec(dra.VENDOR)
+    failed: Counter[Reason] = Counter()
+    refused: dict[Reason, set[str]] = {}
+    # Devices a request consumes alike are fitted together (one shape on a node of one
+    # card model and request policy: the usual case).
+    for (memory, cores, _slots), group in sorted(options.items(), key=lambda kv: -len(kv[1])):
+        by_card = {card.id: consumption for card, consumption in group}
+        ask = model.ContainerRequest(
+            request.count, dra.VENDOR, memory, model.MEMORY_PERCENT_UNSET, cores
+        )
+        candidates = [card for card, _ in group]
+        card_scores = {c.id: pol.card_score(c, [ask], job.weights) for c in candidates}
+        numa_bind = _numa_bind(job, spec)
+        candidates.sort(key=pol.card_sort_key(policy, numa_bind, card_scores))
+        if policy == pol.BINPACK and not numa_bind:
+            # Binpack on claims: the card the request fills most tightly first (the node
+            # was chosen by that measure too: ``claim_best_fit``).
+            candidates = claim_best_fit.card_order(candidates, memory, cores)
+        options_ = fit.FitOptions(
+            spec=spec,
+            annotations={},
+            policy=policy,
+            numa_bind=numa_bind,
+            # Several cards of one request: the best-linked set, whatever the GPU policy
+            # (a multi-card claim on unlinked cards is rarely what was meant).
+            topology_aware=pol.policy_has(policy, pol.TOPOLOGY)
+            or (request.count > 1 and bool(pair_scores)),
+            mutex=pol.policy_has(policy, pol.MUTEX),
+            cordoned=cordoned,
+            pair_scores=pair_scores,
+            quota_ok=_quota(job, claim.namespace, taken),
+            node_restrictions=layer.restrictions,
+        )
+        result = fit.fit_container(candidates, ask, options_)
+        if result.ok:
+            return [(p, by_card[p.card.id], card_scores[p.card.id]) for p in result.picks]
+        failed.update(result.reasons)
+        for reason, keys in result.refused_by.items():
+            refused.setdefault(reason, set()).update(keys)
+    return ClaimsOutcome(False, reasons=failed, refused_by=refused)
+
+
 def _numa_bind(job: placement.Job, spec: vendor.VendorSpec) -> bool:
     """The pod's ``numa-bind`` annotation (all of one request's cards on one NUMA node)."""
-    card_filter = job.card_filters.get(_VENDOR)
+    card_filter = job.card_filters.get(dra.VENDOR)
     if card_filter is not None:
         return card_filter.numa_bind
     return vendor.numa_bind(spec, job.annotations)
@@ -229,13 +257,13 @@ def _quota(job: placement.Job, namespace: str, held: Sequence[tuple[int, int]]) 
     """The namespace quota, counting what the pod's earlier requests take."""
     if not job.quota.has_limits(namespace):
         return lambda _candidates: True
-    factor = job.memory_factors.get(_VENDOR, 1)
+    factor = job.memory_factors.get(dra.VENDOR, 1)
     earlier_memory = sum(m for m, _ in held)
     earlier_cores = sum(c for _, c in held)
 
     def quota_ok(candidates: Sequence[tuple[str, int, int]]) -> bool:
         memory = earlier_memory + sum(m for _, m, _ in candidates)
         cores = earlier_cores + sum(c for _, _, c in candidates)
-        return job.quota.fits(namespace, _VENDOR, memory, cores, factor)
+        return job.quota.fits(namespace, dra.VENDOR, memory, cores, factor)
 
     return quota_ok

@@ -1,4 +1,4 @@
-"""One decision, top to bottom: ``ClusterState.schedule``.
+"""One decision, top to bottom: ``Cycle.schedule`` (``cluster.ClusterState`` is its face).
 
 For one pending pod: admission defaults (and refusals), one parsed job, the node walk
 (indexed: best-ranked first with O(1) rule-outs; reference: every node, best score), the
@@ -20,33 +20,29 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_operator import names
-from vgpu_operator.devices import codec, mig_allocations, model, vendor
+from vgpu_operator.devices import dra, model
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     admission,
     allocation_gate,
-    card_classes,
-    claims,
+    binding,
+    claim_decision,
     disruption,
-    mig_records,
-    node_basics,
-    node_layer,
+    node_gate,
     placement,
     policies,
     preemption,
-    shapes,
     verdicts,
 )
-from vgpu_operator.scheduling.books import (
-    NodeEntry,
-    Nomination,
-    PodEntry,
-    is_dra_node,
-)
-from vgpu_operator.scheduling.claim_decision import ClaimScheduling, ClaimWrite
+from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S
+from vgpu_operator.scheduling.claim_decision import ClaimWrite
+from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
+from vgpu_operator.scheduling.judged import JudgedView
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.scheduling.pod_read import PodRead, read_pod
+from vgpu_operator.scheduling.removal_trial import RemovalTrial
 from vgpu_operator.scheduling.status import Code, Diagnosis, NodeFailure, Reason
+from vgpu_operator.scheduling.view import BooksView, BooksWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,184 +100,196 @@ AdmissionResult = admission.AdmissionResult
 
 
 @dataclass(slots=True)
-class _Attempt:
-    """One pod as admitted and parsed, valid while the pod object and the books' epoch
-    (config and quota limits) are the same."""
+class Settings:
+    """How the cycle decides (the runtime and tests set them)."""
 
-    source: Mapping[str, Any]
-    epoch: int
-    admitted: admission.AdmissionResult
-    job: placement.Job | None
-    error: str
-    #: What the diagnosis judges nodes for: ``job``, or for a pod admission refuses the
-    #: refused pod as parsed (None when it cannot be); and its shape (``shapes``).
-    judged: placement.Job | None = None
-    shape: str = ""
-    #: The verdict of its shape, held while the pod waits (the books keep them weakly).
-    verdict: verdicts.Verdict | None = None
+    #: Whether a pod that fits nowhere may preempt (the caller must then evict).
+    preemption_enabled: bool = False
+    #: Decide with the reference path only when False (tests compare the two).
+    use_index: bool = True
+    #: How long a preemptor's hold on the shares its victims free lasts without a bind.
+    nomination_timeout_s: float = DEFAULT_NOMINATION_TIMEOUT_S
+    #: Keep a verdict per shape of pod that fits nowhere (off on a what-if's overlay,
+    #: whose changes the books' change log does not number).
+    verdicts: bool = True
 
 
-class ClusterState(ClaimScheduling):
-    """The books plus the scheduling cycle: the engine's one entry point."""
+class Cycle:
+    """The decision cycle over the books: reads them through the view, writes only
+    reservations and nominations. ``cluster.ClusterState`` is its face."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, books: BooksWriter, settings: Settings) -> None:
+        self.books = books
+        #: Typed as the read view: every read goes through it.
+        self.view: BooksView = books
+        self.settings = settings
+        self._claims = claim_decision.ClaimDialect(books)
         #: One verdict per shape of pod that fits nowhere, alive while a pod holds it.
         self._verdicts: weakref.WeakValueDictionary[str, verdicts.Verdict] = (
             weakref.WeakValueDictionary()
         )
-        #: Each node's cards as classes (``card_classes``), per node change.
-        self._profiles: dict[tuple[str, bool], tuple[int, card_classes.NodeProfile]] = {}
+        #: What verdicts read of the books: the view, with this cycle's node gate and Fit.
+        self.judged = JudgedView(self.view, self.node_gate_of, self._try_node)
 
     def admit(self, pod: Mapping[str, Any]) -> admission.AdmissionResult:
-        return admission.admit(pod, self._config, self._vendors, self._quota)
+        return admission.admit(pod, self.view.config, self.view.vendors, self.view.quota)
 
-    def _parse(self, key: PodKey, pod: Mapping[str, Any]) -> _Attempt:
-        """The pod admitted and parsed into a Job, once: a waiting pod retried with the
-        same object (the runtime keeps it until the pod changes) and the same config and
-        quota limits reuses the last parse instead of replaying admission on a copy."""
-        cached = self._attempts.get(key)
-        if isinstance(cached, _Attempt) and cached.source is pod and cached.epoch == self._epoch:
+    def parse(self, key: PodKey, pod: Mapping[str, Any]) -> PodRead:
+        """The pod read once (``pod_read``): a waiting pod retried with the same object
+        (the runtime keeps it until the pod changes) and the same config and quota limits
+        reuses the last read instead of replaying admission on a copy."""
+        cached = self.books.pod_read(key)
+        if isinstance(cached, PodRead) and cached.source is pod and cached.epoch == self.view.epoch:
             return cached
-        admitted = self.admit(pod)
-        subject = admitted.pod if admitted.allowed else pod
-        job: placement.Job | None = None
-        judged: placement.Job | None = None
-        error = ""
-        if admitted.allowed or not admitted.handled:
-            try:
-                job = placement.Job.from_pod(subject, self._config, self._vendors, self._quota)
-            except CodecError as exc:
-                error = str(exc)
-            judged = job
-        else:
-            subject = admitted.pod
-            try:
-                judged = placement.Job.from_pod(subject, self._config, self._vendors, self._quota)
-            except CodecError as exc:
-                error = str(exc)
-        attempt = _Attempt(pod, self._epoch, admitted, job, error, judged, shapes.shape_of(subject))
-        self._attempts[key] = attempt
-        return attempt
+        view = self.view
+        read = read_pod(key, pod, view.epoch, self.admit, view.config, view.vendors, view.quota)
+        self.books.keep_read(key, read)
+        return read
 
-    def _verdict_of(self, attempt: _Attempt) -> verdicts.Verdict | None:
-        """The verdict of the attempt's shape, shared with every pod of that shape (one
-        made with this epoch's parse: a config or quota limit change starts a new one)."""
-        if attempt.judged is None:
+    def _verdict_of(
+        self, read: PodRead, shape: str = "", judge: verdicts.NodeJudge | None = None
+    ) -> verdicts.Verdict | None:
+        """The verdict of the pod's shape (``shape``, else the read's), shared with every
+        pod of that shape (one made with this epoch's parse: a config or quota limit
+        change starts a new one). ``judge``: how the dialect judges a node (the DRA
+        path's; None: the annotation path's Fit)."""
+        if read.judged is None:
             return None
-        verdict = self._verdicts.get(attempt.shape)
-        if verdict is None or verdict.job_epoch != self._epoch:
-            verdict = verdicts.Verdict.new(attempt.shape, attempt.judged, self._epoch)
-            self._verdicts[attempt.shape] = verdict
-        attempt.verdict = verdict
+        shape = shape or read.shape
+        verdict = self._verdicts.get(shape)
+        if verdict is None or verdict.job_epoch != self.view.epoch:
+            verdict = verdicts.Verdict.new(shape, read.judged, self.view.epoch, judge)
+            self._verdicts[shape] = verdict
+        elif judge is not None:
+            verdict.dialect = judge  # the claims as read now
+        read.verdict = verdict
         return verdict
+
+    def _keeps_verdicts(self) -> bool:
+        return self.settings.use_index and self.settings.verdicts
 
     def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision:
         """Decide one pod. ``explain`` also fits it on every other node, to report each
         candidate node's score (``Decision.node_scores``; ``simulate`` asks for it)."""
         key = pod_key(pod)
-        self._expire_nominations(now)
-        if claims.uses_claims(pod):
-            return self._schedule_claims(key, pod, now, explain)
-        held = self._pods.get(key)
-        nomination = self._nominations.pop(key, None)
-        self._drop_pod(key)
-        attempt = self._parse(key, pod)
-        admitted = attempt.admitted
-        verdict = self._verdict_of(attempt) if self.use_index else None
-        if admitted.handled and not admitted.allowed:
+        self.books.expire_nominations(now)
+        read = self.parse(key, pod)
+        if read.uses_claims:
+            return self._schedule_claims(read, now, explain)
+        held = self.view.pods.get(key)
+        nomination = self.books.pop_nomination(key)
+        self.books.drop_pod(key)
+        verdict = self._verdict_of(read) if self._keeps_verdicts() else None
+        if read.admitted is not None and read.refused:
             if verdict is None:
-                diagnosis = self._diagnose(admitted.pod, now)
+                diagnosis = self._diagnose(read.admitted.pod, now)
             else:
-                verdict.refresh(self, now, {}, verdict.changed(self, now))
+                verdict.refresh(self.judged, now, {}, verdict.changed(self.judged, now))
                 diagnosis = verdict.diagnosis()
-            return Decision(
-                key, False, diagnosis=diagnosis, rejected=admitted.message, verdict=verdict
-            )
-        subject = admitted.pod if admitted.allowed else pod
-        if attempt.job is None:
-            failure = Diagnosis({}, len(self._nodes), error=attempt.error)
+            message = read.admitted.message
+            return Decision(key, False, diagnosis=diagnosis, rejected=message, verdict=verdict)
+        if read.job is None:
+            failure = Diagnosis({}, len(self.view.nodes), error=read.error)
             return Decision(key, False, diagnosis=failure)
-        job = attempt.job
+        job = read.job
         # What the search learns of each node it fits is kept for the diagnosis, which
         # then judges only the nodes the search did not fit. With a verdict on the pod's
         # shape, only the nodes changed since it was made can fit (the others were all
         # ruled out), so the search visits those only.
         tried: dict[str, placement.Outcome] = {}
         judged: dict[str, NodeFailure] = {}
-        changed = verdict.changed(self, now) if verdict is not None else None
-        found = self._find(job, now, tried, changed, verdict, judged)
-        if found is None:
-            if verdict is None:
-                diagnosis = self._diagnose(subject, now, job, tried)
-            else:
-                verdict.refresh(self, now, tried, changed, judged)
-                diagnosis = verdict.diagnosis()
-            if nomination is not None and held is not None and self._victims_remain(nomination):
-                # kube-scheduler's rule: a nominated pod whose victims are still
-                # terminating waits for them rather than preempting again.
-                self._nominations[key] = nomination
-                self._add_pod(held)
-                return Decision(
-                    key,
-                    False,
-                    diagnosis=diagnosis,
-                    nominated_node=nomination.node,
-                    verdict=verdict,
-                )
-            preempting = self._preempt(job, subject, diagnosis, now)
-            if preempting is None:
-                return Decision(key, False, diagnosis=diagnosis, verdict=verdict)
-            if isinstance(preempting, str):
-                return Decision(
-                    key,
-                    False,
-                    diagnosis=diagnosis,
-                    verdict=verdict,
-                    preemption_blocked=preempting,
-                )
-            chosen, outcome = preempting
-            return self._nominate(key, job, subject, chosen, outcome, diagnosis, now)
+        changed = verdict.changed(self.judged, now) if verdict is not None else None
+        found = self.find(job, now, tried, changed, verdict, judged)
+        if found is not None:
+            return self._reserve(read, job, found, tried, now, explain)
+        if verdict is None:
+            diagnosis = self._diagnose(read.subject, now, job, tried)
+        else:
+            verdict.refresh(self.judged, now, tried, changed, judged)
+            diagnosis = verdict.diagnosis()
+        if nomination is not None and held is not None and self.view.victims_remain(nomination):
+            # kube-scheduler's rule: a nominated pod whose victims are still terminating
+            # waits for them rather than preempting again.
+            self.books.nominate(key, nomination)
+            self.books.add_pod(held)
+            node = nomination.node
+            return Decision(key, False, diagnosis=diagnosis, nominated_node=node, verdict=verdict)
+        preempting = self._preempt(job, read.subject, diagnosis, now)
+        if preempting is None:
+            return Decision(key, False, diagnosis=diagnosis, verdict=verdict)
+        if isinstance(preempting, str):
+            blocked = preempting
+            return Decision(
+                key, False, diagnosis=diagnosis, verdict=verdict, preemption_blocked=blocked
+            )
+        chosen, outcome = preempting
+        return self.nominate(key, job, read.subject, chosen, outcome, diagnosis, now)
+
+    def _reserve(
+        self,
+        read: PodRead,
+        job: placement.Job,
+        found: tuple[NodeEntry, placement.Outcome],
+        tried: Mapping[str, placement.Outcome],
+        now: float,
+        explain: bool,
+    ) -> Decision:
+        """Book the pod's shares on the node found, until its Binding (``confirm``)."""
         node, outcome = found
         node_scores = self._candidate_scores(job, now, found, tried) if explain else {}
-        annotations = self._annotations(node.name, outcome, now)
+        annotations = binding.hami_annotations(self.view, node.name, outcome, now)
         devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
         entry = PodEntry(
-            key=key,
+            key=read.key,
             namespace=job.namespace,
             node=node.name,
             requests=job.resources,
             devices=devices,
             bookings=placement.collapse(devices, job.init_count),
             reserved=True,
-            priority=preemption.priority_of(subject),
-            labels=dict((subject.get("metadata") or {}).get("labels") or {}),
+            priority=read.priority,
+            labels=dict((read.subject.get("metadata") or {}).get("labels") or {}),
             # Its Binding says bind-phase allocating: once bound, the node's gate is shut,
             # timed from the Binding's answer (``confirm``), not from this decision.
             allocating_since=allocation_gate.UNTIMED if any(devices.values()) else None,
         )
-        self._add_pod(entry)
+        self.books.add_pod(entry)
         return Decision(
-            key,
+            read.key,
             True,
             node.name,
-            self._wire_devices(node.name, devices),
+            binding.wire_devices(self.view, node.name, devices),
             annotations,
-            warnings=attempt.admitted.warnings,
+            warnings=read.admitted.warnings if read.admitted is not None else (),
             card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
             node_scores=node_scores,
         )
 
-    def _schedule_claims(
-        self, key: PodKey, pod: Mapping[str, Any], now: float, explain: bool
-    ) -> Decision:
-        """The DRA path (``claim_decision``): no preemption there yet."""
-        self._release_decided(key)
-        self._drop_pod(key)
-        placed = self._place_claims(key, pod, now, explain)
+    def _schedule_claims(self, read: PodRead, now: float, explain: bool) -> Decision:
+        """The DRA dialect (``claim_decision``) after the same read, node walk and node
+        gate; a pod that fits nowhere gets a verdict (its queueing hint) judged by the
+        dialect. No preemption there yet."""
+        key = read.key
+        self.books.release_decided(key)
+        self.books.drop_pod(key)
+        if read.job is None:
+            failure = Diagnosis({}, len(self.view.nodes), error=read.error)
+            return Decision(key, False, diagnosis=failure)
+        placed = self._claims.place(key, read.source, read.job, now, explain)
         if placed.node is None:
+            verdict = None
+            if placed.judge is not None and self._keeps_verdicts():
+                shape = read.shape + placed.judge.shape
+                verdict = self._verdict_of(read, shape, placed.judge)
+                if verdict is not None and placed.diagnosis is not None:
+                    failures = placed.diagnosis.node_failures
+                    verdict.refresh(self.judged, now, {}, None, failures)
             return Decision(
-                key, False, diagnosis=placed.diagnosis, waits_for_claims=placed.waits_for_claims
+                key,
+                False,
+                diagnosis=placed.diagnosis,
+                waits_for_claims=placed.waits_for_claims,
+                verdict=verdict,
             )
         return Decision(
             key,
@@ -289,7 +297,7 @@ class ClusterState(ClaimScheduling):
             placed.node,
             node_scores=placed.node_scores,
             claim_writes=placed.writes,
-            card_scores={"NVIDIA": (placed.card_scores,)} if placed.card_scores else {},
+            card_scores={dra.VENDOR: (placed.card_scores,)} if placed.card_scores else {},
         )
 
     def _candidate_scores(
@@ -301,48 +309,14 @@ class ClusterState(ClaimScheduling):
     ) -> dict[str, float]:
         """Every node the pod fits on, in node order, with its score before the pod."""
         scores: dict[str, float] = {}
-        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+        for node in sorted(self.view.nodes.values(), key=lambda n: n.order):
             if node.name in tried:
                 continue
             if node is not found[0] and not self._try_node(node, job, now).ok:
                 continue
-            self._refresh(node)
+            self.view.refresh(node)
             scores[node.name] = node.score
         return scores
-
-    def _annotations(self, node: str, outcome: placement.Outcome, now: float) -> dict[str, str]:
-        annotations = {
-            names.ASSIGNED_NODE: node,
-            names.ASSIGNED_TIME: codec.encode_vgpu_time(now),
-            names.BIND_PHASE: codec.BindPhase.ALLOCATING.value,
-            names.BIND_TIME: codec.encode_vgpu_time(now),
-        }
-        for vendor_word, single in self._wire_devices(node, outcome.devices).items():
-            if not any(single):
-                continue
-            spec = self._vendors.spec(vendor_word)
-            encoded = codec.encode_pod_single_device(single, spec.to_allocate_annotation)
-            annotations[spec.to_allocate_annotation] = encoded
-            annotations[spec.allocated_annotation] = encoded
-            if spec.supports_mig:
-                engine_form = outcome.devices[vendor_word]
-                records = mig_records.records_for(engine_form, self._mig_tables_of(node))
-                if records:
-                    annotations[names.MIG_ALLOCATIONS] = mig_allocations.encode(records)
-        return annotations
-
-    def _wire_devices(
-        self, node: str, devices: Mapping[str, model.PodSingleDevice]
-    ) -> dict[str, model.PodSingleDevice]:
-        """The allocation as the annotations name it (``mig_records.to_wire``): the books
-        keep the engine's names of MIG instances, the Binding carries HAMi's."""
-        table_of = self._mig_tables_of(node)
-        return {
-            v: mig_records.to_wire(single, table_of)
-            if self._vendors.spec(v).supports_mig
-            else single
-            for v, single in devices.items()
-        }
 
     def _preempt(
         self, job: placement.Job, pod: Mapping[str, Any], diagnosis: Diagnosis, now: float
@@ -354,26 +328,26 @@ class ClusterState(ClaimScheduling):
         API, which refuses an eviction a PodDisruptionBudget does not allow: a choice
         that violates a budget (the best there is) would evict the other victims for
         nothing. It is not made; the returned sentence says which budget stops it."""
-        if not self.preemption_enabled or not preemption.eligible(pod) or diagnosis.error:
+        if not self.settings.preemption_enabled or not preemption.eligible(pod) or diagnosis.error:
             return None
         priority = preemption.priority_of(pod)
         if self._awaits_earlier_victims(pod, priority):
             return None
-        budgets = list(self._budgets.values())
-        limit = preemption.candidate_limit(len(self._nodes))
+        budgets = self.view.budgets()
+        limit = preemption.candidate_limit(len(self.view.nodes))
         candidates: list[preemption.Candidate] = []
         without_violations = 0
-        for node in sorted(self._nodes.values(), key=lambda n: n.order):
+        for node in sorted(self.view.nodes.values(), key=lambda n: n.order):
             failure = diagnosis.node_failures.get(node.name)
             if failure is None or failure.code is not Code.UNSCHEDULABLE:
                 continue  # no release can fix what rules this node out
             occupants = [
                 preemption.Occupant(e.key, e.priority, e.started, e.labels)
-                for e in (self._pods[k] for k in sorted(node.pods) if k in self._pods)
-                if not e.deleting and not e.reserved and e.key not in self._preempted
+                for e in (self.view.pods[k] for k in sorted(node.pods) if k in self.view.pods)
+                if not e.deleting and not e.reserved and not self.view.is_preempted(e.key)
             ]
 
-            trial = _RemovalTrial(self, node, job, now)
+            trial = RemovalTrial(self.books, node, job, now)
             victims = preemption.select_victims(priority, occupants, budgets, trial.fits)
             if victims is None:
                 continue
@@ -386,14 +360,14 @@ class ClusterState(ClaimScheduling):
             return None
         if chosen.victims.budget_violations:
             return _blocked_message(chosen, budgets)
-        outcome = _RemovalTrial(self, self._nodes[chosen.node], job, now).outcome(
+        outcome = RemovalTrial(self.books, self.view.nodes[chosen.node], job, now).outcome(
             chosen.victims.keys
         )
         # The search found that the pod fits once the victims leave; a fresh trial that
         # disagrees would be an engine bug, and must not evict anyone.
         return (chosen, outcome) if outcome.ok else None
 
-    def _nominate(
+    def nominate(
         self,
         key: PodKey,
         job: placement.Job,
@@ -406,8 +380,9 @@ class ClusterState(ClaimScheduling):
         """Mark the victims and hold the shares they free for the preemptor, so that no
         other pod takes them while the victims terminate."""
         victims = chosen.victims.keys
-        self._preempted.update(victims)
-        self._nominations[key] = Nomination(chosen.node, victims, now + self.nomination_timeout_s)
+        self.books.nominate(
+            key, Nomination(chosen.node, victims, now + self.settings.nomination_timeout_s)
+        )
         devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
         entry = PodEntry(
             key=key,
@@ -420,10 +395,10 @@ class ClusterState(ClaimScheduling):
             priority=preemption.priority_of(pod),
             labels=dict((pod.get("metadata") or {}).get("labels") or {}),
         )
-        self._add_pod(entry)
+        self.books.add_pod(entry)
         # Victims a budget covers first: if the Eviction API refuses one (its budget
         # changed since it was read), none of the others has been evicted yet.
-        budgets = list(self._budgets.values())
+        budgets = self.view.budgets()
         ordered = sorted(
             chosen.victims.pods,
             key=lambda p: not disruption.covered(_identity(p), budgets),
@@ -431,12 +406,12 @@ class ClusterState(ClaimScheduling):
         return Decision(
             key,
             False,
-            devices=self._wire_devices(chosen.node, devices),
-            annotations=self._annotations(chosen.node, outcome, now),
+            devices=binding.wire_devices(self.view, chosen.node, devices),
+            annotations=binding.hami_annotations(self.view, chosen.node, outcome, now),
             diagnosis=diagnosis,
             nominated_node=chosen.node,
             victims=tuple(p.key for p in ordered),
-            victim_uids={v: self._pods[v].uid for v in victims if v in self._pods},
+            victim_uids={v: self.view.pods[v].uid for v in victims if v in self.view.pods},
             card_scores={v: outcome.card_scores.get(v, ()) for v in devices},
         )
 
@@ -445,53 +420,28 @@ class ClusterState(ClaimScheduling):
         node where a lower-priority pod is terminating waits for it instead of preempting
         again (read from ``status.nominatedNodeName``, so it holds across restarts)."""
         nominated = (pod.get("status") or {}).get("nominatedNodeName")
-        node = self._nodes.get(nominated) if isinstance(nominated, str) else None
+        node = self.view.nodes.get(nominated) if isinstance(nominated, str) else None
         if node is None:
             return False
-        entries = (self._pods.get(k) for k in node.pods)
+        entries = (self.view.pods.get(k) for k in node.pods)
         return any(e is not None and e.deleting and e.priority < priority for e in entries)
 
-    def _node_gate(
-        self,
-        node: NodeEntry,
-        job: placement.Job,
-        now: float,
-        leaving: Sequence[PodEntry] = (),
+    def node_gate_of(
+        self, node: NodeEntry, job: placement.Job, now: float, leaving: Sequence[PodEntry] = ()
     ) -> Reason | None:
-        """Node-level reasons, checked before any card is looked at (as if ``leaving``
-        had left the node)."""
-        used = node.used
-        for entry in leaving:
-            used = used - entry.requests
-        reason = node_basics.check_node(
-            job.pod, job.resources, node.facts, used, len(node.pods) - len(leaving), job.node_terms
-        )
-        if reason is not None:
-            return reason
-        if not job.wants_devices:
-            return None
-        if is_dra_node(node):
-            return Reason.NODE_ON_DRA_PATH
-        if node.gpus_lost or not node.registered:
-            return Reason.NODE_UNREGISTERED
-        if (
-            self._inventory_timeout_s is not None
-            and node.inventory is not None
-            and (node.heartbeat is None or now - node.heartbeat > self._inventory_timeout_s)
-        ):
-            return Reason.INVENTORY_STALE
-        return None
+        """The node gate (``node_gate``) of the annotation dialect."""
+        return node_gate.check(node, job, now, self.view.inventory_timeout_s, leaving=leaving)
 
     def _try_node(self, node: NodeEntry, job: placement.Job, now: float) -> placement.Outcome:
-        self._refresh(node)
-        gate = self._node_gate(node, job, now)
+        self.view.refresh(node)
+        gate = self.node_gate_of(node, job, now)
         if gate is not None:
             return placement.Outcome.rejected({gate: 1})
         return placement.fit_pod(
             job, node.cards, node.facts, node.pair_scores, node.inventory_cordoned, node.layer
         )
 
-    def _find(
+    def find(
         self,
         job: placement.Job,
         now: float,
@@ -506,24 +456,19 @@ class ClusterState(ClaimScheduling):
         full walk would choose it. With the ``verdict`` of a pod whose reasons its card
         classes give, a node is judged by classes first (into ``judged``), and fitted in
         full only where the classes say it fits."""
-        if not self.use_index or not job.wants_devices:
+        if not self.settings.use_index or not job.wants_devices:
             # The index ranks only nodes with a free card; a pod that wants no device
             # (rare here) may go to a full one.
             return self._find_reference(job, now, tried)
-        self._rerank_dirty()
-        if job.pod_node_policy is None:
-            ranking = self._layered_rank
-        elif job.pod_node_policy == policies.SPREAD:
-            ranking = self._spread_rank
-        else:
-            ranking = self._binpack_rank
-        nodes = self._nodes
+        self.view.rerank()
+        ranking = self.view.ranking(job.pod_node_policy)
+        nodes = self.view.nodes
         walk: Iterable[tuple[float, int, str]] = ranking
         if only is not None:
             walk = sorted(
                 entry
                 for name in only
-                if (entry := self._rank_entry(name, job.pod_node_policy)) is not None
+                if (entry := self.view.rank_entry(name, job.pod_node_policy)) is not None
             )
         by_classes = verdict is not None and verdict.simple is not None and judged is not None
         for _score, _order, name in walk:
@@ -533,7 +478,7 @@ class ClusterState(ClaimScheduling):
             if by_classes:
                 assert verdict is not None
                 assert judged is not None
-                failure = verdict.judge(self, name, now)
+                failure = verdict.judge(self.judged, name, now)
                 if failure is not None:
                     judged[name] = failure
                     continue
@@ -543,25 +488,11 @@ class ClusterState(ClaimScheduling):
             tried[name] = outcome
         return None
 
-    def _rank_entry(self, name: str, pod_node_policy: str | None) -> tuple[float, int, str] | None:
-        """The node's entry in the ranking a pod with this node policy walks (None: not
-        ranked, it has no free card)."""
-        ranked = self._ranked.get(name)
-        if ranked is None:
-            return None
-        score, preference = ranked
-        order = self._nodes[name].order
-        if pod_node_policy is None:
-            return (-preference, order, name)
-        if pod_node_policy == policies.SPREAD:
-            return (score, order, name)
-        return (-score, order, name)
-
     def _find_reference(
         self, job: placement.Job, now: float, tried: dict[str, placement.Outcome]
     ) -> tuple[NodeEntry, placement.Outcome] | None:
         best: tuple[tuple[float, int], NodeEntry, placement.Outcome] | None = None
-        for node in self._nodes.values():
+        for node in self.view.nodes.values():
             outcome = self._try_node(node, job, now)
             if not outcome.ok:
                 tried[node.name] = outcome
@@ -574,7 +505,7 @@ class ClusterState(ClaimScheduling):
     def _rank_key(self, node: NodeEntry, job: placement.Job) -> float:
         """The reference path's key (lower is better), the same as the index's lists."""
         if job.pod_node_policy is None:
-            return -self._layered_preference(node)
+            return -self.view.layered_preference(node)
         return node.score if job.pod_node_policy == policies.SPREAD else -node.score
 
     def _diagnose(
@@ -588,19 +519,21 @@ class ClusterState(ClaimScheduling):
         in this attempt (the books have not changed since), which are not made again."""
         if job is None:
             try:
-                job = placement.Job.from_pod(pod, self._config, self._vendors, self._quota)
+                job = placement.Job.from_pod(
+                    pod, self.view.config, self.view.vendors, self.view.quota
+                )
             except CodecError as exc:
-                return Diagnosis({}, len(self._nodes), error=str(exc))
+                return Diagnosis({}, len(self.view.nodes), error=str(exc))
         failures: dict[str, NodeFailure] = {}
         known = tried or {}
-        for node in self._nodes.values():
+        for node in self.view.nodes.values():
             outcome = known.get(node.name) or self._try_node(node, job, now)
             if not outcome.ok:
                 refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
                 failures[node.name] = NodeFailure(
                     dict(outcome.reasons), refused_by, dict(outcome.allowed_reasons)
                 )
-        return Diagnosis(failures, len(self._nodes))
+        return Diagnosis(failures, len(self.view.nodes))
 
     # --- queueing hints -------------------------------------------------------------------
     def fits_now(self, verdict: verdicts.Verdict, node: str, now: float) -> bool:
@@ -608,9 +541,9 @@ class ClusterState(ClaimScheduling):
         event on that node (room freed, the node or its inventory changed) wakes them
         only then. A verdict from before a config change answers yes (its pods are all
         woken by that change anyway)."""
-        if verdict.job_epoch != self._epoch:
+        if verdict.job_epoch != self.view.epoch:
             return True
-        return verdict.fits_now(self, node, now)
+        return verdict.fits_now(self.judged, node, now)
 
     def quota_may_help(self, verdict: verdicts.Verdict, namespace: str) -> bool:
         """Whether a quota change in ``namespace`` (usage falling, limits changing) may
@@ -618,76 +551,7 @@ class ClusterState(ClaimScheduling):
         out for them."""
         if verdict.namespace != namespace:
             return False
-        return verdict.quota_bound or verdict.job_epoch != self._epoch
-
-    # --- what verdicts read (``verdicts.JudgedBooks``) -------------------------------------
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    def change_seq(self) -> int:
-        return self._changes.seq
-
-    def changed_since(self, seq: int) -> set[str] | None:
-        return self._changes.since(seq)
-
-    def judged_nodes(self) -> Iterable[str]:
-        return self._nodes.keys()
-
-    def has_node(self, name: str) -> bool:
-        return name in self._nodes
-
-    def node_count(self) -> int:
-        return len(self._nodes)
-
-    def node_gate(self, name: str, job: placement.Job, now: float) -> Reason | None:
-        node = self._nodes[name]
-        self._refresh(node)
-        return self._node_gate(node, job, now)
-
-    def node_profile(self, name: str, with_ids: bool) -> card_classes.NodeProfile | None:
-        """The node's cards as classes, made once per change of the node."""
-        node = self._nodes.get(name)
-        if node is None:
-            self._profiles.pop((name, with_ids), None)
-            return None
-        changed = self._changes.last(name)
-        cached = self._profiles.get((name, with_ids))
-        if cached is not None and cached[0] == changed:
-            return cached[1]
-        self._refresh(node)
-        cordoned = node.inventory_cordoned | frozenset(
-            vendor.split_list(node.facts.annotations.get(names.NODE_DEVICE_CORDON))
-        )
-        made = card_classes.profile(node.cards, cordoned, node.layer, with_ids=with_ids)
-        self._profiles[(name, with_ids)] = (changed, made)
-        return made
-
-    def node_layer(self, name: str) -> node_layer.NodeLayer:
-        return self._nodes[name].layer
-
-    def node_fit(self, name: str, job: placement.Job, now: float) -> placement.Outcome:
-        return self._try_node(self._nodes[name], job, now)
-
-    def heartbeat(self, name: str) -> float | None:
-        node = self._nodes.get(name)
-        return None if node is None else node.heartbeat
-
-    def fresh_until(self, name: str) -> float | None:
-        """When the node's devices go stale unless its heartbeat moves (None: never, or
-        already stale without a heartbeat)."""
-        node = self._nodes.get(name)
-        if self._inventory_timeout_s is None or node is None or node.inventory is None:
-            return None
-        if node.heartbeat is None:
-            return None
-        return node.heartbeat + self._inventory_timeout_s
-
-    def namespace_quota(self, namespace: str) -> object:
-        """What Fit's quota check reads of the namespace (None when no quota limits it)."""
-        if not self._quota.has_limits(namespace):
-            return None
-        return tuple(sorted(self._quota.usage(namespace).items()))
+        return verdict.quota_bound or verdict.job_epoch != self.view.epoch
 
 
 def _identity(pod: preemption.Occupant) -> disruption.PodIdentity:
@@ -706,58 +570,3 @@ def _blocked_message(chosen: preemption.Candidate, budgets: Sequence[disruption.
         f"Preemption would have to evict {named}{more} on node {chosen.node}, which "
         "the budget does not allow now; no pod was evicted."
     )
-
-
-class _RemovalTrial:
-    """Fit one pod on one node as if some of its pods had left (their quota usage too),
-    for the victim search.
-
-    The search asks again and again with fewer pods removed (one put back at a time), so
-    a trial starts from the cards of the last one that fitted and books back only the
-    pods returned since, instead of rebuilding the node from all its pods.
-    """
-
-    def __init__(self, state: ClusterState, node: NodeEntry, job: placement.Job, now: float):
-        self._state = state
-        self._node = node
-        self._job = job
-        self._now = now
-        self._fitted: tuple[frozenset[PodKey], list[model.DeviceUsage]] | None = None
-        state._refresh(node)
-
-    def fits(self, removed: frozenset[PodKey]) -> bool:
-        return self.outcome(removed).ok
-
-    def outcome(self, removed: frozenset[PodKey]) -> placement.Outcome:
-        state, node, job = self._state, self._node, self._job
-        leaving = [state._pods[k] for k in sorted(removed) if k in state._pods]
-        gate = state._node_gate(node, job, self._now, leaving)
-        if gate is not None:
-            return placement.Outcome.rejected({gate: 1})
-        cards = self._cards_without(removed)
-        # A quota is freed only by pods of the pod's own namespace.
-        released = [e for e in leaving if e.namespace == job.namespace]
-        for entry in released:
-            state._quota.remove_sums(entry.namespace, entry.quota_sums)
-        try:
-            outcome = placement.fit_pod(
-                job, cards, node.facts, node.pair_scores, node.inventory_cordoned
-            )
-        finally:
-            for entry in released:
-                state._quota.add_sums(entry.namespace, entry.quota_sums)
-        if outcome.ok:
-            self._fitted = (removed, cards)
-        return outcome
-
-    def _cards_without(self, removed: frozenset[PodKey]) -> list[model.DeviceUsage]:
-        if self._fitted is None or not removed <= self._fitted[0]:
-            return self._state._fresh_cards(self._node, removed)
-        last_removed, last_cards = self._fitted
-        cards = [card.copy() for card in last_cards]
-        by_id = {card.id: card for card in cards}
-        for key in sorted(last_removed - removed):
-            entry = self._state._pods.get(key)
-            if entry is not None:
-                placement.book(by_id, entry.bookings)
-        return cards

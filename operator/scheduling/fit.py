@@ -90,6 +90,10 @@ def is_mig_request(options: FitOptions, cards: Sequence[model.DeviceUsage]) -> b
     return any(c.mode == model.MODE_MIG for c in cards)
 
 
+#: A card's refusal: the reason, and the node annotation that refused it (if one did).
+Refusal = tuple[Reason, str | None]
+
+
 def fit_container(
     cards: Sequence[model.DeviceUsage],
     request: model.ContainerRequest,
@@ -102,22 +106,18 @@ def fit_container(
     typed = visible_cards(options.spec, cards)
     if request.count > len(typed) and not is_mig_request(options, typed):
         return FitResult(False, [], Counter({Reason.NODE_INSUFFICIENT_DEVICE: 1}))
-
     nums = origin = request.count
     cores_req = request.cores
     prev_numa: int | None = None
     picked: list[Pick] = []
     reasons: Counter[Reason] = Counter()
     refused_by: dict[Reason, set[str]] = {}
-    spec = options.spec
-    pod_filter = options.card_filter or vendor.CardFilter.read(spec, options.annotations)
-    node_types, node_uuids = _node_filters(spec, options.node_restrictions)
-    topo = options.topology_aware
+    pod_filter = options.card_filter or vendor.CardFilter.read(options.spec, options.annotations)
+    node_types, node_uuids = _node_filters(options.spec, options.node_restrictions)
     allows = _uuid_allows(pod_filter, node_uuids)
     allowed_reasons: Counter[Reason] = Counter()
     #: The reasons before the card now judged, when the UUID restrictions allow it.
     before: Counter[Reason] | None = None
-
     i = len(typed) - 1
     while i >= 0:
         if before is not None:
@@ -127,87 +127,125 @@ def fit_container(
         i -= 1
         if allows is not None and allows(card.id):
             before = reasons.copy()
-        if not card.health:
-            reasons[Reason.CARD_NOT_HEALTH] += 1
-            continue
-        if card.id in options.cordoned:
-            reasons[Reason.CARD_CORDONED] += 1
-            continue
-        node_refusal = _first_refusal(node_types, card.type, vendor.CardFilter.type_allowed)
-        if node_refusal is not None:
-            reasons[Reason.CARD_TYPE_MISMATCH] += 1
-            refused_by.setdefault(Reason.CARD_TYPE_MISMATCH, set()).add(node_refusal)
-            continue
-        if not pod_filter.type_allowed(card.type) or not pod_filter.mode_allowed(card.mode):
-            reasons[Reason.CARD_TYPE_MISMATCH] += 1
-            continue
-        if options.numa_bind and card.numa != prev_numa:
+        refusal = _kind_refusal(card, options, node_types, pod_filter)
+        if refusal is None and options.numa_bind and card.numa != prev_numa:
             if nums != origin:
                 reasons[Reason.NUMA_NOT_FIT] += len(picked)
-            nums = origin
-            prev_numa = card.numa
-            picked = []
-        node_refusal = _first_refusal(node_uuids, card.id, vendor.CardFilter.uuid_allowed)
-        if node_refusal is not None:
-            reasons[Reason.CARD_UUID_MISMATCH] += 1
-            refused_by.setdefault(Reason.CARD_UUID_MISMATCH, set()).add(node_refusal)
+            nums, prev_numa, picked = origin, card.numa, []
+        if refusal is None:
+            refusal = _share_refusal(card, options, node_uuids, pod_filter)
+        if refusal is None:
+            cores_req = min(cores_req, 100)
+            memory = request.memory_mib
+            if request.uses_percentage:
+                memory = card.total_memory_mib * request.memory_percent // 100
+            candidates = [(p.card.id, p.memory_mib, p.cores) for p in picked]
+            candidates.append((card.id, memory, cores_req))
+            if not options.quota_ok(candidates):
+                refusal = (Reason.RESOURCE_QUOTA_NOT_FIT, None)
+            else:
+                refusal = _room_refusal(card, memory, cores_req, request, picked)
+        if refusal is not None:
+            reasons[refusal[0]] += 1
+            if refusal[1] is not None:
+                refused_by.setdefault(refusal[0], set()).add(refusal[1])
             continue
-        if not pod_filter.uuid_allowed(card.id):
-            reasons[Reason.CARD_UUID_MISMATCH] += 1
-            continue
-        if card.count <= card.used:
-            reasons[Reason.CARD_TIME_SLICING_EXHAUSTED] += 1
-            continue
-        if options.mutex and card.used > 0:
-            reasons[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
-            continue
-        cores_req = min(cores_req, 100)
-        memory = request.memory_mib
-        if request.uses_percentage:
-            memory = card.total_memory_mib * request.memory_percent // 100
-        candidates = [(p.card.id, p.memory_mib, p.cores) for p in picked]
-        candidates.append((card.id, memory, cores_req))
-        if not options.quota_ok(candidates):
-            reasons[Reason.RESOURCE_QUOTA_NOT_FIT] += 1
-            continue
-        if card.total_memory_mib - card.used_memory_mib < memory:
-            reasons[Reason.CARD_INSUFFICIENT_MEMORY] += 1
-            continue
-        if card.total_cores - card.used_cores < cores_req:
-            reasons[Reason.CARD_INSUFFICIENT_CORE] += 1
-            continue
-        if card.total_cores == 100 and cores_req == 100 and card.used > 0:
-            reasons[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
-            continue
-        if card.total_cores != 0 and card.used_cores == card.total_cores and cores_req == 0:
-            reasons[Reason.CARD_COMPUTE_UNITS_EXHAUSTED] += 1
-            continue
-        if card.mode == model.MODE_MIG:
-            earlier = [p.memory_mib for p in picked if p.card is card]
-            # MIG instances have fixed sizes: a share of a card cannot be honoured, the
-            # whole card (100 %, also the default of a count-only request) can.
-            partial = request.uses_percentage and request.memory_percent < 100
-            if partial or not mig.custom_filter(card, memory, earlier):
-                reasons[Reason.CARD_MIG_TOPOLOGY_INFEASIBLE] += 1
-                continue
-            # The card is visited again for the same container, so the slots this
-            # container already took count too; HAMi does not re-check (§14.8) and can
-            # book more instances than the card registers.
-            if card.count <= card.used + len(earlier):
-                reasons[Reason.CARD_TIME_SLICING_EXHAUSTED] += 1
-                continue
         if nums > 0:
-            if not topo:
+            if not options.topology_aware:
                 nums -= 1
             picked.append(Pick(card, memory, cores_req))
-        if nums == 0 and not topo:
+        if nums == 0 and not options.topology_aware:
             return FitResult(True, picked, Counter())
         if card.mode == model.MODE_MIG:
             i += 1  # a MIG card can give one container several instances
-
     if before is not None:
         _note_allowed(allowed_reasons, reasons, before)
-    if topo:
+    return _after_the_scan(picked, origin, options, reasons, refused_by, allowed_reasons)
+
+
+def _kind_refusal(
+    card: model.DeviceUsage,
+    options: FitOptions,
+    node_types: Sequence[_NodeFilter],
+    pod_filter: vendor.CardFilter,
+) -> Refusal | None:
+    """HAMi's first checks: health, cordon, the card's type (the node layer's, then the
+    pod's) and mode."""
+    if not card.health:
+        return (Reason.CARD_NOT_HEALTH, None)
+    if card.id in options.cordoned:
+        return (Reason.CARD_CORDONED, None)
+    node_refusal = _first_refusal(node_types, card.type, vendor.CardFilter.type_allowed)
+    if node_refusal is not None:
+        return (Reason.CARD_TYPE_MISMATCH, node_refusal)
+    if not pod_filter.type_allowed(card.type) or not pod_filter.mode_allowed(card.mode):
+        return (Reason.CARD_TYPE_MISMATCH, None)
+    return None
+
+
+def _share_refusal(
+    card: model.DeviceUsage,
+    options: FitOptions,
+    node_uuids: Sequence[_NodeFilter],
+    pod_filter: vendor.CardFilter,
+) -> Refusal | None:
+    """Then (after a NUMA regrouping): the card's UUID (the node layer's, then the
+    pod's), its time slices, and exclusivity."""
+    node_refusal = _first_refusal(node_uuids, card.id, vendor.CardFilter.uuid_allowed)
+    if node_refusal is not None:
+        return (Reason.CARD_UUID_MISMATCH, node_refusal)
+    if not pod_filter.uuid_allowed(card.id):
+        return (Reason.CARD_UUID_MISMATCH, None)
+    if card.count <= card.used:
+        return (Reason.CARD_TIME_SLICING_EXHAUSTED, None)
+    if options.mutex and card.used > 0:
+        return (Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, None)
+    return None
+
+
+def _room_refusal(
+    card: model.DeviceUsage,
+    memory: int,
+    cores_req: int,
+    request: model.ContainerRequest,
+    picked: Sequence[Pick],
+) -> Refusal | None:
+    """Last (after the quota): memory, cores, whole-card exclusivity, compute units and,
+    on a MIG card, its geometry."""
+    if card.total_memory_mib - card.used_memory_mib < memory:
+        return (Reason.CARD_INSUFFICIENT_MEMORY, None)
+    if card.total_cores - card.used_cores < cores_req:
+        return (Reason.CARD_INSUFFICIENT_CORE, None)
+    if card.total_cores == 100 and cores_req == 100 and card.used > 0:
+        return (Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, None)
+    if card.total_cores != 0 and card.used_cores == card.total_cores and cores_req == 0:
+        return (Reason.CARD_COMPUTE_UNITS_EXHAUSTED, None)
+    if card.mode != model.MODE_MIG:
+        return None
+    earlier = [p.memory_mib for p in picked if p.card is card]
+    # MIG instances have fixed sizes: a share of a card cannot be honoured, the whole
+    # card (100 %, also the default of a count-only request) can.
+    partial = request.uses_percentage and request.memory_percent < 100
+    if partial or not mig.custom_filter(card, memory, earlier):
+        return (Reason.CARD_MIG_TOPOLOGY_INFEASIBLE, None)
+    # The card is visited again for the same container, so the slots this container
+    # already took count too; HAMi does not re-check (§14.8) and can book more instances
+    # than the card registers.
+    if card.count <= card.used + len(earlier):
+        return (Reason.CARD_TIME_SLICING_EXHAUSTED, None)
+    return None
+
+
+def _after_the_scan(
+    picked: list[Pick],
+    origin: int,
+    options: FitOptions,
+    reasons: Counter[Reason],
+    refused_by: dict[Reason, set[str]],
+    allowed_reasons: Counter[Reason],
+) -> FitResult:
+    """Every card scanned without enough picked (or topology-aware: choose among them)."""
+    if options.topology_aware:
         chosen = _choose_topology(picked, origin, options)
         if chosen is not None:
             return FitResult(True, chosen, Counter())

@@ -19,7 +19,7 @@ from vgpu_operator.devices import codec, model, vendor
 from vgpu_operator.scheduling import fit, mig, node_basics, node_layer, policies
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.status import Reason
-from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.scheduling.vendors import PodReads, Vendors
 
 #: Per container: vendor common word -> request.
 ContainerRequests = Mapping[str, model.ContainerRequest]
@@ -83,8 +83,10 @@ class Job:
         config: DeviceConfig,
         vendors: Vendors,
         quota: QuotaLedger,
+        reads: PodReads | None = None,
     ) -> Job:
-        """Raises CodecError for a malformed scheduling annotation."""
+        """Raises CodecError for a malformed scheduling annotation or request. ``reads``:
+        the pod's containers as admission read them (``Vendors.read``), not read again."""
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
         annotations: Mapping[str, str] = meta.get("annotations") or {}
@@ -92,8 +94,13 @@ class Job:
         if node_policy not in (policies.BINPACK, policies.SPREAD):
             node_policy = None
         gpu_policy = annotations.get(names.GPU_SCHEDULER_POLICY)
-        init_requests = tuple(vendors.requests(c) for c in spec.get("initContainers") or [])
-        app_requests = tuple(vendors.requests(c) for c in spec.get("containers") or [])
+        if reads is None:
+            reads = (
+                tuple(vendors.read(c) for c in spec.get("initContainers") or []),
+                tuple(vendors.read(c) for c in spec.get("containers") or []),
+            )
+        init_requests = tuple(read.checked() for read in reads[0])
+        app_requests = tuple(read.checked() for read in reads[1])
         return cls(
             pod=pod,
             namespace=meta.get("namespace") or "default",

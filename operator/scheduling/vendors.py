@@ -7,11 +7,34 @@ each vendor is; the device config says how it is set up. Nothing here names a ve
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_operator.config import DeviceConfig, VendorConfig
 from vgpu_operator.devices import model, vendor
+from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import mig
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRead:
+    """One container's device requests, each vendor's read once (``container_request``):
+    what it asks of each vendor, why a vendor's request cannot be read, and what the
+    engine will adjust in it (admission's warnings)."""
+
+    requests: Mapping[str, model.ContainerRequest] = field(default_factory=dict)
+    problems: Mapping[str, CodecError] = field(default_factory=dict)
+    warnings: Mapping[str, str] = field(default_factory=dict)
+
+    def checked(self) -> dict[str, model.ContainerRequest]:
+        """The requests; raises the first vendor's CodecError if one cannot be read."""
+        for problem in self.problems.values():
+            raise problem
+        return dict(self.requests)
+
+
+#: A pod's containers as read: (init containers, app containers).
+PodReads = tuple[tuple[ContainerRead, ...], tuple[ContainerRead, ...]]
 
 
 class Vendors:
@@ -63,6 +86,26 @@ class Vendors:
             if request is not None:
                 out[word] = request
         return out
+
+    def read(self, container: Mapping[str, Any]) -> ContainerRead:
+        """The container's requests, problems and warnings, each vendor read once."""
+        requests: dict[str, model.ContainerRequest] = {}
+        problems: dict[str, CodecError] = {}
+        warnings: dict[str, str] = {}
+        for word, spec in self._specs.items():
+            config = self._configs[word]
+            try:
+                request = vendor.container_request(spec, config, container)
+            except CodecError as exc:
+                problems[word] = exc
+                continue
+            if request is None:
+                continue
+            requests[word] = request
+            warning = vendor.request_warning(spec, config, container, request)
+            if warning is not None:
+                warnings[word] = warning
+        return ContainerRead(requests, problems, warnings)
 
     def admission_problem(self, common_word: str, container: Mapping[str, Any]) -> str | None:
         """Why the webhook must refuse this container's request for a vendor, or None."""

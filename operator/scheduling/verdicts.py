@@ -33,7 +33,7 @@ from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason, node
 
 
 class JudgedBooks(Protocol):
-    """What judging reads of the books (``decision.ClusterState`` provides it)."""
+    """What judging reads of the books (``judged.JudgedView`` provides it)."""
 
     @property
     def epoch(self) -> int: ...
@@ -49,6 +49,13 @@ class JudgedBooks(Protocol):
     def heartbeat(self, name: str) -> float | None: ...
     def fresh_until(self, name: str) -> float | None: ...
     def namespace_quota(self, namespace: str) -> object: ...
+
+
+class NodeJudge(Protocol):
+    """How a dialect other than the annotation path's judges one node for a shape (the
+    DRA path's: ``claim_decision.ClaimJudge``); its gate is part of it."""
+
+    def judge(self, name: str, job: placement.Job, now: float) -> NodeFailure | None: ...
 
 
 def failure_of(outcome: placement.Outcome) -> NodeFailure:
@@ -94,9 +101,15 @@ class Verdict:
     _by_text: dict[str, int] = field(default_factory=dict)
     _by_code: dict[str, int] = field(default_factory=dict)
     _devices: dict[str, int] = field(default_factory=dict)
+    #: The dialect's judge of a node (None: the annotation path's gate and Fit).
+    dialect: NodeJudge | None = None
 
     @classmethod
-    def new(cls, shape: str, job: placement.Job, epoch: int) -> Verdict:
+    def new(
+        cls, shape: str, job: placement.Job, epoch: int, dialect: NodeJudge | None = None
+    ) -> Verdict:
+        if dialect is not None:
+            return cls(shape, job, epoch, None, dialect=dialect)
         return cls(shape, job, epoch, card_classes.Simple.of(job))
 
     @property
@@ -237,6 +250,8 @@ class Verdict:
     def judge(self, books: JudgedBooks, name: str, now: float) -> NodeFailure | None:
         """Why the shape does not fit node ``name`` now (None: it fits)."""
         job = self.job
+        if self.dialect is not None:
+            return self.dialect.judge(name, job, now)
         gate = books.node_gate(name, job, now)
         if gate is not None:
             return NodeFailure({gate: 1})

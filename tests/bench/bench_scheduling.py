@@ -287,8 +287,10 @@ def _row(
     return row
 
 
-def run(sizes: Iterable[int] = SIZES) -> list[dict[str, Any]]:
-    """One row per (cluster size, case): case, p50_ms, p99_ms, max_ms, runs, aim_p99_ms."""
+def run(sizes: Iterable[int] = SIZES, fitting_only: bool = False) -> list[dict[str, Any]]:
+    """One row per (cluster size, case): case, p50_ms, p99_ms, max_ms, runs, aim_p99_ms.
+    ``fitting_only``: the pods that fit (1-2 GPU and 8 GPU) only, no parse rows: the
+    decision p99 compared before and after an engine change (docs/benchmarks.md)."""
     rows: list[dict[str, Any]] = []
     for nodes in sizes:
         started = time.perf_counter()
@@ -296,15 +298,17 @@ def run(sizes: Iterable[int] = SIZES) -> list[dict[str, Any]]:
         build_s = time.perf_counter() - started
         pods = len(state.holding_pods())
         print(f"built {nodes} nodes, {pods} running pods in {build_s:.1f} s", file=sys.stderr)
-        for case in CASES:
+        for case in [c for c in CASES if c.fits] if fitting_only else CASES:
             timings, cpu = time_case(state, case.pod, case.runs, case.fits, case.between)
             aim = None if case.aim is None else case.aim.get(nodes)
             rows.append(_row(f"schedule {nodes} nodes: {case.name}", timings, aim, cpu))
+        if fitting_only:
+            continue
         pod = CASES[0].pod
         rows.append(_row(f"parse one attempt ({nodes} nodes)", time_parse(state, pod, RUNS), None))
     return rows
 
 
 if __name__ == "__main__":
-    for row in run():
+    for row in run(fitting_only="--fitting" in sys.argv):
         print(row)

@@ -93,12 +93,14 @@ def _compare_every_node(
     state: ClusterState, job: placement.Job, simple: card_classes.Simple
 ) -> None:
     for name in state.node_names():
-        if state.node_gate(name, job, 0.0) is not None:
+        if state.cycle.judged.node_gate(name, job, 0.0) is not None:
             continue
-        profile = state.node_profile(name, simple.wants_ids(state.node_layer(name)))
+        profile = state.cycle.judged.node_profile(
+            name, simple.wants_ids(state.cycle.judged.node_layer(name))
+        )
         assert profile is not None
         judged = simple.judge(profile)
-        outcome = state.node_fit(name, job, 0.0)
+        outcome = state.cycle.judged.node_fit(name, job, 0.0)
         expected = None if outcome.ok else verdicts.failure_of(outcome)
         assert judged == expected, name
         if expected is None:

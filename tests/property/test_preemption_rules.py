@@ -16,7 +16,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from vgpu_operator import simulation
-from vgpu_operator.scheduling import decision as decision_module
+from vgpu_operator.scheduling import removal_trial
 
 MEMORY = 10000
 CORES = 100
@@ -143,8 +143,8 @@ def test_incremental_trials_choose_as_fresh_ones_would(scenario: Json) -> None:
     fast = simulation.simulate(scenario)
 
     def fresh(trial: Any, removed: frozenset[str]) -> Any:
-        return trial._state._fresh_cards(trial._node, removed)
+        return trial.fresh_cards(removed)
 
-    with mock.patch.object(decision_module._RemovalTrial, "_cards_without", fresh):
+    with mock.patch.object(removal_trial.RemovalTrial, "cards_without", fresh):
         slow = simulation.simulate(scenario)
     assert fast == slow

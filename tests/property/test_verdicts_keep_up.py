@@ -242,7 +242,7 @@ class Driver:
             self.cordoned[name].add(card.id)
         else:
             self.cordoned[name].discard(card.id)
-        heartbeat = self.state.heartbeat(name)
+        heartbeat = self.state.cycle.judged.heartbeat(name)
         self.state.set_inventory(
             name, cards, {}, heartbeat=heartbeat, cordoned=sorted(self.cordoned[name])
         )

@@ -76,7 +76,7 @@ def test_a_status_update_refreshes_what_preemption_reads() -> None:
     running["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
     running["metadata"]["labels"] = {"app": "web"}
     state.set_pod(running)
-    entry = state._pods[key]
+    entry = state.books.pods[key]
     assert entry.started == 1767225600.0
     assert entry.labels == {"app": "web"}
 
@@ -88,7 +88,7 @@ def test_an_ended_or_deleting_pod_is_read_again() -> None:
     deleting = copy.deepcopy(pod)
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     state.set_pod(deleting)
-    assert state._pods[key].deleting
+    assert state.books.pods[key].deleting
     ended = copy.deepcopy(deleting)
     ended["status"] = {"phase": "Succeeded"}
     state.set_pod(ended)
@@ -99,14 +99,14 @@ def test_a_resized_container_is_read_again() -> None:
     state = cluster(make_node("n").gpu("GPU-0"))
     pod = _placed(state)
     key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-    before = state._pods[key].requests
+    before = state.books.pods[key].requests
     resized = copy.deepcopy(pod)
     resized["spec"]["containers"][0].setdefault("resources", {}).setdefault("requests", {})[
         "cpu"
     ] = "3"
     state.set_pod(resized)
-    assert state._pods[key].requests != before
-    assert state._pods[key].requests.cpu == 3
+    assert state.books.pods[key].requests != before
+    assert state.books.pods[key].requests.cpu == 3
 
 
 def test_an_allocation_naming_a_malformed_mig_instance_books_nothing() -> None:

@@ -45,9 +45,11 @@ def _judge(state: ClusterState, pod: dict[str, Any]) -> tuple[object, NodeFailur
     job = placement.Job.from_pod(admitted.pod, state.config, state.vendors, state.quota)
     simple = card_classes.Simple.of(job)
     assert simple is not None
-    profile = state.node_profile("a", simple.wants_ids(state.node_layer("a")))
+    profile = state.cycle.judged.node_profile(
+        "a", simple.wants_ids(state.cycle.judged.node_layer("a"))
+    )
     assert profile is not None
-    outcome = state.node_fit("a", job, 0.0)
+    outcome = state.cycle.judged.node_fit("a", job, 0.0)
     return simple.judge(profile), None if outcome.ok else verdicts.failure_of(outcome)
 
 
@@ -141,7 +143,7 @@ def test_a_request_larger_than_every_card_could_never_fit() -> None:
     job = placement.Job.from_pod(admitted.pod, state.config, state.vendors, state.quota)
     simple = card_classes.Simple.of(job)
     assert simple is not None
-    profile = state.node_profile("a", False)
+    profile = state.cycle.judged.node_profile("a", False)
     assert profile is not None
     assert not simple.could_ever(profile)
     fits = card_classes.Simple.of(
@@ -160,7 +162,10 @@ def test_identical_idle_nodes_share_one_profile() -> None:
     state = ClusterState(DeviceConfig())
     for name in ("a", "b"):
         make_node(name).gpu(f"GPU-{name}0").gpu(f"GPU-{name}1").install(state)
-    first, second = state.node_profile("a", False), state.node_profile("b", False)
+    first, second = (
+        state.cycle.judged.node_profile("a", False),
+        state.cycle.judged.node_profile("b", False),
+    )
     assert first is not None
     assert second is not None
     assert first == second
