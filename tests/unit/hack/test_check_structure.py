@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -120,5 +121,15 @@ def test_the_baseline_only_shrinks(check: ModuleType, tmp_path: Path) -> None:
     assert check.main([str(root)]) == 1  # listed but gone: the line must leave
 
 
-def test_the_repository_passes(check: ModuleType) -> None:
-    assert check.main([str(SCRIPT.parents[1])]) == 0
+def test_the_repository_passes() -> None:
+    # In a process of its own, as `make lint` runs it: CPython 3.11.7's AST constructor
+    # keeps its recursion depth per interpreter, not per thread, and another thread of
+    # this test session compiling at the same moment fails the parse ("AST constructor
+    # recursion depth mismatch").
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(SCRIPT.parents[1])],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
