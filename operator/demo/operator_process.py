@@ -32,28 +32,35 @@ run(prog_name="vgpu-operator run")
 """
 
 
+def operator_argv(kubeconfig: Path, namespace: str, metrics_port: int, *extra: str) -> list[str]:
+    """The command line of ``vgpu-operator run --standalone`` in this interpreter (see
+    ``OPERATOR_MAIN``), logging JSON, its ConfigMap in ``namespace``; then ``extra``."""
+    return [
+        sys.executable,
+        "-c",
+        OPERATOR_MAIN,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--standalone",
+        "--namespace",
+        namespace,
+        "--metrics-port",
+        str(metrics_port),
+        "--log-format",
+        "json",
+        *extra,
+    ]
+
+
 class OperatorProcess:
     """``vgpu-operator run --standalone`` as a child process, logging to a file."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, env: Mapping[str, str]) -> None:
         self.log_path = log_path
         self.metrics_port = _free_port()
-        self._argv = [
-            sys.executable,
-            "-c",
-            OPERATOR_MAIN,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--standalone",
-            "--namespace",
-            OPERATOR_NAMESPACE,
-            "--config-map",
-            CONFIG_MAP,
-            "--metrics-port",
-            str(self.metrics_port),
-            "--log-format",
-            "json",
-        ]
+        self._argv = operator_argv(
+            kubeconfig, OPERATOR_NAMESPACE, self.metrics_port, "--config-map", CONFIG_MAP
+        )
         # The package directory is called operator/: never let the working directory
         # shadow the standard library's module of that name.
         self._env = {**env, "PYTHONSAFEPATH": "1"}

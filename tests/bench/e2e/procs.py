@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
-from vgpu_operator.demo.operator_process import OPERATOR_MAIN
+from vgpu_operator.demo.operator_process import operator_argv
 from vgpu_operator.testing.processes import free_port as free_port
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
@@ -147,23 +146,8 @@ def operator(
 ) -> tuple[Child, int]:
     """The operator's process (not started) and its metrics port."""
     port = free_port()
-    argv = [
-        sys.executable,
-        "-c",
-        OPERATOR_MAIN,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--standalone",
-        "--namespace",
-        namespace,
-        "--metrics-port",
-        str(port),
-        "--log-format",
-        "json",
-        # KWOK nodes run no device plugin to answer the allocation gate (issue 13).
-        "--allocation-gate=off",
-        *extra,
-    ]
+    # KWOK nodes run no device plugin to answer the allocation gate (issue 13).
+    argv = operator_argv(kubeconfig, namespace, port, "--allocation-gate=off", *extra)
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     return Child("vgpu-operator", argv, workdir / "operator.log", env), port
 
