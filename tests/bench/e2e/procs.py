@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
+from e2e import tasks
 from vgpu_operator.demo.operator_process import operator_argv
 from vgpu_operator.testing.processes import free_port as free_port
 
@@ -210,10 +211,7 @@ class Sampler:
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = tasks.start(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await tasks.stop(self._task)
