@@ -8,7 +8,6 @@ never reach it.
 
 from __future__ import annotations
 
-import base64
 import datetime
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,35 +72,13 @@ def webhooked(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> It
     try:
         cp.create(
             WEBHOOKS,
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": config_name},
-                "webhooks": [
-                    {
-                        "name": "pods.vgpu-operator.io",
-                        "clientConfig": {
-                            "url": f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
-                            "caBundle": base64.b64encode(pki.ca.read_bytes()).decode(),
-                        },
-                        "rules": [
-                            {
-                                "apiGroups": [""],
-                                "apiVersions": ["v1"],
-                                "operations": ["CREATE"],
-                                "resources": ["pods"],
-                            }
-                        ],
-                        "namespaceSelector": {
-                            "matchLabels": {"kubernetes.io/metadata.name": namespace}
-                        },
-                        "sideEffects": "None",
-                        "admissionReviewVersions": ["v1"],
-                        "failurePolicy": "Fail",
-                        "timeoutSeconds": 10,
-                    }
-                ],
-            },
+            env.pod_webhook_configuration(
+                config_name,
+                namespace,
+                f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+                ca=pki.ca.read_bytes(),
+                timeout_s=10,
+            ),
         )
         _wait_webhook_serving(cp, namespace)
         yield Webhooked(cp, namespace, scheduler, operator)
