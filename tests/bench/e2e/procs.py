@@ -25,6 +25,7 @@ from typing import IO, Final
 from e2e import tasks
 from vgpu_operator.demo.operator_process import operator_argv
 from vgpu_operator.testing.processes import free_port as free_port
+from vgpu_operator.testing.processes import stop_group
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE")
@@ -111,15 +112,8 @@ class Child:
 
     def stop(self, timeout_s: float = 20.0, sig: int = signal.SIGTERM) -> None:
         popen, self._popen = self._popen, None
-        if popen is not None and popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(popen.pid, sig)
-            try:
-                popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(popen.pid, signal.SIGKILL)
-                popen.wait()
+        if popen is not None:
+            stop_group(popen, timeout_s, sig)
         if self._log is not None:
             self._log.close()
             self._log = None
