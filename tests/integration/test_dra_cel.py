@@ -24,7 +24,7 @@ from integration import dra_env
 from integration import operator_env as env
 from integration.dra_env import claim_pod, create_claim, dra_plane
 from integration.test_agent import wait_for
-from integration.test_operator_webhook import WEBHOOKS, make_pki
+from integration.test_operator_webhook import make_pki
 
 from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.devices import dra
@@ -104,15 +104,12 @@ def operator(
     with OperatorThread(
         env.options(plane, namespace, inventory_timeout_s=None, webhook=webhook)
     ) as running:
-        plane.create(
-            WEBHOOKS,
-            env.pod_webhook_configuration(
-                "vgpu-test-cel",
-                WEBHOOKED,
-                f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
-                ca=pki.ca.read_bytes(),
-                timeout_s=10,
-            ),
+        env.register_pod_webhook(
+            plane,
+            "vgpu-test-cel",
+            WEBHOOKED,
+            f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+            pki.ca.read_bytes(),
         )
         wait_for("the webhook to answer", lambda: webhook_answers(plane), 30)
         yield running

@@ -32,6 +32,7 @@ from integration.test_agent import wait_for
 
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
+from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
@@ -366,7 +367,6 @@ def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
     from integration.test_operator_webhook import WEBHOOKS, make_pki
 
     from vgpu_operator.control.options import WebhookOptions
-    from vgpu_operator.handlers.app import WEBHOOK_ID
     from vgpu_operator.testing.processes import free_port
 
     ns = fresh_namespace(plane)
@@ -383,15 +383,8 @@ def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
     hook_config = f"vgpu-dra-{ns}"
     options = env.options(plane, config_ns, webhook=webhook, inventory_timeout_s=None)
     with OperatorThread(options):
-        plane.create(
-            WEBHOOKS,
-            env.pod_webhook_configuration(
-                hook_config,
-                ns,
-                f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
-                ca=pki.ca.read_bytes(),
-                timeout_s=10,
-            ),
+        env.register_pod_webhook(
+            plane, hook_config, ns, f"https://127.0.0.1:{port}/{WEBHOOK_ID}", pki.ca.read_bytes()
         )
         try:
             hami_pod = {
