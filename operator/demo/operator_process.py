@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -15,6 +12,7 @@ from typing import IO, Final
 
 from vgpu_operator.demo.settings import CONFIG_MAP, OPERATOR_NAMESPACE, DemoError, wait_for
 from vgpu_operator.testing.processes import free_port as _free_port
+from vgpu_operator.testing.processes import log_tail, stop_group
 
 #: ``python -c`` source that runs ``vgpu-operator run`` (its arguments follow); the thread
 #: ends the operator if its parent (the demo, the bench) dies without stopping it: the
@@ -32,28 +30,35 @@ run(prog_name="vgpu-operator run")
 """
 
 
+def operator_argv(kubeconfig: Path, namespace: str, metrics_port: int, *extra: str) -> list[str]:
+    """The command line of ``vgpu-operator run --standalone`` in this interpreter (see
+    ``OPERATOR_MAIN``), logging JSON, its ConfigMap in ``namespace``; then ``extra``."""
+    return [
+        sys.executable,
+        "-c",
+        OPERATOR_MAIN,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--standalone",
+        "--namespace",
+        namespace,
+        "--metrics-port",
+        str(metrics_port),
+        "--log-format",
+        "json",
+        *extra,
+    ]
+
+
 class OperatorProcess:
     """``vgpu-operator run --standalone`` as a child process, logging to a file."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, env: Mapping[str, str]) -> None:
         self.log_path = log_path
         self.metrics_port = _free_port()
-        self._argv = [
-            sys.executable,
-            "-c",
-            OPERATOR_MAIN,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--standalone",
-            "--namespace",
-            OPERATOR_NAMESPACE,
-            "--config-map",
-            CONFIG_MAP,
-            "--metrics-port",
-            str(self.metrics_port),
-            "--log-format",
-            "json",
-        ]
+        self._argv = operator_argv(
+            kubeconfig, OPERATOR_NAMESPACE, self.metrics_port, "--config-map", CONFIG_MAP
+        )
         # The package directory is called operator/: never let the working directory
         # shadow the standard library's module of that name.
         self._env = {**env, "PYTHONSAFEPATH": "1"}
@@ -107,26 +112,11 @@ class OperatorProcess:
     def stop(self, timeout_s: float = 20.0) -> int | None:
         """SIGTERM (Kopf exits cleanly), SIGKILL after ``timeout_s``; the exit status."""
         popen, self._popen = self._popen, None
-        status = None
-        if popen is not None:
-            if popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(popen.pid, signal.SIGTERM)
-                try:
-                    popen.wait(timeout_s)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(popen.pid, signal.SIGKILL)
-                    popen.wait()
-            status = popen.returncode
+        status = stop_group(popen, timeout_s) if popen is not None else None
         if self._log is not None:
             self._log.close()
             self._log = None
         return status
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)

@@ -131,11 +131,31 @@ class ChildProcess:
             self._log = None
 
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        return log_tail(self.log_path, lines)
+
+
+def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a child's log ("" if it cannot be read)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def stop_group(popen: subprocess.Popen[bytes], timeout_s: float, sig: int = signal.SIGTERM) -> int:
+    """Stop a child started in a session of its own: ``sig`` to its process group, SIGKILL
+    if it has not exited ``timeout_s`` later; its exit status."""
+    if popen.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, sig)
         try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+            popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait()
+    return popen.returncode
 
 
 _EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")

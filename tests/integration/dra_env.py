@@ -1,20 +1,31 @@
-"""What the DRA tests share: an agent on the DRA path for a KWOK node, and its slice."""
+"""What the DRA tests share: a control plane with DRA nodes, an agent on the DRA path for
+a KWOK node, and its slice."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from integration.test_agent import AgentThread
+import yaml
+from integration import operator_env as env
+from integration.test_agent import AgentThread, quick_settings, wait_for
 
-from vgpu_operator.agent.inventory import RegistrationOptions
-from vgpu_operator.agent.main import AgentSettings
 from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.devices import dra
+from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ControlPlane
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 SLICES = f"{RESOURCE}/resourceslices"
+ROOT = Path(__file__).resolve().parents[2]
+#: The claim controller turns templates into claims and releases those of finished pods;
+#: the garbage collector takes a node's slices with its DeviceInventory.
+CLAIM_CONTROLLERS: tuple[str, ...] = ("resourceclaim-controller", "garbage-collector-controller")
+TOLERATE_KWOK = [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}]
 
 
 def dra_agent(
@@ -32,14 +43,9 @@ def dra_agent(
     path: unix socket paths are limited to 108 bytes, and pytest's tmp_path can be longer);
     ``registry_dir`` is kubelet's plugin registry (the harness's), by default its own."""
     sockets = sockets or Path(tempfile.mkdtemp(prefix="dra-"))
-    settings = AgentSettings(
-        node_name=node,
-        heartbeat_interval_s=1.0,
-        poll_interval_s=0.2,
-        backoff_initial_s=0.2,
-        backoff_max_s=1.0,
-        health_wait_s=0.2,
-        registration=RegistrationOptions(split_count=split),
+    settings = quick_settings(
+        node,
+        split=split,
         hami_core_dir=str(work / "vgpu"),
         dra_plugins_dir=str(sockets / "plugins"),
         dra_registry_dir=str(registry_dir or sockets / "registry"),
@@ -54,3 +60,111 @@ def node_slice(plane: ControlPlane, node: str) -> dict[str, Any] | None:
     """The node's slice, once it lists the node's cards."""
     found = plane.request("GET", f"{SLICES}?fieldSelector=spec.nodeName%3D{node}")["items"]
     return found[0] if found and found[0]["spec"].get("devices") else None
+
+
+@contextlib.contextmanager
+def dra_plane(
+    binaries: Binaries,
+    work: Path,
+    machines: Mapping[str, str],
+    *,
+    split: int,
+    controllers: Sequence[str] = CLAIM_CONTROLLERS,
+    before_scheduler: Callable[[ControlPlane], None] = lambda cp: None,
+) -> Iterator[ControlPlane]:
+    """A KWOK control plane with the CRD, the DRA device classes, kube-controller-manager
+    (``controllers``) and kube-scheduler; per node of ``machines`` (node -> bundled machine)
+    a KWOK node on the DRA path and its agent (files under ``work``). Yielded once every
+    node's slice lists its cards; the agents are stopped after."""
+    with ControlPlane(kwok=True, binaries=binaries) as cp:
+        env.install_crd(cp)
+        for doc in yaml.safe_load_all((ROOT / "manifests" / "dra-deviceclasses.yaml").read_text()):
+            cp.create(f"{RESOURCE}/deviceclasses", doc)
+        cp.start_controller_manager(list(controllers))
+        before_scheduler(cp)
+        cp.start_scheduler()
+        agents: list[AgentThread] = []
+        try:
+            for node, machine in machines.items():
+                cp.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
+                agents.append(
+                    dra_agent(node, machine, cp.kubeconfig_path, work / node, split=split)
+                )
+            for node in machines:
+                wait_for(f"{node}'s slice", lambda n=node: node_slice(cp, n), timeout=60)
+            yield cp
+        finally:
+            for agent in agents:
+                agent.stop()
+
+
+def fresh_namespace(plane: ControlPlane, prefix: str = "dra") -> str:
+    """A new namespace of its own for one test."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    plane.ensure_namespace(name)
+    return name
+
+
+def claim_pod(
+    name: str,
+    *,
+    claim: str | None = None,
+    template: str | None = None,
+    scheduler: str | None = None,
+    node: str | None = None,
+) -> dict[str, Any]:
+    """A pod whose one container uses one claim ``gpu``: the ResourceClaim ``claim`` or one
+    made from the template ``template``; for ``scheduler`` (default kube-scheduler), pinned
+    to ``node`` if given. It tolerates KWOK's nodes."""
+    entry: dict[str, Any] = {"name": "gpu"}
+    if claim is not None:
+        entry["resourceClaimName"] = claim
+    else:
+        entry["resourceClaimTemplateName"] = template
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}
+        ],
+        "resourceClaims": [entry],
+        "tolerations": TOLERATE_KWOK,
+    }
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def one_request(exactly: Mapping[str, Any]) -> dict[str, Any]:
+    """A claim's ``spec``: one request ``gpu`` for exactly this (class, capacity, ...)."""
+    return {"devices": {"requests": [{"name": "gpu", "exactly": dict(exactly)}]}}
+
+
+def create_claim(
+    plane: ControlPlane, namespace: str, name: str, exactly: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A ResourceClaim of one request ``gpu`` (see ``one_request``), as created."""
+    return plane.create(
+        f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": one_request(exactly),
+        },
+    )
+
+
+def create_claim_template(
+    plane: ControlPlane, namespace: str, name: str, exactly: Mapping[str, Any]
+) -> None:
+    """A ResourceClaimTemplate whose claims have one request ``gpu`` (see ``one_request``)."""
+    plane.create(
+        f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": one_request(exactly)},
+        },
+    )

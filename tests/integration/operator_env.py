@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / f"{names.DEVICE_INVENTORY_PLURAL}.{names.CRD_GROUP}.yaml"
 INVENTORIES = f"/apis/{names.CRD_GROUP}/{names.CRD_VERSION}/{names.DEVICE_INVENTORY_PLURAL}"
 CONFIG_MAP = "vgpu-device-config"
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 GPU_MODEL = "NVIDIA A100-SXM4-80GB"
 TEST_LABEL = "vgpu-test/group"
 
@@ -317,6 +318,31 @@ def pod_webhook_configuration(
             }
         ],
     }
+
+
+def plain_pod(namespace: str, name: str, limits: Mapping[str, str]) -> Json:
+    """A pod as a user writes it: no scheduler named, one container with these limits."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/x",
+                    "resources": {"limits": dict(limits)},
+                }
+            ]
+        },
+    }
+
+
+def register_pod_webhook(cp: ControlPlane, name: str, namespace: str, url: str, ca: bytes) -> None:
+    """Send the namespace's pod creations to the operator's webhook at ``url`` (served with
+    a certificate of ``ca``): a configuration of ``pod_webhook_configuration`` that waits
+    10 s for an answer."""
+    cp.create(WEBHOOKS, pod_webhook_configuration(name, namespace, url, ca=ca, timeout_s=10))
 
 
 def gpu_pod(

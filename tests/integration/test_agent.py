@@ -78,6 +78,22 @@ def crd(control_plane: ControlPlane) -> dict[str, Any]:
     return wait_for("the DeviceInventory CRD to be established", established)
 
 
+def quick_settings(node: str, *, split: int = 10, **overrides: Any) -> AgentSettings:
+    """An agent's settings for a test: heartbeat, polls and back-off in fractions of a second
+    (the DaemonSet's are tens of seconds), ``split`` shares a card, then ``overrides``."""
+    values: dict[str, Any] = {
+        "node_name": node,
+        "heartbeat_interval_s": 1.0,
+        "poll_interval_s": 0.2,
+        "backoff_initial_s": 0.2,
+        "backoff_max_s": 1.0,
+        "health_wait_s": 0.2,
+        "registration": RegistrationOptions(split_count=split),
+    }
+    values.update(overrides)
+    return AgentSettings(**values)
+
+
 class AgentThread:
     """The agent's asyncio loop in a thread, as the DaemonSet process would run it."""
 
@@ -150,17 +166,7 @@ class AgentNode:
     def start(self, machine: str, **settings: Any) -> AgentThread:
         copy = self._work / f"{machine}.yaml"
         shutil.copy(resolve_machine_path(machine), copy)
-        values: dict[str, Any] = {
-            "node_name": self.name,
-            "heartbeat_interval_s": 1.0,
-            "poll_interval_s": 0.2,
-            "backoff_initial_s": 0.2,
-            "backoff_max_s": 1.0,
-            "health_wait_s": 0.2,
-            "registration": RegistrationOptions(split_count=10),
-        }
-        values.update(settings)
-        agent = AgentThread(AgentSettings(**values), copy, self.kubeconfig)
+        agent = AgentThread(quick_settings(self.name, **settings), copy, self.kubeconfig)
         agent.start()
         self.agents.append(agent)
         return agent

@@ -30,11 +30,16 @@ from typing import IO, Any
 import pytest
 from integration import operator_env as env
 from integration.conftest import REQUIRE_ENV, control_plane_required
-from integration.test_agent import INVENTORIES, AgentThread, reported, rewrite, wait_for
+from integration.test_agent import (
+    INVENTORIES,
+    AgentThread,
+    quick_settings,
+    reported,
+    rewrite,
+    wait_for,
+)
 
 from vgpu_operator import names
-from vgpu_operator.agent.inventory import RegistrationOptions
-from vgpu_operator.agent.main import AgentSettings
 from vgpu_operator.agent.simulated import resolve_machine_path
 from vgpu_operator.devices import codec, model
 from vgpu_operator.testing.controlplane import ControlPlane
@@ -189,14 +194,9 @@ def gpu_node(
     agent: AgentThread | None = None
     try:
         kubelet.ok("start")
-        settings = AgentSettings(
-            node_name=name,
-            heartbeat_interval_s=1.0,
-            poll_interval_s=0.2,
-            backoff_initial_s=0.2,
-            backoff_max_s=1.0,
-            health_wait_s=0.2,
-            registration=RegistrationOptions(split_count=SPLIT),
+        settings = quick_settings(
+            name,
+            split=SPLIT,
             device_plugin_dir=str(directory),
             # Allocate makes each container's cache directory here, on this host.
             hami_core_dir=str(tmp_path / "vgpu"),

@@ -32,7 +32,16 @@ from typing import Any
 import pytest
 import yaml
 from integration import operator_env as env
-from integration.dra_env import RESOURCE, dra_agent, node_slice
+from integration.dra_env import (
+    CLAIM_CONTROLLERS,
+    RESOURCE,
+    TOLERATE_KWOK,
+    claim_pod,
+    create_claim,
+    create_claim_template,
+    dra_plane,
+    one_request,
+)
 from integration.test_agent import wait_for
 from integration.test_operator_webhook import WEBHOOKS, make_pki
 
@@ -52,36 +61,27 @@ SCHEDULER = "vgpu-dra-admission"
 HAMI_NS = "dra-hami"  # on the DRA path (dra.claimNamespaces)
 ADMITTED = "vgpu-admission-test"  # namespaces the test webhook configuration covers
 HOOK_CONFIG = "vgpu-dra-admission"
-TOLERATE_KWOK = [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}]
 
 
 @pytest.fixture(scope="module")
 def plane(
     control_plane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
-    with ControlPlane(kwok=True, binaries=control_plane_binaries) as cp:
-        env.install_crd(cp)
-        for doc in yaml.safe_load_all((ROOT / "manifests" / "dra-deviceclasses.yaml").read_text()):
-            cp.create(f"{RESOURCE}/deviceclasses", doc)
-        cp.start_controller_manager(
-            [
-                "resourceclaim-controller",
-                "garbage-collector-controller",
-                "deployment-controller",
-                "replicaset-controller",
-                "resourcequota-controller",
-            ]
-        )
-        install_allocation_policy(cp)
-        cp.start_scheduler()
-        work = tmp_path_factory.mktemp("dra-admission")
-        cp.create_fake_gpu_node(NODE, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
-        agent = dra_agent(NODE, "l40s-pcie-4", cp.kubeconfig_path, work / NODE, split=4)
-        try:
-            wait_for(f"{NODE}'s slice", lambda: node_slice(cp, NODE), timeout=60)
-            yield cp
-        finally:
-            agent.stop()
+    controllers = (
+        *CLAIM_CONTROLLERS,
+        "deployment-controller",
+        "replicaset-controller",
+        "resourcequota-controller",
+    )
+    with dra_plane(
+        control_plane_binaries,
+        tmp_path_factory.mktemp("dra-admission"),
+        {NODE: "l40s-pcie-4"},
+        split=4,
+        controllers=controllers,
+        before_scheduler=install_allocation_policy,
+    ) as cp:
+        yield cp
 
 
 ALLOCATION_POLICY = "vgpu-claim-allocations"
@@ -234,55 +234,20 @@ def hami_pod(name: str, *, memory: int, cores: int = 10) -> dict[str, Any]:
     }
 
 
-def claim_pod(
-    name: str,
-    *,
-    claim: str | None = None,
-    template: str | None = None,
-    scheduler: str | None = None,
-) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": "gpu"}
-    if claim is not None:
-        entry["resourceClaimName"] = claim
-    else:
-        entry["resourceClaimTemplateName"] = template
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}
-        ],
-        "resourceClaims": [entry],
-        "tolerations": TOLERATE_KWOK,
-    }
-    if scheduler is not None:
-        spec["schedulerName"] = scheduler
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
 def claim_spec(memory: str, device_class: str = dra.SHARED_CLASS) -> dict[str, Any]:
-    exactly = {"deviceClassName": device_class, "capacity": {"requests": {"memory": memory}}}
-    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+    return one_request(_of_memory(memory, device_class))
+
+
+def _of_memory(memory: str, device_class: str = dra.SHARED_CLASS) -> dict[str, Any]:
+    return {"deviceClassName": device_class, "capacity": {"requests": {"memory": memory}}}
 
 
 def make_claim(cp: ControlPlane, ns: str, name: str, memory: str = "1Gi") -> dict[str, Any]:
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": claim_spec(memory),
-    }
-    return cp.create(f"{RESOURCE}/namespaces/{ns}/resourceclaims", body)
+    return create_claim(cp, ns, name, _of_memory(memory))
 
 
 def make_template(cp: ControlPlane, ns: str, name: str, memory: str = "1Gi") -> None:
-    cp.create(
-        f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name},
-            "spec": {"spec": claim_spec(memory)},
-        },
-    )
+    create_claim_template(cp, ns, name, _of_memory(memory))
 
 
 def bound_claim(cp: ControlPlane, ns: str, pod: str) -> dict[str, Any] | None:

@@ -14,20 +14,17 @@ its ResourceSlice, and the operator (its webhook served too). Two things are sho
 
 from __future__ import annotations
 
-import base64
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+from integration import dra_env
 from integration import operator_env as env
-from integration.dra_env import RESOURCE, dra_agent, node_slice
+from integration.dra_env import claim_pod, create_claim, dra_plane
 from integration.test_agent import wait_for
-from integration.test_operator_webhook import WEBHOOKS, make_pki
+from integration.test_operator_webhook import make_pki
 
 from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.devices import dra
@@ -39,7 +36,6 @@ from vgpu_operator.testing.processes import free_port
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 NODES = ("cel-one", "cel-two")  # l40s-pcie-4 each: four 46068 MiB cards
 SCHEDULER = "vgpu-dra-cel"
 WEBHOOKED = "cel-webhooked"
@@ -81,26 +77,10 @@ REFUSAL_MARKERS = (
 def plane(
     control_plane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
-    with ControlPlane(kwok=True, binaries=control_plane_binaries) as cp:
-        env.install_crd(cp)
-        for doc in yaml.safe_load_all((ROOT / "manifests" / "dra-deviceclasses.yaml").read_text()):
-            cp.create(f"{RESOURCE}/deviceclasses", doc)
-        cp.start_controller_manager(["resourceclaim-controller", "garbage-collector-controller"])
-        cp.start_scheduler()
-        work = tmp_path_factory.mktemp("dra-cel")
-        agents = []
-        try:
-            for node in NODES:
-                cp.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
-                agents.append(
-                    dra_agent(node, "l40s-pcie-4", cp.kubeconfig_path, work / node, split=4)
-                )
-            for node in NODES:
-                wait_for(f"{node}'s slice", lambda n=node: node_slice(cp, n), timeout=60)
-            yield cp
-        finally:
-            for agent in agents:
-                agent.stop()
+    work = tmp_path_factory.mktemp("dra-cel")
+    machines = dict.fromkeys(NODES, "l40s-pcie-4")
+    with dra_plane(control_plane_binaries, work, machines, split=4) as cp:
+        yield cp
 
 
 @pytest.fixture(scope="module")
@@ -124,37 +104,12 @@ def operator(
     with OperatorThread(
         env.options(plane, namespace, inventory_timeout_s=None, webhook=webhook)
     ) as running:
-        plane.create(
-            WEBHOOKS,
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": "vgpu-test-cel"},
-                "webhooks": [
-                    {
-                        "name": "pods.vgpu-operator.io",
-                        "clientConfig": {
-                            "url": f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
-                            "caBundle": base64.b64encode(pki.ca.read_bytes()).decode(),
-                        },
-                        "rules": [
-                            {
-                                "apiGroups": [""],
-                                "apiVersions": ["v1"],
-                                "operations": ["CREATE"],
-                                "resources": ["pods"],
-                            }
-                        ],
-                        "namespaceSelector": {
-                            "matchLabels": {"kubernetes.io/metadata.name": WEBHOOKED}
-                        },
-                        "sideEffects": "None",
-                        "admissionReviewVersions": ["v1"],
-                        "failurePolicy": "Fail",
-                        "timeoutSeconds": 10,
-                    }
-                ],
-            },
+        env.register_pod_webhook(
+            plane,
+            "vgpu-test-cel",
+            WEBHOOKED,
+            f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+            pki.ca.read_bytes(),
         )
         wait_for("the webhook to answer", lambda: webhook_answers(plane), 30)
         yield running
@@ -192,50 +147,21 @@ def healthz(operator: OperatorThread) -> bool:
 
 
 def fresh_namespace(plane: ControlPlane) -> str:
-    name = f"cel-{uuid.uuid4().hex[:8]}"
-    plane.ensure_namespace(name)
-    return name
+    return dra_env.fresh_namespace(plane, "cel")
 
 
 def claim(plane: ControlPlane, namespace: str, name: str, selector: str) -> None:
-    plane.create(
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": dra.SHARED_CLASS,
-                                "capacity": {"requests": {"memory": "1Gi", "cores": "1"}},
-                                "selectors": [{"cel": {"expression": selector}}],
-                            },
-                        }
-                    ]
-                }
-            },
-        },
-    )
+    exactly = {
+        "deviceClassName": dra.SHARED_CLASS,
+        "capacity": {"requests": {"memory": "1Gi", "cores": "1"}},
+        "selectors": [{"cel": {"expression": selector}}],
+    }
+    create_claim(plane, namespace, name, exactly)
 
 
 def pod(plane: ControlPlane, namespace: str, name: str, claim_name: str, *, ours: bool) -> None:
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}
-        ],
-        "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
-        "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
-    }
-    if ours:
-        spec["schedulerName"] = SCHEDULER
-    plane.create(
-        f"/api/v1/namespaces/{namespace}/pods",
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec},
-    )
+    body = claim_pod(name, claim=claim_name, scheduler=SCHEDULER if ours else None)
+    plane.create(f"/api/v1/namespaces/{namespace}/pods", body)
 
 
 def outcome(plane: ControlPlane, namespace: str, name: str) -> str | None:

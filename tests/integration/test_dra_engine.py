@@ -18,20 +18,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from integration import operator_env as env
-from integration.dra_env import RESOURCE, dra_agent, node_slice
+from integration.dra_env import (
+    RESOURCE,
+    claim_pod,
+    create_claim,
+    create_claim_template,
+    dra_plane,
+    fresh_namespace,
+    node_slice,
+)
 from integration.test_agent import wait_for
 
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
+from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 NODES = ("dra-one", "dra-two")  # l40s-pcie-4 each: four 46068 MiB cards
 SPLIT = 4
 SCHEDULER = "vgpu-dra-engine"
@@ -42,26 +49,10 @@ CLAIMS = f"{RESOURCE}/resourceclaims"
 def plane(
     control_plane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
-    with ControlPlane(kwok=True, binaries=control_plane_binaries) as cp:
-        env.install_crd(cp)
-        for doc in yaml.safe_load_all((ROOT / "manifests" / "dra-deviceclasses.yaml").read_text()):
-            cp.create(f"{RESOURCE}/deviceclasses", doc)
-        cp.start_controller_manager(["resourceclaim-controller", "garbage-collector-controller"])
-        cp.start_scheduler()
-        work = tmp_path_factory.mktemp("dra-engine")
-        agents = []
-        try:
-            for node in NODES:
-                cp.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
-                agents.append(
-                    dra_agent(node, "l40s-pcie-4", cp.kubeconfig_path, work / node, split=SPLIT)
-                )
-            for node in NODES:
-                wait_for(f"{node}'s slice", lambda n=node: node_slice(cp, n), timeout=60)
-            yield cp
-        finally:
-            for agent in agents:
-                agent.stop()
+    work = tmp_path_factory.mktemp("dra-engine")
+    machines = dict.fromkeys(NODES, "l40s-pcie-4")
+    with dra_plane(control_plane_binaries, work, machines, split=SPLIT) as cp:
+        yield cp
 
 
 @pytest.fixture(scope="module")
@@ -107,12 +98,6 @@ def over_committed(plane: ControlPlane) -> list[str]:
     return problems
 
 
-def fresh_namespace(plane: ControlPlane) -> str:
-    name = f"dra-{uuid.uuid4().hex[:8]}"
-    plane.ensure_namespace(name)
-    return name
-
-
 def template(
     plane: ControlPlane,
     namespace: str,
@@ -127,15 +112,7 @@ def template(
         exactly["capacity"] = {"requests": capacity}
     if selector is not None:
         exactly["selectors"] = [{"cel": {"expression": selector}}]
-    plane.create(
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
-        },
-    )
+    create_claim_template(plane, namespace, name, exactly)
 
 
 def pod(
@@ -148,26 +125,9 @@ def pod(
     ours: bool = True,
     node: str | None = None,
 ) -> None:
-    entry: dict[str, Any] = {"name": "gpu"}
-    if template_name is not None:
-        entry["resourceClaimTemplateName"] = template_name
-    else:
-        entry["resourceClaimName"] = claim_name
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}
-        ],
-        "resourceClaims": [entry],
-        "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
-    }
-    if ours:
-        spec["schedulerName"] = SCHEDULER
-    if node is not None:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    plane.create(
-        f"/api/v1/namespaces/{namespace}/pods",
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec},
-    )
+    scheduler = SCHEDULER if ours else None
+    body = claim_pod(name, claim=claim_name, template=template_name, scheduler=scheduler, node=node)
+    plane.create(f"/api/v1/namespaces/{namespace}/pods", body)
 
 
 def claim_of(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
@@ -238,27 +198,8 @@ def test_a_claim_shared_by_two_pods_is_allocated_once(
     plane: ControlPlane, operator: OperatorThread
 ) -> None:
     ns = fresh_namespace(plane)
-    plane.create(
-        f"{RESOURCE}/namespaces/{ns}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "shared"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": dra.SHARED_CLASS,
-                                "capacity": {"requests": {"memory": "2Gi"}},
-                            },
-                        }
-                    ]
-                }
-            },
-        },
-    )
+    shared = {"deviceClassName": dra.SHARED_CLASS, "capacity": {"requests": {"memory": "2Gi"}}}
+    create_claim(plane, ns, "shared", shared)
     pod(plane, ns, "a", claim_name="shared")
     first = wait_for("the shared claim", lambda: claim_of(plane, ns, "a"), 60)
     pod(plane, ns, "b", claim_name="shared")
@@ -426,7 +367,6 @@ def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
     from integration.test_operator_webhook import WEBHOOKS, make_pki
 
     from vgpu_operator.control.options import WebhookOptions
-    from vgpu_operator.handlers.app import WEBHOOK_ID
     from vgpu_operator.testing.processes import free_port
 
     ns = fresh_namespace(plane)
@@ -443,15 +383,8 @@ def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
     hook_config = f"vgpu-dra-{ns}"
     options = env.options(plane, config_ns, webhook=webhook, inventory_timeout_s=None)
     with OperatorThread(options):
-        plane.create(
-            WEBHOOKS,
-            env.pod_webhook_configuration(
-                hook_config,
-                ns,
-                f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
-                ca=pki.ca.read_bytes(),
-                timeout_s=10,
-            ),
+        env.register_pod_webhook(
+            plane, hook_config, ns, f"https://127.0.0.1:{port}/{WEBHOOK_ID}", pki.ca.read_bytes()
         )
         try:
             hami_pod = {

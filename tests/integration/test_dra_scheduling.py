@@ -11,16 +11,22 @@ kube-scheduler allocates is read back from the claims.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from integration import operator_env as env
-from integration.dra_env import RESOURCE, SLICES, dra_agent, node_slice
+from integration.dra_env import (
+    RESOURCE,
+    SLICES,
+    claim_pod,
+    create_claim_template,
+    dra_agent,
+    dra_plane,
+    fresh_namespace,
+    node_slice,
+)
 from integration.test_agent import wait_for
 
 from vgpu_operator.devices import dra
@@ -28,7 +34,6 @@ from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ControlPlane
 
-ROOT = Path(__file__).resolve().parents[2]
 L40S = "node-l40s"  # l40s-pcie-4: four 46068 MiB cards
 FAILING = "node-failing"  # h100-pcie-failing: card 2 raises XID 79
 SPLIT = 4
@@ -40,27 +45,11 @@ def cluster(
 ) -> Iterator[ControlPlane]:
     """Its own control plane with kube-scheduler, the claim controller, two DRA nodes and
     their agents."""
-    with ControlPlane(kwok=True, binaries=control_plane_binaries) as plane:
-        env.install_crd(plane)
-        for doc in yaml.safe_load_all((ROOT / "manifests" / "dra-deviceclasses.yaml").read_text()):
-            plane.create(f"{RESOURCE}/deviceclasses", doc)
-        # The garbage collector too: a node's slices go with its DeviceInventory.
-        plane.start_controller_manager(["resourceclaim-controller", "garbage-collector-controller"])
-        plane.start_scheduler()
-        agents = []
-        work = tmp_path_factory.mktemp("dra")
-        try:
-            for node, machine in ((L40S, "l40s-pcie-4"), (FAILING, "h100-pcie-failing")):
-                plane.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
-                agents.append(
-                    dra_agent(node, machine, plane.kubeconfig_path, work / node, split=SPLIT)
-                )
-            for node in (L40S, FAILING):
-                wait_for(f"{node}'s slice", lambda n=node: node_slice(plane, n), timeout=60)
-            yield plane
-        finally:
-            for agent in agents:
-                agent.stop()
+    machines = {L40S: "l40s-pcie-4", FAILING: "h100-pcie-failing"}
+    with dra_plane(
+        control_plane_binaries, tmp_path_factory.mktemp("dra"), machines, split=SPLIT
+    ) as plane:
+        yield plane
 
 
 def claim_template(
@@ -80,32 +69,14 @@ def claim_template(
         exactly["selectors"] = [{"cel": {"expression": selector}}]
     if tolerate_unhealthy:
         exactly["tolerations"] = [{"key": dra.UNHEALTHY_TAINT_KEY, "operator": "Exists"}]
-    plane.create(
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
-        },
-    )
+    create_claim_template(plane, namespace, name, exactly)
 
 
 def pod_with_template(
     plane: ControlPlane, namespace: str, name: str, template: str, node: str | None = None
 ) -> None:
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "main", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}
-        ],
-        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
-        "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
-    }
-    if node is not None:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     plane.create(
-        f"/api/v1/namespaces/{namespace}/pods",
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec},
+        f"/api/v1/namespaces/{namespace}/pods", claim_pod(name, template=template, node=node)
     )
 
 
@@ -135,12 +106,6 @@ def unschedulable_message(plane: ControlPlane, namespace: str, pod: str) -> str 
         if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
             return str(condition.get("message", ""))
     return None
-
-
-def fresh_namespace(plane: ControlPlane) -> str:
-    name = f"dra-{uuid.uuid4().hex[:8]}"
-    plane.ensure_namespace(name)
-    return name
 
 
 def card_index(node: str, index: int) -> str:

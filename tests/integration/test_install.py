@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime
 import json
 import re
 import shlex
 import subprocess
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,13 +25,11 @@ from typing import Any
 import pytest
 import yaml
 from integration import operator_env as env
+from integration.test_agent import AgentThread, quick_settings
 from integration.test_operator_webhook import _free_port
 
 from vgpu_operator import names, node_leases
-from vgpu_operator.agent.inventory import RegistrationOptions
-from vgpu_operator.agent.main import AgentSettings, run_agent
-from vgpu_operator.agent.metrics import AgentMetrics
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.simulated import resolve_machine_path
 from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import certs
@@ -156,51 +154,16 @@ def agent_pod(cp: ControlPlane, node: str) -> str:
     return name
 
 
-class AgentThread:
-    """The agent's loop in a thread with the given kubeconfig."""
-
-    def __init__(self, node: str, kubeconfig: Path) -> None:
-        self.metrics = AgentMetrics()
-        self._settings = AgentSettings(
-            node_name=node,
-            heartbeat_interval_s=1.0,
-            poll_interval_s=0.2,
-            backoff_initial_s=0.2,
-            backoff_max_s=1.0,
-            health_wait_s=0.2,
-            registration=RegistrationOptions(split_count=10),
-        )
-        self._backend = SimulatedBackend(resolve_machine_path("l40s-pcie-4"), node)
-        self._kubeconfig = kubeconfig
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="agent", daemon=True)
-
-    def _main(self) -> None:
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-            self._ready.set()
-            await run_agent(
-                self._settings,
-                self._backend,
-                kubeconfig=str(self._kubeconfig),
-                stop=self._stop,
-                metrics=self.metrics,
-            )
-
-        asyncio.run(main())
-
-    def __enter__(self) -> AgentThread:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(15)
+@contextlib.contextmanager
+def running_agent(node: str, kubeconfig: Path) -> Iterator[AgentThread]:
+    """The agent on an l40s-pcie-4 for ``node``, started with ``kubeconfig``, stopped after."""
+    machine = resolve_machine_path("l40s-pcie-4")
+    agent = AgentThread(quick_settings(node), machine, kubeconfig)
+    agent.start()
+    try:
+        yield agent
+    finally:
+        agent.stop()
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +265,7 @@ def test_the_agent_reports_its_own_node_on_its_own_token(
     cp = installed.cp
     node = gpu_nodes[0]
     kubeconfig = token_kubeconfig(cp, agent_token, tmp_path / "agent.kubeconfig")
-    with AgentThread(node, kubeconfig):
+    with running_agent(node, kubeconfig):
 
         def reported() -> dict[str, Any] | None:
             try:

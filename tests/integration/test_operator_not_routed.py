@@ -14,18 +14,10 @@ from vgpu_operator.testing.controlplane import ControlPlane
 
 
 def _default_scheduler_pod(namespace: str, name: str, limits: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            # Nothing places it: no node matches (the default scheduler does not run here).
-            "nodeSelector": {env.TEST_LABEL: f"{namespace}-none"},
-            "containers": [
-                {"name": "main", "image": "registry.invalid/x", "resources": {"limits": limits}}
-            ],
-        },
-    }
+    pod = env.plain_pod(namespace, name, limits)
+    # Nothing places it: no node matches (the default scheduler does not run here).
+    pod["spec"]["nodeSelector"] = {env.TEST_LABEL: f"{namespace}-none"}
+    return pod
 
 
 def test_a_gpu_pod_left_to_the_default_scheduler_is_reported_with_the_fix(

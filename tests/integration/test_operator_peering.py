@@ -136,15 +136,12 @@ def test_a_standby_answers_the_webhook_from_current_quotas(
         env.wait_until("the first replica to lead", lambda: _leader(first), 30)
         options = env.options(cp, namespace, standalone=False, peering=peering, webhook=webhook)
         second = OperatorThread(options).start()
-        cp.create(
-            WEBHOOKS,
-            env.pod_webhook_configuration(
-                config_name,
-                namespace,
-                f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
-                ca=pki.ca.read_bytes(),
-                timeout_s=10,
-            ),
+        env.register_pod_webhook(
+            cp,
+            config_name,
+            namespace,
+            f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+            pki.ca.read_bytes(),
         )
         quota_path = f"/api/v1/namespaces/{namespace}/resourcequotas"
         cp.create(

@@ -8,12 +8,10 @@ never reach it.
 
 from __future__ import annotations
 
-import base64
 import datetime
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from integration import operator_env as env
@@ -26,7 +24,7 @@ from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 from vgpu_operator.testing.pki import CertificateAuthority, pem_cert
 from vgpu_operator.testing.processes import free_port as _free_port
 
-WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+WEBHOOKS = env.WEBHOOKS
 
 
 @dataclass(frozen=True)
@@ -71,37 +69,12 @@ def webhooked(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> It
     config_name = f"vgpu-test-{namespace}"
     operator = OperatorThread(env.options(cp, namespace, webhook=webhook)).start()
     try:
-        cp.create(
-            WEBHOOKS,
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": config_name},
-                "webhooks": [
-                    {
-                        "name": "pods.vgpu-operator.io",
-                        "clientConfig": {
-                            "url": f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
-                            "caBundle": base64.b64encode(pki.ca.read_bytes()).decode(),
-                        },
-                        "rules": [
-                            {
-                                "apiGroups": [""],
-                                "apiVersions": ["v1"],
-                                "operations": ["CREATE"],
-                                "resources": ["pods"],
-                            }
-                        ],
-                        "namespaceSelector": {
-                            "matchLabels": {"kubernetes.io/metadata.name": namespace}
-                        },
-                        "sideEffects": "None",
-                        "admissionReviewVersions": ["v1"],
-                        "failurePolicy": "Fail",
-                        "timeoutSeconds": 10,
-                    }
-                ],
-            },
+        env.register_pod_webhook(
+            cp,
+            config_name,
+            namespace,
+            f"https://127.0.0.1:{port}/{WEBHOOK_ID}",
+            pki.ca.read_bytes(),
         )
         _wait_webhook_serving(cp, namespace)
         yield Webhooked(cp, namespace, scheduler, operator)
@@ -113,7 +86,7 @@ def webhooked(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> It
 
 def _wait_webhook_serving(cp: ControlPlane, namespace: str) -> None:
     """Until the API server reaches our webhook (a dry-run create goes through it)."""
-    probe = _plain_pod(namespace, "probe", {})
+    probe = env.plain_pod(namespace, "probe", {})
 
     def reachable() -> bool:
         try:
@@ -125,24 +98,11 @@ def _wait_webhook_serving(cp: ControlPlane, namespace: str) -> None:
     env.wait_until("the webhook to answer", reachable, 30)
 
 
-def _plain_pod(namespace: str, name: str, limits: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "containers": [
-                {"name": "main", "image": "registry.invalid/x", "resources": {"limits": limits}}
-            ]
-        },
-    }
-
-
 def test_gpu_pod_is_routed_to_us_with_defaults_and_bound(webhooked: Webhooked) -> None:
     w = webhooked
     node = f"{w.namespace}-w"
     env.gpu_node(w.cp, node, env.cards(node, 1), group=w.namespace)
-    pod = _plain_pod(w.namespace, "whole-card", {"nvidia.com/gpu": "1"})
+    pod = env.plain_pod(w.namespace, "whole-card", {"nvidia.com/gpu": "1"})
     pod["spec"]["nodeSelector"] = {env.TEST_LABEL: w.namespace}
     created = env.create_pod(w.cp, pod)
     assert created["spec"]["schedulerName"] == w.scheduler
@@ -153,7 +113,7 @@ def test_gpu_pod_is_routed_to_us_with_defaults_and_bound(webhooked: Webhooked) -
 
 
 def test_memory_only_request_gets_a_gpu_count(webhooked: Webhooked) -> None:
-    pod = _plain_pod(webhooked.namespace, "mem-only", {"nvidia.com/gpumem": "2000"})
+    pod = env.plain_pod(webhooked.namespace, "mem-only", {"nvidia.com/gpumem": "2000"})
     created = env.create_pod(webhooked.cp, pod)
     assert created["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert created["spec"]["schedulerName"] == webhooked.scheduler
@@ -161,7 +121,7 @@ def test_memory_only_request_gets_a_gpu_count(webhooked: Webhooked) -> None:
 
 def test_pod_without_gpus_is_left_alone(webhooked: Webhooked) -> None:
     created = env.create_pod(
-        webhooked.cp, _plain_pod(webhooked.namespace, "cpu-only", {"cpu": "1"})
+        webhooked.cp, env.plain_pod(webhooked.namespace, "cpu-only", {"cpu": "1"})
     )
     assert created["spec"]["schedulerName"] == "default-scheduler"
 
@@ -182,7 +142,9 @@ def test_pod_over_its_namespace_quota_is_refused(webhooked: Webhooked) -> None:
     env.wait_until(
         "the operator to know the quota", lambda: w.namespace in state.quota_usage() or None
     )
-    pod = _plain_pod(w.namespace, "too-big", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"})
+    pod = env.plain_pod(
+        w.namespace, "too-big", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}
+    )
     with pytest.raises(ApiError) as denied:
         env.create_pod(w.cp, pod)
     assert denied.value.status == 403
@@ -191,7 +153,7 @@ def test_pod_over_its_namespace_quota_is_refused(webhooked: Webhooked) -> None:
 
 @pytest.mark.parametrize("gpumem", ["4Gi", "16G", "2147483648", "1e30"])
 def test_memory_in_bytes_is_refused_naming_the_unit(webhooked: Webhooked, gpumem: str) -> None:
-    pod = _plain_pod(
+    pod = env.plain_pod(
         webhooked.namespace, "bytes", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": gpumem}
     )
     with pytest.raises(ApiError) as denied:
@@ -204,7 +166,7 @@ def test_memory_in_bytes_is_refused_naming_the_unit(webhooked: Webhooked, gpumem
 
 
 def test_unreadable_scoring_weights_are_refused(webhooked: Webhooked) -> None:
-    pod = _plain_pod(webhooked.namespace, "weights", {"nvidia.com/gpu": "1"})
+    pod = env.plain_pod(webhooked.namespace, "weights", {"nvidia.com/gpu": "1"})
     pod["metadata"]["annotations"] = {names.DEVICE_SCORING_WEIGHTS: "slot=lots"}
     with pytest.raises(ApiError) as denied:
         env.create_pod(webhooked.cp, pod)

@@ -97,20 +97,7 @@ def self_signed(
 
 
 def _gpu_pod(namespace: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.invalid/x",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                }
-            ]
-        },
-    }
+    return env.plain_pod(namespace, name, {"nvidia.com/gpu": "1"})
 
 
 def _routed(s: SelfSigned, name: str) -> bool:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-from collections.abc import Iterator
 
 import pytest
 import structlog
@@ -17,15 +15,7 @@ import structlog
 from vgpu_operator import logging as vgpu_logging
 from vgpu_operator.kube.requests import ApiError
 
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def _line(**fields: object) -> tuple[str, dict[str, object]]:

@@ -28,6 +28,7 @@ import structlog
 
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin import api_pb2, api_pb2_grpc
+from vgpu_operator.agent.deviceplugin.unix_server import serve_unix
 from vgpu_operator.devices import nvidia
 from vgpu_operator.wire import Container, Pod, meta_of
 
@@ -131,10 +132,8 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
         socket = self.directory / KUBELET_SOCKET
         with contextlib.suppress(FileNotFoundError):
             socket.unlink()
-        server = grpc.aio.server()
-        api_pb2_grpc.add_RegistrationServicer_to_server(self, server)  # type: ignore[no-untyped-call]
-        server.add_insecure_port(f"unix://{socket}")
-        await server.start()
+        add = api_pb2_grpc.add_RegistrationServicer_to_server
+        server = await serve_unix(lambda server: add(self, server), socket)  # type: ignore[no-untyped-call]
         try:
             if not await _until(self._registered, stop):
                 return

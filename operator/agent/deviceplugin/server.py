@@ -22,6 +22,7 @@ from vgpu_operator import resources
 from vgpu_operator.agent import hamicore
 from vgpu_operator.agent.deviceplugin import allocation, api_pb2, api_pb2_grpc, lookup
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError, NodeSettings
+from vgpu_operator.agent.deviceplugin.unix_server import serve_unix
 from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.deviceplugin")
@@ -326,12 +327,9 @@ def _response(grant: allocation.ContainerGrant) -> api_pb2.ContainerAllocateResp
 
 async def serve(plugin: GpuDevicePlugin, socket_path: str) -> grpc.aio.Server:
     """Serve the plugin on a unix socket (serve first, then register)."""
-    server = grpc.aio.server()
     # The generated gRPC module is untyped (grpc_tools writes no stubs for it).
-    api_pb2_grpc.add_DevicePluginServicer_to_server(plugin, server)  # type: ignore[no-untyped-call]
-    server.add_insecure_port(f"unix://{socket_path}")
-    await server.start()
-    return server
+    add = api_pb2_grpc.add_DevicePluginServicer_to_server
+    return await serve_unix(lambda server: add(plugin, server), socket_path)  # type: ignore[no-untyped-call]
 
 
 async def register(

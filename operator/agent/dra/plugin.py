@@ -24,6 +24,7 @@ import grpc
 import structlog
 
 from vgpu_operator.agent.deviceplugin.allocation import NodeSettings
+from vgpu_operator.agent.deviceplugin.unix_server import serve_unix
 from vgpu_operator.agent.dra import (
     cdi,
     dra_pb2,
@@ -188,19 +189,11 @@ class Registration(pluginregistration_pb2_grpc.RegistrationServicer):
 
 
 async def serve_dra(plugin: DraPlugin, socket_path: str) -> grpc.aio.Server:
-    server = grpc.aio.server()
     # The generated gRPC modules are untyped (grpc_tools writes no stubs for them).
-    dra_pb2_grpc.add_DRAPluginServicer_to_server(plugin, server)  # type: ignore[no-untyped-call]
-    server.add_insecure_port(f"unix://{socket_path}")
-    await server.start()
-    return server
+    add = dra_pb2_grpc.add_DRAPluginServicer_to_server
+    return await serve_unix(lambda server: add(plugin, server), socket_path)  # type: ignore[no-untyped-call]
 
 
 async def serve_registration(registration: Registration, socket_path: str) -> grpc.aio.Server:
-    server = grpc.aio.server()
-    pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
-        registration, server
-    )
-    server.add_insecure_port(f"unix://{socket_path}")
-    await server.start()
-    return server
+    add = pluginregistration_pb2_grpc.add_RegistrationServicer_to_server
+    return await serve_unix(lambda server: add(registration, server), socket_path)  # type: ignore[no-untyped-call]

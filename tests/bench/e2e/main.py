@@ -39,6 +39,8 @@ OPERATOR_NAMESPACE = "vgpu-operator"
 #: The scheduler name of a backlog's pods until the operator is told to serve it.
 HELD_SCHEDULER = "vgpu-bench-held"
 RAISED_QPS = (1000, 2000)
+#: Where the pod waits whose bind times a restarted operator.
+PROBE_NAMESPACE = "bench-probe"
 PARTS = frozenset({"baselines", "operator", "restart", "faults", "gate", "dra"})
 
 
@@ -467,19 +469,7 @@ async def restart_with_residents(session: Session, bench: runs.Bench, count: int
     started = time.time()
     namespace = await ceiling.residents(bench, count)
     created_s = time.time() - started
-    probe_ns = "bench-probe"
-    await bench.api.ensure_namespace(probe_ns)
-    tracker = Tracker(bench.api, probe_ns)
-    tracker.start()
-    probe = workloads.fractional(4096, 10)(probe_ns, 0)
-    await bench.api.create(f"/api/v1/namespaces/{probe_ns}/pods", probe)
-    ready_s = await session.start_operator()
-    assert session.operator is not None
-    bound = await tracker.wait(lambda: bool(tracker.bound), 300)
-    await tracker.stop()
-    first_bind_s = (max(tracker.bound.values()) - session.operator.started_at) if bound else None
-    await asyncio.sleep(2.0)
-    pid = session.operator.pid
+    ready_s, first_bind_s, pid = await _start_to_first_bind(session, bench, 300)
     facts = {
         "bound pods already present": f"{count:,} (created in {created_s:.0f} s)",
         "operator start to /readyz": f"{ready_s:.1f} s",
@@ -491,9 +481,29 @@ async def restart_with_residents(session: Session, bench: runs.Bench, count: int
     check = await bench.recount()
     facts["recount"] = check.summary()
     print(f"[bench] restart: {facts}", flush=True)
-    await bench.clean(probe_ns)
+    await bench.clean(PROBE_NAMESPACE)
     await bench.clean(namespace)
     return facts
+
+
+async def _start_to_first_bind(
+    session: Session, bench: runs.Bench, timeout_s: float
+) -> tuple[float, float | None, int]:
+    """Start the operator with one new pod waiting (in ``PROBE_NAMESPACE``): seconds from
+    its start to /readyz, to that pod's bind (None if not bound in ``timeout_s``), and its
+    pid, two seconds after the bind."""
+    await bench.api.ensure_namespace(PROBE_NAMESPACE)
+    tracker = Tracker(bench.api, PROBE_NAMESPACE)
+    tracker.start()
+    probe = workloads.fractional(4096, 10)(PROBE_NAMESPACE, 0)
+    await bench.api.create(f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods", probe)
+    ready_s = await session.start_operator()
+    assert session.operator is not None
+    bound = await tracker.wait(lambda: bool(tracker.bound), timeout_s)
+    await tracker.stop()
+    first_bind_s = (max(tracker.bound.values()) - session.operator.started_at) if bound else None
+    await asyncio.sleep(2.0)
+    return ready_s, first_bind_s, session.operator.pid
 
 
 async def fault_runs(session: Session, bench: runs.Bench, scale: float) -> None:
@@ -611,20 +621,7 @@ async def big_runs(session: Session, bench: runs.Bench, scale: float) -> dict[st
         "operator peak RSS during the burst": f"{_f0(result.peak_rss_mib)} MiB",
     }
     await session.stop_operator()
-    probe_ns = "bench-probe"
-    await bench.api.ensure_namespace(probe_ns)
-    tracker = Tracker(bench.api, probe_ns)
-    tracker.start()
-    await bench.api.create(
-        f"/api/v1/namespaces/{probe_ns}/pods", workloads.fractional(4096, 10)(probe_ns, 0)
-    )
-    restart_ready_s = await session.start_operator()
-    assert session.operator is not None
-    bound = await tracker.wait(lambda: bool(tracker.bound), 600)
-    await tracker.stop()
-    first_bind_s = (max(tracker.bound.values()) - session.operator.started_at) if bound else None
-    await asyncio.sleep(2.0)
-    pid = session.operator.pid
+    restart_ready_s, first_bind_s, pid = await _start_to_first_bind(session, bench, 600)
     facts.update(
         {
             f"restart with {result.placed:,} bound pods: start to /readyz": (
@@ -641,7 +638,7 @@ async def big_runs(session: Session, bench: runs.Bench, scale: float) -> dict[st
     check = await bench.recount()
     facts["recount"] = check.summary()
     print(f"[bench] {session.node_count} nodes: {facts}", flush=True)
-    await bench.clean(probe_ns)
+    await bench.clean(PROBE_NAMESPACE)
     await bench.clean("bench-whole")
     return facts
 

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
-from vgpu_operator.demo.operator_process import OPERATOR_MAIN
+from e2e import tasks
+from vgpu_operator.demo.operator_process import operator_argv
 from vgpu_operator.testing.processes import free_port as free_port
+from vgpu_operator.testing.processes import stop_group
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE")
@@ -111,15 +112,8 @@ class Child:
 
     def stop(self, timeout_s: float = 20.0, sig: int = signal.SIGTERM) -> None:
         popen, self._popen = self._popen, None
-        if popen is not None and popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(popen.pid, sig)
-            try:
-                popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(popen.pid, signal.SIGKILL)
-                popen.wait()
+        if popen is not None:
+            stop_group(popen, timeout_s, sig)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -147,23 +141,8 @@ def operator(
 ) -> tuple[Child, int]:
     """The operator's process (not started) and its metrics port."""
     port = free_port()
-    argv = [
-        sys.executable,
-        "-c",
-        OPERATOR_MAIN,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--standalone",
-        "--namespace",
-        namespace,
-        "--metrics-port",
-        str(port),
-        "--log-format",
-        "json",
-        # KWOK nodes run no device plugin to answer the allocation gate (issue 13).
-        "--allocation-gate=off",
-        *extra,
-    ]
+    # KWOK nodes run no device plugin to answer the allocation gate (issue 13).
+    argv = operator_argv(kubeconfig, namespace, port, "--allocation-gate=off", *extra)
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     return Child("vgpu-operator", argv, workdir / "operator.log", env), port
 
@@ -226,10 +205,7 @@ class Sampler:
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = tasks.start(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await tasks.stop(self._task)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from e2e import tasks
 from e2e.api import Api, ApiError, Json
 from e2e.checks import scheduled_condition
 
@@ -30,13 +31,10 @@ class Tracker:
     _task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = tasks.start(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await tasks.stop(self._task)
 
     def _see(self, pod: Json) -> None:
         name = pod["metadata"]["name"]

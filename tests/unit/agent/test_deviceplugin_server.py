@@ -87,6 +87,22 @@ async def _with_plugin(tmp_path: Path, api: FakeApi, body: Any) -> Any:
         await grpc_server.stop(None)
 
 
+def allocate_request(device_id: str) -> api_pb2.AllocateRequest:
+    """kubelet's Allocate for one container given one device."""
+    return api_pb2.AllocateRequest(
+        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[device_id])]
+    )
+
+
+def _allocate(tmp_path: Path, api: FakeApi, device_id: str) -> Any:
+    """The plugin's answer to kubelet's Allocate of ``device_id`` for one container."""
+
+    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
+        return await stub.Allocate(allocate_request(device_id))
+
+    return run(_with_plugin(tmp_path, api, body))
+
+
 def test_registration_names_the_resource_and_our_socket(tmp_path: Path) -> None:
     async def scenario() -> list[Any]:
         kubelet = FakeKubelet()
@@ -154,13 +170,7 @@ def test_preferred_allocation_steers_kubelet_to_the_annotated_cards(tmp_path: Pa
 def test_allocate_hands_the_container_its_share_and_consumes_the_entry(tmp_path: Path) -> None:
     api = FakeApi([bound_pod("p", [[("GPU-a", 4096, 30)]], "2026-01-01T00:00:00Z")])
 
-    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
-        request = api_pb2.AllocateRequest(
-            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-a-2"])]
-        )
-        return await stub.Allocate(request)
-
-    answer = run(_with_plugin(tmp_path, api, body))
+    answer = _allocate(tmp_path, api, "GPU-a-2")
     envs = dict(answer.container_responses[0].envs)
     assert envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-a"
     assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
@@ -190,14 +200,8 @@ def test_an_ambiguous_allocate_is_refused_and_nobody_is_served(tmp_path: Path) -
         ]
     )
 
-    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
-        request = api_pb2.AllocateRequest(
-            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-a-0"])]
-        )
-        return await stub.Allocate(request)
-
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        run(_with_plugin(tmp_path, api, body))
+        _allocate(tmp_path, api, "GPU-a-0")
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "refusing to guess" in (refused.value.details() or "")
     assert sorted(api.patches) == [
@@ -231,7 +235,7 @@ def test_a_pod_no_trusted_scheduler_placed_is_not_served(tmp_path: Path, forge: 
     decoy = bound_pod("decoy", [[("GPU-a", 46068, 100)]], "2026-01-01T00:00:00Z")
     forge(decoy)
     api = FakeApi([decoy, bound_pod("real", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:01Z")])
-    response = _allocate_one(tmp_path, api)
+    response = _allocate(tmp_path, api, "GPU-a-0")
     envs = response.container_responses[0].envs
     assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1000m"
     assert [name for name, _ in api.patches] == ["real"]
@@ -242,19 +246,9 @@ def test_a_decoy_alone_is_refused_saying_why(tmp_path: Path) -> None:
     decoy["spec"]["schedulerName"] = "other"
     api = FakeApi([decoy])
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        _allocate_one(tmp_path, api)
+        _allocate(tmp_path, api, "GPU-a-0")
     assert "were not placed by vgpu-scheduler and are not served" in (refused.value.details() or "")
     assert api.patches == []
-
-
-def _allocate_one(tmp_path: Path, api: FakeApi) -> Any:
-    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
-        request = api_pb2.AllocateRequest(
-            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-a-0"])]
-        )
-        return await stub.Allocate(request)
-
-    return run(_with_plugin(tmp_path, api, body))
 
 
 def test_a_pod_that_changed_under_the_patch_is_read_again_and_served_once(
@@ -262,7 +256,7 @@ def test_a_pod_that_changed_under_the_patch_is_read_again_and_served_once(
 ) -> None:
     api = FakeApi([bound_pod("p", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:00Z")])
     api.conflicts = 2
-    answer = _allocate_one(tmp_path, api)
+    answer = _allocate(tmp_path, api, "GPU-a-0")
     assert dict(answer.container_responses[0].envs)["NVIDIA_VISIBLE_DEVICES"] == "GPU-a"
     ((_name, patch),) = api.patches  # consumed exactly once
     assert patch[names.BIND_PHASE] == "success"
@@ -272,7 +266,7 @@ def test_a_pod_that_keeps_changing_is_failed_not_served_twice(tmp_path: Path) ->
     api = FakeApi([bound_pod("p", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:00Z")])
     api.conflicts = 3
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        _allocate_one(tmp_path, api)
+        _allocate(tmp_path, api, "GPU-a-0")
     assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
     assert api.patches == [("p", {names.BIND_PHASE: "failed"})]
 
@@ -280,14 +274,8 @@ def test_a_pod_that_keeps_changing_is_failed_not_served_twice(tmp_path: Path) ->
 def test_a_mismatched_allocate_marks_the_pod_failed(tmp_path: Path) -> None:
     api = FakeApi([bound_pod("p", [[("GPU-a", 1000, 10)]], "2026-01-01T00:00:00Z")])
 
-    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
-        request = api_pb2.AllocateRequest(
-            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-b-0"])]
-        )
-        return await stub.Allocate(request)
-
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        run(_with_plugin(tmp_path, api, body))
+        _allocate(tmp_path, api, "GPU-b-0")
     details = refused.value.details() or ""
     assert "kubelet chose devices" in details
     assert api.patches == [("p", {names.BIND_PHASE: "failed"})]
@@ -310,10 +298,7 @@ def test_a_failed_allocate_still_answers_when_the_pod_cannot_be_marked(tmp_path:
         try:
             async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
                 stub = api_pb2_grpc.DevicePluginStub(channel)
-                request = api_pb2.AllocateRequest(
-                    container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-b-0"])]
-                )
-                return await stub.Allocate(request)
+                return await stub.Allocate(allocate_request("GPU-b-0"))
         finally:
             await grpc_server.stop(None)
 
@@ -329,13 +314,7 @@ def test_a_container_restarted_under_the_same_name_gets_an_empty_cache(tmp_path:
     (stale / "old.cache").write_text("usage of the previous container")
     api = FakeApi([bound_pod("p", [[("GPU-a", 4096, 30)]], "2026-01-01T00:00:00Z")])
 
-    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
-        request = api_pb2.AllocateRequest(
-            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-a-0"])]
-        )
-        return await stub.Allocate(request)
-
-    run(_with_plugin(tmp_path, api, body))
+    _allocate(tmp_path, api, "GPU-a-0")
     assert stale.is_dir()
     assert list(stale.iterdir()) == []
 
@@ -344,13 +323,7 @@ def test_an_unwritable_host_directory_fails_the_pod_and_says_where(tmp_path: Pat
     (tmp_path / "vgpu").write_text("a file where the directory should be")
     api = FakeApi([bound_pod("p", [[("GPU-a", 4096, 30)]], "2026-01-01T00:00:00Z")])
 
-    async def body(stub: Any, plugin: GpuDevicePlugin) -> Any:
-        request = api_pb2.AllocateRequest(
-            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["GPU-a-0"])]
-        )
-        return await stub.Allocate(request)
-
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        run(_with_plugin(tmp_path, api, body))
+        _allocate(tmp_path, api, "GPU-a-0")
     assert "HAMi-core's directories" in (refused.value.details() or "")
     assert api.patches == [("p", {names.BIND_PHASE: "failed"})]

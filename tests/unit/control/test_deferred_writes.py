@@ -5,15 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from manual_clock import ManualClock
+
 from vgpu_operator.control.deferred import DeferredWrites, Write
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _writer(done: list[str], name: str) -> Write:
@@ -31,7 +25,7 @@ async def _settle() -> None:
 def test_writes_wait_while_busy_and_go_when_idle() -> None:
     async def scenario() -> tuple[list[str], list[str], list[str]]:
         busy = True
-        clock = Clock()
+        clock = ManualClock(100.0)
         writes = DeferredWrites(busy=lambda: busy, max_delay_s=5.0, clock=clock)
         done: list[str] = []
         task = asyncio.create_task(writes.run(on_error=lambda exc: None))

@@ -8,7 +8,8 @@ import copy
 from typing import Any
 
 import pytest
-from unit.control.test_state_feed import Clock, FakeEngine, pod
+from manual_clock import ManualClock
+from unit.control.test_state_feed import FakeEngine, pod
 
 from vgpu_operator.control.feed import StateFeed
 from vgpu_operator.control.queue import SchedulingQueue
@@ -38,7 +39,7 @@ def dra_path_pod(version: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("make", [annotation_path_pod, dra_path_pod])
 def test_a_gated_pod_is_not_queued_until_its_gate_is_removed(make: Any) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     queue = SchedulingQueue(clock=clock)
     feed = StateFeed(FakeEngine(), queue, inventory_timeout_s=60, wall_clock=clock)
     gated = make(1)

@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 import pytest
+from manual_clock import ManualClock
 
 from vgpu_operator.control.leadership import PeeringGate, is_active, peering_priority
 
@@ -42,20 +43,12 @@ def test_older_replica_gets_higher_priority() -> None:
     assert older > newer
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def _no_read() -> None:
     return None
 
 
 def test_gate_opens_only_after_own_record_settles_and_counts_openings() -> None:
-    clock = Clock()
+    clock = ManualClock()
     changes: list[bool] = []
     gate = PeeringGate(_no_read, "me", 10, grace_s=5.0, clock=clock, on_change=changes.append)
     alone = {"status": {"me": peer(10)}}
@@ -70,7 +63,7 @@ def test_gate_opens_only_after_own_record_settles_and_counts_openings() -> None:
 
 
 def test_gate_closes_when_the_peering_object_cannot_be_read() -> None:
-    clock = Clock()
+    clock = ManualClock()
     gate = PeeringGate(_no_read, "me", 10, grace_s=0.0, clock=clock)
     assert gate.observe({"status": {"me": peer(10)}}, NOW)
     assert not gate.observe(None, NOW)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 import pytest
+from manual_clock import ManualClock
 
 from vgpu_operator.control.queue import (
     OWN_CHANGE_ONLY,
@@ -15,21 +16,13 @@ from vgpu_operator.control.queue import (
 )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(100.0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def q(clock: Clock) -> SchedulingQueue:
+def q(clock: ManualClock) -> SchedulingQueue:
     return SchedulingQueue(initial_backoff_s=1.0, max_backoff_s=8.0, flush_after_s=300, clock=clock)
 
 
@@ -44,7 +37,7 @@ def test_new_pod_is_due_at_once_and_popped_once(q: SchedulingQueue) -> None:
     assert q.is_in_flight("ns/a")
 
 
-def test_pods_come_out_by_priority_then_arrival(q: SchedulingQueue, clock: Clock) -> None:
+def test_pods_come_out_by_priority_then_arrival(q: SchedulingQueue, clock: ManualClock) -> None:
     q.add("ns/low", "1", priority=0)
     clock.now += 0.1
     q.add("ns/high", "2", priority=100)
@@ -82,7 +75,7 @@ def test_same_name_new_uid_starts_over(q: SchedulingQueue) -> None:
     ],
 )
 def test_backoff_doubles_up_to_the_cap(
-    q: SchedulingQueue, clock: Clock, failures: int, expected_backoff_s: float
+    q: SchedulingQueue, clock: ManualClock, failures: int, expected_backoff_s: float
 ) -> None:
     q.add("ns/a", "u")
     assert q.pop() == "ns/a"
@@ -96,7 +89,7 @@ def test_backoff_doubles_up_to_the_cap(
     assert backoff == expected_backoff_s
 
 
-def test_the_default_backoff_is_kube_schedulers(clock: Clock) -> None:
+def test_the_default_backoff_is_kube_schedulers(clock: ManualClock) -> None:
     q = SchedulingQueue(clock=clock)
     q.add("ns/a", "u")
     backoffs = []
@@ -108,7 +101,7 @@ def test_the_default_backoff_is_kube_schedulers(clock: Clock) -> None:
 
 
 def test_unschedulable_pod_waits_for_an_event_even_after_backoff(
-    q: SchedulingQueue, clock: Clock
+    q: SchedulingQueue, clock: ManualClock
 ) -> None:
     q.add("ns/a", "u")
     q.pop()
@@ -118,7 +111,9 @@ def test_unschedulable_pod_waits_for_an_event_even_after_backoff(
     assert q.next_due_at() is None
 
 
-def test_woken_pod_goes_to_backoff_until_its_backoff_ends(q: SchedulingQueue, clock: Clock) -> None:
+def test_woken_pod_goes_to_backoff_until_its_backoff_ends(
+    q: SchedulingQueue, clock: ManualClock
+) -> None:
     q.add("ns/a", "u")
     q.pop()
     q.park("ns/a")  # backoff 1 s
@@ -131,7 +126,7 @@ def test_woken_pod_goes_to_backoff_until_its_backoff_ends(q: SchedulingQueue, cl
 
 
 def test_woken_after_its_backoff_the_pod_is_active_at_once(
-    q: SchedulingQueue, clock: Clock
+    q: SchedulingQueue, clock: ManualClock
 ) -> None:
     q.add("ns/a", "u")
     q.pop()
@@ -173,7 +168,7 @@ def test_waking_one_pod_leaves_the_rest_of_its_group(q: SchedulingQueue) -> None
 
 
 def test_retry_later_comes_back_after_backoff_without_an_event(
-    q: SchedulingQueue, clock: Clock
+    q: SchedulingQueue, clock: ManualClock
 ) -> None:
     q.add("ns/a", "u")
     q.pop()
@@ -196,7 +191,7 @@ def test_removed_pod_is_never_popped_nor_woken(q: SchedulingQueue) -> None:
     assert len(q) == 0
 
 
-def test_wake_all_moves_every_unschedulable_pod(q: SchedulingQueue, clock: Clock) -> None:
+def test_wake_all_moves_every_unschedulable_pod(q: SchedulingQueue, clock: ManualClock) -> None:
     for name in ("a", "b"):
         q.add(f"ns/{name}", name)
     for hint in ("x", OWN_CHANGE_ONLY):
@@ -208,7 +203,9 @@ def test_wake_all_moves_every_unschedulable_pod(q: SchedulingQueue, clock: Clock
     assert {q.pop(), q.pop()} == {"ns/a", "ns/b"}
 
 
-def test_flush_moves_pods_unschedulable_for_too_long(q: SchedulingQueue, clock: Clock) -> None:
+def test_flush_moves_pods_unschedulable_for_too_long(
+    q: SchedulingQueue, clock: ManualClock
+) -> None:
     q.add("ns/old", "1")
     q.pop()
     q.park("ns/old", hint=OWN_CHANGE_ONLY)
@@ -223,14 +220,14 @@ def test_flush_moves_pods_unschedulable_for_too_long(q: SchedulingQueue, clock: 
     assert q.is_unschedulable("ns/new")
 
 
-def test_notify_is_called_when_something_may_be_due(clock: Clock) -> None:
+def test_notify_is_called_when_something_may_be_due(clock: ManualClock) -> None:
     calls: list[int] = []
     q = SchedulingQueue(clock=clock, notify=lambda: calls.append(1))
     q.add("ns/a", "u")
     assert calls
 
 
-def test_has_ready_follows_the_active_queue(q: SchedulingQueue, clock: Clock) -> None:
+def test_has_ready_follows_the_active_queue(q: SchedulingQueue, clock: ManualClock) -> None:
     assert not q.has_ready()
     q.add("ns/a", "u")
     assert q.has_ready()
@@ -242,7 +239,7 @@ def test_has_ready_follows_the_active_queue(q: SchedulingQueue, clock: Clock) ->
     assert q.has_ready()
 
 
-def test_the_census_names_kube_schedulers_queues(q: SchedulingQueue, clock: Clock) -> None:
+def test_the_census_names_kube_schedulers_queues(q: SchedulingQueue, clock: ManualClock) -> None:
     """active: due now; backoff: waiting for its backoff; unschedulable: waiting for an
     event, with the reasons it waits for; a pod being decided is in none."""
     for name in ("a", "b", "c", "d"):

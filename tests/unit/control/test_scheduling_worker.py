@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from manual_clock import ManualClock
 
 from vgpu_operator import names
 from vgpu_operator.control import worker as worker_module
@@ -166,17 +167,9 @@ class Reporter:
         self.reports.append(("preemption_blocked", pod["metadata"]["name"], message))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class Rig:
     def __init__(self, max_binds: int = 4, gate_report_after_s: float = 60.0) -> None:
-        self.clock = Clock()
+        self.clock = ManualClock()
         self.engine = Engine()
         self.queue = SchedulingQueue(clock=self.clock, notify=lambda: self.worker.poke())
         self.feed = StateFeed(self.engine, self.queue)

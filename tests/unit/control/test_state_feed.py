@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from manual_clock import ManualClock
 
 from vgpu_operator import config as device_config
 from vgpu_operator import names
@@ -131,31 +132,23 @@ def _holds_room(pod: Mapping[str, Any]) -> bool:
     )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def engine() -> FakeEngine:
     return FakeEngine()
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock(1000.0)
 
 
 @pytest.fixture
-def queue(clock: Clock) -> SchedulingQueue:
+def queue(clock: ManualClock) -> SchedulingQueue:
     return SchedulingQueue(clock=clock)
 
 
 @pytest.fixture
-def feed(engine: FakeEngine, queue: SchedulingQueue, clock: Clock) -> StateFeed:
+def feed(engine: FakeEngine, queue: SchedulingQueue, clock: ManualClock) -> StateFeed:
     return StateFeed(engine, queue, inventory_timeout_s=60, wall_clock=clock)
 
 
@@ -261,7 +254,7 @@ def test_failed_binding_lets_updates_through_again(feed: StateFeed, engine: Fake
     ],
 )
 def test_end_of_a_device_holder_wakes_parked_pods(
-    feed: StateFeed, queue: SchedulingQueue, clock: Clock, ending: Any
+    feed: StateFeed, queue: SchedulingQueue, clock: ManualClock, ending: Any
 ) -> None:
     feed.pod_event("ADDED", bound("h", 2))
     feed.pod_event("ADDED", pod("w", 1))
@@ -305,7 +298,7 @@ def test_timed_out_gates_open_their_nodes(feed: StateFeed, engine: FakeEngine) -
 
 
 def test_room_freed_wakes_only_the_pods_it_lets_fit(
-    feed: StateFeed, queue: SchedulingQueue, engine: FakeEngine, clock: Clock
+    feed: StateFeed, queue: SchedulingQueue, engine: FakeEngine, clock: ManualClock
 ) -> None:
     """A pod that ends frees room on its node: each waiting shape (verdict) is asked once
     whether it fits there now; pods that cannot be helped by room stay."""
@@ -473,14 +466,14 @@ def inventory(
 
 
 def test_inventory_reaches_the_engine_with_heartbeat_and_cordons(
-    feed: StateFeed, engine: FakeEngine, clock: Clock
+    feed: StateFeed, engine: FakeEngine, clock: ManualClock
 ) -> None:
     feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now, uuids=("GPU-0", "GPU-1")))
     assert engine.inventories["n1"] == (["GPU-0", "GPU-1"], clock.now, ["GPU-0"])
 
 
 def test_unreadable_inventory_offers_no_devices(
-    feed: StateFeed, engine: FakeEngine, clock: Clock
+    feed: StateFeed, engine: FakeEngine, clock: ManualClock
 ) -> None:
     feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now))
     broken = inventory(2, heartbeat_s=clock.now)
@@ -490,7 +483,7 @@ def test_unreadable_inventory_offers_no_devices(
 
 
 def test_unreadable_inventory_is_reported_on_the_object_once(
-    feed: StateFeed, engine: FakeEngine, clock: Clock
+    feed: StateFeed, engine: FakeEngine, clock: ManualClock
 ) -> None:
     broken = inventory(1, heartbeat_s=clock.now)
     broken["status"]["devices"][0]["memoryMiB"] = -5
@@ -504,7 +497,7 @@ def test_unreadable_inventory_is_reported_on_the_object_once(
 
 
 def test_inventory_claiming_another_node_is_refused(
-    feed: StateFeed, engine: FakeEngine, clock: Clock
+    feed: StateFeed, engine: FakeEngine, clock: ManualClock
 ) -> None:
     """An inventory named "evil" that says it describes n1 must not replace n1's cards."""
     feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now))
@@ -519,7 +512,7 @@ def test_inventory_claiming_another_node_is_refused(
 
 
 def test_heartbeat_alone_wakes_nobody_but_a_revived_node_does(
-    feed: StateFeed, queue: SchedulingQueue, clock: Clock
+    feed: StateFeed, queue: SchedulingQueue, clock: ManualClock
 ) -> None:
     feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now))
     feed.pod_event("ADDED", pod("w", 1))
@@ -535,7 +528,7 @@ def test_heartbeat_alone_wakes_nobody_but_a_revived_node_does(
 
 
 def test_inventory_content_change_wakes(
-    feed: StateFeed, queue: SchedulingQueue, clock: Clock
+    feed: StateFeed, queue: SchedulingQueue, clock: ManualClock
 ) -> None:
     feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now))
     feed.pod_event("ADDED", pod("w", 1))
@@ -561,7 +554,7 @@ def node_lease(version: int, *, renewed_s: float | None, holder: str = "n1") -> 
 
 
 def test_a_lease_renewal_is_the_nodes_heartbeat_when_later(
-    feed: StateFeed, engine: FakeEngine, clock: Clock
+    feed: StateFeed, engine: FakeEngine, clock: ManualClock
 ) -> None:
     feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
     feed.lease_event("ADDED", node_lease(1, renewed_s=clock.now - 5))
@@ -574,7 +567,7 @@ def test_a_lease_renewal_is_the_nodes_heartbeat_when_later(
 
 
 def test_a_fresh_lease_keeps_a_node_with_an_old_report_fresh(
-    feed: StateFeed, queue: SchedulingQueue, clock: Clock
+    feed: StateFeed, queue: SchedulingQueue, clock: ManualClock
 ) -> None:
     feed.lease_event("ADDED", node_lease(1, renewed_s=clock.now))
     feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
@@ -592,7 +585,7 @@ def test_a_fresh_lease_keeps_a_node_with_an_old_report_fresh(
 
 
 def test_a_lease_without_an_inventory_does_nothing_until_one_comes(
-    feed: StateFeed, engine: FakeEngine, queue: SchedulingQueue, clock: Clock
+    feed: StateFeed, engine: FakeEngine, queue: SchedulingQueue, clock: ManualClock
 ) -> None:
     feed.pod_event("ADDED", pod("w", 1))
     park(queue, "ns/w")
@@ -614,7 +607,7 @@ def test_a_lease_without_an_inventory_does_nothing_until_one_comes(
     ],
 )
 def test_an_unreadable_lease_is_no_heartbeat(
-    feed: StateFeed, engine: FakeEngine, clock: Clock, unreadable: dict[str, Any]
+    feed: StateFeed, engine: FakeEngine, clock: ManualClock, unreadable: dict[str, Any]
 ) -> None:
     feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
     feed.lease_event("ADDED", node_lease(1, renewed_s=clock.now))
@@ -625,7 +618,7 @@ def test_an_unreadable_lease_is_no_heartbeat(
 
 
 def test_a_deleted_or_vanished_lease_leaves_the_inventory_heartbeat(
-    feed: StateFeed, engine: FakeEngine, clock: Clock
+    feed: StateFeed, engine: FakeEngine, clock: ManualClock
 ) -> None:
     feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
     feed.lease_event("ADDED", node_lease(1, renewed_s=clock.now))
@@ -639,7 +632,7 @@ def test_a_deleted_or_vanished_lease_leaves_the_inventory_heartbeat(
 
 @pytest.mark.parametrize("source", ["lease", "inventory"])
 def test_a_heartbeat_from_the_future_counts_from_when_it_is_seen(
-    feed: StateFeed, engine: FakeEngine, clock: Clock, source: str
+    feed: StateFeed, engine: FakeEngine, clock: ManualClock, source: str
 ) -> None:
     # A year ahead: read as is, the node would stay fresh for a year after its agent stops.
     ahead = clock.now + 365 * 86400
@@ -774,7 +767,7 @@ def test_listing_adds_missed_pods_and_forgets_vanished_ones(
 
 
 def test_fresh_report_after_an_unnoticed_stale_one_wakes(
-    feed: StateFeed, queue: SchedulingQueue, clock: Clock
+    feed: StateFeed, queue: SchedulingQueue, clock: ManualClock
 ) -> None:
     feed.inventory_event("ADDED", inventory(1, heartbeat_s=clock.now - 600))
     feed.pod_event("ADDED", pod("w", 1))
