@@ -259,6 +259,7 @@ class Overlay:
         node = self._touched(entry.node)
         if node is not None:
             node.pods.add(key)
+            self._shift(node, entry, 1)
         self._settle()
 
     def drop_pod(self, key: PodKey) -> None:
@@ -272,6 +273,7 @@ class Overlay:
         node = self._touched(entry.node)
         if node is not None:
             node.pods.discard(key)
+            self._shift(node, entry, -1)
         self._settle()
 
     def nominate(self, key: PodKey, nomination: Nomination) -> None:
@@ -343,7 +345,8 @@ class Overlay:
         return self._quota
 
     def _touched(self, name: str | None) -> NodeEntry | None:
-        """The overlay's copy of a node a change touches (made on first touch)."""
+        """The overlay's copy of a node a change touches (made on first touch, with a
+        copy of its cards as the live books have them)."""
         if name is None:
             return None
         node = self._nodes.get(name)
@@ -351,10 +354,21 @@ class Overlay:
             live = self._live.nodes.get(name)
             if live is None:
                 return None
+            self._live.refresh(live)
+            cards = [card.copy() for card in live.cards]
             node = dataclasses.replace(
-                live, pods=set(live.pods), cards=[], allocating=dict(live.allocating)
+                live, pods=set(live.pods), cards=cards, allocating=dict(live.allocating)
             )
             self._nodes[name] = node
             self._node_map = None
-        node.dirty = True
         return node
+
+    def _shift(self, node: NodeEntry, entry: PodEntry, sign: int) -> None:
+        """One pod joins (1) or leaves (-1) a touched node: its shares are added to or
+        taken from the copy's cards in place (``Books._shift``), else it is rebuilt."""
+        if node.dirty or not placement.shift(node.cards, entry.bookings, sign):
+            node.dirty = True
+            return
+        node.used = node.used + entry.requests if sign > 0 else node.used - entry.requests
+        node.score = policies.node_score(node.cards)
+        node.summary = placement.Summary.of(node.cards)

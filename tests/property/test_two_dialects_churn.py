@@ -215,6 +215,10 @@ class World:
             if keys:
                 what_if.take_out(keys[step.pick % len(keys)])
             what_if.place(replacement, 0.0)
+            # The overlay's nodes, kept pod by pod, equal a rebuild from its pods.
+            for node in books.view.nodes.values():
+                books.view.refresh(node)
+                assert node.cards == books.view.fresh_cards(node, frozenset())
 
 
 def snapshot(state: ClusterState) -> Any:
