@@ -333,17 +333,26 @@ def _hint(decision: Decision, pod: Json) -> Hashable | None:
 def test_no_pod_that_could_fit_stays_unschedulable(run: tuple[ClusterSpec, list[Step]]) -> None:
     spec, plan = run
     cluster = Cluster(spec)
+    #: Waiting pods a binding made fit (below): the flush's to retry, not an event's.
+    flushed: set[str] = set()
     for position, step in enumerate(plan):
         cluster.apply(step)
+        waiting = {k for k in cluster.pods if cluster.queue.is_unschedulable(k)}
+        flushed &= waiting
         if isinstance(step, Work):
             # A Work step only takes room (it binds pods or parks them). HAMi's Fit is not
             # monotonic in the room left, though: a pod bound elsewhere reorders a node's
             # cards, and with the quota check counting every candidate tried before the
             # chosen card (hami-semantics 14.6) a waiting pod may fit after a binding.
             # No queueing hint treats a binding as help (kube-scheduler's neither); the
-            # flush retries such pods. So only events that can free room are checked.
+            # flush retries such pods. So only events that can free room are checked, and
+            # a pod a binding made fit is the flush's until it is tried again (a later
+            # event that frees nothing for it, or sends nothing at all, need not wake it).
+            flushed |= {k for k in waiting if cluster.fits_afresh(k).scheduled}
             continue
         for key in list(cluster.pods):
+            if key in flushed:
+                continue
             if cluster.queue.is_unschedulable(key):
                 decision = cluster.fits_afresh(key)
                 assert not decision.scheduled, (
