@@ -28,13 +28,19 @@ _LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class Seconds(click.ParamType[float]):
-    """A finite number of seconds, at least ``minimum`` (above it when ``open_min``)."""
+    """A finite number of seconds (or of ``unit``, "" for a plain number), at least
+    ``minimum`` (above it when ``open_min``): click's ``FloatRange`` takes ``nan`` and
+    ``inf``."""
 
     name = "seconds"
 
-    def __init__(self, minimum: float = 0.0, *, open_min: bool = False) -> None:
+    def __init__(
+        self, minimum: float = 0.0, *, open_min: bool = False, unit: str = "seconds"
+    ) -> None:
         self.minimum = minimum
         self.open_min = open_min
+        self.unit = unit
+        self.name = unit or "number"
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -42,33 +48,23 @@ class Seconds(click.ParamType[float]):
         try:
             number = float(value)
         except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds; {self._allowed()}", param, ctx)
+            self.fail(f"{value!r} is not a number{self._of()}; {self._allowed()}", param, ctx)
         too_small = number <= self.minimum if self.open_min else number < self.minimum
         if not math.isfinite(number) or too_small:
             self.fail(f"{value!r} is out of range; {self._allowed()}", param, ctx)
         return number
 
+    def _of(self) -> str:
+        return f" of {self.unit}" if self.unit else ""
+
     def _allowed(self) -> str:
         bound = "above" if self.open_min else "at least"
-        return f"give a finite number of seconds {bound} {self.minimum:g}"
+        return f"give a finite number{self._of()} {bound} {self.minimum:g}"
 
 
-class Positive(click.ParamType[float]):
-    """A finite number above zero (a scaling factor): click's ``FloatRange`` takes ``inf``
-    and ``nan``, which would multiply every card's memory into nonsense."""
-
-    name = "number"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number; give a finite number above 0", param, ctx)
-        if not math.isfinite(number) or number <= 0:
-            self.fail(f"{value!r} is out of range; give a finite number above 0", param, ctx)
-        return number
+def Positive() -> Seconds:
+    """A finite number above zero (a scaling factor, which ``inf`` would make nonsense)."""
+    return Seconds(0.0, open_min=True, unit="")
 
 
 class KubeName(click.ParamType[str]):
