@@ -87,37 +87,50 @@ def _queues(cp: ControlPlane, namespace: str, suffix: str = "") -> None:
             env.create_unless_present(cp, f"{KUEUE}/admissionchecks", document)
     for base, checks in (("with-check", [{"name": CHECK}]), ("no-check", [])):
         name = f"{base}-{suffix}" if suffix else base
-        spec: dict[str, Any] = {
-            "namespaceSelector": {},
-            "resourceGroups": [
-                {
-                    "coveredResources": ["nvidia.com/gpu", "nvidia.com/total-gpumem"],
-                    "flavors": [
-                        {
-                            "name": "cards",
-                            "resources": [
-                                {"name": "nvidia.com/gpu", "nominalQuota": "8"},
-                                # The cards' total (4 x 24 GiB, in MiB as gpumem counts).
-                                {"name": "nvidia.com/total-gpumem", "nominalQuota": "98304"},
-                            ],
-                        }
-                    ],
-                }
-            ],
-        }
-        if checks:
-            spec["admissionChecksStrategy"] = {"admissionChecks": checks}
-        cp.create(
-            f"{KUEUE}/clusterqueues",
-            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-             "metadata": {"name": name}, "spec": spec},
-        )  # fmt: skip
-        cp.create(
-            f"{KUEUE}/namespaces/{namespace}/localqueues",
-            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-             "metadata": {"name": name, "namespace": namespace},
-             "spec": {"clusterQueue": name}},
-        )  # fmt: skip
+        # The cards' total: 4 x 24 GiB, in MiB as gpumem counts.
+        _queue_pair(cp, namespace, name, gpus=8, gpumem_mib=98304, checks=checks)
+
+
+def _queue_pair(
+    cp: ControlPlane,
+    namespace: str,
+    name: str,
+    *,
+    gpus: int,
+    gpumem_mib: int,
+    checks: list[dict[str, str]],
+    preemption: dict[str, str] | None = None,
+) -> None:
+    """A ClusterQueue over the flavor ``cards`` (HAMi's transformed resources) with the
+    given checks, and its LocalQueue of the same name in ``namespace``."""
+    resources = [
+        {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
+        {"name": "nvidia.com/total-gpumem", "nominalQuota": str(gpumem_mib)},
+    ]
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {
+                "coveredResources": ["nvidia.com/gpu", "nvidia.com/total-gpumem"],
+                "flavors": [{"name": "cards", "resources": resources}],
+            }
+        ],
+    }
+    if checks:
+        spec["admissionChecksStrategy"] = {"admissionChecks": checks}
+    if preemption is not None:
+        spec["preemption"] = preemption
+    cp.create(
+        f"{KUEUE}/clusterqueues",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+         "metadata": {"name": name}, "spec": spec},
+    )  # fmt: skip
+    cp.create(
+        f"{KUEUE}/namespaces/{namespace}/localqueues",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": name, "namespace": namespace},
+         "spec": {"clusterQueue": name}},
+    )  # fmt: skip
 
 
 def _our_webhook(cp: ControlPlane, namespace: str, scheduler: str, port: int, ca: bytes) -> None:
@@ -433,39 +446,15 @@ def test_a_preempted_workloads_pods_leave_the_books(
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
              "metadata": {"name": name}, "value": value},
         )  # fmt: skip
-    cp.create(
-        f"{KUEUE}/clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": queue},
-            "spec": {
-                "namespaceSelector": {},
-                "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]},
-                "preemption": {"withinClusterQueue": "LowerPriority"},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["nvidia.com/gpu", "nvidia.com/total-gpumem"],
-                        "flavors": [
-                            {
-                                "name": "cards",
-                                "resources": [
-                                    {"name": "nvidia.com/gpu", "nominalQuota": "2"},
-                                    {"name": "nvidia.com/total-gpumem", "nominalQuota": "49152"},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
+    _queue_pair(
+        cp,
+        namespace,
+        queue,
+        gpus=2,
+        gpumem_mib=49152,
+        checks=[{"name": CHECK}],
+        preemption={"withinClusterQueue": "LowerPriority"},
     )
-    cp.create(
-        f"{KUEUE}/namespaces/{namespace}/localqueues",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-         "metadata": {"name": queue, "namespace": namespace},
-         "spec": {"clusterQueue": queue}},
-    )  # fmt: skip
 
     def group(name: str, priority: str) -> None:
         for i in range(2):
