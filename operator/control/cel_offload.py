@@ -17,6 +17,14 @@ its deadline having used less than half of it in CPU was starved, not working, s
 pair is not refused but evaluated again a little later (``RETRY_S``), at most
 ``STARVED_RETRIES`` times per expression; a refusal is cached until the device changes,
 so it must come from the expression, never from the machine's load.
+
+Tenants share the one child, so the queue is kept per namespace (the namespace of the pod
+whose decision met the pairs) and drained a pair at a time round the namespaces: a tenant
+who makes many costly selectors delays another tenant's by at most one evaluation per
+turn, and that tenant's pods are woken as soon as its own queue is empty. A namespace has
+at most ``MAX_QUEUED_EXPRESSIONS`` selectors queued; the pairs of any more are handed back
+unevaluated and asked again when its pods are decided again, so the queue's length is
+bounded by the namespaces, not by what a tenant writes.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import json
 import os
 import sys
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -51,6 +59,21 @@ STARVED_RETRIES: Final = 2
 RETRY_S: Final = 5.0
 #: Expressions whose starved attempts are remembered (a tenant may make many).
 _STARVED_MEMORY: Final = 1024
+#: Selectors one namespace may have queued at once (each costs up to one step bound).
+MAX_QUEUED_EXPRESSIONS: Final = 32
+
+_Pair = tuple[str, Any, "claim_cel.DeviceView"]
+
+
+class _NamespaceQueue:
+    """One namespace's pairs waiting for the child, and its pods waiting for them."""
+
+    __slots__ = ("expressions", "pairs", "waiting")
+
+    def __init__(self) -> None:
+        self.pairs: deque[_Pair] = deque()
+        self.expressions: set[str] = set()
+        self.waiting: set[PodKey] = set()
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -77,13 +100,18 @@ class OffLoopSelectors:
         self._wake = wake
         self._deadline_s = deadline_s
         self._command = command
-        self._queue: deque[tuple[str, Any, claim_cel.DeviceView]] = deque()
-        self._waiting: set[PodKey] = set()
+        #: Per namespace, in the order they are served (round-robin).
+        self._queues: OrderedDict[str, _NamespaceQueue] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
         self._process: asyncio.subprocess.Process | None = None
         #: Per expression, how often its evaluation was starved at the deadline.
         self._starved: dict[str, int] = {}
         self._retry: asyncio.TimerHandle | None = None
+        #: This drain's starved expressions and pods woken (for its log line).
+        self._starved_now: set[str] = set()
+        self._woken = 0
+        #: Pods that queued no pairs of their own: woken when the drain ends.
+        self._after_drain: set[PodKey] = set()
         #: Verdicts computed, deadlines hit (starved ones among them), and the CPU
         #: seconds children spent evaluating.
         self.evaluated = 0
@@ -96,26 +124,71 @@ class OffLoopSelectors:
         """After a decision: if it met a pending verdict, the pod waits for the queue."""
         if not self._cache.pending_seen():
             return
-        self._waiting.add(key)
-        self._queue.extend(self._cache.take_pending())
+        namespace = key.partition("/")[0]
+        queue = self._queues.get(namespace)
+        if queue is None:
+            queue = self._queues[namespace] = _NamespaceQueue()
+        for expression, device_key, device in self._cache.take_pending():
+            if expression not in queue.expressions:
+                if len(queue.expressions) >= MAX_QUEUED_EXPRESSIONS:
+                    # Asked again when the pod is decided after its queue has emptied.
+                    self._cache.release(expression, device_key)
+                    continue
+                queue.expressions.add(expression)
+            queue.pairs.append((expression, device_key, device))
+        if queue.pairs:
+            queue.waiting.add(key)
+        else:
+            # Its pairs are all in flight for other pods (or handed back): woken when the
+            # drain ends, not at once, which would only meet them pending again.
+            if not queue.waiting:
+                del self._queues[namespace]
+            self._after_drain.add(key)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain(), name="cel")
+
+    def queued(self, namespace: str) -> int:
+        """Pairs one namespace has waiting for the child."""
+        queue = self._queues.get(namespace)
+        return 0 if queue is None else len(queue.pairs)
+
+    def _next_pair(self) -> tuple[str, _Pair] | None:
+        """The next pair round the namespaces; a namespace whose queue is empty leaves
+        the rotation and its pods are woken."""
+        while self._queues:
+            namespace, queue = next(iter(self._queues.items()))
+            if queue.pairs:
+                self._queues.move_to_end(namespace)
+                return namespace, queue.pairs.popleft()
+            del self._queues[namespace]
+            self._finish(queue)
+        return None
+
+    def _finish(self, queue: _NamespaceQueue) -> None:
+        if queue.expressions & self._starved_now:
+            # Decided again later: at once, they would meet the same busy machine.
+            waiting = set(queue.waiting)
+            self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._wake_all, waiting)
+        else:
+            self._wake_all(queue.waiting)
+        self._woken += len(queue.waiting)
 
     async def _drain(self) -> None:
         started = time.perf_counter()
         count = 0
+        self._woken = 0
         #: Expressions past a bound on one device: their other devices get the same
         #: verdict unevaluated (any device's error refuses the claim; one bound's worth of
         #: work per expression is what a tenant may cost us).
         too_costly: dict[str, claim_cel.CelTooCostly] = {}
-        starved: set[str] = set()
-        while self._queue:
-            expression, device_key, device = self._queue.popleft()
+        self._starved_now = set()
+        while (item := self._next_pair()) is not None:
+            _namespace, (expression, device_key, device) = item
             known = too_costly.get(expression)
             verdict: claim_cel.Verdict | None
             if known is not None:
                 verdict = known
-            elif expression in starved:
+            elif expression in self._starved_now:
                 verdict = None  # its other devices wait with it
             else:
                 verdict = await self._evaluate(expression, device)
@@ -123,23 +196,20 @@ class OffLoopSelectors:
                 if isinstance(verdict, claim_cel.CelTooCostly):
                     too_costly[expression] = verdict
                 if verdict is None:
-                    starved.add(expression)
+                    self._starved_now.add(expression)
             if verdict is None:
                 self._cache.release(expression, device_key)
             else:
                 self._cache.record(expression, device_key, verdict)
         self.evaluated += count
-        waiting, self._waiting = self._waiting, set()
-        if starved:
-            # Decided again later: at once, they would meet the same busy machine.
-            self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._wake_all, waiting)
-        else:
-            self._wake_all(waiting)
+        after, self._after_drain = self._after_drain, set()
+        self._wake_all(after)
+        self._woken += len(after)
         log.info(
             "cel_verdicts",
             verdicts=count,
-            woken=len(waiting),
-            starved=len(starved),
+            woken=self._woken,
+            starved=len(self._starved_now),
             seconds=round(time.perf_counter() - started, 3),
             evaluator_cpu_s=round(self.cpu_s, 3),
         )

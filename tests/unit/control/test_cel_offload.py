@@ -189,3 +189,71 @@ def test_a_child_starved_at_its_deadline_is_asked_again_later_not_taken_as_a_ref
             await offload.close()
 
     asyncio.run(scenario())
+
+
+def test_tenants_are_served_in_turn_and_each_is_woken_when_its_own_queue_is_empty(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tenant with many selectors queued first delays another tenant's one selector by
+    one evaluation, not by all of its own; the other tenant's pod is woken at once."""
+    monkeypatch.setattr(cel_offload, "MAX_QUEUED_EXPRESSIONS", 32)
+    order: list[PodKey] = []
+    noisy = [
+        " || ".join([f'device.driver == "noisy-{n}-{i}"' for i in range(30)]) for n in range(6)
+    ]
+
+    async def scenario() -> None:
+        cache = claim_cel.SelectorCache()
+        offload = cel_offload.OffLoopSelectors(cache, order.append, deadline_s=UNHURRIED_S)
+        try:
+            for expression in noisy:
+                with contextlib.suppress(claim_cel.CelPending):
+                    cache.matches(cache.compile(expression), ("pool", "dev", 1), DEVICE)
+            offload.decided(PodKey("noisy/pod"))
+            with contextlib.suppress(claim_cel.CelPending):
+                cache.matches(cache.compile(FINE), ("pool", "dev", 1), DEVICE)
+            offload.decided(PodKey("quiet/pod"))
+            assert offload.queued("noisy") == 6
+            assert offload.queued("quiet") == 1
+            task = offload._task
+            assert task is not None
+            await task
+        finally:
+            await offload.close()
+        assert offload.evaluated == 7
+
+    asyncio.run(scenario())
+    assert order == [PodKey("quiet/pod"), PodKey("noisy/pod")]
+
+
+def test_a_namespace_queues_a_bounded_number_of_selectors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Selectors past the bound are handed back unevaluated (asked again when the pod is
+    decided again), so a tenant cannot grow the queue without end."""
+    monkeypatch.setattr(cel_offload, "MAX_QUEUED_EXPRESSIONS", 2)
+    many = [" || ".join([f'device.driver == "m-{n}-{i}"' for i in range(30)]) for n in range(5)]
+
+    async def scenario() -> None:
+        cache = claim_cel.SelectorCache()
+        offload = cel_offload.OffLoopSelectors(cache, lambda _key: None, deadline_s=UNHURRIED_S)
+        try:
+            for expression in many:
+                with contextlib.suppress(claim_cel.CelPending):
+                    cache.matches(cache.compile(expression), ("pool", "dev", 1), DEVICE)
+            offload.decided(PodKey("tenant/pod"))
+            assert offload.queued("tenant") == 2
+            task = offload._task
+            assert task is not None
+            await task
+            assert offload.evaluated == 2
+            # The handed-back ones are asked again by the next decision that meets them.
+            for expression in many[2:]:
+                with pytest.raises(claim_cel.CelPending):
+                    cache.matches(cache.compile(expression), ("pool", "dev", 1), DEVICE)
+            offload.decided(PodKey("tenant/pod"))
+            assert offload.queued("tenant") == 2
+        finally:
+            await offload.close()
+
+    asyncio.run(scenario())
