@@ -186,6 +186,7 @@ def _options(
     if not options:
         if not reasons:
             reasons[Reason.NODE_INSUFFICIENT_DEVICE] = 1
+        claim_taints.only_the_news(reasons)
         return ClaimsOutcome(False, reasons=reasons)
     return options
 
