@@ -224,3 +224,50 @@ def test_the_engine_keeps_a_claim_off_a_tainted_card_unless_it_tolerates_the_tai
     for i in range(3):
         got = wait_for(f"any-{i}'s claim", lambda i=i: allocated(plane, ns, f"any-{i}"), 60)
         assert got["device"] != SICK.lower()
+
+
+def test_a_device_taint_rule_keeps_the_engine_off_its_device_until_it_goes(
+    plane: ControlPlane, operator: OperatorThread
+) -> None:
+    ns = fresh_namespace(plane)
+    healthy = "GPU-9e4c7b10-6d2a-4f83-b5a1-0fa11ed00000"
+    rule = plane.create(
+        f"{RESOURCE}/devicetaintrules",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": f"drain-{ns}"},
+            "spec": {
+                "deviceSelector": {
+                    "driver": dra.DRIVER,
+                    "pool": FAILING,
+                    "device": healthy.lower(),
+                },
+                "taint": {
+                    "key": "example.com/drain",
+                    "value": "maintenance",
+                    "effect": "NoSchedule",
+                },
+            },
+        },
+    )
+    on_card = f'device.attributes["{dra.DRIVER}"].uuid == "{healthy}"'
+    exactly = {
+        "deviceClassName": dra.SHARED_CLASS,
+        "capacity": {"requests": {"memory": "1Gi"}},
+        "selectors": [{"cel": {"expression": on_card}}],
+    }
+    create_claim_template(plane, ns, "drained", exactly)
+    plane.create(
+        f"/api/v1/namespaces/{ns}/pods",
+        claim_pod("drained", template="drained", scheduler=SCHEDULER, node=FAILING),
+    )
+    wait_for(
+        "the engine to honour the rule",
+        lambda: pending_message(plane, ns, "drained", "1 DeviceUntoleratedTaint"),
+        60,
+    )
+    # The rule goes: the pod is woken and gets the card.
+    plane.delete(f"{RESOURCE}/devicetaintrules/{rule['metadata']['name']}")
+    result = wait_for("the pod's claim", lambda: allocated(plane, ns, "drained"), 60)
+    assert result["device"] == healthy.lower()
