@@ -8,8 +8,10 @@ as on the device-plugin path, publishes it untainted again once restarted on a r
 card. The engine does not allocate a tainted device to a claim unless its request
 tolerates the taint, and says so with device counts.
 
-The seconds from a card's fault (the machine file rewritten) to the taint on the slice are
-printed (``-s`` shows them); they are figures of this shared machine, not asserted.
+kube-controller-manager's device taint eviction controller evicts the pod whose claim holds
+the lost card, not the one on the sick card. The seconds from a card's fault (the machine
+file rewritten) to the taint on the slice are printed (``-s`` shows them); they are figures
+of this shared machine, not asserted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 from integration import operator_env as env
 from integration.dra_env import (
+    CLAIM_CONTROLLERS,
     RESOURCE,
     claim_pod,
     create_claim_template,
@@ -37,7 +40,7 @@ from vgpu_operator.agent.simulated import resolve_machine_path
 from vgpu_operator.devices import dra
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ControlPlane
+from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +56,12 @@ def plane(
     control_plane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
     work = tmp_path_factory.mktemp("dra-health")
-    with dra_plane(control_plane_binaries, work, {FAILING: "h100-pcie-failing"}, split=SPLIT) as cp:
+    # The device taint eviction controller acts on NoExecute taints (a lost card).
+    controllers = (*CLAIM_CONTROLLERS, "device-taint-eviction-controller")
+    machines = {FAILING: "h100-pcie-failing"}
+    with dra_plane(
+        control_plane_binaries, work, machines, split=SPLIT, controllers=controllers
+    ) as cp:
         yield cp
 
 
@@ -88,7 +96,7 @@ def taints_become(
 
 
 def test_a_card_fault_taints_its_device_and_a_repaired_card_is_published_untainted(
-    plane: ControlPlane, tmp_path: Path
+    plane: ControlPlane, operator: OperatorThread, tmp_path: Path
 ) -> None:
     machine = tmp_path / "machine.yaml"
     shutil.copy(resolve_machine_path("l40s-pcie-4"), machine)
@@ -100,6 +108,28 @@ def test_a_card_fault_taints_its_device_and_a_repaired_card_is_published_untaint
         wait_for("the slice", lambda: node_slice(plane, CHANGING), 60)
         assert taints(plane, CHANGING) == {}
         names = [d["name"] for d in node_slice(plane, CHANGING)["spec"]["devices"]]  # type: ignore[index]
+        # A pod on card 1 and one on card 2, allocated by the engine before the faults.
+        ns = fresh_namespace(plane)
+        for index in (1, 2):
+            exactly = {
+                "deviceClassName": dra.SHARED_CLASS,
+                "capacity": {"requests": {"memory": "1Gi"}},
+                "selectors": [
+                    {"cel": {"expression": f'device.attributes["{dra.DRIVER}"].index == {index}'}}
+                ],
+            }
+            create_claim_template(plane, ns, f"card-{index}", exactly)
+            plane.create(
+                f"/api/v1/namespaces/{ns}/pods",
+                claim_pod(
+                    f"on-{index}", template=f"card-{index}", scheduler=SCHEDULER, node=CHANGING
+                ),
+            )
+        for index in (1, 2):
+            got = wait_for(
+                f"on-{index}'s claim", lambda i=index: allocated(plane, ns, f"on-{i}"), 60
+            )
+            assert got["device"] == names[index]
         # A critical XID: the card is sick, NoSchedule (claims on it keep running).
         rewrite(machine, lambda body: body["gpus"][1].update(xid=48))
         sick_s = taints_become(
@@ -121,6 +151,10 @@ def test_a_card_fault_taints_its_device_and_a_repaired_card_is_published_untaint
             d["name"]: d["taints"][0]["value"] for d in found["spec"]["devices"] if d.get("taints")
         }
         assert values == {names[1]: "critical-XID-48", names[2]: "GPU-is-lost-fell-off-the-bus"}
+        # kube-controller-manager's device taint eviction takes the pod off the lost card;
+        # the pod on the sick card keeps running (NoSchedule evicts nothing).
+        wait_for("the pod on the lost card to be evicted", lambda: evicted(plane, ns, "on-2"), 60)
+        assert not evicted(plane, ns, "on-1")
         # Health is sticky until the agent restarts (as HAMi's device plugin): repaired
         # and restarted, the cards are published untainted, one generation up.
         generation = found["spec"]["pool"]["generation"]
@@ -142,6 +176,18 @@ def test_a_card_fault_taints_its_device_and_a_repaired_card_is_published_untaint
     finally:
         agent.stop()
         plane.delete(f"/api/v1/nodes/{CHANGING}")
+
+
+def evicted(plane: ControlPlane, namespace: str, name: str) -> bool:
+    """Whether the pod is gone or going (deleted, or marked a disruption target)."""
+    try:
+        obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    except ApiError as exc:
+        return exc.status == 404
+    if obj["metadata"].get("deletionTimestamp"):
+        return True
+    conditions = obj.get("status", {}).get("conditions") or []
+    return any(c["type"] == "DisruptionTarget" and c["status"] == "True" for c in conditions)
 
 
 def pending_message(plane: ControlPlane, namespace: str, name: str, containing: str) -> str | None:
