@@ -4,8 +4,8 @@
     python hack/gen-deviceplugin-api.py --check    exit 1 when the committed files are stale
 
 The device-plugin API (``operator/agent/deviceplugin/proto/api.proto``) and the DRA
-driver's two (``operator/agent/dra/proto/``: the DRA plugin service and kubelet's plugin
-registration). Each proto is compiled as ``vgpu_operator/agent/<package>/<name>.proto`` so
+driver's three (``operator/agent/dra/proto/``: the DRA plugin service, kubelet's plugin
+registration and the DRA health stream). Each proto is compiled as ``vgpu_operator/agent/<package>/<name>.proto`` so
 that the gRPC module imports the messages by their package path.
 """
 
@@ -21,7 +21,12 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = ROOT / "operator" / "agent"
 #: (package under vgpu_operator/agent, proto file name without .proto)
-PROTOS = (("deviceplugin", "api"), ("dra", "dra"), ("dra", "pluginregistration"))
+PROTOS = (
+    ("deviceplugin", "api"),
+    ("dra", "dra"),
+    ("dra", "pluginregistration"),
+    ("dra", "drahealth"),
+)
 
 
 def outputs(name: str) -> tuple[str, ...]:

@@ -4,8 +4,10 @@ A scenario may carry ResourceSlices (``resourceSlices``, or a node's ``draCards`
 which the slice is built with the driver's own ``devices.dra.slice_wire``),
 ResourceClaims (``resourceClaims``; allocated ones hold their shares whoever allocated
 them), ResourceClaimTemplates (``resourceClaimTemplates``: a pod naming one gets its own
-claim, ``<pod>-<entry>``, as kube-controller-manager would make it) and DeviceClasses
-(``deviceClasses``; the project's two by default). After a DRA decision the claims are
+claim, ``<pod>-<entry>``, as kube-controller-manager would make it), DeviceClasses
+(``deviceClasses``; the project's two by default) and DeviceTaintRules
+(``deviceTaintRules``: their taints added to the slices' devices they select, as the
+operator's feed adds them). After a DRA decision the claims are
 written as the operator writes them (allocation and ``reservedFor``), so later pods see
 them.
 """
@@ -18,9 +20,16 @@ from typing import Any
 
 from vgpu_operator.devices import dra
 from vgpu_operator.errors import ScenarioError
+from vgpu_operator.scheduling import taint_rules
 from vgpu_operator.scheduling.cluster import ClusterState, Decision
 
-LISTS = ("resourceSlices", "resourceClaims", "resourceClaimTemplates", "deviceClasses")
+LISTS = (
+    "resourceSlices",
+    "resourceClaims",
+    "resourceClaimTemplates",
+    "deviceClasses",
+    "deviceTaintRules",
+)
 
 
 def card_shape(raw: Mapping[str, Any], where: str) -> dra.CardShape:
@@ -41,6 +50,7 @@ def card_shape(raw: Mapping[str, Any], where: str) -> dra.CardShape:
         mode="hami-core",
         healthy=not unhealthy,
         health_reason=unhealthy if isinstance(unhealthy, str) else None,
+        lost=bool(unhealthy) and bool(raw.get("lost")),
         numa_node=raw.get("numaNode"),
         nvlink_island=raw.get("nvlinkIsland"),
         default_memory_mib=int(raw.get("defaultMemoryMiB", 0)),
@@ -53,6 +63,16 @@ def load(scenario: Mapping[str, Any], state: ClusterState) -> None:
     for key in LISTS:
         if key in scenario and not isinstance(scenario[key], list):
             raise ScenarioError(key, "must be a list")
+    rules = []
+    for position, raw in enumerate(scenario.get("deviceTaintRules") or []):
+        rule = taint_rules.read_rule(raw) if isinstance(raw, Mapping) else None
+        if rule is None:
+            raise ScenarioError(
+                f"deviceTaintRules[{position}]",
+                "needs spec.deviceSelector and spec.taint with a key and an effect "
+                "(NoSchedule, NoExecute or None)",
+            )
+        rules.append(rule)
     classes = scenario.get("deviceClasses") or dra.device_classes()
     for device_class in classes:
         state.set_device_class(device_class)
@@ -64,9 +84,10 @@ def load(scenario: Mapping[str, Any], state: ClusterState) -> None:
         if not isinstance(cards, list):
             raise ScenarioError(where, "must be a list")
         shapes = [card_shape(c, f"{where}[{i}]") for i, c in enumerate(cards)]
-        state.set_slice(dra.slice_wire(node["metadata"]["name"], shapes, 1, None))
+        slice_ = dra.slice_wire(node["metadata"]["name"], shapes, 1, None)
+        state.set_slice(taint_rules.tainted_slice(slice_, rules))
     for item in scenario.get("resourceSlices") or []:
-        state.set_slice(item)
+        state.set_slice(taint_rules.tainted_slice(item, rules))
     for claim in scenario.get("resourceClaims") or []:
         state.set_claim(_with_defaults(claim))
 

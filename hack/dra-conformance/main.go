@@ -15,6 +15,11 @@
 //	                                         CDI device IDs and what the CDI library makes of them
 //	{"op":"resources","pod":{...}}           only the containers' CDI devices and edits
 //	{"op":"unprepare","pod":{...}}           UnprepareResources for the pod
+//	{"op":"health","pod":{...}}              the containers' allocatedResourcesStatus as kubelet
+//	                                         sets it from the plugin's health stream
+//	                                         (UpdateAllocatedResourcesStatus)
+//	{"op":"wait_health_update","timeout_s":N} wait (up to N s) until the health stream changed
+//	                                         a device a prepared pod holds; the pods' UIDs
 //	{"op":"restart"}                         stop both managers and start new ones on the same
 //	                                         directories and checkpoint (a kubelet restart)
 //	{"op":"stop"}                            stop and exit
@@ -189,9 +194,43 @@ func (h *harness) resources(pod *v1.Pod) (map[string]any, error) {
 }
 
 type request struct {
-	Op     string  `json:"op"`
-	Driver string  `json:"driver"`
-	Pod    *v1.Pod `json:"pod"`
+	Op       string  `json:"op"`
+	Driver   string  `json:"driver"`
+	Pod      *v1.Pod `json:"pod"`
+	TimeoutS float64 `json:"timeout_s"`
+}
+
+// health is what kubelet's status manager would write for the pod: a status per
+// container, filled in by the DRA manager from the health it was streamed.
+func (h *harness) health(pod *v1.Pod) map[string]any {
+	status := pod.Status.DeepCopy()
+	status.ContainerStatuses = nil
+	for _, c := range pod.Spec.Containers {
+		status.ContainerStatuses = append(status.ContainerStatuses, v1.ContainerStatus{Name: c.Name})
+	}
+	h.manager.UpdateAllocatedResourcesStatus(klog.Background(), pod, status)
+	out := []map[string]any{}
+	for _, cs := range status.ContainerStatuses {
+		resources := cs.AllocatedResourcesStatus
+		if resources == nil {
+			resources = []v1.ResourceStatus{}
+		}
+		out = append(out, map[string]any{"name": cs.Name, "allocatedResourcesStatus": resources})
+	}
+	return map[string]any{"containers": out}
+}
+
+// waitHealthUpdate waits for the DRA manager's notice that a prepared pod's device changed
+// health (what makes kubelet sync the pod's status).
+func (h *harness) waitHealthUpdate(timeout time.Duration) (map[string]any, error) {
+	select {
+	case update := <-h.manager.Updates():
+		pods := append([]string{}, update.PodUIDs...)
+		sort.Strings(pods)
+		return map[string]any{"pods": pods}, nil
+	case <-time.After(timeout):
+		return nil, fmt.Errorf("no health update within %s", timeout)
+	}
 }
 
 func (h *harness) handle(req request) (map[string]any, error) {
@@ -236,6 +275,13 @@ func (h *harness) handle(req request) (map[string]any, error) {
 		}
 		delete(h.active, string(req.Pod.UID))
 		return map[string]any{}, h.manager.UnprepareResources(ctx, req.Pod)
+	case "health":
+		if err := needPod(); err != nil {
+			return nil, err
+		}
+		return h.health(req.Pod), nil
+	case "wait_health_update":
+		return h.waitHealthUpdate(time.Duration(req.TimeoutS * float64(time.Second)))
 	case "stop":
 		h.stop()
 		return map[string]any{}, nil

@@ -17,6 +17,20 @@ from vgpu_operator.agent.readings import GpuReading
 #: context switch timeout.
 IGNORED_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
 
+#: Why a card NVML stopped counting is unhealthy.
+DISAPPEARED_REASON: Final = "GPU disappeared: NVML no longer reports it"
+#: Why a card whose calls answer GPU_IS_LOST is unhealthy.
+OFF_THE_BUS_REASON: Final = "GPU is lost (fell off the bus)"
+#: The reasons that say the card is gone, not merely sick: work on it cannot go on (the
+#: DRA driver taints such a card NoExecute; a sick one NoSchedule).
+LOST_REASONS: Final = (DISAPPEARED_REASON, OFF_THE_BUS_REASON)
+
+
+def is_lost(health_reason: str | None) -> bool:
+    """Whether an unhealthy card's reported reason says the card is lost (the reason is
+    all the DeviceInventory keeps of it)."""
+    return health_reason in LOST_REASONS
+
 
 def is_critical_xid(xid: int) -> bool:
     """A critical-XID event that should take the card out of service."""
@@ -66,7 +80,8 @@ def carry_disappeared(
         (gpu for uuid, gpu in last_seen.items() if uuid not in seen_now),
         key=lambda gpu: (gpu.index, gpu.uuid),
     )
+    # Unlike other reasons, a loss replaces an earlier one: the card is gone whatever
+    # made it sick before, and that is what the cluster must act on.
     return now + tuple(
-        replace(gpu.unhealthy("GPU disappeared: NVML no longer reports it"), present=False)
-        for gpu in gone
+        replace(gpu, healthy=False, health_reason=DISAPPEARED_REASON, present=False) for gpu in gone
     )

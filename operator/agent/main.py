@@ -41,6 +41,7 @@ from vgpu_operator.agent.deviceplugin.runner import PluginRunner
 from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin, StaleRead, cards_of
 from vgpu_operator.agent.dra import shapes as dra_shapes
 from vgpu_operator.agent.dra import sysfs as dra_sysfs
+from vgpu_operator.agent.dra.health_stream import HealthStream
 from vgpu_operator.agent.dra.plugin import DraPlugin
 from vgpu_operator.agent.dra.publisher import SlicePublisher
 from vgpu_operator.agent.dra.runner import DraRunner
@@ -628,7 +629,14 @@ async def run_dra_driver(
         Path(settings.cdi_dir),
     )
     agent = Agent(settings, backend, KubeAgentWriter(api), metrics=metrics)
-    agent.on_status = publisher.set_status
+    # kubelet's health stream reports the cards as published, resent every heartbeat.
+    health = HealthStream(node, publisher.cards, resend_s=settings.heartbeat_interval_s)
+
+    def on_status(status: resources.DeviceInventoryStatus) -> None:
+        publisher.set_status(status)
+        health.changed()
+
+    agent.on_status = on_status
 
     def on_config(config: nodeconfig.NodeConfig) -> None:
         publisher.set_defaults(_request_defaults(config))
@@ -639,7 +647,9 @@ async def run_dra_driver(
         )
 
     agent.on_config = on_config
-    runner = DraRunner(plugin, Path(settings.dra_plugins_dir), Path(settings.dra_registry_dir))
+    runner = DraRunner(
+        plugin, Path(settings.dra_plugins_dir), Path(settings.dra_registry_dir), health=health
+    )
     await asyncio.gather(
         agent.run(stop),
         publisher.run(stop),

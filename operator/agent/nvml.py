@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -221,12 +222,16 @@ class NvmlReader:
         """A card that fails its basic calls: keep its last reading, marked unhealthy."""
         code = getattr(exc, "value", None)
         lost = code == self._code("NVML_ERROR_GPU_IS_LOST", _GPU_IS_LOST)
-        reason = "GPU is lost (fell off the bus)" if lost else f"NVML error: {exc}"
+        reason = health.OFF_THE_BUS_REASON if lost else f"NVML error: {exc}"
         previous = self._last_by_index.get(index)
         log.warning("gpu_unreadable", index=index, error=str(exc), known=previous is not None)
         if previous is None:
             return None
         with self._lock:
+            if lost:
+                # A loss replaces an earlier reason (an XID): the card is gone now.
+                self._failures[previous.uuid] = reason
+                return replace(previous, healthy=False, health_reason=reason)
             self._failures.setdefault(previous.uuid, reason)
         return previous.unhealthy(reason)
 

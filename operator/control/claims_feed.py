@@ -7,6 +7,11 @@ claim changes wake parked pods: a new claim (a pod may be waiting for the claim 
 template makes), and a claim whose allocation went or that was deleted (its shares are
 free again); an allocation being written frees nothing and wakes nobody. A changed slice
 is a node's devices changing.
+
+DeviceTaintRules are folded into the slices they select before the engine sees them
+(``scheduling.taint_rules``): the feed keeps each slice as listed, so that a rule that
+comes, changes or goes hands every slice over again with the taints now in force (a slice
+whose devices came out differently wakes the DRA path's pods, as any slice change does).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from typing import Any, Protocol
 import structlog
 
 from vgpu_operator.control import pod_facts, queue, versions
+from vgpu_operator.scheduling import taint_rules
 from vgpu_operator.wire import (
     DeviceClass,
+    KubeObject,
     ResourceClaim,
     ResourceSlice,
     name_of,
@@ -56,6 +63,10 @@ class ClaimFeed:
         #: Claims seen so far (a claim seen for the first time may be a pod's awaited one).
         self._seen: set[str] = set()
         self._slice_digests: dict[str, str] = {}
+        #: Each slice as listed (slim), before the rules' taints.
+        self._listed_slices: dict[str, Mapping[str, Any]] = {}
+        self._rule_versions = versions.VersionLedger()
+        self._rules: dict[str, taint_rules.TaintRule] = {}
 
     # --- slices ------------------------------------------------------------------------
     def slice_event(self, event_type: str | None, obj: ResourceSlice) -> None:
@@ -79,8 +90,14 @@ class ClaimFeed:
 
     def _apply_slice(self, name: str, obj: ResourceSlice) -> None:
         slim = pod_facts.slim(obj)
-        self._engine.set_slice(slim)
-        digest = pod_facts.digest(slim.get("spec"))
+        self._listed_slices[name] = slim
+        self._hand_over(name, slim)
+
+    def _hand_over(self, name: str, slim: Mapping[str, Any]) -> None:
+        """The slice to the engine with the rules' taints; wakes pods if it changed."""
+        tainted = taint_rules.tainted_slice(slim, tuple(self._rules.values()))
+        self._engine.set_slice(tainted)
+        digest = pod_facts.digest(tainted.get("spec"))
         if self._slice_digests.get(name) != digest:
             self._slice_digests[name] = digest
             self._wake_claim_pods(queue.ClusterEvent.INVENTORY_CHANGED)
@@ -88,6 +105,46 @@ class ClaimFeed:
     def _forget_slice(self, name: str) -> None:
         self._engine.remove_slice(name)
         self._slice_digests.pop(name, None)
+        self._listed_slices.pop(name, None)
+
+    # --- device taint rules ----------------------------------------------------------
+    def rule_event(self, event_type: str | None, obj: KubeObject) -> None:
+        name, version = name_of(obj), versions.version_of(obj)
+        if event_type == "DELETED":
+            if self._rule_versions.accept_delete(name, version):
+                self._set_rule(name, None)
+        elif self._rule_versions.accept_update(name, version):
+            self._set_rule(name, taint_rules.read_rule(obj))
+
+    def rules_listed(self, items: Iterable[KubeObject], version: str | None) -> None:
+        by_name = {name_of(i): i for i in items}
+        result = self._rule_versions.reconcile(
+            {k: versions.version_of(v) for k, v in by_name.items()},
+            versions.parse_version(version),
+        )
+        changed = False
+        for name in result.apply:
+            changed |= self._put_rule(name, taint_rules.read_rule(by_name[name]))
+        for name in result.remove:
+            changed |= self._put_rule(name, None)
+        if changed:
+            self._retaint()
+
+    def _set_rule(self, name: str, rule: taint_rules.TaintRule | None) -> None:
+        if self._put_rule(name, rule):
+            self._retaint()
+
+    def _put_rule(self, name: str, rule: taint_rules.TaintRule | None) -> bool:
+        """Record the rule (None: gone, or selects nothing); whether anything changed."""
+        old = self._rules.pop(name, None)
+        if rule is not None:
+            self._rules[name] = rule
+        return old != rule
+
+    def _retaint(self) -> None:
+        """Every slice to the engine again, with the rules now in force."""
+        for name, slim in self._listed_slices.items():
+            self._hand_over(name, slim)
 
     def _on_claims_path(self, hint: Hashable | None) -> bool:
         """Pods on the DRA path: those waiting without a verdict (hint None: any event may

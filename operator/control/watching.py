@@ -2,10 +2,11 @@
 handler (the table below).
 
 The device-config ConfigMap (in the operator's namespace, by name), the DRA kinds
-(ResourceSlices, DeviceClasses, ResourceClaims), Nodes, DeviceInventories, node Leases
-(the agents' heartbeats, in their namespace), ResourceQuotas, PodDisruptionBudgets and
-Pods. Each event goes straight to the feed (``feed.StateFeed``, ``claims_feed.ClaimFeed``):
-no per-event handler pipeline, no copies of the object beyond the feed's own slim one.
+(ResourceSlices, DeviceClasses, DeviceTaintRules, ResourceClaims), Nodes,
+DeviceInventories, node Leases (the agents' heartbeats, in their namespace),
+ResourceQuotas, PodDisruptionBudgets and Pods. Each event goes straight to the feed
+(``feed.StateFeed``, ``claims_feed.ClaimFeed``): no per-event handler pipeline, no copies
+of the object beyond the feed's own slim one.
 The loop resumes a broken watch from the last resourceVersion and relists only on 410
 Gone, so there is no periodic full relisting: a watch resumed so misses nothing.
 
@@ -75,7 +76,8 @@ def config_collection(namespace: str, config_map: str) -> Collection:
 
 
 def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[FeedKind[Any], ...]:
-    """The DRA path's kinds: ResourceSlices, DeviceClasses and ResourceClaims."""
+    """The DRA path's kinds: ResourceSlices, DeviceClasses, DeviceTaintRules (a cluster
+    that does not serve them has none) and ResourceClaims."""
     return (
         FeedKind(
             "slice",
@@ -88,6 +90,12 @@ def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[FeedKind[Any], ...]
             Collection(claims.DEVICE_CLASSES),
             claim_feed.classes_listed,
             claim_feed.class_event,
+        ),
+        FeedKind(
+            "devicetaintrule",
+            Collection(claims.DEVICE_TAINT_RULES),
+            claim_feed.rules_listed,
+            claim_feed.rule_event,
         ),
         FeedKind(
             "claim",

@@ -56,6 +56,11 @@ ATTR_PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
 #: on it keep running (NoSchedule, not NoExecute: a card that hiccups does not kill work).
 UNHEALTHY_TAINT_KEY: Final = f"{DRIVER}/unhealthy"
 UNHEALTHY_TAINT_EFFECT: Final = "NoSchedule"
+#: The taint a lost card carries (fell off the bus, or NVML no longer counts it): nothing
+#: new is allocated on it and the pods using it are evicted (kube-controller-manager's
+#: device taint eviction, as for a node's NoExecute taint), since their work cannot go on.
+LOST_TAINT_KEY: Final = f"{DRIVER}/lost"
+LOST_TAINT_EFFECT: Final = "NoExecute"
 
 #: Which path a node's cards are offered by (its label; the device plugin when absent).
 #: One path per node: a card is never both a device-plugin slot and a DRA device.
@@ -89,6 +94,8 @@ class CardShape:
     mode: str
     healthy: bool = True
     health_reason: str | None = None
+    #: Unhealthy because it is gone (not merely sick): tainted NoExecute.
+    lost: bool = False
     numa_node: int | None = None
     pci_bus_id: str | None = None
     pcie_root: str | None = None
@@ -161,14 +168,20 @@ def device_wire(card: CardShape) -> SliceDevice:
         },
     }
     if not card.healthy:
-        device["taints"] = [
-            {
-                "key": UNHEALTHY_TAINT_KEY,
-                "value": _taint_value(card.health_reason),
-                "effect": UNHEALTHY_TAINT_EFFECT,
-            }
-        ]
+        device["taints"] = [card_taint(card)]
     return device
+
+
+def card_taint(card: CardShape) -> dict[str, str]:
+    """The one taint of an unhealthy card: NoExecute when it is lost, else NoSchedule; the
+    health reason as its value. Two keys, so that a request tolerating a sick card (to
+    debug it) is still kept off a card that is gone."""
+    lost = card.lost
+    return {
+        "key": LOST_TAINT_KEY if lost else UNHEALTHY_TAINT_KEY,
+        "value": _taint_value(card.health_reason),
+        "effect": LOST_TAINT_EFFECT if lost else UNHEALTHY_TAINT_EFFECT,
+    }
 
 
 def _taint_value(reason: str | None) -> str:

@@ -37,6 +37,7 @@ BASE: Final = "/apis/resource.k8s.io/v1"
 RESOURCE_SLICES: Final = f"{BASE}/resourceslices"
 RESOURCE_CLAIMS: Final = f"{BASE}/resourceclaims"
 DEVICE_CLASSES: Final = f"{BASE}/deviceclasses"
+DEVICE_TAINT_RULES: Final = f"{BASE}/devicetaintrules"
 #: Keeps an allocated claim from being deleted before it is deallocated.
 FINALIZER: Final = "resource.kubernetes.io/delete-protection"
 

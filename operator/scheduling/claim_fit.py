@@ -24,6 +24,7 @@ from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.scheduling import (
     claim_best_fit,
     claim_cel,
+    claim_taints,
     claims,
     dra_pool,
     fit,
@@ -176,7 +177,7 @@ def _options(
             pending = exc
             continue
         if consumption is None:
-            reasons[Reason.DEVICE_NOT_SELECTED] += 1
+            reasons[claim_taints.refusal(request, device, cache)] += 1
             continue
         shape = (consumption.memory_mib, consumption.cores, consumption.slots)
         options.setdefault(shape, []).append((card, consumption))
@@ -185,6 +186,7 @@ def _options(
     if not options:
         if not reasons:
             reasons[Reason.NODE_INSUFFICIENT_DEVICE] = 1
+        claim_taints.only_the_news(reasons)
         return ClaimsOutcome(False, reasons=reasons)
     return options
 

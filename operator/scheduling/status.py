@@ -48,6 +48,9 @@ class Reason(enum.StrEnum):
     # The DRA path (claims placed by the engine).
     #: A device of a claim's request that its selectors, taints or capacity policy rule out.
     DEVICE_NOT_SELECTED = "DeviceNotSelected"
+    #: A device a claim's request selects but one of whose NoSchedule/NoExecute taints
+    #: (a sick or lost card) it does not tolerate.
+    DEVICE_UNTOLERATED_TAINT = "DeviceUntoleratedTaint"
     #: A pod with claims on a node that offers no DRA devices of this driver.
     NODE_NOT_ON_DRA_PATH = "NodeNotOnDraPath"
     #: A pod asking through the annotation protocol on a node whose cards are DRA devices.
@@ -80,6 +83,7 @@ UNRESOLVABLE_BY_RELEASE: Final = frozenset(
         Reason.NODE_AFFINITY_MISMATCH,
         Reason.INVENTORY_STALE,
         Reason.DEVICE_NOT_SELECTED,
+        Reason.DEVICE_UNTOLERATED_TAINT,
         Reason.NODE_NOT_ON_DRA_PATH,
         Reason.NODE_ON_DRA_PATH,
         Reason.NODE_NOT_CLAIMS_NODE,

@@ -189,10 +189,24 @@ def test_the_table_shows_what_each_container_receives(demo: DemoResult) -> None:
     assert "vgpu-demo/shared-a" in section
 
 
-def test_the_dra_claim_is_allocated_by_kube_scheduler_and_prepared(demo: DemoResult) -> None:
+def test_the_dra_part_shows_the_engine_beside_kube_schedulers_first_fit(
+    demo: DemoResult,
+) -> None:
     shown = demo.dra
     assert shown is not None
-    assert shown.node == "gpu-dra-l40s"
+    by = {(c.what, c.allocator): c for c in shown.choices}
+    share, pair = "a 10 GiB, 25 % share", "2 cards x 30 GiB"
+    # First fit takes card #0; the engine's binpack the tightest fit, card #1 (60 GiB held).
+    assert by[share, "kube-scheduler"].cards == (0,)
+    assert by[share, "engine"].cards == (1,)
+    assert by[share, "engine"].free_mib == (10240,)
+    # Two cards: first fit crosses the sockets; the engine takes the bridged pair.
+    assert by[pair, "kube-scheduler"].cards == (0, 2)
+    assert by[pair, "kube-scheduler"].linked is False
+    assert sorted(by[pair, "engine"].cards) == [2, 3]
+    assert by[pair, "engine"].linked is True
+    # The engine's share, prepared by the node's DRA plugin.
+    assert shown.node == "gpu-dra-a100"
     assert (shown.memory_mib, shown.cores) == (10240, 25)
     assert shown.env["NVIDIA_VISIBLE_DEVICES"].lower() == shown.device
     assert shown.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "10240m"
@@ -201,5 +215,6 @@ def test_the_dra_claim_is_allocated_by_kube_scheduler_and_prepared(demo: DemoRes
     assert shown.cdi_ids
     assert all(i.startswith("vgpu-operator.io/gpu=") for i in shown.cdi_ids)
     text = render_result(demo)
-    assert "DRA: one claim allocated by kube-scheduler" in text
+    assert "DRA: the engine's choice beside kube-scheduler's first fit" in text
+    assert "bridged pair" in text
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=10240m" in text

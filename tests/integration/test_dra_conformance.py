@@ -19,6 +19,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,9 +29,10 @@ from typing import Any
 import pytest
 from integration import operator_env as env
 from integration.dra_env import RESOURCE, dra_agent, node_slice
-from integration.test_agent import AgentThread, wait_for
+from integration.test_agent import AgentThread, rewrite, wait_for
 from integration.test_deviceplugin_conformance import Kubelet, require_harness
 
+from vgpu_operator.agent.simulated import resolve_machine_path
 from vgpu_operator.devices import dra
 from vgpu_operator.testing.controlplane import ControlPlane
 
@@ -82,6 +84,8 @@ class DraNode:
     kubelet: DraKubelet
     cdi_dir: Path
     hami_core_dir: Path
+    #: The agent's machine file (a copy of l40s-pcie-4): rewrite it to make a card fail.
+    machine: Path
 
 
 @pytest.fixture
@@ -98,11 +102,13 @@ def dra_node(
         dra_harness, root / "kubelet", cdi_dir, kubeconfig_env, name, tmp_path / "kubelet.log"
     )
     agent: AgentThread | None = None
+    machine = tmp_path / "machine.yaml"
+    shutil.copy(resolve_machine_path("l40s-pcie-4"), machine)
     try:
         kubelet.ok("start")
         agent = dra_agent(
             name,
-            "l40s-pcie-4",
+            str(machine),
             kubeconfig_env,
             tmp_path,
             split=SPLIT,
@@ -110,7 +116,7 @@ def dra_node(
             sockets=root,
         )
         wait_for(f"{name}'s slice", lambda: node_slice(control_plane, name), 60)
-        yield DraNode(name, kubelet, cdi_dir, tmp_path / "vgpu")
+        yield DraNode(name, kubelet, cdi_dir, tmp_path / "vgpu", machine)
     finally:
         if agent is not None:
             agent.stop()
@@ -259,3 +265,51 @@ def test_a_claim_asking_more_than_the_card_has_is_refused(
     reply = kubelet.call("prepare", pod=pod)
     assert not reply["ok"]
     assert "which has 46068 MiB" in reply["error"]
+
+
+def allocated_status(kubelet: DraKubelet, pod: dict[str, Any]) -> dict[str, Any]:
+    """Container name -> its allocatedResourcesStatus, as kubelet would write it now."""
+    reply = kubelet.ok("health", pod=pod)
+    return {c["name"]: c["allocatedResourcesStatus"] for c in reply["containers"]}
+
+
+def test_kubelet_shows_a_card_fault_in_the_pods_allocated_resources_status(
+    dra_node: DraNode, control_plane: ControlPlane, namespace: str
+) -> None:
+    kubelet = dra_node.kubelet
+    kubelet.ok("wait_registered", driver=dra.DRIVER)
+    pod = allocated_pod(control_plane, namespace, dra_node.name, consumed=QUARTER)
+    kubelet.ok("prepare", pod=pod)
+    uid = control_plane.get(f"{RESOURCE}/namespaces/{namespace}/resourceclaims/gpu")["metadata"][
+        "uid"
+    ]
+    resource = f"vgpu-operator.io/gpu={uid}-0"  # kubelet names the device by its CDI ID
+
+    def shown(health: str, message: str | None = None) -> dict[str, Any]:
+        entry: dict[str, Any] = {"resourceID": resource, "health": health}
+        if message is not None:
+            entry["message"] = message
+        return {"main": [{"name": "claim:gpu", "resources": [entry]}], "sidecar": []}
+
+    # The stream reported every card when kubelet opened it at registration.
+    assert allocated_status(kubelet, pod) == shown("Healthy")
+    # The card the claim holds raises a critical XID: kubelet is told, and the pod's
+    # status would say Unhealthy with the agent's reason.
+    start = time.monotonic()
+    rewrite(dra_node.machine, lambda body: body["gpus"][1].update(xid=48))
+    assert kubelet.ok("wait_health_update", timeout_s=30)["pods"] == [pod["metadata"]["uid"]]
+    sick_s = time.monotonic() - start
+    assert allocated_status(kubelet, pod) == shown("Unhealthy", "critical XID 48")
+    # Then it falls off the bus: lost, which the message says first.
+    start = time.monotonic()
+    rewrite(dra_node.machine, lambda body: body["gpus"][1].update(lost=True))
+    assert kubelet.ok("wait_health_update", timeout_s=30)["pods"] == [pod["metadata"]["uid"]]
+    lost_s = time.monotonic() - start
+    assert allocated_status(kubelet, pod) == shown(
+        "Unhealthy", "card lost: GPU is lost (fell off the bus)"
+    )
+    print(
+        f"\ncard fault -> kubelet's health update for the pod: XID {sick_s:.2f} s, "
+        f"lost {lost_s:.2f} s (test settings: 0.2 s polls; shared 2-core machine)"
+    )
+    kubelet.ok("unprepare", pod=pod)

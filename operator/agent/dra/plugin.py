@@ -29,10 +29,12 @@ from vgpu_operator.agent.dra import (
     cdi,
     dra_pb2,
     dra_pb2_grpc,
+    drahealth_pb2_grpc,
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
     prepare,
 )
+from vgpu_operator.agent.dra.health_stream import HealthStream
 from vgpu_operator.devices import dra
 from vgpu_operator.wire import ResourceClaim, meta_of
 
@@ -157,9 +159,14 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
 class Registration(pluginregistration_pb2_grpc.RegistrationServicer):
     """What kubelet's plugin watcher asks of the socket in its registry directory."""
 
-    def __init__(self, driver: str, endpoint: str) -> None:
+    def __init__(
+        self, driver: str, endpoint: str, services: tuple[str, ...] = (DRA_SERVICE,)
+    ) -> None:
         self.driver = driver
         self.endpoint = endpoint
+        #: The gRPC services served on ``endpoint`` (kubelet opens the health stream only
+        #: where ``v1.DRAResourceHealth`` is listed).
+        self.services = services
         #: kubelet's last answer: None before it gave one.
         self.registered: bool | None = None
         self.accepted = asyncio.Event()
@@ -171,7 +178,7 @@ class Registration(pluginregistration_pb2_grpc.RegistrationServicer):
             type=PLUGIN_TYPE,
             name=self.driver,
             endpoint=self.endpoint,
-            supported_versions=[DRA_SERVICE],
+            supported_versions=list(self.services),
         )
 
     async def NotifyRegistrationStatus(
@@ -188,10 +195,18 @@ class Registration(pluginregistration_pb2_grpc.RegistrationServicer):
         return pluginregistration_pb2.RegistrationStatusResponse()
 
 
-async def serve_dra(plugin: DraPlugin, socket_path: str) -> grpc.aio.Server:
-    # The generated gRPC modules are untyped (grpc_tools writes no stubs for them).
-    add = dra_pb2_grpc.add_DRAPluginServicer_to_server
-    return await serve_unix(lambda server: add(plugin, server), socket_path)  # type: ignore[no-untyped-call]
+async def serve_dra(
+    plugin: DraPlugin, socket_path: str, health: HealthStream | None = None
+) -> grpc.aio.Server:
+    """The DRA service, and kubelet's health stream beside it on the same socket."""
+
+    def add(server: grpc.aio.Server) -> None:
+        # The generated gRPC modules are untyped (grpc_tools writes no stubs for them).
+        dra_pb2_grpc.add_DRAPluginServicer_to_server(plugin, server)  # type: ignore[no-untyped-call]
+        if health is not None:
+            drahealth_pb2_grpc.add_DRAResourceHealthServicer_to_server(health, server)  # type: ignore[no-untyped-call]
+
+    return await serve_unix(add, socket_path)
 
 
 async def serve_registration(registration: Registration, socket_path: str) -> grpc.aio.Server:

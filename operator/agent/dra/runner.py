@@ -16,7 +16,9 @@ from pathlib import Path
 
 import structlog
 
+from vgpu_operator.agent.dra import health_stream
 from vgpu_operator.agent.dra import plugin as dra_plugin
+from vgpu_operator.agent.dra.health_stream import HealthStream
 from vgpu_operator.agent.dra.plugin import DraPlugin, Registration
 from vgpu_operator.devices import dra
 
@@ -39,13 +41,18 @@ class DraRunner:
         *,
         driver: str = dra.DRIVER,
         poll_s: float = 0.5,
+        health: HealthStream | None = None,
     ) -> None:
         self.plugin = plugin
+        self.health = health
         self.driver = driver
         self.dra_socket = plugins_dir / driver / "dra.sock"
         self.registration_socket = registry_dir / f"{driver}-reg.sock"
         self.poll_s = poll_s
-        self.registration = Registration(driver, str(self.dra_socket))
+        services: tuple[str, ...] = (dra_plugin.DRA_SERVICE,)
+        if health is not None:
+            services += (health_stream.HEALTH_SERVICE,)
+        self.registration = Registration(driver, str(self.dra_socket), services)
         #: How often both sockets were served (1 + the times they had vanished).
         self.serves = 0
 
@@ -56,7 +63,7 @@ class DraRunner:
             _unlink(self.dra_socket)  # stale sockets of an earlier run
             _unlink(self.registration_socket)
             # The service first: kubelet dials it as soon as it sees the registration.
-            dra_server = await dra_plugin.serve_dra(self.plugin, str(self.dra_socket))
+            dra_server = await dra_plugin.serve_dra(self.plugin, str(self.dra_socket), self.health)
             registration_server = await dra_plugin.serve_registration(
                 self.registration, str(self.registration_socket)
             )

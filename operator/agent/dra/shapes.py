@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from vgpu_operator import resources
+from vgpu_operator.agent import health
 from vgpu_operator.agent.dra.sysfs import sysfs_bus_id
 from vgpu_operator.devices import dra
 
@@ -79,6 +80,8 @@ def card_shapes(
                 mode=device.mode.value,
                 healthy=device.health is resources.DeviceHealth.HEALTHY,
                 health_reason=device.health_reason,
+                lost=device.health is not resources.DeviceHealth.HEALTHY
+                and health.is_lost(device.health_reason),
                 numa_node=device.numa_node,
                 # Kubernetes' pciBusID is the kernel's form (0000:3b:00.0), not NVML's.
                 pci_bus_id=None if device.pci_bus_id is None else sysfs_bus_id(device.pci_bus_id),

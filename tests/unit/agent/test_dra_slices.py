@@ -270,3 +270,25 @@ def test_nothing_is_published_before_the_first_status() -> None:
     publisher = SlicePublisher("node-a", store, shapes.RequestDefaults())
     assert not asyncio.run(publisher.publish())
     assert store.puts == []
+
+
+def test_a_lost_card_is_tainted_no_execute_under_its_own_key() -> None:
+    carried = health.carry_disappeared(
+        (gpu(0), gpu(1).unhealthy(health.OFF_THE_BUS_REASON)),
+        {g.uuid: g for g in (gpu(0), gpu(1), gpu(2).unhealthy("critical XID 48"))},
+    )
+    reading = MachineReading(gpus=carried)
+    cards = shapes.card_shapes(status_of(reading), shapes.RequestDefaults())
+    assert [(c.index, c.healthy, c.lost) for c in cards] == [
+        (0, True, False),
+        (1, False, True),
+        (2, False, True),
+    ]
+    taints = [dra.device_wire(c).get("taints") for c in cards]
+    assert taints == [
+        None,
+        [{"key": "gpu.vgpu-operator.io/lost", "value": "GPU-is-lost-fell-off-the-bus",
+          "effect": "NoExecute"}],
+        [{"key": "gpu.vgpu-operator.io/lost",
+          "value": "GPU-disappeared-NVML-no-longer-reports-it", "effect": "NoExecute"}],
+    ]  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from agent_fakes import fake_pynvml, machine_dict, nvml_error
 
-from vgpu_operator.agent import nvml
+from vgpu_operator.agent import health, nvml
 from vgpu_operator.agent.readings import MIB
 from vgpu_operator.agent.simulated import SimMachine
 from vgpu_operator.devices.links import P2PLevel
@@ -427,3 +427,27 @@ def test_card_that_disappears_stays_listed_unhealthy_and_not_present() -> None:
     topology = reader.read().topology
     assert ("GPU-test-0", "GPU-test-2") in topology
     assert not any("GPU-test-1" in pair for pair in topology)
+
+
+def test_a_sick_card_that_is_then_lost_says_lost() -> None:
+    # The loss replaces the XID as the reason: the DRA driver taints a lost card NoExecute
+    # and a sick one NoSchedule, and the reason is all the inventory keeps.
+    body = machine_dict(3)
+    body["gpus"][1]["xid"] = 79
+    body["gpus"][2]["xid"] = 48
+    module = fake_pynvml(body)
+    reader = open_reader(module, numa_from_bus_id=no_sysfs)
+    assert reader.watch_health(0.01) is True
+    reader.watch_health(0.01)
+    assert [g.health_reason for g in reader.read().gpus][1:] == [
+        "critical XID 79",
+        "critical XID 48",
+    ]
+    body["gpus"][1]["lost"] = True
+    del body["gpus"][2]
+    module.simulation.update(SimMachine.model_validate(body))
+    gpus = {g.uuid: g for g in reader.read().gpus}
+    assert gpus["GPU-test-1"].health_reason == health.OFF_THE_BUS_REASON
+    assert gpus["GPU-test-2"].health_reason == health.DISAPPEARED_REASON
+    assert health.is_lost(gpus["GPU-test-1"].health_reason)
+    assert not health.is_lost("critical XID 79")

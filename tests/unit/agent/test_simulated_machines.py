@@ -59,6 +59,17 @@ EXPECTED = {
         driver="550.54.15",
         cuda="12.4",
     ),
+    "a100-pcie-bridged": Expected(
+        gpus=4,
+        healthy=4,
+        type="NVIDIA A100 80GB PCIe",
+        memory_mib=81920,
+        numa=(0, 0, 1, 1),
+        modes=("hami-core",) * 4,
+        scores=frozenset({50 + 1200, 10}),
+        driver="550.90.07",
+        cuda="12.4",
+    ),
     "a100-mig": Expected(
         gpus=2,
         healthy=2,
