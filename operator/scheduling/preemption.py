@@ -148,3 +148,21 @@ def candidate_limit(nodes_total: int) -> int:
     """How many candidates the search needs before it may stop (with at least one
     that violates no budget)."""
     return min(_CANDIDATES, nodes_total)
+
+
+def identity(pod: Occupant) -> disruption.PodIdentity:
+    return disruption.PodIdentity(pod.namespace, pod.name, pod.labels)
+
+
+def blocked_message(chosen: Candidate, budgets: Sequence[disruption.Budget]) -> str:
+    """Why a preemption is not made: the victims its budgets protect."""
+    blocked = disruption.blocking_budgets([identity(p) for p in chosen.victims.pods], budgets)
+    named = ", ".join(
+        f"{pod.namespace}/{pod.name} (PodDisruptionBudget {budget.namespace}/{budget.name})"
+        for pod, budget in blocked[:3]
+    )
+    more = f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
+    return (
+        f"Preemption would have to evict {named}{more} on node {chosen.node}, which "
+        "the budget does not allow now; no pod was evicted."
+    )

@@ -1,0 +1,234 @@
+"""Preemption on the DRA path: kube-scheduler's DefaultPreemption at the level of
+consumable capacity.
+
+The rules are the annotation path's (``preemption``: priority, ``preemptionPolicy:
+Never``, PodDisruptionBudgets, victims put back most important first, fewest and least
+important victims, the node order), with the DRA Fit as the filter. What differs is
+what a victim frees: a pod on a DRA node holds nothing itself, its claims do. So a trial
+with some pods removed releases the holds of the claims whose every holder is among
+them (``claim_books.ClaimBooks.holders_on``): a claim shared by several pods only when
+all of them go, an exclusive or whole-card (``hamiCore: false``) claim like any other,
+and never a claim reserved for nobody or one a decision is still writing (no eviction
+frees those). The quota the released claims held in the preemptor's namespace is
+released on a copy of the ledger.
+
+The preemptor's claims are not allocated while the victims run: the decision nominates
+the node and holds the shares the victims free for it (a decision's hold on its claims,
+``claim_books.hold_decided``, with a reserved entry for the pod), so no other pod takes
+them. It is decided again once the victims' pods are gone and their claims no longer
+hold (the claim controller deallocates a claim whose ``reservedFor`` emptied); until
+then it waits (``victims_remain``). Its claims are then allocated as any pod's, through
+the ordinary decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vgpu_operator.devices import dra
+from vgpu_operator.scheduling import claim_ledger, claims, disruption, placement, preemption
+from vgpu_operator.scheduling.claim_decision import ClaimDialect
+from vgpu_operator.scheduling.claim_fit import ClaimsOutcome
+from vgpu_operator.scheduling.claim_wire import consumer
+from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
+from vgpu_operator.scheduling.pod_key import PodKey
+from vgpu_operator.scheduling.status import Code, Diagnosis
+from vgpu_operator.scheduling.view import BooksView, BooksWriter
+
+
+@dataclass(frozen=True, slots=True)
+class HeldClaim:
+    """A claim's hold on one node, as a trial releases it."""
+
+    key: str
+    namespace: str
+    #: The uids of the pods that keep it (empty: no eviction releases it).
+    holders: frozenset[str]
+    bookings: tuple[placement.Booking, ...]
+
+    def quota_sums(self) -> dict[str, tuple[int, int]]:
+        memory = sum(b.memory_mib for b in self.bookings)
+        return {dra.VENDOR: (memory, sum(b.cores for b in self.bookings))}
+
+
+class ClaimRemovalTrial:
+    """Fit a pod's claims on one node as if some of its pods had left, with the holds of
+    the claims they alone kept released (on copies of the cards and the quota ledger)."""
+
+    def __init__(
+        self,
+        view: BooksView,
+        dialect: ClaimDialect,
+        node: NodeEntry,
+        job: placement.Job,
+        wanted: claims.PodClaims,
+        now: float,
+    ) -> None:
+        self._view = view
+        self._dialect = dialect
+        self._node = node
+        self._job = job
+        self._wanted = wanted
+        self._now = now
+        view.refresh(node)
+        by_id = {card.id: card for card in node.cards}
+        self.held = [
+            HeldClaim(h.key, h.namespace, holders, tuple(claim_ledger.bookings(h, by_id)))
+            for h, holders in view.claims.holders_on(node.name)
+        ]
+
+    def freed(self, removed: frozenset[PodKey]) -> list[HeldClaim]:
+        """The holds released once ``removed`` have left: every holder among them."""
+        pods = self._view.pods
+        uids = {pods[k].uid for k in removed if k in pods and pods[k].uid}
+        return [h for h in self.held if h.holders and h.holders <= uids]
+
+    def fits(self, removed: frozenset[PodKey]) -> bool:
+        return self.outcome(removed).ok
+
+    def outcome(self, removed: frozenset[PodKey]) -> ClaimsOutcome:
+        pods = self._view.pods
+        leaving = [pods[k] for k in sorted(removed) if k in pods]
+        freed = self.freed(removed)
+        cards = [card.copy() for card in self._node.cards]
+        for held in freed:
+            if not placement.shift(cards, {"claims": held.bookings}, -1):
+                return ClaimsOutcome(False)  # cards a release cannot be read off: no trial
+        job = self._job
+        released = [h for h in freed if h.namespace == job.namespace]
+        if released and job.quota.has_limits(job.namespace):
+            ledger = job.quota.copy()
+            for held in released:
+                ledger.remove_sums(held.namespace, held.quota_sums())
+            job = dataclasses.replace(job, quota=ledger)
+        return self._dialect.fit_on(self._node, job, self._wanted, self._now, cards, leaving)
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """The node and victims chosen, the preemptor's Fit once they are gone, and the
+    holds their going releases."""
+
+    candidate: preemption.Candidate
+    outcome: ClaimsOutcome
+    claims: frozenset[str]
+
+
+def occupants(view: BooksView, node: NodeEntry) -> list[preemption.Occupant]:
+    """The pods on the node preemption may weigh: bound, not terminating, not a
+    reservation, not a victim of a preemption under way."""
+    entries = (view.pods[k] for k in sorted(node.pods) if k in view.pods)
+    return [
+        preemption.Occupant(e.key, e.priority, e.started, e.labels)
+        for e in entries
+        if not e.deleting and not e.reserved and not view.is_preempted(e.key)
+    ]
+
+
+def choose(
+    view: BooksView,
+    dialect: ClaimDialect,
+    job: placement.Job,
+    pod: Mapping[str, Any],
+    wanted: claims.PodClaims,
+    diagnosis: Diagnosis,
+    now: float,
+) -> Chosen | str | None:
+    """The node and victims DefaultPreemption chooses for the pod's claims, or a sentence
+    when every choice would evict a pod its budget protects (nothing is evicted), or None."""
+    priority = preemption.priority_of(pod)
+    budgets = view.budgets()
+    limit = preemption.candidate_limit(len(view.nodes))
+    candidates: list[preemption.Candidate] = []
+    trials: dict[str, ClaimRemovalTrial] = {}
+    without_violations = 0
+    for node in sorted(view.nodes.values(), key=lambda n: n.order):
+        if wanted.node is not None and node.name != wanted.node:
+            continue  # claims allocated already pin the pod to their node
+        failure = diagnosis.node_failures.get(node.name)
+        if failure is None or failure.code is not Code.UNSCHEDULABLE:
+            continue  # no release can fix what rules this node out
+        weighed = occupants(view, node)
+        if not any(o.priority < priority for o in weighed):
+            continue
+        trial = ClaimRemovalTrial(view, dialect, node, job, wanted, now)
+        victims = preemption.select_victims(priority, weighed, budgets, trial.fits)
+        if victims is None:
+            continue
+        trials[node.name] = trial
+        candidates.append(preemption.Candidate(node.name, victims))
+        without_violations += victims.budget_violations == 0
+        if without_violations and len(candidates) >= limit:
+            break
+    chosen = preemption.pick_node(candidates)
+    if chosen is None:
+        return None
+    if chosen.victims.budget_violations:
+        return preemption.blocked_message(chosen, budgets)
+    trial = trials[chosen.node]
+    outcome = trial.outcome(chosen.victims.keys)
+    # The search found that the claims fit once the victims leave; a fresh trial that
+    # disagrees would be an engine bug, and must not evict anyone.
+    if not outcome.ok:
+        return None
+    freed = frozenset(h.key for h in trial.freed(chosen.victims.keys))
+    return Chosen(chosen, outcome, freed)
+
+
+def hold(
+    books: BooksWriter,
+    key: PodKey,
+    job: placement.Job,
+    pod: Mapping[str, Any],
+    wanted: claims.PodClaims,
+    chosen: Chosen,
+    until: float,
+) -> None:
+    """Nominate the node and hold the shares the victims free for the preemptor, so
+    that no other pod takes them while the victims terminate and their claims are
+    released. Given up by ``cancel_preemption``, the nomination's expiry, or the pod's
+    next decision once the victims are gone."""
+    node = chosen.candidate.node
+    books.nominate(key, Nomination(node, chosen.candidate.victims.keys, until, chosen.claims))
+    picks = chosen.outcome.picks
+    books.hold_decided(
+        key, node, {c.key: (c.namespace, picks[c.key]) for c in wanted.pending if c.key in picks}
+    )
+    books.add_pod(
+        PodEntry(
+            key=key,
+            namespace=job.namespace,
+            node=node,
+            requests=job.resources,
+            devices={},
+            bookings={},
+            reserved=True,
+            priority=preemption.priority_of(pod),
+            labels=dict((pod.get("metadata") or {}).get("labels") or {}),
+            uid=consumer(pod)["uid"],
+        )
+    )
+
+
+def victims_remain(view: BooksView, nomination: Nomination) -> bool:
+    """Whether a victim of the nomination still runs, or a claim its victims held still
+    holds (not deallocated yet): the preemptor waits rather than preempting again."""
+    if view.victims_remain(nomination):
+        return True
+    return any(view.claims.holds_claim(k) for k in nomination.claims)
+
+
+def eviction_order(
+    chosen: Chosen, budgets: Sequence[disruption.Budget]
+) -> tuple[preemption.Occupant, ...]:
+    """Victims a budget covers first: if the Eviction API refuses one (its budget
+    changed since it was read), none of the others has been evicted yet."""
+    return tuple(
+        sorted(
+            chosen.candidate.victims.pods,
+            key=lambda p: not disruption.covered(preemption.identity(p), budgets),
+        )
+    )
