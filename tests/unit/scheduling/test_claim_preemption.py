@@ -74,13 +74,17 @@ def test_the_preemptor_waits_for_its_victims_claim_to_be_released_then_is_alloca
     # The victim's pod is gone, but its claim is still allocated: wait, do not preempt.
     state.remove_pod("ns/low")
     waiting = state.schedule(urgent, now=1)
-    assert waiting.nominated_node == NODE and waiting.victims == () and not waiting.scheduled
+    assert waiting.nominated_node == NODE
+    assert waiting.victims == ()
+    assert not waiting.scheduled
     # The claim controller deallocates it: the preemptor's claim is allocated now.
     state.set_claim(deallocated("low", "8Gi"))
     placed = state.schedule(urgent, now=2)
-    assert placed.scheduled and placed.node == NODE
+    assert placed.scheduled
+    assert placed.node == NODE
     [write] = placed.claim_writes
-    assert write.allocation is not None and write.name == "c-urgent"
+    assert write.allocation is not None
+    assert write.name == "c-urgent"
 
 
 def test_the_freed_shares_are_held_for_the_preemptor_meanwhile() -> None:
@@ -129,7 +133,8 @@ def test_a_claim_shared_with_a_more_important_pod_frees_nothing() -> None:
     state.set_pod(bound_pod("peer", "c-low", 100))
     urgent = preemptor(state, "urgent", "6Gi", 100)
     decision = state.schedule(urgent, now=0)
-    assert decision.nominated_node is None and decision.victims == ()
+    assert decision.nominated_node is None
+    assert decision.victims == ()
 
 
 def test_a_claim_reserved_for_nobody_is_no_ones_to_free() -> None:
