@@ -120,20 +120,24 @@ class Candidate:
     victims: Victims
 
 
-def _choice_key(position: int, candidate: Candidate) -> tuple[int, int, int, int, float, int]:
-    pods = candidate.victims.pods
+def victims_key(victims: Victims) -> tuple[int, int, int, int, float]:
+    """``pick_node``'s order of one node's victims (smaller is better)."""
+    pods = victims.pods
     if not pods:
-        return (0, -_PRIORITY_OFFSET, 0, 0, -math.inf, position)
+        return (0, -_PRIORITY_OFFSET, 0, 0, -math.inf)
     top = pods[0].priority
     earliest_top_start = min(p.start_rank for p in pods if p.priority == top)
     return (
-        candidate.victims.budget_violations,
+        victims.budget_violations,
         top,
         sum(p.priority + _PRIORITY_OFFSET for p in pods),
         len(pods),
         -earliest_top_start,  # the latest start wins: it loses the least work
-        position,
     )
+
+
+def _choice_key(position: int, candidate: Candidate) -> tuple[int, int, int, int, float, int]:
+    return (*victims_key(candidate.victims), position)
 
 
 def pick_node(candidates: Sequence[Candidate]) -> Candidate | None:
