@@ -240,6 +240,14 @@ class ClaimBooks:
                 out.append((hold, claim_ledger.reserved_uids(self._claim_objects.get(hold.key))))
         return out
 
+    def reserved_for(self, uids: set[str]) -> list[str]:
+        """The claims whose ``reservedFor`` names one of the pods ``uids``."""
+        return [
+            key
+            for key, obj in self._claim_objects.items()
+            if claim_ledger.reserved_uids(obj) & uids
+        ]
+
     def holds_claim(self, key: str) -> bool:
         """Whether the claim (or kept hold) ``key`` still holds shares."""
         return key in self._claim_ledger.holds

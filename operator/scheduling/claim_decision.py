@@ -32,6 +32,7 @@ from vgpu_operator.scheduling import (
     node_gate,
     placement,
     policies,
+    preemption,
 )
 from vgpu_operator.scheduling.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.pod_key import PodKey
@@ -178,6 +179,8 @@ class ClaimDialect:
                 devices={},
                 bookings={},
                 reserved=True,
+                # Read by preemption once bound, before the bound copy comes back.
+                priority=preemption.priority_of(pod),
                 labels=dict((pod.get("metadata") or {}).get("labels") or {}),
                 uid=consumer["uid"],
             )

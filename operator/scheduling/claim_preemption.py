@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling import claim_ledger, claims, disruption, placement, preemption
+from vgpu_operator.scheduling import (
+    claim_ledger,
+    claims,
+    disruption,
+    node_gate,
+    placement,
+    preemption,
+)
 from vgpu_operator.scheduling.claim_decision import ClaimDialect
 from vgpu_operator.scheduling.claim_fit import ClaimsOutcome
 from vgpu_operator.scheduling.claim_wire import consumer
@@ -80,6 +87,42 @@ class ClaimRemovalTrial:
             for h, holders in view.claims.holders_on(node.name)
         ]
 
+    @property
+    def simple(self) -> bool:
+        """Whether the pod asks one card (one claim to allocate, one request of count 1, no
+        constraint) and no quota limits it: then each card is judged alone by arithmetic
+        (``_card_walk``)."""
+        pending = self._wanted.pending
+        if len(pending) != 1 or pending[0].match_attributes or len(pending[0].requests) != 1:
+            return False
+        job = self._job
+        return pending[0].requests[0].count == 1 and not job.quota.has_limits(job.namespace)
+
+    def gate_open(self, removed: frozenset[PodKey]) -> bool:
+        """Whether the node gate (CPU, memory, pod count...) lets the pod in once
+        ``removed`` left."""
+        pods = self._view.pods
+        leaving = [pods[k] for k in sorted(removed) if k in pods]
+        timeout = self._view.inventory_timeout_s
+        return (
+            node_gate.check(self._node, self._job, self._now, timeout, claims=True, leaving=leaving)
+            is None
+        )
+
+    def card_free(self, card_id: str, removed: frozenset[PodKey]) -> tuple[int, int, int]:
+        """What the card has free (MiB, cores, slots) once ``removed`` left."""
+        card = next(c for c in self._node.cards if c.id == card_id)
+        memory = card.total_memory_mib - card.used_memory_mib
+        cores = card.total_cores - card.used_cores
+        slots = card.count - card.used
+        for held in self.freed(removed):
+            for booking in held.bookings:
+                if booking.uuid == card_id:
+                    memory += booking.memory_mib
+                    cores += booking.cores
+                    slots += booking.slots
+        return memory, cores, slots
+
     def pods_by_uid(self) -> dict[str, PodKey]:
         """The node's pods by uid (a claim names its holders by uid)."""
         pods = self._view.pods
@@ -102,11 +145,12 @@ class ClaimRemovalTrial:
     def fits(self, removed: frozenset[PodKey]) -> bool:
         return self.outcome(removed).ok
 
-    def outcome(self, removed: frozenset[PodKey]) -> ClaimsOutcome:
+    def outcome(self, removed: frozenset[PodKey], only: str | None = None) -> ClaimsOutcome:
+        """The claims' Fit once ``removed`` left (``only``: on that card alone)."""
         pods = self._view.pods
         leaving = [pods[k] for k in sorted(removed) if k in pods]
         freed = self.freed(removed)
-        cards = [card.copy() for card in self._node.cards]
+        cards = [card.copy() for card in self._node.cards if only is None or card.id == only]
         for held in freed:
             if not placement.shift(cards, {"claims": held.bookings}, -1):
                 return ClaimsOutcome(False)  # cards a release cannot be read off: no trial
@@ -156,20 +200,66 @@ def select_victims(
     several pods of another card instead (three victims where one does), or leave only
     choices a budget forbids where another card's holders were allowed. Restricted to
     one card's holders, the walk frees that card; it costs about one more Fit per pod."""
-    best = _recounted(preemption.select_victims(priority, weighed, budgets, trial.fits), budgets)
+    simple = trial.simple
+    best = None
+    if not simple:
+        best = _recounted(
+            preemption.select_victims(priority, weighed, budgets, trial.fits), budgets
+        )
     by_key = {o.key: o for o in weighed}
     pods = trial.pods_by_uid()
-    for holders in trial.holders_by_card().values():
+    for card, holders in trial.holders_by_card().items():
         keys = {pods[uid] for uid in holders if uid in pods}
         alone = [by_key[k] for k in sorted(keys) if k in by_key]
-        if not alone or len(alone) == len(weighed):
+        if not alone or (not simple and len(alone) == len(weighed)):
             continue
-        found = _recounted(preemption.select_victims(priority, alone, budgets, trial.fits), budgets)
+        if simple:
+            found = _card_walk(trial, card, alone, priority, budgets)
+        else:
+            found = preemption.select_victims(priority, alone, budgets, trial.fits)
+        found = _recounted(found, budgets)
         if found is not None and (
             best is None or preemption.victims_key(found) < preemption.victims_key(best)
         ):
             best = found
+    if simple and best is None:
+        # No card alone makes room: what stands in the way may be the node's CPU or
+        # memory, which pods holding no card free too.
+        best = _recounted(
+            preemption.select_victims(priority, weighed, budgets, trial.fits), budgets
+        )
     return best
+
+
+def _card_walk(
+    trial: ClaimRemovalTrial,
+    card: str,
+    alone: Sequence[preemption.Occupant],
+    priority: int,
+    budgets: Sequence[disruption.Budget],
+) -> preemption.Victims | None:
+    """kube-scheduler's walk over one card's holders for a pod that asks one card: the
+    claim's Fit on that card alone, with every lower-priority holder gone, says whether
+    the card can take it at all and what it would consume there (which does not depend
+    on what else the card holds); every further trial is then arithmetic on the card's
+    free memory, cores and slots, and the node gate. The chosen victims are fitted again
+    in full before anyone is evicted (``choose``)."""
+    lower = frozenset(o.key for o in alone if o.priority < priority)
+    if not lower:
+        return None
+    outcome = trial.outcome(lower, only=card)
+    if not outcome.ok:
+        return None
+    [picks] = outcome.picks.values()
+    need = picks[0].consumption
+
+    def fits(removed: frozenset[PodKey]) -> bool:
+        memory, cores, slots = trial.card_free(card, removed)
+        if memory < need.memory_mib or cores < need.cores or slots < need.slots:
+            return False
+        return trial.gate_open(removed)
+
+    return preemption.select_victims(priority, alone, budgets, fits)
 
 
 def _recounted(

@@ -193,3 +193,13 @@ def test_no_preemption_unless_enabled() -> None:
     state.preemption_enabled = False
     running(state, "low", "8Gi", 1)
     assert state.schedule(preemptor(state, "urgent", "6Gi", 100), now=0).victims == ()
+
+
+def test_a_pod_the_engine_placed_keeps_its_priority_before_its_bound_copy_comes_back() -> None:
+    state = engine()
+    first = preemptor(state, "first", "8Gi", 100)
+    first["metadata"]["uid"] = "uid-first"
+    assert state.schedule(first, now=0).scheduled
+    state.confirm("ns/first")  # bound; the watch has not brought the bound copy yet
+    peer = preemptor(state, "peer", "6Gi", 100)
+    assert state.schedule(peer, now=1).victims == ()
