@@ -123,6 +123,53 @@ class ClaimRemovalTrial:
                     slots += booking.slots
         return memory, cores, slots
 
+    def least_top(self, card: str, freeable: Mapping[str, int]) -> int | None:
+        """A lower bound of the most important victim's priority on ``card`` for a pod
+        that asks one card, or None when no victims can make room there. ``freeable``:
+        the uids (and priorities) of the pods that may be victims.
+
+        What the request names (memory, cores, one slot) is at most what it consumes, so
+        the claims released must free at least what the card lacks of it; releasing the
+        claims whose most important holder is least important first, the priority at
+        which enough is freed bounds every set of victims from below."""
+        [request] = self._wanted.pending[0].requests
+        want_memory = int(-(-request.capacity.get(dra.MEMORY, 0) // dra.MIB))
+        want_cores = int(-(-request.capacity.get(dra.CORES, 0) // 1))
+        memory, cores, slots = self.card_free(card, frozenset())
+        lacking = (want_memory - memory, want_cores - cores, 1 - slots)
+        releasable: list[tuple[int, int, int, int]] = []
+        for held in self.held:
+            on_card = [b for b in held.bookings if b.uuid == card]
+            if not on_card or not held.holders or not held.holders <= freeable.keys():
+                continue
+            top = max(freeable[uid] for uid in held.holders)
+            releasable.append(
+                (
+                    top,
+                    sum(b.memory_mib for b in on_card),
+                    sum(b.cores for b in on_card),
+                    sum(b.slots for b in on_card),
+                )
+            )
+        if not releasable:
+            return None
+        releasable.sort()
+        bound = releasable[0][0]  # at least one victim: the pod fits nowhere now
+        for dimension, lack in enumerate(lacking, start=1):
+            freed = 0
+            for entry in releasable:
+                if freed >= lack:
+                    break
+                freed += entry[dimension]
+                bound = max(bound, entry[0])
+            if freed < lack:
+                return None
+        return bound
+
+    def uid_of(self, key: PodKey) -> str:
+        entry = self._view.pods.get(key)
+        return "" if entry is None else entry.uid
+
     def pods_by_uid(self) -> dict[str, PodKey]:
         """The node's pods by uid (a claim names its holders by uid)."""
         pods = self._view.pods
@@ -190,16 +237,22 @@ def select_victims(
     priority: int,
     weighed: Sequence[preemption.Occupant],
     budgets: Sequence[disruption.Budget],
-) -> preemption.Victims | None:
-    """The victims on one node: kube-scheduler's walk (``preemption.select_victims``) over
-    every lower-priority pod, and the same walk over the holders of each card alone,
-    the best of them by ``pick_node``'s order.
+    beaten: tuple[int, int] | None = None,
+) -> tuple[preemption.Victims | None, bool]:
+    """The victims on one node, and whether a card was left out as beaten:
+    kube-scheduler's walk (``preemption.select_victims``) over every lower-priority pod,
+    and the same walk over the holders of each card alone, the best of them by
+    ``pick_node``'s order.
 
     Why each card too: the walk puts the most important pods back first wherever their
     shares are, so it may keep a pod whose card alone would have made room and evict
     several pods of another card instead (three victims where one does), or leave only
     choices a budget forbids where another card's holders were allowed. Restricted to
-    one card's holders, the walk frees that card; it costs about one more Fit per pod."""
+    one card's holders, the walk frees that card; it costs about one more Fit per pod.
+
+    ``beaten``: the (violations, most important victim's priority) of the best choice on
+    another node so far: for a pod that asks one card, a card whose victims could only be
+    worse (``least_top``) is not walked, and none whose victims cannot make room."""
     simple = trial.simple
     best = None
     if not simple:
@@ -208,7 +261,20 @@ def select_victims(
         )
     by_key = {o.key: o for o in weighed}
     pods = trial.pods_by_uid()
+    freeable = {trial.uid_of(o.key): o.priority for o in weighed if o.priority < priority}
+    walks: list[tuple[int, str, frozenset[str]]] = []
+    skipped = False
     for card, holders in trial.holders_by_card().items():
+        top = trial.least_top(card, freeable) if simple else 0
+        if top is None:
+            continue
+        if beaten is not None and (0, top) > beaten:
+            skipped = True
+            continue
+        walks.append((top, card, holders))
+    for top, card, holders in sorted(walks):
+        if best is not None and preemption.victims_key(best)[:2] < (0, top):
+            continue  # this node's best so far is better than the card could give
         keys = {pods[uid] for uid in holders if uid in pods}
         alone = [by_key[k] for k in sorted(keys) if k in by_key]
         if not alone or (not simple and len(alone) == len(weighed)):
@@ -222,13 +288,13 @@ def select_victims(
             best is None or preemption.victims_key(found) < preemption.victims_key(best)
         ):
             best = found
-    if simple and best is None:
+    if simple and best is None and not skipped:
         # No card alone makes room: what stands in the way may be the node's CPU or
         # memory, which pods holding no card free too.
         best = _recounted(
             preemption.select_victims(priority, weighed, budgets, trial.fits), budgets
         )
-    return best
+    return best, skipped
 
 
 def _card_walk(
@@ -292,6 +358,10 @@ def choose(
     candidates: list[preemption.Candidate] = []
     trials: dict[str, ClaimRemovalTrial] = {}
     without_violations = 0
+    #: The best (violations, most important victim) so far: cards that cannot beat it
+    #: are not walked (``select_victims``).
+    beaten: tuple[int, int] | None = None
+    outdone = 0
     for node in sorted(view.nodes.values(), key=lambda n: n.order):
         if wanted.node is not None and node.name != wanted.node:
             continue  # claims allocated already pin the pod to their node
@@ -302,13 +372,20 @@ def choose(
         if not any(o.priority < priority for o in weighed):
             continue
         trial = ClaimRemovalTrial(view, dialect, node, job, wanted, now)
-        victims = select_victims(trial, priority, weighed, budgets)
+        victims, skipped = select_victims(trial, priority, weighed, budgets, beaten)
         if victims is None:
+            # A node left out as beaten counts as a candidate (it would have been one,
+            # no better than the best), so the search stops as kube-scheduler's does.
+            outdone += skipped
+            if without_violations and len(candidates) + outdone >= limit:
+                break
             continue
         trials[node.name] = trial
         candidates.append(preemption.Candidate(node.name, victims))
+        rank = preemption.victims_key(victims)[:2]
+        beaten = rank if beaten is None else min(beaten, rank)
         without_violations += victims.budget_violations == 0
-        if without_violations and len(candidates) >= limit:
+        if without_violations and len(candidates) + outdone >= limit:
             break
     chosen = preemption.pick_node(candidates)
     if chosen is None:
