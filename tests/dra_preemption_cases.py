@@ -69,8 +69,11 @@ class Case:
     def fits(self, node: str, gone: frozenset[str]) -> bool:
         for card in self.nodes[node]:
             memory, cores, shares = self.free(card, node, gone)
-            if memory >= self.want_memory_mib and cores >= self.want_cores and shares >= 1:
-                return True
+            if memory < self.want_memory_mib or cores < self.want_cores or shares < 1:
+                continue
+            if cores == 0 and self.want_cores == 0:
+                continue  # HAMi: a card whose cores are all taken takes no more pods
+            return True
         return False
 
     def key(self, victims: frozenset[str]) -> tuple[int, int, int, int]:

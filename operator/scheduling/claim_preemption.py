@@ -307,9 +307,10 @@ def _card_walk(
     """kube-scheduler's walk over one card's holders for a pod that asks one card: the
     claim's Fit on that card alone, with every lower-priority holder gone, says whether
     the card can take it at all and what it would consume there (which does not depend
-    on what else the card holds); every further trial is then arithmetic on the card's
-    free memory, cores and slots, and the node gate. The chosen victims are fitted again
-    in full before anyone is evicted (``choose``)."""
+    on what else the card holds); a further trial that leaves the card less free memory,
+    cores or slots than that is refused by arithmetic, and only the others are fitted
+    (on that card alone). The chosen victims are fitted again on the whole node before
+    anyone is evicted (``choose``)."""
     lower = frozenset(o.key for o in alone if o.priority < priority)
     if not lower:
         return None
@@ -323,7 +324,9 @@ def _card_walk(
         memory, cores, slots = trial.card_free(card, removed)
         if memory < need.memory_mib or cores < need.cores or slots < need.slots:
             return False
-        return trial.gate_open(removed)
+        # Room enough: the card's Fit (HAMi's rules beyond room: a card whose cores are
+        # all taken refuses even a request of none, a whole card wants no other share).
+        return trial.outcome(removed, only=card).ok
 
     return preemption.select_victims(priority, alone, budgets, fits)
 
