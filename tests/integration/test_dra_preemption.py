@@ -19,6 +19,7 @@ from integration import operator_env as env
 from integration.dra_env import (
     RESOURCE,
     claim_pod,
+    create_claim,
     create_claim_template,
     dra_plane,
     fresh_namespace,
@@ -69,9 +70,14 @@ def template(plane: ControlPlane, namespace: str, name: str, memory: str) -> Non
 
 
 def create(
-    plane: ControlPlane, namespace: str, name: str, template_name: str, priority: str
+    plane: ControlPlane,
+    namespace: str,
+    name: str,
+    template_name: str | None,
+    priority: str,
+    claim_name: str | None = None,
 ) -> None:
-    body = claim_pod(name, template=template_name, scheduler=SCHEDULER)
+    body = claim_pod(name, template=template_name, claim=claim_name, scheduler=SCHEDULER)
     body["spec"]["priorityClassName"] = priority
     plane.create(f"/api/v1/namespaces/{namespace}/pods", body)
 
@@ -206,3 +212,40 @@ def test_an_equal_priority_pod_evicts_nobody_and_waits(
     for name in names:
         assert get_pod(plane, ns, name) is not None
     assert "Preempting" not in reasons_of(plane, ns, "peer")
+
+
+def test_a_claim_shared_by_two_low_pods_is_released_once_both_are_evicted(
+    plane: ControlPlane, operator: OperatorThread, ns: str
+) -> None:
+    template(plane, ns, "most-of-a-card", "40Gi")
+    template(plane, ns, "half-a-card", "20Gi")
+    for name in ("keep-a", "keep-b", "keep-c"):
+        create(plane, ns, name, "most-of-a-card", "keep")
+        wait_for(f"{name}'s claim", lambda n=name: claim_of(plane, ns, n), 60)
+    # The fourth card: one claim of 40 GiB shared by two batch pods.
+    shared = {"deviceClassName": dra.SHARED_CLASS, "capacity": {"requests": {"memory": "40Gi"}}}
+    create_claim(plane, ns, "pair", shared)
+    path = f"{RESOURCE}/namespaces/{ns}/resourceclaims/pair"
+    for name in ("batch-1", "batch-2"):
+        create(plane, ns, name, None, "batch", claim_name="pair")
+        wait_for(
+            f"{name} bound",
+            lambda n=name: (get_pod(plane, ns, n) or {}).get("spec", {}).get("nodeName"),
+            60,
+        )
+    pair = plane.get(path)
+    assert len(pair["status"]["reservedFor"]) == 2
+    pair_device = device_of(pair)
+
+    create(plane, ns, "urgent", "half-a-card", "urgent")
+    for name in ("batch-1", "batch-2"):
+        wait_for(f"{name} to be gone", lambda n=name: get_pod(plane, ns, n) is None, 60)
+    urgent_claim = wait_for("urgent's claim", lambda: claim_of(plane, ns, "urgent"), 60)
+    assert device_of(urgent_claim) == pair_device
+    released = plane.get(path)
+    assert not released.get("status", {}).get("allocation"), "released by the claim controller"
+    for name in ("keep-a", "keep-b", "keep-c"):
+        kept = get_pod(plane, ns, name)
+        assert kept is not None
+        assert kept["spec"].get("nodeName") == NODE
+    assert over_committed(plane) == []
