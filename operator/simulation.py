@@ -10,6 +10,7 @@ left waiting because their room is scattered over cards), and ``expect`` (checke
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import struct
@@ -213,6 +214,14 @@ def simulate(
         decision = state.schedule(pod, now, explain=True)
         for victim in decision.victims:
             state.remove_pod(victim)  # in a simulation, victims leave at once
+        if decision.victims and simulation_dra.release_victims(decision, state):
+            # On the DRA path the preemptor's claims are allocated once the victims'
+            # claims are released: decided again, it shows where they go.
+            after = state.schedule(pod, now, explain=True)
+            if after.scheduled:
+                decision = dataclasses.replace(
+                    after, victims=decision.victims, victim_uids=decision.victim_uids
+                )
         if decision.scheduled:
             simulation_dra.write_claims(decision, state)
         if decision.scheduled or decision.victims:

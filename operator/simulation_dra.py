@@ -195,3 +195,26 @@ def check_claims(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) 
                     f"(expected {want['consumedCapacity']})"
                 )
     return problems
+
+
+def release_victims(decision: Decision, state: ClusterState) -> bool:
+    """What kube-controller-manager's claim controller does once a preemption's victims
+    are gone: each takes them out of its claims' ``reservedFor`` and deallocates a claim
+    reserved for nobody. Returns whether any claim was released (the preemptor is then
+    decided again, as the operator decides it once the victims' claims are gone)."""
+    uids = {uid for uid in decision.victim_uids.values() if uid}
+    released = False
+    for key in sorted(state.claims_reserved_for(uids)):
+        current = state.claim_object(key)
+        if current is None:
+            continue
+        updated = copy.deepcopy(dict(current))
+        status = updated.setdefault("status", {})
+        status["reservedFor"] = [
+            r for r in status.get("reservedFor") or [] if str(r.get("uid")) not in uids
+        ]
+        if not status["reservedFor"]:
+            status.pop("allocation", None)
+            released = True
+        state.set_claim(updated)
+    return released

@@ -167,9 +167,11 @@ class ClaimFeed:
         def helps(hint: Hashable | None) -> bool:
             if self._on_claims_path(hint):
                 return True
-            if hint is queue.OWN_CHANGE_ONLY or isinstance(
-                hint, (queue.Refused, queue.WaitsForVictims)
-            ):
+            if isinstance(hint, queue.WaitsForVictims):
+                # A DRA preemptor waits for its victims' claims to be released, not only
+                # for their pods to go (a pod's claim is deallocated after it).
+                return True
+            if hint is queue.OWN_CHANGE_ONLY or isinstance(hint, queue.Refused):
                 return False
             return self._engine.quota_may_help(hint, namespace)
 

@@ -424,6 +424,7 @@ class Books:
         entry = self._pods.get(key)
         if entry is not None and entry.reserved:
             self.drop_pod(key)
+        self.claims.release_decided(key)  # a DRA preemptor's hold on the freed shares
         self._preempted.difference_update(nomination.victims)
 
     def nominated_node(self, key: PodKey) -> str | None:

@@ -224,6 +224,34 @@ class ClaimBooks:
             if any(total > pool.devices[device].capacity[n].value for n, total in sums.items())
         ]
 
+    def holders_on(self, node: str) -> list[tuple[Hold, frozenset[str]]]:
+        """Each hold on ``node`` with the uids of the pods that keep it: those its claim
+        is reserved for (or, for a kept hold, the running pods keeping it). Only when
+        every one of them leaves is the hold released, so preemption frees a claim shared
+        by several pods only with all of them; a hold of a decision in flight, or of a
+        claim reserved for nobody, has no holders and no eviction frees it."""
+        out = []
+        for hold in self._claim_ledger.on_node(node):
+            if hold.decided is not Decided.NO:
+                out.append((hold, frozenset[str]()))
+            elif hold.key in self._kept:
+                out.append((hold, self._kept[hold.key]))
+            else:
+                out.append((hold, claim_ledger.reserved_uids(self._claim_objects.get(hold.key))))
+        return out
+
+    def reserved_for(self, uids: set[str]) -> list[str]:
+        """The claims whose ``reservedFor`` names one of the pods ``uids``."""
+        return [
+            key
+            for key, obj in self._claim_objects.items()
+            if claim_ledger.reserved_uids(obj) & uids
+        ]
+
+    def holds_claim(self, key: str) -> bool:
+        """Whether the claim (or kept hold) ``key`` still holds shares."""
+        return key in self._claim_ledger.holds
+
     def claim_holds(self) -> dict[str, str]:
         """Claims that hold shares, and their nodes (for tests and status)."""
         return {k: h.node for k, h in self._claim_ledger.holds.items()}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from vgpu_operator.scheduling import (
     node_gate,
     placement,
     policies,
+    preemption,
 )
 from vgpu_operator.scheduling.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.pod_key import PodKey
@@ -69,6 +70,8 @@ class ClaimPlacement:
     waits_for_claims: bool = False
     #: When no node fits: how to judge a node for the pod's claims as read (its verdict's).
     judge: ClaimJudge | None = None
+    #: When no node fits: the pod's claims as read (what preemption fits).
+    wanted: claims.PodClaims | None = None
 
 
 class ClaimDialect:
@@ -127,7 +130,8 @@ class ClaimDialect:
             for name in self.view.nodes:
                 failures.setdefault(name, NodeFailure({Reason.NODE_NOT_CLAIMS_NODE: 1}))
             judge = ClaimJudge(self, wanted)
-            return ClaimPlacement(None, diagnosis=Diagnosis(failures, total), judge=judge)
+            diagnosis = Diagnosis(failures, total)
+            return ClaimPlacement(None, diagnosis=diagnosis, judge=judge, wanted=wanted)
         return self._book(key, pod, job, wanted, found, scores)
 
     def _book(
@@ -175,6 +179,8 @@ class ClaimDialect:
                 devices={},
                 bookings={},
                 reserved=True,
+                # Read by preemption once bound, before the bound copy comes back.
+                priority=preemption.priority_of(pod),
                 labels=dict((pod.get("metadata") or {}).get("labels") or {}),
                 uid=consumer["uid"],
             )
@@ -228,11 +234,31 @@ class ClaimDialect:
         rest.sort(key=lambda n: n.order)
         return [*ranked, *rest]
 
+    def fit_on(
+        self,
+        node: NodeEntry,
+        job: placement.Job,
+        wanted: claims.PodClaims,
+        now: float,
+        cards: list[model.DeviceUsage],
+        leaving: Sequence[PodEntry],
+    ) -> claim_fit.ClaimsOutcome:
+        """The claims' Fit on ``cards`` (the node's, as if some holds were released) with
+        ``leaving`` gone from the node: preemption's trials (``claim_preemption``)."""
+        return self._fit_claims_on(node, job, wanted, now, cards, leaving)
+
     def _fit_claims_on(
-        self, node: NodeEntry, job: placement.Job, wanted: claims.PodClaims, now: float
+        self,
+        node: NodeEntry,
+        job: placement.Job,
+        wanted: claims.PodClaims,
+        now: float,
+        cards: list[model.DeviceUsage] | None = None,
+        leaving: Sequence[PodEntry] = (),
     ) -> claim_fit.ClaimsOutcome:
         self.view.refresh(node)
-        refused = node_gate.check(node, job, now, self.view.inventory_timeout_s, claims=True)
+        timeout = self.view.inventory_timeout_s
+        refused = node_gate.check(node, job, now, timeout, claims=True, leaving=leaving)
         if refused is not None:
             return claim_fit.ClaimsOutcome(False, reasons=_one(refused))
         pool = self.view.claims.pool_of(node.name)
@@ -258,7 +284,7 @@ class ClaimDialect:
             job,
             wanted.pending,
             pool,
-            node.cards,
+            node.cards if cards is None else cards,
             node.pair_scores,
             cordoned,
             layer,

@@ -16,7 +16,14 @@ from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import model
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.vendor import VendorSpec
-from vgpu_operator.scheduling import allocation_gate, changes, claim_cel, dra_pool, usage, verdicts
+from vgpu_operator.scheduling import (
+    allocation_gate,
+    changes,
+    claim_cel,
+    dra_pool,
+    usage,
+    verdicts,
+)
 from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S, Books
 from vgpu_operator.scheduling.decision import AdmissionResult, Cycle, Decision, Settings
 from vgpu_operator.scheduling.entries import DeviceUsageRow
@@ -270,6 +277,10 @@ class ClusterState:
 
     def over_committed(self, node: str, devices: Sequence[str]) -> list[str]:
         return self.books.claims.over_committed(node, devices)
+
+    def claims_reserved_for(self, uids: set[str]) -> list[str]:
+        """The claims whose ``reservedFor`` names one of the pods ``uids``."""
+        return self.books.claims.reserved_for(uids)
 
     def claim_holds(self) -> dict[str, str]:
         return self.books.claims.claim_holds()

@@ -15,6 +15,7 @@ rules them out in O(1), and stops at the first node that fits.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from vgpu_operator.scheduling import (
     allocation_gate,
     binding,
     claim_decision,
+    claim_preemption,
     disruption,
     node_gate,
     placement,
@@ -270,6 +272,12 @@ class Cycle:
         gate; a pod that fits nowhere gets a verdict (its queueing hint) judged by the
         dialect. No preemption there yet."""
         key = read.key
+        nomination = self.books.pop_nomination(key)
+        if nomination is not None and claim_preemption.victims_remain(self.view, nomination):
+            # A preemptor waits for its victims and their claims' release; meanwhile the
+            # shares they free stay held for it (``claim_preemption``).
+            self.books.nominate(key, nomination)
+            return Decision(key, False, nominated_node=nomination.node)
         self.books.release_decided(key)
         self.books.drop_pod(key)
         if read.job is None:
@@ -284,13 +292,14 @@ class Cycle:
                 if verdict is not None and placed.diagnosis is not None:
                     failures = placed.diagnosis.node_failures
                     verdict.refresh(self.judged, now, {}, None, failures)
-            return Decision(
+            decision = Decision(
                 key,
                 False,
                 diagnosis=placed.diagnosis,
                 waits_for_claims=placed.waits_for_claims,
                 verdict=verdict,
             )
+            return self._preempt_claims(read, read.job, placed, decision, now)
         return Decision(
             key,
             True,
@@ -298,6 +307,43 @@ class Cycle:
             node_scores=placed.node_scores,
             claim_writes=placed.writes,
             card_scores={dra.VENDOR: (placed.card_scores,)} if placed.card_scores else {},
+        )
+
+    def _preempt_claims(
+        self,
+        read: PodRead,
+        job: placement.Job,
+        placed: claim_decision.ClaimPlacement,
+        decision: Decision,
+        now: float,
+    ) -> Decision:
+        """DefaultPreemption for a pod whose claims fit nowhere (``claim_preemption``):
+        the decision nominating a node with its victims, or ``decision`` unchanged."""
+        pod = read.source
+        if (
+            not self.settings.preemption_enabled
+            or placed.wanted is None
+            or placed.diagnosis is None
+            or not preemption.eligible(pod)
+            or self._awaits_earlier_victims(pod, preemption.priority_of(pod))
+        ):
+            return decision
+        chosen = claim_preemption.choose(
+            self.view, self._claims, job, pod, placed.wanted, placed.diagnosis, now
+        )
+        if chosen is None:
+            return decision
+        if isinstance(chosen, str):
+            return dataclasses.replace(decision, preemption_blocked=chosen)
+        until = now + self.settings.nomination_timeout_s
+        claim_preemption.hold(self.books, read.key, job, pod, placed.wanted, chosen, until)
+        victims = claim_preemption.eviction_order(chosen, self.view.budgets())
+        pods = self.view.pods
+        return dataclasses.replace(
+            decision,
+            nominated_node=chosen.candidate.node,
+            victims=tuple(p.key for p in victims),
+            victim_uids={p.key: pods[p.key].uid for p in victims if p.key in pods},
         )
 
     def _candidate_scores(
@@ -359,7 +405,7 @@ class Cycle:
         if chosen is None:
             return None
         if chosen.victims.budget_violations:
-            return _blocked_message(chosen, budgets)
+            return preemption.blocked_message(chosen, budgets)
         outcome = RemovalTrial(self.books, self.view.nodes[chosen.node], job, now).outcome(
             chosen.victims.keys
         )
@@ -401,7 +447,7 @@ class Cycle:
         budgets = self.view.budgets()
         ordered = sorted(
             chosen.victims.pods,
-            key=lambda p: not disruption.covered(_identity(p), budgets),
+            key=lambda p: not disruption.covered(preemption.identity(p), budgets),
         )
         return Decision(
             key,
@@ -552,21 +598,3 @@ class Cycle:
         if verdict.namespace != namespace:
             return False
         return verdict.quota_bound or verdict.job_epoch != self.view.epoch
-
-
-def _identity(pod: preemption.Occupant) -> disruption.PodIdentity:
-    return disruption.PodIdentity(pod.namespace, pod.name, pod.labels)
-
-
-def _blocked_message(chosen: preemption.Candidate, budgets: Sequence[disruption.Budget]) -> str:
-    """Why a preemption is not made: the victims its budgets protect."""
-    blocked = disruption.blocking_budgets([_identity(p) for p in chosen.victims.pods], budgets)
-    named = ", ".join(
-        f"{pod.namespace}/{pod.name} (PodDisruptionBudget {budget.namespace}/{budget.name})"
-        for pod, budget in blocked[:3]
-    )
-    more = f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
-    return (
-        f"Preemption would have to evict {named}{more} on node {chosen.node}, which "
-        "the budget does not allow now; no pod was evicted."
-    )

@@ -102,6 +102,9 @@ class Nomination:
     node: str
     victims: frozenset[PodKey]
     until: float
+    #: On the DRA path: the claims (holds) the victims' going releases; the preemptor
+    #: waits until they no longer hold (the claim controller deallocates them).
+    claims: frozenset[str] = frozenset()
 
 
 def is_dra_node(node: NodeEntry) -> bool:

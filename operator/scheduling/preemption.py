@@ -120,20 +120,24 @@ class Candidate:
     victims: Victims
 
 
-def _choice_key(position: int, candidate: Candidate) -> tuple[int, int, int, int, float, int]:
-    pods = candidate.victims.pods
+def victims_key(victims: Victims) -> tuple[int, int, int, int, float]:
+    """``pick_node``'s order of one node's victims (smaller is better)."""
+    pods = victims.pods
     if not pods:
-        return (0, -_PRIORITY_OFFSET, 0, 0, -math.inf, position)
+        return (0, -_PRIORITY_OFFSET, 0, 0, -math.inf)
     top = pods[0].priority
     earliest_top_start = min(p.start_rank for p in pods if p.priority == top)
     return (
-        candidate.victims.budget_violations,
+        victims.budget_violations,
         top,
         sum(p.priority + _PRIORITY_OFFSET for p in pods),
         len(pods),
         -earliest_top_start,  # the latest start wins: it loses the least work
-        position,
     )
+
+
+def _choice_key(position: int, candidate: Candidate) -> tuple[int, int, int, int, float, int]:
+    return (*victims_key(candidate.victims), position)
 
 
 def pick_node(candidates: Sequence[Candidate]) -> Candidate | None:
@@ -148,3 +152,21 @@ def candidate_limit(nodes_total: int) -> int:
     """How many candidates the search needs before it may stop (with at least one
     that violates no budget)."""
     return min(_CANDIDATES, nodes_total)
+
+
+def identity(pod: Occupant) -> disruption.PodIdentity:
+    return disruption.PodIdentity(pod.namespace, pod.name, pod.labels)
+
+
+def blocked_message(chosen: Candidate, budgets: Sequence[disruption.Budget]) -> str:
+    """Why a preemption is not made: the victims its budgets protect."""
+    blocked = disruption.blocking_budgets([identity(p) for p in chosen.victims.pods], budgets)
+    named = ", ".join(
+        f"{pod.namespace}/{pod.name} (PodDisruptionBudget {budget.namespace}/{budget.name})"
+        for pod, budget in blocked[:3]
+    )
+    more = f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
+    return (
+        f"Preemption would have to evict {named}{more} on node {chosen.node}, which "
+        "the budget does not allow now; no pod was evicted."
+    )

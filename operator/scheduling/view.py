@@ -14,7 +14,15 @@ from typing import Any, Protocol
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling import changes, claim_cel, claims, disruption, dra_pool, mig_records
+from vgpu_operator.scheduling import (
+    changes,
+    claim_cel,
+    claim_ledger,
+    claims,
+    disruption,
+    dra_pool,
+    mig_records,
+)
 from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.quota import QuotaLedger
@@ -31,6 +39,8 @@ class ClaimReads(Protocol):
     @property
     def selector_cache(self) -> claim_cel.SelectorCache: ...
     def pool_of(self, node: str) -> dra_pool.Pool | None: ...
+    def holders_on(self, node: str) -> list[tuple[claim_ledger.Hold, frozenset[str]]]: ...
+    def holds_claim(self, key: str) -> bool: ...
 
 
 class BooksView(Protocol):

@@ -176,3 +176,35 @@ def test_a_dra_pod_whose_claim_cannot_fit_is_not_retried_on_unrelated_events() -
     assert cluster.attempts == {"ns/p": 2}
     assert not cluster.queue.is_unschedulable("ns/p")
     assert cluster.state.holding_pods() == {"ns/p": DRA_NODE}
+
+
+def test_a_released_claim_wakes_a_preemptor_waiting_for_its_victims() -> None:
+    """On the DRA path a preemptor waits for its victims' claims to be released after
+    their pods are gone (the claim controller deallocates them): the release wakes it."""
+    cluster = Cluster()
+    held = _claim("victims", "8Gi")
+    held["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpu",
+                        "driver": dra.DRIVER,
+                        "pool": DRA_NODE,
+                        "device": "gpu-a",
+                        "consumedCapacity": {"memory": "8Gi", "cores": "0", "shares": "1"},
+                    }
+                ]
+            }
+        }
+    }
+    cluster.claims.claim_event("ADDED", held)
+    cluster.queue.add("ns/urgent", "u-urgent")
+    assert cluster.queue.pop() == "ns/urgent"
+    cluster.queue.park("ns/urgent", hint=queue.WaitsForVictims(DRA_NODE))
+    cluster.clock.now += 20
+    released = copy.deepcopy(held)
+    released["metadata"]["resourceVersion"] = "99"
+    del released["status"]
+    cluster.claims.claim_event("MODIFIED", released)
+    assert not cluster.queue.is_unschedulable("ns/urgent")
