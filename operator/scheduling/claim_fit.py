@@ -8,7 +8,10 @@ eligible``), sorted by the node's GPU policy (binpack, spread, topology-aware, N
 restrictions, NUMA binding, topology for several cards, the namespace quota), and booked
 on the node's cards before the next request looks, so that requests of one pod add up on
 a card as app containers do. A claim with ``matchAttribute`` constraints is tried once per
-value of the attribute (``claims.attribute_groups``), the first that fits wins.
+value of the attribute (``claims.attribute_groups``), the first that fits wins; one with
+``firstAvailable`` requests once per combination of alternatives, in upstream's order
+(``claim_variants``). A ``distinctAttribute`` constraint keeps, for each device chosen,
+its value of the attribute from every other device of the requests it covers.
 
 The result names, per claim, the devices and the exact capacity each consumes, which
 ``claim_wire`` turns into ``status.allocation``.
@@ -19,11 +22,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.scheduling import (
     claim_best_fit,
     claim_cel,
+    claim_variants,
     claims,
     dra_pool,
     fit,
@@ -78,10 +83,12 @@ def fit_claims(
     scores: list[float] = []
     for claim in pending:
         failure = ClaimsOutcome(False)
-        for restrict in claims.attribute_groups(claim, devices):
+        tries = ((v, r) for v in claim_variants.variants(claim)
+                 for r in claims.attribute_groups(v, devices))  # fmt: skip
+        for variant, restrict in tries:
             trial = [c.copy() for c in work]
-            result = _fit_claim(job, claim, restrict, pool, trial, pair_scores, cordoned, layer,
-                                cache, held)  # fmt: skip
+            result = _fit_claim(job, variant, restrict, pool, trial, pair_scores, cordoned,
+                                layer, cache, held)  # fmt: skip
             if result.error is not None:
                 return result
             if result.ok:
@@ -121,13 +128,27 @@ def _fit_claim(
     picks: list[Pick] = []
     scores: list[float] = []
     taken = list(held)  # this pod's earlier requests, and this claim's as they are chosen
+    # Per distinctAttribute constraint, the values its devices chosen so far have.
+    seen: list[set[Any]] = [set() for _ in claim.distinct_attributes]
     for request in claim.requests:
-        options = _options(claim, request, restrict.get(request.name), pool, cards, cache)
+        distinct = Distinct(
+            tuple(
+                (i, attribute)
+                for i, (covered, attribute) in enumerate(claim.distinct_attributes)
+                if not covered or request.name in covered
+            ),
+            seen,
+        )
+        options = _options(claim, request, restrict.get(request.name), pool, cards, cache,
+                           distinct)  # fmt: skip
         if isinstance(options, ClaimsOutcome):
             return options
-        chosen = _fit_request(job, claim, request, options, pair_scores, cordoned, layer, taken)
+        chosen = _fit_request(job, claim, request, options, pair_scores, cordoned, layer, taken,
+                              pool, distinct)  # fmt: skip
         if isinstance(chosen, ClaimsOutcome):
             return chosen
+        for pick, _consumption, _score in chosen:
+            distinct.note(pool.devices[pick.card.id])
         for pick, consumption, score in chosen:
             pick.card.used += consumption.slots
             pick.card.used_memory_mib += consumption.memory_mib
@@ -138,6 +159,41 @@ def _fit_claim(
     return ClaimsOutcome(True, picks={claim.key: picks}, card_scores=tuple(scores))
 
 
+@dataclass(frozen=True, slots=True)
+class Distinct:
+    """The ``distinctAttribute`` constraints that cover one request (their positions and
+    attributes) and the values the claim's devices chosen so far hold for each."""
+
+    constraints: tuple[tuple[int, str], ...]
+    seen: list[set[Any]]
+
+    def allows(self, device: dra_pool.PoolDevice) -> bool:
+        """A device without the attribute, or with a value taken already, may not serve
+        (upstream's rule: the attribute must be there, and differ)."""
+        for position, attribute in self.constraints:
+            value = device.attribute(attribute)
+            if value is None or value in self.seen[position]:
+                return False
+        return True
+
+    def note(self, device: dra_pool.PoolDevice) -> None:
+        for position, attribute in self.constraints:
+            self.seen[position].add(device.attribute(attribute))
+
+    def clashes(self, chosen: Sequence[dra_pool.PoolDevice]) -> set[str]:
+        """The devices among ``chosen`` (in their order of preference) whose value an
+        earlier one of them holds already: those to leave out of the next try."""
+        out: set[str] = set()
+        for _position, attribute in self.constraints:
+            values: set[Any] = set()
+            for device in chosen:
+                value = device.attribute(attribute)
+                if value in values:
+                    out.add(device.name)
+                values.add(value)
+        return out
+
+
 def _options(
     claim: claims.Claim,
     request: claims.Request,
@@ -145,6 +201,7 @@ def _options(
     pool: dra_pool.Pool,
     cards: list[model.DeviceUsage],
     cache: claim_cel.SelectorCache,
+    distinct: Distinct,
 ) -> Options | ClaimsOutcome:
     """The node's cards the request may take, grouped by what it would consume of each;
     or the outcome when none may (why), or when a selector cannot be judged yet."""
@@ -156,7 +213,7 @@ def _options(
         device = pool.devices.get(card.id)
         if device is None:
             continue
-        if allowed is not None and card.id not in allowed:
+        if (allowed is not None and card.id not in allowed) or not distinct.allows(device):
             reasons[Reason.DEVICE_NOT_SELECTED] += 1
             continue
         try:
@@ -198,6 +255,8 @@ def _fit_request(
     cordoned: frozenset[str],
     layer: node_layer.NodeLayer,
     taken: list[tuple[int, int]],
+    pool: dra_pool.Pool,
+    distinct: Distinct,
 ) -> Chosen | ClaimsOutcome:
     """The cards for one request, by the annotation path's Fit on each group of cards it
     consumes alike; or why none fits (devices the request's selectors rule out are named
@@ -237,6 +296,17 @@ def _fit_request(
             node_restrictions=layer.restrictions,
         )
         result = fit.fit_container(candidates, ask, options_)
+        while result.ok and distinct.constraints:
+            # Several cards of one request with one value: leave out all but the best of
+            # them and fit again (each try has fewer candidates, so this ends).
+            # ``fit_container`` scans from the end: the last candidate is the best.
+            rank = {c.id: -n for n, c in enumerate(candidates)}
+            picked = sorted((p.card.id for p in result.picks), key=rank.__getitem__)
+            clash = distinct.clashes([pool.devices[i] for i in picked])
+            if not clash:
+                break
+            candidates = [c for c in candidates if c.id not in clash]
+            result = fit.fit_container(candidates, ask, options_)
         if result.ok:
             return [(p, by_card[p.card.id], card_scores[p.card.id]) for p in result.picks]
         failed.update(result.reasons)
