@@ -86,13 +86,12 @@ def fit_claims(
         tries = ((v, r) for v in claim_variants.variants(claim)
                  for r in claims.attribute_groups(v, devices))  # fmt: skip
         for variant, restrict in tries:
-            trial = [c.copy() for c in work]
-            result = _fit_claim(job, variant, restrict, pool, trial, pair_scores, cordoned,
-                                layer, cache, held)  # fmt: skip
+            search = _Search(job, variant, restrict, pool, pair_scores, cordoned, layer, cache)
+            result, booked = search.run(work, held)
             if result.error is not None:
                 return result
             if result.ok:
-                work = trial
+                work = booked
                 outcome.picks[claim.key] = result.picks[claim.key]
                 held.extend((p.consumption.memory_mib, p.consumption.cores)
                             for p in result.picks[claim.key])  # fmt: skip
@@ -113,50 +112,101 @@ Options = dict[tuple[int, int, int], list[tuple[model.DeviceUsage, claims.Consum
 Chosen = list[tuple[fit.Pick, claims.Consumption, float]]
 
 
-def _fit_claim(
-    job: placement.Job,
-    claim: claims.Claim,
-    restrict: Mapping[str, frozenset[str]],
-    pool: dra_pool.Pool,
-    cards: list[model.DeviceUsage],
-    pair_scores: model.PairScores,
-    cordoned: frozenset[str],
-    layer: node_layer.NodeLayer,
-    cache: claim_cel.SelectorCache,
-    held: list[tuple[int, int]],
-) -> ClaimsOutcome:
-    picks: list[Pick] = []
-    scores: list[float] = []
-    taken = list(held)  # this pod's earlier requests, and this claim's as they are chosen
-    # Per distinctAttribute constraint, the values its devices chosen so far have.
-    seen: list[set[Any]] = [set() for _ in claim.distinct_attributes]
-    for request in claim.requests:
+#: How many request fits one combination of a claim's requests may take while it goes
+#: back over earlier requests' choices. Upstream's allocator backtracks without a count
+#: (within its own time limit); past this bound the claim does not fit the node.
+MAX_FITS_PER_CLAIM = 64
+
+Found = tuple[list[Pick], list[float], list[model.DeviceUsage]]
+
+
+@dataclass(slots=True)
+class _Search:
+    """One claim (one combination of its alternatives, one value per ``matchAttribute``)
+    on one node: its requests in order, each by the annotation path's Fit, booked before
+    the next looks. Where a later request then finds no device, the search goes back, as
+    upstream's allocator does: the earlier request is fitted again without one of the
+    cards it took (``banned``), and the later ones after it, until ``MAX_FITS_PER_CLAIM``
+    fits were tried. A claim of one request never goes back."""
+
+    job: placement.Job
+    claim: claims.Claim
+    restrict: Mapping[str, frozenset[str]]
+    pool: dra_pool.Pool
+    pair_scores: model.PairScores
+    cordoned: frozenset[str]
+    layer: node_layer.NodeLayer
+    cache: claim_cel.SelectorCache
+    fits: int = 0
+
+    def run(
+        self, cards: list[model.DeviceUsage], held: list[tuple[int, int]]
+    ) -> tuple[ClaimsOutcome, list[model.DeviceUsage]]:
+        """The outcome, and the node's cards with the claim booked (``cards`` unchanged)."""
+        seen = tuple(frozenset[Any]() for _ in self.claim.distinct_attributes)
+        found = self._from(0, cards, seen, held, frozenset())
+        if isinstance(found, ClaimsOutcome):
+            return found, cards
+        picks, scores, booked = found
+        return ClaimsOutcome(True, picks={self.claim.key: picks}, card_scores=tuple(scores)), booked
+
+    def _from(
+        self,
+        position: int,
+        cards: list[model.DeviceUsage],
+        seen: tuple[frozenset[Any], ...],
+        taken: list[tuple[int, int]],
+        banned: frozenset[str],
+    ) -> Found | ClaimsOutcome:
+        """The requests from ``position`` on (``taken``: the pod's earlier requests and
+        this claim's, for the quota; ``seen``: the values each distinctAttribute
+        constraint has had so far)."""
+        if position == len(self.claim.requests):
+            return [], [], cards
+        request = self.claim.requests[position]
+        level = [c.copy() for c in cards]
         distinct = Distinct(
             tuple(
                 (i, attribute)
-                for i, (covered, attribute) in enumerate(claim.distinct_attributes)
+                for i, (covered, attribute) in enumerate(self.claim.distinct_attributes)
                 if not covered or request.name in covered
             ),
-            seen,
+            [set(values) for values in seen],
         )
-        options = _options(claim, request, restrict.get(request.name), pool, cards, cache,
-                           distinct)  # fmt: skip
+        allowed = self.restrict.get(request.name)
+        options = _options(self.claim, request, allowed, self.pool, level, self.cache, distinct,
+                           banned)  # fmt: skip
         if isinstance(options, ClaimsOutcome):
             return options
-        chosen = _fit_request(job, claim, request, options, pair_scores, cordoned, layer, taken,
-                              pool, distinct)  # fmt: skip
+        self.fits += 1
+        chosen = _fit_request(self.job, self.claim, request, options, self.pair_scores,
+                              self.cordoned, self.layer, taken, self.pool, distinct)  # fmt: skip
         if isinstance(chosen, ClaimsOutcome):
             return chosen
-        for pick, _consumption, _score in chosen:
-            distinct.note(pool.devices[pick.card.id])
+        picks: list[Pick] = []
+        scores: list[float] = []
+        now_taken = list(taken)
         for pick, consumption, score in chosen:
+            distinct.note(self.pool.devices[pick.card.id])
             pick.card.used += consumption.slots
             pick.card.used_memory_mib += consumption.memory_mib
             pick.card.used_cores += consumption.cores
-            picks.append(Pick(request.name, pool.devices[pick.card.id], consumption))
-            taken.append((consumption.memory_mib, consumption.cores))
+            picks.append(Pick(request.name, self.pool.devices[pick.card.id], consumption))
+            now_taken.append((consumption.memory_mib, consumption.cores))
             scores.append(score)
-    return ClaimsOutcome(True, picks={claim.key: picks}, card_scores=tuple(scores))
+        now_seen = tuple(frozenset(values) for values in distinct.seen)
+        rest = self._from(position + 1, level, now_seen, now_taken, frozenset())
+        if not isinstance(rest, ClaimsOutcome):
+            return [*picks, *rest[0]], [*scores, *rest[1]], rest[2]
+        if rest.error is not None:
+            return rest
+        for pick, _consumption, _score in chosen:
+            if self.fits >= MAX_FITS_PER_CLAIM:
+                break
+            again = self._from(position, cards, seen, taken, banned | {pick.card.id})
+            if not isinstance(again, ClaimsOutcome) or again.error is not None:
+                return again
+        return rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +252,7 @@ def _options(
     cards: list[model.DeviceUsage],
     cache: claim_cel.SelectorCache,
     distinct: Distinct,
+    banned: frozenset[str] = frozenset(),
 ) -> Options | ClaimsOutcome:
     """The node's cards the request may take, grouped by what it would consume of each;
     or the outcome when none may (why), or when a selector cannot be judged yet."""
@@ -213,7 +264,11 @@ def _options(
         device = pool.devices.get(card.id)
         if device is None:
             continue
-        if (allowed is not None and card.id not in allowed) or not distinct.allows(device):
+        if (
+            (allowed is not None and card.id not in allowed)
+            or card.id in banned
+            or not distinct.allows(device)
+        ):
             reasons[Reason.DEVICE_NOT_SELECTED] += 1
             continue
         try:

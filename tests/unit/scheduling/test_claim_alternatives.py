@@ -212,3 +212,21 @@ def test_unsupported_or_bad_fields_get_a_sentence(
     requests: list[dict[str, Any]], constraints: list[dict[str, Any]] | None, says: str
 ) -> None:
     assert says in refusal(state(), claim(requests, constraints))
+
+
+@pytest.mark.parametrize("kind", ["distinct", "capacity"])
+def test_a_later_request_sends_an_earlier_one_to_another_card(kind: str) -> None:
+    # The first request may take several cards; the one it would take first is the only
+    # one the second may use. Upstream's allocator goes back and so does the engine.
+    engine = state(memory_mib=10240)
+    if kind == "distinct":
+        first = exactly(cel=f"{CEL_INDEX} >= 2")
+        second = exactly(cel=f"{CEL_INDEX} == 3")
+        constraints = [{"distinctAttribute": f"{dra.DRIVER}/{dra.ATTR_INDEX}"}]
+    else:
+        first = exactly("6Gi", cel=f"{CEL_INDEX} >= 2")
+        second = exactly("6Gi", cel=f"{CEL_INDEX} == 3")
+        constraints = []
+    requests = [{"name": "a", "exactly": first}, {"name": "b", "exactly": second}]
+    got = results(engine, claim(requests, constraints))
+    assert [(r["request"], r["device"]) for r in got] == [("a", "gpu-2"), ("b", "gpu-3")]
