@@ -83,10 +83,12 @@ def fit_claims(
     scores: list[float] = []
     for claim in pending:
         failure = ClaimsOutcome(False)
+        budget = _Budget(MAX_FITS_PER_CLAIM)
         tries = ((v, r) for v in claim_variants.variants(claim)
                  for r in claims.attribute_groups(v, devices))  # fmt: skip
         for variant, restrict in tries:
-            search = _Search(job, variant, restrict, pool, pair_scores, cordoned, layer, cache)
+            search = _Search(job, variant, restrict, pool, pair_scores, cordoned, layer, cache,
+                             budget)  # fmt: skip
             result, booked = search.run(work, held)
             if result.error is not None:
                 return result
@@ -112,12 +114,18 @@ Options = dict[tuple[int, int, int], list[tuple[model.DeviceUsage, claims.Consum
 Chosen = list[tuple[fit.Pick, claims.Consumption, float]]
 
 
-#: How many request fits one combination of a claim's requests may take while it goes
-#: back over earlier requests' choices. Upstream's allocator backtracks without a count
-#: (within its own time limit); past this bound the claim does not fit the node.
-MAX_FITS_PER_CLAIM = 64
+#: How many request fits one claim may take on one node, over all its combinations,
+#: while it goes back over earlier requests' choices. Upstream's allocator backtracks
+#: without a count (within its own time limit); past this bound the first choices stand
+#: and a claim that needs another does not fit the node.
+MAX_FITS_PER_CLAIM = 256
 
 Found = tuple[list[Pick], list[float], list[model.DeviceUsage]]
+
+
+@dataclass(slots=True)
+class _Budget:
+    left: int
 
 
 @dataclass(slots=True)
@@ -126,8 +134,9 @@ class _Search:
     on one node: its requests in order, each by the annotation path's Fit, booked before
     the next looks. Where a later request then finds no device, the search goes back, as
     upstream's allocator does: the earlier request is fitted again without one of the
-    cards it took (``banned``), and the later ones after it, until ``MAX_FITS_PER_CLAIM``
-    fits were tried. A claim of one request never goes back."""
+    cards it took (``banned``), and the later ones after it, while the claim's budget of
+    fits lasts. It goes back only where the earlier choice can matter: when the later
+    requests fit without it. A claim of one request never goes back."""
 
     job: placement.Job
     claim: claims.Claim
@@ -137,7 +146,7 @@ class _Search:
     cordoned: frozenset[str]
     layer: node_layer.NodeLayer
     cache: claim_cel.SelectorCache
-    fits: int = 0
+    budget: _Budget
 
     def run(
         self, cards: list[model.DeviceUsage], held: list[tuple[int, int]]
@@ -178,7 +187,7 @@ class _Search:
                            banned)  # fmt: skip
         if isinstance(options, ClaimsOutcome):
             return options
-        self.fits += 1
+        self.budget.left -= 1
         chosen = _fit_request(self.job, self.claim, request, options, self.pair_scores,
                               self.cordoned, self.layer, taken, self.pool, distinct)  # fmt: skip
         if isinstance(chosen, ClaimsOutcome):
@@ -198,10 +207,15 @@ class _Search:
         rest = self._from(position + 1, level, now_seen, now_taken, frozenset())
         if not isinstance(rest, ClaimsOutcome):
             return [*picks, *rest[0]], [*scores, *rest[1]], rest[2]
-        if rest.error is not None:
+        if rest.error is not None or self.budget.left <= 0:
             return rest
+        # Would the later requests fit had this one taken nothing? If not, no other
+        # choice of it helps.
+        alone = self._from(position + 1, cards, seen, taken, frozenset())
+        if isinstance(alone, ClaimsOutcome):
+            return rest if alone.error is None else alone
         for pick, _consumption, _score in chosen:
-            if self.fits >= MAX_FITS_PER_CLAIM:
+            if self.budget.left <= 0:
                 break
             again = self._from(position, cards, seen, taken, banned | {pick.card.id})
             if not isinstance(again, ClaimsOutcome) or again.error is not None:

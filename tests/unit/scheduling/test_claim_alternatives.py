@@ -230,3 +230,20 @@ def test_a_later_request_sends_an_earlier_one_to_another_card(kind: str) -> None
     requests = [{"name": "a", "exactly": first}, {"name": "b", "exactly": second}]
     got = results(engine, claim(requests, constraints))
     assert [(r["request"], r["device"]) for r in got] == [("a", "gpu-2"), ("b", "gpu-3")]
+
+
+def test_under_match_attribute_an_earlier_request_moves_rather_than_a_later_one_falls_back() -> (
+    None
+):
+    # The differential test's seed 7, case 92: upstream's depth-first allocator puts "a"
+    # on card 0 (NUMA 0) first, so "b" falls back to its second alternative; the first
+    # combination that fits, in order, keeps "b" on its first (and "a" on NUMA 1).
+    engine = state(numa=(0, 0, 1, 1))
+    a = alternatives(("s0", exactly("4Gi")), ("s1", exactly("4Gi", cel=f"{CEL_INDEX} >= 2")))
+    b = alternatives(
+        ("s0", exactly(cel=f"{CEL_INDEX} >= 2")), ("s1", exactly(cel=f"{CEL_INDEX} == 0"))
+    )
+    requests = [a | {"name": "a"}, b | {"name": "b"}]
+    got = results(engine, claim(requests, [{"matchAttribute": dra.ATTR_NUMA_NODE}]))
+    assert [r["request"] for r in got] == ["a/s0", "b/s0"]
+    assert {r["device"] for r in got} <= {"gpu-2", "gpu-3"}
