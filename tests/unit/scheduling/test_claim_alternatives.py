@@ -247,3 +247,21 @@ def test_under_match_attribute_an_earlier_request_moves_rather_than_a_later_one_
     got = results(engine, claim(requests, [{"matchAttribute": dra.ATTR_NUMA_NODE}]))
     assert [r["request"] for r in got] == ["a/s0", "b/s0"]
     assert {r["device"] for r in got} <= {"gpu-2", "gpu-3"}
+
+
+def test_a_class_config_names_the_alternative_chosen() -> None:
+    engine = state()
+    opaque = {"driver": dra.DRIVER, "parameters": {"example": 1}}
+    for device_class in dra.device_classes():
+        if device_class["metadata"]["name"] == dra.SHARED_CLASS:
+            device_class = {
+                **device_class,
+                "spec": {**device_class["spec"], "config": [{"opaque": opaque}]},
+            }
+        engine.set_device_class(device_class)
+    engine.set_claim(claim([alternatives(("big", exactly("20Gi")), ("small", exactly("2Gi")))]))
+    decision = engine.schedule(pod(), now=0)
+    [write] = decision.claim_writes
+    assert write.allocation is not None
+    config = write.allocation["devices"]["config"]
+    assert config == [{"source": "FromClass", "requests": ["gpu/small"], "opaque": opaque}]
