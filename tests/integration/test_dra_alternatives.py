@@ -1,10 +1,11 @@
 """The engine against kube-scheduler's allocator on generated claims (issue 39).
 
-Seeded generated claims use prioritized alternatives (``firstAvailable``), ``distinctAttribute``
-and ``matchAttribute`` constraints, CEL selectors and counts, some of them past what a card
-or the node can give. Each is created twice on the live control plane: once for a pod of
-kube-scheduler (its allocator, first-fit, upstream's semantics) pinned to one node, once
-for a pod of the engine pinned to a second node of the same machine, both empty. Then:
+Seeded generated claims use prioritized alternatives (``firstAvailable``),
+``distinctAttribute`` and ``matchAttribute`` constraints, CEL selectors, counts, memory
+and cores, some of them past what a card or the node can give. Each is created twice on
+the live control plane: once for a pod of kube-scheduler (its allocator, first-fit,
+upstream's semantics) pinned to one node, once for a pod of the engine pinned to a
+second node of the same machine, both empty. Then:
 
 - the engine allocates exactly when kube-scheduler does (it finds one whenever upstream
   does, and never one upstream would not);
@@ -90,6 +91,12 @@ def generate(rng: random.Random) -> Case:
             "count": count,
             "capacity": {"requests": {"memory": memory}},
         }
+        # Not 100: HAMi's rules, which the engine keeps on the DRA path, refuse 100 cores
+        # on a card in use and no cores on a card whose cores are all taken, where
+        # upstream's capacity sums allow both (docs/dra-engine.md, the fields' table).
+        cores = rng.choice([None, None, 25, 60])
+        if cores is not None:
+            out["capacity"]["requests"]["cores"] = str(cores)
         if chosen:
             out["selectors"] = [{"cel": {"expression": e}} for e, _ in chosen]
         asks[name] = (count, float(parse_quantity(memory)) / 2**30, [p for _, p in chosen])
