@@ -177,8 +177,9 @@ def render_claims(decision: Decision) -> list[dict[str, Any]]:
 
 def check_claims(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) -> list[str]:
     """``expect.claims``: per claim, the devices its allocation names (a list, in any
-    order), or ``{"devices": [...], "consumedCapacity": [...]}`` to compare what each
-    result consumes too (results in order)."""
+    order), or ``{"devices": [...], "consumedCapacity": [...], "requests": [...]}`` to
+    compare what each result consumes and the request (or ``<request>/<subrequest>``) it
+    names too (results in order)."""
     problems = []
     made = {c["claim"]: c.get("results") or [] for c in got.get("claims", [])}
     for claim, want in (expected.get("claims") or {}).items():
@@ -193,6 +194,12 @@ def check_claims(key: str, expected: Mapping[str, Any], got: Mapping[str, Any]) 
                 problems.append(
                     f"{key}: claim {claim} consumedCapacity={have} "
                     f"(expected {want['consumedCapacity']})"
+                )
+        if isinstance(want, Mapping) and "requests" in want:
+            named = [r.get("request") for r in results or []]
+            if named != want["requests"]:
+                problems.append(
+                    f"{key}: claim {claim} requests={named} (expected {want['requests']})"
                 )
     return problems
 

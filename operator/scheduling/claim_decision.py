@@ -306,7 +306,15 @@ class ClaimJudge:
         """What of the claims decides where they fit (their requests, and for claims
         allocated already their node): added to the pod's shape (``shapes``)."""
         read = [
-            (c.requests, c.match_attributes, c.config, c.whole_devices, c.allocated_node)
+            (
+                c.requests,
+                c.match_attributes,
+                c.config,
+                c.whole_devices,
+                c.allocated_node,
+                c.choices,
+                c.distinct_attributes,
+            )
             for c in self._wanted.claims
         ]
         return "+claims:" + hashlib.blake2b(repr(read).encode(), digest_size=16).hexdigest()

@@ -8,7 +8,10 @@ eligible``), sorted by the node's GPU policy (binpack, spread, topology-aware, N
 restrictions, NUMA binding, topology for several cards, the namespace quota), and booked
 on the node's cards before the next request looks, so that requests of one pod add up on
 a card as app containers do. A claim with ``matchAttribute`` constraints is tried once per
-value of the attribute (``claims.attribute_groups``), the first that fits wins.
+value of the attribute (``claims.attribute_groups``), the first that fits wins; one with
+``firstAvailable`` requests once per combination of alternatives, in upstream's order
+(``claim_variants``). A ``distinctAttribute`` constraint keeps, for each device chosen,
+its value of the attribute from every other device of the requests it covers.
 
 The result names, per claim, the devices and the exact capacity each consumes, which
 ``claim_wire`` turns into ``status.allocation``.
@@ -19,12 +22,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.scheduling import (
     claim_best_fit,
     claim_cel,
     claim_taints,
+    claim_variants,
     claims,
     dra_pool,
     fit,
@@ -79,14 +84,17 @@ def fit_claims(
     scores: list[float] = []
     for claim in pending:
         failure = ClaimsOutcome(False)
-        for restrict in claims.attribute_groups(claim, devices):
-            trial = [c.copy() for c in work]
-            result = _fit_claim(job, claim, restrict, pool, trial, pair_scores, cordoned, layer,
-                                cache, held)  # fmt: skip
+        budget = _Budget(MAX_FITS_PER_CLAIM)
+        tries = ((v, r) for v in claim_variants.variants(claim)
+                 for r in claims.attribute_groups(v, devices))  # fmt: skip
+        for variant, restrict in tries:
+            search = _Search(job, variant, restrict, pool, pair_scores, cordoned, layer, cache,
+                             budget)  # fmt: skip
+            result, booked = search.run(work, held)
             if result.error is not None:
                 return result
             if result.ok:
-                work = trial
+                work = booked
                 outcome.picks[claim.key] = result.picks[claim.key]
                 held.extend((p.consumption.memory_mib, p.consumption.cores)
                             for p in result.picks[claim.key])  # fmt: skip
@@ -107,36 +115,148 @@ Options = dict[tuple[int, int, int], list[tuple[model.DeviceUsage, claims.Consum
 Chosen = list[tuple[fit.Pick, claims.Consumption, float]]
 
 
-def _fit_claim(
-    job: placement.Job,
-    claim: claims.Claim,
-    restrict: Mapping[str, frozenset[str]],
-    pool: dra_pool.Pool,
-    cards: list[model.DeviceUsage],
-    pair_scores: model.PairScores,
-    cordoned: frozenset[str],
-    layer: node_layer.NodeLayer,
-    cache: claim_cel.SelectorCache,
-    held: list[tuple[int, int]],
-) -> ClaimsOutcome:
-    picks: list[Pick] = []
-    scores: list[float] = []
-    taken = list(held)  # this pod's earlier requests, and this claim's as they are chosen
-    for request in claim.requests:
-        options = _options(claim, request, restrict.get(request.name), pool, cards, cache)
+#: How many request fits one claim may take on one node, over all its combinations,
+#: while it goes back over earlier requests' choices. Upstream's allocator backtracks
+#: without a count (within its own time limit); past this bound the first choices stand
+#: and a claim that needs another does not fit the node.
+MAX_FITS_PER_CLAIM = 256
+
+Found = tuple[list[Pick], list[float], list[model.DeviceUsage]]
+
+
+@dataclass(slots=True)
+class _Budget:
+    left: int
+
+
+@dataclass(slots=True)
+class _Search:
+    """One claim (one combination of its alternatives, one value per ``matchAttribute``)
+    on one node: its requests in order, each by the annotation path's Fit, booked before
+    the next looks. Where a later request then finds no device, the search goes back, as
+    upstream's allocator does: the earlier request is fitted again without one of the
+    cards it took (``banned``), and the later ones after it, while the claim's budget of
+    fits lasts. It goes back only where the earlier choice can matter: when the later
+    requests fit without it. A claim of one request never goes back."""
+
+    job: placement.Job
+    claim: claims.Claim
+    restrict: Mapping[str, frozenset[str]]
+    pool: dra_pool.Pool
+    pair_scores: model.PairScores
+    cordoned: frozenset[str]
+    layer: node_layer.NodeLayer
+    cache: claim_cel.SelectorCache
+    budget: _Budget
+
+    def run(
+        self, cards: list[model.DeviceUsage], held: list[tuple[int, int]]
+    ) -> tuple[ClaimsOutcome, list[model.DeviceUsage]]:
+        """The outcome, and the node's cards with the claim booked (``cards`` unchanged)."""
+        seen = tuple(frozenset[Any]() for _ in self.claim.distinct_attributes)
+        found = self._from(0, cards, seen, held, frozenset())
+        if isinstance(found, ClaimsOutcome):
+            return found, cards
+        picks, scores, booked = found
+        return ClaimsOutcome(True, picks={self.claim.key: picks}, card_scores=tuple(scores)), booked
+
+    def _from(
+        self,
+        position: int,
+        cards: list[model.DeviceUsage],
+        seen: tuple[frozenset[Any], ...],
+        taken: list[tuple[int, int]],
+        banned: frozenset[str],
+    ) -> Found | ClaimsOutcome:
+        """The requests from ``position`` on (``taken``: the pod's earlier requests and
+        this claim's, for the quota; ``seen``: the values each distinctAttribute
+        constraint has had so far)."""
+        if position == len(self.claim.requests):
+            return [], [], cards
+        request = self.claim.requests[position]
+        level = [c.copy() for c in cards]
+        distinct = Distinct(
+            tuple(
+                (i, attribute)
+                for i, (covered, attribute) in enumerate(self.claim.distinct_attributes)
+                if not covered or request.name in covered
+            ),
+            [set(values) for values in seen],
+        )
+        allowed = self.restrict.get(request.name)
+        options = _options(self.claim, request, allowed, self.pool, level, self.cache, distinct,
+                           banned)  # fmt: skip
         if isinstance(options, ClaimsOutcome):
             return options
-        chosen = _fit_request(job, claim, request, options, pair_scores, cordoned, layer, taken)
+        self.budget.left -= 1
+        chosen = _fit_request(self.job, self.claim, request, options, self.pair_scores,
+                              self.cordoned, self.layer, taken, self.pool, distinct)  # fmt: skip
         if isinstance(chosen, ClaimsOutcome):
             return chosen
+        picks: list[Pick] = []
+        scores: list[float] = []
+        now_taken = list(taken)
         for pick, consumption, score in chosen:
+            distinct.note(self.pool.devices[pick.card.id])
             pick.card.used += consumption.slots
             pick.card.used_memory_mib += consumption.memory_mib
             pick.card.used_cores += consumption.cores
-            picks.append(Pick(request.name, pool.devices[pick.card.id], consumption))
-            taken.append((consumption.memory_mib, consumption.cores))
+            picks.append(Pick(request.name, self.pool.devices[pick.card.id], consumption))
+            now_taken.append((consumption.memory_mib, consumption.cores))
             scores.append(score)
-    return ClaimsOutcome(True, picks={claim.key: picks}, card_scores=tuple(scores))
+        now_seen = tuple(frozenset(values) for values in distinct.seen)
+        rest = self._from(position + 1, level, now_seen, now_taken, frozenset())
+        if not isinstance(rest, ClaimsOutcome):
+            return [*picks, *rest[0]], [*scores, *rest[1]], rest[2]
+        if rest.error is not None or self.budget.left <= 0:
+            return rest
+        # Would the later requests fit had this one taken nothing? If not, no other
+        # choice of it helps.
+        alone = self._from(position + 1, cards, seen, taken, frozenset())
+        if isinstance(alone, ClaimsOutcome):
+            return rest if alone.error is None else alone
+        for pick, _consumption, _score in chosen:
+            if self.budget.left <= 0:
+                break
+            again = self._from(position, cards, seen, taken, banned | {pick.card.id})
+            if not isinstance(again, ClaimsOutcome) or again.error is not None:
+                return again
+        return rest
+
+
+@dataclass(frozen=True, slots=True)
+class Distinct:
+    """The ``distinctAttribute`` constraints that cover one request (their positions and
+    attributes) and the values the claim's devices chosen so far hold for each."""
+
+    constraints: tuple[tuple[int, str], ...]
+    seen: list[set[Any]]
+
+    def allows(self, device: dra_pool.PoolDevice) -> bool:
+        """A device without the attribute, or with a value taken already, may not serve
+        (upstream's rule: the attribute must be there, and differ)."""
+        for position, attribute in self.constraints:
+            value = device.attribute(attribute)
+            if value is None or value in self.seen[position]:
+                return False
+        return True
+
+    def note(self, device: dra_pool.PoolDevice) -> None:
+        for position, attribute in self.constraints:
+            self.seen[position].add(device.attribute(attribute))
+
+    def clashes(self, chosen: Sequence[dra_pool.PoolDevice]) -> set[str]:
+        """The devices among ``chosen`` (in their order of preference) whose value an
+        earlier one of them holds already: those to leave out of the next try."""
+        out: set[str] = set()
+        for _position, attribute in self.constraints:
+            values: set[Any] = set()
+            for device in chosen:
+                value = device.attribute(attribute)
+                if value in values:
+                    out.add(device.name)
+                values.add(value)
+        return out
 
 
 def _options(
@@ -146,6 +266,8 @@ def _options(
     pool: dra_pool.Pool,
     cards: list[model.DeviceUsage],
     cache: claim_cel.SelectorCache,
+    distinct: Distinct,
+    banned: frozenset[str] = frozenset(),
 ) -> Options | ClaimsOutcome:
     """The node's cards the request may take, grouped by what it would consume of each;
     or the outcome when none may (why), or when a selector cannot be judged yet."""
@@ -157,7 +279,11 @@ def _options(
         device = pool.devices.get(card.id)
         if device is None:
             continue
-        if allowed is not None and card.id not in allowed:
+        if (
+            (allowed is not None and card.id not in allowed)
+            or card.id in banned
+            or not distinct.allows(device)
+        ):
             reasons[Reason.DEVICE_NOT_SELECTED] += 1
             continue
         try:
@@ -200,6 +326,8 @@ def _fit_request(
     cordoned: frozenset[str],
     layer: node_layer.NodeLayer,
     taken: list[tuple[int, int]],
+    pool: dra_pool.Pool,
+    distinct: Distinct,
 ) -> Chosen | ClaimsOutcome:
     """The cards for one request, by the annotation path's Fit on each group of cards it
     consumes alike; or why none fits (devices the request's selectors rule out are named
@@ -239,6 +367,17 @@ def _fit_request(
             node_restrictions=layer.restrictions,
         )
         result = fit.fit_container(candidates, ask, options_)
+        while result.ok and distinct.constraints:
+            # Several cards of one request with one value: leave out all but the best of
+            # them and fit again (each try has fewer candidates, so this ends).
+            # ``fit_container`` scans from the end: the last candidate is the best.
+            rank = {c.id: -n for n, c in enumerate(candidates)}
+            picked = sorted((p.card.id for p in result.picks), key=rank.__getitem__)
+            clash = distinct.clashes([pool.devices[i] for i in picked])
+            if not clash:
+                break
+            candidates = [c for c in candidates if c.id not in clash]
+            result = fit.fit_container(candidates, ask, options_)
         if result.ok:
             return [(p, by_card[p.card.id], card_scores[p.card.id]) for p in result.picks]
         failed.update(result.reasons)

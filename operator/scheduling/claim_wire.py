@@ -60,6 +60,11 @@ def allocation(
     picks: Sequence[claim_fit.Pick],
     classes: Mapping[str, claims.DeviceClass],
 ) -> dict[str, Any]:
+    # The requests as chosen: for a firstAvailable request, the alternative the picks
+    # name (``<request>/<subrequest>``, as the results and the class configs name it).
+    named = {r.name: r for choice in claim.choices for r in choice}
+    named.update((r.name, r) for r in claim.requests if r.name not in named)
+    requests = [named[n] for n in dict.fromkeys(p.request for p in picks) if n in named]
     results: list[dict[str, Any]] = []
     for position, pick in enumerate(picks):
         result: dict[str, Any] = {
@@ -72,16 +77,16 @@ def allocation(
         if capacity is not None:
             result["consumedCapacity"] = {k: quantity_text(v, k) for k, v in capacity.items()}
             result["shareID"] = share_id(claim.uid, position, pick.request, pick.device.name)
-        request = next(r for r in claim.requests if r.name == pick.request)
+        request = named[pick.request]
         if pick.device.taints and request.tolerations:
             result["tolerations"] = [dict(t) for t in request.tolerations]
         results.append(result)
     config: list[dict[str, Any]] = []
-    for class_name in dict.fromkeys(r.device_class for r in claim.requests):
+    for class_name in dict.fromkeys(r.device_class for r in requests):
         device_class = classes.get(class_name)
         if device_class is None:
             continue
-        names = [r.name for r in claim.requests if r.device_class == class_name]
+        names = [r.name for r in requests if r.device_class == class_name]
         for entry in device_class.config:
             if "opaque" in entry:
                 config.append({"source": "FromClass", "requests": names, "opaque": entry["opaque"]})

@@ -3,7 +3,9 @@
 ``read_pod_claims`` resolves the claims a pod names (directly, or made from its templates
 by kube-controller-manager, found through ``status.resourceClaimStatuses``), and reads each
 claim's requests: device class, count, CEL selectors (the class's and the request's),
-capacity requests and tolerations, and the claim's ``matchAttribute`` constraints. What
+capacity requests and tolerations, the alternatives of a ``firstAvailable`` request (each a
+request named ``<request>/<subrequest>``, as the allocation names it), and the claim's
+``matchAttribute`` and ``distinctAttribute`` constraints. What
 the engine does not allocate is refused with a sentence that says what to change
 (``Refusal``); what is not there yet (a claim still to be made) is a wait (``Waiting``).
 A claim already allocated (by anyone) is kept as it is: it pins the pod to its node.
@@ -82,7 +84,8 @@ def configs_turn_hami_core_off(configs: Sequence[Mapping[str, Any]]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request of a claim (``exactly``)."""
+    """One request of a claim (``exactly``), or one alternative of a ``firstAvailable``
+    request (then ``name`` is ``<request>/<subrequest>``, the allocation's name for it)."""
 
     name: str
     device_class: str
@@ -112,10 +115,19 @@ class Claim:
     name: str
     uid: str
     resource_version: str
+    #: One request per request of the claim; for a ``firstAvailable`` request its first
+    #: alternative (``choices`` has them all; ``claim_variants`` tries them in order).
     requests: tuple[Request, ...]
     #: Per ``matchAttribute`` constraint: the requests it covers (all when empty), and
-    #: the attribute's qualified name.
+    #: the attribute's qualified name. A covered name is a request or, as upstream
+    #: allows, ``<request>/<subrequest>`` (then it covers only that alternative).
     match_attributes: tuple[tuple[tuple[str, ...], str], ...] = ()
+    #: Per ``distinctAttribute`` constraint, the same: each device of the covered
+    #: requests must have a value of the attribute no other of them has.
+    distinct_attributes: tuple[tuple[tuple[str, ...], str], ...] = ()
+    #: Per request of the claim, its alternatives in order (one for ``exactly``); empty
+    #: when every request is ``exactly`` (then ``requests`` is all there is).
+    choices: tuple[tuple[Request, ...], ...] = ()
     #: The claim's own opaque configs (``spec.devices.config``).
     config: tuple[Mapping[str, Any], ...] = ()
     #: Set when the claim is allocated already (the node it is on, and its devices).
@@ -206,30 +218,45 @@ def read_claim(
             allocated=shares,
             reserved_for=reserved,
         )
-    requests = tuple(_read_request(r, where, classes, cache) for r in devices.get("requests") or ())
-    if not requests:
+    choices = tuple(_read_request(r, where, classes, cache) for r in devices.get("requests") or ())
+    if not choices:
         raise Refusal(f"{where} requests no device")
-    known = {r.name for r in requests}
+    combinations = 1
+    for choice in choices:
+        combinations *= len(choice)
+    if combinations > MAX_VARIANTS:
+        raise Refusal(
+            f"{where}: its firstAvailable alternatives make {combinations} combinations, "
+            f"more than this scheduler tries ({MAX_VARIANTS}); list fewer alternatives"
+        )
+    requests = tuple(c[0] for c in choices)
+    known = {r.name for c in choices for r in c} | {r.name.split("/", 1)[0] for r in requests}
     matches: list[tuple[tuple[str, ...], str]] = []
+    distincts: list[tuple[tuple[str, ...], str]] = []
     for constraint in devices.get("constraints") or ():
         if not isinstance(constraint, Mapping):
             continue
-        if constraint.get("distinctAttribute"):
+        match = constraint.get("matchAttribute")
+        distinct = constraint.get("distinctAttribute")
+        if bool(match) == bool(distinct):
             raise Refusal(
-                f"{where}: the constraint distinctAttribute is not allocated by this "
-                "scheduler; leave it out (one request's devices are distinct cards here) or "
-                "use kube-scheduler"
+                f"{where}: a constraint must give exactly one of matchAttribute and "
+                "distinctAttribute"
             )
-        attribute = constraint.get("matchAttribute")
-        if not attribute:
-            continue
-        covered = tuple(str(r).split("/", 1)[0] for r in constraint.get("requests") or ())
-        if any(r not in known for r in covered):
-            raise Refusal(f"{where}: a constraint names a request the claim does not have")
-        matches.append((covered, str(attribute)))
+        covered = tuple(str(r) for r in constraint.get("requests") or ())
+        unknown = [r for r in covered if r not in known]
+        if unknown:
+            raise Refusal(
+                f"{where}: a constraint names {', '.join(map(repr, unknown))}, which is not a "
+                "request (or <request>/<subrequest>) of the claim"
+            )
+        (matches if match else distincts).append((covered, str(match or distinct)))
     own = tuple(c for c in devices.get("config") or () if isinstance(c, Mapping))
     from_classes = [
-        c for r in requests if r.device_class in classes for c in classes[r.device_class].config
+        c
+        for r in {r.device_class: r for c in choices for r in c}.values()
+        if r.device_class in classes
+        for c in classes[r.device_class].config
     ]
     return Claim(
         namespace,
@@ -238,10 +265,20 @@ def read_claim(
         str(meta.get("resourceVersion", "")),
         requests,
         match_attributes=tuple(matches),
+        distinct_attributes=tuple(distincts),
+        choices=choices if any(len(c) > 1 or "/" in c[0].name for c in choices) else (),
         config=own,
         reserved_for=reserved,
         whole_devices=configs_turn_hami_core_off([*from_classes, *own]),
     )
+
+
+#: The most alternatives of one ``firstAvailable`` request (the API's limit).
+MAX_SUBREQUESTS: Final = 8
+#: The most combinations of alternatives the engine tries for one claim
+#: (``claim_variants``). Upstream has no such bound (its allocator backtracks through
+#: them all); a claim past it is refused with a sentence rather than tried for seconds.
+MAX_VARIANTS: Final = 256
 
 
 def _read_request(
@@ -249,20 +286,49 @@ def _read_request(
     where: str,
     classes: Mapping[str, DeviceClass],
     cache: claim_cel.SelectorCache,
-) -> Request:
+) -> tuple[Request, ...]:
+    """One request of the claim: its alternatives in order (one for ``exactly``)."""
     name = str(raw.get("name", ""))
     exactly = raw.get("exactly")
-    if raw.get("firstAvailable"):
-        raise Refusal(
-            f"{where}: request {name!r} lists alternatives (firstAvailable), which this "
-            "scheduler does not allocate yet; name one device class with exactly"
-        )
+    alternatives = raw.get("firstAvailable")
+    if alternatives and exactly:
+        raise Refusal(f"{where}: request {name!r} gives both exactly and firstAvailable")
+    if alternatives:
+        if not isinstance(alternatives, list) or len(alternatives) > MAX_SUBREQUESTS:
+            raise Refusal(
+                f"{where}: request {name!r}: firstAvailable must list 1 to "
+                f"{MAX_SUBREQUESTS} alternatives"
+            )
+        read: list[Request] = []
+        for sub in alternatives:
+            if not isinstance(sub, Mapping) or not sub.get("name"):
+                raise Refusal(f"{where}: request {name!r} has an alternative without a name")
+            read.append(
+                _read_exactly(sub, f"{name}/{sub['name']}", where, classes, cache, sub=True)
+            )
+        if len({r.name for r in read}) < len(read):
+            raise Refusal(f"{where}: request {name!r} names one alternative twice")
+        return tuple(read)
     if not isinstance(exactly, Mapping):
-        raise Refusal(f"{where}: request {name!r} has no exactly")
+        raise Refusal(f"{where}: request {name!r} has neither exactly nor firstAvailable")
+    return (_read_exactly(exactly, name, where, classes, cache, sub=False),)
+
+
+def _read_exactly(
+    exactly: Mapping[str, Any],
+    name: str,
+    where: str,
+    classes: Mapping[str, DeviceClass],
+    cache: claim_cel.SelectorCache,
+    *,
+    sub: bool,
+) -> Request:
+    """An ``exactly`` request, or one alternative (``sub``) of a ``firstAvailable`` one."""
+    what = f"the alternative {name!r}" if sub else f"request {name!r}"
     class_name = str(exactly.get("deviceClassName", ""))
     if class_name not in OUR_CLASSES:
         raise Refusal(
-            f"{where}: request {name!r} uses DeviceClass {class_name!r}; this scheduler "
+            f"{where}: {what} uses DeviceClass {class_name!r}; this scheduler "
             f"allocates only {', '.join(sorted(OUR_CLASSES))} (use kube-scheduler for others)"
         )
     device_class = classes.get(class_name)
@@ -271,14 +337,14 @@ def _read_request(
     mode = exactly.get("allocationMode") or "ExactCount"
     if mode != "ExactCount":
         raise Refusal(
-            f"{where}: request {name!r} asks allocationMode {mode}; this scheduler "
+            f"{where}: {what} asks allocationMode {mode}; this scheduler "
             "allocates ExactCount requests (give a count)"
         )
     if exactly.get("adminAccess"):
-        raise Refusal(f"{where}: request {name!r} asks adminAccess, which this scheduler refuses")
+        raise Refusal(f"{where}: {what} asks adminAccess, which this scheduler refuses")
     count = exactly.get("count", 1)
-    if not isinstance(count, int) or count < 1:
-        raise Refusal(f"{where}: request {name!r} has count {count!r}")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise Refusal(f"{where}: {what} has count {count!r}")
     expressions = [
         *device_class.selectors,
         *(
@@ -290,7 +356,7 @@ def _read_request(
     try:
         selectors = tuple(cache.compile(e) for e in expressions)
     except claim_cel.CelRefused as exc:
-        raise Refusal(f"{where}: request {name!r}: {exc}") from None
+        raise Refusal(f"{where}: {what}: {exc}") from None
     requested = (exactly.get("capacity") or {}).get("requests") or {}
     capacity = {str(k): _quantity(v, f"{where}.{name}.capacity.{k}") for k, v in requested.items()}
     return Request(

@@ -71,11 +71,13 @@ def dra_plane(
     split: int,
     controllers: Sequence[str] = CLAIM_CONTROLLERS,
     before_scheduler: Callable[[ControlPlane], None] = lambda cp: None,
+    agents_out: list[AgentThread] | None = None,
 ) -> Iterator[ControlPlane]:
     """A KWOK control plane with the CRD, the DRA device classes, kube-controller-manager
     (``controllers``) and kube-scheduler; per node of ``machines`` (node -> bundled machine)
     a KWOK node on the DRA path and its agent (files under ``work``). Yielded once every
-    node's slice lists its cards; the agents are stopped after."""
+    node's slice lists its cards; the agents are stopped after (and listed in
+    ``agents_out`` meanwhile, in ``machines``' order, when one is given)."""
     with ControlPlane(kwok=True, binaries=binaries) as cp:
         env.install_crd(cp)
         for doc in yaml.safe_load_all((ROOT / "manifests" / "dra-deviceclasses.yaml").read_text()):
@@ -92,6 +94,8 @@ def dra_plane(
                 )
             for node in machines:
                 wait_for(f"{node}'s slice", lambda n=node: node_slice(cp, n), timeout=60)
+            if agents_out is not None:
+                agents_out.extend(agents)
             yield cp
         finally:
             for agent in agents:
