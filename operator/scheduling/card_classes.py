@@ -171,6 +171,16 @@ class Simple:
         self._filter = card_filter
         #: Whether the pod restricts cards by UUID (then cards are judged one by one).
         self.by_uuid = bool(card_filter and (card_filter.use_uuids or card_filter.nouse_uuids))
+        #: Everything the judgements read of the job (what ``_check`` and ``_judge``
+        #: pass to Fit): two jobs with equal keys judge every card and node alike, so a
+        #: new shape may start from the judgements of an older one (``verdict_kin``).
+        self.key: tuple[object, ...] = (
+            vendor_word,
+            request,
+            card_filter or vendor.CardFilter.read(self._spec, job.annotations),
+            job.gpu_policy,
+            job.default_gpu_policy,
+        )
         self._static: dict[tuple[object, ...], _CardVerdict | _Marker] = {}
         self._dynamic: dict[tuple[object, ...], _CardVerdict] = {}
         self._nodes: dict[NodeProfile, NodeFailure | None] = {}

@@ -24,6 +24,7 @@ its verdict says the event could let it fit (``fits_now``).
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -115,6 +116,38 @@ class Verdict:
     @property
     def namespace(self) -> str:
         return self.job.namespace
+
+    def kin_key(self) -> tuple[object, ...] | None:
+        """What judging a node reads of the job: the node gate's part (namespace,
+        CPU and memory, node terms) and the card classes' (``Simple.key``). Verdicts
+        with equal keys (pods of shapes that differ only in what no judgement reads,
+        such as an annotation the engine ignores) rule every node out alike. None for
+        a verdict judged otherwise (full Fits, the DRA path's judge)."""
+        if self.simple is None or self.dialect is not None:
+            return None
+        job, terms = self.job, self.job.node_terms
+        node_terms = json.dumps(
+            [terms.tolerations, terms.selector, terms.affinity_terms],
+            sort_keys=True,
+            default=str,
+        )
+        return (job.namespace, job.resources, node_terms, self.simple.key)
+
+    def take_judgements(self, kin: Verdict) -> None:
+        """Start from the judgements of ``kin``, a verdict of the same ``kin_key`` made
+        in the same epoch: each node's failure as of ``kin.seq`` is this shape's too, so
+        the next refresh judges only the nodes changed since (``changed``), as kin's own
+        would, instead of every node."""
+        self.simple = kin.simple
+        self.epoch, self.quota_usage, self.seq = kin.epoch, kin.quota_usage, kin.seq
+        self.failures = dict(kin.failures)
+        self.fitting = set(kin.fitting)
+        self.nodes_total = kin.nodes_total
+        self.stale = dict(kin.stale)
+        self._deadlines = list(kin._deadlines)
+        self._diagnosis, self._quota_bound = kin._diagnosis, kin._quota_bound
+        self._by_text, self._by_code = dict(kin._by_text), dict(kin._by_code)
+        self._devices = dict(kin._devices)
 
     @property
     def quota_bound(self) -> bool:

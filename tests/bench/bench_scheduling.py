@@ -9,8 +9,9 @@ that every repetition sees the same load.
 Pods that fit nowhere are timed three ways (``verdicts``): the same pod again with
 nothing changed in between (its verdict is reused), again after a change to one node (a
 pod of another shape placed and taken back: that node is judged again, as between two
-attempts in a burst), and as the first pod of its shape (every node judged, by classes
-of identical cards).
+attempts in a burst), as the first pod of its shape (an annotation no judgement reads
+differs: the verdict starts from its kin's), and as the first pod of its request (every
+node judged, by classes of identical cards).
 """
 
 from __future__ import annotations
@@ -153,9 +154,12 @@ def _pending(name: str, gpus: int, memory_mib: int, cores: int, **annotations: s
     }
 
 
-#: How a pod's repetitions see the cluster: unchanged, one node changed before each, or
-#: each repetition a pod of a shape not seen before.
+#: How a pod's repetitions see the cluster: unchanged, one node changed before each,
+#: each repetition a pod of a shape not seen before (an annotation no judgement reads
+#: differs: its verdict starts from its kin's, ``verdict_kin``), or each a pod of a
+#: request not seen before (its GPU memory differs: every node is judged).
 SAME, AFTER_A_CHANGE, NEW_SHAPE = "same", "after a change", "new shape"
+NEW_REQUEST = "new request"
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,14 @@ CASES: tuple[Case, ...] = (
         None,
         NEW_SHAPE,
     ),
+    Case(
+        "unschedulable, first of its request (diagnosis)",
+        _pending("huge-request", 1, 1 << 20, 10),
+        FEW_RUNS,
+        False,
+        None,
+        NEW_REQUEST,
+    ),
 )
 
 
@@ -241,6 +253,10 @@ def time_case(
         elif between == NEW_SHAPE:
             subject = copy.deepcopy(pod)
             subject["metadata"]["annotations"]["bench/shape"] = str(repetition)
+        elif between == NEW_REQUEST:
+            subject = copy.deepcopy(pod)
+            limits = subject["spec"]["containers"][0]["resources"]["limits"]
+            limits["nvidia.com/gpumem"] += repetition
         started, started_cpu = time.perf_counter(), time.thread_time()
         decision = state.schedule(subject, 0.0)
         elapsed_ms = (time.perf_counter() - started) * 1000
