@@ -56,7 +56,7 @@ from typing import Protocol
 
 import structlog
 
-from vgpu_operator.control import feed, options
+from vgpu_operator.control import feed, heap, options
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import DefragFailure, DefragMetrics, DefragMove
 from vgpu_operator.scheduling import defrag, preemption
@@ -214,6 +214,9 @@ class DefragRunner:
         waiting = self._feed.waiting_for(self._feed.scheduler_name)
         now = self._wall_clock()
         ranked = sorted(waiting, key=lambda p: -preemption.priority_of(p))[:_LOOKS]
+        # What survived since the last round out of the collector's full passes, which
+        # would otherwise run in the middle of the planner's steps (``heap``).
+        heap.refreeze()
         steps = defrag.plan_steps(self._state, ranked, running, now, self._plan_options, limit=1)
         report = await self._in_slices(steps)
         for key, why in report.unplanned.items():
