@@ -31,6 +31,7 @@ docs/benchmarks.md between the ``defrag`` markers, with its plot.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import random
@@ -44,6 +45,7 @@ from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
+from vgpu_operator.control import heap
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling import defrag
 from vgpu_operator.scheduling.cluster import ClusterState
@@ -301,6 +303,7 @@ class Churn:
         for pod, _since in sorted(self.waiting, key=lambda w: -w[0]["spec"]["priority"]):
             started = time.perf_counter()
             cpu = time.process_time()
+            heap.refreeze()  # as the operator's runner does before each planning round
             running = {key: p for key, (p, _, _) in self.running.items()}
             report, longest = _stepped(defrag.plan_steps(self.state, [pod], running, now, OPTIONS))
             if measure and report.fragmented:
@@ -391,6 +394,7 @@ class Churn:
 
     def run(self, warmup: int = WARMUP_TICKS, ticks: int = TICKS) -> Figures:
         self.prefill()
+        gc.freeze()  # as the operator does once its first listing is in (``heap.settle``)
         for t in range(1, warmup + ticks + 1):
             self.tick(t, measure=t > warmup)
         return self.figures
