@@ -81,6 +81,9 @@ OWNERS = (
 )
 OPTIONS = defrag.PlanOptions(max_evictions=3)
 GAP_CASES = int(os.environ.get("BENCH_DEFRAG_GAP_CASES", "300"))
+#: Freeze the heap as the operator does (0: leave the collector as it is, as before
+#: issue 38, to compare).
+FREEZE = os.environ.get("BENCH_DEFRAG_FREEZE", "1") != "0"
 
 # The generated small clusters live beside the tests.
 if str(ROOT / "tests") not in sys.path:
@@ -303,7 +306,8 @@ class Churn:
         for pod, _since in sorted(self.waiting, key=lambda w: -w[0]["spec"]["priority"]):
             started = time.perf_counter()
             cpu = time.process_time()
-            heap.refreeze()  # as the operator's runner does before each planning round
+            if FREEZE:
+                heap.refreeze()  # as the operator's runner does before each planning round
             running = {key: p for key, (p, _, _) in self.running.items()}
             report, longest = _stepped(defrag.plan_steps(self.state, [pod], running, now, OPTIONS))
             if measure and report.fragmented:
@@ -394,7 +398,8 @@ class Churn:
 
     def run(self, warmup: int = WARMUP_TICKS, ticks: int = TICKS) -> Figures:
         self.prefill()
-        gc.freeze()  # as the operator does once its first listing is in (``heap.settle``)
+        if FREEZE:
+            gc.freeze()  # as the operator does once its first listing is in (``heap.settle``)
         for t in range(1, warmup + ticks + 1):
             self.tick(t, measure=t > warmup)
         return self.figures

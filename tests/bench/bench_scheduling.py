@@ -213,7 +213,7 @@ CASES: tuple[Case, ...] = (
         _pending("huge-new", 1, 1 << 20, 10),
         FEW_RUNS,
         False,
-        None,
+        AIM_UNFIT_P99_MS,
         NEW_SHAPE,
     ),
     Case(
@@ -221,7 +221,7 @@ CASES: tuple[Case, ...] = (
         _pending("huge-request", 1, 1 << 20, 10),
         FEW_RUNS,
         False,
-        None,
+        AIM_UNFIT_P99_MS,
         NEW_REQUEST,
     ),
 )
@@ -303,10 +303,13 @@ def _row(
     return row
 
 
-def run(sizes: Iterable[int] = SIZES, fitting_only: bool = False) -> list[dict[str, Any]]:
+def run(
+    sizes: Iterable[int] = SIZES, fitting_only: bool = False, new_only: bool = False
+) -> list[dict[str, Any]]:
     """One row per (cluster size, case): case, p50_ms, p99_ms, max_ms, runs, aim_p99_ms.
     ``fitting_only``: the pods that fit (1-2 GPU and 8 GPU) only, no parse rows: the
-    decision p99 compared before and after an engine change (docs/benchmarks.md)."""
+    decision p99 compared before and after an engine change (docs/benchmarks.md).
+    ``new_only`` (``--new``): the first pods of a new shape and of a new request only."""
     rows: list[dict[str, Any]] = []
     for nodes in sizes:
         started = time.perf_counter()
@@ -314,11 +317,14 @@ def run(sizes: Iterable[int] = SIZES, fitting_only: bool = False) -> list[dict[s
         build_s = time.perf_counter() - started
         pods = len(state.holding_pods())
         print(f"built {nodes} nodes, {pods} running pods in {build_s:.1f} s", file=sys.stderr)
-        for case in [c for c in CASES if c.fits] if fitting_only else CASES:
+        cases = [c for c in CASES if c.fits] if fitting_only else CASES
+        if new_only:
+            cases = [c for c in CASES if c.between in (NEW_SHAPE, NEW_REQUEST)]
+        for case in cases:
             timings, cpu = time_case(state, case.pod, case.runs, case.fits, case.between)
             aim = None if case.aim is None else case.aim.get(nodes)
             rows.append(_row(f"schedule {nodes} nodes: {case.name}", timings, aim, cpu))
-        if fitting_only:
+        if fitting_only or new_only:
             continue
         pod = CASES[0].pod
         rows.append(_row(f"parse one attempt ({nodes} nodes)", time_parse(state, pod, RUNS), None))
@@ -326,5 +332,5 @@ def run(sizes: Iterable[int] = SIZES, fitting_only: bool = False) -> list[dict[s
 
 
 if __name__ == "__main__":
-    for row in run(fitting_only="--fitting" in sys.argv):
+    for row in run(fitting_only="--fitting" in sys.argv, new_only="--new" in sys.argv):
         print(row)
