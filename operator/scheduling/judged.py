@@ -24,9 +24,9 @@ class JudgedView:
         self._fit = fit
         #: Each node's cards as classes, with the change of the node they were made at.
         self._profiles: dict[tuple[str, bool], tuple[int, card_classes.NodeProfile]] = {}
-        #: Each node's last gate: the change of the node it was made at, the job's gate
-        #: key, the answer (``node_gate``).
-        self._gates: dict[str, tuple[int, object, Reason | None]] = {}
+        #: Each node's last gate: the epoch and the change of the node it was made at,
+        #: the job's gate key, the answer (``node_gate``).
+        self._gates: dict[str, tuple[tuple[int, int], object, Reason | None]] = {}
 
     @property
     def epoch(self) -> int:
@@ -56,10 +56,14 @@ class JudgedView:
         staleness, reads the clock: a kept answer other than None or stale holds, and
         None or stale is decided again against ``now``."""
         node = self.view.nodes[name]
+        # As before the gate was kept: whoever asks for the gate gets the node rebuilt
+        # (a no-op unless it is dirty), which later reads of the node may rely on.
+        self.view.refresh(node)
         if key is None:
-            self.view.refresh(node)
             return self._gate(node, job, now)
-        changed = self.view.change_log.last(name)
+        # Kept per epoch too (config and quota limits), as verdicts are: a new epoch
+        # starts every verdict afresh, and its gates with it.
+        changed = (self.view.epoch, self.view.change_log.last(name))
         cached = self._gates.get(name)
         if cached is not None and cached[0] == changed and (cached[1] is key or cached[1] == key):
             reason = cached[2]
@@ -68,7 +72,6 @@ class JudgedView:
             if job.wants_devices and node_gate.stale(node, now, self.view.inventory_timeout_s):
                 return Reason.INVENTORY_STALE
             return None
-        self.view.refresh(node)
         reason = self._gate(node, job, now)
         self._gates[name] = (changed, key, reason)
         return reason
