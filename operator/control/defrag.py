@@ -12,14 +12,16 @@ has put every change to the books back, and after ``_SLICE_S`` of planning the r
 lets the loop run (decisions, the feed's events) before it goes on. At 1,000 nodes a
 plan takes about 0.2 s at the median and up to a few seconds (``docs/benchmarks.md``);
 decisions wait ``_SLICE_S`` plus one step instead of the whole plan. The longest steps
-are the interpreter's full garbage collections (up to about 0.8 s of CPU with the books
+were the interpreter's full garbage collections (up to about 0.8 s of CPU with the books
 of 1,000 nodes, measured with ``gc.callbacks``), which pause any other work just the
-same. The books may change between two slices, so the plan returned may be out of date:
-right before the hold, with no await in between, it is checked again on the books as
-they then are (``defrag.recheck``: the pod still waits, the pods to move are still there
-and may move, the budgets allow it, the hold and each replacement replay through the
-engine), and dropped if not (the next round plans again). Not a copy of the books
-planned on in a thread: the copy (every node's cards and tens of thousands of pod
+same: before each round the runner now freezes what survived since the last one
+(``heap.refreeze``), so the full passes the planner's short-lived objects set off walk
+only what was made since. The books may change between two slices, so the plan returned
+may be out of date: right before the hold, with no await in between, it is checked again
+on the books as they then are (``defrag.recheck``: the pod still waits, the pods to move
+are still there and may move, the budgets allow it, the hold and each replacement replay
+through the engine), and dropped if not (the next round plans again). Not a copy of the
+books planned on in a thread: the copy (every node's cards and tens of thousands of pod
 entries) would hold the loop up as long as planning does, a thread gains no CPU under
 the GIL, and the plan would still need the same check on the live books before the hold.
 
@@ -56,7 +58,7 @@ from typing import Protocol
 
 import structlog
 
-from vgpu_operator.control import feed, options
+from vgpu_operator.control import feed, heap, options
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import DefragFailure, DefragMetrics, DefragMove
 from vgpu_operator.scheduling import defrag, preemption
@@ -214,6 +216,9 @@ class DefragRunner:
         waiting = self._feed.waiting_for(self._feed.scheduler_name)
         now = self._wall_clock()
         ranked = sorted(waiting, key=lambda p: -preemption.priority_of(p))[:_LOOKS]
+        # What survived since the last round out of the collector's full passes, which
+        # would otherwise run in the middle of the planner's steps (``heap``).
+        heap.refreeze()
         steps = defrag.plan_steps(self._state, ranked, running, now, self._plan_options, limit=1)
         report = await self._in_slices(steps)
         for key, why in report.unplanned.items():

@@ -17,6 +17,13 @@ first bind. The books hold no reference cycles (dropping them leaves the collect
 nothing to find), so frozen objects are freed by their reference counts when the books
 let them go; only cyclic garbage that exists at the moment of freezing is kept for good,
 a small amount left over from the start.
+
+Under churn the objects made since (new pods' entries, rebuilt cards) grow back into a
+heap that full passes walk. Defragmentation's planning, which makes many short-lived
+objects, set those passes off in the middle of its steps (``docs/benchmarks.md``), so
+the runner freezes again before each planning round (``refreeze``): a young collection
+first (cheap: only objects made since the last one), so that the cyclic garbage frozen
+for good is at most what has survived two collections.
 """
 
 from __future__ import annotations
@@ -41,3 +48,11 @@ def settle() -> int:
     frozen = gc.get_freeze_count()
     log.info("heap_settled", frozen=frozen)
     return frozen
+
+
+def refreeze() -> int:
+    """Freeze what survived since the last freeze, after a collection of the young
+    generations; returns the number of objects frozen in all."""
+    gc.collect(1)
+    gc.freeze()
+    return gc.get_freeze_count()

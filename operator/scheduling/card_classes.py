@@ -22,8 +22,9 @@ UUID), which no share change can alter, then, only if that passes, with its usag
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -55,6 +56,8 @@ class CardClass:
     key: tuple[object, ...]
     #: The card type in upper case (a vendor sees the cards whose type names its marker).
     type_upper: str
+    #: A number for ``key`` (``ident``): classes with equal numbers have equal keys.
+    ident: int = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -69,6 +72,8 @@ class NodeProfile:
     layer_key: tuple[object, ...]
     has_mig: bool
     _hash: int
+    #: A number for ``layer_key`` (``ident``).
+    layer_ident: int = 0
 
     def __hash__(self) -> int:
         return self._hash
@@ -109,12 +114,38 @@ def profile(
         if key not in first:
             first[key] = (card, banned, static)
     classes = tuple(
-        CardClass(first[key][0].copy(), first[key][1], n, first[key][2], key, str(key[1]).upper())
+        CardClass(
+            first[key][0].copy(),
+            first[key][1],
+            n,
+            first[key][2],
+            key,
+            str(key[1]).upper(),
+            ident(key),
+        )
         for key, n in sorted(counts.items())
     )
     layer_key = (layer.gpu_policy, tuple(sorted(layer.restrictions.items())))
     whole = (layer_key, has_mig, tuple((c.key, c.count) for c in classes))
-    return NodeProfile(whole, classes, layer, layer_key, has_mig, hash(whole))
+    return NodeProfile(whole, classes, layer, layer_key, has_mig, hash(whole), ident(layer_key))
+
+
+#: Numbers handed out to keys (``ident``); forgotten past ``_MAX_IDENTS``.
+_IDENTS: dict[tuple[object, ...], int] = {}
+_NEXT_IDENT = itertools.count(1)
+_MAX_IDENTS: Final = 1 << 16
+
+
+def ident(key: tuple[object, ...]) -> int:
+    """A number for ``key``, made once per node change (``profile``) so that every job's
+    judging looks its classes up by a small int instead of hashing their keys. A number
+    is never given to two different keys: forgotten keys get new numbers."""
+    number = _IDENTS.get(key)
+    if number is None:
+        if len(_IDENTS) >= _MAX_IDENTS:
+            _IDENTS.clear()
+        number = _IDENTS[key] = next(_NEXT_IDENT)
+    return number
 
 
 class _Unjudged:
@@ -151,6 +182,8 @@ class Simple:
 
     #: Profiles remembered at most (one per distinct node state met); then started again.
     MAX_PROFILES: Final = 8192
+    #: Class verdicts remembered at most; then started again.
+    MAX_CLASSES: Final = 1 << 16
 
     def __init__(self, job: placement.Job) -> None:
         ((vendor_word, request),) = [
@@ -171,9 +204,22 @@ class Simple:
         self._filter = card_filter
         #: Whether the pod restricts cards by UUID (then cards are judged one by one).
         self.by_uuid = bool(card_filter and (card_filter.use_uuids or card_filter.nouse_uuids))
+        #: Everything the judgements read of the job (what ``_check`` and ``_judge``
+        #: pass to Fit): two jobs with equal keys judge every card and node alike, so a
+        #: new shape may start from the judgements of an older one (``verdict_kin``).
+        self.key: tuple[object, ...] = (
+            vendor_word,
+            request,
+            card_filter or vendor.CardFilter.read(self._spec, job.annotations),
+            job.gpu_policy,
+            job.default_gpu_policy,
+        )
         self._static: dict[tuple[object, ...], _CardVerdict | _Marker] = {}
         self._dynamic: dict[tuple[object, ...], _CardVerdict] = {}
         self._nodes: dict[NodeProfile, NodeFailure | None] = {}
+        #: Each class's verdict by (layer number, class number) (``_card``).
+        self._classes: dict[tuple[int, int], _CardVerdict] = {}
+        self._uuid_allows: dict[int, Callable[[str], bool] | None] = {}
 
     @staticmethod
     def of(job: placement.Job) -> Simple | None:
@@ -212,7 +258,7 @@ class Simple:
         return failure
 
     def _judge(self, node: NodeProfile) -> NodeFailure | None:
-        marker = self._marker
+        marker, layer, known = self._marker, node.layer_ident, self._classes
         visible = [c for c in node.classes if marker in c.type_upper]
         if self._count > sum(c.count for c in visible):
             return NodeFailure({Reason.NODE_INSUFFICIENT_DEVICE: 1})
@@ -220,16 +266,17 @@ class Simple:
         refused_by: dict[Reason, set[str]] = {}
         # With UUID restrictions the node is profiled card by card (``wants_ids``), so
         # a class's card is the card; what the allowed ones fail is the node's cause.
-        pod_filter = self._filter or vendor.CardFilter.read(self._spec, self._job.annotations)
-        allows = fit.uuid_allows(self._spec, pod_filter, node.layer.restrictions)
+        allows = self._allows(node)
         allowed_reasons: dict[Reason, int] = {}
         passing = 0
         for card_class in visible:
-            verdict = self._card(card_class, node)
+            verdict = known.get((layer, card_class.ident), UNJUDGED)
+            if verdict is UNJUDGED:
+                verdict = self._card(card_class, node)
             if verdict is None:
                 passing += card_class.count
                 continue
-            reason, keys = verdict
+            reason, keys = verdict  # type: ignore[misc]
             reasons[reason] = reasons.get(reason, 0) + card_class.count
             if keys:
                 refused_by.setdefault(reason, set()).update(keys)
@@ -245,6 +292,17 @@ class Simple:
             reasons, {r: frozenset(k) for r, k in refused_by.items()}, allowed_reasons
         )
 
+    def _allows(self, node: NodeProfile) -> Callable[[str], bool] | None:
+        """Whether the UUID restrictions (the pod's and the node layer's) allow a card,
+        made once per node layer."""
+        layer = node.layer_ident
+        if layer not in self._uuid_allows:
+            pod_filter = self._filter or vendor.CardFilter.read(self._spec, self._job.annotations)
+            self._uuid_allows[layer] = fit.uuid_allows(
+                self._spec, pod_filter, node.layer.restrictions
+            )
+        return self._uuid_allows[layer]
+
     def could_ever(self, node: NodeProfile) -> bool:
         """Whether the job could fit the node were every share on it free: False when
         too few of its cards pass the checks even idle (the wrong type, or smaller in
@@ -259,6 +317,18 @@ class Simple:
         return able >= self._count
 
     def _card(self, card_class: CardClass, node: NodeProfile) -> _CardVerdict:
+        """The class's verdict, looked up by its number and its layer's (equal numbers,
+        equal keys: the same verdict), else judged."""
+        known = self._classes.get((node.layer_ident, card_class.ident), UNJUDGED)
+        if known is not UNJUDGED:
+            return known  # type: ignore[return-value]
+        verdict = self._card_judged(card_class, node)
+        if len(self._classes) >= self.MAX_CLASSES:
+            self._classes.clear()
+        self._classes[node.layer_ident, card_class.ident] = verdict
+        return verdict
+
+    def _card_judged(self, card_class: CardClass, node: NodeProfile) -> _CardVerdict:
         static = self._static_of(card_class, node)
         if static is not _IDLE_FITS and static is not _NEVER:
             return static  # type: ignore[return-value]

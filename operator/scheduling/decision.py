@@ -34,6 +34,7 @@ from vgpu_operator.scheduling import (
     placement,
     policies,
     preemption,
+    verdict_kin,
     verdicts,
 )
 from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S
@@ -130,6 +131,8 @@ class Cycle:
         self._verdicts: weakref.WeakValueDictionary[str, verdicts.Verdict] = (
             weakref.WeakValueDictionary()
         )
+        #: New shapes' verdicts start from the judgements of kin shapes (``verdict_kin``).
+        self._kin = verdict_kin.Kin()
         #: What verdicts read of the books: the view, with this cycle's node gate and Fit.
         self.judged = JudgedView(self.view, self.node_gate_of, self._try_node)
 
@@ -160,7 +163,7 @@ class Cycle:
         shape = shape or read.shape
         verdict = self._verdicts.get(shape)
         if verdict is None or verdict.job_epoch != self.view.epoch:
-            verdict = verdicts.Verdict.new(shape, read.judged, self.view.epoch, judge)
+            verdict = self._kin.new(shape, read.judged, self.view.epoch, judge)
             self._verdicts[shape] = verdict
         elif judge is not None:
             verdict.dialect = judge  # the claims as read now

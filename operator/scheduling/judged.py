@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 from vgpu_operator import names
 from vgpu_operator.devices import vendor
-from vgpu_operator.scheduling import card_classes, node_layer, placement
+from vgpu_operator.scheduling import card_classes, node_gate, node_layer, placement
 from vgpu_operator.scheduling.entries import NodeEntry
 from vgpu_operator.scheduling.status import Reason
 from vgpu_operator.scheduling.view import BooksView
@@ -24,6 +24,9 @@ class JudgedView:
         self._fit = fit
         #: Each node's cards as classes, with the change of the node they were made at.
         self._profiles: dict[tuple[str, bool], tuple[int, card_classes.NodeProfile]] = {}
+        #: Each node's last gate: the epoch and the change of the node it was made at,
+        #: the job's gate key, the answer (``node_gate``).
+        self._gates: dict[str, tuple[tuple[int, int], object, Reason | None]] = {}
 
     @property
     def epoch(self) -> int:
@@ -44,10 +47,34 @@ class JudgedView:
     def node_count(self) -> int:
         return len(self.view.nodes)
 
-    def node_gate(self, name: str, job: placement.Job, now: float) -> Reason | None:
+    def node_gate(
+        self, name: str, job: placement.Job, now: float, key: object = None
+    ) -> Reason | None:
+        """The node gate; with ``key`` (what the gate reads of the job, hashable: the
+        verdicts' ``gate_key``), answered from the node's last gate for that key while
+        the node has not changed. Of the gate's checks only the last one, the node's
+        staleness, reads the clock: a kept answer other than None or stale holds, and
+        None or stale is decided again against ``now``."""
         node = self.view.nodes[name]
+        # As before the gate was kept: whoever asks for the gate gets the node rebuilt
+        # (a no-op unless it is dirty), which later reads of the node may rely on.
         self.view.refresh(node)
-        return self._gate(node, job, now)
+        if key is None:
+            return self._gate(node, job, now)
+        # Kept per epoch too (config and quota limits), as verdicts are: a new epoch
+        # starts every verdict afresh, and its gates with it.
+        changed = (self.view.epoch, self.view.change_log.last(name))
+        cached = self._gates.get(name)
+        if cached is not None and cached[0] == changed and (cached[1] is key or cached[1] == key):
+            reason = cached[2]
+            if reason is not None and reason is not Reason.INVENTORY_STALE:
+                return reason
+            if job.wants_devices and node_gate.stale(node, now, self.view.inventory_timeout_s):
+                return Reason.INVENTORY_STALE
+            return None
+        reason = self._gate(node, job, now)
+        self._gates[name] = (changed, key, reason)
+        return reason
 
     def node_profile(self, name: str, with_ids: bool) -> card_classes.NodeProfile | None:
         """The node's cards as classes, made once per change of the node."""

@@ -91,6 +91,10 @@ UNRESOLVABLE_BY_RELEASE: Final = frozenset(
 )
 
 
+#: Each reason's place in the declaration (ties in ``main_reason`` go to the earlier).
+_DECLARED: Final = {reason: place for place, reason in enumerate(Reason)}
+
+
 class Code(enum.Enum):
     SUCCESS = enum.auto()
     UNSCHEDULABLE = enum.auto()
@@ -125,9 +129,10 @@ class NodeFailure:
         With UUID restrictions, the one among the cards they allow: a pod pinned to a
         card that lacks memory is told ``CardInsufficientMemory``, not that the node's
         other cards have the wrong UUID."""
-        order = list(Reason)
         counts = self.allowed_reasons or self.reasons
-        return max(counts, key=lambda r: (counts[r], -order.index(r)))
+        if len(counts) == 1:
+            return next(iter(counts))
+        return max(counts, key=lambda r: (counts[r], -_DECLARED[r]))
 
     def main_reason_text(self) -> str:
         """The main reason's name, with the Node annotations that caused it, if any:

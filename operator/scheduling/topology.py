@@ -150,13 +150,16 @@ def _interchangeable_classes(weights: list[list[int]]) -> list[list[int]]:
     Each class lists its members in scan order; classes come in the order of their first
     member. Interchangeability is transitive (a~b and b~c give w(a,b) = w(c,b)), so
     comparing with a class's first member suffices. Interchangeable cards have the same
-    multiset of weights, which buckets the comparisons.
+    multiset of weights, hence the same row sum (the diagonal is 0): the sum buckets the
+    comparisons without sorting every row. Within a bucket the newest class is tried
+    first: cards of one class tend to come together in scan order (an NVL72 tray, an
+    NVSwitch island), so the first comparison usually matches.
     """
-    buckets: dict[tuple[int, ...], list[list[int]]] = {}
+    buckets: dict[int, list[list[int]]] = {}
     classes: list[list[int]] = []
     for i, row in enumerate(weights):
-        groups = buckets.setdefault(tuple(sorted(row[:i] + row[i + 1 :])), [])
-        for members in groups:
+        groups = buckets.setdefault(sum(row), [])
+        for members in reversed(groups):
             if _interchangeable(weights, members[0], i):
                 members.append(i)
                 break

@@ -24,6 +24,7 @@ its verdict says the event could let it fit (``fits_now``).
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -42,7 +43,9 @@ class JudgedBooks(Protocol):
     def judged_nodes(self) -> Iterable[str]: ...
     def has_node(self, name: str) -> bool: ...
     def node_count(self) -> int: ...
-    def node_gate(self, name: str, job: placement.Job, now: float) -> Reason | None: ...
+    def node_gate(
+        self, name: str, job: placement.Job, now: float, key: object = None
+    ) -> Reason | None: ...
     def node_profile(self, name: str, with_ids: bool) -> card_classes.NodeProfile | None: ...
     def node_layer(self, name: str) -> node_layer.NodeLayer: ...
     def node_fit(self, name: str, job: placement.Job, now: float) -> placement.Outcome: ...
@@ -56,6 +59,10 @@ class NodeJudge(Protocol):
     DRA path's: ``claim_decision.ClaimJudge``); its gate is part of it."""
 
     def judge(self, name: str, job: placement.Job, now: float) -> NodeFailure | None: ...
+
+
+#: The gate keys in use (``Verdict.gate_key``).
+_GATE_KEYS: dict[tuple[object, ...], tuple[object, ...]] = {}
 
 
 def failure_of(outcome: placement.Outcome) -> NodeFailure:
@@ -103,6 +110,7 @@ class Verdict:
     _devices: dict[str, int] = field(default_factory=dict)
     #: The dialect's judge of a node (None: the annotation path's gate and Fit).
     dialect: NodeJudge | None = None
+    _gate_key: tuple[object, ...] | None = None
 
     @classmethod
     def new(
@@ -115,6 +123,50 @@ class Verdict:
     @property
     def namespace(self) -> str:
         return self.job.namespace
+
+    def gate_key(self) -> tuple[object, ...]:
+        """What the annotation path's node gate reads of the job (``node_gate.check``:
+        CPU and memory, the node terms, whether it wants devices), made once."""
+        if self._gate_key is None:
+            job, terms = self.job, self.job.node_terms
+            node_terms = json.dumps(
+                [terms.tolerations, terms.selector, terms.affinity_terms],
+                sort_keys=True,
+                default=str,
+            )
+            key = (job.resources, node_terms, job.wants_devices)
+            # One object per distinct key, so that a node's kept gate (``JudgedView``)
+            # is matched by identity, not by comparing its Fractions.
+            if len(_GATE_KEYS) >= 4096:
+                _GATE_KEYS.clear()
+            self._gate_key = _GATE_KEYS.setdefault(key, key)
+        return self._gate_key
+
+    def kin_key(self) -> tuple[object, ...] | None:
+        """What judging a node reads of the job: the node gate's part (namespace,
+        CPU and memory, node terms) and the card classes' (``Simple.key``). Verdicts
+        with equal keys (pods of shapes that differ only in what no judgement reads,
+        such as an annotation the engine ignores) rule every node out alike. None for
+        a verdict judged otherwise (full Fits, the DRA path's judge)."""
+        if self.simple is None or self.dialect is not None:
+            return None
+        return (self.job.namespace, self.gate_key(), self.simple.key)
+
+    def take_judgements(self, kin: Verdict) -> None:
+        """Start from the judgements of ``kin``, a verdict of the same ``kin_key`` made
+        in the same epoch: each node's failure as of ``kin.seq`` is this shape's too, so
+        the next refresh judges only the nodes changed since (``changed``), as kin's own
+        would, instead of every node."""
+        self.simple = kin.simple
+        self.epoch, self.quota_usage, self.seq = kin.epoch, kin.quota_usage, kin.seq
+        self.failures = dict(kin.failures)
+        self.fitting = set(kin.fitting)
+        self.nodes_total = kin.nodes_total
+        self.stale = dict(kin.stale)
+        self._deadlines = list(kin._deadlines)
+        self._diagnosis, self._quota_bound = kin._diagnosis, kin._quota_bound
+        self._by_text, self._by_code = dict(kin._by_text), dict(kin._by_code)
+        self._devices = dict(kin._devices)
 
     @property
     def quota_bound(self) -> bool:
@@ -143,7 +195,8 @@ class Verdict:
     def _count(self, failure: NodeFailure, sign: int) -> None:
         if not failure.reasons:
             return
-        text, code = failure.main_reason_text(), failure.main_reason().value
+        text = failure.main_reason_text()
+        code = failure.main_reason().value if failure.refused_by else text
         self._by_text[text] = self._by_text.get(text, 0) + sign
         self._by_code[code] = self._by_code.get(code, 0) + sign
         for reason, n in failure.reasons.items():
@@ -252,7 +305,7 @@ class Verdict:
         job = self.job
         if self.dialect is not None:
             return self.dialect.judge(name, job, now)
-        gate = books.node_gate(name, job, now)
+        gate = books.node_gate(name, job, now, self.gate_key())
         if gate is not None:
             return NodeFailure({gate: 1})
         simple = self.simple

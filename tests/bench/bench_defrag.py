@@ -31,6 +31,7 @@ docs/benchmarks.md between the ``defrag`` markers, with its plot.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import random
@@ -44,6 +45,7 @@ from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
+from vgpu_operator.control import heap
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling import defrag
 from vgpu_operator.scheduling.cluster import ClusterState
@@ -79,6 +81,9 @@ OWNERS = (
 )
 OPTIONS = defrag.PlanOptions(max_evictions=3)
 GAP_CASES = int(os.environ.get("BENCH_DEFRAG_GAP_CASES", "300"))
+#: Freeze the heap as the operator does (0: leave the collector as it is, as before
+#: issue 38, to compare).
+FREEZE = os.environ.get("BENCH_DEFRAG_FREEZE", "1") != "0"
 
 # The generated small clusters live beside the tests.
 if str(ROOT / "tests") not in sys.path:
@@ -301,6 +306,8 @@ class Churn:
         for pod, _since in sorted(self.waiting, key=lambda w: -w[0]["spec"]["priority"]):
             started = time.perf_counter()
             cpu = time.process_time()
+            if FREEZE:
+                heap.refreeze()  # as the operator's runner does before each planning round
             running = {key: p for key, (p, _, _) in self.running.items()}
             report, longest = _stepped(defrag.plan_steps(self.state, [pod], running, now, OPTIONS))
             if measure and report.fragmented:
@@ -391,6 +398,8 @@ class Churn:
 
     def run(self, warmup: int = WARMUP_TICKS, ticks: int = TICKS) -> Figures:
         self.prefill()
+        if FREEZE:
+            gc.freeze()  # as the operator does once its first listing is in (``heap.settle``)
         for t in range(1, warmup + ticks + 1):
             self.tick(t, measure=t > warmup)
         return self.figures

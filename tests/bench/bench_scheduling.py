@@ -9,8 +9,9 @@ that every repetition sees the same load.
 Pods that fit nowhere are timed three ways (``verdicts``): the same pod again with
 nothing changed in between (its verdict is reused), again after a change to one node (a
 pod of another shape placed and taken back: that node is judged again, as between two
-attempts in a burst), and as the first pod of its shape (every node judged, by classes
-of identical cards).
+attempts in a burst), as the first pod of its shape (an annotation no judgement reads
+differs: the verdict starts from its kin's), and as the first pod of its request (every
+node judged, by classes of identical cards).
 """
 
 from __future__ import annotations
@@ -153,9 +154,12 @@ def _pending(name: str, gpus: int, memory_mib: int, cores: int, **annotations: s
     }
 
 
-#: How a pod's repetitions see the cluster: unchanged, one node changed before each, or
-#: each repetition a pod of a shape not seen before.
+#: How a pod's repetitions see the cluster: unchanged, one node changed before each,
+#: each repetition a pod of a shape not seen before (an annotation no judgement reads
+#: differs: its verdict starts from its kin's, ``verdict_kin``), or each a pod of a
+#: request not seen before (its GPU memory differs: every node is judged).
 SAME, AFTER_A_CHANGE, NEW_SHAPE = "same", "after a change", "new shape"
+NEW_REQUEST = "new request"
 
 
 @dataclass(frozen=True)
@@ -209,8 +213,16 @@ CASES: tuple[Case, ...] = (
         _pending("huge-new", 1, 1 << 20, 10),
         FEW_RUNS,
         False,
-        None,
+        AIM_UNFIT_P99_MS,
         NEW_SHAPE,
+    ),
+    Case(
+        "unschedulable, first of its request (diagnosis)",
+        _pending("huge-request", 1, 1 << 20, 10),
+        FEW_RUNS,
+        False,
+        AIM_UNFIT_P99_MS,
+        NEW_REQUEST,
     ),
 )
 
@@ -241,6 +253,10 @@ def time_case(
         elif between == NEW_SHAPE:
             subject = copy.deepcopy(pod)
             subject["metadata"]["annotations"]["bench/shape"] = str(repetition)
+        elif between == NEW_REQUEST:
+            subject = copy.deepcopy(pod)
+            limits = subject["spec"]["containers"][0]["resources"]["limits"]
+            limits["nvidia.com/gpumem"] += repetition
         started, started_cpu = time.perf_counter(), time.thread_time()
         decision = state.schedule(subject, 0.0)
         elapsed_ms = (time.perf_counter() - started) * 1000
@@ -287,10 +303,13 @@ def _row(
     return row
 
 
-def run(sizes: Iterable[int] = SIZES, fitting_only: bool = False) -> list[dict[str, Any]]:
+def run(
+    sizes: Iterable[int] = SIZES, fitting_only: bool = False, new_only: bool = False
+) -> list[dict[str, Any]]:
     """One row per (cluster size, case): case, p50_ms, p99_ms, max_ms, runs, aim_p99_ms.
     ``fitting_only``: the pods that fit (1-2 GPU and 8 GPU) only, no parse rows: the
-    decision p99 compared before and after an engine change (docs/benchmarks.md)."""
+    decision p99 compared before and after an engine change (docs/benchmarks.md).
+    ``new_only`` (``--new``): the first pods of a new shape and of a new request only."""
     rows: list[dict[str, Any]] = []
     for nodes in sizes:
         started = time.perf_counter()
@@ -298,11 +317,14 @@ def run(sizes: Iterable[int] = SIZES, fitting_only: bool = False) -> list[dict[s
         build_s = time.perf_counter() - started
         pods = len(state.holding_pods())
         print(f"built {nodes} nodes, {pods} running pods in {build_s:.1f} s", file=sys.stderr)
-        for case in [c for c in CASES if c.fits] if fitting_only else CASES:
+        cases = [c for c in CASES if c.fits] if fitting_only else CASES
+        if new_only:
+            cases = [c for c in CASES if c.between in (NEW_SHAPE, NEW_REQUEST)]
+        for case in cases:
             timings, cpu = time_case(state, case.pod, case.runs, case.fits, case.between)
             aim = None if case.aim is None else case.aim.get(nodes)
             rows.append(_row(f"schedule {nodes} nodes: {case.name}", timings, aim, cpu))
-        if fitting_only:
+        if fitting_only or new_only:
             continue
         pod = CASES[0].pod
         rows.append(_row(f"parse one attempt ({nodes} nodes)", time_parse(state, pod, RUNS), None))
@@ -310,5 +332,5 @@ def run(sizes: Iterable[int] = SIZES, fitting_only: bool = False) -> list[dict[s
 
 
 if __name__ == "__main__":
-    for row in run(fitting_only="--fitting" in sys.argv):
+    for row in run(fitting_only="--fitting" in sys.argv, new_only="--new" in sys.argv):
         print(row)

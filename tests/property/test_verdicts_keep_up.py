@@ -3,7 +3,8 @@
 The indexed path keeps one verdict per shape of pod that fits nowhere and, on the next
 attempt of any pod of that shape, visits only the nodes changed since and judges nodes
 by classes of identical cards; the reference path fits every node every time. Both run
-the same steps: pods scheduled, retried, and copied under new names (the same shape),
+the same steps: pods scheduled, retried, copied under new names (the same shape) and
+copied with one annotation set (a new shape, whose verdict may start from its kin's),
 pods placed and released, nodes cordoned, tainted and relabelled, cards failing and
 healing, quotas changing, time passing with node heartbeats going stale and renewed.
 Every decision must be the same, diagnosis message included.
@@ -57,6 +58,31 @@ class Twin:
 
 
 @dataclass(frozen=True)
+class Kin:
+    """A copy of an earlier pod under a new name with one annotation set: a new shape.
+    Its verdict starts from an older one's judgements when no judgement reads the
+    annotation (``verdict_kin``), and must not where one does."""
+
+    pick: int
+    key: str
+    value: str
+
+
+#: Annotations a kin may differ in: one no judgement reads, and those Fit or the node
+#: gate read (which must give a verdict of its own).
+_KIN_ANNOTATIONS = (
+    ("example.com/rollout", ("1", "2")),
+    ("example.com/rollout", ("1", "2")),
+    (names.GPU_USE_TYPE, ("H100", "A100")),
+    (names.GPU_NOUSE_TYPE, ("H100", "A100")),
+    (names.GPU_SCHEDULER_POLICY, ("binpack", "spread")),
+    (names.NODE_SCHEDULER_POLICY, ("binpack", "spread")),
+    (names.GPU_VGPU_MODE, ("hami-core", "mig")),
+    (names.GPU_NUMA_BIND, ("true",)),
+)
+
+
+@dataclass(frozen=True)
 class Release:
     pick: int
     how: str  # succeeded, remove
@@ -67,7 +93,7 @@ class Beat:
     node: int
 
 
-Step = Schedule | Retry | Twin | Release | NodeChange | CardChange | QuotaChange | Tick | Beat
+Step = Schedule | Retry | Twin | Kin | Release | NodeChange | CardChange | QuotaChange | Tick | Beat
 
 _NODE_WHAT = (
     "cordon",
@@ -86,7 +112,7 @@ def steps(draw: st.DrawFn, spec: ClusterSpec) -> list[Step]:
     uuids = sorted(spec.cards())
     out: list[Step] = []
     for position in range(draw(st.integers(1, 18))):
-        kind = draw(st.integers(0, 12))
+        kind = draw(st.integers(0, 13))
         if kind <= 2 or not out:
             out.append(
                 Schedule(
@@ -120,8 +146,11 @@ def steps(draw: st.DrawFn, spec: ClusterSpec) -> list[Step]:
             )
         elif kind == 10:
             out.append(Tick(draw(st.sampled_from((10.0, 30.0, 61.0, 61.0)))))
-        else:
+        elif kind == 11:
             out.append(Beat(draw(st.integers(0, 3))))
+        else:
+            key, values = draw(st.sampled_from(_KIN_ANNOTATIONS))
+            out.append(Kin(draw(st.integers(0, 20)), key, draw(st.sampled_from(values))))
     return out
 
 
@@ -178,6 +207,14 @@ class Driver:
     def apply(self, step: Step) -> Decision | None:
         if isinstance(step, Schedule):
             return self._schedule(step.pod, step.then)
+        if isinstance(step, Kin):
+            if not self.waiting:
+                return None
+            self.twins += 1
+            kin = copy.deepcopy(self.waiting[step.pick % len(self.waiting)])
+            kin["metadata"]["name"] = f"{kin['metadata']['name']}-kin{self.twins}"
+            kin["metadata"].setdefault("annotations", {})[step.key] = step.value
+            return self._schedule(kin, "confirm")
         if isinstance(step, Retry | Twin):
             if not self.waiting:
                 return None

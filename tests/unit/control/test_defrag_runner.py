@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import itertools
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
@@ -203,6 +204,24 @@ def test_a_plan_moves_the_pod_and_the_waiting_pod_binds_where_room_was_made() ->
     assert sample(metrics, "plans", result="succeeded") == 1
     assert sample(metrics, "moves", result="evicted") == 1
     assert not DefragBooks(w.state).is_claimed("default/p10")
+
+
+@pytest.fixture(autouse=True)
+def _unfrozen_after() -> Generator[None, None, None]:
+    yield
+    gc.unfreeze()  # a planning round freezes the heap (``heap.refreeze``)
+
+
+class _Survivor:
+    """Stands for an object made since the last freeze (a new pod's entry)."""
+
+
+def test_a_planning_round_first_freezes_what_survived_out_of_the_full_passes() -> None:
+    w = world()
+    survivor = _Survivor()
+    assert any(obj is survivor for obj in gc.get_objects())
+    asyncio.run(runner(w, DefragMetrics(OperatorMetrics())).round())
+    assert not any(obj is survivor for obj in gc.get_objects())
 
 
 def test_the_freed_card_is_held_while_the_moved_pod_terminates() -> None:

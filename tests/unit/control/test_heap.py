@@ -45,3 +45,19 @@ def test_a_frozen_object_is_still_freed_when_let_go() -> None:
     alive = weakref.ref(kept)
     del kept
     assert alive() is None
+
+
+def test_refreeze_freezes_what_survived_since_and_collects_young_cycles_first() -> None:
+    heap.settle()
+    made_since = Card()
+    cycle: list[object] = []
+    cycle.append(cycle)  # young cyclic garbage: collected, not frozen for good
+    ring = Card()
+    ring.me = ring  # type: ignore[attr-defined]
+    ring_ref = weakref.ref(ring)
+    del cycle, ring
+    before = gc.get_freeze_count()
+    after = heap.refreeze()
+    assert after > before
+    assert not any(obj is made_since for obj in gc.get_objects())  # no longer walked
+    assert ring_ref() is None  # the young collection freed the cycle before the freeze
