@@ -156,18 +156,18 @@ def decide_group(
     problem = _input_problem(state, spec, group, members, bound, scheduler_names)
     if problem is not None or spec is None:
         reason = problem or f"PodGroup {group} does not exist"
-        return _all_wait(state, group, members, reason, None)
+        return refuse(state, group, members, reason, None)
     need = spec.min_count - len(bound) if spec.gang else 0
     if need > len(members):
         reason = (
             f"pod group {group} waits for its members: minCount {spec.min_count}, "
             f"{len(members) + len(bound)} exist"
         )
-        return _all_wait(state, group, members, reason, None)
+        return refuse(state, group, members, reason, None)
     domains = _domains(state, spec.topology_key, bound)
     if not domains:
         reason = f"no node carries the label {spec.topology_key} of pod group {group}'s members"
-        return _all_wait(state, group, members, reason, None)
+        return refuse(state, group, members, reason, None)
     hint: Decision | None = None
     best = 0
     with _no_preemption(state):
@@ -188,7 +188,7 @@ def decide_group(
             if hint is None and failed:
                 hint = failed[0]
     reason = _unschedulable_reason(spec, group, max(need, 1), best, hint)
-    return _all_wait(state, group, members, reason, hint, needed=need)
+    return refuse(state, group, members, reason, hint, needed=need)
 
 
 def _member_order(pod: Mapping[str, Any]) -> tuple[int, str]:
@@ -325,14 +325,15 @@ def _wait(state: ClusterState, key: PodKey, reason: str) -> Decision:
     return Decision(key, False, diagnosis=Diagnosis({}, len(state.books.nodes), error=reason))
 
 
-def _all_wait(
+def refuse(
     state: ClusterState,
     group: str,
     members: Sequence[Mapping[str, Any]],
     reason: str,
-    hint: Decision | None,
+    hint: Decision | None = None,
     needed: int = 0,
 ) -> GroupDecision:
+    """Every member waits with ``reason``, nothing placed (bad input, or no room)."""
     waiting = tuple(_wait(state, pod_key(m), reason) for m in members)
     return GroupDecision(group, (), waiting, reason, hint=hint, needed=max(needed, 0))
 
