@@ -92,7 +92,7 @@ class GangRuntime:
         scheduler_name: Callable[[], str],
         groups: PodGroupStore,
     ) -> None:
-        self._engine = engine
+        self.engine = engine
         self._unbound_pods = unbound_pods
         self._scheduler_name = scheduler_name
         self.groups = groups
@@ -121,7 +121,7 @@ class GangRuntime:
         """Members placed here that the books still hold (a failed Binding's reservation
         is rolled back, so that member is pending again)."""
         placed = self._placed.get(group, {})
-        held = {k: n for k, n in placed.items() if k in self._engine.books.pods}
+        held = {k: n for k, n in placed.items() if k in self.engine.books.pods}
         if held:
             self._placed[group] = held
         else:
@@ -141,11 +141,11 @@ class GangRuntime:
             try:
                 spec = gangs.read_pod_group(obj)
             except GroupError as exc:
-                return gangs.refuse(self._engine, group, pending, str(exc))
+                return gangs.refuse(self.engine, group, pending, str(exc))
             if spec.gang and self.groups.initially_scheduled(group):
                 spec = dataclasses.replace(spec, gang=False)  # later members, one by one
         bound = self._bound(group)
-        out = gangs.decide_group(self._engine, spec, group, pending, bound, now, names)
+        out = gangs.decide_group(self.engine, spec, group, pending, bound, now, names)
         if out.placed:
             self._placed.setdefault(group, {}).update(out.nodes)
         return out
