@@ -164,14 +164,12 @@ def decide_group(
             f"{len(members) + len(bound)} exist"
         )
         return refuse(state, group, members, reason, None)
-    domains = _domains(state, spec.topology_key, bound)
-    if not domains:
-        reason = f"no node carries the label {spec.topology_key} of pod group {group}'s members"
-        return refuse(state, group, members, reason, None)
     hint: Decision | None = None
     best = 0
+    tried = 0
     with _no_preemption(state):
-        for domain in domains:
+        for domain in _domains(state, spec.topology_key, bound):
+            tried += 1
             placed, failed, fitted = _attempt(state, spec, members, domain, max(need, 1), now)
             if placed:
                 waiting = tuple(d for d in failed if not d.scheduled)
@@ -187,6 +185,9 @@ def decide_group(
             best = max(best, fitted)
             if hint is None and failed:
                 hint = failed[0]
+    if not tried:
+        reason = f"no node carries the label {spec.topology_key} of pod group {group}'s members"
+        return refuse(state, group, members, reason, None)
     reason = _unschedulable_reason(spec, group, max(need, 1), best, hint)
     return refuse(state, group, members, reason, hint, needed=need)
 
@@ -225,25 +226,41 @@ def _label(state: ClusterState, node: str, key: str) -> str | None:
     return None if entry is None else entry.facts.labels.get(key)
 
 
-def _domains(state: ClusterState, key: str | None, bound: Mapping[PodKey, str]) -> list[str | None]:
-    """The domains to try, best first (``[None]``: no topology constraint)."""
+def _domains(
+    state: ClusterState, key: str | None, bound: Mapping[PodKey, str]
+) -> Iterator[str | None]:
+    """The domains to try, best first (``None`` alone: no topology constraint), found as
+    they are needed: the group usually fits in the first, the domain of the best-ranked
+    node, so the ranking is read only as far as that node. The books are as before each
+    time the next is asked for (an attempt that fell short rolled back), so the ranking
+    is read again from the top, past the domains tried."""
     if key is None:
-        return [None]
+        yield None
+        return
     if bound:
         value = _label(state, next(iter(bound.values())), key)
-        return [] if value is None else [value]
+        if value is not None:
+            yield value
+        return
+    tried: set[str] = set()
+    while (value := _next_domain(state, key, tried)) is not None:
+        tried.add(value)
+        yield value
+    # Nodes the ranking leaves out (no free card in its summary, or on the DRA path) may
+    # still hold a member: their domains come after, by name.
+    rest = {n.facts.labels.get(key) for n in state.books.nodes.values()} - tried - {None}
+    yield from sorted(v for v in rest if v is not None)
+
+
+def _next_domain(state: ClusterState, key: str, tried: set[str]) -> str | None:
     view = state.books
     view.rerank()
-    seen: dict[str, None] = {}
     nodes = view.nodes
     for _, _, name in view.ranking(None):
         value = nodes[name].facts.labels.get(key)
-        if value is not None:
-            seen.setdefault(value, None)
-    # Nodes the ranking leaves out (no free card in its summary, or on the DRA path) may
-    # still hold a member: their domains come after, by name.
-    rest = {n.facts.labels.get(key) for n in nodes.values()} - set(seen) - {None}
-    return [*seen, *sorted(v for v in rest if v is not None)]
+        if value is not None and value not in tried:
+            return value
+    return None
 
 
 def _in_domain(pod: Mapping[str, Any], key: str | None, value: str | None) -> Mapping[str, Any]:
