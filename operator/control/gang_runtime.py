@@ -107,15 +107,23 @@ class GangRuntime:
 
     def members(self, group: str) -> list[Pod]:
         """The group's pending members of this scheduler (not placed by us meanwhile)."""
+        return self._gather(group)[0]
+
+    def _gather(self, group: str) -> tuple[list[Pod], list[str]]:
+        """In one pass over the unbound pods: the group's pending members of this
+        scheduler not placed by us meanwhile, and every unbound member's schedulerName."""
         ours = self._scheduler_name()
         placed = self._bound(group)
-        return [
-            pod
-            for pod in self._unbound_pods()
-            if gangs.group_of(pod) == group
-            and pod_facts.scheduler_name_of(pod) == ours
-            and pod_key(pod) not in placed
-        ]
+        pending: list[Pod] = []
+        names: list[str] = []
+        for pod in self._unbound_pods():
+            if gangs.group_of(pod) != group:
+                continue
+            name = pod_facts.scheduler_name_of(pod)
+            names.append(name)
+            if name == ours and pod_key(pod) not in placed:
+                pending.append(pod)
+        return pending, names
 
     def _bound(self, group: str) -> dict[PodKey, str]:
         """Members placed here that the books still hold (a failed Binding's reservation
@@ -129,12 +137,7 @@ class GangRuntime:
         return held
 
     def decide(self, group: str, now: float) -> GroupDecision:
-        pending = self.members(group)
-        names = [
-            pod_facts.scheduler_name_of(p)
-            for p in self._unbound_pods()
-            if gangs.group_of(p) == group
-        ]
+        pending, names = self._gather(group)
         spec: GroupSpec | None = None
         obj = self.groups.get(group)
         if obj is not None:
