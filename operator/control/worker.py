@@ -386,6 +386,12 @@ class SchedulingWorker:
             self._feed.binding_started(decision.pod, pod_facts.uid_of(member))
             bind = self._bind(decision.pod, member, decision.node, decision, held)
             self._spawn(f"bind {decision.pod}", bind)
+        for decision in out.preempting:  # the group fits whole once their victims leave
+            member = self._feed.pending_pod(decision.pod)
+            if member is None or decision.nominated_node is None:
+                continue
+            self._queue.take(decision.pod)
+            self._await_victims(decision.pod, member, decision, decision.nominated_node)
         hint = _hint_of(out.hint) if out.hint is not None else queue.OWN_CHANGE_ONLY
         for decision in out.waiting:
             member = self._feed.pending_pod(decision.pod)

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from vgpu_operator.scheduling import gang_preemption
 from vgpu_operator.scheduling.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.status import Diagnosis
@@ -133,6 +134,9 @@ class GroupDecision:
     needed: int = 0
     #: The nodes of members an attempt placed, for the group's record.
     nodes: Mapping[PodKey, str] = field(default_factory=dict)
+    #: Members that preempt for the gang (``gang_preemption``): each holds the room its
+    #: victims free; the group binds whole once they are gone.
+    preempting: tuple[Decision, ...] = ()
 
     @property
     def unschedulable(self) -> bool:
@@ -188,8 +192,31 @@ def decide_group(
     if not tried:
         reason = f"no node carries the label {spec.topology_key} of pod group {group}'s members"
         return refuse(state, group, members, reason, None)
+    if need > 0 and spec.topology_key is None and state.preemption_enabled:
+        preempting = gang_preemption.attempt(state, members, need, now)
+        if preempting is not None:
+            return _preempting(state, group, members, need, preempting)
     reason = _unschedulable_reason(spec, group, max(need, 1), best, hint)
     return refuse(state, group, members, reason, hint, needed=need)
+
+
+def _preempting(
+    state: ClusterState,
+    group: str,
+    members: Sequence[Mapping[str, Any]],
+    need: int,
+    preempting: gang_preemption.Preempting,
+) -> GroupDecision:
+    count = len(preempting.victims)
+    reason = (
+        f"pod group {group}: the {need} members it needs fit once {count} lower-priority "
+        f"pod{'s' if count != 1 else ''} {'are' if count != 1 else 'is'} preempted"
+    )
+    holding = {d.pod for d in preempting.nominated}
+    rest = refuse(state, group, [m for m in members if pod_key(m) not in holding], reason)
+    return GroupDecision(
+        group, (), rest.waiting, reason, needed=need, preempting=preempting.nominated
+    )
 
 
 def _member_order(pod: Mapping[str, Any]) -> tuple[int, str]:

@@ -234,3 +234,50 @@ def test_a_gang_member_is_never_a_preemption_victim() -> None:
         decision = state.schedule(urgent, 0)
         assert not decision.scheduled
         assert decision.victims == victims
+
+
+def _batch(name: str, card: str) -> dict[str, Any]:
+    pod = make_pod(name).container(gpu=1, gpumem=9000).on_node("n", f"{card},NVIDIA,9000,0:;")
+    obj = pod.spec("priority", 1).obj()
+    obj["metadata"]["uid"] = f"uid-{name}"
+    return obj
+
+
+def _urgent_member(name: str) -> dict[str, Any]:
+    pod = make_pod(name, "ml").container(gpu=1, gpumem=6000).spec("priority", 1000).obj()
+    pod["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    return pod
+
+
+def _two_busy_cards() -> ClusterState:
+    state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000).gpu("GPU-1", memory_mib=10000))
+    state.preemption_enabled = True
+    state.set_pod(_batch("b0", "GPU-0"))
+    state.set_pod(_batch("b1", "GPU-1"))
+    return state
+
+
+def test_a_gang_preempts_when_the_whole_gang_then_fits() -> None:
+    state = _two_busy_cards()
+    spec = GroupSpec("ml/train", gang=True, min_count=2)
+    out = decide_group(state, spec, "ml/train", [_urgent_member("w0"), _urgent_member("w1")], {}, 0)
+    assert out.placed == ()
+    assert sorted(v for d in out.preempting for v in d.victims) == ["default/b0", "default/b1"]
+    assert out.reason is not None
+    assert "fit once 2 lower-priority pods are preempted" in out.reason
+    assert {state.nominated_node(d.pod) for d in out.preempting} == {"n"}
+
+
+def test_a_gang_does_not_preempt_when_it_would_still_not_fit_whole() -> None:
+    state = _two_busy_cards()
+    before = booked(state)
+    spec = GroupSpec("ml/train", gang=True, min_count=3)
+    members = [_urgent_member(f"w{i}") for i in range(3)]
+    out = decide_group(state, spec, "ml/train", members, {}, 0)
+    assert out.placed == ()
+    assert out.preempting == ()
+    assert booked(state) == before
+    assert all(state.nominated_node(f"ml/w{i}") is None for i in range(3))
+    # Nobody was marked for eviction: a single urgent pod may still preempt b0 or b1.
+    single = make_pod("solo", "ml").container(gpu=1, gpumem=6000).spec("priority", 1000).obj()
+    assert len(state.schedule(single, 0).victims) == 1
