@@ -30,10 +30,17 @@ class Preempting:
 
 
 def attempt(
-    state: ClusterState, members: Sequence[Mapping[str, Any]], need: int, now: float
+    state: ClusterState,
+    members: Sequence[Mapping[str, Any]],
+    need: int,
+    now: float,
+    priority: int | None = None,
 ) -> Preempting | None:
     """Preempt for the gang if the whole gang (``need`` members) then fits; None when it
-    does not, with the books as before."""
+    does not, with the books as before. ``priority``: the PodGroup's, which its members
+    preempt with (None: each member's own)."""
+    if priority is not None:
+        members = [{**m, "spec": {**(m.get("spec") or {}), "priority": priority}} for m in members]
     fitted: list[Decision] = []
     nominated: list[Decision] = []
     spare = len(members) - need

@@ -57,6 +57,11 @@ class GroupSpec:
     topology_key: str | None = None
     #: ``disruptionMode: all``: the group is evicted (or moved) whole or not at all.
     disruption_all: bool = False
+    #: ``priority`` (admission resolves it from ``priorityClassName``): the priority its
+    #: members preempt with; None: each member's own.
+    priority: int | None = None
+    #: ``preemptionPolicy: Never``: the group never preempts.
+    never_preempts: bool = False
 
 
 def group_of(pod: Mapping[str, Any]) -> str | None:
@@ -92,7 +97,16 @@ def read_pod_group(obj: Mapping[str, Any]) -> GroupSpec:
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
             raise GroupError(f"PodGroup {key}: gang.minCount must be a positive integer")
         min_count = raw
-    return GroupSpec(key, gang, min_count, _topology_key(key, spec), _disruption_all(spec))
+    priority = spec.get("priority")
+    return GroupSpec(
+        key,
+        gang,
+        min_count,
+        _topology_key(key, spec),
+        _disruption_all(spec),
+        priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
+        spec.get("preemptionPolicy") == "Never",
+    )
 
 
 def _topology_key(key: str, spec: Mapping[str, Any]) -> str | None:
@@ -193,7 +207,11 @@ def decide_group(
         reason = f"no node carries the label {spec.topology_key} of pod group {group}'s members"
         return refuse(state, group, members, reason, None)
     if need > 0 and spec.topology_key is None and state.preemption_enabled:
-        preempting = gang_preemption.attempt(state, members, need, now)
+        preempting = (
+            None
+            if spec.never_preempts
+            else gang_preemption.attempt(state, members, need, now, spec.priority)
+        )
         if preempting is not None:
             return _preempting(state, group, members, need, preempting)
     reason = _unschedulable_reason(spec, group, max(need, 1), best, hint)

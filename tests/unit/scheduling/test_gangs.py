@@ -281,3 +281,21 @@ def test_a_gang_does_not_preempt_when_it_would_still_not_fit_whole() -> None:
     # Nobody was marked for eviction: a single urgent pod may still preempt b0 or b1.
     single = make_pod("solo", "ml").container(gpu=1, gpumem=6000).spec("priority", 1000).obj()
     assert len(state.schedule(single, 0).victims) == 1
+
+
+def test_the_pod_groups_priority_and_preemption_policy_count_for_its_members() -> None:
+    def low_member(name: str) -> dict[str, Any]:
+        pod = make_pod(name, "ml").container(gpu=1, gpumem=6000).spec("priority", 0).obj()
+        pod["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+        return pod
+
+    members = [low_member("w0"), low_member("w1")]
+    plain = GroupSpec("ml/train", gang=True, min_count=2)
+    assert decide_group(_two_busy_cards(), plain, "ml/train", members, {}, 0).preempting == ()
+    urgent = read_pod_group(pod_group("train", {"gang": {"minCount": 2}}, priority=1000))
+    assert urgent.priority == 1000
+    assert len(decide_group(_two_busy_cards(), urgent, "ml/train", members, {}, 0).preempting) == 2
+    never = read_pod_group(
+        pod_group("train", {"gang": {"minCount": 2}}, priority=1000, preemptionPolicy="Never")
+    )
+    assert decide_group(_two_busy_cards(), never, "ml/train", members, {}, 0).preempting == ()
