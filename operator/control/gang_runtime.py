@@ -187,3 +187,15 @@ def group_condition(out: GroupDecision, now: datetime.datetime) -> dict[str, Any
             "lastTransitionTime": stamp,
         }
     return None
+
+
+def error_condition(message: str, now: datetime.datetime) -> dict[str, Any]:
+    """``PodGroupInitiallyScheduled=False`` with reason ``SchedulerError``: the group's
+    decision failed (an engine error, not a lack of room)."""
+    return {
+        "type": gangs.INITIALLY_SCHEDULED,
+        "status": "False",
+        "reason": gangs.REASON_SCHEDULER_ERROR,
+        "message": message,
+        "lastTransitionTime": format_rfc3339(now),
+    }

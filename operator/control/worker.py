@@ -369,6 +369,9 @@ class SchedulingWorker:
             self._queue.park(key, reasons=(OtherReason.SCHEDULING_ERROR.value,))
             message = f"scheduling failed: {exc}"
             self._report_once(key, pod, message, self._reporter.failed(pod, message))
+            failed = gang_runtime.error_condition(message, _utc_now())
+            if self._write_group_condition is not None:
+                self._spawn(f"podgroup {group}", self._write_group_condition(group, failed))
             return False
         finally:
             self._feed.settle_releases()

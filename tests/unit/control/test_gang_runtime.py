@@ -10,7 +10,12 @@ from typing import Any
 from builders import cluster, make_node, make_pod
 
 from vgpu_operator import names
-from vgpu_operator.control.gang_runtime import GangRuntime, PodGroupStore, group_condition
+from vgpu_operator.control.gang_runtime import (
+    GangRuntime,
+    PodGroupStore,
+    error_condition,
+    group_condition,
+)
 from vgpu_operator.scheduling import gangs
 
 NOW = datetime.datetime(2026, 11, 28, tzinfo=datetime.UTC)
@@ -102,3 +107,9 @@ def test_the_condition_is_written_once_per_change() -> None:
     assert condition["status"] == "False"
     assert condition["reason"] == gangs.REASON_UNSCHEDULABLE
     assert rt.condition_to_write(rt.decide("ml/train", 0.0), NOW) is None
+
+
+def test_a_failed_decision_is_a_scheduler_error_on_the_pod_group() -> None:
+    condition = error_condition("scheduling failed: boom", NOW)
+    assert (condition["status"], condition["reason"]) == ("False", gangs.REASON_SCHEDULER_ERROR)
+    assert condition["message"] == "scheduling failed: boom"
