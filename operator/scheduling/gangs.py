@@ -57,8 +57,8 @@ class GroupSpec:
     topology_key: str | None = None
     #: ``disruptionMode: all``: the group is evicted (or moved) whole or not at all.
     disruption_all: bool = False
-    #: ``priority`` (admission resolves it from ``priorityClassName``): the priority its
-    #: members preempt with; None: each member's own.
+    #: ``priority`` of a PodGroup that names a ``priorityClassName`` (admission resolves
+    #: it from the class): the priority its members preempt with; None: each member's own.
     priority: int | None = None
     #: ``preemptionPolicy: Never``: the group never preempts.
     never_preempts: bool = False
@@ -97,7 +97,9 @@ def read_pod_group(obj: Mapping[str, Any]) -> GroupSpec:
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
             raise GroupError(f"PodGroup {key}: gang.minCount must be a positive integer")
         min_count = raw
-    priority = spec.get("priority")
+    # The API server resolves ``priority`` even for a PodGroup that names no class (the
+    # default, 0): only a PodGroup that names a class overrides its members' own.
+    priority = spec.get("priority") if spec.get("priorityClassName") else None
     return GroupSpec(
         key,
         gang,

@@ -292,7 +292,11 @@ def test_the_pod_groups_priority_and_preemption_policy_count_for_its_members() -
     members = [low_member("w0"), low_member("w1")]
     plain = GroupSpec("ml/train", gang=True, min_count=2)
     assert decide_group(_two_busy_cards(), plain, "ml/train", members, {}, 0).preempting == ()
-    urgent = read_pod_group(pod_group("train", {"gang": {"minCount": 2}}, priority=1000))
+    defaulted = read_pod_group(pod_group("train", {"gang": {"minCount": 2}}, priority=0))
+    assert defaulted.priority is None  # no class named: each member's own priority
+    urgent = read_pod_group(
+        pod_group("train", {"gang": {"minCount": 2}}, priority=1000, priorityClassName="hi")
+    )
     assert urgent.priority == 1000
     assert len(decide_group(_two_busy_cards(), urgent, "ml/train", members, {}, 0).preempting) == 2
     never = read_pod_group(
