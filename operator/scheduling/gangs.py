@@ -93,7 +93,8 @@ def read_pod_group(obj: Mapping[str, Any]) -> GroupSpec:
     gang = "gang" in policy
     min_count = 1
     if gang:
-        raw = (policy.get("gang") or {}).get("minCount")
+        gang_policy = policy.get("gang")
+        raw = gang_policy.get("minCount") if isinstance(gang_policy, Mapping) else None
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
             raise GroupError(f"PodGroup {key}: gang.minCount must be a positive integer")
         min_count = raw

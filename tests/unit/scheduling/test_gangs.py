@@ -202,6 +202,13 @@ def test_read_pod_group() -> None:
         ({"basic": {}, "gang": {"minCount": 1}}, {}, "exactly one of basic, gang"),
         ({"gang": {"minCount": 0}}, {}, "minCount must be a positive integer"),
         ({"gang": {"minCount": "3"}}, {}, "minCount must be a positive integer"),
+        ({"gang": "3"}, {}, "minCount must be a positive integer"),
+        ({"gang": {"minCount": True}}, {}, "minCount must be a positive integer"),
+        (
+            {"gang": {"minCount": 1}},
+            {"schedulingConstraints": {"topology": [{"key": ""}]}},
+            "needs a node label key",
+        ),
         (
             {"gang": {"minCount": 1}},
             {"schedulingConstraints": {"topology": [{"key": "a"}, {"key": "b"}]}},
