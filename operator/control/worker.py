@@ -409,6 +409,9 @@ class SchedulingWorker:
             if self._reported.get(decision.pod) != (pod_facts.uid_of(member), message):
                 report = self._reporter.unschedulable(member, diagnosis)
                 self._report_once(decision.pod, member, message, report)
+        decided = {d.pod for d in (*out.placed, *out.preempting, *out.waiting)}
+        if key not in decided:
+            self._queue.retry_later(key)  # not among the group's pending members now
         condition = self._gangs.condition_to_write(out, _utc_now())
         if condition is not None and self._write_group_condition is not None:
             self._spawn(f"podgroup {group}", self._write_group_condition(group, condition))
