@@ -20,12 +20,12 @@ from typing import Any, Final
 
 import yaml
 
-from vgpu_operator import simulation_dra
+from vgpu_operator import simulation_dra, simulation_gangs
 from vgpu_operator.config import load_config
 from vgpu_operator.devices import codec, mig_allocations
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.errors import CodecError, ConfigError, ScenarioError
-from vgpu_operator.scheduling import defrag
+from vgpu_operator.scheduling import defrag, gangs
 from vgpu_operator.scheduling.cluster import ClusterState, Decision
 
 #: The ``defrag`` section's keys and the options they set.
@@ -78,6 +78,7 @@ def parse_scenario(text: str) -> dict[str, Any]:
             raise ScenarioError(key, "must be a list")
     if "config" in data and not isinstance(data["config"], dict | type(None)):
         raise ScenarioError("config", "must be a mapping")
+    simulation_gangs.check(data)
     if "defrag" in data:
         defrag_options(data)  # refuses a malformed section here, naming the field
     for position, node in enumerate(data.get("nodes") or []):
@@ -207,8 +208,16 @@ def simulate(
     """Place the scenario's pending pods in order; return ``{"decisions": [...]}``."""
     state = build_state(scenario, use_index)
     decisions = []
+    groups: dict[str, Any] = {}  # a PodGroup's members are decided with its first
     for pod in scenario.get("pods") or []:
         if (pod.get("spec") or {}).get("nodeName"):
+            continue
+        group = gangs.group_of(pod)
+        if group is not None:
+            if group not in groups:
+                outcome, members = simulation_gangs.decide(scenario, state, group, now)
+                decisions += [{**render(d, p), "podGroup": group} for p, d in members]
+                groups[group] = simulation_gangs.render(outcome, members)
             continue
         pod = simulation_dra.with_template_claims(scenario, pod, state)
         decision = state.schedule(pod, now, explain=True)
@@ -228,6 +237,8 @@ def simulate(
             state.confirm(decision.pod)
         decisions.append(render(decision, pod))
     out: dict[str, Any] = {"decisions": decisions}
+    if groups:
+        out["podGroups"] = list(groups.values())
     if "defrag" in scenario:
         out["defrag"] = _defragment(scenario, state, decisions, now)
     warnings = state.node_layer_problems()

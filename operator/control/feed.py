@@ -296,6 +296,10 @@ class StateFeed:
             if pod_facts.scheduler_name_of(pod) == scheduler_name
         ]
 
+    def unbound_pods(self) -> list[Pod]:
+        """Every unbound live pod, whichever scheduler it names (a gang's members)."""
+        return [pod for pod, _ in self._unbound.values()]
+
     def held_for(self, key: PodKey) -> None:
         """Shares are now held for the waiting pod (a defragmentation plan's hold): it is
         tried again, so that it waits for the moves as a preemptor waits for its victims

@@ -37,6 +37,7 @@ from vgpu_operator.control import (
     deferred,
     defrag,
     feed,
+    gang_runtime,
     heap,
     leadership,
     placeable_check,
@@ -57,6 +58,7 @@ from vgpu_operator.kube import (
     defrag_actions,
     listing,
     peering,
+    pod_groups,
     preemptor,
     watch_loop,
 )
@@ -65,6 +67,7 @@ from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import DefragMetrics, OperatorMetrics
 from vgpu_operator.scheduling import cluster
 from vgpu_operator.scheduling.allocation_gate import GateMode
+from vgpu_operator.scheduling.pod_key import pod_key
 from vgpu_operator.wire import ConfigMap, KubeObject, Pod, WatchEventType, meta_of
 
 log = structlog.get_logger("vgpu_operator.operator")
@@ -142,6 +145,14 @@ class Operator:
                 self._read_peering, identity, priority, on_change=metrics.leadership
             )
         )
+        # Gangs: PodGroups watched, a group's members decided together (gang_runtime).
+        self.pod_groups = gang_runtime.PodGroupStore(on_change=self._wake_group)
+        self.gangs = gang_runtime.GangRuntime(
+            self.state,
+            self.feed.unbound_pods,
+            lambda: self.feed.scheduler_name,
+            self.pod_groups,
+        )
         self.worker = worker.SchedulingWorker(
             self.state,
             self.feed,
@@ -164,6 +175,8 @@ class Operator:
                 claims.ApiClaimWriter(api),
                 other_allocator_seen=self.feed.other_allocator_seen,
             ),
+            gangs=self.gangs,
+            write_group_condition=self._write_group_condition,
         )
         self.feed.on_settled = self.worker.node_settled
         self.deferred.busy = self.worker.busy
@@ -178,6 +191,9 @@ class Operator:
             claim_feed=self.claim_feed,
             report_warnings=self._report_warnings,
             on_error=metrics.api_error,
+            before_pods=(
+                ("podgroup", watch_loop.Collection(pod_groups.POD_GROUPS), self.pod_groups),
+            ),
         )
         #: Present with ``--defrag``: the runner that plans and carries out moves.
         self.defrag = (
@@ -346,6 +362,20 @@ class Operator:
     def synced(self) -> bool:
         """True once the worker holds a full picture and may decide."""
         return self.worker.synced.is_set()
+
+    def _wake_group(self, group: str) -> None:
+        """A PodGroup changed (created, minCount lowered): its waiting members try again."""
+        for pod in self.feed.unbound_pods():
+            if gang_runtime.GangRuntime.group_of(pod) == group:
+                self.queue.wake_one(pod_key(pod))
+
+    async def _write_group_condition(self, group: str, condition: Mapping[str, object]) -> None:
+        namespace, _, name = group.partition("/")
+        try:
+            await pod_groups.patch_pod_group_condition(self.api, namespace, name, condition)
+        except Exception as exc:  # a status write must not stop anything else
+            self.metrics.api_error("podgroup_status")
+            log.warning("podgroup_status_failed", group=group, error=str(exc))
 
     async def _report_warnings(self) -> None:
         """What the feed could not use (unreadable Node annotations, refused inventories):

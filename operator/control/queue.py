@@ -290,6 +290,18 @@ class SchedulingQueue:
         self._to_backoff(key, entry)
         return backoff_s
 
+    def take(self, key: PodKey) -> bool:
+        """Mark a queued pod in flight out of turn (a gang's member, decided with the one
+        popped): its place in the queues is left. False when it is not queued or already
+        in flight."""
+        entry = self._entries.get(key)
+        if entry is None or entry.state is _State.IN_FLIGHT:
+            return False
+        self._leave_group(key, entry)
+        entry.state = _State.IN_FLIGHT
+        entry.generation += 1
+        return True
+
     def release(self, key: PodKey) -> None:
         """The worker gives a pod back untouched (it was not ours to decide after all)."""
         entry = self._entries.get(key)

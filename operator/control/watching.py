@@ -159,14 +159,23 @@ class Watches:
         claim_feed: claims_feed.ClaimFeed,
         report_warnings: Callable[[], Awaitable[None]],
         on_error: Callable[[str], None],
+        before_pods: Sequence[tuple[str, Collection, KindHandler]] = (),
     ) -> None:
         config_loop = WatchLoop("config", source, config[0], config[1], on_error=on_error)
+        kinds = kinds_of(state_feed, report_warnings)
+        # Kinds of their own handler (PodGroups): before the pods, whose groups they name.
+        own = tuple(
+            WatchLoop(name, source, collection, handler, on_error=on_error)
+            for name, collection, handler in before_pods
+        )
         self.loops: tuple[WatchLoop, ...] = (
             config_loop,
             *(
                 WatchLoop(kind.name, source, kind.collection, kind, on_error=on_error)
-                for kind in (*dra_kinds_of(claim_feed), *kinds_of(state_feed, report_warnings))
+                for kind in (*dra_kinds_of(claim_feed), *kinds[:-1])
             ),
+            *own,
+            WatchLoop(kinds[-1].name, source, kinds[-1].collection, kinds[-1], on_error=on_error),
         )
         self.config = config_loop
 

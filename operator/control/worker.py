@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Protocol
 
 import structlog
 
-from vgpu_operator.control import claim_binding, feed, pod_facts, queue, reporting
+from vgpu_operator.control import claim_binding, feed, gang_runtime, pod_facts, queue, reporting
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics, OtherReason, PreemptionResult, Result
@@ -96,6 +97,14 @@ class Gate(Protocol):
 
     def is_open(self) -> bool: ...
     async def wait_open(self) -> int: ...
+
+
+#: Writes a PodGroup's condition (``kube.pod_groups``), given ``namespace/name``.
+GroupConditionWriter = Callable[[str, Mapping[str, object]], Awaitable[None]]
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
 
 
 class AlwaysOpen:
@@ -161,8 +170,13 @@ class SchedulingWorker:
         gate_report_after_s: float = GATE_REPORT_AFTER_S,
         claims: claim_binding.ClaimBinding | None = None,
         selectors: SelectorsOffLoop | None = None,
+        gangs: gang_runtime.GangRuntime | None = None,
+        write_group_condition: GroupConditionWriter | None = None,
     ) -> None:
         self._engine = engine
+        #: Pods in a PodGroup are decided with their group (None: no gang support wired).
+        self._gangs = gangs
+        self._write_group_condition = write_group_condition
         self._feed = state_feed
         self._queue = pods_queue
         self._binder = binder
@@ -276,6 +290,9 @@ class SchedulingWorker:
             self._queue.remove(key)
             self._reported.pop(key, None)
             return False
+        group = None if self._gangs is None else self._gangs.group_of(pod)
+        if group is not None:
+            return self._decide_group(key, pod, group, slot_held=slot_held)
         started = time.perf_counter()
         try:
             decision = self._engine.schedule(pod, now=self._wall_clock())
@@ -336,6 +353,76 @@ class SchedulingWorker:
             return False
         self._report_once(key, pod, message, self._reporter.unschedulable(pod, diagnosis))
         return False
+
+    def _decide_group(self, key: PodKey, pod: Pod, group: str, *, slot_held: bool) -> bool:
+        """A PodGroup's members decided together (``gang_runtime``): those placed are bound
+        (the popped one on its held slot), the others parked under one hint, each told the
+        group's reason, and the PodGroup's condition written. True when the popped pod's
+        Binding took over the slot."""
+        assert self._gangs is not None
+        started = time.perf_counter()
+        try:
+            out = self._gangs.decide(group, self._wall_clock())
+        except Exception as exc:  # an engine bug or malformed input must not stop the loop
+            log.exception("scheduling_failed", pod=key, group=group)
+            self._metrics.attempt(Result.ERROR)
+            self._queue.park(key, reasons=(OtherReason.SCHEDULING_ERROR.value,))
+            message = f"scheduling failed: {exc}"
+            self._report_once(key, pod, message, self._reporter.failed(pod, message))
+            failed = gang_runtime.error_condition(message, _utc_now())
+            if self._write_group_condition is not None:
+                self._spawn(f"podgroup {group}", self._write_group_condition(group, failed))
+            return False
+        finally:
+            self._feed.settle_releases()
+        self._metrics.decided(time.perf_counter() - started)
+        handed_over = False
+        for decision in out.placed:
+            member = self._feed.pending_pod(decision.pod)
+            if member is None or decision.node is None:
+                self._engine.rollback(decision.pod)
+                continue
+            self._queue.take(decision.pod)
+            held = slot_held and decision.pod == key
+            handed_over = handed_over or held
+            self._reported.pop(decision.pod, None)
+            self._feed.binding_started(decision.pod, pod_facts.uid_of(member))
+            bind = self._bind(decision.pod, member, decision.node, decision, held)
+            self._spawn(f"bind {decision.pod}", bind)
+        for decision in out.preempting:  # the group fits whole once their victims leave
+            member = self._feed.pending_pod(decision.pod)
+            if member is None or decision.nominated_node is None:
+                continue
+            self._queue.take(decision.pod)
+            self._await_victims(decision.pod, member, decision, decision.nominated_node)
+        hint = _hint_of(out.hint) if out.hint is not None else queue.OWN_CHANGE_ONLY
+        for decision in out.waiting:
+            member = self._feed.pending_pod(decision.pod)
+            if member is None:
+                continue
+            self._queue.take(decision.pod)
+            diagnosis = decision.diagnosis or status.Diagnosis({}, 0)
+            message = out.reason or diagnosis.message()
+            waits_for = hint if out.reason is not None else _hint_of(decision)
+            self._metrics.attempt(Result.UNSCHEDULABLE)
+            self._queue.park(decision.pod, hint=waits_for, reasons=(gang_runtime.WAIT_REASON,))
+            if self._reported.get(decision.pod) != (pod_facts.uid_of(member), message):
+                report = self._reporter.unschedulable(member, diagnosis)
+                self._report_once(decision.pod, member, message, report)
+        decided = {d.pod for d in (*out.placed, *out.preempting, *out.waiting)}
+        if key not in decided:
+            self._queue.retry_later(key)  # not among the group's pending members now
+        condition = self._gangs.condition_to_write(out, _utc_now())
+        if condition is not None and self._write_group_condition is not None:
+            self._spawn(f"podgroup {group}", self._write_group_condition(group, condition))
+        log.info(
+            "group_decided",
+            group=group,
+            placed=len(out.placed),
+            waiting=len(out.waiting),
+            reason=out.reason,
+        )
+        return handed_over
 
     def _await_victims(self, key: PodKey, pod: Pod, decision: cluster.Decision, node: str) -> bool:
         """A preempting decision (evict its victims now) or a pod still waiting for the

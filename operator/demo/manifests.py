@@ -25,6 +25,7 @@ _KINDS: Final[Mapping[str, tuple[str, str, bool]]] = {
     "Secret": ("v1", "secrets", True),
     "Pod": ("v1", "pods", True),
     "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses", False),
+    "PodGroup": ("scheduling.k8s.io/v1beta1", "podgroups", True),
 }
 
 

@@ -465,6 +465,9 @@ class Books:
         waiting pod may fit now."""
         return self._freed.take()
 
+    def forget_freed(self, keys: Iterable[PodKey]) -> None:  # see FreedRoom.forget
+        self._freed.forget(keys)
+
     def node_names(self) -> list[str]:
         return [n.name for n in sorted(self._nodes.values(), key=lambda n: n.order)]
 

@@ -15,6 +15,7 @@ Two records, both kept by the books as they change:
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -95,6 +96,12 @@ class FreedRoom:
         noted = self._left.get(key)
         if noted is not None and noted[0].node == node and noted[1] == same:
             del self._left[key]
+
+    def forget(self, keys: Iterable[PodKey]) -> None:
+        """These pods' leaving frees nothing: reservations taken back within one decision
+        (a gang that did not fit whole) free no room a waiting pod could use."""
+        for key in keys:
+            self._left.pop(key, None)
 
     def take(self) -> list[Freed]:
         """Every room freed since the last call, once each (node and namespace)."""

@@ -393,7 +393,7 @@ class Cycle:
             occupants = [
                 preemption.Occupant(e.key, e.priority, e.started, e.labels)
                 for e in (self.view.pods[k] for k in sorted(node.pods) if k in self.view.pods)
-                if not e.deleting and not e.reserved and not self.view.is_preempted(e.key)
+                if not (e.deleting or e.reserved or e.in_group or self.view.is_preempted(e.key))
             ]
 
             trial = RemovalTrial(self.books, node, job, now)

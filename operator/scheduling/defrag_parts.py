@@ -209,6 +209,8 @@ def mover_of(
     entry = books.entry(key)
     if entry is None or entry.node is None or entry.reserved or entry.deleting:
         return None
+    if entry.in_group:
+        return None  # a gang's member: moved with its whole group or not at all
     if books.is_claimed(key):
         return None  # already leaving for a preemption or another plan
     meta = pod.get("metadata") or {}

@@ -158,6 +158,7 @@ def bound_entry(
         started=start_time(pod),
         labels=dict((pod.get("metadata") or {}).get("labels") or {}),
         deleting=deleting,
+        in_group=bool((pod.get("spec") or {}).get("schedulingGroup")),
         uid=uid,
         mig_records=records,
         decoded=devices,

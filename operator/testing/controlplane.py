@@ -95,6 +95,13 @@ __all__ = [
 
 _live: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
 
+# Gang scheduling's API (scheduling.k8s.io/v1beta1 PodGroup and Workload) is beta and off by
+# default in 1.37: the gate goes to kube-apiserver, kube-scheduler and kube-controller-manager
+# alike (a component without it ignores a pod's spec.schedulingGroup), and the group version
+# must be served. DRAWorkloadResourceClaims adds a PodGroup's own ResourceClaims.
+WORKLOAD_FEATURE_GATES = "GenericWorkload=true,DRAWorkloadResourceClaims=true"
+WORKLOAD_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
+
 
 @atexit.register
 def _stop_all_at_exit() -> None:
@@ -382,6 +389,7 @@ class ControlPlane:
                 f"--secure-port={port}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
+                f"--feature-gates={WORKLOAD_FEATURE_GATES}",
                 "--v=2",
             ]
             self._scheduler = self._spawn("kube-scheduler", argv, env=self.env())
@@ -421,6 +429,7 @@ class ControlPlane:
                 "--use-service-account-credentials=false",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
+                f"--feature-gates={WORKLOAD_FEATURE_GATES}",
                 "--v=2",
             ]
             self._controller_manager = self._spawn("kube-controller-manager", argv, env=self.env())
@@ -778,6 +787,8 @@ class ControlPlane:
             "--profiling=false",
             # Close watches on SIGTERM instead of waiting up to a minute for them to end.
             "--shutdown-watch-termination-grace-period=2s",
+            f"--feature-gates={WORKLOAD_FEATURE_GATES}",
+            f"--runtime-config={WORKLOAD_RUNTIME_CONFIG}",
             *self._extra_apiserver_args,
         ]
 

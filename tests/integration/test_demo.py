@@ -33,7 +33,8 @@ def _cards_of(pod: PlacedPod) -> list[str]:
 
 def test_demo_every_pod_is_decided(demo: DemoResult) -> None:
     assert demo.undecided == ()
-    assert {p.name for p in demo.waiting} == {"quota-second", "too-big"}
+    gang = {f"big-{i}" for i in range(4)}
+    assert {p.name for p in demo.waiting} == {"quota-second", "too-big", *gang}
 
 
 def test_shared_pods_share_one_card(demo: DemoResult) -> None:
@@ -121,6 +122,16 @@ def test_too_big_pod_waits_for_memory(demo: DemoResult) -> None:
     waiting = demo.waiting_pod("too-big")
     assert "CardInsufficientMemory" in waiting.message
     assert re.search(r"Devices ruled out: .*\d+ CardInsufficientMemory", waiting.event_message)
+
+
+def test_a_gang_is_placed_together_and_another_waits_whole(demo: DemoResult) -> None:
+    for i in range(4):
+        placed = demo.placed_pod(f"train-{i}")
+        assert [g.memory_mib for g in placed.gpus] == [8192]
+    for i in range(4):
+        waiting = demo.waiting_pod(f"big-{i}")
+        assert "pod group vgpu-demo/big:" in waiting.message
+        assert "of the 4 members it needs fit at once" in waiting.message
 
 
 def test_no_card_is_overcommitted(demo: DemoResult) -> None:

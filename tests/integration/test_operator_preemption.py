@@ -225,3 +225,33 @@ def test_no_over_commit_while_the_victim_terminates(setup: Setup, operator: Oper
     assert not setup.get("filler")["spec"].get("nodeName")
     usage = env.usage_by_card(env.list_pods(setup.cp, setup.namespace))
     assert usage[cards[0].uuid][1] <= 10000
+
+
+def test_a_gang_preempts_when_the_whole_gang_then_fits(
+    setup: Setup, operator: OperatorThread
+) -> None:
+    cards = env.cards(setup.node("a"), 2, memory_mib=20000)
+    env.gpu_node(setup.cp, setup.node("a"), cards, group=setup.namespace)
+    setup.running("batch-0", 10, gpumem=16000)
+    setup.running("batch-1", 10, gpumem=16000)
+    setup.cp.create(
+        f"/apis/scheduling.k8s.io/v1beta1/namespaces/{setup.namespace}/podgroups",
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "train"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+        },
+    )
+    # Each member needs a card of its own: both batch pods go, then both members bind.
+    for name in ("w0", "w1"):
+        pod = env.gpu_pod(
+            setup.namespace, name, scheduler=setup.scheduler, group=setup.namespace, gpumem=10000
+        )
+        pod["spec"]["priorityClassName"] = setup.classes[1000]
+        pod["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+        env.create_pod(setup.cp, pod)
+    _gone(setup, "batch-0")
+    _gone(setup, "batch-1")
+    for name in ("w0", "w1"):
+        assert env.wait_bound(setup.cp, setup.namespace, name, 30)["spec"]["nodeName"]

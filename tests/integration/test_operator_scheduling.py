@@ -333,6 +333,10 @@ def test_invalid_config_is_refused_and_the_last_good_one_stays(
     setup: Setup, operator: OperatorThread
 ) -> None:
     env.gpu_node(setup.cp, setup.node("a"), env.cards(setup.node("a"), 1), group=setup.namespace)
+    # The good config is in force first (the operator's first listing of it may otherwise
+    # come after the bad one, and then there is no previous config to keep).
+    setup.create("p0", gpumem=1000)
+    env.wait_bound(setup.cp, setup.namespace, "p0")
     env.put_config_map(
         setup.cp,
         setup.namespace,

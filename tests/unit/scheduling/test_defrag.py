@@ -417,3 +417,11 @@ def test_a_plan_made_out_of_date_is_refused_by_the_recheck() -> None:
     assert defrag.recheck(state, made, w, pods, 0.0) is None
     state.remove_pod("default/w")
     assert fingerprint(state) == before
+
+
+def test_a_gang_member_is_not_moved_alone() -> None:
+    nodes, pods = two_half_full_cards()
+    pods[1]["spec"]["schedulingGroup"] = {"podGroupName": "train"}  # p8, the cheapest move
+    state = state_with(*nodes, pods=pods)
+    plan = only_plan(defrag.plan(state, [waiting_pod("w", 12 * GIB)], pods, 0.0))
+    assert [m.pod for m in plan.moves] == ["default/p10"]
