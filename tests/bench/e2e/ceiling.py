@@ -103,7 +103,7 @@ async def ceiling(
     check = await bench.recount()
     result.check, result.check_ok = check.summary(), check.ok
     await bench.clean(namespace)
-    bench.results.append(result)
+    bench.keep(result)
     print(runs._line(result), flush=True)
     return result
 

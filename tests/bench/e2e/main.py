@@ -26,7 +26,20 @@ from typing import Any
 
 import yaml
 
-from e2e import ceiling, counting, cpu, dra, faults, fleet, gate, procs, report, runs, workloads
+from e2e import (
+    ceiling,
+    counting,
+    cpu,
+    dra,
+    faults,
+    fleet,
+    gate,
+    memory,
+    procs,
+    report,
+    runs,
+    workloads,
+)
 from e2e.api import Api, ApiError, gather_limited
 from e2e.tracking import Tracker
 from vgpu_operator import names
@@ -42,6 +55,8 @@ RAISED_QPS = (1000, 2000)
 #: Where the pod waits whose bind times a restarted operator.
 PROBE_NAMESPACE = "bench-probe"
 PARTS = frozenset({"baselines", "operator", "restart", "faults", "gate", "dra"})
+#: Operator runs no aim's ratio uses: run once, not ``--repeats`` times.
+RUN_ONCE = frozenset({"multi", "selected"})
 
 
 def _env_int(name: str, default: int) -> int:
@@ -50,7 +65,12 @@ def _env_int(name: str, default: int) -> int:
 
 def options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--nodes", type=int, default=_env_int("BENCH_NODES", 1000))
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=_env_int("BENCH_NODES", 1000),
+        help="nodes of the main cluster (0: none, e.g. for --big alone)",
+    )
     parser.add_argument("--scale", type=float, default=float(os.environ.get("BENCH_SCALE", 1.0)))
     parser.add_argument("--with-5000", type=int, default=_env_int("BENCH_5000", 0))
     parser.add_argument(
@@ -65,6 +85,33 @@ def options() -> argparse.Namespace:
         type=int,
         default=_env_int("BENCH_BACKLOG", 5000),
         help="unfittable pods left waiting beside a fractional burst (0: no such run)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=_env_int("BENCH_REPEATS", 3),
+        help="runs of each burst, backlog and ceiling whose ratio an aim uses (median and "
+        "spread reported)",
+    )
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=_env_int("BENCH_BURST", 0),
+        help="pods per whole-GPU or fractional burst, backlog and ceiling (0: 8000 x scale, "
+        "at most one per card): long enough that a repeat differs by under 10 %%",
+    )
+    parser.add_argument(
+        "--big-burst",
+        type=int,
+        default=_env_int("BENCH_BIG_BURST", 2000),
+        help="pods per burst in the --big cluster (fewer: a 2-core machine)",
+    )
+    parser.add_argument(
+        "--big-heartbeat",
+        type=float,
+        default=float(os.environ.get("BENCH_BIG_HEARTBEAT_S", 0)),
+        help="--heartbeat for the --big cluster (0: no Lease renewals, which at 15,000 nodes "
+        "are 500 writes/s; the operator then runs with --inventory-timeout=0)",
     )
     parser.add_argument("--faults", type=int, default=_env_int("BENCH_FAULTS", 1))
     parser.add_argument("--operator-args", default=os.environ.get("BENCH_OPERATOR_ARGS", ""))
@@ -94,6 +141,17 @@ def _scaled(count: int, scale: float, at_least: int = 10) -> int:
     return max(at_least, round(count * scale))
 
 
+def _burst(args: argparse.Namespace, bench: runs.Bench) -> int:
+    """Pods per burst of the repeated runs: ``--burst``, or 8,000 x scale, at most one
+    per card (a whole-GPU burst fills the cluster at most once)."""
+    wanted = getattr(args, "burst", 0) or _scaled(8000, args.scale)
+    return min(wanted, len(bench.cards))
+
+
+def _repeats(args: argparse.Namespace) -> range:
+    return range(max(1, getattr(args, "repeats", 1)))
+
+
 class Session:
     """One cluster: the control plane, nodes, the operator and the runs on them."""
 
@@ -115,6 +173,9 @@ class Session:
         self.rss_samples: list[tuple[float, float, float]] = []
         self.sampler: procs.Sampler | None = None
         self.bench: runs.Bench | None = None
+        #: Seconds between Lease renewals (0: none, and no inventory timeout).
+        self.heartbeat: float = getattr(args, "heartbeat", 30.0)
+        self.footprint = memory.Footprint(nodes)
 
     # -- the operator ---------------------------------------------------------------------
 
@@ -131,7 +192,7 @@ class Session:
     async def start_operator(self) -> float:
         """Start the operator; seconds until it answers /readyz."""
         extra = [*shlex.split(self.args.operator_args), *self.gate_args]
-        if not getattr(self.args, "heartbeat", 30.0):
+        if not self.heartbeat:
             extra.insert(0, "--inventory-timeout=0")  # nothing moves the heartbeats
         child, port = procs.operator(
             self.operator_kubeconfig, self.workdir, OPERATOR_NAMESPACE, extra
@@ -159,6 +220,26 @@ class Session:
         await tracker.wait(lambda: bool(tracker.bound), 300)
         await tracker.stop()
         await self.bench.clean(namespace)
+
+    async def settled_rss(self) -> float:
+        """The running operator's RSS (MiB) once it has been idle ``memory.SETTLE_S``."""
+        assert self.operator is not None
+        await asyncio.sleep(memory.SETTLE_S)
+        return procs.rss_mib(self.operator.pid)
+
+    async def empty_rss(self) -> None:
+        """Start the operator before the cluster has nodes, read its RSS, stop it."""
+        extra = [*shlex.split(self.args.operator_args), "--inventory-timeout=0"]
+        child, port = procs.operator(
+            self.operator_kubeconfig, self.workdir, OPERATOR_NAMESPACE, extra
+        )
+        child.start()
+        try:
+            await child.wait_http(f"http://127.0.0.1:{port}/readyz", 300)
+            await asyncio.sleep(memory.SETTLE_S)
+            self.footprint.empty_mib = procs.rss_mib(child.pid)
+        finally:
+            await asyncio.to_thread(child.stop)
 
     async def serve(self, scheduler_name: str) -> None:
         """Set the scheduler name the operator serves, through its device-config
@@ -227,17 +308,21 @@ class Session:
             await asyncio.to_thread(child.stop)
 
 
-async def setup(session: Session) -> tuple[runs.Bench, asyncio.Event, asyncio.Task[None], float]:
+async def setup(
+    session: Session, *, measure_empty: bool = False
+) -> tuple[runs.Bench, asyncio.Event, asyncio.Task[None], float]:
     cp = session.cp
     api = Api.for_plane(cp, session.creds["bench"])
     await asyncio.to_thread(install_crd, cp)
     await api.ensure_namespace(OPERATOR_NAMESPACE)
+    if measure_empty:
+        await session.empty_rss()  # before the nodes: the RSS per 1,000 nodes' base
     started = time.time()
     nodes = await asyncio.to_thread(fleet.plan, session.node_count)
     await fleet.create(api, nodes)
     setup_s = time.time() - started
     stop = asyncio.Event()
-    interval = getattr(session.args, "heartbeat", 30.0)
+    interval = session.heartbeat
     beats = asyncio.get_running_loop().create_task(
         fleet.heartbeats(api, nodes, stop, interval) if interval else _until(stop)
     )
@@ -278,19 +363,27 @@ def control_plane(bench_dir: Path) -> ControlPlane:
 
 
 async def baselines(session: Session, bench: runs.Bench, scale: float) -> None:
-    count = min(_scaled(2000, scale), len(bench.cards))
-    binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
-    try:
-        await ceiling.ceiling(bench, binder, count)
-    finally:
-        await binder.close()
-    await session.kube_scheduler_run("ks-default", 50, 100, count)
-    await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
-    # The same whole-GPU burst with one pod in ten asking for more cards than any node
-    # has: what unschedulable pods cost kube-scheduler (its queueing hints set them aside).
+    count = _burst(session.args, bench)
+    # kube-scheduler as installed is no aim's ratio: once, at the base size (at QPS 50
+    # a burst of thousands would take minutes).
+    await session.kube_scheduler_run("ks-default", 50, 100, min(_scaled(2000, scale), count))
     make, unfit = workloads.mixed_unfit(10, whole_gpus=True, scheduler=workloads.KUBE_SCHEDULER)
-    mixed = workloads.Workload("ks-unfit", "whole-GPU pods, 1 in 10 unfittable", count, make, unfit)
-    await session.kube_scheduler_run("ks-unfit", *RAISED_QPS, count, workload=mixed)
+    for repeat in _repeats(session.args):
+        bench.repeat = repeat
+        binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
+        try:
+            await ceiling.ceiling(bench, binder, count)
+        finally:
+            await binder.close()
+        await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
+        # The same whole-GPU burst with one pod in ten asking for more cards than any
+        # node has: what unschedulable pods cost kube-scheduler (its queueing hints set
+        # them aside).
+        mixed = workloads.Workload(
+            "ks-unfit", "whole-GPU pods, 1 in 10 unfittable", count, make, unfit
+        )
+        await session.kube_scheduler_run("ks-unfit", *RAISED_QPS, count, workload=mixed)
+    bench.repeat = None
     # The same arrivals as the operator's steady 100/s run (whole-GPU pods here): what
     # this cluster lets a scheduler hold.
     steady = min(_scaled(100 * 30, scale, at_least=500), len(bench.cards))
@@ -300,13 +393,16 @@ async def baselines(session: Session, bench: runs.Bench, scale: float) -> None:
 async def watched_ceiling(session: Session, bench: runs.Bench, scale: float) -> None:
     """The ceiling again with the operator running: it leaves the pods alone, but every
     Binding and status update reaches its watches, as a scheduler's must."""
-    count = min(_scaled(2000, scale), len(bench.cards))
-    binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
-    try:
-        op = session.operator_scheduler()
-        await ceiling.ceiling(bench, binder, count, name="ceiling-watched", watcher=op)
-    finally:
-        await binder.close()
+    count = _burst(session.args, bench)
+    for repeat in _repeats(session.args):
+        bench.repeat = repeat
+        binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
+        try:
+            op = session.operator_scheduler()
+            await ceiling.ceiling(bench, binder, count, name="ceiling-watched", watcher=op)
+        finally:
+            await binder.close()
+    bench.repeat = None
 
 
 async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> None:
@@ -317,7 +413,9 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
     uuids = [node.cards[0]["uuid"] for node in bench.nodes]
     make_unfit, is_unfit = workloads.mixed_unfit(10)
     make_whole_unfit, is_whole_unfit = workloads.mixed_unfit(10, whole_gpus=True)
-    whole_count = min(_scaled(2000, scale), cards)
+    whole_count = _burst(session.args, bench)
+    # The fractional bursts are the same size (4-5 of them fit on every card).
+    frac_count = getattr(session.args, "burst", 0) or _scaled(8000, scale)
     plan = [
         workloads.Workload("whole", "whole-GPU pods", whole_count, workloads.whole()),
         workloads.Workload(
@@ -330,7 +428,7 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
         workloads.Workload(
             "fractional",
             "fractional pods (8 GiB, 20 cores)",
-            _scaled(2000, scale),
+            frac_count,
             workloads.fractional(),
         ),
         workloads.Workload(
@@ -348,19 +446,26 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
         workloads.Workload(
             "unfit",
             "fractional pods, 1 in 10 unfittable",
-            _scaled(2000, scale),
+            frac_count,
             make_unfit,
             is_unfit,
         ),
     ]
-    for workload in plan:
-        await runs.run(bench, workload.name, op, workload)
-        if workload.name == "whole":
-            await whole_backlog(session, bench, workload.count)
-            await split_pair(session, bench, workload.count)
-    if session.args.backlog:
-        fractional = next(w for w in plan if w.name == "fractional")
-        await beside_backlog(session, bench, fractional, session.args.backlog)
+    for repeat in _repeats(session.args):
+        for workload in plan:
+            once = workload.name in RUN_ONCE
+            if once and repeat:
+                continue
+            # Runs no aim's ratio uses are not repeated (nor numbered).
+            bench.repeat = None if once else repeat
+            await runs.run(bench, workload.name, op, workload)
+            if workload.name == "whole":
+                await whole_backlog(session, bench, workload.count)
+                await split_pair(session, bench, workload.count)
+        if session.args.backlog:
+            fractional = next(w for w in plan if w.name == "fractional")
+            await beside_backlog(session, bench, fractional, session.args.backlog)
+    bench.repeat = None
     for rate in (50, 100, 200):
         count = _scaled(rate * 30, scale, at_least=rate * 5)
         workload = workloads.Workload(
@@ -470,13 +575,13 @@ async def restart_with_residents(session: Session, bench: runs.Bench, count: int
     namespace = await ceiling.residents(bench, count)
     created_s = time.time() - started
     ready_s, first_bind_s, pid = await _start_to_first_bind(session, bench, 300)
+    rss = procs.rss_mib(pid)
+    session.footprint.pods, session.footprint.with_pods_mib = count, rss
     facts = {
         "bound pods already present": f"{count:,} (created in {created_s:.0f} s)",
         "operator start to /readyz": f"{ready_s:.1f} s",
         "operator start to first bind": f"{first_bind_s:.1f} s" if first_bind_s else "no bind",
-        f"RSS with {count:,} pods": (
-            f"{procs.rss_mib(pid):.0f} MiB (peak {procs.peak_rss_mib(pid):.0f} MiB)"
-        ),
+        f"RSS with {count:,} pods": f"{rss:.0f} MiB (peak {procs.peak_rss_mib(pid):.0f} MiB)",
     }
     check = await bench.recount()
     facts["recount"] = check.summary()
@@ -491,7 +596,7 @@ async def _start_to_first_bind(
 ) -> tuple[float, float | None, int]:
     """Start the operator with one new pod waiting (in ``PROBE_NAMESPACE``): seconds from
     its start to /readyz, to that pod's bind (None if not bound in ``timeout_s``), and its
-    pid, two seconds after the bind."""
+    pid, ``memory.SETTLE_S`` after the bind."""
     await bench.api.ensure_namespace(PROBE_NAMESPACE)
     tracker = Tracker(bench.api, PROBE_NAMESPACE)
     tracker.start()
@@ -502,7 +607,7 @@ async def _start_to_first_bind(
     bound = await tracker.wait(lambda: bool(tracker.bound), timeout_s)
     await tracker.stop()
     first_bind_s = (max(tracker.bound.values()) - session.operator.started_at) if bound else None
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(memory.SETTLE_S)
     return ready_s, first_bind_s, session.operator.pid
 
 
@@ -606,22 +711,49 @@ def _kubeconfig_via(creds: ClientCredentials, port: int, workdir: Path) -> Path:
     return path
 
 
-async def big_runs(session: Session, bench: runs.Bench, scale: float) -> dict[str, Any]:
-    """The large cluster: kube-scheduler and the operator on one whole-GPU burst each,
-    then the operator restarted with that burst's pods bound, timed to its first bind."""
-    count = min(_scaled(2000, scale), len(bench.cards))
-    await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
+async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
+    """The large cluster, sized for a small machine (``--big-burst`` pods per burst, no
+    faults): kube-scheduler (raised QPS) and the operator on the same whole-GPU burst,
+    each ``--repeats`` times, kube-scheduler first with the operator stopped; the
+    operator's fractional burst; then the operator restarted with its last whole-GPU
+    burst bound, timed to its first bind; its peak RSS throughout."""
+    args = session.args
+    count = min(getattr(args, "big_burst", 2000), len(bench.cards))
+    for repeat in _repeats(args):
+        bench.repeat = repeat
+        await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
+    bench.repeat = None
     ready_s = await session.start_operator()
     await session.warm_up()
+    session.footprint.with_nodes_mib = await session.settled_rss()
+    op = session.operator_scheduler()
+    fractional = workloads.Workload(
+        "fractional", "fractional pods (8 GiB, 20 cores)", count, workloads.fractional()
+    )
     whole = workloads.Workload("whole", "whole-GPU pods", count, workloads.whole())
-    result = await runs.run(bench, "whole", session.operator_scheduler(), whole, keep=True)
+    last = max(_repeats(args))
+    result: runs.Result | None = None
+    for repeat in _repeats(args):
+        bench.repeat = repeat
+        await runs.run(bench, "fractional", op, fractional)
+    for repeat in _repeats(args):
+        bench.repeat = repeat
+        # The last one stays bound: the restart reads it.
+        result = await runs.run(bench, "whole", op, whole, keep=repeat == last)
+    bench.repeat = None
     assert session.operator is not None
+    assert result is not None
+    operator_peak = procs.peak_rss_mib(session.operator.pid)
     facts: dict[str, Any] = {
+        "pods per burst": f"{count:,} ({len(list(_repeats(args)))} runs of each)",
         "operator start to /readyz (first start)": f"{ready_s:.1f} s",
-        "operator peak RSS during the burst": f"{_f0(result.peak_rss_mib)} MiB",
+        "operator peak RSS during the bursts": f"{_f0(result.peak_rss_mib)} MiB (sampled)",
+        "operator peak RSS, first process (VmHWM)": f"{operator_peak:.0f} MiB",
     }
     await session.stop_operator()
     restart_ready_s, first_bind_s, pid = await _start_to_first_bind(session, bench, 600)
+    rss = procs.rss_mib(pid)
+    session.footprint.pods, session.footprint.with_pods_mib = result.placed, rss
     facts.update(
         {
             f"restart with {result.placed:,} bound pods: start to /readyz": (
@@ -631,12 +763,16 @@ async def big_runs(session: Session, bench: runs.Bench, scale: float) -> dict[st
                 f"{first_bind_s:.1f} s" if first_bind_s is not None else "no bind"
             ),
             "operator RSS after the restart": (
-                f"{procs.rss_mib(pid):.0f} MiB (peak {procs.peak_rss_mib(pid):.0f} MiB)"
+                f"{rss:.0f} MiB (peak {procs.peak_rss_mib(pid):.0f} MiB)"
             ),
         }
     )
     check = await bench.recount()
     facts["recount"] = check.summary()
+    complete = all(r.completed and r.placed == r.pods for r in bench.results)
+    overcommit = [r.name for r in bench.results if not r.check_ok] + ([] if check.ok else ["end"])
+    facts["every pod bound"] = "yes" if complete else "NO"
+    facts["over-commit"] = "none" if not overcommit else f"FOUND in {', '.join(overcommit)}"
     print(f"[bench] {session.node_count} nodes: {facts}", flush=True)
     await bench.clean(PROBE_NAMESPACE)
     await bench.clean("bench-whole")
@@ -656,18 +792,21 @@ async def one_cluster(
     cp = control_plane(bench_dir)
     with cp:
         session = Session(cp, args, nodes, bench_dir)
-        bench, stop, beats, setup_s = await setup(session)
+        if big:
+            session.heartbeat = args.big_heartbeat
+        bench, stop, beats, setup_s = await setup(session, measure_empty=True)
         parts = set(filter(None, args.only.split(","))) or PARTS
         facts: dict[str, Any] = {}
         try:
             if big:
-                facts = await big_runs(session, bench, scale)
+                facts = await big_runs(session, bench)
                 parts = set()
             if "baselines" in parts:
                 await baselines(session, bench, scale)
             if not big:
                 await session.start_operator()
                 await session.warm_up()
+                session.footprint.with_nodes_mib = await session.settled_rss()
             op = session.operator_scheduler()
             if "baselines" in parts:
                 await watched_ceiling(session, bench, scale)
@@ -691,6 +830,9 @@ async def one_cluster(
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
             await bench.api.close()
+        facts.update(session.footprint.facts())
+        if big and not session.heartbeat:
+            facts["heartbeats"] = "none (no Lease renewals; operator --inventory-timeout=0)"
         cluster = report.Cluster(
             nodes=nodes,
             cards=len(bench.cards),
@@ -703,6 +845,23 @@ async def one_cluster(
     if all(r.check_ok for r in cluster.results):
         shutil.rmtree(bench_dir, ignore_errors=True)
     return cluster
+
+
+#: The facts' key of the machine's load before the bench: the plots carry it.
+LOAD_FACT = "other load at the start"
+
+
+def machine_load(seconds: float = 3.0) -> str:
+    """How busy the machine was before the bench started anything: cores busy over a few
+    seconds, and the load average. Figures from a machine other work shares are not a
+    quiet machine's, and say so."""
+    before = procs.machine_busy_seconds()
+    time.sleep(seconds)
+    busy = (procs.machine_busy_seconds() - before) / seconds
+    with contextlib.suppress(OSError), open("/proc/loadavg") as fh:
+        average = fh.read().split()[0]
+        return f"{busy:.1f} of {os.cpu_count()} cores busy, load average {average}"
+    return f"{busy:.1f} of {os.cpu_count()} cores busy"
 
 
 def machine_facts() -> dict[str, Any]:
@@ -724,6 +883,7 @@ def machine_facts() -> dict[str, Any]:
         memory = f"{int(fh.readline().split()[1]) / 2**20:.0f} GiB"
     return {
         "machine": f"{os.cpu_count()} cores ({cpu}), {memory} memory, {platform.platform()}",
+        LOAD_FACT: machine_load(),
         "python": platform.python_version(),
         "kube-apiserver": version("kube-apiserver"),
         "kube-scheduler": version("kube-scheduler"),
@@ -742,14 +902,17 @@ async def amain(args: argparse.Namespace) -> int:
     facts = machine_facts()
     facts["command"] = (
         f"BENCH_NODES={args.nodes} BENCH_SCALE={args.scale} BENCH_5000={args.with_5000} "
-        f"BENCH_BIG={args.big} BENCH_BACKLOG={args.backlog} "
+        f"BENCH_BIG={args.big} BENCH_BIG_BURST={args.big_burst} "
+        f"BENCH_BIG_HEARTBEAT_S={args.big_heartbeat:g} BENCH_REPEATS={args.repeats} "
+        f"BENCH_BURST={args.burst} BENCH_BACKLOG={args.backlog} "
         f"BENCH_FAULTS={args.faults} BENCH_HEARTBEAT_S={args.heartbeat:g} "
         "python tests/bench/run_e2e.py"
     )
     if args.operator_args:
         facts["operator flags"] = args.operator_args
     parts = set(filter(None, args.only.split(","))) or PARTS
-    sizes = [(args.nodes, True, False)] + ([(5000, False, False)] if args.with_5000 else [])
+    sizes = [(args.nodes, True, False)] if args.nodes else []
+    sizes += [(5000, False, False)] if args.with_5000 else []
     if args.big:
         sizes.append((args.big, False, True))
     if not parts - {"dra"}:

@@ -82,6 +82,14 @@ class Bench:
     audit: counting.AuditLog
     rss: procs.Sampler | None = None
     results: list[Result] = field(default_factory=list)
+    #: Which repeat of the runs is under way (None: runs that are not repeated).
+    repeat: int | None = None
+
+    def keep(self, result: Result) -> None:
+        """Add a finished run to the results, marked with the repeat under way."""
+        if self.repeat is not None:
+            result.extra["repeat"] = self.repeat
+        self.results.append(result)
 
     async def snapshot(self, scheduler: Scheduler, *, before: bool) -> dict[str, Any]:
         """The API server's and the scheduler's metrics and the scheduler's CPU seconds.
@@ -210,7 +218,7 @@ async def run(
     result.check, result.check_ok = check.summary(), check.ok
     if not keep:
         await bench.clean(namespace)
-    bench.results.append(result)
+    bench.keep(result)
     print(_line(result), flush=True)
     return result
 
@@ -264,7 +272,7 @@ async def backlog(
     check = await bench.recount()
     result.check, result.check_ok = check.summary(), check.ok
     await bench.clean(namespace)
-    bench.results.append(result)
+    bench.keep(result)
     print(_line(result), flush=True)
     return result
 
