@@ -113,6 +113,30 @@ def options() -> argparse.Namespace:
         help="--heartbeat for the --big cluster (0: no Lease renewals, which at 15,000 nodes "
         "are 500 writes/s; the operator then runs with --inventory-timeout=0)",
     )
+    parser.add_argument(
+        "--dra-nodes",
+        type=int,
+        default=_env_int("BENCH_DRA_NODES", 500),
+        help="the DRA part's throughput and steady nodes",
+    )
+    parser.add_argument(
+        "--dra-pods",
+        type=int,
+        default=_env_int("BENCH_DRA_PODS", 0),
+        help="pods per DRA throughput run (0: 2000 x scale)",
+    )
+    parser.add_argument(
+        "--dra-rate",
+        type=float,
+        default=float(os.environ.get("BENCH_DRA_RATE", 50)),
+        help="claims per second of the DRA steady run (30 s x scale of them)",
+    )
+    parser.add_argument(
+        "--dra-churn",
+        type=int,
+        default=_env_int("BENCH_DRA_CHURN", 1),
+        help="0: leave out the DRA churn (placement quality; the longest DRA run)",
+    )
     parser.add_argument("--faults", type=int, default=_env_int("BENCH_FAULTS", 1))
     parser.add_argument("--operator-args", default=os.environ.get("BENCH_OPERATOR_ARGS", ""))
     parser.add_argument(
@@ -924,7 +948,15 @@ async def amain(args: argparse.Namespace) -> int:
         save(args, clusters, facts)
     if "dra" in parts:
         # Its own cluster (DRA nodes, kube-controller-manager), in the same run.
-        save(args, clusters, facts, await dra.run(args.scale))
+        plan = dra.Plan(
+            scale=args.scale,
+            repeats=max(1, args.repeats),
+            nodes=args.dra_nodes,
+            pods=args.dra_pods,
+            steady_rate=args.dra_rate,
+            churn=bool(args.dra_churn),
+        )
+        save(args, clusters, facts, await dra.run(plan))
     failed = [r.name for c in clusters for r in c.results if not r.check_ok]
     if failed:
         print(f"[bench] correctness check FAILED in: {', '.join(failed)}", flush=True)
