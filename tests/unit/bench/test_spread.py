@@ -45,7 +45,7 @@ def test_a_ratio_pairs_the_runs_by_repeat_and_reports_their_median_and_range() -
     assert found.values == pytest.approx((1.5, 1.1, 1.6))
     assert found.median == pytest.approx(1.5)
     assert found.relative == pytest.approx(0.5 / 1.5)
-    assert "1.50 (1.10-1.60, 33 %, 3 runs)" == found.text()
+    assert found.text() == "1.50 (1.10-1.60, 33 %, 3 runs)"
 
 
 def test_the_table_flags_short_runs_and_untrusted_ratios() -> None:
