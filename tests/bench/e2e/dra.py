@@ -382,10 +382,12 @@ async def throughput(
         if user in ("bench",) or user.startswith("system:"):
             continue
         per_pod.setdefault(user, {})[verb] = round(n / max(placed, 1), 2)
+    claims = await api.list_all(f"{RESOURCE}/namespaces/{namespace}/resourceclaims")
     return {
         "pods": count,
         "placed": placed,
         "complete": done,
+        "on_one_link": dra_load.on_one_link(claims),
         "seconds": round(seconds, 2),
         "pods_per_s": round(placed / seconds, 1) if seconds > 0 else None,
         "writes_per_pod": per_pod,
@@ -640,15 +642,18 @@ def _throughput_lines(results: Mapping[str, Any]) -> list[str]:
         f"bound; kube-scheduler with `--feature-gates={results.get('kube_scheduler_gates', '')}`"
         "; each run repeated:",
         "",
-        "| allocator | pods | runs: pods/s | median pods/s (min-max, spread) |",
-        "|---|---|---|---|",
+        "| allocator | pods | runs: pods/s | median pods/s (min-max, spread) | "
+        "claims on one NVLink island (all runs) |",
+        "|---|---|---|---|---|",
     ]
     for label, runs_ in tp.items():
         rates = [r["pods_per_s"] for r in runs_]
         found = dra_load.spread(rates)
+        linked = [r["on_one_link"] for r in runs_ if "on_one_link" in r]
+        link_cell = f"{sum(a for a, _ in linked)} of {sum(b for _, b in linked)}" if linked else "-"
         out.append(
             f"| {label} | {runs_[0]['pods']} | {', '.join(str(r) for r in rates)} | "
-            f"{dra_load.spread_text(found, runs=len(rates))} |"
+            f"{dra_load.spread_text(found, runs=len(rates))} | {link_cell} |"
         )
     engine = [r["pods_per_s"] for r in tp.get("engine", [])]
     upstream = [r["pods_per_s"] for r in tp.get(KS_LABEL, [])]

@@ -78,6 +78,8 @@ def spread(values: Sequence[float | None]) -> dict[str, float] | None:
 def spread_text(found: Mapping[str, float] | None, digits: int = 1, runs: int = 0) -> str:
     if not found:
         return "-"
+    if runs == 1:
+        return f"{found['median']:.{digits}f} (one run)"
     text = f"{found['median']:.{digits}f} ({found['min']:.{digits}f}-{found['max']:.{digits}f}"
     return text + f", {100 * found['spread']:.0f} %" + (f", {runs} runs)" if runs else ")")
 
@@ -124,6 +126,22 @@ async def steady(
         "p50_s": _round(counting.percentile(latencies, 0.5)),
         "p99_s": _round(counting.percentile(latencies, 0.99)),
     }
+
+
+def on_one_link(claims: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """(allocated two-device claims whose cards share an NVLink island, allocated
+    two-device claims): the constraint honoured. The bench's cards are named ...-<index>
+    and pair 0+1, 2+3, ... (``dra.make_nodes``)."""
+    linked = pairs = 0
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = (allocation.get("devices") or {}).get("results") or []
+        if len(results) != 2:
+            continue
+        pairs += 1
+        islands = {(r.get("pool"), int(str(r["device"]).rsplit("-", 1)[1]) // 2) for r in results}
+        linked += len(islands) == 1
+    return linked, pairs
 
 
 def _round(value: float | None) -> float | None:

@@ -57,3 +57,17 @@ def test_the_pair_claim_constrains_both_shares_to_one_nvlink_island() -> None:
     assert spec["devices"]["constraints"] == [
         {"requests": ["gpu"], "matchAttribute": "gpu.vgpu-operator.io/nvlinkIsland"}
     ]
+
+
+def test_claims_on_one_link_count_only_two_card_claims_within_one_island() -> None:
+    def claim(*devices: str) -> dict[str, object]:
+        results = [{"pool": "n1", "device": d} for d in devices]
+        return {"status": {"allocation": {"devices": {"results": results}}}}
+
+    claims = [
+        claim("gpu-n1-0002", "gpu-n1-0003"),  # island 2+3
+        claim("gpu-n1-0001", "gpu-n1-0002"),  # two islands
+        claim("gpu-n1-0004"),  # one card: not a pair
+        {"status": {}},  # not allocated
+    ]
+    assert dra_load.on_one_link(claims) == (1, 2)
