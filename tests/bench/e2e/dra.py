@@ -571,8 +571,9 @@ def section(results: Mapping[str, Any]) -> list[str]:
         "DRA path with the agent's ResourceSlices (eight 40 GiB cards each, split 8, NVLink "
         "pairs 0+1, 2+3, ... published as `nvlinkIsland`), kube-controller-manager's claim "
         "controller, kube-scheduler (client QPS 1000/2000; for throughput also its default "
-        "50/100) and the operator (ConfigMap `gpuSchedulerPolicy: binpack`). "
-        "`BENCH_ONLY=dra make bench` runs this part alone."
+        f"50/100; always `--feature-gates={KS_GATES}`) and the operator (ConfigMap "
+        "`gpuSchedulerPolicy: binpack`). `BENCH_ONLY=dra make bench` runs this part alone "
+        "(`BENCH_DRA_NODES`, `BENCH_DRA_PODS`, `BENCH_DRA_RATE`, `BENCH_REPEATS`)."
     )
     trace_facts = results.get("trace") or {}
     churn = results.get("churn") or {}

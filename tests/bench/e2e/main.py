@@ -735,6 +735,13 @@ def _kubeconfig_via(creds: ClientCredentials, port: int, workdir: Path) -> Path:
     return path
 
 
+async def at_rest(bench: runs.Bench, seconds: float = 15.0) -> str:
+    """The CPU the cluster takes with nothing placed: what bounds a larger one."""
+    before = bench.cpu_sample()
+    await asyncio.sleep(seconds)
+    return cpu.at_rest(before, bench.cpu_sample())
+
+
 async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
     """The large cluster, sized for a small machine (``--big-burst`` pods per burst, no
     faults): kube-scheduler (raised QPS) and the operator on the same whole-GPU burst,
@@ -743,6 +750,7 @@ async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
     burst bound, timed to its first bind; its peak RSS throughout."""
     args = session.args
     count = min(getattr(args, "big_burst", 2000), len(bench.cards))
+    rest = await at_rest(bench)
     for repeat in _repeats(args):
         bench.repeat = repeat
         await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
@@ -770,6 +778,7 @@ async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
     operator_peak = procs.peak_rss_mib(session.operator.pid)
     facts: dict[str, Any] = {
         "pods per burst": f"{count:,} ({len(list(_repeats(args)))} runs of each)",
+        "the machine at rest with the nodes (no operator, no scheduler)": rest,
         "operator start to /readyz (first start)": f"{ready_s:.1f} s",
         "operator peak RSS during the bursts": f"{_f0(result.peak_rss_mib)} MiB (sampled)",
         "operator peak RSS, first process (VmHWM)": f"{operator_peak:.0f} MiB",

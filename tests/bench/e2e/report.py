@@ -433,8 +433,8 @@ def write(
     out += ["", "## Commands", ""]
     out.append(
         "- Every figure below: `make bench` (micro-benchmarks first, then this end-to-end "
-        "bench; `BENCH_NODES`, `BENCH_SCALE`, `BENCH_5000=1`, `BENCH_BIG=15000`, "
-        "`BENCH_BACKLOG`, `BENCH_FAULTS=0`: "
+        "bench; `BENCH_NODES`, `BENCH_SCALE`, `BENCH_REPEATS`, `BENCH_BURST`, `BENCH_5000=1`, "
+        "`BENCH_BIG=15000`, `BENCH_BIG_BURST`, `BENCH_BACKLOG`, `BENCH_FAULTS=0`: "
         "tests/bench/e2e/README.md). The end-to-end part alone: "
         f"`{facts.get('command', '')}`."
     )
@@ -458,6 +458,14 @@ def write(
     out.append(
         "- created/s: pods ÷ the seconds the bench took to create them (32 requests in "
         "flight); no scheduler can place faster than its pods arrive."
+    )
+    out.append(
+        "- Repeats: each run an aim's ratio uses runs `BENCH_REPEATS` times (rows `name #n`); "
+        "the ratios in the text and the ÷ columns are taken against the median of the "
+        'baseline\'s repeats, and "Repeats and spread" gives each ratio as the median of the '
+        "runs paired by repeat with its range. `other load at the start` above is how busy "
+        "the machine was before the bench began: above a few tenths of a core, the figures "
+        "are a shared machine's, not a quiet one's (the plots say it too)."
     )
     notes = _kept(path, NOTES_BEGIN, NOTES_END, NOTES_PLACEHOLDER)
     out += ["", NOTES_BEGIN, notes.rstrip("\n"), NOTES_END]
