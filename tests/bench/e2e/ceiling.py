@@ -46,7 +46,7 @@ async def ceiling(
 
     ``watcher``: a scheduler running meanwhile (it leaves these pods alone but its
     watches receive every Binding and status update); its CPU is counted apart."""
-    namespace = f"bench-{name}"
+    namespace = bench.namespace(name)
     api = bench.api
     await api.ensure_namespace(namespace)
     cards = list(bench.cards.items())[:count]

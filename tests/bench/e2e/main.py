@@ -772,6 +772,7 @@ async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
         bench.repeat = repeat
         # The last one stays bound: the restart reads it.
         result = await runs.run(bench, "whole", op, whole, keep=repeat == last)
+    kept = bench.namespace("whole")
     bench.repeat = None
     assert session.operator is not None
     assert result is not None
@@ -808,7 +809,7 @@ async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
     facts["over-commit"] = "none" if not overcommit else f"FOUND in {', '.join(overcommit)}"
     print(f"[bench] {session.node_count} nodes: {facts}", flush=True)
     await bench.clean(PROBE_NAMESPACE)
-    await bench.clean("bench-whole")
+    await bench.clean(kept)
     return facts
 
 
