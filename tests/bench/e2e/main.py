@@ -200,6 +200,7 @@ class Session:
         #: Seconds between Lease renewals (0: none, and no inventory timeout).
         self.heartbeat: float = getattr(args, "heartbeat", 30.0)
         self.footprint = memory.Footprint(nodes)
+        self.warm_ups = 0
 
     # -- the operator ---------------------------------------------------------------------
 
@@ -239,7 +240,9 @@ class Session:
         await self.bench.api.ensure_namespace(namespace)
         tracker = Tracker(self.bench.api, namespace)
         tracker.start()
-        probe = workloads.fractional(1024, 1)(namespace, 0)
+        # A new name each time: KWOK may still delete the last one's name (runs.Bench.namespace).
+        self.warm_ups += 1
+        probe = workloads.fractional(1024, 1)(namespace, self.warm_ups)
         await self.bench.api.create(f"/api/v1/namespaces/{namespace}/pods", probe)
         await tracker.wait(lambda: bool(tracker.bound), 300)
         await tracker.stop()
