@@ -739,10 +739,19 @@ def _kubeconfig_via(creds: ClientCredentials, port: int, workdir: Path) -> Path:
 
 
 async def at_rest(bench: runs.Bench, seconds: float = 15.0) -> str:
-    """The CPU the cluster takes with nothing placed: what bounds a larger one."""
+    """The CPU the cluster takes with nothing placed, by process, and the API server's
+    writes per second then, by request (KWOK's node leases, the Lease heartbeats): what
+    bounds a larger cluster on the same machine."""
+    first = counting.apiserver_writes(await bench.api.text("/metrics"))
     before = bench.cpu_sample()
+    started = time.monotonic()
     await asyncio.sleep(seconds)
-    return cpu.at_rest(before, bench.cpu_sample())
+    line = cpu.at_rest(before, bench.cpu_sample())
+    wall = time.monotonic() - started
+    writes = counting.diff(counting.apiserver_writes(await bench.api.text("/metrics")), first)
+    top = sorted(writes.items(), key=lambda kv: -kv[1])[:3]
+    rates = ", ".join(f"{what} {n / wall:.0f}/s" for what, n in top)
+    return f"{line}; API writes {rates or 'none'}"
 
 
 async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
@@ -753,7 +762,6 @@ async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
     burst bound, timed to its first bind; its peak RSS throughout."""
     args = session.args
     count = min(getattr(args, "big_burst", 2000), len(bench.cards))
-    rest = await at_rest(bench)
     for repeat in _repeats(args):
         bench.repeat = repeat
         await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
@@ -782,7 +790,6 @@ async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
     operator_peak = procs.peak_rss_mib(session.operator.pid)
     facts: dict[str, Any] = {
         "pods per burst": f"{count:,} ({len(list(_repeats(args)))} runs of each)",
-        "the machine at rest with the nodes (no operator, no scheduler)": rest,
         "operator start to /readyz (first start)": f"{ready_s:.1f} s",
         "operator peak RSS during the bursts": f"{_f0(result.peak_rss_mib)} MiB (sampled)",
         "operator peak RSS, first process (VmHWM)": f"{operator_peak:.0f} MiB",
@@ -834,6 +841,8 @@ async def one_cluster(
         bench, stop, beats, setup_s = await setup(session, measure_empty=True)
         parts = set(filter(None, args.only.split(","))) or PARTS
         facts: dict[str, Any] = {}
+        # Before any scheduler runs: what the cluster alone costs the machine.
+        rest = await at_rest(bench)
         try:
             if big:
                 facts = await big_runs(session, bench)
@@ -867,6 +876,7 @@ async def one_cluster(
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
             await bench.api.close()
+        facts["the machine at rest with the nodes (no operator, no scheduler)"] = rest
         facts.update(session.footprint.facts())
         if big and not session.heartbeat:
             facts["heartbeats"] = "none (no Lease renewals; operator --inventory-timeout=0)"
