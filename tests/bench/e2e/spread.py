@@ -17,6 +17,8 @@ from typing import Final
 
 from e2e.runs import Result
 
+#: The kinds of run the table lists (``split``: the ceiling pair on separate cores).
+THROUGHPUT_KINDS: Final = ("burst", "ceiling", "backlog", "split")
 #: A run shorter than this (its median, seconds) is flagged: its figure swings too much.
 SHORT_RUN_S: Final = 10.0
 #: Spread (max - min over the median) over which a ratio's repeats are not trusted.
@@ -100,7 +102,8 @@ def table(results: Sequence[Result]) -> list[str]:
     for name in names:
         runs = repeats(results, name)
         speeds = rate(results, name)
-        if speeds is None or runs[0].kind not in ("burst", "ceiling", "backlog", "split"):
+        repeated = any(isinstance(r.extra.get("repeat"), int) for r in runs)
+        if speeds is None or not repeated or runs[0].kind not in THROUGHPUT_KINDS:
             continue
         seconds = of(r.duration_s for r in runs)
         note = ""

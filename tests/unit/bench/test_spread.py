@@ -83,3 +83,11 @@ def test_memory_slopes_per_thousand_nodes_and_ten_thousand_pods() -> None:
     assert facts["operator RSS per 1,000 nodes"] == "30.0 MiB"
     assert facts["operator RSS per 10,000 bound pods"] == "20.0 MiB"
     assert "operator RSS per 1,000 nodes" not in memory.Footprint(nodes=10).facts()
+
+
+def test_runs_that_are_not_repeated_are_left_out_of_the_spread_table() -> None:
+    once = Result(name="multi", scheduler="s", kind="burst", what="w", pods=10, placed=10)
+    once.pods_per_s, once.duration_s = 50.0, 0.2
+    lines = spread.table([once, _run("whole", 100.0, 0)])
+    assert not any(line.startswith("| multi |") for line in lines)
+    assert any(line.startswith("| whole |") for line in lines)
