@@ -124,8 +124,9 @@ class ControlPlane:
         kwok_node_lease_s: int = 40,
     ) -> None:
         self._want_kwok = kwok
-        # KWOK renews each node's Lease every quarter of this: at 15,000 nodes the default
-        # 40 s is 1,500 writes/s, more than a two-core machine's API server carries.
+        # How long KWOK's node Leases last: the shorter, the more renewals. At 2,000 nodes
+        # 40 s meant 193 lease writes/s at rest (the bench), about 1,450/s at 15,000: more
+        # than a two-core machine's API server carries.
         self._kwok_node_lease_s = kwok_node_lease_s
         self._binaries = binaries
         self._base_dir = base_dir
