@@ -4,7 +4,10 @@ Environment (each also a flag): BENCH_NODES (1000), BENCH_SCALE (1.0: pod counts
 multiplied by it), BENCH_5000 (0: also the 5,000-node run), BENCH_BIG (0: also a run at
 that many nodes, 15000 for issue 24's), BENCH_BACKLOG (5000: the standing backlog of
 unfittable pods), BENCH_FAULTS (1), BENCH_OPERATOR_ARGS (extra ``vgpu-operator run``
-flags, e.g. the bind gate's).
+flags, e.g. the bind gate's), BENCH_REPEATS (3) and BENCH_BURST (the repeated runs and
+their size), BENCH_BIG_BURST, BENCH_BIG_HEARTBEAT_S and BENCH_BIG_KWOK_LEASE_S (the big
+cluster on a small machine), BENCH_DRA_NODES, BENCH_DRA_PODS, BENCH_DRA_RATE and
+BENCH_DRA_CHURN (the DRA part); tests/bench/e2e/README.md says what each does.
 """
 
 from __future__ import annotations
@@ -141,8 +144,8 @@ def options() -> argparse.Namespace:
         "--big-kwok-lease",
         type=int,
         default=_env_int("BENCH_BIG_KWOK_LEASE_S", 0),
-        help="KWOK's node Lease duration in the --big cluster (renewed every quarter of it); "
-        "0: 40 s per 1,000 nodes, the API server's lease writes of a 1,000-node cluster",
+        help="KWOK's node Lease duration in the --big cluster (the longer, the fewer "
+        "renewals); 0: 40 s per 1,000 nodes",
     )
     parser.add_argument("--faults", type=int, default=_env_int("BENCH_FAULTS", 1))
     parser.add_argument("--operator-args", default=os.environ.get("BENCH_OPERATOR_ARGS", ""))
