@@ -70,8 +70,10 @@ $(BIN)/.bench-deps: $(BIN)/.deps
 	$(BIN)/python -m pip install --quiet -e '.[test,lint,bench]' --config-settings editable_mode=strict
 	touch $@
 
-# BENCH_NODES (default 1000), BENCH_SCALE (0.1 for a quick run), BENCH_5000=1 for the
-# 5,000-node run, BENCH_FAULTS=0 to skip the fault runs; see tests/bench/e2e/README.md.
+# BENCH_NODES (default 1000), BENCH_SCALE (0.1 for a quick run), BENCH_REPEATS (3) and
+# BENCH_BURST (pods per repeated burst), BENCH_5000=1 for the 5,000-node run, BENCH_BIG=15000
+# (BENCH_BIG_BURST), BENCH_ONLY=dra, BENCH_FAULTS=0 to skip the fault runs; see
+# tests/bench/e2e/README.md.
 bench: dev control-plane-bench-bins $(BIN)/.bench-deps
 	$(BIN)/python tests/bench/run.py
 	VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) $(BIN)/python tests/bench/run_e2e.py \

@@ -46,7 +46,7 @@ async def ceiling(
 
     ``watcher``: a scheduler running meanwhile (it leaves these pods alone but its
     watches receive every Binding and status update); its CPU is counted apart."""
-    namespace = f"bench-{name}"
+    namespace = bench.namespace(name)
     api = bench.api
     await api.ensure_namespace(namespace)
     cards = list(bench.cards.items())[:count]
@@ -103,7 +103,7 @@ async def ceiling(
     check = await bench.recount()
     result.check, result.check_ok = check.summary(), check.ok
     await bench.clean(namespace)
-    bench.results.append(result)
+    bench.keep(result)
     print(runs._line(result), flush=True)
     return result
 

@@ -62,6 +62,23 @@ def per_pod(
     return out
 
 
+def at_rest(before: Mapping[str, float], after: Mapping[str, float]) -> str:
+    """Cores each process used between two samples, as one line: what a cluster of this
+    size costs the machine with nothing being placed (KWOK's node leases, the bench's
+    Lease heartbeats, the watches)."""
+    wall = after[WALL] - before[WALL]
+    if wall <= 0:
+        return "-"
+    parts = []
+    for label, seconds in after.items():
+        if label in (WALL, MACHINE) or label.startswith(_PID) or label not in before:
+            continue
+        if before.get(_PID + label) == after.get(_PID + label):
+            parts.append(f"{label} {(seconds - before[label]) / wall:.2f}")
+    machine = (after[MACHINE] - before[MACHINE]) / wall
+    return f"{machine:.2f} cores busy over {wall:.0f} s (" + ", ".join(parts) + ")"
+
+
 def halves() -> tuple[set[int], set[int]] | None:
     """The CPUs this process may use, split in two (None with fewer than two)."""
     cpus = sorted(os.sched_getaffinity(0))

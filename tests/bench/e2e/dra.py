@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import yaml
 
-from e2e import counting, procs
+from e2e import counting, dra_load, procs
 from e2e.api import Api
 from e2e.tracking import Tracker
 from vgpu_operator.control.feed import DEFAULT_CONFIG_KEY
@@ -346,15 +346,16 @@ def clean(cp: ControlPlane, namespace: str) -> None:
 async def throughput(
     cp: ControlPlane, api: Api, audit: counting.AuditLog, namespace: str, ours: bool, count: int
 ) -> dict[str, Any]:
+    """``count`` pods, each with its claim for an NVLink pair of shares
+    (``dra_load.pair_spec``), the claims made first."""
     await api.ensure_namespace(namespace)
-    shape = Shape("m10", 10, 25)
     gate = asyncio.Semaphore(32)
 
     async def make_claim(i: int) -> None:
         async with gate:
             await api.create(
                 f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
-                {"metadata": {"name": f"c{i}"}, "spec": claim_spec(shape)},
+                {"metadata": {"name": f"c{i}"}, "spec": dra_load.pair_spec()},
             )
 
     await asyncio.gather(*(make_claim(i) for i in range(count)))
@@ -381,10 +382,12 @@ async def throughput(
         if user in ("bench",) or user.startswith("system:"):
             continue
         per_pod.setdefault(user, {})[verb] = round(n / max(placed, 1), 2)
+    claims = await api.list_all(f"{RESOURCE}/namespaces/{namespace}/resourceclaims")
     return {
         "pods": count,
         "placed": placed,
         "complete": done,
+        "on_one_link": dra_load.on_one_link(claims),
         "seconds": round(seconds, 2),
         "pods_per_s": round(placed / seconds, 1) if seconds > 0 else None,
         "writes_per_pod": per_pod,
@@ -414,11 +417,48 @@ def _cluster(root: Path) -> Iterator[ControlPlane]:
         yield cp
 
 
-async def run(scale: float, seed: int = 26, repeats: int = 2) -> dict[str, Any]:
-    """The DRA part: churn and throughput for both allocators; the figures."""
+#: kube-scheduler's feature gates in every DRA run: upstream at its best (KEP-6132).
+KS_GATES: Final = "SchedulerPreQueueingHints=true"
+KS_LABEL: Final = "kube-scheduler"
+#: Nodes of the preemption run's pool, whose cards the low-priority claims fill.
+PREEMPT_NODES: Final = 4
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the DRA part runs (``main.options``: BENCH_DRA_*)."""
+
+    scale: float = 1.0
+    seed: int = 26
+    repeats: int = 3
+    nodes: int = 500  # the throughput and steady runs' nodes
+    pods: int = 0  # pods per throughput run (0: 2,000 x scale)
+    steady_rate: float = 50.0
+    steady_s: float = 30.0
+    churn: bool = True
+
+    @property
+    def throughput_pods(self) -> int:
+        return self.pods or max(100, round(2000 * self.scale))
+
+    @property
+    def steady_pods(self) -> int:
+        return max(100, round(self.steady_rate * self.steady_s * self.scale))
+
+
+def _kube_scheduler(kubeconfig: Path, root: Path, qps: int, burst: int) -> procs.Child:
+    child, _ = procs.kube_scheduler(
+        find_tool("kube-scheduler"), kubeconfig, root, qps, burst, KS_GATES
+    )
+    child.start()
+    return child
+
+
+async def run(plan: Plan) -> dict[str, Any]:
+    """The DRA part: churn, throughput, steady arrivals and preemption; the figures."""
     root = Path(tempfile.mkdtemp(prefix="vgpu-bench-dra-"))
     print(f"[bench] DRA part: logs, configs and the audit log: {root}", flush=True)
-    results: dict[str, Any] = {"seed": seed}
+    results: dict[str, Any] = {"seed": plan.seed, "kube_scheduler_gates": KS_GATES}
     with _cluster(root) as cp:
         for doc in yaml.safe_load_all(
             (
@@ -427,75 +467,93 @@ async def run(scale: float, seed: int = 26, repeats: int = 2) -> dict[str, Any]:
         ):
             cp.create(f"{RESOURCE}/deviceclasses", doc)
         cp.start_controller_manager(["resourceclaim-controller", "garbage-collector-controller"])
-        churn_nodes = make_nodes(cp, "churn", CHURN_NODES)
-        throughput_nodes = max(10, round(100 * scale))
-        make_nodes(cp, "throughput", throughput_nodes)
+        churn_nodes = make_nodes(cp, "churn", CHURN_NODES) if plan.churn else []
+        started = time.monotonic()
+        make_nodes(cp, "throughput", plan.nodes)
+        make_nodes(cp, "preempt", PREEMPT_NODES)
+        results["nodes"] = {"throughput": plan.nodes, "setup_s": time.monotonic() - started}
         _put_config(cp)
         creds = {
             user: cp.create_client_credentials(user, ("system:masters",))
             for user in ("bench", "vgpu-operator", "kube-scheduler")
         }
+        ks_config = creds["kube-scheduler"].kubeconfig_path
         operator, port = procs.operator(
             creds["vgpu-operator"].kubeconfig_path, root, OPERATOR_NAMESPACE,
             ["--inventory-timeout=0"],
         )  # fmt: skip
         operator.start()
-        scheduler, _ = procs.kube_scheduler(
-            find_tool("kube-scheduler"), creds["kube-scheduler"].kubeconfig_path, root, 1000, 2000
-        )
-        scheduler.start()
+        scheduler = _kube_scheduler(ks_config, root, 1000, 2000)
         api = Api.for_plane(cp, creds["bench"], connections=64)
         audit = counting.AuditLog(root / "audit.log")
         try:
             await operator.wait_http(f"http://127.0.0.1:{port}/readyz", 300)
             await asyncio.sleep(5.0)  # kube-scheduler's informers
-            steps = trace(seed, CHURN_STEPS)
-            results["trace"] = {
-                "steps": len(steps),
-                "arrivals": sum(1 for k, _ in steps if k == "arrive"),
-                "nodes": len(churn_nodes),
-                "cards": len(churn_nodes) * CARDS_PER_NODE,
-                "card_gib": CARD_MIB // 1024,
-                "shapes": [asdict(s) | {"weight": w} for s, w in SHAPES],
-            }
-            # The engine first: while kube-scheduler's pods wait, the engine settles each
-            # allocation (claim_binding), which is not what its churn should measure.
-            # The engine decides alike on every run; kube-scheduler picks among the nodes
-            # that fit at random, so its runs differ and it plays the trace three times.
-            plays = [("engine", True, 0)] + [("kube-scheduler", False, n) for n in range(3)]
-            for label, ours, play in plays:
-                print(f"[bench] DRA churn: {label} {play + 1}", flush=True)
-                namespace = f"dra-churn-{label}-{play}"
-                outcome = await asyncio.to_thread(churn, cp, namespace, ours, steps, churn_nodes)
-                results.setdefault("churn", {}).setdefault(label, []).append(outcome)
-                await asyncio.to_thread(clean, cp, namespace)
+            if plan.churn:
+                await _churn_plays(cp, plan.seed, churn_nodes, results)
             await asyncio.sleep(11.0)  # kube-scheduler's pods no longer count as recent
-            count = max(100, round(1000 * scale))
-            for repeat in range(repeats):
-                for label, ours in (("engine", True), ("kube-scheduler", False)):
+            count = plan.throughput_pods
+            for repeat in range(plan.repeats):
+                for label, ours in (("engine", True), (KS_LABEL, False)):
                     print(f"[bench] DRA throughput {repeat + 1}: {label}", flush=True)
                     namespace = f"dra-tp-{label}-{repeat}"
                     figures = await throughput(cp, api, audit, namespace, ours, count)
                     results.setdefault("throughput", {}).setdefault(label, []).append(figures)
                     await asyncio.to_thread(clean, cp, namespace)
                 await asyncio.sleep(11.0)
+            for label, ours in (("engine", True), (KS_LABEL, False)):
+                print(f"[bench] DRA steady {plan.steady_rate:g}/s: {label}", flush=True)
+                namespace = f"dra-steady-{label}"
+                figures = await dra_load.steady(
+                    api, namespace, pod_body, "throughput", ours, plan.steady_rate,
+                    plan.steady_pods,
+                )  # fmt: skip
+                results.setdefault("steady", {})[label] = figures
+                await asyncio.to_thread(clean, cp, namespace)
+            print("[bench] DRA preemption (engine)", flush=True)
+            results["preemption"] = await dra_load.preemption(
+                api, "dra-preempt", pod_body, "preempt", PREEMPT_NODES * CARDS_PER_NODE,
+                CARD_MIB // 1024, f"http://127.0.0.1:{port}/metrics", procs.http_get,
+            )  # fmt: skip
+            await asyncio.to_thread(clean, cp, "dra-preempt")
             # kube-scheduler as installed (client QPS 50, burst 100), once.
             await asyncio.to_thread(scheduler.stop)
-            scheduler, _ = procs.kube_scheduler(
-                find_tool("kube-scheduler"), creds["kube-scheduler"].kubeconfig_path, root, 50, 100
-            )
-            scheduler.start()
+            scheduler = _kube_scheduler(ks_config, root, 50, 100)
             await asyncio.sleep(5.0)
-            label = DEFAULT_QPS
-            print(f"[bench] DRA throughput: {label}", flush=True)
+            print(f"[bench] DRA throughput: {DEFAULT_QPS}", flush=True)
             figures = await throughput(cp, api, audit, "dra-tp-default-qps", False, count)
-            results["throughput"][label] = [figures]
+            results["throughput"][DEFAULT_QPS] = [figures]
         finally:
             await api.close()
             await asyncio.to_thread(operator.stop)
             await asyncio.to_thread(scheduler.stop)
     shutil.rmtree(root, ignore_errors=True)
     return results
+
+
+async def _churn_plays(
+    cp: ControlPlane, seed: int, churn_nodes: list[str], results: dict[str, Any]
+) -> None:
+    steps = trace(seed, CHURN_STEPS)
+    results["trace"] = {
+        "steps": len(steps),
+        "arrivals": sum(1 for k, _ in steps if k == "arrive"),
+        "nodes": len(churn_nodes),
+        "cards": len(churn_nodes) * CARDS_PER_NODE,
+        "card_gib": CARD_MIB // 1024,
+        "shapes": [asdict(s) | {"weight": w} for s, w in SHAPES],
+    }
+    # The engine first: while kube-scheduler's pods wait, the engine settles each
+    # allocation (claim_binding), which is not what its churn should measure.
+    # The engine decides alike on every run; kube-scheduler picks among the nodes
+    # that fit at random, so its runs differ and it plays the trace three times.
+    plays = [("engine", True, 0)] + [(KS_LABEL, False, n) for n in range(3)]
+    for label, ours, play in plays:
+        print(f"[bench] DRA churn: {label} {play + 1}", flush=True)
+        namespace = f"dra-churn-{label}-{play}"
+        outcome = await asyncio.to_thread(churn, cp, namespace, ours, steps, churn_nodes)
+        results.setdefault("churn", {}).setdefault(label, []).append(outcome)
+        await asyncio.to_thread(clean, cp, namespace)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -513,8 +571,9 @@ def section(results: Mapping[str, Any]) -> list[str]:
         "DRA path with the agent's ResourceSlices (eight 40 GiB cards each, split 8, NVLink "
         "pairs 0+1, 2+3, ... published as `nvlinkIsland`), kube-controller-manager's claim "
         "controller, kube-scheduler (client QPS 1000/2000; for throughput also its default "
-        "50/100) and the operator (ConfigMap `gpuSchedulerPolicy: binpack`). "
-        "`BENCH_ONLY=dra make bench` runs this part alone."
+        f"50/100; always `--feature-gates={KS_GATES}`) and the operator (ConfigMap "
+        "`gpuSchedulerPolicy: binpack`). `BENCH_ONLY=dra make bench` runs this part alone "
+        "(`BENCH_DRA_NODES`, `BENCH_DRA_PODS`, `BENCH_DRA_RATE`, `BENCH_REPEATS`)."
     )
     trace_facts = results.get("trace") or {}
     churn = results.get("churn") or {}
@@ -563,41 +622,115 @@ def section(results: Mapping[str, Any]) -> list[str]:
                 f"pods placed before the first refusal: {ours['placed_before_refusal']:.0f} "
                 f"against {theirs['placed_before_refusal']:.0f}.",
             ]
-    tp = results.get("throughput") or {}
-    if tp:
-        out += [
-            "",
-            "**Throughput**: the same claims (10 GiB and 25 % each, one ResourceClaim per pod "
-            "made before the pods) placed by each allocator on the throughput nodes, pods per "
-            "second from the first pod created to the last bound, each run repeated:",
-            "",
-            "| allocator | pods | runs: pods/s | mean pods/s |",
-            "|---|---|---|---|",
-        ]
-        means = {}
-        for label, runs_ in tp.items():
-            rates = [r["pods_per_s"] for r in runs_]
-            means[label] = _mean(rates)
-            out.append(
-                f"| {label} | {runs_[0]['pods']} | {', '.join(str(r) for r in rates)} | "
-                f"{means[label]:.1f} |"
-                if means[label] is not None
-                else f"| {label} | {runs_[0]['pods']} | - | - |"
-            )
-        engine, upstream = means.get("engine"), means.get("kube-scheduler")
-        if engine and upstream:
-            line = f"Engine over kube-scheduler (QPS 1000/2000): {engine / upstream:.2f}x"
-            installed = means.get(DEFAULT_QPS)
-            if installed:
-                line += (
-                    f"; over kube-scheduler as installed (QPS 50/100): {engine / installed:.2f}x"
-                )
-            out += ["", f"{line} (aim: at least 2x)."]
-        out += ["", "API writes per placed pod (audit log, the throughput runs' namespaces):", ""]
-        out += ["| allocator | writer | writes per pod |", "|---|---|---|"]
-        for label, runs_ in tp.items():
-            for user, verbs in (runs_[-1].get("writes_per_pod") or {}).items():
-                listed = ", ".join(f"{verb} {n}" for verb, n in verbs.items())
-                out.append(f"| {label} | {user} | {listed} |")
+    out += _throughput_lines(results)
+    out += _steady_lines(results)
+    out += _preemption_lines(results)
     out.append("")
     return out
+
+
+def _throughput_lines(results: Mapping[str, Any]) -> list[str]:
+    tp = results.get("throughput") or {}
+    if not tp:
+        return []
+    nodes = (results.get("nodes") or {}).get("throughput", "the throughput")
+    out = [
+        "",
+        f"**Throughput** on {nodes} nodes: the same claims (two shares of 10 GiB and 25 % "
+        "on two cards of one NVLink island: a `matchAttribute` on "
+        f"`{dra_load.LINK_ATTRIBUTE}`; one ResourceClaim per pod, made before the pods) "
+        "placed by each allocator, pods per second from the first pod created to the last "
+        f"bound; kube-scheduler with `--feature-gates={results.get('kube_scheduler_gates', '')}`"
+        "; each run repeated:",
+        "",
+        "| allocator | pods | runs: pods/s | median pods/s (min-max, spread) | "
+        "claims on one NVLink island (all runs) |",
+        "|---|---|---|---|---|",
+    ]
+    for label, runs_ in tp.items():
+        rates = [r["pods_per_s"] for r in runs_]
+        found = dra_load.spread(rates)
+        linked = [r["on_one_link"] for r in runs_ if "on_one_link" in r]
+        link_cell = f"{sum(a for a, _ in linked)} of {sum(b for _, b in linked)}" if linked else "-"
+        out.append(
+            f"| {label} | {runs_[0]['pods']} | {', '.join(str(r) for r in rates)} | "
+            f"{dra_load.spread_text(found, runs=len(rates))} | {link_cell} |"
+        )
+    engine = [r["pods_per_s"] for r in tp.get("engine", [])]
+    upstream = [r["pods_per_s"] for r in tp.get(KS_LABEL, [])]
+    # Paired by repeat: each pair ran back to back in the same cluster.
+    pairs = dra_load.spread([a / b for a, b in zip(engine, upstream, strict=False) if a and b])
+    if pairs:
+        line = (
+            "Engine ÷ kube-scheduler (QPS 1000/2000, PreQueueingHints), median of the runs "
+            f"paired by repeat: {dra_load.spread_text(pairs, 2, len(engine))}"
+        )
+        installed = _mean([r["pods_per_s"] for r in tp.get(DEFAULT_QPS, [])])
+        if installed:
+            line += (
+                "; the engine's median over kube-scheduler as installed (QPS 50/100, one "
+                f"run): {(_median(engine) or 0) / installed:.2f}x"
+            )
+        out += ["", f"{line} (aim: at least 2x)."]
+    out += ["", "API writes per placed pod (audit log, the throughput runs' namespaces):", ""]
+    out += ["| allocator | writer | writes per pod |", "|---|---|---|"]
+    for label, runs_ in tp.items():
+        for user, verbs in (runs_[-1].get("writes_per_pod") or {}).items():
+            listed = ", ".join(f"{verb} {n}" for verb, n in verbs.items())
+            out.append(f"| {label} | {user} | {listed} |")
+    return out
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    found = dra_load.spread(values)
+    return found["median"] if found else None
+
+
+def _steady_lines(results: Mapping[str, Any]) -> list[str]:
+    steady = results.get("steady") or {}
+    if not steady:
+        return []
+    out = [
+        "",
+        "**Steady arrivals**: claims for an NVLink pair (as above) arriving at a fixed rate, "
+        "each created with its pod; from the claim's creation request to the bench seeing "
+        "the pod bound (aim: p99 at most 5 s at 50 claims/s).",
+        "",
+        "| allocator | claims/s asked | arrived/s | pods | placed | p50 s | p99 s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, f in steady.items():
+        out.append(
+            f"| {label} | {f['rate']:g} | {f.get('arrived_per_s') or '-'} | {f['pods']} | "
+            f"{f['placed']} | {f.get('p50_s') if f.get('p50_s') is not None else '-'} | "
+            f"{f.get('p99_s') if f.get('p99_s') is not None else '-'} |"
+        )
+    return out
+
+
+def _preemption_lines(results: Mapping[str, Any]) -> list[str]:
+    found = results.get("preemption")
+    if not found:
+        return []
+    head = (
+        f"**Preemption** (engine): {found['low']} low-priority claims for whole cards fill "
+        f"{PREEMPT_NODES} nodes, then {found['high']} high-priority ones arrive."
+    )
+    if not found.get("complete"):
+        return [
+            "",
+            head + f" {found['bound']} of {found['high']} bound within "
+            f"{found['timeout_s']:g} s: the DRA path does not preempt in this build "
+            "(the run is the slot its figures fill).",
+        ]
+    decision = (
+        f"decision p50/p99 {found['decision_p50_s']} / {found['decision_p99_s']} s "
+        f"(`{dra_load.DECISION_METRIC}`)"
+        if found.get("decision_p99_s") is not None
+        else f"no decision time (the operator exports no `{dra_load.DECISION_METRIC}`)"
+    )
+    return [
+        "",
+        head + " Preemptor create to bound p50/p99 "
+        f"{found['create_to_bound_p50_s']} / {found['create_to_bound_p99_s']} s; {decision}.",
+    ]

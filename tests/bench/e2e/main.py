@@ -4,7 +4,10 @@ Environment (each also a flag): BENCH_NODES (1000), BENCH_SCALE (1.0: pod counts
 multiplied by it), BENCH_5000 (0: also the 5,000-node run), BENCH_BIG (0: also a run at
 that many nodes, 15000 for issue 24's), BENCH_BACKLOG (5000: the standing backlog of
 unfittable pods), BENCH_FAULTS (1), BENCH_OPERATOR_ARGS (extra ``vgpu-operator run``
-flags, e.g. the bind gate's).
+flags, e.g. the bind gate's), BENCH_REPEATS (3) and BENCH_BURST (the repeated runs and
+their size), BENCH_BIG_BURST, BENCH_BIG_HEARTBEAT_S and BENCH_BIG_KWOK_LEASE_S (the big
+cluster on a small machine), BENCH_DRA_NODES, BENCH_DRA_PODS, BENCH_DRA_RATE and
+BENCH_DRA_CHURN (the DRA part); tests/bench/e2e/README.md says what each does.
 """
 
 from __future__ import annotations
@@ -26,7 +29,20 @@ from typing import Any
 
 import yaml
 
-from e2e import ceiling, counting, cpu, dra, faults, fleet, gate, procs, report, runs, workloads
+from e2e import (
+    ceiling,
+    counting,
+    cpu,
+    dra,
+    faults,
+    fleet,
+    gate,
+    memory,
+    procs,
+    report,
+    runs,
+    workloads,
+)
 from e2e.api import Api, ApiError, gather_limited
 from e2e.tracking import Tracker
 from vgpu_operator import names
@@ -42,6 +58,8 @@ RAISED_QPS = (1000, 2000)
 #: Where the pod waits whose bind times a restarted operator.
 PROBE_NAMESPACE = "bench-probe"
 PARTS = frozenset({"baselines", "operator", "restart", "faults", "gate", "dra"})
+#: Operator runs no aim's ratio uses: run once, not ``--repeats`` times.
+RUN_ONCE = frozenset({"multi", "selected"})
 
 
 def _env_int(name: str, default: int) -> int:
@@ -50,7 +68,12 @@ def _env_int(name: str, default: int) -> int:
 
 def options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--nodes", type=int, default=_env_int("BENCH_NODES", 1000))
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=_env_int("BENCH_NODES", 1000),
+        help="nodes of the main cluster (0: none, e.g. for --big alone)",
+    )
     parser.add_argument("--scale", type=float, default=float(os.environ.get("BENCH_SCALE", 1.0)))
     parser.add_argument("--with-5000", type=int, default=_env_int("BENCH_5000", 0))
     parser.add_argument(
@@ -65,6 +88,64 @@ def options() -> argparse.Namespace:
         type=int,
         default=_env_int("BENCH_BACKLOG", 5000),
         help="unfittable pods left waiting beside a fractional burst (0: no such run)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=_env_int("BENCH_REPEATS", 3),
+        help="runs of each burst, backlog and ceiling whose ratio an aim uses (median and "
+        "spread reported)",
+    )
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=_env_int("BENCH_BURST", 0),
+        help="pods per whole-GPU or fractional burst, backlog and ceiling (0: 8000 x scale, "
+        "at most one per card): long enough that a repeat differs by under 10 %%",
+    )
+    parser.add_argument(
+        "--big-burst",
+        type=int,
+        default=_env_int("BENCH_BIG_BURST", 2000),
+        help="pods per burst in the --big cluster (fewer: a 2-core machine)",
+    )
+    parser.add_argument(
+        "--big-heartbeat",
+        type=float,
+        default=float(os.environ.get("BENCH_BIG_HEARTBEAT_S", 0)),
+        help="--heartbeat for the --big cluster (0: no Lease renewals, which at 15,000 nodes "
+        "are 500 writes/s; the operator then runs with --inventory-timeout=0)",
+    )
+    parser.add_argument(
+        "--dra-nodes",
+        type=int,
+        default=_env_int("BENCH_DRA_NODES", 500),
+        help="the DRA part's throughput and steady nodes",
+    )
+    parser.add_argument(
+        "--dra-pods",
+        type=int,
+        default=_env_int("BENCH_DRA_PODS", 0),
+        help="pods per DRA throughput run (0: 2000 x scale)",
+    )
+    parser.add_argument(
+        "--dra-rate",
+        type=float,
+        default=float(os.environ.get("BENCH_DRA_RATE", 50)),
+        help="claims per second of the DRA steady run (30 s x scale of them)",
+    )
+    parser.add_argument(
+        "--dra-churn",
+        type=int,
+        default=_env_int("BENCH_DRA_CHURN", 1),
+        help="0: leave out the DRA churn (placement quality; the longest DRA run)",
+    )
+    parser.add_argument(
+        "--big-kwok-lease",
+        type=int,
+        default=_env_int("BENCH_BIG_KWOK_LEASE_S", 0),
+        help="KWOK's node Lease duration in the --big cluster (the longer, the fewer "
+        "renewals); 0: 40 s per 1,000 nodes",
     )
     parser.add_argument("--faults", type=int, default=_env_int("BENCH_FAULTS", 1))
     parser.add_argument("--operator-args", default=os.environ.get("BENCH_OPERATOR_ARGS", ""))
@@ -94,6 +175,17 @@ def _scaled(count: int, scale: float, at_least: int = 10) -> int:
     return max(at_least, round(count * scale))
 
 
+def _burst(args: argparse.Namespace, bench: runs.Bench) -> int:
+    """Pods per burst of the repeated runs: ``--burst``, or 8,000 x scale, at most one
+    per card (a whole-GPU burst fills the cluster at most once)."""
+    wanted = getattr(args, "burst", 0) or _scaled(8000, args.scale)
+    return min(wanted, len(bench.cards))
+
+
+def _repeats(args: argparse.Namespace) -> range:
+    return range(max(1, getattr(args, "repeats", 1)))
+
+
 class Session:
     """One cluster: the control plane, nodes, the operator and the runs on them."""
 
@@ -115,6 +207,10 @@ class Session:
         self.rss_samples: list[tuple[float, float, float]] = []
         self.sampler: procs.Sampler | None = None
         self.bench: runs.Bench | None = None
+        #: Seconds between Lease renewals (0: none, and no inventory timeout).
+        self.heartbeat: float = getattr(args, "heartbeat", 30.0)
+        self.footprint = memory.Footprint(nodes)
+        self.warm_ups = 0
 
     # -- the operator ---------------------------------------------------------------------
 
@@ -131,7 +227,7 @@ class Session:
     async def start_operator(self) -> float:
         """Start the operator; seconds until it answers /readyz."""
         extra = [*shlex.split(self.args.operator_args), *self.gate_args]
-        if not getattr(self.args, "heartbeat", 30.0):
+        if not self.heartbeat:
             extra.insert(0, "--inventory-timeout=0")  # nothing moves the heartbeats
         child, port = procs.operator(
             self.operator_kubeconfig, self.workdir, OPERATOR_NAMESPACE, extra
@@ -154,11 +250,33 @@ class Session:
         await self.bench.api.ensure_namespace(namespace)
         tracker = Tracker(self.bench.api, namespace)
         tracker.start()
-        probe = workloads.fractional(1024, 1)(namespace, 0)
+        # A new name each time: KWOK may still delete the last one's name (runs.Bench.namespace).
+        self.warm_ups += 1
+        probe = workloads.fractional(1024, 1)(namespace, self.warm_ups)
         await self.bench.api.create(f"/api/v1/namespaces/{namespace}/pods", probe)
         await tracker.wait(lambda: bool(tracker.bound), 300)
         await tracker.stop()
         await self.bench.clean(namespace)
+
+    async def settled_rss(self) -> float:
+        """The running operator's RSS (MiB) once it has been idle ``memory.SETTLE_S``."""
+        assert self.operator is not None
+        await asyncio.sleep(memory.SETTLE_S)
+        return procs.rss_mib(self.operator.pid)
+
+    async def empty_rss(self) -> None:
+        """Start the operator before the cluster has nodes, read its RSS, stop it."""
+        extra = [*shlex.split(self.args.operator_args), "--inventory-timeout=0"]
+        child, port = procs.operator(
+            self.operator_kubeconfig, self.workdir, OPERATOR_NAMESPACE, extra
+        )
+        child.start()
+        try:
+            await child.wait_http(f"http://127.0.0.1:{port}/readyz", 300)
+            await asyncio.sleep(memory.SETTLE_S)
+            self.footprint.empty_mib = procs.rss_mib(child.pid)
+        finally:
+            await asyncio.to_thread(child.stop)
 
     async def serve(self, scheduler_name: str) -> None:
         """Set the scheduler name the operator serves, through its device-config
@@ -227,17 +345,21 @@ class Session:
             await asyncio.to_thread(child.stop)
 
 
-async def setup(session: Session) -> tuple[runs.Bench, asyncio.Event, asyncio.Task[None], float]:
+async def setup(
+    session: Session, *, measure_empty: bool = False
+) -> tuple[runs.Bench, asyncio.Event, asyncio.Task[None], float]:
     cp = session.cp
     api = Api.for_plane(cp, session.creds["bench"])
     await asyncio.to_thread(install_crd, cp)
     await api.ensure_namespace(OPERATOR_NAMESPACE)
+    if measure_empty:
+        await session.empty_rss()  # before the nodes: the RSS per 1,000 nodes' base
     started = time.time()
     nodes = await asyncio.to_thread(fleet.plan, session.node_count)
     await fleet.create(api, nodes)
     setup_s = time.time() - started
     stop = asyncio.Event()
-    interval = getattr(session.args, "heartbeat", 30.0)
+    interval = session.heartbeat
     beats = asyncio.get_running_loop().create_task(
         fleet.heartbeats(api, nodes, stop, interval) if interval else _until(stop)
     )
@@ -261,13 +383,15 @@ async def _until(stop: asyncio.Event) -> None:
     await stop.wait()
 
 
-def control_plane(bench_dir: Path) -> ControlPlane:
-    """The tests' control plane, with a write-only audit log for counting writes per user."""
+def control_plane(bench_dir: Path, kwok_node_lease_s: int = 40) -> ControlPlane:
+    """The tests' control plane, with a write-only audit log for counting writes per user.
+    ``kwok_node_lease_s``: how long KWOK's node Leases last (renewed every quarter of it)."""
     policy = bench_dir / "audit-policy.yaml"
     policy.write_text(counting.AUDIT_POLICY)
     return ControlPlane(
         kwok=True,
         base_dir=bench_dir,
+        kwok_node_lease_s=kwok_node_lease_s,
         extra_apiserver_args=(
             f"--audit-policy-file={policy}",
             "--audit-log-format=json",
@@ -278,19 +402,27 @@ def control_plane(bench_dir: Path) -> ControlPlane:
 
 
 async def baselines(session: Session, bench: runs.Bench, scale: float) -> None:
-    count = min(_scaled(2000, scale), len(bench.cards))
-    binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
-    try:
-        await ceiling.ceiling(bench, binder, count)
-    finally:
-        await binder.close()
-    await session.kube_scheduler_run("ks-default", 50, 100, count)
-    await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
-    # The same whole-GPU burst with one pod in ten asking for more cards than any node
-    # has: what unschedulable pods cost kube-scheduler (its queueing hints set them aside).
+    count = _burst(session.args, bench)
+    # kube-scheduler as installed is no aim's ratio: once, at the base size (at QPS 50
+    # a burst of thousands would take minutes).
+    await session.kube_scheduler_run("ks-default", 50, 100, min(_scaled(2000, scale), count))
     make, unfit = workloads.mixed_unfit(10, whole_gpus=True, scheduler=workloads.KUBE_SCHEDULER)
-    mixed = workloads.Workload("ks-unfit", "whole-GPU pods, 1 in 10 unfittable", count, make, unfit)
-    await session.kube_scheduler_run("ks-unfit", *RAISED_QPS, count, workload=mixed)
+    for repeat in _repeats(session.args):
+        bench.repeat = repeat
+        binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
+        try:
+            await ceiling.ceiling(bench, binder, count)
+        finally:
+            await binder.close()
+        await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
+        # The same whole-GPU burst with one pod in ten asking for more cards than any
+        # node has: what unschedulable pods cost kube-scheduler (its queueing hints set
+        # them aside).
+        mixed = workloads.Workload(
+            "ks-unfit", "whole-GPU pods, 1 in 10 unfittable", count, make, unfit
+        )
+        await session.kube_scheduler_run("ks-unfit", *RAISED_QPS, count, workload=mixed)
+    bench.repeat = None
     # The same arrivals as the operator's steady 100/s run (whole-GPU pods here): what
     # this cluster lets a scheduler hold.
     steady = min(_scaled(100 * 30, scale, at_least=500), len(bench.cards))
@@ -300,13 +432,16 @@ async def baselines(session: Session, bench: runs.Bench, scale: float) -> None:
 async def watched_ceiling(session: Session, bench: runs.Bench, scale: float) -> None:
     """The ceiling again with the operator running: it leaves the pods alone, but every
     Binding and status update reaches its watches, as a scheduler's must."""
-    count = min(_scaled(2000, scale), len(bench.cards))
-    binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
-    try:
-        op = session.operator_scheduler()
-        await ceiling.ceiling(bench, binder, count, name="ceiling-watched", watcher=op)
-    finally:
-        await binder.close()
+    count = _burst(session.args, bench)
+    for repeat in _repeats(session.args):
+        bench.repeat = repeat
+        binder = Api.for_plane(session.cp, session.creds["bench-ceiling"], connections=64)
+        try:
+            op = session.operator_scheduler()
+            await ceiling.ceiling(bench, binder, count, name="ceiling-watched", watcher=op)
+        finally:
+            await binder.close()
+    bench.repeat = None
 
 
 async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> None:
@@ -317,7 +452,9 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
     uuids = [node.cards[0]["uuid"] for node in bench.nodes]
     make_unfit, is_unfit = workloads.mixed_unfit(10)
     make_whole_unfit, is_whole_unfit = workloads.mixed_unfit(10, whole_gpus=True)
-    whole_count = min(_scaled(2000, scale), cards)
+    whole_count = _burst(session.args, bench)
+    # The fractional bursts are the same size (4-5 of them fit on every card).
+    frac_count = getattr(session.args, "burst", 0) or _scaled(8000, scale)
     plan = [
         workloads.Workload("whole", "whole-GPU pods", whole_count, workloads.whole()),
         workloads.Workload(
@@ -330,7 +467,7 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
         workloads.Workload(
             "fractional",
             "fractional pods (8 GiB, 20 cores)",
-            _scaled(2000, scale),
+            frac_count,
             workloads.fractional(),
         ),
         workloads.Workload(
@@ -348,19 +485,26 @@ async def operator_runs(session: Session, bench: runs.Bench, scale: float) -> No
         workloads.Workload(
             "unfit",
             "fractional pods, 1 in 10 unfittable",
-            _scaled(2000, scale),
+            frac_count,
             make_unfit,
             is_unfit,
         ),
     ]
-    for workload in plan:
-        await runs.run(bench, workload.name, op, workload)
-        if workload.name == "whole":
-            await whole_backlog(session, bench, workload.count)
-            await split_pair(session, bench, workload.count)
-    if session.args.backlog:
-        fractional = next(w for w in plan if w.name == "fractional")
-        await beside_backlog(session, bench, fractional, session.args.backlog)
+    for repeat in _repeats(session.args):
+        for workload in plan:
+            once = workload.name in RUN_ONCE
+            if once and repeat:
+                continue
+            # Runs no aim's ratio uses are not repeated (nor numbered).
+            bench.repeat = None if once else repeat
+            await runs.run(bench, workload.name, op, workload)
+            if workload.name == "whole":
+                await whole_backlog(session, bench, workload.count)
+                await split_pair(session, bench, workload.count)
+        if session.args.backlog:
+            fractional = next(w for w in plan if w.name == "fractional")
+            await beside_backlog(session, bench, fractional, session.args.backlog)
+    bench.repeat = None
     for rate in (50, 100, 200):
         count = _scaled(rate * 30, scale, at_least=rate * 5)
         workload = workloads.Workload(
@@ -470,13 +614,13 @@ async def restart_with_residents(session: Session, bench: runs.Bench, count: int
     namespace = await ceiling.residents(bench, count)
     created_s = time.time() - started
     ready_s, first_bind_s, pid = await _start_to_first_bind(session, bench, 300)
+    rss = procs.rss_mib(pid)
+    session.footprint.pods, session.footprint.with_pods_mib = count, rss
     facts = {
         "bound pods already present": f"{count:,} (created in {created_s:.0f} s)",
         "operator start to /readyz": f"{ready_s:.1f} s",
         "operator start to first bind": f"{first_bind_s:.1f} s" if first_bind_s else "no bind",
-        f"RSS with {count:,} pods": (
-            f"{procs.rss_mib(pid):.0f} MiB (peak {procs.peak_rss_mib(pid):.0f} MiB)"
-        ),
+        f"RSS with {count:,} pods": f"{rss:.0f} MiB (peak {procs.peak_rss_mib(pid):.0f} MiB)",
     }
     check = await bench.recount()
     facts["recount"] = check.summary()
@@ -491,7 +635,7 @@ async def _start_to_first_bind(
 ) -> tuple[float, float | None, int]:
     """Start the operator with one new pod waiting (in ``PROBE_NAMESPACE``): seconds from
     its start to /readyz, to that pod's bind (None if not bound in ``timeout_s``), and its
-    pid, two seconds after the bind."""
+    pid, ``memory.SETTLE_S`` after the bind."""
     await bench.api.ensure_namespace(PROBE_NAMESPACE)
     tracker = Tracker(bench.api, PROBE_NAMESPACE)
     tracker.start()
@@ -502,7 +646,7 @@ async def _start_to_first_bind(
     bound = await tracker.wait(lambda: bool(tracker.bound), timeout_s)
     await tracker.stop()
     first_bind_s = (max(tracker.bound.values()) - session.operator.started_at) if bound else None
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(memory.SETTLE_S)
     return ready_s, first_bind_s, session.operator.pid
 
 
@@ -606,22 +750,66 @@ def _kubeconfig_via(creds: ClientCredentials, port: int, workdir: Path) -> Path:
     return path
 
 
-async def big_runs(session: Session, bench: runs.Bench, scale: float) -> dict[str, Any]:
-    """The large cluster: kube-scheduler and the operator on one whole-GPU burst each,
-    then the operator restarted with that burst's pods bound, timed to its first bind."""
-    count = min(_scaled(2000, scale), len(bench.cards))
-    await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
+async def at_rest(bench: runs.Bench, seconds: float = 15.0) -> str:
+    """The CPU the cluster takes with nothing placed, by process, and the API server's
+    writes per second then, by request (KWOK's node leases, the Lease heartbeats): what
+    bounds a larger cluster on the same machine."""
+    first = counting.apiserver_writes(await bench.api.text("/metrics"))
+    before = bench.cpu_sample()
+    started = time.monotonic()
+    await asyncio.sleep(seconds)
+    line = cpu.at_rest(before, bench.cpu_sample())
+    wall = time.monotonic() - started
+    writes = counting.diff(counting.apiserver_writes(await bench.api.text("/metrics")), first)
+    top = sorted(writes.items(), key=lambda kv: -kv[1])[:3]
+    rates = ", ".join(f"{what} {n / wall:.0f}/s" for what, n in top)
+    return f"{line}; API writes {rates or 'none'}"
+
+
+async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
+    """The large cluster, sized for a small machine (``--big-burst`` pods per burst, no
+    faults): kube-scheduler (raised QPS) and the operator on the same whole-GPU burst,
+    each ``--repeats`` times, kube-scheduler first with the operator stopped; the
+    operator's fractional burst; then the operator restarted with its last whole-GPU
+    burst bound, timed to its first bind; its peak RSS throughout."""
+    args = session.args
+    count = min(getattr(args, "big_burst", 2000), len(bench.cards))
+    for repeat in _repeats(args):
+        bench.repeat = repeat
+        await session.kube_scheduler_run("ks-raised", *RAISED_QPS, count)
+    bench.repeat = None
     ready_s = await session.start_operator()
     await session.warm_up()
+    session.footprint.with_nodes_mib = await session.settled_rss()
+    op = session.operator_scheduler()
+    fractional = workloads.Workload(
+        "fractional", "fractional pods (8 GiB, 20 cores)", count, workloads.fractional()
+    )
     whole = workloads.Workload("whole", "whole-GPU pods", count, workloads.whole())
-    result = await runs.run(bench, "whole", session.operator_scheduler(), whole, keep=True)
+    last = max(_repeats(args))
+    result: runs.Result | None = None
+    for repeat in _repeats(args):
+        bench.repeat = repeat
+        await runs.run(bench, "fractional", op, fractional)
+    for repeat in _repeats(args):
+        bench.repeat = repeat
+        # The last one stays bound: the restart reads it.
+        result = await runs.run(bench, "whole", op, whole, keep=repeat == last)
+    kept = bench.namespace("whole")
+    bench.repeat = None
     assert session.operator is not None
+    assert result is not None
+    operator_peak = procs.peak_rss_mib(session.operator.pid)
     facts: dict[str, Any] = {
+        "pods per burst": f"{count:,} ({len(list(_repeats(args)))} runs of each)",
         "operator start to /readyz (first start)": f"{ready_s:.1f} s",
-        "operator peak RSS during the burst": f"{_f0(result.peak_rss_mib)} MiB",
+        "operator peak RSS during the bursts": f"{_f0(result.peak_rss_mib)} MiB (sampled)",
+        "operator peak RSS, first process (VmHWM)": f"{operator_peak:.0f} MiB",
     }
     await session.stop_operator()
     restart_ready_s, first_bind_s, pid = await _start_to_first_bind(session, bench, 600)
+    rss = procs.rss_mib(pid)
+    session.footprint.pods, session.footprint.with_pods_mib = result.placed, rss
     facts.update(
         {
             f"restart with {result.placed:,} bound pods: start to /readyz": (
@@ -631,20 +819,32 @@ async def big_runs(session: Session, bench: runs.Bench, scale: float) -> dict[st
                 f"{first_bind_s:.1f} s" if first_bind_s is not None else "no bind"
             ),
             "operator RSS after the restart": (
-                f"{procs.rss_mib(pid):.0f} MiB (peak {procs.peak_rss_mib(pid):.0f} MiB)"
+                f"{rss:.0f} MiB (peak {procs.peak_rss_mib(pid):.0f} MiB)"
             ),
         }
     )
     check = await bench.recount()
     facts["recount"] = check.summary()
+    complete = all(r.completed and r.placed == r.pods for r in bench.results)
+    overcommit = [r.name for r in bench.results if not r.check_ok] + ([] if check.ok else ["end"])
+    facts["every pod bound"] = "yes" if complete else "NO"
+    facts["over-commit"] = "none" if not overcommit else f"FOUND in {', '.join(overcommit)}"
     print(f"[bench] {session.node_count} nodes: {facts}", flush=True)
     await bench.clean(PROBE_NAMESPACE)
-    await bench.clean("bench-whole")
+    await bench.clean(kept)
     return facts
 
 
 def _f0(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
+
+
+def kwok_lease_s(args: argparse.Namespace, nodes: int) -> int:
+    """KWOK's node Lease duration for the big cluster: ``--big-kwok-lease``, or (0) 40 s
+    per 1,000 nodes. Measured at 2,000 nodes at rest: 193 lease writes/s with 40 s, 27/s
+    with 80 s; linearly, 40 s at 15,000 nodes would be about 1,450/s."""
+    chosen = int(getattr(args, "big_kwok_lease", 0))
+    return chosen or max(40, round(40 * nodes / 1000))
 
 
 async def one_cluster(
@@ -653,21 +853,27 @@ async def one_cluster(
     scale = args.scale
     bench_dir = Path(tempfile.mkdtemp(prefix=f"vgpu-bench-{nodes}-"))
     print(f"[bench] logs, configs and the audit log: {bench_dir}", flush=True)
-    cp = control_plane(bench_dir)
+    lease_s = kwok_lease_s(args, nodes) if big else 40
+    cp = control_plane(bench_dir, lease_s)
     with cp:
         session = Session(cp, args, nodes, bench_dir)
-        bench, stop, beats, setup_s = await setup(session)
+        if big:
+            session.heartbeat = args.big_heartbeat
+        bench, stop, beats, setup_s = await setup(session, measure_empty=True)
         parts = set(filter(None, args.only.split(","))) or PARTS
         facts: dict[str, Any] = {}
+        # Before any scheduler runs: what the cluster alone costs the machine.
+        rest = await at_rest(bench)
         try:
             if big:
-                facts = await big_runs(session, bench, scale)
+                facts = await big_runs(session, bench)
                 parts = set()
             if "baselines" in parts:
                 await baselines(session, bench, scale)
             if not big:
                 await session.start_operator()
                 await session.warm_up()
+                session.footprint.with_nodes_mib = await session.settled_rss()
             op = session.operator_scheduler()
             if "baselines" in parts:
                 await watched_ceiling(session, bench, scale)
@@ -691,6 +897,15 @@ async def one_cluster(
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
             await bench.api.close()
+        facts["the machine at rest with the nodes (no operator, no scheduler)"] = rest
+        facts.update(session.footprint.facts())
+        if big:
+            facts["KWOK's node Lease"] = (
+                f"{lease_s} s (`--node-lease-duration-seconds`; 40 s in the other clusters): "
+                "its renewals are the `PUT leases` of the line at rest"
+            )
+        if big and not session.heartbeat:
+            facts["heartbeats"] = "none (no Lease renewals; operator --inventory-timeout=0)"
         cluster = report.Cluster(
             nodes=nodes,
             cards=len(bench.cards),
@@ -703,6 +918,23 @@ async def one_cluster(
     if all(r.check_ok for r in cluster.results):
         shutil.rmtree(bench_dir, ignore_errors=True)
     return cluster
+
+
+#: The facts' key of the machine's load before the bench: the plots carry it.
+LOAD_FACT = "other load at the start"
+
+
+def machine_load(seconds: float = 3.0) -> str:
+    """How busy the machine was before the bench started anything: cores busy over a few
+    seconds, and the load average. Figures from a machine other work shares are not a
+    quiet machine's, and say so."""
+    before = procs.machine_busy_seconds()
+    time.sleep(seconds)
+    busy = (procs.machine_busy_seconds() - before) / seconds
+    with contextlib.suppress(OSError), open("/proc/loadavg") as fh:
+        average = fh.read().split()[0]
+        return f"{busy:.1f} of {os.cpu_count()} cores busy, load average {average}"
+    return f"{busy:.1f} of {os.cpu_count()} cores busy"
 
 
 def machine_facts() -> dict[str, Any]:
@@ -724,6 +956,7 @@ def machine_facts() -> dict[str, Any]:
         memory = f"{int(fh.readline().split()[1]) / 2**20:.0f} GiB"
     return {
         "machine": f"{os.cpu_count()} cores ({cpu}), {memory} memory, {platform.platform()}",
+        LOAD_FACT: machine_load(),
         "python": platform.python_version(),
         "kube-apiserver": version("kube-apiserver"),
         "kube-scheduler": version("kube-scheduler"),
@@ -742,14 +975,18 @@ async def amain(args: argparse.Namespace) -> int:
     facts = machine_facts()
     facts["command"] = (
         f"BENCH_NODES={args.nodes} BENCH_SCALE={args.scale} BENCH_5000={args.with_5000} "
-        f"BENCH_BIG={args.big} BENCH_BACKLOG={args.backlog} "
+        f"BENCH_BIG={args.big} BENCH_BIG_BURST={args.big_burst} "
+        f"BENCH_BIG_HEARTBEAT_S={args.big_heartbeat:g} "
+        f"BENCH_BIG_KWOK_LEASE_S={args.big_kwok_lease} BENCH_REPEATS={args.repeats} "
+        f"BENCH_BURST={args.burst} BENCH_BACKLOG={args.backlog} "
         f"BENCH_FAULTS={args.faults} BENCH_HEARTBEAT_S={args.heartbeat:g} "
         "python tests/bench/run_e2e.py"
     )
     if args.operator_args:
         facts["operator flags"] = args.operator_args
     parts = set(filter(None, args.only.split(","))) or PARTS
-    sizes = [(args.nodes, True, False)] + ([(5000, False, False)] if args.with_5000 else [])
+    sizes = [(args.nodes, True, False)] if args.nodes else []
+    sizes += [(5000, False, False)] if args.with_5000 else []
     if args.big:
         sizes.append((args.big, False, True))
     if not parts - {"dra"}:
@@ -761,7 +998,15 @@ async def amain(args: argparse.Namespace) -> int:
         save(args, clusters, facts)
     if "dra" in parts:
         # Its own cluster (DRA nodes, kube-controller-manager), in the same run.
-        save(args, clusters, facts, await dra.run(args.scale))
+        plan = dra.Plan(
+            scale=args.scale,
+            repeats=max(1, args.repeats),
+            nodes=args.dra_nodes,
+            pods=args.dra_pods,
+            steady_rate=args.dra_rate,
+            churn=bool(args.dra_churn),
+        )
+        save(args, clusters, facts, await dra.run(plan))
     failed = [r.name for c in clusters for r in c.results if not r.check_ok]
     if failed:
         print(f"[bench] correctness check FAILED in: {', '.join(failed)}", flush=True)

@@ -148,9 +148,10 @@ def operator(
 
 
 def kube_scheduler(
-    binary: Path, kubeconfig: Path, workdir: Path, qps: int, burst: int
+    binary: Path, kubeconfig: Path, workdir: Path, qps: int, burst: int, feature_gates: str = ""
 ) -> tuple[Child, int]:
-    """kube-scheduler with its client QPS/burst set in its config file; its health port."""
+    """kube-scheduler with its client QPS/burst set in its config file; its health port.
+    ``feature_gates``: its ``--feature-gates`` (e.g. ``SchedulerPreQueueingHints=true``)."""
     port = free_port()
     config = workdir / f"kube-scheduler-qps{qps}.yaml"
     config.write_text(
@@ -172,6 +173,8 @@ def kube_scheduler(
         f"--authorization-kubeconfig={kubeconfig}",
         "--v=1",
     ]
+    if feature_gates:
+        argv.append(f"--feature-gates={feature_gates}")
     child = Child(
         f"kube-scheduler-qps{qps}", argv, workdir / f"kube-scheduler-qps{qps}.log", dict(os.environ)
     )

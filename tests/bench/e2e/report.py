@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from e2e import spread
 from e2e.runs import Result
 
 PROFILE_BEGIN = "<!-- profile:begin -->"
@@ -62,7 +63,14 @@ def _ratio(ours: float | None, theirs: float | None) -> str:
 
 
 def _find(results: Sequence[Result], name: str) -> Result | None:
+    """The first run of that name (its repeats: ``spread``)."""
     return next((r for r in results if r.name == name), None)
+
+
+def _label(r: Result) -> str:
+    """The run's name, with its repeat's number when it was repeated."""
+    repeat = r.extra.get("repeat")
+    return f"{r.name} #{repeat + 1}" if isinstance(repeat, int) else r.name
 
 
 def _created(r: Result) -> str:
@@ -76,9 +84,10 @@ def _created(r: Result) -> str:
 
 def throughput_table(cluster: Cluster) -> str:
     results = cluster.results
-    ceiling = _find(results, "ceiling")
-    default = _find(results, "ks-default")
-    raised = _find(results, "ks-raised")
+    # Each row against the median of the baseline's repeats.
+    ceiling = _pods_per_s(results, "ceiling")
+    default = _pods_per_s(results, "ks-default")
+    raised = _pods_per_s(results, "ks-raised")
     whole = _find(results, "whole")
     lines = [
         "| run | placed by | pods | created/s | placed | pods/s | ÷ kube-scheduler (raised QPS) | "
@@ -90,11 +99,11 @@ def throughput_table(cluster: Cluster) -> str:
         if r.kind not in THROUGHPUT_KINDS:
             continue
         lines.append(
-            f"| {r.name} | {r.scheduler} | {r.pods} | {_created(r)} | {r.placed} | "
+            f"| {_label(r)} | {r.scheduler} | {r.pods} | {_created(r)} | {r.placed} | "
             f"{_f(r.pods_per_s)} | "
-            f"{_ratio(r.pods_per_s, raised.pods_per_s if raised else None)} | "
-            f"{_ratio(r.pods_per_s, default.pods_per_s if default else None)} | "
-            f"{_ratio(r.pods_per_s, ceiling.pods_per_s if ceiling else None)} | "
+            f"{_ratio(r.pods_per_s, raised)} | "
+            f"{_ratio(r.pods_per_s, default)} | "
+            f"{_ratio(r.pods_per_s, ceiling)} | "
             f"{_f(r.watch_p50_s, 2)} / {_f(r.watch_p99_s, 2)} | "
             f"{_f(r.stamp_p50_s, 0)} / {_f(r.stamp_p99_s, 0)} | "
             f"{_f(r.hist_p50_s, 2)} / {_f(r.hist_p99_s, 2)} | {_f(r.writes_per_pod, 2)} | "
@@ -102,34 +111,34 @@ def throughput_table(cluster: Cluster) -> str:
             f"{'ok' if r.check_ok else 'FAILED'} |"
         )
     if whole is not None:
-        frac = _find(results, "fractional")
         lines.append("")
-        ratio = _ratio(frac.pods_per_s if frac else None, whole.pods_per_s)
+        ratio = _ratio(_pods_per_s(results, "fractional"), _pods_per_s(results, "whole"))
         lines.append(f"Fractional ÷ whole-GPU (operator): {ratio}.")
     lines += _unfit_ratios(results)
-    backlog = _find(results, "whole-backlog")
+    backlog = _pods_per_s(results, "whole-backlog")
     if backlog is not None and ceiling is not None:
-        ratio = _ratio(backlog.pods_per_s, ceiling.pods_per_s)
+        ratio = _ratio(backlog, ceiling)
         lines.append("")
         lines.append(
             f"Whole-GPU pods already waiting (whole-backlog) ÷ binding ceiling: {ratio} "
             "(both bind pods that exist before the clock starts)."
         )
-    watched = _find(results, "ceiling-watched")
+    watched = _pods_per_s(results, "ceiling-watched")
     if watched is not None and ceiling is not None:
         lines.append("")
         lines.append(
             "The ceiling with the operator running and watching (ceiling-watched) ÷ the "
-            f"ceiling alone: {_ratio(watched.pods_per_s, ceiling.pods_per_s)}; "
+            f"ceiling alone: {_ratio(watched, ceiling)}; "
             "whole-backlog ÷ ceiling-watched: "
-            f"{_ratio(backlog.pods_per_s if backlog else None, watched.pods_per_s)}."
+            f"{_ratio(backlog, watched)}."
         )
     return "\n".join(lines)
 
 
 def _pods_per_s(results: Sequence[Result], name: str) -> float | None:
-    found = _find(results, name)
-    return found.pods_per_s if found else None
+    """pods/s of that run, the median of its repeats."""
+    found = spread.rate(results, name)
+    return found.median if found else None
 
 
 def _unfit_ratios(results: Sequence[Result]) -> list[str]:
@@ -182,7 +191,7 @@ def cpu_table(results: Sequence[Result]) -> str:
             continue
         cells = " | ".join(_f(shares.get(column), 2) for column in CPU_COLUMNS)
         lines.append(
-            f"| {r.name} | {r.scheduler} | {_f(r.pods_per_s)} | {_f(shares.get('machine'), 2)} "
+            f"| {_label(r)} | {r.scheduler} | {_f(r.pods_per_s)} | {_f(shares.get('machine'), 2)} "
             f"| {_f(shares.get('cores'), 2)} | {cells} |"
         )
     return "\n".join(lines)
@@ -204,7 +213,8 @@ def split_section(cluster: Cluster) -> list[str]:
         "",
         cpu_table(pair),
         "",
-        f"whole-backlog-split ÷ ceiling-split: {_ratio(backlog.pods_per_s, ceiling.pods_per_s)}.",
+        "whole-backlog-split ÷ ceiling-split: "
+        f"{_ratio(_pods_per_s(pair, backlog.name), _pods_per_s(pair, ceiling.name))}.",
     ]
 
 
@@ -273,12 +283,14 @@ def writes_table(cluster: Cluster) -> str:
             continue
         own = ", ".join(f"{k} {v:.2f}" for k, v in r.writes.items())
         every = ", ".join(f"{k} {v:.2f}" for k, v in (r.extra.get("all_writes") or {}).items())
-        lines.append(f"| {r.name} | {r.scheduler} | {own} | {every} |")
+        lines.append(f"| {_label(r)} | {r.scheduler} | {own} | {every} |")
     return "\n".join(lines)
 
 
-def plots(clusters: Sequence[Cluster], folder: Path) -> list[str]:
-    """throughput.png, latency-cdf.png, rss.png; the file names written."""
+def plots(clusters: Sequence[Cluster], folder: Path, load: str = "") -> list[str]:
+    """throughput.png, latency-cdf.png, rss.png; the file names written. ``load``: the
+    machine's other load at the start, put under each title (figures from a shared
+    machine are labelled as such)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -290,21 +302,26 @@ def plots(clusters: Sequence[Cluster], folder: Path) -> list[str]:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for r in main.results:
-        if r.kind in THROUGHPUT_KINDS and r.name in (
-            "ceiling",
-            "ks-default",
-            "ks-raised",
-            "whole",
-            "whole-backlog",
-            "fractional",
-            "multi",
-            "unfit",
-            "fractional-beside-backlog",
+        if (
+            not r.extra.get("repeat")
+            and r.kind in THROUGHPUT_KINDS
+            and r.name
+            in (
+                "ceiling",
+                "ks-default",
+                "ks-raised",
+                "whole",
+                "whole-backlog",
+                "fractional",
+                "multi",
+                "unfit",
+                "fractional-beside-backlog",
+            )
         ):
             ax.plot(r.bound_at, range(1, len(r.bound_at) + 1), label=f"{r.name} ({r.scheduler})")
     ax.set_xlabel("seconds since the first pod was created (backlog, ceiling: since the release)")
     ax.set_ylabel("pods bound")
-    ax.set_title(f"Bursts at {main.nodes} nodes: pods bound over time")
+    ax.set_title(f"Bursts at {main.nodes} nodes: pods bound over time{_subtitle(load)}")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -314,7 +331,7 @@ def plots(clusters: Sequence[Cluster], folder: Path) -> list[str]:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for r in main.results:
-        if r.latencies_s and r.kind in ("burst", "steady"):
+        if r.latencies_s and r.kind in ("burst", "steady") and not r.extra.get("repeat"):
             values = sorted(r.latencies_s)
             ys = [(i + 1) / len(values) for i in range(len(values))]
             label = f"steady {r.extra.get('rate')}/s" if r.kind == "steady" else r.name
@@ -322,7 +339,7 @@ def plots(clusters: Sequence[Cluster], folder: Path) -> list[str]:
     ax.set_xscale("log")
     ax.set_xlabel("creation to bound, seconds (bench's watch)")
     ax.set_ylabel("fraction of pods")
-    ax.set_title(f"Latency CDF at {main.nodes} nodes")
+    ax.set_title(f"Latency CDF at {main.nodes} nodes{_subtitle(load)}")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -341,7 +358,7 @@ def plots(clusters: Sequence[Cluster], folder: Path) -> list[str]:
             )
     ax.set_xlabel("seconds since the operator started (restarts start a new process)")
     ax.set_ylabel("operator RSS, MiB")
-    ax.set_title("Operator resident memory over the bench")
+    ax.set_title(f"Operator resident memory over the bench{_subtitle(load)}")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -349,6 +366,10 @@ def plots(clusters: Sequence[Cluster], folder: Path) -> list[str]:
     plt.close(fig)
     written.append("rss.png")
     return written
+
+
+def _subtitle(load: str) -> str:
+    return f"\n(other load at the start: {load})" if load else ""
 
 
 def _kept(path: Path, begin: str, end: str, placeholder: str) -> str:
@@ -396,7 +417,7 @@ def write(
         write_dra_only(path, dra_lines)
         return
     folder = path.parent / "benchmarks"
-    pictures = plots(clusters, folder)
+    pictures = plots(clusters, folder, str(facts.get("other load at the start", "")))
     out = [
         "# Benchmarks",
         "",
@@ -412,8 +433,8 @@ def write(
     out += ["", "## Commands", ""]
     out.append(
         "- Every figure below: `make bench` (micro-benchmarks first, then this end-to-end "
-        "bench; `BENCH_NODES`, `BENCH_SCALE`, `BENCH_5000=1`, `BENCH_BIG=15000`, "
-        "`BENCH_BACKLOG`, `BENCH_FAULTS=0`: "
+        "bench; `BENCH_NODES`, `BENCH_SCALE`, `BENCH_REPEATS`, `BENCH_BURST`, `BENCH_5000=1`, "
+        "`BENCH_BIG=15000`, `BENCH_BIG_BURST`, `BENCH_BACKLOG`, `BENCH_FAULTS=0`: "
         "tests/bench/e2e/README.md). The end-to-end part alone: "
         f"`{facts.get('command', '')}`."
     )
@@ -438,6 +459,14 @@ def write(
         "- created/s: pods ÷ the seconds the bench took to create them (32 requests in "
         "flight); no scheduler can place faster than its pods arrive."
     )
+    out.append(
+        "- Repeats: each run an aim's ratio uses runs `BENCH_REPEATS` times (rows `name #n`); "
+        "the ratios in the text and the ÷ columns are taken against the median of the "
+        'baseline\'s repeats, and "Repeats and spread" gives each ratio as the median of the '
+        "runs paired by repeat with its range. `other load at the start` above is how busy "
+        "the machine was before the bench began: above a few tenths of a core, the figures "
+        "are a shared machine's, not a quiet one's (the plots say it too)."
+    )
     notes = _kept(path, NOTES_BEGIN, NOTES_END, NOTES_PLACEHOLDER)
     out += ["", NOTES_BEGIN, notes.rstrip("\n"), NOTES_END]
     for cluster in clusters:
@@ -453,6 +482,17 @@ def write(
             "",
             throughput_table(cluster),
         ]
+        if any(isinstance(r.extra.get("repeat"), int) for r in cluster.results):
+            out += [
+                "",
+                "### Repeats and spread",
+                "",
+                "Each run an aim's ratio uses, repeated in the same cluster; a ratio pairs the "
+                "runs by repeat (`tests/bench/e2e/spread.py`). Trusted: at least three pairs "
+                f"whose range is under {100 * spread.TRUSTED_SPREAD:.0f} % of their median.",
+                "",
+                *spread.table(cluster.results),
+            ]
         shared = [r for r in cluster.results if r.kind in THROUGHPUT_KINDS]
         if any(r.extra.get("cpu_ms") for r in shared):
             out += [

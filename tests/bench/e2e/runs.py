@@ -82,6 +82,20 @@ class Bench:
     audit: counting.AuditLog
     rss: procs.Sampler | None = None
     results: list[Result] = field(default_factory=list)
+    #: Which repeat of the runs is under way (None: runs that are not repeated).
+    repeat: int | None = None
+
+    def namespace(self, name: str) -> str:
+        """The run's namespace: one per repeat. KWOK, behind on a loaded machine, still
+        deletes pods it saw marked for deletion after the bench has removed them; a
+        later run that reused their names in the same namespace would lose its pods."""
+        return f"bench-{name}" if self.repeat is None else f"bench-{name}-r{self.repeat}"
+
+    def keep(self, result: Result) -> None:
+        """Add a finished run to the results, marked with the repeat under way."""
+        if self.repeat is not None:
+            result.extra["repeat"] = self.repeat
+        self.results.append(result)
 
     async def snapshot(self, scheduler: Scheduler, *, before: bool) -> dict[str, Any]:
         """The API server's and the scheduler's metrics and the scheduler's CPU seconds.
@@ -138,7 +152,7 @@ async def run(
 ) -> Result:
     """Create ``workload``'s pods (as fast as possible, or at ``rate`` per second) and
     follow them to the end; ``during`` runs beside (a fault) and returns extra figures."""
-    namespace = f"bench-{name}"
+    namespace = bench.namespace(name)
     api = bench.api
     await api.ensure_namespace(namespace)
     tracker = Tracker(api, namespace)
@@ -210,7 +224,7 @@ async def run(
     result.check, result.check_ok = check.summary(), check.ok
     if not keep:
         await bench.clean(namespace)
-    bench.results.append(result)
+    bench.keep(result)
     print(_line(result), flush=True)
     return result
 
@@ -228,7 +242,7 @@ async def backlog(
     first, for a scheduler name nobody serves yet, and then ``release`` makes the
     scheduler take them up at once. pods/s and latencies count from the release, so the
     figure is deciding and binding pods that already exist, as the ceiling binds them."""
-    namespace = f"bench-{name}"
+    namespace = bench.namespace(name)
     api = bench.api
     await api.ensure_namespace(namespace)
     tracker = Tracker(api, namespace)
@@ -264,7 +278,7 @@ async def backlog(
     check = await bench.recount()
     result.check, result.check_ok = check.summary(), check.ok
     await bench.clean(namespace)
-    bench.results.append(result)
+    bench.keep(result)
     print(_line(result), flush=True)
     return result
 
@@ -302,7 +316,7 @@ def _result(
         bound_at=sorted(t - start for t in tracker.bound.values()),
         latencies_s=latencies,
     )
-    writes = bench.audit.writes([f"bench-{name}"])
+    writes = bench.audit.writes([bench.namespace(name)])
     mine = {what: n for (user, what), n in writes.items() if user == scheduler.user}
     if placed:
         result.writes = {what: n / placed for what, n in sorted(mine.items())}

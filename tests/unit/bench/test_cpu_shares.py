@@ -67,3 +67,9 @@ def test_split_cores_pins_each_side_and_gives_every_cpu_back() -> None:
         right.kill()
         left.wait()
         right.wait()
+
+
+def test_at_rest_gives_each_process_its_cores_over_the_window() -> None:
+    before = {cpu.WALL: 0.0, cpu.MACHINE: 0.0, "kwok": 1.0, "pid:kwok": 9, "etcd": 0.0}
+    after = {cpu.WALL: 10.0, cpu.MACHINE: 8.0, "kwok": 6.0, "pid:kwok": 9, "etcd": 2.0}
+    assert cpu.at_rest(before, after) == "0.80 cores busy over 10 s (kwok 0.50, etcd 0.20)"
