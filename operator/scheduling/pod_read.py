@@ -17,7 +17,15 @@ from typing import Any
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling import admission, claims, placement, preemption, shapes, verdicts
+from vgpu_operator.scheduling import (
+    admission,
+    claims,
+    extended_claims,
+    placement,
+    preemption,
+    shapes,
+    verdicts,
+)
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
@@ -69,8 +77,16 @@ def read_pod(
     config: DeviceConfig,
     vendors: Vendors,
     quota: QuotaLedger,
+    extended: Mapping[str, str] | None = None,
 ) -> PodRead:
-    """Read ``pod`` (see the module docstring)."""
+    """Read ``pod`` (see the module docstring). ``extended``: the extended resources our
+    DeviceClasses serve (``extended_claims``); a pod asking one is on the DRA path."""
+    if extended and extended_claims.asks(pod, extended):
+        # The Job (CPU, memory, node checks) without the resources the claim serves.
+        subject = extended_claims.without_extended(pod, extended, vendors)
+        read = _read_claims_pod(key, subject, epoch, config, vendors, quota)
+        read.source = pod
+        return read
     if claims.uses_claims(pod):
         return _read_claims_pod(key, pod, epoch, config, vendors, quota)
     admitted = admit(pod)
