@@ -264,7 +264,9 @@ def special(
                     "name": str(meta.get("name", "")),
                     "uid": str(meta.get("uid", "")),
                     "controller": True,
-                    "blockOwnerDeletion": True,
+                    # Upstream sets blockOwnerDeletion too, which (with the API server's
+                    # OwnerReferencesPermissionEnforcement) needs update on
+                    # pods/finalizers: a pod write the operator's role does not hold.
                 }
             ],
         },
