@@ -1,0 +1,145 @@
+"""Extended resources backed by DRA (KEP-5004, issue 39) on the live API server: a plain
+``nvidia.com/gpu`` pod of the operator's scheduler, on a DRA node whose shared class names
+``extendedResourceName: nvidia.com/gpu`` (examples/dra/extended-resource.yaml), gets its
+special claim made, allocated and reserved, its ``extendedResourceClaimStatus`` written,
+and is bound; what a claim cannot say is refused with a sentence on the pod."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from integration import operator_env as env
+from integration.dra_env import RESOURCE, TOLERATE_KWOK, dra_plane, fresh_namespace
+from integration.test_agent import wait_for
+
+from vgpu_operator.devices import dra
+from vgpu_operator.devices.quantity import parse_quantity
+from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.scheduling import extended_claims
+from vgpu_operator.testing.binaries import Binaries
+from vgpu_operator.testing.controlplane import ControlPlane
+
+pytestmark = pytest.mark.integration
+
+NODE = "dra-ext"
+SCHEDULER = "vgpu-dra-extended"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dra" / "extended-resource.yaml"
+
+
+def _map_nvidia_gpu(cp: ControlPlane) -> None:
+    """Apply the example: the shared class with extendedResourceName."""
+    wanted = yaml.safe_load(EXAMPLE.read_text())
+    path = f"{RESOURCE}/deviceclasses/{dra.SHARED_CLASS}"
+    current = cp.get(path)
+    wanted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    cp.request("PUT", path, wanted)
+
+
+@pytest.fixture(scope="module")
+def plane(
+    control_plane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    work = tmp_path_factory.mktemp("dra-extended")
+    with dra_plane(
+        control_plane_binaries,
+        work,
+        {NODE: "l40s-pcie-4"},
+        split=4,
+        before_scheduler=_map_nvidia_gpu,
+    ) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
+    namespace = "vgpu-dra-extended-config"
+    plane.ensure_namespace(namespace)
+    env.put_config_map(plane, namespace, env.config_text(SCHEDULER))
+    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+        yield running
+
+
+def gpu_pod(plane: ControlPlane, namespace: str, name: str, limits: dict[str, str]) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "tolerations": TOLERATE_KWOK,
+            "containers": [
+                {"name": "sidecar", "image": "busybox"},
+                {"name": "main", "image": "cuda", "resources": {"limits": limits}},
+            ],
+        },
+    }
+    plane.create(f"/api/v1/namespaces/{namespace}/pods", body)
+
+
+def bound(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    return obj if obj["spec"].get("nodeName") else None
+
+
+def test_the_class_keeps_its_extended_resource_name(plane: ControlPlane) -> None:
+    found = plane.get(f"{RESOURCE}/deviceclasses/{dra.SHARED_CLASS}")
+    assert found["spec"].get("extendedResourceName") == "nvidia.com/gpu"
+
+
+def test_a_gpu_pod_gets_its_special_claim_allocated_and_is_bound(
+    plane: ControlPlane, operator: OperatorThread
+) -> None:
+    ns = fresh_namespace(plane, "ext")
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10240", "nvidia.com/gpucores": "25"}
+    gpu_pod(plane, ns, "first", limits)
+    pod = wait_for("the pod bound", lambda: bound(plane, ns, "first"), 60)
+    assert pod["spec"]["nodeName"] == NODE
+    status = pod["status"]["extendedResourceClaimStatus"]
+    name = status["resourceClaimName"]
+    assert name.startswith("first-extended-resources-")
+    assert status["requestMappings"] == [
+        {
+            "containerName": "main",
+            "resourceName": "nvidia.com/gpu",
+            "requestName": "container-1-request-0",
+        }
+    ]
+    claim = plane.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims/{name}")
+    meta = claim["metadata"]
+    assert meta["annotations"][extended_claims.ANNOTATION] == "true"
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("Pod", pod["metadata"]["uid"], True)
+    assert "resource.kubernetes.io/delete-protection" in meta["finalizers"]
+    [request] = claim["spec"]["devices"]["requests"]
+    assert request["name"] == "container-1-request-0"
+    assert request["exactly"]["deviceClassName"] == dra.SHARED_CLASS
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert result["request"] == "container-1-request-0"
+    assert result["pool"] == NODE
+    assert parse_quantity(result["consumedCapacity"]["memory"]) == 10240 * 2**20
+    assert parse_quantity(result["consumedCapacity"]["cores"]) == 25
+    assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+
+
+def test_a_share_a_claim_cannot_say_is_refused_on_the_pod(
+    plane: ControlPlane, operator: OperatorThread
+) -> None:
+    ns = fresh_namespace(plane, "ext")
+    gpu_pod(plane, ns, "half", {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"})
+
+    def refused() -> str | None:
+        obj = plane.get(f"/api/v1/namespaces/{ns}/pods/half")
+        for condition in obj.get("status", {}).get("conditions") or []:
+            if condition["type"] == "PodScheduled" and condition.get("status") == "False":
+                message = str(condition.get("message", ""))
+                return message if "gpumem-percentage" in message else None
+        return None
+
+    message = wait_for("the refusal", refused, 60)
+    assert "cannot be expressed as a DRA claim" in message
+    claims = plane.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims")["items"]
+    assert claims == []
