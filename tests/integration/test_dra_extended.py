@@ -6,6 +6,8 @@ and is bound; what a claim cannot say is refused with a sentence on the pod."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,16 @@ from typing import Any
 import pytest
 import yaml
 from integration import operator_env as env
-from integration.dra_env import RESOURCE, TOLERATE_KWOK, dra_plane, fresh_namespace
-from integration.test_agent import wait_for
+from integration.dra_env import (
+    RESOURCE,
+    TOLERATE_KWOK,
+    dra_agent,
+    dra_plane,
+    fresh_namespace,
+    node_slice,
+)
+from integration.test_agent import AgentThread, wait_for
+from integration.test_dra_conformance import DraKubelet, dra_harness  # noqa: F401
 
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
@@ -63,8 +73,14 @@ def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
         yield running
 
 
-def gpu_pod(plane: ControlPlane, namespace: str, name: str, limits: dict[str, str]) -> None:
-    body = {
+def gpu_pod(
+    plane: ControlPlane,
+    namespace: str,
+    name: str,
+    limits: dict[str, str],
+    node: str | None = None,
+) -> None:
+    body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
@@ -77,6 +93,8 @@ def gpu_pod(plane: ControlPlane, namespace: str, name: str, limits: dict[str, st
             ],
         },
     }
+    if node is not None:
+        body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     plane.create(f"/api/v1/namespaces/{namespace}/pods", body)
 
 
@@ -143,3 +161,56 @@ def test_a_share_a_claim_cannot_say_is_refused_on_the_pod(
     assert "cannot be expressed as a DRA claim" in message
     claims = plane.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims")["items"]
     assert claims == []
+
+
+def test_kubelets_dra_manager_prepares_the_special_claim_for_its_container(
+    plane: ControlPlane, operator: OperatorThread, dra_harness: Path, tmp_path: Path
+) -> None:
+    """kubelet's own DRA manager (the harness) prepares the claim the engine made, and
+    hands its devices to the container the pod's request mappings name, not the other."""
+    node = "dra-ext-kubelet"
+    plane.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
+    root = Path(tempfile.mkdtemp(prefix="dra-"))
+    kubelet = DraKubelet(
+        dra_harness,
+        root / "kubelet",
+        tmp_path / "cdi",
+        plane.kubeconfig_path,
+        node,
+        tmp_path / "kubelet.log",
+    )
+    agent: AgentThread | None = None
+    try:
+        kubelet.ok("start")
+        agent = dra_agent(
+            node,
+            "l40s-pcie-4",
+            plane.kubeconfig_path,
+            tmp_path,
+            split=4,
+            registry_dir=root / "kubelet" / "plugins_registry",
+            sockets=root,
+        )
+        wait_for(f"{node}'s slice", lambda: node_slice(plane, node), 60)
+        kubelet.ok("wait_registered", driver=dra.DRIVER)
+        ns = fresh_namespace(plane, "ext")
+        limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10240", "nvidia.com/gpucores": "25"}
+        gpu_pod(plane, ns, "prepared", limits, node=node)
+        pod = wait_for("the pod bound", lambda: bound(plane, ns, "prepared"), 60)
+        assert pod["spec"]["nodeName"] == node
+        prepared = kubelet.ok("prepare", pod=pod)
+        assert prepared["spec_errors"] == []
+        sidecar, main = prepared["containers"]
+        name = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+        claim = plane.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims/{name}")
+        uid = claim["metadata"]["uid"]
+        assert main["cdi_devices"] == [f"vgpu-operator.io/gpu={uid}-0"]
+        assert main["env"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "10240m"
+        assert main["env"]["CUDA_DEVICE_SM_LIMIT"] == "25"
+        assert sidecar["cdi_devices"] == []
+        kubelet.ok("unprepare", pod=pod)
+    finally:
+        if agent is not None:
+            agent.stop()
+        kubelet.close()
+        shutil.rmtree(root, ignore_errors=True)
