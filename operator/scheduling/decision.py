@@ -29,9 +29,7 @@ from vgpu_operator.scheduling import (
     binding,
     claim_decision,
     claim_preemption,
-    claims,
     disruption,
-    extended_claims,
     node_gate,
     placement,
     policies,
@@ -142,21 +140,11 @@ class Cycle:
         """The pod read once (``pod_read``): a waiting pod retried with the same object
         (the runtime keeps it until the pod changes) and the same config and quota limits
         reuses the last read instead of replaying admission on a copy."""
-        cached = self.books.pod_read(key)
-        # Which DeviceClasses serve extended resources is read each time: a class that
-        # comes or goes moves a waiting pod between the dialects (``extended_claims``).
-        extended = self._claims.extended_resources()
-        if (
-            isinstance(cached, PodRead)
-            and cached.source is pod
-            and cached.epoch == self.view.epoch
-            and cached.uses_claims == (claims.uses_claims(pod) or extended_claims.asks(pod, extended))
-        ):
+        cached, view = self.books.pod_read(key), self.view
+        extended = self._claims.extended_resources()  # our classes' extended resources
+        if isinstance(cached, PodRead) and cached.fresh(pod, view.epoch, extended):
             return cached
-        view = self.view
-        read = read_pod(
-            key, pod, view.epoch, self.admit, view.config, view.vendors, view.quota, extended
-        )
+        read = read_pod(key, pod, view.epoch, self.admit, view, extended)
         self.books.keep_read(key, read)
         return read
 

@@ -43,7 +43,7 @@ from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import claim_admission
 from vgpu_operator.scheduling.vendors import Vendors
 
-#: The annotation that marks a pod's special claim (``resourceapi.ExtendedResourceClaimAnnotation``).
+#: The annotation that marks a pod's special claim (upstream's ExtendedResourceClaimAnnotation).
 ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
 #: Every DeviceClass maps ``<prefix><class name>`` implicitly.
 IMPLICIT_PREFIX: Final = "deviceclass.resource.kubernetes.io/"

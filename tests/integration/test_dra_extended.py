@@ -24,7 +24,8 @@ from integration.dra_env import (
     node_slice,
 )
 from integration.test_agent import AgentThread, wait_for
-from integration.test_dra_conformance import DraKubelet, dra_harness  # noqa: F401
+from integration.test_deviceplugin_conformance import require_harness
+from integration.test_dra_conformance import HARNESS, HARNESS_ENV, DraKubelet
 
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
@@ -71,6 +72,11 @@ def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
     env.put_config_map(plane, namespace, env.config_text(SCHEDULER))
     with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def kubelet_harness() -> Path:
+    return require_harness(HARNESS, HARNESS_ENV, "kubelet's DRA manager")
 
 
 def gpu_pod(
@@ -130,7 +136,11 @@ def test_a_gpu_pod_gets_its_special_claim_allocated_and_is_bound(
     meta = claim["metadata"]
     assert meta["annotations"][extended_claims.ANNOTATION] == "true"
     [owner] = meta["ownerReferences"]
-    assert (owner["kind"], owner["uid"], owner["controller"]) == ("Pod", pod["metadata"]["uid"], True)
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "Pod",
+        pod["metadata"]["uid"],
+        True,
+    )
     assert "resource.kubernetes.io/delete-protection" in meta["finalizers"]
     [request] = claim["spec"]["devices"]["requests"]
     assert request["name"] == "container-1-request-0"
@@ -164,7 +174,7 @@ def test_a_share_a_claim_cannot_say_is_refused_on_the_pod(
 
 
 def test_kubelets_dra_manager_prepares_the_special_claim_for_its_container(
-    plane: ControlPlane, operator: OperatorThread, dra_harness: Path, tmp_path: Path
+    plane: ControlPlane, operator: OperatorThread, kubelet_harness: Path, tmp_path: Path
 ) -> None:
     """kubelet's own DRA manager (the harness) prepares the claim the engine made, and
     hands its devices to the container the pod's request mappings name, not the other."""
@@ -172,7 +182,7 @@ def test_kubelets_dra_manager_prepares_the_special_claim_for_its_container(
     plane.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
     root = Path(tempfile.mkdtemp(prefix="dra-"))
     kubelet = DraKubelet(
-        dra_harness,
+        kubelet_harness,
         root / "kubelet",
         tmp_path / "cdi",
         plane.kubeconfig_path,

@@ -144,7 +144,8 @@ def test_a_special_claim_is_created_then_allocated_then_named_in_the_pods_status
     assert run(binding, [special_write()]) is None
     assert writer.created == [SPECIAL]
     assert writer.statuses == [("ns", "p", STATUS)]
-    assert writer.released == [] and not writer.discarded
+    assert writer.released == []
+    assert not writer.discarded
 
 
 def test_a_special_claim_that_exists_already_gives_the_decision_up() -> None:

@@ -54,10 +54,12 @@ def test_a_gpu_pod_gets_its_special_claim_made_and_allocated() -> None:
     created = write.create
     assert created is not None
     meta = created["metadata"]
-    assert meta["name"].startswith("p-extended-resources-") and len(meta["name"]) == 26
+    assert meta["name"].startswith("p-extended-resources-")
+    assert len(meta["name"]) == 26
     assert meta["annotations"] == {extended_claims.ANNOTATION: "true"}
     [owner] = meta["ownerReferences"]
-    assert owner["uid"] == "uid-p" and owner["controller"] is True
+    assert owner["uid"] == "uid-p"
+    assert owner["controller"] is True
     # Index 2: init container, then containers; resource 1 of ["cpu", "nvidia.com/gpu"].
     [request] = created["spec"]["devices"]["requests"]
     assert request["name"] == "container-2-request-1"
@@ -101,7 +103,8 @@ def test_the_decision_holds_the_shares_until_the_claim_comes_back() -> None:
     first = engine.schedule(pod(limits, "a"), now=0)
     second = engine.schedule(pod(limits, "b"), now=0)
     third = engine.schedule(pod(limits, "c"), now=0)
-    assert first.scheduled and second.scheduled
+    assert first.scheduled
+    assert second.scheduled
     assert not third.scheduled  # both cards' memory is held by the first two decisions
 
 
@@ -147,12 +150,14 @@ def test_an_existing_special_claim_is_used_not_made_again() -> None:
     assert decision.scheduled, decision.diagnosis and decision.diagnosis.message()
     [write] = decision.claim_writes
     assert write.create is None
-    assert write.uid == "real-uid" and write.resource_version == "7"
+    assert write.uid == "real-uid"
+    assert write.resource_version == "7"
     assert write.pod_status is not None
 
 
 def test_the_name_is_cut_as_generate_name_cuts_it() -> None:
     long = pod({"nvidia.com/gpu": "1"}, name="x" * 80)
     name = extended_claims.claim_name(long)
-    assert len(name) == 63 and name.startswith("x" * 58)
+    assert len(name) == 63
+    assert name.startswith("x" * 58)
     assert extended_claims.claim_name(long) == name  # the same pod, the same name
