@@ -141,20 +141,20 @@ def claim_name(pod: Mapping[str, Any]) -> str:
 
 
 def existing(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """The key of the pod's special claim in ``claims``, if one exists: annotated, and
-    the pod its controller."""
+    """The key of the pod's special claim in ``claims``, if one exists: of the name this
+    module gives it (the engine makes every special claim of its pods, so one lookup, not
+    a scan of every claim), annotated, and the pod its controller."""
     meta = pod.get("metadata") or {}
-    namespace = meta.get("namespace") or "default"
-    uid = meta.get("uid")
-    for key, obj in claims.items():
-        claim_meta = obj.get("metadata") or {}
-        if (claim_meta.get("namespace") or "default") != namespace:
-            continue
-        if (claim_meta.get("annotations") or {}).get(ANNOTATION) != "true":
-            continue
-        for owner in claim_meta.get("ownerReferences") or ():
-            if owner.get("controller") and owner.get("uid") == uid:
-                return key
+    key = f"{meta.get('namespace') or 'default'}/{claim_name(pod)}"
+    obj = claims.get(key)
+    if obj is None:
+        return None
+    claim_meta = obj.get("metadata") or {}
+    if (claim_meta.get("annotations") or {}).get(ANNOTATION) != "true":
+        return None
+    for owner in claim_meta.get("ownerReferences") or ():
+        if owner.get("controller") and owner.get("uid") == meta.get("uid"):
+            return key
     return None
 
 

@@ -161,3 +161,27 @@ def test_the_name_is_cut_as_generate_name_cuts_it() -> None:
     assert len(name) == 63
     assert name.startswith("x" * 58)
     assert extended_claims.claim_name(long) == name  # the same pod, the same name
+
+
+def test_a_claim_of_that_name_not_owned_by_the_pod_is_not_taken_for_its_own() -> None:
+    engine = state()
+    subject = pod({"nvidia.com/gpu": "1"})
+    name = extended_claims.claim_name(subject)
+    impostor = {
+        "metadata": {
+            "namespace": "ns",
+            "name": name,
+            "uid": "other",
+            "resourceVersion": "3",
+            "annotations": {extended_claims.ANNOTATION: "true"},
+            "ownerReferences": [{"kind": "Pod", "name": "p", "uid": "not-p", "controller": True}],
+        },
+        "spec": {"devices": {"requests": []}},
+    }
+    engine.set_claim(impostor)
+    decision = engine.schedule(subject, now=0)
+    # The engine's own is to be created (the create then fails on the name, and the
+    # pod is decided again): the impostor's allocation is never written for the pod.
+    [write] = decision.claim_writes
+    assert write.create is not None
+    assert write.uid != "other"
