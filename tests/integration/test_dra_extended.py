@@ -6,8 +6,10 @@ and is bound; what a claim cannot say is refused with a sentence on the pod."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,9 +32,11 @@ from integration.test_dra_conformance import HARNESS, HARNESS_ENV, DraKubelet
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.kube import claims as kube_claims
+from vgpu_operator.kube.client import api_client
 from vgpu_operator.scheduling import extended_claims
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ControlPlane
+from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -224,3 +228,100 @@ def test_kubelets_dra_manager_prepares_the_special_claim_for_its_container(
             agent.stop()
         kubelet.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_special_claim_made_for_a_pod_not_bound_is_deleted_again(
+    plane: ControlPlane,
+) -> None:
+    """What ``claim_binding`` does when the Binding fails, on the live API server: the
+    claim created, allocated and reserved with the delete-protection finalizer is taken
+    apart (allocation, finalizer) and deleted."""
+    ns = fresh_namespace(plane, "ext")
+    pod = plane.create(
+        f"/api/v1/namespaces/{ns}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "unbound"},
+            "spec": {
+                "schedulerName": "nobody",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "cuda",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        },
+    )
+    name = extended_claims.claim_name(pod)
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": "in-memory",
+            "resourceVersion": "",
+            "annotations": {extended_claims.ANNOTATION: "true"},
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "container-0-request-0",
+                        "exactly": {"deviceClassName": dra.SHARED_CLASS},
+                    }
+                ]
+            }
+        },
+    }
+    device = node_slice(plane, NODE)["spec"]["devices"][0]["name"]  # type: ignore[index]
+    allocation = {
+        "devices": {
+            "results": [
+                {
+                    "request": "container-0-request-0",
+                    "driver": dra.DRIVER,
+                    "pool": NODE,
+                    "device": device,
+                    "shareID": str(uuid.uuid4()),
+                    "consumedCapacity": {"memory": "1Gi", "cores": "0", "shares": "1"},
+                }
+            ]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+            ]
+        },
+    }
+    consumer = {"resource": "pods", "name": "unbound", "uid": pod["metadata"]["uid"]}
+    path = f"{RESOURCE}/namespaces/{ns}/resourceclaims/{name}"
+
+    async def made_then_discarded() -> None:
+        async with api_client(str(plane.kubeconfig_path)) as api:
+            created = await kube_claims.create_claim(api, claim)
+            assert created is not None
+            assert await kube_claims.create_claim(api, claim) is None  # the name is taken
+            written = await kube_claims.allocate(api, created, allocation, consumer)
+            assert written is kube_claims.WriteOutcome.WRITTEN
+            stored = plane.get(path)
+            assert kube_claims.FINALIZER in stored["metadata"]["finalizers"]
+            assert stored["status"]["reservedFor"] == [consumer]
+            mapping = {
+                "containerName": "main",
+                "resourceName": "nvidia.com/gpu",
+                "requestName": "container-0-request-0",
+            }
+            status = {"resourceClaimName": name, "requestMappings": [mapping]}
+            assert await kube_claims.write_extended_status(api, ns, "unbound", status)
+            await kube_claims.discard_claim(api, ns, name)
+
+    asyncio.run(made_then_discarded())
+    with pytest.raises(ApiError) as gone:
+        plane.get(path)
+    assert gone.value.status == 404
+    written_status = plane.get(f"/api/v1/namespaces/{ns}/pods/unbound")["status"]
+    assert written_status["extendedResourceClaimStatus"]["resourceClaimName"] == name
