@@ -244,6 +244,16 @@ def special(
     if found is not None:
         claim = claims[found]
         name = str((claim.get("metadata") or {}).get("name", ""))
+        wanted = {"spec": {"devices": {"requests": requests}}}
+        if claim_admission.canonical({"spec": claim.get("spec")}) != claim_admission.canonical(
+            wanted
+        ):
+            # Written by someone else under the pod's name, or for a class mapping that
+            # changed since: upstream, too, refuses such a claim and deletes it.
+            raise Refusal(
+                f"ResourceClaim {found}, the pod's special claim, asks other devices than "
+                "the pod's extended resources; delete it and the pod is placed again"
+            )
         return Special(claim, False, _status(name, mappings))
     name = claim_name(pod)
     claim = {

@@ -29,12 +29,14 @@ from integration.test_agent import AgentThread, wait_for
 from integration.test_deviceplugin_conformance import require_harness
 from integration.test_dra_conformance import HARNESS, HARNESS_ENV, DraKubelet
 
-from vgpu_operator.devices import dra
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import catalog, dra
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import claims as kube_claims
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.scheduling import extended_claims
+from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
@@ -155,6 +157,12 @@ def test_a_gpu_pod_gets_its_special_claim_allocated_and_is_bound(
     assert parse_quantity(result["consumedCapacity"]["memory"]) == 10240 * 2**20
     assert parse_quantity(result["consumedCapacity"]["cores"]) == 25
     assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+    # The claim as the API server stores it reads as the pod's own special claim (its
+    # defaults and quantity spellings are no difference).
+    vendors = Vendors(DeviceConfig(), catalog.VENDOR_TABLE)
+    mapping = {"nvidia.com/gpu": dra.SHARED_CLASS}
+    again = extended_claims.special(pod, mapping, {f"{ns}/{name}": claim}, vendors)
+    assert not again.new
 
 
 def test_a_share_a_claim_cannot_say_is_refused_on_the_pod(

@@ -185,3 +185,22 @@ def test_a_claim_of_that_name_not_owned_by_the_pod_is_not_taken_for_its_own() ->
     [write] = decision.claim_writes
     assert write.create is not None
     assert write.uid != "other"
+
+
+def test_a_special_claim_asking_other_devices_is_refused_with_a_sentence() -> None:
+    engine = state()
+    subject = pod({"nvidia.com/gpu": "1"})
+    made = extended_claims.special(
+        subject,
+        {"nvidia.com/gpu": dra.SHARED_CLASS},
+        {},
+        Vendors(DeviceConfig(), catalog.VENDOR_TABLE),
+    )
+    stored = copy.deepcopy(dict(made.claim))
+    stored["metadata"].update(uid="real-uid", resourceVersion="7")
+    stored["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    engine.set_claim(stored)
+    decision = engine.schedule(subject, now=0)
+    assert not decision.scheduled
+    assert decision.diagnosis is not None
+    assert "asks other devices than the pod's extended resources" in decision.diagnosis.message()
