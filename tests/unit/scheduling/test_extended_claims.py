@@ -204,3 +204,42 @@ def test_a_special_claim_asking_other_devices_is_refused_with_a_sentence() -> No
     assert not decision.scheduled
     assert decision.diagnosis is not None
     assert "asks other devices than the pod's extended resources" in decision.diagnosis.message()
+
+
+def test_request_names_count_containers_and_sorted_resources_as_upstream() -> None:
+    implicit = extended_claims.IMPLICIT_PREFIX + dra.EXCLUSIVE_CLASS
+    subject = {
+        "metadata": {"namespace": "ns", "name": "p", "uid": "uid-p"},
+        "spec": {
+            "initContainers": [
+                {"name": "init", "resources": {"limits": {"cpu": "1", implicit: "1"}}}
+            ],
+            "containers": [
+                {"name": "idle", "resources": {"requests": {"cpu": "1"}}},
+                {
+                    "name": "main",
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": "2", "memory": "1Gi"},
+                        "requests": {"cpu": "1"},
+                    },
+                },
+            ],
+        },
+    }
+    resources = extended_claims.mapping(
+        [(dra.SHARED_CLASS, "nvidia.com/gpu"), (dra.EXCLUSIVE_CLASS, None)]
+    )
+    vendors = Vendors(DeviceConfig(), catalog.VENDOR_TABLE)
+    requests, mappings = extended_claims.requests_of(subject, resources, vendors)
+    # init is container 0 (its resources: cpu, the implicit name); main is container 2
+    # (cpu, memory, nvidia.com/gpu: requests filled in from limits, as the API server does).
+    assert [r["name"] for r in requests] == ["container-0-request-1", "container-2-request-2"]
+    assert [r["exactly"]["deviceClassName"] for r in requests] == [
+        dra.EXCLUSIVE_CLASS,
+        dra.SHARED_CLASS,
+    ]
+    assert [r["exactly"]["count"] for r in requests] == [1, 2]
+    assert {(m["containerName"], m["resourceName"], m["requestName"]) for m in mappings} == {
+        ("init", implicit, "container-0-request-1"),
+        ("main", "nvidia.com/gpu", "container-2-request-2"),
+    }
