@@ -240,11 +240,12 @@ def special(
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace") or "default")
     requests, mappings = requests_of(pod, resources, vendors)
+    devices = _devices(pod, requests, vendors)
     found = existing(pod, claims)
     if found is not None:
         claim = claims[found]
         name = str((claim.get("metadata") or {}).get("name", ""))
-        wanted = {"spec": {"devices": {"requests": requests}}}
+        wanted = {"spec": {"devices": devices}}
         if claim_admission.canonical({"spec": claim.get("spec")}) != claim_admission.canonical(
             wanted
         ):
@@ -280,9 +281,28 @@ def special(
                 }
             ],
         },
-        "spec": {"devices": {"requests": requests}},
+        "spec": {"devices": devices},
     }
     return Special(claim, True, _status(name, mappings))
+
+
+def _devices(
+    pod: Mapping[str, Any], requests: list[dict[str, Any]], vendors: Vendors
+) -> dict[str, Any]:
+    """The claim's ``spec.devices``: the requests, and as the webhook's conversion does,
+    for ``nvidia.com/numa-bind: "true"`` a request's several cards on one NUMA node."""
+    annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
+    devices: dict[str, Any] = {"requests": requests}
+    if vendor.CardFilter.read(vendors.spec(dra.VENDOR), annotations).numa_bind:
+        constraints = [
+            {"requests": [r["name"]], "matchAttribute": dra.ATTR_NUMA_NODE}
+            for r in requests
+            if int(r["exactly"].get("count", 1)) > 1
+            and r["exactly"]["deviceClassName"] in (dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS)
+        ]
+        if constraints:
+            devices["constraints"] = constraints
+    return devices
 
 
 def _status(name: str, mappings: list[dict[str, str]]) -> dict[str, Any]:

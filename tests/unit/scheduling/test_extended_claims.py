@@ -243,3 +243,17 @@ def test_request_names_count_containers_and_sorted_resources_as_upstream() -> No
         ("init", implicit, "container-0-request-1"),
         ("main", "nvidia.com/gpu", "container-2-request-2"),
     }
+
+
+def test_numa_bind_keeps_a_requests_cards_on_one_numa_node() -> None:
+    subject = pod({"nvidia.com/gpu": "2"})
+    subject["metadata"]["annotations"] = {"nvidia.com/numa-bind": "true"}
+    made = extended_claims.special(
+        subject,
+        {"nvidia.com/gpu": dra.SHARED_CLASS},
+        {},
+        Vendors(DeviceConfig(), catalog.VENDOR_TABLE),
+    )
+    assert made.claim["spec"]["devices"]["constraints"] == [
+        {"requests": ["container-2-request-0"], "matchAttribute": dra.ATTR_NUMA_NODE}
+    ]
