@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from unit.scheduling.test_claim_preemption import deallocated, engine, running
+
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import catalog, dra
 from vgpu_operator.scheduling import extended_claims
@@ -257,3 +259,23 @@ def test_numa_bind_keeps_a_requests_cards_on_one_numa_node() -> None:
     assert made.claim["spec"]["devices"]["constraints"] == [
         {"requests": ["container-2-request-0"], "matchAttribute": dra.ATTR_NUMA_NODE}
     ]
+
+
+def test_a_gpu_pod_preempts_through_its_special_claim_then_gets_it() -> None:
+    state = engine()  # one card: 10240 MiB
+    mapped = copy.deepcopy(dra.device_classes()[0])
+    mapped["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    state.set_device_class(mapped)
+    running(state, "low", "8Gi", 1)
+    urgent = pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "6144"}, name="urgent")
+    urgent["metadata"]["namespace"] = "ns"
+    urgent["spec"]["priority"] = 100
+    decision = state.schedule(urgent, now=0)
+    assert decision.victims == ("ns/low",)
+    assert decision.claim_writes == ()  # no claim made while the victim runs
+    state.remove_pod("ns/low")
+    state.set_claim(deallocated("low", "8Gi"))
+    placed = state.schedule(urgent, now=1)
+    assert placed.scheduled, placed.diagnosis and placed.diagnosis.message()
+    [write] = placed.claim_writes
+    assert write.create is not None
