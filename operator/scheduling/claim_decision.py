@@ -181,7 +181,7 @@ class ClaimDialect:
                     claim, node.name, picks, self.view.claims.classes
                 )
                 decided[claim.key] = (claim.namespace, picks)
-            elif reserved:
+            elif reserved and not _status_missing(pod, claim.name, special):
                 continue
             create: Mapping[str, Any] | None = None
             pod_status: Mapping[str, Any] | None = None
@@ -352,6 +352,17 @@ class ClaimJudge:
 
     def judge(self, name: str, job: placement.Job, now: float) -> NodeFailure | None:
         return self._dialect.judge(name, job, self._wanted, now)
+
+
+def _status_missing(
+    pod: Mapping[str, Any], claim: str, special: extended_claims.Special | None
+) -> bool:
+    """Whether ``claim`` is the pod's special claim, reserved for it already (an attempt
+    cut short before its Binding, e.g. by a restart) but not named in its status yet."""
+    if special is None or claim != special.name:
+        return False
+    written = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    return bool(written.get("resourceClaimName") != claim)
 
 
 def _failure(outcome: claim_fit.ClaimsOutcome) -> NodeFailure:

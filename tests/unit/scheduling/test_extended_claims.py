@@ -279,3 +279,33 @@ def test_a_gpu_pod_preempts_through_its_special_claim_then_gets_it() -> None:
     assert placed.scheduled, placed.diagnosis and placed.diagnosis.message()
     [write] = placed.claim_writes
     assert write.create is not None
+
+
+def test_a_reserved_special_claim_not_named_in_the_pods_status_gets_it_written() -> None:
+    """An attempt cut short after the claim's writes and before the pod's status (a
+    restart): the next decision writes the status, and nothing more on the claim."""
+    engine = state()
+    subject = pod({"nvidia.com/gpu": "1"})
+    first = engine.schedule(subject, now=0)
+    [write] = first.claim_writes
+    assert write.create is not None
+    assert write.allocation is not None
+    engine.rollback("ns/p")
+    stored = copy.deepcopy(dict(write.create))
+    stored["metadata"].update(uid="real-uid", resourceVersion="8")
+    stored["status"] = {
+        "allocation": dict(write.allocation),
+        "reservedFor": [dict(write.consumer)],
+    }
+    engine.set_claim(stored)
+    again = engine.schedule(subject, now=1)
+    assert again.scheduled, again.diagnosis and again.diagnosis.message()
+    [status_only] = again.claim_writes
+    assert status_only.create is None
+    assert status_only.allocation is None
+    assert status_only.pod_status == write.pod_status
+    # Once the status names the claim, a decision writes nothing on it.
+    engine.rollback("ns/p")
+    named = copy.deepcopy(subject)
+    named["status"] = {"extendedResourceClaimStatus": dict(write.pod_status or {})}
+    assert engine.schedule(named, now=2).claim_writes == ()
