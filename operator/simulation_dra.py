@@ -148,7 +148,9 @@ def write_claims(decision: Decision, state: ClusterState) -> None:
     """What the operator writes after a DRA decision: each claim's allocation and the
     pod in its ``reservedFor``."""
     for write in decision.claim_writes:
-        current = state.claim_object(write.key)
+        # A pod's special claim (extended resources backed by DRA) is made first.
+        made = None if write.create is None else _with_defaults(write.create)
+        current = made or state.claim_object(write.key)
         if current is None:
             continue
         updated = copy.deepcopy(dict(current))

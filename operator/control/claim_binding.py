@@ -51,6 +51,18 @@ class ClaimWriter(Protocol):
         self, namespace: str, name: str, consumer_uid: str, deallocate: bool
     ) -> None: ...
 
+    async def create(self, claim: Mapping[str, Any]) -> ResourceClaim | None:
+        """Create the claim; None when one of its name exists already."""
+        ...
+
+    async def discard(self, namespace: str, name: str) -> None:
+        """Delete a claim we created (its finalizer and allocation taken off first)."""
+        ...
+
+    async def write_pod_status(self, namespace: str, pod: str, status: Mapping[str, Any]) -> bool:
+        """``status.extendedResourceClaimStatus`` of the pod; False when it is gone."""
+        ...
+
 
 class ClaimBooksView(Protocol):
     def claim_object(self, key: str) -> Mapping[str, Any] | None: ...
@@ -86,21 +98,20 @@ class ClaimBinding:
         are released again)."""
         done: list[ClaimWrite] = []
         for write in writes:
-            # The books keep the claim as it was watched (``claims_feed``): a ResourceClaim.
-            claim = cast(ResourceClaim | None, self._books.claim_object(write.key))
-            meta = meta_of(claim) if claim is not None else {}
-            if claim is None or meta.get("uid") != write.uid:
+            claim = await self._claim_for(write)
+            if isinstance(claim, str):
                 await self.undo(done)
-                return f"ResourceClaim {write.key} is gone or was replaced"
-            if str(meta.get("resourceVersion")) != write.resource_version:
-                await self.undo(done)
-                return f"ResourceClaim {write.key} changed since the decision"
+                return claim
             outcome = await self._writer.allocate(claim, write.allocation, write.consumer)
             self.writes += 2 if write.allocation is not None else 1
             if outcome is not WriteOutcome.WRITTEN:
-                await self.undo(done)
+                await self.undo([*done, write] if write.create is not None else done)
                 return f"ResourceClaim {write.key}: {outcome.value}"
             done.append(write)
+        problem = await self._write_pod_status(writes)
+        if problem is not None:
+            await self.undo(done)
+            return problem
         if not self._other_allocator_active():
             return None
         await self._sleep(self._settle_s)
@@ -117,10 +128,47 @@ class ClaimBinding:
             return f"devices {', '.join(over)} on {node} were allocated by another scheduler too"
         return None
 
+    async def _claim_for(self, write: ClaimWrite) -> ResourceClaim | str:
+        """The claim to write on, as the decision read it (or as just created: the pod's
+        special claim, ``extended_claims``); a string says why not."""
+        if write.create is not None:
+            created = await self._writer.create(write.create)
+            self.writes += 1
+            if created is None:
+                # Made by an earlier attempt whose clean-up has not landed: the books
+                # will read it as the pod's, and the next decision uses it.
+                return f"ResourceClaim {write.key} exists already"
+            return created
+        # The books keep the claim as it was watched (``claims_feed``): a ResourceClaim.
+        claim = cast(ResourceClaim | None, self._books.claim_object(write.key))
+        meta = meta_of(claim) if claim is not None else {}
+        if claim is None or meta.get("uid") != write.uid:
+            return f"ResourceClaim {write.key} is gone or was replaced"
+        if str(meta.get("resourceVersion")) != write.resource_version:
+            return f"ResourceClaim {write.key} changed since the decision"
+        return claim
+
+    async def _write_pod_status(self, writes: Sequence[ClaimWrite]) -> str | None:
+        """The pod's ``extendedResourceClaimStatus``, as kube-scheduler writes it before
+        the Binding: kubelet reads from it which container gets which request."""
+        for write in writes:
+            if write.pod_status is None:
+                continue
+            pod = write.consumer.get("name", "")
+            self.writes += 1
+            if not await self._writer.write_pod_status(write.namespace, pod, write.pod_status):
+                return f"pod {write.namespace}/{pod} is gone"
+        return None
+
     async def undo(self, writes: Sequence[ClaimWrite]) -> None:
-        """Release what ``reserve`` wrote for a pod that is not bound."""
+        """Release what ``reserve`` wrote for a pod that is not bound; a special claim we
+        created is deleted (upstream's Unreserve does the same)."""
         for write in writes:
             try:
+                if write.create is not None:
+                    await self._writer.discard(write.namespace, write.name)
+                    self.writes += 1
+                    continue
                 await self._writer.release(
                     write.namespace, write.name, write.consumer["uid"], write.allocation is not None
                 )

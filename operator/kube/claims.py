@@ -185,6 +185,67 @@ async def _get(api: ApiClient, path: str) -> dict[str, Any] | None:
         raise
 
 
+async def create_claim(api: ApiClient, claim: Mapping[str, Any]) -> ResourceClaim | None:
+    """Create the claim (a pod's special claim: ``extended_claims``); None when one of
+    its name exists already. The uid and resourceVersion the decision gave it in memory
+    are not sent."""
+    meta = dict(claim.get("metadata") or {})
+    meta.pop("uid", None)
+    meta.pop("resourceVersion", None)
+    body = {**claim, "metadata": meta}
+    path = f"{BASE}/namespaces/{quote(str(meta.get('namespace')))}/resourceclaims"
+    try:
+        created = await request_json(api, "POST", path, body=body)
+    except ApiError as exc:
+        if exc.status == 409:
+            return None
+        raise
+    return cast(ResourceClaim, created)
+
+
+async def discard_claim(api: ApiClient, namespace: str, name: str) -> None:
+    """Delete a claim the operator created for a pod that was not bound: its
+    allocation and reservations and our finalizer go first (nothing else removes the
+    finalizer of a claim whose pod never ran), then the claim."""
+    path = claim_path(namespace, name)
+    for _attempt in range(5):
+        current = await _get(api, path)
+        if current is None:
+            return
+        meta = current.get("metadata") or {}
+        version = meta.get("resourceVersion")
+        try:
+            if (current.get("status") or {}).get("allocation") or (current.get("status") or {}).get(
+                "reservedFor"
+            ):
+                cleared = {"reservedFor": None, "allocation": None}
+                body = {"metadata": {"resourceVersion": version}, "status": cleared}
+                await _patch(api, f"{path}/status", body)
+                continue
+            finalizers = [f for f in meta.get("finalizers") or () if f != FINALIZER]
+            if finalizers != list(meta.get("finalizers") or ()):
+                body = {"metadata": {"resourceVersion": version, "finalizers": finalizers or None}}
+                await _patch(api, path, body)
+                continue
+            await request_json(api, "DELETE", path)
+            return
+        except ApiError as exc:
+            if exc.status == 404:
+                return
+            if exc.status != 409:
+                raise
+
+
+async def write_extended_status(
+    api: ApiClient, namespace: str, pod: str, status: Mapping[str, Any]
+) -> bool:
+    """``status.extendedResourceClaimStatus`` of the pod (a merge patch of its status);
+    False when the pod is gone."""
+    path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/status"
+    written = await _patch(api, path, {"status": {"extendedResourceClaimStatus": dict(status)}})
+    return written is not None
+
+
 #: A webhook-made template reused at admission is stamped (``LAST_ADMITTED``) when its
 #: stamp is older than this: the collector keeps a template for its grace period after
 #: the last pod admitted with it, whose create may not have landed yet.
@@ -326,3 +387,12 @@ class ApiClaimWriter:
 
     async def release(self, namespace: str, name: str, consumer_uid: str, deallocate: bool) -> None:
         await release(self._api, namespace, name, consumer_uid, deallocate)
+
+    async def create(self, claim: Mapping[str, Any]) -> ResourceClaim | None:
+        return await create_claim(self._api, claim)
+
+    async def discard(self, namespace: str, name: str) -> None:
+        await discard_claim(self._api, namespace, name)
+
+    async def write_pod_status(self, namespace: str, pod: str, status: Mapping[str, Any]) -> bool:
+        return await write_extended_status(self._api, namespace, pod, status)

@@ -90,7 +90,7 @@ def selectors(spec: vendor.VendorSpec, annotations: Mapping[str, str]) -> list[s
     return out
 
 
-def _request(
+def exact_request(
     container: Mapping[str, Any],
     ask: model.ContainerRequest,
     spec: vendor.VendorSpec,
@@ -191,7 +191,7 @@ def convert(pod: Mapping[str, Any], vendors: Vendors) -> Conversion | None:
                     "which the DRA path does not offer"
                 )
             names = vendor.resource_names(vendors.config_for(dra.VENDOR))
-            exactly = _request(container, asked[dra.VENDOR], spec, annotations, names)
+            exactly = exact_request(container, asked[dra.VENDOR], spec, annotations, names)
             template = template_for(exactly, numa_bind, namespace)
             templates[template["metadata"]["name"]] = template
             entry = f"{ENTRY_PREFIX}{prefix}{position}"

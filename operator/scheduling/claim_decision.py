@@ -27,8 +27,10 @@ from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     claim_best_fit,
     claim_fit,
+    claim_routing,
     claim_wire,
     claims,
+    extended_claims,
     node_gate,
     placement,
     policies,
@@ -51,6 +53,10 @@ class ClaimWrite:
     #: ``status.allocation`` to write; None when the claim is allocated already.
     allocation: Mapping[str, Any] | None
     consumer: Mapping[str, str]
+    #: The claim to create first: the pod's special claim (``extended_claims``).
+    create: Mapping[str, Any] | None = None
+    #: ``status.extendedResourceClaimStatus`` to write on the pod once the claim is.
+    pod_status: Mapping[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -94,10 +100,19 @@ class ClaimDialect:
         """The node and cards for the pod's claims (``job``: the pod as read once), held
         in the books until the claims come back allocated."""
         total = len(self.view.nodes)
+        objects = self.view.claims.objects
+        special: extended_claims.Special | None = None
+        resources = self.extended_resources()
+        if extended_claims.asks(pod, resources):
+            try:
+                special = extended_claims.special(pod, resources, objects, self.view.vendors)
+            except extended_claims.Refusal as exc:
+                return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=str(exc)))
+            pod, objects = extended_claims.with_special(pod, objects, special)
         try:
             wanted = claims.read_pod_claims(
                 pod,
-                self.view.claims.objects,
+                objects,
                 self.view.claims.classes,
                 self.view.claims.selector_cache,
             )
@@ -132,7 +147,15 @@ class ClaimDialect:
             judge = ClaimJudge(self, wanted)
             diagnosis = Diagnosis(failures, total)
             return ClaimPlacement(None, diagnosis=diagnosis, judge=judge, wanted=wanted)
-        return self._book(key, pod, job, wanted, found, scores)
+        return self._book(key, pod, job, wanted, found, scores, special)
+
+    def extended_resources(self) -> dict[str, str]:
+        """Extended resource -> our DeviceClass serving it (``extended_claims``)."""
+        return extended_claims.mapping(
+            (c.name, c.extended_resource_name)
+            for c in self.view.claims.classes.values()
+            if c.name in claim_routing.OUR_CLASSES
+        )
 
     def _book(
         self,
@@ -142,6 +165,7 @@ class ClaimDialect:
         wanted: claims.PodClaims,
         found: tuple[NodeEntry, claim_fit.ClaimsOutcome],
         scores: dict[str, float],
+        special: extended_claims.Special | None = None,
     ) -> ClaimPlacement:
         """Hold what the pod gets on the node found, and say what to write on its claims."""
         consumer = claim_wire.consumer(pod)
@@ -157,8 +181,13 @@ class ClaimDialect:
                     claim, node.name, picks, self.view.claims.classes
                 )
                 decided[claim.key] = (claim.namespace, picks)
-            elif reserved:
+            elif reserved and not _status_missing(pod, claim.name, special):
                 continue
+            create: Mapping[str, Any] | None = None
+            pod_status: Mapping[str, Any] | None = None
+            if special is not None and claim.name == special.name:
+                create = special.claim if special.new else None
+                pod_status = special.status
             writes.append(
                 ClaimWrite(
                     claim.namespace,
@@ -167,6 +196,8 @@ class ClaimDialect:
                     claim.resource_version,
                     allocation,
                     consumer,
+                    create=create,
+                    pod_status=pod_status,
                 )
             )
         self.books.hold_decided(key, node.name, decided)
@@ -321,6 +352,17 @@ class ClaimJudge:
 
     def judge(self, name: str, job: placement.Job, now: float) -> NodeFailure | None:
         return self._dialect.judge(name, job, self._wanted, now)
+
+
+def _status_missing(
+    pod: Mapping[str, Any], claim: str, special: extended_claims.Special | None
+) -> bool:
+    """Whether ``claim`` is the pod's special claim, reserved for it already (an attempt
+    cut short before its Binding, e.g. by a restart) but not named in its status yet."""
+    if special is None or claim != special.name:
+        return False
+    written = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    return bool(written.get("resourceClaimName") != claim)
 
 
 def _failure(outcome: claim_fit.ClaimsOutcome) -> NodeFailure:

@@ -48,6 +48,8 @@ class DeviceClass:
     selectors: tuple[str, ...] = ()
     #: Opaque configs of the class, as the allocation's ``config`` carries them.
     config: tuple[Mapping[str, Any], ...] = ()
+    #: ``spec.extendedResourceName`` (KEP-5004): pods asking it get a special claim.
+    extended_resource_name: str | None = None
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> DeviceClass:
@@ -60,6 +62,9 @@ class DeviceClass:
                 if isinstance(s, Mapping) and s.get("cel")
             ),
             config=tuple(c for c in spec.get("config") or () if isinstance(c, Mapping)),
+            extended_resource_name=str(spec["extendedResourceName"])
+            if spec.get("extendedResourceName")
+            else None,
         )
 
 

@@ -143,11 +143,11 @@ class Cycle:
         """The pod read once (``pod_read``): a waiting pod retried with the same object
         (the runtime keeps it until the pod changes) and the same config and quota limits
         reuses the last read instead of replaying admission on a copy."""
-        cached = self.books.pod_read(key)
-        if isinstance(cached, PodRead) and cached.source is pod and cached.epoch == self.view.epoch:
+        cached, view = self.books.pod_read(key), self.view
+        extended = self._claims.extended_resources()  # our classes' extended resources
+        if isinstance(cached, PodRead) and cached.fresh(pod, view.epoch, extended):
             return cached
-        view = self.view
-        read = read_pod(key, pod, view.epoch, self.admit, view.config, view.vendors, view.quota)
+        read = read_pod(key, pod, view.epoch, self.admit, view, extended)
         self.books.keep_read(key, read)
         return read
 

@@ -13,11 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling import admission, claims, placement, preemption, shapes, verdicts
+from vgpu_operator.scheduling import (
+    admission,
+    claims,
+    extended_claims,
+    placement,
+    preemption,
+    shapes,
+    verdicts,
+)
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
@@ -45,6 +53,14 @@ class PodRead:
     #: The verdict of its shape, held while the pod waits (the books keep them weakly).
     verdict: verdicts.Verdict | None = None
 
+    def fresh(self, pod: Mapping[str, Any], epoch: int, extended: Mapping[str, str]) -> bool:
+        """Whether this read still stands for ``pod``: the same object and epoch, and on
+        the same dialect (a DeviceClass naming an extended resource that comes or goes
+        moves a pod asking it between the dialects: ``extended_claims``)."""
+        if self.source is not pod or self.epoch != epoch:
+            return False
+        return self.uses_claims == (claims.uses_claims(pod) or extended_claims.asks(pod, extended))
+
     @property
     def refused(self) -> bool:
         """Admission refuses it (it waits, judged as refused, for its own change)."""
@@ -61,16 +77,34 @@ class PodRead:
 Admit = Callable[[Mapping[str, Any]], admission.AdmissionResult]
 
 
+class Reads(Protocol):
+    """What reading a pod takes of the books (``view.BooksView`` has it)."""
+
+    @property
+    def config(self) -> DeviceConfig: ...
+    @property
+    def vendors(self) -> Vendors: ...
+    @property
+    def quota(self) -> QuotaLedger: ...
+
+
 def read_pod(
     key: PodKey,
     pod: Mapping[str, Any],
     epoch: int,
     admit: Admit,
-    config: DeviceConfig,
-    vendors: Vendors,
-    quota: QuotaLedger,
+    books: Reads,
+    extended: Mapping[str, str] | None = None,
 ) -> PodRead:
-    """Read ``pod`` (see the module docstring)."""
+    """Read ``pod`` (see the module docstring). ``extended``: the extended resources our
+    DeviceClasses serve (``extended_claims``); a pod asking one is on the DRA path."""
+    config, vendors, quota = books.config, books.vendors, books.quota
+    if extended and extended_claims.asks(pod, extended):
+        # The Job (CPU, memory, node checks) without the resources the claim serves.
+        subject = extended_claims.without_extended(pod, extended, vendors)
+        read = _read_claims_pod(key, subject, epoch, config, vendors, quota)
+        read.source = pod
+        return read
     if claims.uses_claims(pod):
         return _read_claims_pod(key, pod, epoch, config, vendors, quota)
     admitted = admit(pod)

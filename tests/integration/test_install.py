@@ -835,11 +835,10 @@ def _exists(cp: ControlPlane, path: str) -> bool:
         pytest.param(["get", "lease", "-n", LEASES, "{a}"], id="get-one-lease"),
         pytest.param(["get", "leases", "-n", "kube-system"], id="leases-elsewhere"),
         # The DRA path: it reads slices and classes, patches claims and their status,
-        # makes templates and collects the ones it made (so it may delete templates);
-        # nothing else.
+        # creates and deletes pods' special claims (extended resources backed by DRA, as
+        # kube-scheduler does), makes templates and collects the ones it made (so it may
+        # delete templates); nothing else.
         pytest.param(["create", "-f", "{slice}"], id="write-slice"),
-        pytest.param(["delete", "resourceclaims", "-n", NAMESPACE, "any"], id="delete-claim"),
-        pytest.param(["create", "-f", "{claim}"], id="create-claim"),
         pytest.param(["delete", "deviceclass", "gpu.vgpu-operator.io"], id="delete-class"),
     ],
 )
@@ -994,3 +993,62 @@ def test_the_operator_allocates_a_claim_on_its_own_token(
     assert (result["pool"], result["device"]) == (node, card.name)
     assert claim["status"]["reservedFor"][0]["name"] == "dra"
     assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+
+
+def test_the_operator_makes_a_pods_special_claim_on_its_own_token(
+    installed: Cluster, operator_token: str, tmp_path: Path
+) -> None:
+    """With examples/dra/extended-resource.yaml applied, a plain nvidia.com/gpu pod is
+    served through its special claim: the claim's create, its allocation and the pod's
+    extendedResourceClaimStatus are allowed by the manifests' RBAC and claim policies."""
+    from vgpu_operator.devices import dra
+
+    cp = installed.cp
+    node = f"gpu-ext-{uuid.uuid4().hex[:6]}"
+    cp.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
+    card = dra.CardShape(f"GPU-{node}-0", 0, "L40S", "NVIDIA-L40S", 46068, 100, 4, "hami-core")
+    cp.create("/apis/resource.k8s.io/v1/resourceslices", dra.slice_wire(node, [card], 1, None))
+    namespace = f"team-{uuid.uuid4().hex[:6]}"
+    cp.ensure_namespace(namespace)
+    kubeconfig = token_kubeconfig(cp, operator_token, tmp_path / "operator.kubeconfig")
+    options = env.options(
+        cp,
+        NAMESPACE,
+        kubeconfig=kubeconfig,
+        config_map="vgpu-device-config",
+        standalone=False,
+        peering="vgpu-operator",
+        inventory_timeout_s=None,
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "plain", "namespace": namespace},
+        "spec": {
+            "schedulerName": "vgpu-scheduler",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "cuda",
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096"}},
+                }
+            ],
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+        },
+    }
+    applied = installed.run(["apply", "-f", "examples/dra/extended-resource.yaml"])
+    assert applied.returncode == 0, applied.stderr
+    try:
+        with OperatorThread(options):
+            env.create_pod(cp, pod)
+            bound = env.wait_bound(cp, namespace, "plain", 90)
+    finally:
+        restored = installed.run(["apply", "-f", "manifests/dra-deviceclasses.yaml"])
+        assert restored.returncode == 0, restored.stderr
+    assert bound["spec"]["nodeName"] == node
+    name = bound["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+    claim = cp.get(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}")
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["pool"], result["device"]) == (node, card.name)
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == bound["metadata"]["uid"]

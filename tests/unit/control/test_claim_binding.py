@@ -31,6 +31,11 @@ class Writer:
     def __init__(self, outcome: WriteOutcome = WriteOutcome.WRITTEN) -> None:
         self.outcome = outcome
         self.released: list[tuple[str, bool]] = []
+        self.created: list[Mapping[str, Any]] = []
+        self.discarded: list[str] = []
+        self.statuses: list[tuple[str, str, Mapping[str, Any]]] = []
+        self.exists = False
+        self.pod_gone = False
 
     async def allocate(
         self, claim: Mapping[str, Any], allocation: Mapping[str, Any] | None, consumer: Any
@@ -39,6 +44,19 @@ class Writer:
 
     async def release(self, namespace: str, name: str, consumer_uid: str, deallocate: bool) -> None:
         self.released.append((f"{namespace}/{name}", deallocate))
+
+    async def create(self, claim: Mapping[str, Any]) -> Any:
+        self.created.append(claim)
+        if self.exists:
+            return None
+        return {**claim, "metadata": {**claim["metadata"], "uid": "real", "resourceVersion": "1"}}
+
+    async def discard(self, namespace: str, name: str) -> None:
+        self.discarded.append(f"{namespace}/{name}")
+
+    async def write_pod_status(self, namespace: str, pod: str, status: Mapping[str, Any]) -> bool:
+        self.statuses.append((namespace, pod, status))
+        return not self.pod_gone
 
 
 def write(version: str = "7") -> ClaimWrite:
@@ -101,3 +119,57 @@ def test_a_pod_waits_for_the_claims_its_templates_make() -> None:
     assert pod_facts.awaits_its_claims(pod)
     pod["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]}
     assert not pod_facts.awaits_its_claims(pod)
+
+
+SPECIAL = {"metadata": {"namespace": "ns", "name": "p-extended-resources-bcdfg"}, "spec": {}}
+STATUS = {"resourceClaimName": "p-extended-resources-bcdfg", "requestMappings": []}
+
+
+def special_write() -> ClaimWrite:
+    return ClaimWrite(
+        "ns",
+        "p-extended-resources-bcdfg",
+        "uid-p-extended-resources",
+        "",
+        ALLOCATION,
+        {"uid": "pod", "name": "p"},
+        create=SPECIAL,
+        pod_status=STATUS,
+    )
+
+
+def test_a_special_claim_is_created_then_allocated_then_named_in_the_pods_status() -> None:
+    writer = Writer()
+    binding = ClaimBinding(Books(over=[]), writer, other_allocator_seen=lambda: None)
+    assert run(binding, [special_write()]) is None
+    assert writer.created == [SPECIAL]
+    assert writer.statuses == [("ns", "p", STATUS)]
+    assert writer.released == []
+    assert not writer.discarded
+
+
+def test_a_special_claim_that_exists_already_gives_the_decision_up() -> None:
+    writer = Writer()
+    writer.exists = True
+    binding = ClaimBinding(Books(over=[]), writer, other_allocator_seen=lambda: None)
+    assert "exists already" in (run(binding, [special_write()]) or "")
+    assert not writer.statuses
+
+
+def test_a_created_claim_is_deleted_when_the_pod_is_not_bound() -> None:
+    writer = Writer()
+    writer.pod_gone = True
+    binding = ClaimBinding(Books(over=[]), writer, other_allocator_seen=lambda: None)
+    assert "is gone" in (run(binding, [special_write()]) or "")
+    assert writer.discarded == ["ns/p-extended-resources-bcdfg"]
+    writer.discarded = []
+    asyncio.run(binding.undo([special_write()]))  # the Binding failed
+    assert writer.discarded == ["ns/p-extended-resources-bcdfg"]
+    assert writer.released == []
+
+
+def test_a_conflict_on_a_created_claim_deletes_it() -> None:
+    writer = Writer(WriteOutcome.CONFLICT)
+    binding = ClaimBinding(Books(over=[]), writer, other_allocator_seen=lambda: None)
+    assert "conflict" in (run(binding, [special_write()]) or "")
+    assert writer.discarded == ["ns/p-extended-resources-bcdfg"]
