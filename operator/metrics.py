@@ -415,6 +415,13 @@ class OperatorMetrics:
             buckets=_VICTIM_BUCKETS,
             registry=self._own,
         )
+        # The DRA dialect's decisions that chose victims (issue 35's aim is on these).
+        self._dra_preemption_decision = Histogram(
+            f"{PREFIX}_dra_preemption_decision_seconds",
+            "Time the engine took for one decision that chose victims for a pod with claims.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=self._own,
+        )
         self._config_rejected = Counter(
             f"{PREFIX}_config_rejections",
             "Device configurations refused as invalid (the last good one stays).",
@@ -479,6 +486,10 @@ class OperatorMetrics:
 
     def decided(self, duration_s: float) -> None:
         self._decision.observe(duration_s)
+
+    def dra_preemption_decided(self, duration_s: float) -> None:
+        """A decision for a pod with claims that chose victims took ``duration_s``."""
+        self._dra_preemption_decision.observe(duration_s)
 
     def bind_finished(self, duration_s: float) -> None:
         self._bind.observe(duration_s)

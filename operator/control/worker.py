@@ -308,7 +308,10 @@ class SchedulingWorker:
             self._feed.settle_releases()
             if self._selectors is not None:
                 self._selectors.decided(key)  # verdicts it lacked: computed off the loop
-        self._metrics.decided(time.perf_counter() - started)
+        took_s = time.perf_counter() - started
+        self._metrics.decided(took_s)
+        if decision.victims and (pod.get("spec") or {}).get("resourceClaims"):
+            self._metrics.dra_preemption_decided(took_s)
         if decision.scheduled and decision.node:
             self._reported.pop(key, None)
             self._feed.binding_started(key, str(meta_of(pod).get("uid") or ""))

@@ -151,8 +151,7 @@ class Books:
         return self._rank.ranking(pod_node_policy)
 
     def rank_entry(self, name: str, pod_node_policy: str | None) -> tuple[float, int, str] | None:
-        """The node's entry in ``ranking(pod_node_policy)`` (None: not ranked, it has no
-        free card)."""
+        """The node's entry in ``ranking(pod_node_policy)`` (None: it has no free card)."""
         return self._rank.entry(name, pod_node_policy)
 
     # --- the decision's writes ---------------------------------------------------------

@@ -272,13 +272,12 @@ class Cycle:
 
     def _schedule_claims(self, read: PodRead, now: float, explain: bool) -> Decision:
         """The DRA dialect (``claim_decision``) after the same read, node walk and node
-        gate; a pod that fits nowhere gets a verdict (its queueing hint) judged by the
-        dialect. No preemption there yet."""
+        gate; a pod that fits nowhere gets a verdict judged by the dialect, and may preempt.
+        A preemptor waits for its victims and their claims' release, the shares they free
+        held for it meanwhile (``claim_preemption``)."""
         key = read.key
         nomination = self.books.pop_nomination(key)
         if nomination is not None and claim_preemption.victims_remain(self.view, nomination):
-            # A preemptor waits for its victims and their claims' release; meanwhile the
-            # shares they free stay held for it (``claim_preemption``).
             self.books.nominate(key, nomination)
             return Decision(key, False, nominated_node=nomination.node)
         self.books.release_decided(key)
@@ -341,12 +340,10 @@ class Cycle:
         until = now + self.settings.nomination_timeout_s
         claim_preemption.hold(self.books, read.key, job, pod, placed.wanted, chosen, until)
         victims = claim_preemption.eviction_order(chosen, self.view.budgets())
-        pods = self.view.pods
+        uids = {p.key: self.view.pods[p.key].uid for p in victims if p.key in self.view.pods}
+        keys = tuple(p.key for p in victims)
         return dataclasses.replace(
-            decision,
-            nominated_node=chosen.candidate.node,
-            victims=tuple(p.key for p in victims),
-            victim_uids={p.key: pods[p.key].uid for p in victims if p.key in pods},
+            decision, nominated_node=chosen.candidate.node, victims=keys, victim_uids=uids
         )
 
     def _candidate_scores(
@@ -596,8 +593,7 @@ class Cycle:
 
     def quota_may_help(self, verdict: verdicts.Verdict, namespace: str) -> bool:
         """Whether a quota change in ``namespace`` (usage falling, limits changing) may
-        let the verdict's pods fit: they are of that namespace and a quota ruled cards
-        out for them."""
+        let the verdict's pods fit: theirs, where a quota ruled cards out for them."""
         if verdict.namespace != namespace:
             return False
         return verdict.quota_bound or verdict.job_epoch != self.view.epoch
