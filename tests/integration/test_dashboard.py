@@ -290,12 +290,13 @@ def test_the_variables_list_the_demos_nodes_and_namespaces(scraped: Evaluated) -
 
 
 def test_pending_pods_reasons_and_preemption_are_the_demos(scraped: Evaluated) -> None:
-    """The two pods that wait (one over its quota, one too big for any card), under the
-    reasons their conditions name; the preemption evicted its one victim."""
+    """The pods that wait (one over its quota, one too big for any card, and the four of
+    the gang that waits whole), under the reasons their conditions name; the preemption
+    evicted its one victim."""
     checks = scraped.checks
     assert checks is not None
-    assert float(checks["pending"][0]["value"][1]) == 2
     reasons = {s["metric"]["reason"]: float(s["value"][1]) for s in checks["reasons"]}
+    assert float(checks["pending"][0]["value"][1]) == 6, reasons
     assert reasons.get("ResourceQuotaNotFit") == 1
     assert reasons.get("CardInsufficientMemory") == 1
     assert float(checks["preemptions"][0]["value"][1]) == 1
