@@ -256,43 +256,86 @@ class MigAsk:
         return device.memory_mib >= self.memory_mib
 
 
+#: A card's placements as the scoring sees them: per placement its memory slices and,
+#: per counter it consumes, (the counter's position in the card's counter names, amount).
+Layout = tuple[tuple[int, tuple[tuple[int, int], ...]], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class _Card:
-    """One card's placements and its counter set's amounts left (hashable: memoized)."""
+    """One card's counter set, its counter names, and its placements (``Layout``), in
+    the order of ``devices``; or ``layout`` None when its devices use several sets (then
+    placements are only fitted, not scored)."""
 
     counter_set: str
-    #: Per placement of the card: its memory slices and what it takes of the set.
-    layout: tuple[tuple[int, tuple[tuple[str, Fraction], ...]], ...]
+    names: tuple[str, ...]
+    layout: Layout | None
+    devices: tuple[MigDevice, ...]
+
+    def state(self, left: Counters) -> tuple[int, ...]:
+        """What is left of each counter, rounded down (whole counters are the scoring's
+        unit; ``CounterLedger`` decides what fits, exactly)."""
+        have = left.get(self.counter_set, {})
+        return tuple(int(have.get(name, Fraction(0))) for name in self.names)
 
 
-def _card_of(devices: Sequence[MigDevice]) -> _Card | None:
-    """The card's one counter set and layout (None when its devices use several sets:
-    then no room is scored, only fit)."""
-    sets = {s for d in devices for s in d.consumes}
-    if len(sets) != 1:
-        return None
-    (name,) = sets
-    layout = tuple(
-        (d.memory_slices, tuple(sorted(d.consumes[name].items())))
-        for d in sorted(devices, key=lambda d: d.name)
-    )
-    return _Card(name, layout)
+#: The cards of the device lists seen last (a pool's list is read once and offered to
+#: every request on it): list identity -> (the list, its cards).
+_CARDS_SEEN: dict[int, tuple[Sequence[MigDevice], list[_Card]]] = {}
+_CARDS_SEEN_MAX = 256
 
 
-def _room(layout: tuple[tuple[int, tuple[tuple[str, Fraction], ...]], ...],
-          left: tuple[tuple[str, Fraction], ...]) -> int:  # fmt: skip
+def _cards(devices: Sequence[MigDevice]) -> list[_Card]:
+    seen = _CARDS_SEEN.get(id(devices))
+    if seen is not None and seen[0] is devices:
+        if sum(len(c.devices) for c in seen[1]) == len(devices):
+            return seen[1]
+    if len(_CARDS_SEEN) >= _CARDS_SEEN_MAX:
+        _CARDS_SEEN.clear()
+    cards = _group(devices)
+    _CARDS_SEEN[id(devices)] = (devices, cards)
+    return cards
+
+
+def _group(devices: Sequence[MigDevice]) -> list[_Card]:
+    per_card: dict[str, list[MigDevice]] = {}
+    for device in devices:
+        per_card.setdefault(device.card, []).append(device)
+    out = []
+    for group in per_card.values():
+        sets = {s for d in group for s in d.consumes}
+        name = min(sets) if sets else ""
+        names = tuple(sorted({c for d in group for c in d.consumes.get(name, {})}))
+        layout: Layout | None = None
+        whole = all(
+            a.denominator == 1 for d in group for c in d.consumes.values() for a in c.values()
+        )
+        if len(sets) == 1 and whole:
+            index = {c: i for i, c in enumerate(names)}
+            layout = tuple(
+                (d.memory_slices, tuple((index[c], int(a)) for c, a in d.consumes[name].items()))
+                for d in group
+            )
+        out.append(_Card(name, names, layout, tuple(group)))
+    return out
+
+
+def _fits(takes: tuple[tuple[int, int], ...], state: tuple[int, ...]) -> bool:
+    return all(state[i] >= amount for i, amount in takes)
+
+
+@functools.lru_cache(maxsize=65536)  # states of one card model: at most 2^8 x 8 each
+def _room(layout: Layout, state: tuple[int, ...]) -> int:
     """The placements that still fit, weighted by their memory slices: how much of the
     card later requests, big ones most, can still use."""
-    return _room_cached(layout, left)
+    return sum(size for size, takes in layout if _fits(takes, state))
 
 
-@functools.lru_cache(maxsize=65536)  # card states of one layout: at most 2^8 x 8
-def _room_cached(layout: tuple[tuple[int, tuple[tuple[str, Fraction], ...]], ...],
-                 left: tuple[tuple[str, Fraction], ...]) -> int:  # fmt: skip
-    have = dict(left)
-    return sum(
-        size for size, takes in layout if all(have.get(c, Fraction(0)) >= a for c, a in takes)
-    )
+def _after(takes: tuple[tuple[int, int], ...], state: tuple[int, ...]) -> tuple[int, ...]:
+    left = list(state)
+    for i, amount in takes:
+        left[i] -= amount
+    return tuple(left)
 
 
 def _v210_rank(device: MigDevice) -> int:
@@ -303,50 +346,39 @@ def _v210_rank(device: MigDevice) -> int:
 
 def choose(ask: MigAsk, devices: Sequence[MigDevice], ledger: CounterLedger) -> MigDevice | None:
     """The instance the engine gives ``ask`` (see the module's rules), or None."""
-    fitting = [d for d in devices if ask.matches(d) and ledger.fits(d.consumes)]
-    if not fitting:
+    scored: list[tuple[tuple[int, int, int, int, int, str], MigDevice]] = []
+    candidates: list[tuple[_Card, int, MigDevice]] = []
+    for card in _cards(devices):
+        for position, device in enumerate(card.devices):
+            if ask.matches(device) and ledger.fits(device.consumes):
+                candidates.append((card, position, device))
+    if not candidates:
         return None
     if ask.profile is None:
         # v2.10: the smallest profile that holds the request (memory, then slices).
-        smallest = min((d.memory_mib, d.compute_slices) for d in fitting)
-        fitting = [d for d in fitting if (d.memory_mib, d.compute_slices) == smallest]
-    wanted = {d.card for d in fitting}
-    per_card: dict[str, list[MigDevice]] = {}
-    for device in devices:
-        if device.card in wanted:
-            per_card.setdefault(device.card, []).append(device)
-    cards = {name: _card_of(group) for name, group in per_card.items()}
-    rooms: dict[str, tuple[int, int]] = {}
-    for name, card in cards.items():
-        if card is not None:
-            now = _room(card.layout, _state(card, ledger.left, {}))
-            whole = _room(card.layout, _state(card, ledger.total, {}))
-            rooms[name] = (now, whole)
-
-    def key(d: MigDevice) -> tuple[int, int, int, int, int, str]:
-        card = cards[d.card]
-        if card is None:
-            return (1, 0, 0, _v210_rank(d), d.card_index, d.name)
-        before, whole = rooms[d.card]
-        after = _room(card.layout, _state(card, ledger.left, d.consumes[card.counter_set]))
-        return (
+        smallest = min((d.memory_mib, d.compute_slices) for _, _, d in candidates)
+        candidates = [c for c in candidates if (c[2].memory_mib, c[2].compute_slices) == smallest]
+    rooms: dict[str, tuple[int, int, tuple[int, ...]]] = {}
+    for card, position, device in candidates:
+        if card.layout is None:
+            scored.append(((1, 0, 0, _v210_rank(device), device.card_index, device.name), device))
+            continue
+        if device.card not in rooms:
+            state = card.state(ledger.left)
+            whole = _room(card.layout, card.state(ledger.total))
+            rooms[device.card] = (_room(card.layout, state), whole, state)
+        before, whole, state = rooms[device.card]
+        after = _room(card.layout, _after(card.layout[position][1], state))
+        key = (
             int(before >= whole),  # fewest cards broken: a broken card first
             before - after,  # the choice that costs later requests least
             before,  # the fullest broken card first
-            _v210_rank(d),
-            d.card_index,
-            d.name,
+            _v210_rank(device),
+            device.card_index,
+            device.name,
         )
-
-    return min(fitting, key=key)
-
-
-def _state(
-    card: _Card, left: Counters, minus: Mapping[str, Fraction]
-) -> tuple[tuple[str, Fraction], ...]:
-    have = left.get(card.counter_set, {})
-    names = sorted({k for _, takes in card.layout for k, _ in takes})
-    return tuple((k, have.get(k, Fraction(0)) - minus.get(k, Fraction(0))) for k in names)
+        scored.append((key, device))
+    return min(scored, key=lambda pair: pair[0])[1]
 
 
 def first_fit(ask: MigAsk, devices: Sequence[MigDevice], ledger: CounterLedger) -> MigDevice | None:
