@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -25,7 +25,7 @@ import structlog
 
 from vgpu_operator.agent.dra import prepare
 from vgpu_operator.agent.nvml import mig_profile_from_name
-from vgpu_operator.devices import dra_mig
+from vgpu_operator.devices import dra, dra_mig
 
 log = structlog.get_logger("vgpu_operator.dra")
 
@@ -193,3 +193,77 @@ def created_of(spec: Mapping[str, Any]) -> list[Created]:
         except (ValueError, KeyError, TypeError):
             log.warning("mig_instance_annotation_unreadable", annotation=raw)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A published MIG device: its card, profile and first memory slice."""
+
+    card_uuid: str
+    profile: str
+    start: int
+
+
+def placements(cards: Sequence[dra_mig.MigCardShape]) -> dict[str, Placement]:
+    """Device name -> its placement, for every MIG device the node publishes."""
+    out = {}
+    for card in cards:
+        for profile in card.profiles():
+            for start in profile.starts:
+                out[dra_mig.instance_name(card.uuid, profile.name, start)] = Placement(
+                    card.uuid, profile.name, start
+                )
+    return out
+
+
+def is_mig_claim(claim: Mapping[str, Any], node: str, published: Mapping[str, Placement]) -> bool:
+    """Whether the claim's devices on this node are MIG devices; raises PrepareError for
+    a claim mixing MIG devices and shares (each is prepared its own way: ask for them in
+    two claims)."""
+    try:
+        allocation = dra.read_allocation(claim, dra.DRIVER, node)
+    except dra.AllocationUnreadable:
+        return False  # prepare.prepare says why
+    mig = [s.device in published for s in allocation.shares]
+    if any(mig) and not all(mig):
+        raise prepare.PrepareError(
+            f"claim {allocation.namespace}/{allocation.name} holds MIG instances and card "
+            "shares together; ask for them in two claims"
+        )
+    return any(mig)
+
+
+def prepare_mig(
+    claim: Mapping[str, Any],
+    node: str,
+    published: Mapping[str, Placement],
+    maker: MigMaker,
+) -> tuple[dict[str, Any], tuple[prepare.PreparedDevice, ...]]:
+    """Create the claim's instances; its CDI spec and kubelet's answer. On a failure the
+    instances made so far are destroyed again, and PrepareError raised."""
+    allocation = dra.read_allocation(claim, dra.DRIVER, node)
+    made: list[Created] = []
+    devices = []
+    answer = []
+    try:
+        for share in allocation.shares:
+            placement = published[share.device]
+            created = maker.create(placement.card_uuid, placement.profile, placement.start)
+            made.append(created)
+            device = cdi_device(allocation.uid, created)
+            devices.append(device)
+            answer.append(
+                prepare.PreparedDevice(
+                    requests=(share.request.split("/", 1)[0],),
+                    pool=share.pool,
+                    device=share.device,
+                    share_id=share.share_id,
+                    cdi_ids=(f"{prepare.CDI_KIND}={device['name']}",),
+                )
+            )
+    except prepare.PrepareError:
+        for created in made:
+            maker.destroy(created)
+        raise
+    spec = {"cdiVersion": prepare.CDI_VERSION, "kind": prepare.CDI_KIND, "devices": devices}
+    return spec, tuple(answer)

@@ -26,7 +26,7 @@ import structlog
 
 from vgpu_operator import resources
 from vgpu_operator.agent.backoff import Backoff
-from vgpu_operator.agent.dra import shapes
+from vgpu_operator.agent.dra import mig_prepare, shapes
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.wire import OwnerReference, ResourceSlice
 
@@ -84,6 +84,10 @@ class SlicePublisher:
     def cards(self) -> Mapping[str, dra.CardShape]:
         """Device name -> card, as last published (what Prepare checks claims against)."""
         return shapes.by_name(self._cards)
+
+    def mig_placements(self) -> Mapping[str, mig_prepare.Placement]:
+        """MIG device name -> its card, profile and start, as last published."""
+        return mig_prepare.placements(self._mig_cards)
 
     def set_status(self, status: resources.DeviceInventoryStatus) -> None:
         """A status the agent wrote: published at once if its cards changed."""

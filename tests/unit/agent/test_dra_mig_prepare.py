@@ -4,10 +4,17 @@ destroys exactly it (read back from the CDI spec, as after an agent restart)."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+from typing import Any, cast
+
 import pytest
 
-from vgpu_operator.agent.dra import mig_prepare, prepare
+from vgpu_operator.agent.deviceplugin.allocation import NodeSettings
+from vgpu_operator.agent.dra import dra_pb2, mig_prepare, prepare
+from vgpu_operator.agent.dra.plugin import DraPlugin
 from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.devices import dra, dra_mig
 
 MIG_CARD = "GPU-3a9d1f70-2b4c-4e55-8f10-a1000000d000"
 
@@ -49,3 +56,55 @@ def test_no_room_on_the_card_is_nvmls_refusal_said_plainly(backend: SimulatedBac
     maker = mig_prepare.MigMaker(backend.nvml_module)
     with pytest.raises(prepare.PrepareError, match="NVML refused MIG instance 7g"):
         maker.create(MIG_CARD, "7g.40gb", 0)  # the card runs 3g + 2g + 1g already
+
+
+def test_the_plugin_prepares_a_mig_claim_and_unprepares_it(
+    backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    card = dra_mig.MigCardShape(MIG_CARD, 0, "NVIDIA A100-SXM4-40GB", "NVIDIA-A100", 40960)
+    published = mig_prepare.placements([card])
+    device = dra_mig.instance_name(MIG_CARD, "1g.5gb", 6)
+    assert device in published
+    claim = {
+        "metadata": {"namespace": "team-a", "name": "slice", "uid": "mig-uid"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": dra.DRIVER, "pool": "node-a", "device": device}
+                    ]
+                }
+            }
+        },
+    }
+
+    async def claims(namespace: str, name: str) -> Any:
+        return claim
+
+    maker = mig_prepare.MigMaker(backend.nvml_module)
+    plugin = DraPlugin(
+        "node-a", dict, claims, NodeSettings(), tmp_path / "cdi", mig=(lambda: published, maker)
+    )
+    ref = dra_pb2.Claim(namespace="team-a", name="slice", uid="mig-uid")
+    before = instance_uuids(backend)
+
+    async def scenario() -> None:
+        request = dra_pb2.NodePrepareResourcesRequest(claims=[ref])
+        first = await plugin.NodePrepareResources(request, cast(Any, None))
+        answer = first.claims["mig-uid"]
+        assert not answer.error
+        (made,) = instance_uuids(backend) - before
+        (spec_file,) = (tmp_path / "cdi").iterdir()
+        assert f"NVIDIA_VISIBLE_DEVICES={made}" in spec_file.read_text()
+        assert [d.device_name for d in answer.devices] == [device]
+        again = await plugin.NodePrepareResources(request, cast(Any, None))
+        assert again == first  # kubelet repeats: the instance is kept, not made twice
+        assert len(instance_uuids(backend) - before) == 1
+        gone = await plugin.NodeUnprepareResources(
+            dra_pb2.NodeUnprepareResourcesRequest(claims=[ref]), cast(Any, None)
+        )
+        assert not gone.claims["mig-uid"].error
+
+    asyncio.run(scenario())
+    assert instance_uuids(backend) == before
+    assert list((tmp_path / "cdi").iterdir()) == []
