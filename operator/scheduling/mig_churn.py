@@ -23,6 +23,11 @@ _MODELS = (("NVIDIA A100-SXM4-80GB", 81920), ("NVIDIA H100 80GB HBM3", 81920))
 #: How often each profile is asked for (the small ones most, as in shared clusters).
 _MIX = (("1g.10gb", 40), ("2g.20gb", 25), ("3g.40gb", 18), ("4g.40gb", 7), ("7g.80gb", 10))
 
+#: The bench's trace: long enough that both rules meet a refusal, four arrivals in ten
+#: events a departure (the cluster fills while it churns).
+DEFAULT_LENGTH = 4000
+DEFAULT_LEAVE_SHARE = 0.4
+
 Rule = Callable[[mp.MigAsk, Sequence[mp.MigDevice], mp.CounterLedger], mp.MigDevice | None]
 
 
@@ -65,7 +70,9 @@ def cluster_slices(nodes: int = 12, cards_per_node: int = 8) -> list[dict[str, A
     return out
 
 
-def trace(seed: int, length: int = 4000, leave_share: float = 0.4) -> list[Event]:
+def trace(
+    seed: int, length: int = DEFAULT_LENGTH, leave_share: float = DEFAULT_LEAVE_SHARE
+) -> list[Event]:
     """A seeded trace: arrivals with the profile mix, departures of random live ones."""
     rng = random.Random(seed)
     names = [p for p, _ in _MIX]
@@ -89,8 +96,20 @@ def cluster_devices(slices: Sequence[dict[str, Any]]) -> tuple[list[mp.MigDevice
     return devices, counters
 
 
-def placed_before_refusal(events: Sequence[Event], rule: Rule, slices: Sequence[Any]) -> int:
-    """Requests ``rule`` places before it refuses one for the first time."""
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One rule on one trace: requests placed before the first refusal, the profile
+    refused (None: the trace ended first), and the compute and memory slices the live
+    instances held then (the cluster's capacity bounds what any rule can place)."""
+
+    placed: int
+    refused: str | None
+    compute_slices: int
+    memory_slices: int
+
+
+def replay(events: Sequence[Event], rule: Rule, slices: Sequence[Any]) -> Run:
+    """The trace under ``rule`` until its first refusal."""
     devices, counters = cluster_devices(slices)
     ledger = mp.CounterLedger(counters)
     live: list[mp.MigDevice] = []
@@ -103,8 +122,18 @@ def placed_before_refusal(events: Sequence[Event], rule: Rule, slices: Sequence[
             continue
         chosen = rule(mp.MigAsk(profile=event.profile), devices, ledger)
         if chosen is None:
-            return placed
+            return Run(
+                placed,
+                event.profile,
+                sum(d.compute_slices for d in live),
+                sum(d.memory_slices for d in live),
+            )
         ledger.take(chosen.consumes)
         live.append(chosen)
         placed += 1
-    return placed
+    return Run(placed, None, 0, 0)
+
+
+def placed_before_refusal(events: Sequence[Event], rule: Rule, slices: Sequence[Any]) -> int:
+    """Requests ``rule`` places before it refuses one for the first time."""
+    return replay(events, rule, slices).placed

@@ -287,9 +287,12 @@ _CARDS_SEEN_MAX = 256
 
 def _cards(devices: Sequence[MigDevice]) -> list[_Card]:
     seen = _CARDS_SEEN.get(id(devices))
-    if seen is not None and seen[0] is devices:
-        if sum(len(c.devices) for c in seen[1]) == len(devices):
-            return seen[1]
+    if (
+        seen is not None
+        and seen[0] is devices
+        and sum(len(c.devices) for c in seen[1]) == len(devices)
+    ):
+        return seen[1]
     if len(_CARDS_SEEN) >= _CARDS_SEEN_MAX:
         _CARDS_SEEN.clear()
     cards = _group(devices)

@@ -24,17 +24,23 @@ def main(argv: list[str]) -> int:
     leave = float(argv[3]) if len(argv) > 3 else mig_churn.DEFAULT_LEAVE_SHARE
     slices = mig_churn.cluster_slices()
     total_engine = total_first_fit = 0
-    print("seed  engine  first-fit  gain")
+    cards = 12 * 8
+    print(f"cluster: {cards} cards, {cards * 7} compute slices, {cards * 8} memory slices")
+    print("seed  engine (refused, compute in use)  first fit (refused, compute)  gain")
     for seed in range(seeds):
         events = mig_churn.trace(seed, length, leave)
         started = time.process_time()
-        engine = mig_churn.placed_before_refusal(events, mp.choose, slices)
-        first_fit = mig_churn.placed_before_refusal(events, mp.first_fit, slices)
+        engine = mig_churn.replay(events, mp.choose, slices)
+        first_fit = mig_churn.replay(events, mp.first_fit, slices)
         cpu = time.process_time() - started
-        total_engine += engine
-        total_first_fit += first_fit
-        gain = 100 * (engine / max(first_fit, 1) - 1)
-        print(f"{seed:4d}  {engine:6d}  {first_fit:9d}  {gain:+5.1f} %  ({cpu:.1f} s CPU)")
+        total_engine += engine.placed
+        total_first_fit += first_fit.placed
+        gain = 100 * (engine.placed / max(first_fit.placed, 1) - 1)
+        print(
+            f"{seed:4d}  {engine.placed:6d} ({engine.refused}, {engine.compute_slices})"
+            f"  {first_fit.placed:6d} ({first_fit.refused}, {first_fit.compute_slices})"
+            f"  {gain:+5.1f} %  ({cpu:.1f} s CPU)"
+        )
     gain = 100 * (total_engine / max(total_first_fit, 1) - 1)
     print(f"all   {total_engine:6d}  {total_first_fit:9d}  {gain:+5.1f} %")
     return 0

@@ -94,7 +94,9 @@ def test_fewest_cards_broken_a_broken_card_is_filled_before_an_intact_one() -> N
     a = take(pool, ledger, "2g.20gb")
     b = take(pool, ledger, "1g.10gb")
     c = take(pool, ledger, "3g.40gb")
-    assert a is not None and b is not None and c is not None
+    assert a is not None
+    assert b is not None
+    assert c is not None
     # All three on one card (2g, 1g and 3g fill its 8 memory slices): the other card
     # stays whole for a 7g.
     assert a.card == b.card == c.card
