@@ -137,3 +137,15 @@ def test_an_older_generations_slices_do_not_count() -> None:
     assert {d.card for d in pool.devices} == {card(0).name}
     assert set(pool.counters) == {dra_mig.counter_set_name(card(0).uuid)}
     assert pool.counters[dra_mig.counter_set_name(card(0).uuid)]["memory-slice-7"] == Fraction(1)
+
+
+def test_the_engines_cards_of_a_mig_node_are_its_share_devices_only() -> None:
+    from vgpu_operator.scheduling import dra_pool
+
+    shared = dra.CardShape(
+        "GPU-shared-0", 1, "NVIDIA H100", "NVIDIA-H100", 81920, 100, 4, "hami-core"
+    )
+    slices = dra_mig.pool_slices("node-a", [shared], [card(0)], 1, None)
+    pool = dra_pool.read_pool("node-a", slices)
+    assert [c.id for c in pool.cards] == [shared.name]
+    assert set(pool.devices) == {shared.name}
