@@ -1,0 +1,129 @@
+"""MIG on the DRA path, on the live API server with the real kube-scheduler (issue 39):
+the agent of a node with a card in MIG mode publishes it as partitionable devices (a
+counters slice and a slice of profile placements beside the share devices' slice), the
+API server keeps the counters, and kube-scheduler's allocator, honouring them, never
+gives two instances that overlap on the card."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from integration.dra_env import (
+    RESOURCE,
+    SLICES,
+    claim_pod,
+    create_claim_template,
+    dra_plane,
+    fresh_namespace,
+)
+from integration.test_agent import wait_for
+
+from vgpu_operator.devices import dra, dra_mig
+from vgpu_operator.testing.binaries import Binaries
+from vgpu_operator.testing.controlplane import ControlPlane
+
+NODE = "node-a100-mig"  # a100-mig: card 0 in MIG mode (A100 40GB), card 1 shared
+
+
+def _mig_class(cp: ControlPlane) -> None:
+    cp.create(
+        f"{RESOURCE}/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": dra_mig.MIG_CLASS},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f'device.driver == "{dra.DRIVER}" && '
+                            f'device.attributes["{dra.DRIVER}"].mode == "mig"'
+                        }
+                    }
+                ]
+            },
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    control_plane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    with dra_plane(
+        control_plane_binaries,
+        tmp_path_factory.mktemp("dra-mig"),
+        {NODE: "a100-mig"},
+        split=4,
+        before_scheduler=_mig_class,
+    ) as plane:
+        yield plane
+
+
+def pool(cluster: ControlPlane) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.request(
+        "GET", f"{SLICES}?fieldSelector=spec.nodeName%3D{NODE}"
+    )["items"]
+    return items if len(items) == 3 else []
+
+
+def profile_pod(cluster: ControlPlane, ns: str, name: str, profile: str) -> None:
+    selector = f'device.attributes["{dra.DRIVER}"].profile == "{profile}"'
+    create_claim_template(
+        cluster,
+        ns,
+        name,
+        {"deviceClassName": dra_mig.MIG_CLASS, "selectors": [{"cel": {"expression": selector}}]},
+    )
+    cluster.create(f"/api/v1/namespaces/{ns}/pods", claim_pod(name, template=name))
+
+
+def allocated_device(cluster: ControlPlane, ns: str, pod: str) -> str | None:
+    obj = cluster.get(f"/api/v1/namespaces/{ns}/pods/{pod}")
+    statuses = obj.get("status", {}).get("resourceClaimStatuses") or []
+    if not obj["spec"].get("nodeName") or not statuses:
+        return None
+    claim = cluster.get(
+        f"{RESOURCE}/namespaces/{ns}/resourceclaims/{statuses[0]['resourceClaimName']}"
+    )
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    return str(result["device"])
+
+
+def unschedulable(cluster: ControlPlane, ns: str, pod: str) -> str | None:
+    obj = cluster.get(f"/api/v1/namespaces/{ns}/pods/{pod}")
+    for condition in obj.get("status", {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            return str(condition.get("message", ""))
+    return None
+
+
+def test_the_mig_card_is_published_as_counters_and_placements(cluster: ControlPlane) -> None:
+    slices = wait_for("the node's three slices", lambda: pool(cluster), timeout=60)
+    by_name = {s["metadata"]["name"]: s["spec"] for s in slices}
+    counters = by_name[dra_mig.counters_slice_name(NODE)]["sharedCounters"]
+    assert len(counters) == 1  # one MIG card
+    assert counters[0]["counters"]["compute-slices"]["value"] == "7"
+    devices = by_name[dra_mig.mig_slice_name(NODE, 0)]["devices"]
+    assert len(devices) == 14
+    assert all(d["consumesCounters"][0]["counterSet"] == counters[0]["name"] for d in devices)
+    assert {s["pool"]["resourceSliceCount"] for s in by_name.values()} == {3}
+    # The shared card is still its one device; the MIG card is not offered as shares.
+    assert len(by_name[dra.slice_name(NODE)]["devices"]) == 1
+
+
+def test_kube_scheduler_never_gives_overlapping_instances(cluster: ControlPlane) -> None:
+    wait_for("the node's three slices", lambda: pool(cluster), timeout=60)
+    ns = fresh_namespace(cluster, "mig")
+    profile_pod(cluster, ns, "four", "4g.20gb")
+    four = wait_for("the 4g instance", lambda: allocated_device(cluster, ns, "four"), 60)
+    assert four.endswith("-mig-4g-20gb-0")
+    profile_pod(cluster, ns, "three", "3g.20gb")
+    three = wait_for("the 3g instance", lambda: allocated_device(cluster, ns, "three"), 60)
+    assert three.endswith("-mig-3g-20gb-4")  # 3g at 0 overlaps the 4g: only 4 is left
+    # Every memory slice is now held: no 1g fits, whatever its start.
+    profile_pod(cluster, ns, "one", "1g.5gb")
+    wait_for("the 1g pod to be refused", lambda: unschedulable(cluster, ns, "one"), 60)
+    assert allocated_device(cluster, ns, "one") is None
