@@ -33,7 +33,7 @@ from vgpu_operator.errors import CodecError
 from vgpu_operator.wire import OwnerReference, ResourceSlice
 
 #: The DeviceClass of MIG instances (manifests/dra-deviceclasses.yaml).
-MIG_CLASS: Final = f"mig.{dra.DRIVER}"
+MIG_CLASS: Final = dra.MIG_CLASS
 #: Attribute names of a MIG device (the driver's domain).
 ATTR_PROFILE: Final = "profile"
 ATTR_MIG_START: Final = "migStart"

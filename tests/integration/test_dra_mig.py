@@ -28,24 +28,8 @@ NODE = "node-a100-mig"  # a100-mig: card 0 in MIG mode (A100 40GB), card 1 share
 
 
 def _mig_class(cp: ControlPlane) -> None:
-    cp.create(
-        f"{RESOURCE}/deviceclasses",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": dra_mig.MIG_CLASS},
-            "spec": {
-                "selectors": [
-                    {
-                        "cel": {
-                            "expression": f'device.driver == "{dra.DRIVER}" && '
-                            f'device.attributes["{dra.DRIVER}"].mode == "mig"'
-                        }
-                    }
-                ]
-            },
-        },
-    )
+    # manifests/dra-deviceclasses.yaml, installed by the fixture, holds the MIG class.
+    assert cp.get(f"{RESOURCE}/deviceclasses/{dra_mig.MIG_CLASS}")
 
 
 @pytest.fixture(scope="module")
