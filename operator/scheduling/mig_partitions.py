@@ -249,8 +249,12 @@ class MigAsk:
 
     profile: str | None = None
     memory_mib: int = 0
+    #: Only these devices (a request's selectors allow them); None: any.
+    allowed: frozenset[str] | None = None
 
     def matches(self, device: MigDevice) -> bool:
+        if self.allowed is not None and device.name not in self.allowed:
+            return False
         if self.profile is not None:
             return device.profile == self.profile
         return device.memory_mib >= self.memory_mib

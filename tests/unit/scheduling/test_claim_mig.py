@@ -1,0 +1,133 @@
+"""The engine allocates claims of the MIG DeviceClass: instances by the MIG rules, the
+counters of every hold (other allocators' and its own decisions in flight) taken first so
+two decisions never overlap, the allocation written as upstream's (no consumed capacity),
+and a clear reason when nothing fits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import dra, dra_mig
+from vgpu_operator.scheduling import claim_routing
+from vgpu_operator.scheduling.cluster import ClusterState
+
+NODE = "mig-a"
+CARD = dra_mig.MigCardShape(
+    uuid="GPU-00000000-aaaa-bbbb-cccc-000000000000",
+    index=0,
+    product="NVIDIA A100-SXM4-40GB",
+    hami_type="NVIDIA-A100",
+    memory_mib=40960,
+)
+
+
+def state() -> ClusterState:
+    engine = ClusterState(DeviceConfig())
+    engine.set_node({"metadata": {"name": NODE, "labels": {dra.NODE_PATH_LABEL: dra.PATH_DRA}}})
+    for device_class in dra.device_classes():
+        engine.set_device_class(device_class)
+    for item in dra_mig.pool_slices(NODE, [], [CARD], 1, None):
+        engine.set_slice(dict(item))
+    return engine
+
+
+def claim(name: str, profile: str | None = None, memory: str | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": dra.MIG_CLASS}
+    if profile is not None:
+        expression = f'device.attributes["{dra.DRIVER}"].profile == "{profile}"'
+        exactly["selectors"] = [{"cel": {"expression": expression}}]
+    if memory is not None:
+        exactly["capacity"] = {"requests": {"memory": memory}}
+    return {
+        "metadata": {"namespace": "ns", "name": name, "uid": f"uid-{name}", "resourceVersion": "1"},
+        "spec": {"devices": {"requests": [{"name": "mig", "exactly": exactly}]}},
+    }
+
+
+def pod(name: str, claim_name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": name, "uid": f"uid-{name}"},
+        "spec": {
+            "schedulerName": "vgpu-scheduler",
+            "containers": [{"name": "c", "resources": {"claims": [{"name": "mig"}]}}],
+            "resourceClaims": [{"name": "mig", "resourceClaimName": claim_name}],
+        },
+    }
+
+
+def placed(engine: ClusterState, name: str, **ask: str) -> tuple[str, dict[str, Any]] | None:
+    engine.set_claim(claim(name, **ask))
+    decision = engine.schedule(pod(f"p-{name}", name), now=0)
+    if not decision.scheduled:
+        return None
+    [write] = decision.claim_writes
+    assert write.allocation is not None
+    [result] = write.allocation["devices"]["results"]
+    return str(result["device"]), dict(result)
+
+
+def instance(profile: str, start: int) -> str:
+    return dra_mig.instance_name(CARD.uuid, profile, start)
+
+
+def test_a_mig_claim_gets_the_instance_the_mig_rules_choose_and_an_upstream_result() -> None:
+    engine = state()
+    got = placed(engine, "a", profile="1g.5gb")
+    assert got is not None
+    device, result = got
+    assert device == instance("1g.5gb", 6)  # v2.10: 1g from the highest start
+    assert result == {"request": "mig", "driver": dra.DRIVER, "pool": NODE, "device": device}
+
+
+def test_decisions_in_flight_hold_their_counters_so_instances_never_overlap() -> None:
+    engine = state()
+    first = placed(engine, "a", profile="4g.20gb")
+    assert first is not None and first[0] == instance("4g.20gb", 0)
+    # The first decision's claim is not written back yet: its hold still counts.
+    second = placed(engine, "b", profile="3g.20gb")
+    assert second is not None and second[0] == instance("3g.20gb", 4)
+    assert placed(engine, "c", profile="1g.5gb") is None  # every compute slice is taken
+    engine.rollback("ns/p-a")  # the 4g goes: its slices come back
+    again = placed(engine, "d", profile="4g.20gb")
+    assert again is not None and again[0] == instance("4g.20gb", 0)
+
+
+def test_a_request_by_memory_takes_the_smallest_profile_that_holds_it() -> None:
+    engine = state()
+    got = placed(engine, "a", memory="9Gi")
+    assert got is not None
+    assert got[0] == instance("2g.10gb", 4)  # 1g.5gb is too small; 2g is the smallest
+
+
+def test_refusals_say_why() -> None:
+    engine = state()
+    engine.set_claim(claim("none", profile="9g.99gb"))
+    decision = engine.schedule(pod("p-none", "none"), now=0)
+    assert not decision.scheduled and decision.diagnosis is not None
+    assert "DeviceNotSelected" in decision.diagnosis.message()
+    assert placed(engine, "big", profile="7g.40gb") is not None
+    engine.set_claim(claim("full", profile="1g.5gb"))
+    decision = engine.schedule(pod("p-full", "full"), now=0)
+    assert not decision.scheduled and decision.diagnosis is not None
+    assert "CardMigTopologyInfeasible" in decision.diagnosis.message()
+
+
+def test_a_claim_mixing_mig_and_shares_is_refused_with_a_sentence() -> None:
+    engine = state()
+    mixed = claim("mixed", profile="1g.5gb")
+    mixed["spec"]["devices"]["requests"].append(
+        {"name": "share", "exactly": {"deviceClassName": dra.SHARED_CLASS}}
+    )
+    engine.set_claim(mixed)
+    decision = engine.schedule(pod("p", "mixed"), now=0)
+    assert not decision.scheduled and decision.diagnosis is not None
+    assert "claims of their own" in decision.diagnosis.message()
+
+
+def test_pods_with_mig_claims_are_routed_to_this_scheduler() -> None:
+    bare = pod("p", "a")
+    del bare["spec"]["schedulerName"]
+    ref = claim_routing.ClaimRef(claim_routing.CLAIM, "a")
+    routing = claim_routing.route(bare, [(ref, claim("a", profile="1g.5gb"))], "vgpu-scheduler")
+    assert routing.action is claim_routing.Action.ROUTE
