@@ -131,3 +131,61 @@ def test_pods_with_mig_claims_are_routed_to_this_scheduler() -> None:
     ref = claim_routing.ClaimRef(claim_routing.CLAIM, "a")
     routing = claim_routing.route(bare, [(ref, claim("a", profile="1g.5gb"))], "vgpu-scheduler")
     assert routing.action is claim_routing.Action.ROUTE
+
+
+def dual_state() -> ClusterState:
+    """The card offered both ways: its share device consumes every counter of the card."""
+    engine = ClusterState(DeviceConfig())
+    engine.set_node({"metadata": {"name": NODE, "labels": {dra.NODE_PATH_LABEL: dra.PATH_DRA}}})
+    for device_class in dra.device_classes():
+        engine.set_device_class(device_class)
+    slices = [dict(s) for s in dra_mig.pool_slices(NODE, [], [CARD], 1, None)]
+    share = {
+        "name": CARD.name,
+        "allowMultipleAllocations": True,
+        "attributes": {"mode": {"string": "hami-core"}},
+        "capacity": {dra.MEMORY: {"value": "40960Mi"}},
+        "consumesCounters": dra_mig.shared_device_counters(CARD.uuid),
+    }
+    slices[0]["spec"] = {**slices[0]["spec"], "devices": [share]}
+    for item in slices:
+        engine.set_slice(item)
+    return engine
+
+
+def test_a_card_offered_as_shares_and_as_mig_is_never_both_at_once() -> None:
+    engine = dual_state()
+    upstream = claim("upstream-share")
+    upstream["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = dra.SHARED_CLASS
+    upstream["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "mig",
+                        "driver": dra.DRIVER,
+                        "pool": NODE,
+                        "device": CARD.name,
+                        "consumedCapacity": {"memory": "1Gi"},
+                    }
+                ]
+            },
+        }
+    }
+    engine.set_claim(upstream)  # kube-scheduler gave a share of the card
+    assert placed(engine, "a", profile="1g.5gb") is None
+    engine.remove_claim("ns/upstream-share")
+    got = placed(engine, "b", profile="1g.5gb")
+    assert got is not None  # the share went: instances may be made
+    # ... and while an instance holds, the engine offers no share of the card.
+    engine.set_claim(
+        {
+            "metadata": {"namespace": "ns", "name": "s", "uid": "uid-s", "resourceVersion": "1"},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "mig", "exactly": {"deviceClassName": dra.SHARED_CLASS}}]
+                }
+            },
+        }
+    )
+    assert not engine.schedule(pod("p-s", "s"), now=0).scheduled
