@@ -83,14 +83,17 @@ def test_a_mig_claim_gets_the_instance_the_mig_rules_choose_and_an_upstream_resu
 def test_decisions_in_flight_hold_their_counters_so_instances_never_overlap() -> None:
     engine = state()
     first = placed(engine, "a", profile="4g.20gb")
-    assert first is not None and first[0] == instance("4g.20gb", 0)
+    assert first is not None
+    assert first[0] == instance("4g.20gb", 0)
     # The first decision's claim is not written back yet: its hold still counts.
     second = placed(engine, "b", profile="3g.20gb")
-    assert second is not None and second[0] == instance("3g.20gb", 4)
+    assert second is not None
+    assert second[0] == instance("3g.20gb", 4)
     assert placed(engine, "c", profile="1g.5gb") is None  # every compute slice is taken
     engine.rollback("ns/p-a")  # the 4g goes: its slices come back
     again = placed(engine, "d", profile="4g.20gb")
-    assert again is not None and again[0] == instance("4g.20gb", 0)
+    assert again is not None
+    assert again[0] == instance("4g.20gb", 0)
 
 
 def test_a_request_by_memory_takes_the_smallest_profile_that_holds_it() -> None:
@@ -104,12 +107,14 @@ def test_refusals_say_why() -> None:
     engine = state()
     engine.set_claim(claim("none", profile="9g.99gb"))
     decision = engine.schedule(pod("p-none", "none"), now=0)
-    assert not decision.scheduled and decision.diagnosis is not None
+    assert not decision.scheduled
+    assert decision.diagnosis is not None
     assert "DeviceNotSelected" in decision.diagnosis.message()
     assert placed(engine, "big", profile="7g.40gb") is not None
     engine.set_claim(claim("full", profile="1g.5gb"))
     decision = engine.schedule(pod("p-full", "full"), now=0)
-    assert not decision.scheduled and decision.diagnosis is not None
+    assert not decision.scheduled
+    assert decision.diagnosis is not None
     assert "CardMigTopologyInfeasible" in decision.diagnosis.message()
 
 
@@ -121,7 +126,8 @@ def test_a_claim_mixing_mig_and_shares_is_refused_with_a_sentence() -> None:
     )
     engine.set_claim(mixed)
     decision = engine.schedule(pod("p", "mixed"), now=0)
-    assert not decision.scheduled and decision.diagnosis is not None
+    assert not decision.scheduled
+    assert decision.diagnosis is not None
     assert "claims of their own" in decision.diagnosis.message()
 
 
