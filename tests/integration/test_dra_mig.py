@@ -177,3 +177,9 @@ def test_the_engine_places_a_mig_claim_beside_kube_schedulers_and_the_driver_pre
     assert "consumedCapacity" not in claim["status"]["allocation"]["devices"]["results"][0]
     (agent,) = AGENTS
     assert prepared_by_driver(agent, claim) == ""
+    # The engine's instances go: their counters come back, and the waiting 3g is placed
+    # (at 4: the 4g still holds 0 to 3) without being created again.
+    for pod in ("engine-one", "engine-two"):
+        cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}?gracePeriodSeconds=0")
+    three = wait_for("the 3g placed", lambda: allocated_device(cluster, ns, "engine-three"), 90)
+    assert three.endswith("-mig-3g-20gb-4")
