@@ -9,7 +9,7 @@ from typing import Any
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, dra_mig
-from vgpu_operator.scheduling import claim_routing
+from vgpu_operator.scheduling import claim_mig, claim_routing
 from vgpu_operator.scheduling.cluster import ClusterState
 
 NODE = "mig-a"
@@ -195,3 +195,33 @@ def test_a_card_offered_as_shares_and_as_mig_is_never_both_at_once() -> None:
         }
     )
     assert not engine.schedule(pod("p-s", "s"), now=0).scheduled
+
+
+def test_a_request_for_several_instances_gets_them_all_on_free_slices_or_none() -> None:
+    engine = state()
+    many = claim("many", profile="2g.10gb")
+    many["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
+    engine.set_claim(many)
+    decision = engine.schedule(pod("p-many", "many"), now=0)
+    assert decision.scheduled
+    [write] = decision.claim_writes
+    assert write.allocation is not None
+    devices = [r["device"] for r in write.allocation["devices"]["results"]]
+    assert sorted(devices) == sorted(instance("2g.10gb", s) for s in (0, 2, 4))
+    more = claim("more", profile="1g.5gb")
+    more["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    engine.set_claim(more)
+    # One compute slice is left: one 1g fits, two do not, and the claim gets none.
+    assert not engine.schedule(pod("p-more", "more"), now=0).scheduled
+    assert placed(engine, "one", profile="1g.5gb") is not None
+
+
+def test_a_device_held_twice_takes_its_card_whole() -> None:
+    node = claim_mig.read_mig_node(
+        NODE, [dict(s) for s in dra_mig.pool_slices(NODE, [], [CARD], 1, None)]
+    )
+    assert node is not None
+    one = instance("1g.5gb", 0)
+    counted = claim_mig.ledger(node, [one, one])
+    assert all(v == 0 for counters in counted.left.values() for v in counters.values())
+    assert claim_mig.ledger(node, [one]).fits(node.pool.by_name[instance("1g.5gb", 1)].consumes)
