@@ -303,7 +303,12 @@ class ClaimBooks:
     def _sums(self, hold: Hold) -> dict[str, tuple[int, int]]:
         cards = {d.id: model.DeviceUsage.from_info(d) for d in self._hooks.registered_on(hold.node)}
         booked = claim_ledger.bookings(hold, cards)
-        return {VENDOR: (sum(b.memory_mib for b in booked), sum(b.cores for b in booked))}
+        memory = sum(b.memory_mib for b in booked)
+        mig = self._migs.get(hold.node)
+        if mig is not None:
+            # A MIG instance counts its memory, as HAMi counts a MIG card's (no cores).
+            memory += claim_mig.held_memory_mib(mig, (s.device for s in hold.shares))
+        return {VENDOR: (memory, sum(b.cores for b in booked))}
 
     def requota(self) -> None:
         """Count the claims again in a new quota ledger (the config changed)."""

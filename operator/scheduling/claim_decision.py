@@ -308,6 +308,7 @@ class ClaimDialect:
             # MIG claims take instances by counters (``claim_mig``), the rest cards.
             try:
                 placed = claim_mig.fit_mig_claims(
+                    job,
                     mig,
                     self.view.claims.mig_of(node.name),
                     self.view.claims.held_devices(node.name),
@@ -320,7 +321,8 @@ class ClaimDialect:
                 return placed
             if pool is None:
                 return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
-            others = self._fit_cards(node, job, rest, pool, cards)
+            instances = [(p.consumption.memory_mib, 0) for ps in placed.picks.values() for p in ps]
+            others = self._fit_cards(node, job, rest, pool, cards, instances)
             others.picks.update(placed.picks)
             return others
         if pool is None:
@@ -334,8 +336,10 @@ class ClaimDialect:
         pending: Sequence[claims.Claim],
         pool: dra_pool.Pool,
         cards: list[model.DeviceUsage] | None,
+        earlier: Sequence[tuple[int, int]] = (),
     ) -> claim_fit.ClaimsOutcome:
-        """The claims of shared and exclusive classes on the node's cards."""
+        """The claims of shared and exclusive classes on the node's cards (``earlier``:
+        what the pod's MIG instances take, for the quota)."""
         # A DRA card is named by its device name, the UUID lower-cased: cordons and the
         # node layer's UUID restrictions name UUIDs.
         cordon_note = node.facts.annotations.get(names.NODE_DEVICE_CORDON)
@@ -359,6 +363,7 @@ class ClaimDialect:
             cordoned,
             layer,
             self.view.claims.selector_cache,
+            earlier,
         )
 
 

@@ -25,7 +25,14 @@ from typing import Any
 
 from vgpu_operator.devices import dra
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling import claim_cel, claim_fit, claims, dra_pool, mig_partitions
+from vgpu_operator.scheduling import (
+    claim_cel,
+    claim_fit,
+    claims,
+    dra_pool,
+    mig_partitions,
+    placement,
+)
 from vgpu_operator.scheduling.status import Reason
 
 
@@ -111,15 +118,27 @@ def _ask(request: claims.Request) -> mig_partitions.MigAsk | None:
     return mig_partitions.MigAsk(memory_mib=memory_mib)
 
 
+def held_memory_mib(node: MigNode, devices: Iterable[str]) -> int:
+    """The memory of the MIG instances among ``devices`` (a hold's, for the quota)."""
+    by_name = node.pool.by_name
+    return sum(by_name[d].memory_mib for d in devices if d in by_name)
+
+
 def fit_mig_claims(
+    job: placement.Job,
     pending: Sequence[claims.Claim],
     node: MigNode | None,
     held: Iterable[str],
     cache: claim_cel.SelectorCache,
 ) -> claim_fit.ClaimsOutcome:
-    """Instances for every MIG request of ``pending`` on this node (raises
-    CelRuntimeError as ``claims.eligible`` does)."""
+    """Instances for every MIG request of ``pending`` on this node, each within the
+    namespace's quota (an instance counts its memory, as HAMi counts a MIG card's; the
+    picks' ``consumption.memory_mib`` carries it on to the pod's other claims). Raises
+    CelRuntimeError as ``claims.eligible`` does."""
     outcome = claim_fit.ClaimsOutcome(True)
+    factor = job.memory_factors.get(dra.VENDOR, 1)
+    limited = job.quota.has_limits(job.namespace)
+    taken_mib = 0
     if not pending:
         return outcome
     if node is None:
@@ -155,6 +174,15 @@ def fit_mig_claims(
                     return claim_fit.ClaimsOutcome(
                         False, reasons=Counter({Reason.CARD_MIG_TOPOLOGY_INFEASIBLE: cards})
                     )
+                # The chosen profile is the smallest the request allows: if its memory
+                # breaks the quota, every other would too.
+                if limited and not job.quota.fits(
+                    job.namespace, dra.VENDOR, taken_mib + chosen.memory_mib, 0, factor
+                ):
+                    return claim_fit.ClaimsOutcome(
+                        False, reasons=Counter({Reason.RESOURCE_QUOTA_NOT_FIT: 1})
+                    )
+                taken_mib += chosen.memory_mib
                 counted.take(chosen.consumes)
                 consumption = claims.Consumption(None, chosen.memory_mib, 0, 1)
                 picks.append(claim_fit.Pick(request.name, node.devices[chosen.name], consumption))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from builders import resource_quota
+
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.scheduling import claim_mig, claim_routing
@@ -225,3 +227,17 @@ def test_a_device_held_twice_takes_its_card_whole() -> None:
     counted = claim_mig.ledger(node, [one, one])
     assert all(v == 0 for counters in counted.left.values() for v in counters.values())
     assert claim_mig.ledger(node, [one]).fits(node.pool.by_name[instance("1g.5gb", 1)].consumes)
+
+
+def test_instances_count_their_memory_in_the_namespace_quota() -> None:
+    engine = state()
+    engine.set_quota(resource_quota("ns", gpumem=12000))
+    first = placed(engine, "a", profile="2g.10gb")  # 9.75 GiB of 12000 MiB
+    assert first is not None
+    engine.set_claim(claim("b", profile="1g.5gb"))
+    decision = engine.schedule(pod("p-b", "b"), now=0)
+    assert not decision.scheduled
+    assert decision.diagnosis is not None
+    assert "ResourceQuotaNotFit" in decision.diagnosis.message()
+    engine.rollback("ns/p-a")  # the 2g's hold goes, and its memory from the quota
+    assert engine.schedule(pod("p-b", "b"), now=0).scheduled
