@@ -208,6 +208,7 @@ class SliceDevice(TypedDict, total=False):
     capacity: dict[str, dict[str, Any]]
     allowMultipleAllocations: bool
     taints: list[dict[str, Any]]
+    consumesCounters: list[dict[str, Any]]
 
 
 class ResourceSliceSpec(TypedDict, total=False):
@@ -215,6 +216,7 @@ class ResourceSliceSpec(TypedDict, total=False):
     nodeName: str
     pool: ResourcePool
     devices: list[SliceDevice]
+    sharedCounters: list[dict[str, Any]]
 
 
 class ResourceSlice(KubeObject, total=False):

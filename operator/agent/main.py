@@ -42,6 +42,7 @@ from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin, StaleRead, 
 from vgpu_operator.agent.dra import shapes as dra_shapes
 from vgpu_operator.agent.dra import sysfs as dra_sysfs
 from vgpu_operator.agent.dra.health_stream import HealthStream
+from vgpu_operator.agent.dra.mig_prepare import MigMaker
 from vgpu_operator.agent.dra.plugin import DraPlugin
 from vgpu_operator.agent.dra.publisher import SlicePublisher
 from vgpu_operator.agent.dra.runner import DraRunner
@@ -627,6 +628,7 @@ async def run_dra_driver(
             host=HostPaths(hook_dir=settings.hami_core_dir),
         ),
         Path(settings.cdi_dir),
+        mig=(publisher.mig_placements, MigMaker(backend.nvml_module)),
     )
     agent = Agent(settings, backend, KubeAgentWriter(api), metrics=metrics)
     # kubelet's health stream reports the cards as published, resent every heartbeat.

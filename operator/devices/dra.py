@@ -72,6 +72,8 @@ PATHS: Final = (PATH_DEVICE_PLUGIN, PATH_DRA)
 #: DeviceClass names (manifests/dra-deviceclasses.yaml).
 SHARED_CLASS: Final = DRIVER
 EXCLUSIVE_CLASS: Final = f"exclusive.{DRIVER}"
+#: MIG instances of cards in MIG mode (``dra_mig``): devices of mode ``mig``.
+MIG_CLASS: Final = f"mig.{DRIVER}"
 
 MIB: Final = 1024 * 1024
 #: What one card's ``cores`` capacity is: percent of its compute.
@@ -217,18 +219,27 @@ def slice_wire(
 def device_classes() -> list[dict[str, Any]]:
     """The DeviceClasses of manifests/dra-deviceclasses.yaml: shared and exclusive use of
     this driver's cards that HAMi-core shares (both select the same devices; what an
-    exclusive request holds is checked when it is prepared)."""
-    selector = (
-        f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].{ATTR_MODE} == "hami-core"'
-    )
+    exclusive request holds is checked when it is prepared), and MIG instances of cards
+    in MIG mode (the counter-consuming devices ``dra_mig`` publishes)."""
+
+    def selecting(mode: str) -> dict[str, Any]:
+        expression = (
+            f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].{ATTR_MODE} == "{mode}"'
+        )
+        return {"selectors": [{"cel": {"expression": expression}}]}
+
     return [
         {
             "apiVersion": API_VERSION,
             "kind": "DeviceClass",
             "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "vgpu-operator"}},
-            "spec": {"selectors": [{"cel": {"expression": selector}}]},
+            "spec": selecting(mode),
         }
-        for name in (SHARED_CLASS, EXCLUSIVE_CLASS)
+        for name, mode in (
+            (SHARED_CLASS, "hami-core"),
+            (EXCLUSIVE_CLASS, "hami-core"),
+            (MIG_CLASS, "mig"),
+        )
     ]
 
 

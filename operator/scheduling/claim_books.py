@@ -27,7 +27,14 @@ from typing import Any
 from vgpu_operator import names
 from vgpu_operator.devices import dra, model
 from vgpu_operator.devices.dra import VENDOR
-from vgpu_operator.scheduling import claim_cel, claim_ledger, claims, dra_pool, placement
+from vgpu_operator.scheduling import (
+    claim_cel,
+    claim_ledger,
+    claim_mig,
+    claims,
+    dra_pool,
+    placement,
+)
 from vgpu_operator.scheduling.claim_ledger import Decided, Hold
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
@@ -50,6 +57,8 @@ class ClaimBooks:
         self._hooks = hooks
         self._slice_objects: dict[str, Mapping[str, Any]] = {}
         self._pools: dict[str, dra_pool.Pool] = {}
+        #: Per node, its MIG placements and counters (``claim_mig``).
+        self._migs: dict[str, claim_mig.MigNode] = {}
         self._claim_objects: dict[str, Mapping[str, Any]] = {}
         self._classes: dict[str, claims.DeviceClass] = {}
         self._cel = claim_cel.SelectorCache()
@@ -94,7 +103,12 @@ class ClaimBooks:
     def _read_pool(self, node: str) -> None:
         slices = [s for s in self._slice_objects.values() if _slice_node(s) == node]
         pool = dra_pool.read_pool(node, slices)
-        if pool.devices:
+        mig = claim_mig.read_mig_node(node, slices)
+        if mig is None:
+            self._migs.pop(node, None)
+        else:
+            self._migs[node] = mig
+        if pool.devices or mig is not None:
             self._pools[node] = pool
         else:
             self._pools.pop(node, None)
@@ -104,6 +118,14 @@ class ClaimBooks:
 
     def pool_of(self, node: str) -> dra_pool.Pool | None:
         return self._pools.get(node)
+
+    def mig_of(self, node: str) -> claim_mig.MigNode | None:
+        return self._migs.get(node)
+
+    def held_devices(self, node: str) -> list[str]:
+        """The device of every result the node's holds name (the engine's decisions in
+        flight included): what MIG counters they take (``claim_mig.ledger``)."""
+        return [s.device for h in self._claim_ledger.on_node(node) for s in h.shares]
 
     def pool_problems(self) -> dict[str, tuple[str, ...]]:
         return {n: p.problems for n, p in self._pools.items() if p.problems}
@@ -281,7 +303,12 @@ class ClaimBooks:
     def _sums(self, hold: Hold) -> dict[str, tuple[int, int]]:
         cards = {d.id: model.DeviceUsage.from_info(d) for d in self._hooks.registered_on(hold.node)}
         booked = claim_ledger.bookings(hold, cards)
-        return {VENDOR: (sum(b.memory_mib for b in booked), sum(b.cores for b in booked))}
+        memory = sum(b.memory_mib for b in booked)
+        mig = self._migs.get(hold.node)
+        if mig is not None:
+            # A MIG instance counts its memory, as HAMi counts a MIG card's (no cores).
+            memory += claim_mig.held_memory_mib(mig, (s.device for s in hold.shares))
+        return {VENDOR: (memory, sum(b.cores for b in booked))}
 
     def requota(self) -> None:
         """Count the claims again in a new quota ledger (the config changed)."""

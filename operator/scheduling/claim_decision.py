@@ -26,10 +26,13 @@ from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     claim_best_fit,
+    claim_cel,
     claim_fit,
+    claim_mig,
     claim_routing,
     claim_wire,
     claims,
+    dra_pool,
     extended_claims,
     node_gate,
     placement,
@@ -154,7 +157,7 @@ class ClaimDialect:
         return extended_claims.mapping(
             (c.name, c.extended_resource_name)
             for c in self.view.claims.classes.values()
-            if c.name in claim_routing.OUR_CLASSES
+            if c.name in claim_routing.OUR_CLASSES and c.name != dra.MIG_CLASS
         )
 
     def _book(
@@ -241,7 +244,10 @@ class ClaimDialect:
             return ranked
         for node in ranked:
             self.view.refresh(node)
-        requests = [r for c in wanted.pending for r in c.requests]
+        # MIG instances are placed by counters (``claim_mig``): no card measure.
+        requests = [r for c in wanted.pending if not claim_mig.is_mig(c) for r in c.requests]
+        if not requests:
+            return ranked
         return claim_best_fit.tightest_first(ranked, lambda n: n.cards, requests)
 
     def _binpacking(self, job: placement.Job, nodes: list[NodeEntry]) -> bool:
@@ -293,10 +299,47 @@ class ClaimDialect:
         if refused is not None:
             return claim_fit.ClaimsOutcome(False, reasons=_one(refused))
         pool = self.view.claims.pool_of(node.name)
-        if pool is None:
+        if pool is None and self.view.claims.mig_of(node.name) is None:
             return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
         if not wanted.pending:
             return claim_fit.ClaimsOutcome(True)
+        mig = [c for c in wanted.pending if claim_mig.is_mig(c)]
+        if mig:
+            # MIG claims take instances by counters (``claim_mig``), the rest cards.
+            try:
+                placed = claim_mig.fit_mig_claims(
+                    job,
+                    mig,
+                    self.view.claims.mig_of(node.name),
+                    self.view.claims.held_devices(node.name),
+                    self.view.claims.selector_cache,
+                )
+            except claim_cel.CelRuntimeError as exc:
+                return claim_fit.ClaimsOutcome(False, error=str(exc))
+            rest = [c for c in wanted.pending if not claim_mig.is_mig(c)]
+            if not placed.ok or not rest:
+                return placed
+            if pool is None:
+                return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
+            instances = [(p.consumption.memory_mib, 0) for ps in placed.picks.values() for p in ps]
+            others = self._fit_cards(node, job, rest, pool, cards, instances)
+            others.picks.update(placed.picks)
+            return others
+        if pool is None:
+            return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
+        return self._fit_cards(node, job, wanted.pending, pool, cards)
+
+    def _fit_cards(
+        self,
+        node: NodeEntry,
+        job: placement.Job,
+        pending: Sequence[claims.Claim],
+        pool: dra_pool.Pool,
+        cards: list[model.DeviceUsage] | None,
+        earlier: Sequence[tuple[int, int]] = (),
+    ) -> claim_fit.ClaimsOutcome:
+        """The claims of shared and exclusive classes on the node's cards (``earlier``:
+        what the pod's MIG instances take, for the quota)."""
         # A DRA card is named by its device name, the UUID lower-cased: cordons and the
         # node layer's UUID restrictions name UUIDs.
         cordon_note = node.facts.annotations.get(names.NODE_DEVICE_CORDON)
@@ -313,13 +356,14 @@ class ClaimDialect:
         )
         return claim_fit.fit_claims(
             job,
-            wanted.pending,
+            pending,
             pool,
             node.cards if cards is None else cards,
             node.pair_scores,
             cordoned,
             layer,
             self.view.claims.selector_cache,
+            earlier,
         )
 
 

@@ -74,13 +74,15 @@ def fit_claims(
     cordoned: frozenset[str],
     layer: node_layer.NodeLayer,
     cache: claim_cel.SelectorCache,
+    earlier: Sequence[tuple[int, int]] = (),
 ) -> ClaimsOutcome:
     """Choose devices for every claim in ``pending`` on this node; ``cards`` (the node's
-    cards with what they hold now) are not changed."""
+    cards with what they hold now) are not changed. ``earlier``: (MiB, cores) the pod
+    takes already elsewhere (its MIG instances), for the quota."""
     work = [c.copy() for c in cards]
     devices = [pool.devices[c.id] for c in work if c.id in pool.devices]
     outcome = ClaimsOutcome(True)
-    held: list[tuple[int, int]] = []  # (MiB, cores) this pod takes so far, for the quota
+    held = list(earlier)  # (MiB, cores) this pod takes so far, for the quota
     scores: list[float] = []
     for claim in pending:
         failure = ClaimsOutcome(False)

@@ -35,7 +35,7 @@ from vgpu_operator import names
 from vgpu_operator.devices import dra
 
 #: This driver's DeviceClasses (manifests/dra-deviceclasses.yaml).
-OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS})
+OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS, dra.MIG_CLASS})
 #: The most claims and templates read for one pod (the API allows a pod 32 entries).
 MAX_CLAIM_READS: Final = 32
 

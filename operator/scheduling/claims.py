@@ -28,7 +28,7 @@ from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import claim_cel, dra_pool
 
 #: The DeviceClasses whose claims the engine allocates (manifests/dra-deviceclasses.yaml).
-OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS})
+OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS, dra.MIG_CLASS})
 #: The most pods one claim may be reserved for (the API's limit).
 MAX_RESERVED_FOR: Final = 256
 
@@ -234,6 +234,7 @@ def read_claim(
             f"{where}: its firstAvailable alternatives make {combinations} combinations, "
             f"more than this scheduler tries ({MAX_VARIANTS}); list fewer alternatives"
         )
+    _mig_shape(choices, devices, where)
     requests = tuple(c[0] for c in choices)
     known = {r.name for c in choices for r in c} | {r.name.split("/", 1)[0] for r in requests}
     matches: list[tuple[tuple[str, ...], str]] = []
@@ -276,6 +277,31 @@ def read_claim(
         reserved_for=reserved,
         whole_devices=configs_turn_hami_core_off([*from_classes, *own]),
     )
+
+
+def _mig_shape(
+    choices: Sequence[tuple[Request, ...]], devices: Mapping[str, Any], where: str
+) -> None:
+    """A claim of the MIG class is placed by ``claim_mig`` on its own: refuse what that
+    does not honour (rather than ignore it)."""
+    mig = [r.name for c in choices for r in c if r.device_class == dra.MIG_CLASS]
+    if not mig:
+        return
+    if len(mig) < sum(len(c) for c in choices):
+        raise Refusal(
+            f"{where} mixes DeviceClass {dra.MIG_CLASS} with other classes; this scheduler "
+            "allocates MIG instances in claims of their own (use one claim per class)"
+        )
+    if any(len(c) > 1 or "/" in c[0].name for c in choices):
+        raise Refusal(
+            f"{where}: firstAvailable is not honoured for DeviceClass {dra.MIG_CLASS}; "
+            "name one profile (or the memory needed) per request"
+        )
+    if devices.get("constraints"):
+        raise Refusal(
+            f"{where}: constraints are not honoured for DeviceClass {dra.MIG_CLASS} by this "
+            "scheduler; remove them"
+        )
 
 
 #: The most alternatives of one ``firstAvailable`` request (the API's limit).

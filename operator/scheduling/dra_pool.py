@@ -221,6 +221,11 @@ def read_pool(node: str, slices: Iterable[Mapping[str, Any]]) -> Pool:
         for raw in spec.get("devices") or ():
             if not isinstance(raw, Mapping):
                 continue
+            if raw.get("consumesCounters"):
+                # A partition (a MIG instance placement) or a device sharing counters
+                # with partitions: never an engine card. ``mig_partitions`` reads them
+                # with their counters; left out here, nothing allocates them blind.
+                continue
             try:
                 device = read_device(raw, dra.DRIVER, node, generation)
             except CodecError as exc:

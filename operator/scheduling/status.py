@@ -57,6 +57,8 @@ class Reason(enum.StrEnum):
     NODE_ON_DRA_PATH = "NodeOnDraPath"
     #: A node other than the one the pod's already allocated claims are on.
     NODE_NOT_CLAIMS_NODE = "NodeNotClaimsNode"
+    #: A pod with MIG-class claims on a node that publishes no MIG instance placements.
+    NODE_NO_MIG_DEVICE = "NodeNoMigDevice"
 
 
 #: Reasons whose count is not "devices ruled out by this check".
@@ -87,6 +89,7 @@ UNRESOLVABLE_BY_RELEASE: Final = frozenset(
         Reason.NODE_NOT_ON_DRA_PATH,
         Reason.NODE_ON_DRA_PATH,
         Reason.NODE_NOT_CLAIMS_NODE,
+        Reason.NODE_NO_MIG_DEVICE,
     }
 )
 

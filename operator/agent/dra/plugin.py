@@ -30,6 +30,7 @@ from vgpu_operator.agent.dra import (
     dra_pb2,
     dra_pb2_grpc,
     drahealth_pb2_grpc,
+    mig_prepare,
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
     prepare,
@@ -48,6 +49,8 @@ DRA_SERVICE: Final = "v1.DRAPlugin"
 ClaimSource = Callable[[str, str], Awaitable[ResourceClaim | None]]
 #: The cards this node publishes now (device name -> shape).
 CardSource = Callable[[], Mapping[str, dra.CardShape]]
+#: The MIG devices this node publishes now (device name -> placement).
+MigSource = Callable[[], Mapping[str, mig_prepare.Placement]]
 
 
 class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
@@ -60,8 +63,11 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
         claims: ClaimSource,
         settings: NodeSettings,
         cdi_dir: Path,
+        mig: tuple[MigSource, mig_prepare.MigMaker] | None = None,
     ) -> None:
         self.node = node
+        #: MIG instances (partitionable devices): what is published, and who makes them.
+        self._mig = mig
         self._cards = cards
         self._claims = claims
         self.settings = settings
@@ -100,6 +106,10 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
                     f"claim {where} has uid {uid}, kubelet asks for {ref.uid}: it was "
                     "deleted and made again"
                 )
+            if self._mig is not None:
+                published = self._mig[0]()
+                if mig_prepare.is_mig_claim(claim, self.node, published):
+                    return await self._prepare_mig(claim, ref, published, self._mig[1])
             cards = self._cards()
             prepared = prepare.prepare(claim, self.node, cards, self.settings)
             file_name = prepare.spec_file_name(ref.uid)
@@ -129,6 +139,52 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
             ]
         )
 
+    async def _prepare_mig(
+        self,
+        claim: ResourceClaim,
+        ref: dra_pb2.Claim,
+        published: Mapping[str, mig_prepare.Placement],
+        maker: mig_prepare.MigMaker,
+    ) -> dra_pb2.NodePrepareResourceResponse:
+        """A claim of MIG instances: made through NVML (off the loop), handed over by CDI.
+        Prepared again (kubelet repeats), the instances recorded are kept."""
+        file_name = prepare.spec_file_name(ref.uid)
+        existing = cdi.read_specs(self.cdi_dir, prepare.SPEC_FILE_PREFIX).get(file_name)
+        if existing is not None and mig_prepare.created_of(existing):
+            spec = existing
+            devices = tuple(
+                prepare.PreparedDevice(
+                    requests=(share.request.split("/", 1)[0],),
+                    pool=share.pool,
+                    device=share.device,
+                    share_id=share.share_id,
+                    cdi_ids=(f"{prepare.CDI_KIND}={d['name']}",),
+                )
+                for share, d in zip(
+                    dra.read_allocation(claim, dra.DRIVER, self.node).shares,
+                    existing.get("devices") or [],
+                    strict=False,
+                )
+            )
+        else:
+            spec, devices = await asyncio.to_thread(
+                mig_prepare.prepare_mig, claim, self.node, published, maker
+            )
+            cdi.write_spec(self.cdi_dir, file_name, spec)
+        log.info("claim_prepared", node=self.node, claim=f"{ref.namespace}/{ref.name}", mig=True)
+        return dra_pb2.NodePrepareResourceResponse(
+            devices=[
+                dra_pb2.Device(
+                    request_names=list(d.requests),
+                    pool_name=d.pool,
+                    device_name=d.device,
+                    cdi_device_ids=list(d.cdi_ids),
+                    share_id=d.share_id,
+                )
+                for d in devices
+            ]
+        )
+
     async def NodeUnprepareResources(
         self, request: dra_pb2.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext
     ) -> dra_pb2.NodeUnprepareResourcesResponse:
@@ -138,10 +194,15 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
                 # Only the uid is needed: the claim may be gone from the API server already.
                 try:
                     file_name = prepare.spec_file_name(claim.uid)
+                    if self._mig is not None:
+                        # Its MIG instances go before its spec: the spec is their record.
+                        spec = cdi.read_specs(self.cdi_dir, prepare.SPEC_FILE_PREFIX).get(file_name)
+                        for created in mig_prepare.created_of(spec or {}):
+                            await asyncio.to_thread(self._mig[1].destroy, created)
                     removed = cdi.remove_spec(self.cdi_dir, file_name)
                     self._holdings().pop(file_name, None)
                     cdi.remove_cache_dir(Path(prepare.claim_cache_dir(self.settings, claim.uid)))
-                except OSError as exc:
+                except Exception as exc:  # an OS error, or NVML's on a MIG instance
                     answers[claim.uid] = dra_pb2.NodeUnprepareResourceResponse(
                         error=f"claim {claim.namespace}/{claim.name}: {exc}"
                     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -25,9 +26,9 @@ import structlog
 
 from vgpu_operator import resources
 from vgpu_operator.agent.backoff import Backoff
-from vgpu_operator.agent.dra import shapes
-from vgpu_operator.devices import dra
-from vgpu_operator.wire import OwnerReference, ResourceSlice, SliceDevice
+from vgpu_operator.agent.dra import mig_prepare, shapes
+from vgpu_operator.devices import dra, dra_mig
+from vgpu_operator.wire import OwnerReference, ResourceSlice
 
 log = structlog.get_logger("vgpu_operator.dra")
 
@@ -66,7 +67,8 @@ class SlicePublisher:
         self._pcie_root = pcie_root
         self._status: resources.DeviceInventoryStatus | None = None
         self._cards: list[dra.CardShape] = []
-        self._published: list[SliceDevice] | None = None
+        self._mig_cards: list[dra_mig.MigCardShape] = []
+        self._published: list[_Content] | None = None
         self._generation: int | None = None
         self._wake = asyncio.Event()
         self._backoff = Backoff(backoff_initial_s, backoff_max_s)
@@ -83,6 +85,10 @@ class SlicePublisher:
         """Device name -> card, as last published (what Prepare checks claims against)."""
         return shapes.by_name(self._cards)
 
+    def mig_placements(self) -> Mapping[str, mig_prepare.Placement]:
+        """MIG device name -> its card, profile and start, as last published."""
+        return mig_prepare.placements(self._mig_cards)
+
     def set_status(self, status: resources.DeviceInventoryStatus) -> None:
         """A status the agent wrote: published at once if its cards changed."""
         self._status = status
@@ -97,6 +103,7 @@ class SlicePublisher:
         if self._status is None:
             return
         self._cards = shapes.card_shapes(self._status, self.defaults, self._pcie_root)
+        self._mig_cards = shapes.mig_card_shapes(self._status)
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -141,9 +148,13 @@ class SlicePublisher:
         if self._generation is None or self._published is None:
             return
         existing = await self.store.list_slices(dra.DRIVER, self.node)
-        mine = [s for s in existing if s["metadata"]["name"] == dra.slice_name(self.node)]
-        held = int(mine[0]["spec"]["pool"].get("generation", 0)) if mine else None
-        if held != self._generation:
+        wanted = {name for name, _ in self._published}
+        held_by_name = {
+            str(s["metadata"]["name"]): int(s["spec"]["pool"].get("generation", 0))
+            for s in existing
+        }
+        held = held_by_name.get(dra.slice_name(self.node))
+        if any(held_by_name.get(name) != self._generation for name in wanted):
             log.warning(
                 "resource_slice_gone" if held is None else "resource_slice_overwritten",
                 node=self.node,
@@ -161,37 +172,60 @@ class SlicePublisher:
         status: an empty pool would say the node has no cards."""
         if self._status is None:
             return False
-        devices = [dra.device_wire(card) for card in self._cards]
+        wanted = _contents(dra_mig.pool_slices(self.node, self._cards, self._mig_cards, 0, None))
         if self._generation is None:
             existing = await self.store.list_slices(dra.DRIVER, self.node)
             self._generation = max(
                 (int(s["spec"]["pool"].get("generation", 0)) for s in existing), default=0
             )
+            names = {name for name, _ in wanted}
             for stale in existing:
                 name = str(stale["metadata"]["name"])
-                if name != dra.slice_name(self.node):
+                if name not in names:
                     await self.store.delete_slice(name)
-            mine = [s for s in existing if s["metadata"]["name"] == dra.slice_name(self.node)]
-            if mine and _same_devices(mine[0]["spec"].get("devices") or [], devices):
-                self._published = devices
+            held = [s for s in existing if s["metadata"]["name"] in names]
+            generations = {int(s["spec"]["pool"].get("generation", 0)) for s in held}
+            if len(generations) == 1 and sorted(_contents(held)) == sorted(wanted):
+                self._published = wanted
                 return False
-        if self._published is not None and _same_devices(self._published, devices):
+        if self._published is not None and sorted(self._published) == sorted(wanted):
             return False
         owner = await self.store.owner(self.node)
         generation = self._generation + 1
-        await self.store.put_slice(dra.slice_wire(self.node, self._cards, generation, owner))
+        slices = dra_mig.pool_slices(self.node, self._cards, self._mig_cards, generation, owner)
+        for slice_ in slices:
+            await self.store.put_slice(slice_)
+        if self._published is not None:
+            gone = {n for n, _ in self._published} - {n for n, _ in wanted}
+            for name in sorted(gone):
+                await self.store.delete_slice(name)
         self._generation = generation
-        self._published = devices
+        self._published = wanted
         self.writes += 1
         log.info(
             "resource_slice_published",
             node=self.node,
-            devices=len(devices),
+            devices=len(self._cards),
+            mig_cards=len(self._mig_cards),
             tainted=sum(1 for card in self._cards if not card.healthy),
             generation=generation,
         )
         return True
 
 
-def _same_devices(first: Sequence[SliceDevice], second: Sequence[SliceDevice]) -> bool:
-    return list(first) == list(second)
+#: One slice as compared with the server's: its name and its devices and counter sets.
+_Content = tuple[str, str]
+
+
+def _contents(slices: Sequence[ResourceSlice]) -> list[_Content]:
+    """What a write would change, per slice (JSON: dicts compare as text, in key order)."""
+    out = []
+    for slice_ in slices:
+        spec = slice_.get("spec") or {}
+        body = {
+            "devices": spec.get("devices") or [],
+            "sharedCounters": spec.get("sharedCounters") or [],
+            "resourceSliceCount": (spec.get("pool") or {}).get("resourceSliceCount", 1),
+        }
+        out.append((str(slice_["metadata"]["name"]), json.dumps(body, sort_keys=True)))
+    return out

@@ -4,8 +4,9 @@ The slice is built from the very status written into the node's DeviceInventory,
 two always agree: the same cards (``nodeconfig`` filtering), the same memory
 (``deviceMemoryScaling``), the same compute and split count, the same health.
 
-Cards in MIG mode are left out: their instances would be partitionable devices (counters
-shared by the placements of each profile), which this driver does not publish yet.
+Cards in MIG mode are published apart (``mig_card_shapes``): as partitionable devices, a
+counter set per card and a device per profile placement (``devices.dra_mig``). A MIG card
+whose model has no known geometry is not published at all.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from vgpu_operator import resources
 from vgpu_operator.agent import health
 from vgpu_operator.agent.dra.sysfs import sysfs_bus_id
-from vgpu_operator.devices import dra
+from vgpu_operator.devices import dra, dra_mig
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +98,20 @@ def card_shapes(
 def by_name(shapes: Iterable[dra.CardShape]) -> Mapping[str, dra.CardShape]:
     """Device name -> card, as Prepare looks them up."""
     return {shape.name: shape for shape in shapes}
+
+
+def mig_card_shapes(status: resources.DeviceInventoryStatus) -> list[dra_mig.MigCardShape]:
+    """The MIG-mode cards to publish as partitionable devices, in index order."""
+    return [
+        dra_mig.MigCardShape(
+            uuid=device.uuid,
+            index=device.index,
+            product=device.model,
+            hami_type=device.type,
+            memory_mib=device.memory_mib,
+            healthy=device.health is resources.DeviceHealth.HEALTHY,
+            numa_node=device.numa_node,
+        )
+        for device in sorted(status.devices, key=lambda d: d.index)
+        if device.mode is resources.DeviceMode.MIG and dra_mig.has_geometry(device.model)
+    ]

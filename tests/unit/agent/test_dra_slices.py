@@ -245,6 +245,7 @@ def test_the_deviceclass_manifests_are_the_drivers_own() -> None:
     assert [c["metadata"]["name"] for c in dra.device_classes()] == [
         dra.SHARED_CLASS,
         dra.EXCLUSIVE_CLASS,
+        dra.MIG_CLASS,
     ]
 
 

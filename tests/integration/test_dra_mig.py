@@ -1,0 +1,185 @@
+"""MIG on the DRA path, on the live API server with the real kube-scheduler (issue 39):
+the agent of a node with a card in MIG mode publishes it as partitionable devices (a
+counters slice and a slice of profile placements beside the share devices' slice), the
+API server keeps the counters, and kube-scheduler's allocator, honouring them, never
+gives two instances that overlap on the card. Then the operator's engine allocates a MIG
+claim beside kube-scheduler's instances (by its MIG rules, never overlapping them) and
+the node's driver prepares it as kubelet would."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from integration import operator_env as env
+from integration.dra_env import (
+    RESOURCE,
+    SLICES,
+    claim_pod,
+    create_claim_template,
+    dra_plane,
+    fresh_namespace,
+)
+from integration.test_agent import AgentThread, wait_for
+from integration.test_dra_alternatives import prepared_by_driver
+
+from vgpu_operator.devices import dra, dra_mig
+from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.testing.binaries import Binaries
+from vgpu_operator.testing.controlplane import ControlPlane
+
+NODE = "node-a100-mig"  # a100-mig: card 0 in MIG mode (A100 40GB), card 1 shared
+SCHEDULER = "vgpu-dra-mig"
+#: The node's agent (its DRA driver), while the module's control plane runs.
+AGENTS: list[AgentThread] = []
+
+
+def _mig_class(cp: ControlPlane) -> None:
+    # manifests/dra-deviceclasses.yaml, installed by the fixture, holds the MIG class.
+    assert cp.get(f"{RESOURCE}/deviceclasses/{dra_mig.MIG_CLASS}")
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    control_plane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    with dra_plane(
+        control_plane_binaries,
+        tmp_path_factory.mktemp("dra-mig"),
+        {NODE: "a100-mig"},
+        split=4,
+        before_scheduler=_mig_class,
+        agents_out=AGENTS,
+    ) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: ControlPlane) -> Iterator[OperatorThread]:
+    namespace = "vgpu-dra-mig-config"
+    cluster.ensure_namespace(namespace)
+    env.put_config_map(cluster, namespace, env.config_text(SCHEDULER, ""))
+    with OperatorThread(env.options(cluster, namespace, inventory_timeout_s=None)) as running:
+        yield running
+
+
+def pool(cluster: ControlPlane) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.request(
+        "GET", f"{SLICES}?fieldSelector=spec.nodeName%3D{NODE}"
+    )["items"]
+    return items if len(items) == 3 else []
+
+
+def profile_pod(
+    cluster: ControlPlane, ns: str, name: str, profile: str, scheduler: str | None = None
+) -> None:
+    selector = f'device.attributes["{dra.DRIVER}"].profile == "{profile}"'
+    create_claim_template(
+        cluster,
+        ns,
+        name,
+        {"deviceClassName": dra_mig.MIG_CLASS, "selectors": [{"cel": {"expression": selector}}]},
+    )
+    cluster.create(
+        f"/api/v1/namespaces/{ns}/pods", claim_pod(name, template=name, scheduler=scheduler)
+    )
+
+
+def allocated_device(cluster: ControlPlane, ns: str, pod: str) -> str | None:
+    obj = cluster.get(f"/api/v1/namespaces/{ns}/pods/{pod}")
+    statuses = obj.get("status", {}).get("resourceClaimStatuses") or []
+    if not obj["spec"].get("nodeName") or not statuses:
+        return None
+    claim = cluster.get(
+        f"{RESOURCE}/namespaces/{ns}/resourceclaims/{statuses[0]['resourceClaimName']}"
+    )
+    allocation = (claim.get("status") or {}).get("allocation")
+    if allocation is None:
+        return None
+    (result,) = allocation["devices"]["results"]
+    return str(result["device"])
+
+
+def unschedulable(cluster: ControlPlane, ns: str, pod: str) -> str | None:
+    obj = cluster.get(f"/api/v1/namespaces/{ns}/pods/{pod}")
+    for condition in obj.get("status", {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            return str(condition.get("message", ""))
+    return None
+
+
+def test_the_mig_card_is_published_as_counters_and_placements(cluster: ControlPlane) -> None:
+    slices = wait_for("the node's three slices", lambda: pool(cluster), timeout=60)
+    by_name = {s["metadata"]["name"]: s["spec"] for s in slices}
+    counters = by_name[dra_mig.counters_slice_name(NODE)]["sharedCounters"]
+    assert len(counters) == 1  # one MIG card
+    assert counters[0]["counters"]["compute-slices"]["value"] == "7"
+    devices = by_name[dra_mig.mig_slice_name(NODE, 0)]["devices"]
+    assert len(devices) == 14
+    assert all(d["consumesCounters"][0]["counterSet"] == counters[0]["name"] for d in devices)
+    assert {s["pool"]["resourceSliceCount"] for s in by_name.values()} == {3}
+    # The shared card is still its one device; the MIG card is not offered as shares.
+    assert len(by_name[dra.slice_name(NODE)]["devices"]) == 1
+
+
+def test_kube_scheduler_never_gives_overlapping_instances(cluster: ControlPlane) -> None:
+    wait_for("the node's three slices", lambda: pool(cluster), timeout=60)
+    ns = fresh_namespace(cluster, "mig")
+    profile_pod(cluster, ns, "four", "4g.20gb")
+    four = wait_for("the 4g instance", lambda: allocated_device(cluster, ns, "four"), 60)
+    assert four.endswith("-mig-4g-20gb-0")
+    profile_pod(cluster, ns, "three", "3g.20gb")
+    three = wait_for("the 3g instance", lambda: allocated_device(cluster, ns, "three"), 60)
+    assert three.endswith("-mig-3g-20gb-4")  # 3g at 0 overlaps the 4g: only 4 is left
+    # Every memory slice is now held: no 1g fits, whatever its start.
+    profile_pod(cluster, ns, "one", "1g.5gb")
+    wait_for("the 1g pod to be refused", lambda: unschedulable(cluster, ns, "one"), 60)
+    assert allocated_device(cluster, ns, "one") is None
+
+
+def claim_of(cluster: ControlPlane, ns: str, pod: str) -> dict[str, Any]:
+    obj = cluster.get(f"/api/v1/namespaces/{ns}/pods/{pod}")
+    name = obj["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    return cluster.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims/{name}")
+
+
+def test_the_engine_places_a_mig_claim_beside_kube_schedulers_and_the_driver_prepares_it(
+    cluster: ControlPlane, operator: OperatorThread
+) -> None:
+    # After the test above: kube-scheduler's 4g at 0 and 3g at 4 hold the card; the 1g
+    # pod waits. Both go but the 4g: memory slices 4 to 7 are free again.
+    ns = next(
+        n["metadata"]["name"]
+        for n in cluster.get("/api/v1/namespaces")["items"]
+        if n["metadata"]["name"].startswith("mig")
+    )
+    for pod in ("three", "one"):
+        cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}?gracePeriodSeconds=0")
+
+    def freed() -> bool:
+        claims = cluster.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims")["items"]
+        held = [c for c in claims if (c.get("status") or {}).get("allocation")]
+        return len(held) == 1
+
+    wait_for("the 3g instance released", freed, 60)
+    profile_pod(cluster, ns, "engine-one", "1g.5gb", scheduler=SCHEDULER)
+    one = wait_for("the engine's 1g", lambda: allocated_device(cluster, ns, "engine-one"), 60)
+    assert one.endswith("-mig-1g-5gb-6")  # v2.10: 1g from the highest start; 0-3 are held
+    profile_pod(cluster, ns, "engine-two", "2g.10gb", scheduler=SCHEDULER)
+    two = wait_for("the engine's 2g", lambda: allocated_device(cluster, ns, "engine-two"), 60)
+    assert two.endswith("-mig-2g-10gb-4")  # the only 2g left beside the 4g and the 1g
+    # Nothing is left for a 3g: the engine says so on the pod, and allocates nothing.
+    profile_pod(cluster, ns, "engine-three", "3g.20gb", scheduler=SCHEDULER)
+    message = wait_for("the 3g refused", lambda: unschedulable(cluster, ns, "engine-three"), 60)
+    assert "CardMigTopologyInfeasible" in message
+    claim = claim_of(cluster, ns, "engine-one")
+    assert "consumedCapacity" not in claim["status"]["allocation"]["devices"]["results"][0]
+    (agent,) = AGENTS
+    assert prepared_by_driver(agent, claim) == ""
+    # The engine's instances go: their counters come back, and the waiting 3g is placed
+    # (at 4: the 4g still holds 0 to 3) without being created again.
+    for pod in ("engine-one", "engine-two"):
+        cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}?gracePeriodSeconds=0")
+    three = wait_for("the 3g placed", lambda: allocated_device(cluster, ns, "engine-three"), 90)
+    assert three.endswith("-mig-3g-20gb-4")
