@@ -40,6 +40,9 @@ Classes = tuple[tuple[float, Klass], ...]
 Need = tuple[str, int, int, int, int]
 
 _GIB: Final = float(1 << 30)
+#: The card score of a card that cannot host the share (below any rise: tried last; finite,
+#: so that a score printed by ``simulate`` stays JSON).
+_UNABLE: Final = -1e6
 
 #: The prior: whole cards (one, two, four, eight) and shares of a half, a quarter and
 #: a tenth of a card (as percentage and cores), with modest CPU and memory; what a GPU
@@ -203,7 +206,7 @@ def card_order_key(
         if _hosts(state, vendor, mib, percent, cores):
             scores[card.id] = -_card_rise(state, need, classes)
         else:
-            scores[card.id] = float("-inf")
+            scores[card.id] = _UNABLE
     return scores
 
 

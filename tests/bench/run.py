@@ -19,7 +19,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent.parent / ".bench" / "results.json"
-MODULES = ("bench_scheduling", "bench_topology", "bench_defrag")
+MODULES = ("bench_scheduling", "bench_topology", "bench_defrag", "bench_fragmentation")
 
 # With PYTHONSAFEPATH (the Makefile sets it) a script's own folder is not on sys.path.
 if str(HERE) not in sys.path:

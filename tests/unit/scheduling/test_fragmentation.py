@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import cluster, make_node, make_pod
+from tests.unit.scheduling.test_claim_best_fit import held, place
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig, load_config
-from vgpu_operator.devices import model
+from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling import fragmentation, node_layer, placement, policies
+from vgpu_operator.scheduling.cluster import ClusterState
 from vgpu_operator.scheduling.pod_key import PodKey
 
 HALF: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 0.0, 0.0)),)
@@ -189,3 +191,25 @@ def test_the_job_carries_the_cycles_mix_for_the_card_order() -> None:
     job = getattr(read, "job", None)
     assert isinstance(job, placement.Job)
     assert job.mix is state.cycle.placer.mix  # type: ignore[attr-defined]
+
+
+def test_the_dra_path_walks_nodes_by_fragmentation_too() -> None:
+    """On the DRA path, the claim goes where it fills a card exactly (fragmentation falls),
+    not to the fuller node that binpack's ranking tries first."""
+    config = load_config(
+        {"scheduler": {"nodeSchedulerPolicy": "fragmentation", "gpuSchedulerPolicy": "fragmentation"}}
+    )
+    state = ClusterState(config)
+    for device_class in dra.device_classes():
+        state.set_device_class(device_class)
+    for node in ("a", "b"):
+        state.set_node({"metadata": {"name": node, "labels": {dra.NODE_PATH_LABEL: dra.PATH_DRA}}})
+        cards = [
+            dra.CardShape(f"GPU-{node}{i}", i, "A100", "NVIDIA-A100", 40960, 100, 8, "hami-core")
+            for i in range(2)
+        ]
+        state.set_slice(dra.slice_wire(node, cards, 1, None))
+    held(state, "a0", "a", "gpu-a0", 24, 60)
+    held(state, "a1", "a", "gpu-a1", 24, 60)
+    held(state, "b0", "b", "gpu-b0", 30, 75)
+    assert place(state, 10, 25) == ("b", "gpu-b0")
