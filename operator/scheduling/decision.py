@@ -37,7 +37,7 @@ from vgpu_operator.scheduling import (
 from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S, Books
 from vgpu_operator.scheduling.claim_decision import ClaimWrite
 from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
-from vgpu_operator.scheduling.fragmentation_order import Placer
+from vgpu_operator.scheduling.fragmentation_order import Placer, rank_key
 from vgpu_operator.scheduling.judged import JudgedView
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.pod_read import PodRead, read_pod
@@ -500,7 +500,7 @@ class Cycle:
     def _find_reference(
         self, job: placement.Job, now: float, tried: dict[str, placement.Outcome]
     ) -> tuple[NodeEntry, placement.Outcome] | None:
-        best: tuple[tuple[float, int], NodeEntry, placement.Outcome] | None = None
+        best: tuple[tuple[tuple[float, float], int], NodeEntry, placement.Outcome] | None = None
         for node in self.view.nodes.values():
             outcome = self._try_node(node, job, now)
             if not outcome.ok:
@@ -511,15 +511,15 @@ class Cycle:
                 best = (rank, node, outcome)
         return None if best is None else (best[1], best[2])
 
-    def _rank_key(self, node: NodeEntry, job: placement.Job) -> float:
+    def _rank_key(self, node: NodeEntry, job: placement.Job) -> tuple[float, float]:
         """The reference path's key (lower is better), the same as the index's lists;
         under ``fragmentation``, the rise (a pod that wants no card strands cards too)."""
         if self.placer.walks_nodes(job, self.view.config.scheduler.node_scheduler_policy):
             rise = self.placer.rise(node, job)
-            return float("inf") if rise is None else rise
+            return (float("inf"), 0.0) if rise is None else rank_key(rise, node)
         if job.pod_node_policy is None:
-            return -self.view.layered_preference(node)
-        return node.score if job.pod_node_policy == policies.SPREAD else -node.score
+            return (-self.view.layered_preference(node), 0.0)
+        return (node.score if job.pod_node_policy == policies.SPREAD else -node.score, 0.0)
 
     def _diagnose(
         self,

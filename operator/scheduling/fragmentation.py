@@ -400,9 +400,10 @@ def _distance(a: Classes, b: Classes) -> float:
 
 def klass_of(needs: Sequence[Need], cpu: float, ram: float) -> Klass | None:
     """The pod's class: its largest request (cards times share), with the pod's CPU and
-    memory; None for a pod that asks for no card."""
+    memory; a pod that asks for no card is a class of no cards (its CPU and memory can
+    still leave a node's cards unusable for the others: FGD counts such tasks too)."""
     if not needs:
-        return None
+        return ("", 0, 0, -1, 0, cpu, ram)
     vendor, count, mib, percent, cores = max(
         needs, key=lambda n: (n[1] * max(n[3], 0), n[1] * n[2], n[1] * n[4])
     )

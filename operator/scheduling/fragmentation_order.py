@@ -61,17 +61,27 @@ class _Measured:
         self.free: tuple[float, float] = (0.0, 0.0)
 
 
+#: Rises are compared to this many decimals: nodes whose rises differ by float noise only
+#: are ties, which go to the fuller node (binpack's order), then the earlier one.
+_DIGITS: Final = 6
+
+
+def rank_key(rise: float, node: NodeEntry) -> tuple[float, float]:
+    """A node's place under the policy (lower first): its rise, then binpack's."""
+    return (round(rise, _DIGITS), -node.score)
+
+
 class _ShapeIndex:
-    """One pod shape's nodes by rise (rise, order, name), as of change ``seq``."""
+    """One pod shape's nodes by rise (rise, minus score, order, name), as of ``seq``."""
 
     __slots__ = ("entries", "seq", "sorted")
 
     def __init__(self, seq: int) -> None:
         self.seq = seq
-        self.sorted: list[tuple[float, int, str]] = []
-        self.entries: dict[str, tuple[float, int, str]] = {}
+        self.sorted: list[tuple[float, float, str]] = []
+        self.entries: dict[str, tuple[float, float, str]] = {}
 
-    def put(self, name: str, rise: tuple[float, int] | None) -> None:
+    def put(self, name: str, rise: tuple[float, float] | None) -> None:
         old = self.entries.pop(name, None)
         if old is not None:
             at = bisect.bisect_left(self.sorted, old)
@@ -154,7 +164,7 @@ class Placer:
             if rise is None:
                 rest.append(entry)
             else:
-                scored.append((rise, position, entry))
+                scored.append((round(rise, _DIGITS), position, entry))
         scored.sort(key=lambda item: (item[0], item[1]))
         return [entry for _rise, _position, entry in scored] + rest
 
@@ -179,11 +189,11 @@ class Placer:
         for name in changed:
             node = nodes.get(name)
             rise = None if node is None else self.rise_of(node, job.needs, cpu, ram)
-            index.put(name, None if rise is None or node is None else (rise, node.order))
+            index.put(name, None if rise is None or node is None else rank_key(rise, node))
         listed: set[str] = set()
-        for _rise, _order, name in list(index.sorted):
+        for rise, _score, name in list(index.sorted):
             listed.add(name)
-            yield (_rise, _order, name)
+            yield (rise, 0, name)
         for entry in walk:
             if entry[2] not in listed:
                 yield entry
@@ -208,7 +218,7 @@ class Placer:
             if rise is None:
                 rest.append(node)
             else:
-                scored.append((rise, position, node))
+                scored.append((round(rise, _DIGITS), position, node))
         scored.sort(key=lambda item: (item[0], item[1]))
         return [node for _rise, _position, node in scored] + rest
 

@@ -196,8 +196,9 @@ def test_the_job_carries_the_cycles_mix_for_the_card_order() -> None:
 def test_the_dra_path_walks_nodes_by_fragmentation_too() -> None:
     """On the DRA path, the claim goes where it fills a card exactly (fragmentation falls),
     not to the fuller node that binpack's ranking tries first."""
+    policy = "fragmentation"
     config = load_config(
-        {"scheduler": {"nodeSchedulerPolicy": "fragmentation", "gpuSchedulerPolicy": "fragmentation"}}
+        {"scheduler": {"nodeSchedulerPolicy": policy, "gpuSchedulerPolicy": policy}}
     )
     state = ClusterState(config)
     for device_class in dra.device_classes():
