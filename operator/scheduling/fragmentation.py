@@ -324,7 +324,7 @@ class WorkloadMix:
     def __init__(
         self,
         window: int = 4096,
-        top: int = 16,
+        top: int = 32,
         refresh_every: int = 128,
         prior: Classes = PRIOR,
         prior_weight: float = 64.0,
