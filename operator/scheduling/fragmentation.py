@@ -24,6 +24,7 @@ the node walk that uses it is ``fragmentation_order``.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -310,12 +311,27 @@ class Measure:
         return part
 
 
+#: A class's key: its GPU shape, and its CPU (cores) and memory (GiB) as powers of two
+#: (the next at or above): pods of one GPU shape ask very different CPU and memory, and
+#: a node with 6 cores left fits the shape's 4-core pods, not its 16-core ones.
+_Key = tuple[Need, int, int]
+
+
+def _key(klass: Klass) -> _Key:
+    return (klass[:5], _octave(klass[5]), _octave(klass[6] / _GIB))
+
+
+def _octave(value: float) -> int:
+    return 0 if value <= 1.0 else math.ceil(math.log2(value))
+
+
 class WorkloadMix:
     """The requests recent pods made, as weighted classes.
 
     A window of the last ``window`` pods' requests plus the prior's pseudo-counts
-    (``prior_weight`` pods' worth); a class is a GPU shape (vendor, cards, share), with
-    the mean CPU and memory its pods asked; the ``top`` most frequent are kept. Every
+    (``prior_weight`` pods' worth); a class is a GPU shape (vendor, cards, share) and a
+    size of CPU and memory (``_key``), with the mean CPU and memory its pods asked; the
+    ``top`` most frequent are kept. Every
     ``refresh_every`` pods the weights are recomputed, and taken (``version`` moves,
     which drops the measures cached against the old ones) only when they moved by more
     than ``drift`` (total variation): a steady workload keeps its caches.
@@ -324,7 +340,7 @@ class WorkloadMix:
     def __init__(
         self,
         window: int = 4096,
-        top: int = 32,
+        top: int = 48,
         refresh_every: int = 128,
         prior: Classes = PRIOR,
         prior_weight: float = 64.0,
@@ -333,8 +349,9 @@ class WorkloadMix:
         if window < 1 or top < 1 or refresh_every < 1:
             raise ValueError("window, top and refresh_every must be positive")
         self._recent: deque[Klass] = deque(maxlen=window)
-        #: Per GPU shape: pods in the window, and their CPU and memory summed.
-        self._counts: dict[Need, list[float]] = {}
+        #: Per GPU shape and size of CPU and memory (``_key``): pods in the window, and
+        #: their CPU and memory summed.
+        self._counts: dict[_Key, list[float]] = {}
         self._top = top
         self._refresh_every = refresh_every
         self._prior = prior
@@ -365,20 +382,20 @@ class WorkloadMix:
                 self.version += 1
 
     def _count(self, klass: Klass, sign: int) -> None:
-        shape: Need = klass[:5]
-        entry = self._counts.setdefault(shape, [0.0, 0.0, 0.0])
+        key = _key(klass)
+        entry = self._counts.setdefault(key, [0.0, 0.0, 0.0])
         entry[0] += sign
         entry[1] += sign * klass[5]
         entry[2] += sign * klass[6]
         if entry[0] <= 0:
-            del self._counts[shape]
+            del self._counts[key]
 
     def _weigh(self) -> Classes:
         weights: dict[Klass, float] = {}
         for weight, klass in self._prior:
             weights[klass] = weights.get(klass, 0.0) + weight * self._prior_weight
-        for shape, (count, cpu, ram) in self._counts.items():
-            klass = (*shape, cpu / count, ram / count)
+        for key, (count, cpu, ram) in self._counts.items():
+            klass = (*key[0], cpu / count, ram / count)
             weights[klass] = weights.get(klass, 0.0) + count
         kept = sorted(weights.items(), key=lambda kw: -kw[1])[: self._top]
         total = sum(w for _k, w in kept)
@@ -388,13 +405,13 @@ class WorkloadMix:
 
 
 def _distance(a: Classes, b: Classes) -> float:
-    """Total variation between two mixes' weights per GPU shape (the CPU and memory of a
-    shape's pods drift with every pod; only a material change is worth new caches)."""
-    weights: dict[Need, float] = {}
+    """Total variation between two mixes' weights per class key (a class's mean CPU and
+    memory drift with every pod; only a material change is worth new caches)."""
+    weights: dict[_Key, float] = {}
     for weight, klass in a:
-        weights[klass[:5]] = weights.get(klass[:5], 0.0) + weight
+        weights[_key(klass)] = weights.get(_key(klass), 0.0) + weight
     for weight, klass in b:
-        weights[klass[:5]] = weights.get(klass[:5], 0.0) - weight
+        weights[_key(klass)] = weights.get(_key(klass), 0.0) - weight
     return sum(abs(w) for w in weights.values()) / 2
 
 
