@@ -74,8 +74,11 @@ $(BIN)/.bench-deps: $(BIN)/.deps
 # BENCH_BURST (pods per repeated burst), BENCH_5000=1 for the 5,000-node run, BENCH_BIG=15000
 # (BENCH_BIG_BURST), BENCH_ONLY=dra, BENCH_FAULTS=0 to skip the fault runs; see
 # tests/bench/e2e/README.md.
+# BENCH_FGD=0 skips the replay of Alibaba's GPU trace (fetched from GitHub at bench time).
 bench: dev control-plane-bench-bins $(BIN)/.bench-deps
 	$(BIN)/python tests/bench/run.py
+	if [ "$${BENCH_FGD:-1}" != 0 ]; then $(BIN)/python tests/bench/bench_fgd_replay.py; fi
+	$(BIN)/python tests/bench/bench_dra_churn_engine.py
 	VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) $(BIN)/python tests/bench/run_e2e.py \
 		--docs docs/benchmarks.md
 

@@ -23,16 +23,27 @@ def main() -> None:
 @click.option("--now", type=Seconds(0.0), default=None, help="Unix time of the decisions.")
 @click.option("--check", "check_expect", is_flag=True, help="Exit 1 if `expect` is not met.")
 @click.option("--reference", is_flag=True, help="Decide without the node index.")
-def simulate(scenario_file: Path, now: float | None, check_expect: bool, reference: bool) -> None:
-    """Run the scheduling engine on a scenario file; print decisions as JSON."""
-    from vgpu_operator import simulation
+@click.option(
+    "--scores/--no-scores",
+    default=True,
+    help="Each scheduled pod's score on every node (a Fit on every node per pod).",
+)
+def simulate(
+    scenario_file: Path, now: float | None, check_expect: bool, reference: bool, scores: bool
+) -> None:
+    """Run the scheduling engine on a scenario file; print decisions as JSON (streamed:
+    each decision as it is made, unless --check needs them all first)."""
+    from vgpu_operator import simulation, simulation_stream
     from vgpu_operator.errors import ScenarioError
 
+    result: dict[str, object] | None = None
     try:
         scenario = simulation.read_scenario(scenario_file)
-        result = simulation.simulate(
-            scenario, now=time.time() if now is None else now, use_index=not reference
-        )
+        at = time.time() if now is None else now
+        if check_expect:
+            result = simulation.simulate(scenario, now=at, use_index=not reference)
+        else:
+            simulation_stream.write(scenario, sys.stdout, at, not reference, scores)
     except ScenarioError as exc:
         click.echo(f"error: invalid scenario {scenario_file}: {_one_line(str(exc))}", err=True)
         sys.exit(2)
@@ -48,8 +59,9 @@ def simulate(scenario_file: Path, now: float | None, check_expect: bool, referen
         message = _one_line(f"{type(exc).__name__}: {exc}")
         click.echo(f"error: simulating {scenario_file} failed ({message})", err=True)
         sys.exit(3)
-    click.echo(json.dumps(result, indent=2))
-    if check_expect:
+    if result is not None:
+        click.echo(json.dumps(result, indent=2))
+    if check_expect and result is not None:
         problems = simulation.check(scenario, result)
         for problem in problems:
             click.echo(f"expectation not met: {problem}", err=True)

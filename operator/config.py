@@ -24,8 +24,10 @@ SPREAD: Final = "spread"
 TOPOLOGY: Final = "topology-aware"
 MUTEX: Final = "mutex"
 NUMA: Final = "numa"
-NODE_POLICIES: Final = (BINPACK, SPREAD)
-GPU_POLICY_TOKENS: Final = (BINPACK, SPREAD, TOPOLOGY, MUTEX, NUMA)
+#: Not a HAMi value: place where fragmentation rises least (``scheduling/fragmentation.py``).
+FRAGMENTATION: Final = "fragmentation"
+NODE_POLICIES: Final = (BINPACK, SPREAD, FRAGMENTATION)
+GPU_POLICY_TOKENS: Final = (BINPACK, SPREAD, TOPOLOGY, MUTEX, NUMA, FRAGMENTATION)
 CORE_POLICIES: Final = ("default", "force", "disable")
 
 
@@ -96,7 +98,7 @@ class HygonConfig(VendorConfig):
 
 
 class SchedulerConfig(_Section):
-    node_scheduler_policy: Literal["binpack", "spread"] = Field(
+    node_scheduler_policy: Literal["binpack", "spread", "fragmentation"] = Field(
         "binpack", alias="nodeSchedulerPolicy"
     )
     gpu_scheduler_policy: str = Field("spread", alias="gpuSchedulerPolicy")

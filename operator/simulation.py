@@ -303,6 +303,10 @@ def _defragment(
     }
 
 
+#: The plans for the pods left waiting, for the streamed simulate (``simulation_stream``).
+defragment = _defragment
+
+
 def _key(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"

@@ -40,7 +40,8 @@ from vgpu_operator.scheduling import (
     preemption,
 )
 from vgpu_operator.scheduling.entries import NodeEntry, PodEntry
-from vgpu_operator.scheduling.pod_key import PodKey
+from vgpu_operator.scheduling.fragmentation_order import Placer
+from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 from vgpu_operator.scheduling.view import BooksView, BooksWriter
 
@@ -87,8 +88,10 @@ class ClaimDialect:
     """The DRA dialect of the decision cycle: the node walk and gate are the cycle's
     (the ranking, ``node_gate``), the cards come from claims (``claim_fit``)."""
 
-    def __init__(self, books: BooksWriter) -> None:
+    def __init__(self, books: BooksWriter, placer: Placer | None = None) -> None:
         self.books = books
+        #: The ``fragmentation`` node policy's walk (None: the policy orders as binpack).
+        self.placer = placer
         #: Typed as the read view: every read goes through it.
         self.view: BooksView = books
 
@@ -240,7 +243,15 @@ class ClaimDialect:
         """The candidates; under binpack, where the claims fit most tightly first
         (``claim_best_fit``)."""
         ranked = self._claim_candidates(job, wanted.node)
-        if wanted.node is not None or not wanted.pending or not self._binpacking(job, ranked):
+        if wanted.node is not None or not wanted.pending:
+            return ranked
+        default = self.view.config.scheduler.node_scheduler_policy
+        if self.placer is not None and self.placer.walks_nodes(job, default):
+            for node in ranked:
+                self.view.refresh(node)
+            requests = [r for c in wanted.pending for r in c.requests]
+            return self.placer.order_claims(pod_key(job.pod), job, ranked, requests)
+        if not self._binpacking(job, ranked):
             return ranked
         for node in ranked:
             self.view.refresh(node)

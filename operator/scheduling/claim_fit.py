@@ -33,6 +33,7 @@ from vgpu_operator.scheduling import (
     claims,
     dra_pool,
     fit,
+    fragmentation,
     node_layer,
     placement,
 )
@@ -346,7 +347,12 @@ def _fit_request(
             request.count, dra.VENDOR, memory, model.MEMORY_PERCENT_UNSET, cores
         )
         candidates = [card for card, _ in group]
-        card_scores = {c.id: pol.card_score(c, [ask], job.weights) for c in candidates}
+        if policy == pol.FRAGMENTATION:
+            classes = job.mix.classes if job.mix is not None else fragmentation.PRIOR
+            need = ("", request.count, memory, -1, cores)
+            card_scores = fragmentation.card_order_key(candidates, need, classes)
+        else:
+            card_scores = {c.id: pol.card_score(c, [ask], job.weights) for c in candidates}
         numa_bind = _numa_bind(job, spec)
         candidates.sort(key=pol.card_sort_key(policy, numa_bind, card_scores))
         if policy == pol.BINPACK and not numa_bind:

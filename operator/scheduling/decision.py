@@ -37,9 +37,10 @@ from vgpu_operator.scheduling import (
     verdict_kin,
     verdicts,
 )
-from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S
+from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S, Books
 from vgpu_operator.scheduling.claim_decision import ClaimWrite
 from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
+from vgpu_operator.scheduling.fragmentation_order import Placer, rank_key
 from vgpu_operator.scheduling.judged import JudgedView
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.pod_read import PodRead, read_pod
@@ -126,7 +127,9 @@ class Cycle:
         #: Typed as the read view: every read goes through it.
         self.view: BooksView = books
         self.settings = settings
-        self._claims = claim_decision.ClaimDialect(books)
+        #: The ``fragmentation`` policy's mix of requests seen and its node walk.
+        self.placer = Placer(indexed=isinstance(books, Books))
+        self._claims = claim_decision.ClaimDialect(books, self.placer)
         #: One verdict per shape of pod that fits nowhere, alive while a pod holds it.
         self._verdicts: weakref.WeakValueDictionary[str, verdicts.Verdict] = (
             weakref.WeakValueDictionary()
@@ -196,7 +199,10 @@ class Cycle:
         if read.job is None:
             failure = Diagnosis({}, len(self.view.nodes), error=read.error)
             return Decision(key, False, diagnosis=failure)
-        job = read.job
+        # Every pod's request counts in the mix the ``fragmentation`` policy weighs, and
+        # its Job carries the mix for Fit's card order (kept in the read: set once).
+        self.placer.observe(key, read.job)
+        job = read.job = self.placer.with_mix(read.job)
         # What the search learns of each node it fits is kept for the diagnosis, which
         # then judges only the nodes the search did not fit. With a verdict on the pod's
         # shape, only the nodes changed since it was made can fit (the others were all
@@ -516,6 +522,9 @@ class Cycle:
                 for name in only
                 if (entry := self.view.rank_entry(name, job.pod_node_policy)) is not None
             )
+        if self.placer.walks_nodes(job, self.view.config.scheduler.node_scheduler_policy):
+            log = self.view.change_log if only is None else None
+            walk = self.placer.order(job, walk, nodes, log)
         by_classes = verdict is not None and verdict.simple is not None and judged is not None
         for _score, _order, name in walk:
             node = nodes[name]
@@ -537,7 +546,7 @@ class Cycle:
     def _find_reference(
         self, job: placement.Job, now: float, tried: dict[str, placement.Outcome]
     ) -> tuple[NodeEntry, placement.Outcome] | None:
-        best: tuple[tuple[float, int], NodeEntry, placement.Outcome] | None = None
+        best: tuple[tuple[tuple[float, float], int], NodeEntry, placement.Outcome] | None = None
         for node in self.view.nodes.values():
             outcome = self._try_node(node, job, now)
             if not outcome.ok:
@@ -548,11 +557,15 @@ class Cycle:
                 best = (rank, node, outcome)
         return None if best is None else (best[1], best[2])
 
-    def _rank_key(self, node: NodeEntry, job: placement.Job) -> float:
-        """The reference path's key (lower is better), the same as the index's lists."""
+    def _rank_key(self, node: NodeEntry, job: placement.Job) -> tuple[float, float]:
+        """The reference path's key (lower is better), the same as the index's lists;
+        under ``fragmentation``, the rise (a pod that wants no card strands cards too)."""
+        if self.placer.walks_nodes(job, self.view.config.scheduler.node_scheduler_policy):
+            rise = self.placer.rise(node, job)
+            return (float("inf"), 0.0) if rise is None else rank_key(rise, node)
         if job.pod_node_policy is None:
-            return -self.view.layered_preference(node)
-        return node.score if job.pod_node_policy == policies.SPREAD else -node.score
+            return (-self.view.layered_preference(node), 0.0)
+        return (node.score if job.pod_node_policy == policies.SPREAD else -node.score, 0.0)
 
     def _diagnose(
         self,

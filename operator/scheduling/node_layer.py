@@ -70,10 +70,10 @@ def read(annotations: Mapping[str, str], specs: Iterable[vendor.VendorSpec]) -> 
 def _node_policy(value: str | None, problems: list[str]) -> str | None:
     if value is None or not value.strip():
         return None
-    if value.strip() in (policies.BINPACK, policies.SPREAD):
+    if value.strip() in (policies.BINPACK, policies.SPREAD, policies.FRAGMENTATION):
         return value.strip()
     problems.append(
-        f"{names.NODE_SCHEDULER_POLICY}={value!r} is neither binpack nor spread; ignored"
+        f"{names.NODE_SCHEDULER_POLICY}={value!r} is not binpack, spread or fragmentation; ignored"
     )
     return None
 

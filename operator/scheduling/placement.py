@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model, vendor
-from vgpu_operator.scheduling import fit, mig, node_basics, node_layer, policies
+from vgpu_operator.scheduling import fit, fragmentation, mig, node_basics, node_layer, policies
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.status import Reason
 from vgpu_operator.scheduling.vendors import PodReads, Vendors
@@ -67,6 +67,9 @@ class Job:
     #: Every device request of every container, flattened for ``Summary.may_fit``, which
     #: runs for each node the search passes: (vendor, count, MiB, percent or -1, cores).
     needs: tuple[tuple[str, int, int, int, int], ...] = ()
+    #: The requests the cluster has seen, which the GPU policy ``fragmentation`` orders
+    #: cards against (the cycle's ``fragmentation_order.Placer`` sets it; None: the prior).
+    mix: fragmentation.WorkloadMix | None = field(default=None, compare=False)
 
     @property
     def init_count(self) -> int:
@@ -91,7 +94,7 @@ class Job:
         spec = pod.get("spec") or {}
         annotations: Mapping[str, str] = meta.get("annotations") or {}
         node_policy: str | None = annotations.get(names.NODE_SCHEDULER_POLICY, "").strip()
-        if node_policy not in (policies.BINPACK, policies.SPREAD):
+        if node_policy not in (policies.BINPACK, policies.SPREAD, policies.FRAGMENTATION):
             node_policy = None
         gpu_policy = annotations.get(names.GPU_SCHEDULER_POLICY)
         if reads is None:
@@ -433,9 +436,14 @@ def fit_pod(
             lists = per_vendor.setdefault(vendor_word, [[] for _ in range(position + 1)])
             score_lists = chosen_scores.setdefault(vendor_word, [() for _ in range(position + 1)])
             spec = job.vendors.spec(vendor_word)
-            scores = {
-                c.id: policies.card_score(c, list(requests.values()), job.weights) for c in work
-            }
+            if policy == policies.FRAGMENTATION:
+                scores = fragmentation.card_order_key(
+                    work, _need(vendor_word, request), _classes(job)
+                )
+            else:
+                scores = {
+                    c.id: policies.card_score(c, list(requests.values()), job.weights) for c in work
+                }
             work.sort(key=policies.card_sort_key(policy, _numa(job, spec), scores))
             options = fit.FitOptions(
                 spec=spec,
@@ -468,6 +476,15 @@ def fit_pod(
                 _share_mig_geometry(lists[position], app_cards)
     devices = {v: tuple(tuple(c) for c in lists) for v, lists in per_vendor.items()}
     return Outcome(True, devices, card_scores={v: tuple(c) for v, c in chosen_scores.items()})
+
+
+def _need(vendor_word: str, request: model.ContainerRequest) -> fragmentation.Need:
+    percent = request.memory_percent if request.uses_percentage else -1
+    return (vendor_word, request.count, request.memory_mib, percent, min(request.cores, 100))
+
+
+def _classes(job: Job) -> fragmentation.Classes:
+    return job.mix.classes if job.mix is not None else fragmentation.PRIOR
 
 
 def _numa(job: Job, spec: vendor.VendorSpec) -> bool:

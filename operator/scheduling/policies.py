@@ -10,6 +10,7 @@ from vgpu_operator import names
 
 # The vocabulary lives in config (the ConfigMap validates with it); re-exported for the engine.
 from vgpu_operator.config import BINPACK as BINPACK
+from vgpu_operator.config import FRAGMENTATION as FRAGMENTATION
 from vgpu_operator.config import MUTEX as MUTEX
 from vgpu_operator.config import NUMA as NUMA
 from vgpu_operator.config import SPREAD as SPREAD
@@ -119,6 +120,12 @@ def card_sort_key(policy: str, numa_bind: bool, scores: Mapping[str, float]) -> 
         single = tokens[0] if tokens else SPREAD
         if single == MUTEX:
             return lambda d: (-d.used, d.numa)
+        if single == FRAGMENTATION:
+            # Scores are minus each card's rise in fragmentation (``fragmentation``): the
+            # least rise sorts last, tried first; ties go to the lower index.
+            if numa_bind:
+                return lambda d: (-d.numa, scores[d.id], -d.index)
+            return lambda d: (scores[d.id], -d.index)
         if single == BINPACK:
             if numa_bind:
                 return lambda d: (-d.numa, scores[d.id])
@@ -165,7 +172,7 @@ def normalize_gpu_policy(value: str) -> str:
     marks one that keeps a single known token, or none: ``binpack,best-fit`` ->
     ``binpack,``), because HAMi sorts by the comma, not by how many names it knows."""
     tokens = [t.strip() for t in value.split(",") if t.strip()]
-    known = [t for t in tokens if t in (BINPACK, SPREAD, TOPOLOGY, MUTEX, NUMA)]
+    known = [t for t in tokens if t in (BINPACK, SPREAD, TOPOLOGY, MUTEX, NUMA, FRAGMENTATION)]
     if "," not in value:
         return known[0] if known else SPREAD
     joined = ",".join(known)
@@ -198,9 +205,11 @@ def node_preference(score: float, policy: str) -> float:
 
     binpack prefers full nodes (the score itself), spread empty ones (what is left to
     the maximum), so nodes with different policies compare on one 0..30 scale: a
-    binpack node 2/3 full weighs as much as a spread node 1/3 full.
+    binpack node 2/3 full weighs as much as a spread node 1/3 full. A node annotated
+    ``fragmentation`` ranks as binpack here (the fragmentation walk itself is chosen by
+    the pod's or the ConfigMap's node policy: ``fragmentation_order``).
     """
-    return score if policy == BINPACK else NODE_SCORE_MAX - score
+    return score if policy in (BINPACK, FRAGMENTATION) else NODE_SCORE_MAX - score
 
 
 def score_from_sums(

@@ -25,6 +25,7 @@ MODULES = (
     "bench_defrag",
     "bench_dra_preemption",
     "bench_gangs",
+    "bench_fragmentation",
 )
 
 # With PYTHONSAFEPATH (the Makefile sets it) a script's own folder is not on sys.path.

@@ -64,7 +64,7 @@ def test_a_long_message_is_printed_on_one_bounded_line(
     def refuses(*args: object, **kwargs: object) -> dict[str, object]:
         raise ScenarioError("pods[0]", "quotes\nits value: " + "y" * 5000)
 
-    monkeypatch.setattr(simulation, "simulate", refuses)
+    monkeypatch.setattr(simulation, "build_state", refuses)
     result = _run(tmp_path, '{"nodes": [], "pods": []}')
     assert result.exit_code == 2, result.output
     assert result.stderr.count("\n") == 1
@@ -79,7 +79,7 @@ def test_an_engine_failure_is_one_line_and_a_failure_status(
     def broken(*args: object, **kwargs: object) -> dict[str, object]:
         raise KeyError("something the engine did not expect")
 
-    monkeypatch.setattr(simulation, "simulate", broken)
+    monkeypatch.setattr(simulation, "build_state", broken)
     result = _run(tmp_path, '{"nodes": [], "pods": []}')
     assert result.exit_code == 3
     assert result.stderr.startswith("error: simulating ")

@@ -1,0 +1,72 @@
+"""``simulate`` streamed: each decision written as it is made, not gathered first.
+
+A replay of a large trace (the FGD replay: 10,771 pods on 1,213 nodes) made a list of
+every decision and then one JSON document of hundreds of MB; here each decision is
+rendered and written at once, so memory stays flat and output starts at the first pod.
+The document is the same JSON object ``simulation.simulate`` returns (``decisions``,
+then ``defrag`` and ``warnings``), one decision per line. ``scores=False`` leaves out
+each scheduled pod's score on every other node (``Decision.node_scores``), which costs
+a Fit on every node per pod: a replay asks where pods went, not how every node scored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, TextIO
+
+from vgpu_operator import simulation, simulation_dra
+from vgpu_operator.scheduling.cluster import ClusterState, Decision
+
+
+def decisions(
+    scenario: Mapping[str, Any],
+    state: ClusterState,
+    now: float = 0.0,
+    scores: bool = True,
+) -> Iterator[tuple[Mapping[str, Any], Decision]]:
+    """The scenario's pending pods placed in order on ``state`` (``simulation.build_state``),
+    as ``simulation.simulate`` places them; each pod with its decision, as it is made."""
+    for pod in scenario.get("pods") or []:
+        if (pod.get("spec") or {}).get("nodeName"):
+            continue
+        pod = simulation_dra.with_template_claims(scenario, pod, state)
+        decision = state.schedule(pod, now, explain=scores)
+        for victim in decision.victims:
+            state.remove_pod(victim)  # in a simulation, victims leave at once
+        if decision.scheduled:
+            simulation_dra.write_claims(decision, state)
+        if decision.scheduled or decision.victims:
+            state.confirm(decision.pod)
+        yield pod, decision
+
+
+def write(
+    scenario: Mapping[str, Any],
+    out: TextIO,
+    now: float = 0.0,
+    use_index: bool = True,
+    scores: bool = True,
+) -> None:
+    """Simulate and write the result to ``out`` as it goes. Everything that can refuse the
+    scenario is checked before the first line (nothing is written for a bad one)."""
+    state = simulation.build_state(scenario, use_index)
+    if "defrag" in scenario:
+        simulation.defrag_options(scenario)
+    out.write('{"decisions": [')
+    placed: list[dict[str, Any]] = []
+    first = True
+    for pod, decision in decisions(scenario, state, now, scores):
+        rendered = simulation.render(decision, pod)
+        out.write(("\n" if first else ",\n") + json.dumps(rendered))
+        first = False
+        placed.append({"pod": rendered["pod"], "scheduled": rendered["scheduled"]})
+    out.write("\n]")
+    if "defrag" in scenario:
+        plans = simulation.defragment(scenario, state, placed, now)
+        out.write(',\n"defrag": ' + json.dumps(plans))
+    warnings = state.node_layer_problems()
+    if warnings:
+        listed = {node: list(problems) for node, problems in sorted(warnings.items())}
+        out.write(',\n"warnings": ' + json.dumps(listed))
+    out.write("}\n")
