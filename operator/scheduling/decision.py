@@ -32,15 +32,15 @@ from vgpu_operator.scheduling import (
     disruption,
     node_gate,
     placement,
-    policies,
     preemption,
+    reference_walk,
     verdict_kin,
     verdicts,
 )
 from vgpu_operator.scheduling.books import DEFAULT_NOMINATION_TIMEOUT_S, Books
 from vgpu_operator.scheduling.claim_decision import ClaimWrite
 from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
-from vgpu_operator.scheduling.fragmentation_order import Placer, rank_key
+from vgpu_operator.scheduling.fragmentation_order import Placer
 from vgpu_operator.scheduling.judged import JudgedView
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.pod_read import PodRead, read_pod
@@ -511,7 +511,7 @@ class Cycle:
         if not self.settings.use_index or not job.wants_devices:
             # The index ranks only nodes with a free card; a pod that wants no device
             # (rare here) may go to a full one.
-            return self._find_reference(job, now, tried)
+            return reference_walk.find(self.view, self.placer, self._try_node, job, now, tried)
         self.view.rerank()
         ranking = self.view.ranking(job.pod_node_policy)
         nodes = self.view.nodes
@@ -542,30 +542,6 @@ class Cycle:
                 return node, outcome
             tried[name] = outcome
         return None
-
-    def _find_reference(
-        self, job: placement.Job, now: float, tried: dict[str, placement.Outcome]
-    ) -> tuple[NodeEntry, placement.Outcome] | None:
-        best: tuple[tuple[tuple[float, float], int], NodeEntry, placement.Outcome] | None = None
-        for node in self.view.nodes.values():
-            outcome = self._try_node(node, job, now)
-            if not outcome.ok:
-                tried[node.name] = outcome
-                continue
-            rank = (self._rank_key(node, job), node.order)
-            if best is None or rank < best[0]:
-                best = (rank, node, outcome)
-        return None if best is None else (best[1], best[2])
-
-    def _rank_key(self, node: NodeEntry, job: placement.Job) -> tuple[float, float]:
-        """The reference path's key (lower is better), the same as the index's lists;
-        under ``fragmentation``, the rise (a pod that wants no card strands cards too)."""
-        if self.placer.walks_nodes(job, self.view.config.scheduler.node_scheduler_policy):
-            rise = self.placer.rise(node, job)
-            return (float("inf"), 0.0) if rise is None else rank_key(rise, node)
-        if job.pod_node_policy is None:
-            return (-self.view.layered_preference(node), 0.0)
-        return (node.score if job.pod_node_policy == policies.SPREAD else -node.score, 0.0)
 
     def _diagnose(
         self,
