@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from vgpu_operator.control import pod_facts
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling import gangs, group_victims
 from vgpu_operator.scheduling.cluster import ClusterState
 from vgpu_operator.scheduling.gangs import GroupDecision, GroupError, GroupSpec
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
@@ -41,9 +41,22 @@ WAIT_REASON = "PodGroupUnschedulable"
 class PodGroupStore:
     """The latest copy of every PodGroup (a ``watch_loop.KindHandler``)."""
 
-    def __init__(self, on_change: Callable[[str], None] = lambda _: None) -> None:
+    def __init__(
+        self,
+        on_change: Callable[[str], None] = lambda _: None,
+        single_groups: set[str] | None = None,
+    ) -> None:
         self._groups: dict[str, KubeObject] = {}
         self._on_change = on_change
+        #: The books' groups whose members preemption may take one by one
+        #: (``group_victims``), kept here as PodGroups come and change.
+        self.single_groups = single_groups if single_groups is not None else set()
+
+    def _note(self, key: str, obj: KubeObject | None) -> None:
+        if obj is not None and group_victims.disrupted_one_by_one(obj):
+            self.single_groups.add(key)
+        else:
+            self.single_groups.discard(key)
 
     @staticmethod
     def key_of(obj: Mapping[str, Any]) -> str:
@@ -56,6 +69,7 @@ class PodGroupStore:
         changed = {k for k in keys if fresh.get(k) != self._groups.get(k)}
         self._groups = fresh
         for key in sorted(changed):
+            self._note(key, fresh.get(key))
             self._on_change(key)
 
     async def event(self, event_type: WatchEventType, obj: KubeObject) -> None:
@@ -64,6 +78,7 @@ class PodGroupStore:
             self._groups.pop(key, None)
         else:
             self._groups[key] = obj
+        self._note(key, self._groups.get(key))
         self._on_change(key)
 
     def get(self, key: str) -> KubeObject | None:

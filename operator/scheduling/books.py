@@ -1,12 +1,11 @@
 """The books: the cluster as the engine knows it, held by ``Books`` as parts.
 
 Nodes and their cards (inventories or register annotations), the pods that hold shares,
-reservations and preemptors' holds, quotas and budgets, with parts of their own: the
-ranking index (``ranking``), the allocation gate (``gate_book``), bound pods'
-allocations (``allocation_book``) and the DRA inputs (``claim_books``). Readers use the
-view (``view.BooksView``); the decision cycle writes reservations and holds through
-``add_pod``/``drop_pod`` and the nomination methods. Pure and synchronous.
-"""
+reservations and preemptors' holds, quotas, budgets and PodGroups of disruptionMode single,
+with parts of their own: ranking index (``ranking``), allocation gate (``gate_book``), bound
+pods' allocations (``allocation_book``), DRA inputs (``claim_books``). Readers use the view
+(``view.BooksView``); the decision cycle writes through ``add_pod``/``drop_pod`` and the
+nomination methods. Pure and synchronous."""
 
 from __future__ import annotations
 
@@ -75,6 +74,7 @@ class Books:
         self._rank = RankIndex()
         self._dirty: set[str] = set()
         self._budgets: dict[tuple[str, str], disruption.Budget] = {}
+        self.single_groups: set[str] = set()  # PodGroups of disruptionMode single (group_victims)
         #: Preemptors waiting for their victims, with the hold on the freed shares.
         self._nominations: dict[PodKey, Nomination] = {}
         #: Victims of a preemption whose deletion has not been seen yet.

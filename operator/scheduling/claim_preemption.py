@@ -33,6 +33,7 @@ from vgpu_operator.scheduling import (
     claim_ledger,
     claims,
     disruption,
+    group_victims,
     node_gate,
     placement,
     preemption,
@@ -228,7 +229,10 @@ def occupants(view: BooksView, node: NodeEntry) -> list[preemption.Occupant]:
     return [
         preemption.Occupant(e.key, e.priority, e.started, e.labels)
         for e in entries
-        if not e.deleting and not e.reserved and not view.is_preempted(e.key)
+        if not e.deleting
+        and not e.reserved
+        and not view.is_preempted(e.key)
+        and not group_victims.protected(e, view.single_groups)
     ]
 
 

@@ -30,6 +30,7 @@ from vgpu_operator.scheduling import (
     claim_decision,
     claim_preemption,
     disruption,
+    group_victims,
     node_gate,
     placement,
     preemption,
@@ -396,7 +397,8 @@ class Cycle:
             occupants = [
                 preemption.Occupant(e.key, e.priority, e.started, e.labels)
                 for e in (self.view.pods[k] for k in sorted(node.pods) if k in self.view.pods)
-                if not (e.deleting or e.reserved or e.in_group or self.view.is_preempted(e.key))
+                if not (e.deleting or e.reserved or self.view.is_preempted(e.key))
+                and not group_victims.protected(e, self.view.single_groups)
             ]
 
             trial = RemovalTrial(self.books, node, job, now)

@@ -46,9 +46,12 @@ class PodEntry:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Being deleted: it leaves anyway, so it is never a victim.
     deleting: bool = False
-    #: A member of an upstream PodGroup (``spec.schedulingGroup``): never a preemption
-    #: victim nor moved by defragmentation alone (``docs/gangs.md``).
+    #: A member of an upstream PodGroup (``spec.schedulingGroup``): never moved by
+    #: defragmentation alone, and a preemption victim only when its group's
+    #: ``disruptionMode`` is ``single`` (``group_victims``, ``docs/gangs.md``).
     in_group: bool = False
+    #: That PodGroup's ``namespace/name`` (None outside a group).
+    group: str | None = None
     uid: str = ""
     #: HAMi v2.10's MIG entries and the allocation as decoded: for a pod with devices on
     #: MIG cards, read against the cards' tables again when the node's cards change

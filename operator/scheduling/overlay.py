@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from vgpu_operator.config import DeviceConfig
@@ -163,6 +163,10 @@ class Overlay:
 
     def budgets(self) -> list[disruption.Budget]:
         return self._live.budgets()
+
+    @property
+    def single_groups(self) -> Collection[str]:
+        return self._live.single_groups
 
     def is_preempted(self, key: PodKey) -> bool:
         if key in self._preempted:

@@ -10,6 +10,7 @@ from typing import Any
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model
 from vgpu_operator.scheduling import (
+    group_victims,
     init_release,
     mig,
     mig_records,
@@ -159,6 +160,7 @@ def bound_entry(
         labels=dict((pod.get("metadata") or {}).get("labels") or {}),
         deleting=deleting,
         in_group=bool((pod.get("spec") or {}).get("schedulingGroup")),
+        group=group_victims.group_key(pod),
         uid=uid,
         mig_records=records,
         decoded=devices,

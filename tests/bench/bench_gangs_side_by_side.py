@@ -4,8 +4,8 @@ asserts nothing (the integration test ``test_gangs_side_by_side.py`` checks the 
 
 Run with the control plane's binaries (``make control-plane-bins``)::
 
-    PYTHONSAFEPATH=1 VGPU_CONTROL_PLANE_BIN_DIR=$(hack/control-plane/build.sh --print-dir | tail -1) \\
-        .venv/bin/python tests/bench/bench_gangs_side_by_side.py [--nodes 20] [--gangs 40]
+    export VGPU_CONTROL_PLANE_BIN_DIR=$(hack/control-plane/build.sh --print-dir | tail -1)
+    PYTHONSAFEPATH=1 .venv/bin/python tests/bench/bench_gangs_side_by_side.py --nodes 50 --gangs 100
 
 One control plane; per side, ``--nodes`` nodes of 8 ``nvidia.com/gpu`` and ``--gangs``
 PodGroups of four members (``minCount`` 4), one whole GPU each, so that every gang fits.

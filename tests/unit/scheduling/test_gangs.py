@@ -223,24 +223,35 @@ def test_bad_pod_groups_get_a_reason(
         read_pod_group(pod_group("bad", policy, **extra))
 
 
-def test_a_gang_member_is_never_a_preemption_victim() -> None:
-    def running(name: str, group: bool) -> dict[str, Any]:
-        allocated = "GPU-0,NVIDIA,9000,0:;"
-        pod = make_pod(name).container(gpu=1, gpumem=9000).on_node("n", allocated)
-        obj = pod.spec("priority", 1).obj()
-        obj["metadata"]["uid"] = f"uid-{name}"
-        if group:
-            obj["spec"]["schedulingGroup"] = {"podGroupName": "train"}
-        return obj
-
+@pytest.mark.parametrize(
+    ("group", "single", "victims"),
+    [
+        (False, False, ("default/batch",)),
+        # disruptionMode all (or a PodGroup not read): whole or not at all; whole is not
+        # built, so never.
+        (True, False, ()),
+        # disruptionMode single: one by one, as any pod.
+        (True, True, ("default/batch",)),
+    ],
+)
+def test_only_a_single_groups_member_is_a_preemption_victim_alone(
+    group: bool, single: bool, victims: tuple[str, ...]
+) -> None:
+    allocated = "GPU-0,NVIDIA,9000,0:;"
+    pod = make_pod("batch").container(gpu=1, gpumem=9000).on_node("n", allocated)
+    obj = pod.spec("priority", 1).obj()
+    obj["metadata"]["uid"] = "uid-batch"
+    if group:
+        obj["spec"]["schedulingGroup"] = {"podGroupName": "train"}
     urgent = make_pod("urgent").container(gpu=1, gpumem=6000).spec("priority", 1000).obj()
-    for group, victims in ((False, ("default/batch",)), (True, ())):
-        state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000))
-        state.preemption_enabled = True
-        state.set_pod(running("batch", group))
-        decision = state.schedule(urgent, 0)
-        assert not decision.scheduled
-        assert decision.victims == victims
+    state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000))
+    state.preemption_enabled = True
+    if single:
+        state.books.single_groups.add("default/train")
+    state.set_pod(obj)
+    decision = state.schedule(urgent, 0)
+    assert not decision.scheduled
+    assert decision.victims == victims
 
 
 def _batch(name: str, card: str) -> dict[str, Any]:

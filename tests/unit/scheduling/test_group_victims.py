@@ -1,0 +1,66 @@
+"""Members of a PodGroup as preemption victims (``scheduling.group_victims``): one by one
+only when the group's ``disruptionMode`` is ``single``; on the DRA path as on the
+annotation path (the annotation path: ``test_gangs.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from unit.scheduling.test_claim_books import claim
+from unit.scheduling.test_claim_preemption import bound_pod, engine, preemptor
+
+from vgpu_operator.control.gang_runtime import PodGroupStore
+from vgpu_operator.scheduling import group_victims
+
+
+def _member_of_train(name: str, priority: int) -> dict[str, Any]:
+    obj = bound_pod(name, f"c-{name}", priority)
+    obj["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    return obj
+
+
+@pytest.mark.parametrize(("single", "victims"), [(False, ()), (True, ("ns/low",))])
+def test_a_claim_pods_group_decides_whether_it_is_a_victim(
+    single: bool, victims: tuple[str, ...]
+) -> None:
+    state = engine()
+    held = claim("c-low", "8Gi", allocated=True)
+    held["status"]["reservedFor"] = [{"resource": "pods", "name": "low", "uid": "uid-low"}]
+    state.set_claim(held)
+    if single:
+        state.books.single_groups.add("ns/train")
+    state.set_pod(_member_of_train("low", 1))
+    decision = state.schedule(preemptor(state, "urgent", "6Gi", 100), now=0)
+    assert not decision.scheduled
+    assert decision.victims == victims
+
+
+def _pod_group(name: str, mode: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": 2}}}
+    if mode is not None:
+        spec["disruptionMode"] = mode
+    return {"metadata": {"name": name, "namespace": "ml"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("mode", "one_by_one"),
+    [({"single": {}}, True), ({"all": {}}, False), (None, False), ("single", False)],
+)
+def test_only_disruption_mode_single_lets_members_go_one_by_one(
+    mode: Any, one_by_one: bool
+) -> None:
+    assert group_victims.disrupted_one_by_one(_pod_group("g", mode)) is one_by_one
+
+
+def test_the_pod_group_store_keeps_the_books_single_groups() -> None:
+    books_set: set[str] = set()
+    store = PodGroupStore(single_groups=books_set)
+    asyncio.run(store.listed([_pod_group("a", {"single": {}}), _pod_group("b", {"all": {}})], "1"))
+    assert books_set == {"ml/a"}
+    asyncio.run(store.event("MODIFIED", _pod_group("b", {"single": {}})))
+    asyncio.run(store.event("MODIFIED", _pod_group("a", {"all": {}})))
+    assert books_set == {"ml/b"}
+    asyncio.run(store.event("DELETED", _pod_group("b", {"single": {}})))
+    assert books_set == set()
