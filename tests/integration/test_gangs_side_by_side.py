@@ -84,3 +84,8 @@ def test_the_same_gangs_end_up_bound(
     shares = env.usage_by_card(env.list_pods(cp, ours.namespace))
     assert len(shares) == 6
     assert {s for s, _, _ in shares.values()} == {1}
+    # The partly arrived group: kube-scheduler holds it at PreEnqueue and writes nothing
+    # (no condition on its pods or its PodGroup, no timeout); ours says why it waits.
+    for pod in twin.pods_by_gang(cp, ours.namespace)["short"]:
+        message = (env.condition(pod) or {}).get("message", "")
+        assert "waits for its members: minCount 3, 2 exist" in message
