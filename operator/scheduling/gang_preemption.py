@@ -4,11 +4,12 @@ Tried after a gang did not fit as it stands (``gangs.decide_group``), when preem
 on, for a gang without a topology constraint. Each waiting member is decided in turn by
 the ordinary cycle with preemption allowed, so each member's victims are chosen with the
 holds of the members before it in the books (no two members count on the same freed
-shares; members of any PodGroup are never victims, ``PodEntry.in_group``). If every member
-the gang needs then fits or holds room its victims free, the nominations are kept (their
-victims to evict) and the members that fitted as things stand give their reservations back:
-the group binds whole on a later attempt, once the victims are gone. Otherwise every
-reservation and nomination of the attempt is given up and no one is evicted.
+shares; a PodGroup's member is a victim only one by one, of a ``single`` group:
+``group_victims``). If every member the gang needs then fits or holds room its victims
+free, the nominations are kept (their victims to evict) and the members that fitted as
+things stand give their reservations back: the group binds whole on a later attempt, once
+the victims are gone. Otherwise every reservation and nomination of the attempt is given
+up and no one is evicted.
 """
 
 from __future__ import annotations
