@@ -187,6 +187,7 @@ def build_state(scenario: Mapping[str, Any], use_index: bool = True) -> ClusterS
     for pdb in scenario.get("podDisruptionBudgets") or []:
         state.set_budget(pdb)
     simulation_dra.load(scenario, state)
+    simulation_gangs.load(scenario, state)
     for pod in scenario.get("pods") or []:
         if (pod.get("spec") or {}).get("nodeName"):
             state.set_pod(_placed_by(pod, config.scheduler.scheduler_name))

@@ -15,7 +15,7 @@ from typing import Any
 
 from vgpu_operator import simulation_dra
 from vgpu_operator.errors import ScenarioError
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling import gangs, group_victims
 from vgpu_operator.scheduling.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import GroupDecision, GroupError, GroupSpec
 from vgpu_operator.scheduling.pod_key import pod_key
@@ -32,6 +32,21 @@ def check(scenario: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") if isinstance(obj, Mapping) else None
         if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
             raise ScenarioError(f"podGroups[{position}].metadata.name", "a PodGroup needs a name")
+
+
+def load(scenario: Mapping[str, Any], state: ClusterState) -> None:
+    """The groups whose members preemption may take one by one (``group_victims``):
+    ``disruptionMode: single``, or none named (the API server's default, which a written
+    scenario may leave out)."""
+    for obj in scenario.get("podGroups") or []:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec")
+        if not isinstance(spec, Mapping):
+            continue  # refused with a reason when its members are decided
+        if "disruptionMode" not in spec or group_victims.disrupted_one_by_one(obj):
+            state.books.single_groups.add(
+                f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+            )
 
 
 def _specs(scenario: Mapping[str, Any]) -> dict[str, GroupSpec | str]:

@@ -8,9 +8,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from builders import make_pod
 from unit.scheduling.test_claim_books import claim
 from unit.scheduling.test_claim_preemption import bound_pod, engine, preemptor
 
+from vgpu_operator import simulation
 from vgpu_operator.control.gang_runtime import PodGroupStore
 from vgpu_operator.scheduling import group_victims
 
@@ -64,3 +66,26 @@ def test_the_pod_group_store_keeps_the_books_single_groups() -> None:
     assert books_set == {"ml/b"}
     asyncio.run(store.event("DELETED", _pod_group("b", {"single": {}})))
     assert books_set == set()
+
+
+@pytest.mark.parametrize(
+    ("mode", "victims"),
+    [(None, ["ml/w0"]), ({"single": {}}, ["ml/w0"]), ({"all": {}}, [])],
+)
+def test_simulate_takes_a_member_alone_only_from_a_single_group(
+    mode: Any, victims: list[str]
+) -> None:
+    """``simulate`` reads the modes from ``podGroups``; none named is the API's default,
+    ``single``."""
+    running = make_pod("w0", "ml").container(gpu=1, gpumem=9000)
+    member = running.on_node("n", "GPU-0,NVIDIA,9000,0:;").spec("priority", 1).obj()
+    member["spec"]["schedulingGroup"] = {"podGroupName": "g"}
+    urgent = make_pod("urgent", "ml").container(gpu=1, gpumem=6000).spec("priority", 1000)
+    device = {"id": "GPU-0", "count": 10, "devmem": 10000, "devcore": 100, "type": "NVIDIA"}
+    scenario = {
+        "nodes": [{"metadata": {"name": "n"}, "devices": [{**device, "numa": 0, "health": True}]}],
+        "podGroups": [_pod_group("g", mode)],
+        "pods": [member, urgent.obj()],
+    }
+    decisions = simulation.simulate(scenario)["decisions"]
+    assert [d.get("victims", []) for d in decisions] == [victims]
