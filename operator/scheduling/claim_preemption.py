@@ -227,9 +227,9 @@ class ClaimRemovalTrial:
             for held in released:
                 ledger.remove_sums(held.namespace, held.quota_sums())
             job = dataclasses.replace(job, quota=ledger)
-        released = [d for held in freed for d in held.devices]
+        instances = [d for held in freed for d in held.devices]
         return self._dialect.fit_on(
-            self._node, job, self._wanted, self._now, cards, leaving, released
+            self._node, job, self._wanted, self._now, cards, leaving, instances
         )
 
 
