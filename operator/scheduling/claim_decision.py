@@ -290,10 +290,12 @@ class ClaimDialect:
         now: float,
         cards: list[model.DeviceUsage],
         leaving: Sequence[PodEntry],
+        released: Sequence[str] = (),
     ) -> claim_fit.ClaimsOutcome:
         """The claims' Fit on ``cards`` (the node's, as if some holds were released) with
-        ``leaving`` gone from the node: preemption's trials (``claim_preemption``)."""
-        return self._fit_claims_on(node, job, wanted, now, cards, leaving)
+        ``leaving`` gone from the node and the MIG instances ``released`` (a device name
+        per released result) given back: preemption's trials (``claim_preemption``)."""
+        return self._fit_claims_on(node, job, wanted, now, cards, leaving, released)
 
     def _fit_claims_on(
         self,
@@ -303,6 +305,7 @@ class ClaimDialect:
         now: float,
         cards: list[model.DeviceUsage] | None = None,
         leaving: Sequence[PodEntry] = (),
+        released: Sequence[str] = (),
     ) -> claim_fit.ClaimsOutcome:
         self.view.refresh(node)
         timeout = self.view.inventory_timeout_s
@@ -322,7 +325,7 @@ class ClaimDialect:
                     job,
                     mig,
                     self.view.claims.mig_of(node.name),
-                    self.view.claims.held_devices(node.name),
+                    _less(self.view.claims.held_devices(node.name), released),
                     self.view.claims.selector_cache,
                 )
             except claim_cel.CelRuntimeError as exc:
@@ -446,3 +449,18 @@ def _linked(outcome: claim_fit.ClaimsOutcome, pair_scores: model.PairScores) -> 
 
 def _one(reason: Reason) -> Counter[Reason]:
     return Counter({reason: 1})
+
+
+def _less(held: Sequence[str], released: Sequence[str]) -> list[str]:
+    """``held`` with one occurrence of each of ``released`` taken out (a device held by
+    two claims still holds when only one of them is released)."""
+    if not released:
+        return list(held)
+    left = Counter(released)
+    out = []
+    for name in held:
+        if left[name] > 0:
+            left[name] -= 1
+        else:
+            out.append(name)
+    return out

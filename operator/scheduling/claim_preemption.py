@@ -31,6 +31,7 @@ from typing import Any
 from vgpu_operator.devices import dra
 from vgpu_operator.scheduling import (
     claim_ledger,
+    claim_mig,
     claims,
     disruption,
     group_victims,
@@ -56,6 +57,9 @@ class HeldClaim:
     #: The uids of the pods that keep it (empty: no eviction releases it).
     holders: frozenset[str]
     bookings: tuple[placement.Booking, ...]
+    #: The device of every result it holds: a MIG instance gives its counters back
+    #: (``claim_mig.ledger``) when the hold is released.
+    devices: tuple[str, ...] = ()
 
     def quota_sums(self) -> dict[str, tuple[int, int]]:
         memory = sum(b.memory_mib for b in self.bookings)
@@ -84,9 +88,18 @@ class ClaimRemovalTrial:
         view.refresh(node)
         by_id = {card.id: card for card in node.cards}
         self.held = [
-            HeldClaim(h.key, h.namespace, holders, tuple(claim_ledger.bookings(h, by_id)))
+            HeldClaim(
+                h.key,
+                h.namespace,
+                holders,
+                tuple(claim_ledger.bookings(h, by_id)),
+                tuple(s.device for s in h.shares),
+            )
             for h, holders in view.claims.holders_on(node.name)
         ]
+        mig = view.claims.mig_of(node.name)
+        #: Each MIG instance's card: its holders stand in the way on that card.
+        self._mig_cards = {} if mig is None else {d.name: d.card for d in mig.pool.devices}
 
     @property
     def simple(self) -> bool:
@@ -96,6 +109,8 @@ class ClaimRemovalTrial:
         pending = self._wanted.pending
         if len(pending) != 1 or pending[0].match_attributes or len(pending[0].requests) != 1:
             return False
+        if claim_mig.is_mig(pending[0]):
+            return False  # an instance is fitted by counters, not by a card's free room
         job = self._job
         return pending[0].requests[0].count == 1 and not job.quota.has_limits(job.namespace)
 
@@ -182,6 +197,10 @@ class ClaimRemovalTrial:
         for held in self.held:
             for booking in held.bookings:
                 cards.setdefault(booking.uuid, set()).update(held.holders)
+            for device in held.devices:
+                card = self._mig_cards.get(device)
+                if card is not None:  # a MIG instance's holders, by its card
+                    cards.setdefault(card.lower(), set()).update(held.holders)
         return {card: frozenset(uids) for card, uids in cards.items()}
 
     def freed(self, removed: frozenset[PodKey]) -> list[HeldClaim]:
@@ -209,7 +228,10 @@ class ClaimRemovalTrial:
             for held in released:
                 ledger.remove_sums(held.namespace, held.quota_sums())
             job = dataclasses.replace(job, quota=ledger)
-        return self._dialect.fit_on(self._node, job, self._wanted, self._now, cards, leaving)
+        instances = [d for held in freed for d in held.devices]
+        return self._dialect.fit_on(
+            self._node, job, self._wanted, self._now, cards, leaving, instances
+        )
 
 
 @dataclass(frozen=True, slots=True)

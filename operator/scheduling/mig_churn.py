@@ -119,6 +119,8 @@ def replay(events: Sequence[Event], rule: Rule, slices: Sequence[Any]) -> Run:
             if live and event.leave is not None:
                 gone = live.pop(event.leave % len(live))
                 ledger.give_back(gone.consumes)
+                if isinstance(rule, SpreadFirstFit):
+                    rule.ended(gone)
             continue
         chosen = rule(mp.MigAsk(profile=event.profile), devices, ledger)
         if chosen is None:
@@ -129,9 +131,94 @@ def replay(events: Sequence[Event], rule: Rule, slices: Sequence[Any]) -> Run:
                 sum(d.memory_slices for d in live),
             )
         ledger.take(chosen.consumes)
+        if isinstance(rule, SpreadFirstFit):
+            rule.placed(chosen)
         live.append(chosen)
         placed += 1
     return Run(placed, None, 0, 0)
+
+
+class SpreadFirstFit:
+    """kube-scheduler with upstream's allocator, as it places these pods: the allocator
+    fits a node's devices first by slice name (``mig_partitions.first_fit``), and the
+    node is the one default scoring ranks best. Only the prioritized-list score of the
+    DRA plugin looks at devices (none here); ``NodeResourcesFit`` (least allocated) and
+    ``BalancedAllocation`` see the pods' CPU and memory, and a pod that asks none counts
+    kube-scheduler's defaults for a request it leaves out (100m, 200Mi): the node with
+    the fewest pods wins, ties chosen at random (``selectHost``; seeded here).
+
+    Stateful: one instance per replay (it counts the pods ``replay`` places and ends)."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+        self._pods: dict[str, int] = {}
+        self._nodes: dict[int, dict[str, list[mp.MigDevice]]] = {}
+
+    def __call__(
+        self, ask: mp.MigAsk, devices: Sequence[mp.MigDevice], ledger: mp.CounterLedger
+    ) -> mp.MigDevice | None:
+        nodes = self._nodes.get(id(devices))
+        if nodes is None:
+            nodes = {}
+            for device in sorted(devices, key=lambda d: d.slice_name):
+                nodes.setdefault(_node_of(device), []).append(device)
+            self._nodes = {id(devices): nodes}
+        feasible = [
+            (node, found)
+            for node, on_node in nodes.items()
+            if (found := mp.first_fit(ask, on_node, ledger)) is not None
+        ]
+        if not feasible:
+            return None
+        least = min(self._pods.get(node, 0) for node, _ in feasible)
+        best = [d for node, d in feasible if self._pods.get(node, 0) == least]
+        return self._rng.choice(best)
+
+    def placed(self, device: mp.MigDevice) -> None:
+        node = _node_of(device)
+        self._pods[node] = self._pods.get(node, 0) + 1
+
+    def ended(self, device: mp.MigDevice) -> None:
+        self._pods[_node_of(device)] -= 1
+
+
+def _node_of(device: mp.MigDevice) -> str:
+    """The node of a device, by its slice's name (``<node>-<driver>-mig-<n>``)."""
+    return device.slice_name.rsplit(f"-{dra.DRIVER}-", 1)[0]
+
+
+#: Compute and memory slices of each profile of the trace (80 GB cards).
+_SLICES = {
+    "1g.10gb": (1, 1),
+    "2g.20gb": (2, 2),
+    "3g.40gb": (3, 4),
+    "4g.40gb": (4, 4),
+    "7g.80gb": (7, 8),
+}
+
+
+def capacity_bound(events: Sequence[Event], cards: int) -> int:
+    """Requests placed before the first refusal by a cluster that refuses only when the
+    live instances' compute or memory slices would pass the cards' total (instances
+    moved freely between cards, no placement geometry): no rule places more."""
+    live: list[str] = []
+    compute = memory = placed = 0
+    for event in events:
+        if event.profile is None:
+            if live and event.leave is not None:
+                gone = live.pop(event.leave % len(live))
+                compute -= _SLICES[gone][0]
+                memory -= _SLICES[gone][1]
+            continue
+        c, m = _SLICES[event.profile]
+        full = (cards * dra_mig.COMPUTE_SLICES, cards * dra_mig.MEMORY_SLICES)
+        if compute + c > full[0] or memory + m > full[1]:
+            return placed
+        live.append(event.profile)
+        compute += c
+        memory += m
+        placed += 1
+    return placed
 
 
 def placed_before_refusal(events: Sequence[Event], rule: Rule, slices: Sequence[Any]) -> int:

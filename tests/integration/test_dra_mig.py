@@ -183,3 +183,40 @@ def test_the_engine_places_a_mig_claim_beside_kube_schedulers_and_the_driver_pre
         cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}?gracePeriodSeconds=0")
     three = wait_for("the 3g placed", lambda: allocated_device(cluster, ns, "engine-three"), 90)
     assert three.endswith("-mig-3g-20gb-4")
+
+
+def test_a_mig_pod_of_higher_priority_evicts_the_instances_in_its_way(
+    cluster: ControlPlane, operator: OperatorThread
+) -> None:
+    # After the test above: kube-scheduler's 4g at 0 and the engine's 3g at 4 hold the
+    # card, both pods of priority 0. A 7g of priority 1000 needs the card whole: both go,
+    # and once the claim controller has released their claims the 7g is allocated.
+    ns = next(
+        n["metadata"]["name"]
+        for n in cluster.get("/api/v1/namespaces")["items"]
+        if n["metadata"]["name"].startswith("mig")
+    )
+    cluster.create(
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": "mig-urgent"}, "value": 1000},
+    )
+    selector = f'device.attributes["{dra.DRIVER}"].profile == "7g.40gb"'
+    create_claim_template(
+        cluster,
+        ns,
+        "urgent",
+        {"deviceClassName": dra_mig.MIG_CLASS, "selectors": [{"cel": {"expression": selector}}]},
+    )
+    body = claim_pod("urgent", template="urgent", scheduler=SCHEDULER)
+    body["spec"]["priorityClassName"] = "mig-urgent"
+    cluster.create(f"/api/v1/namespaces/{ns}/pods", body)
+
+    def gone() -> bool:
+        names = {
+            p["metadata"]["name"] for p in cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+        }
+        return not names & {"four", "engine-three"}
+
+    wait_for("the 4g and the 3g pods evicted", gone, 90)
+    seven = wait_for("the 7g placed", lambda: allocated_device(cluster, ns, "urgent"), 90)
+    assert seven.endswith("-mig-7g-40gb-0")
