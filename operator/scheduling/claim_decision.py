@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,11 @@ class ClaimPlacement:
     wanted: claims.PodClaims | None = None
 
 
+#: Given the claims' shape (``ClaimJudge.shape``): node -> its failure as the pod's
+#: verdict holds it, for the nodes unchanged since (None: no such verdict).
+KnownFailures = Callable[[str], Mapping[str, NodeFailure] | None]
+
+
 class ClaimDialect:
     """The DRA dialect of the decision cycle: the node walk and gate are the cycle's
     (the ranking, ``node_gate``), the cards come from claims (``claim_fit``)."""
@@ -102,9 +107,11 @@ class ClaimDialect:
         job: placement.Job,
         now: float,
         explain: bool = False,
+        known: KnownFailures | None = None,
     ) -> ClaimPlacement:
         """The node and cards for the pod's claims (``job``: the pod as read once), held
-        in the books until the claims come back allocated."""
+        in the books until the claims come back allocated. ``known``: given the claims'
+        shape, the nodes whose failure the pod's verdict still holds (not fitted again)."""
         total = len(self.view.nodes)
         objects = self.view.claims.objects
         special: extended_claims.Special | None = None
@@ -128,6 +135,9 @@ class ClaimDialect:
         except (claims.Refusal, CodecError) as exc:
             return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=str(exc)))
         failures: dict[str, NodeFailure] = {}
+        # Nodes unchanged since the verdict on this shape ruled them out stay ruled out
+        # for the same reasons: only the others are fitted (as on the annotation path).
+        skip = known(ClaimJudge(self, wanted).shape) if known is not None else None
         found: tuple[NodeEntry, claim_fit.ClaimsOutcome] | None = None
         scores: dict[str, float] = {}
         # A request for several cards looks on, past the first node that fits, for one
@@ -135,6 +145,10 @@ class ClaimDialect:
         wants_links = any(r.count > 1 for c in wanted.pending for r in c.requests)
         linked = False
         for node in self._claim_order(job, wanted):
+            kept = None if skip is None else skip.get(node.name)
+            if kept is not None:
+                failures[node.name] = kept
+                continue
             outcome = self._fit_claims_on(node, job, wanted, now)
             if outcome.error is not None:
                 return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=outcome.error))
