@@ -16,11 +16,18 @@ import copy
 import random
 from typing import Any
 
-from dra_preemption_cases import MEMORY_MIB, Case, ModelClaim, ModelPod, bound_pod, claim_object
-from dra_preemption_cases import generate
+from dra_preemption_cases import (
+    MEMORY_MIB,
+    Case,
+    ModelClaim,
+    ModelPod,
+    bound_pod,
+    claim_object,
+    generate,
+)
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cluster import Decision
 
 CLUSTERS = 60
 STEPS = 14
@@ -31,7 +38,9 @@ def _seen(decision: Decision) -> tuple[Any, ...]:
     failures = None
     message = None
     if diagnosis is not None:
-        failures = {n: (dict(f.reasons), dict(f.refused_by)) for n, f in diagnosis.node_failures.items()}
+        failures = {
+            n: (dict(f.reasons), dict(f.refused_by)) for n, f in diagnosis.node_failures.items()
+        }
         message = diagnosis.message()
     return (
         decision.scheduled,
