@@ -144,11 +144,10 @@ class ClaimDialect:
         # where they are linked (the first such node wins; else the first that fits).
         wants_links = any(r.count > 1 for c in wanted.pending for r in c.requests)
         linked = False
-        for node in self._claim_order(job, wanted):
-            kept = None if skip is None else skip.get(node.name)
-            if kept is not None:
-                failures[node.name] = kept
-                continue
+        if skip:
+            nodes = self.view.nodes
+            failures.update((n, f) for n, f in skip.items() if n in nodes)
+        for node in self._claim_order(job, wanted, skip or {}):
             outcome = self._fit_claims_on(node, job, wanted, now)
             if outcome.error is not None:
                 return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=outcome.error))
@@ -253,10 +252,12 @@ class ClaimDialect:
             return None
         return _failure(outcome)
 
-    def _claim_order(self, job: placement.Job, wanted: claims.PodClaims) -> list[NodeEntry]:
-        """The candidates; under binpack, where the claims fit most tightly first
-        (``claim_best_fit``)."""
-        ranked = self._claim_candidates(job, wanted.node)
+    def _claim_order(
+        self, job: placement.Job, wanted: claims.PodClaims, skip: Mapping[str, NodeFailure]
+    ) -> list[NodeEntry]:
+        """The candidates but those in ``skip``; under binpack, where the claims fit most
+        tightly first (``claim_best_fit``)."""
+        ranked = [n for n in self._claim_candidates(job, wanted.node) if n.name not in skip]
         if wanted.node is not None or not wanted.pending:
             return ranked
         default = self.view.config.scheduler.node_scheduler_policy
