@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,11 @@ class ClaimPlacement:
     wanted: claims.PodClaims | None = None
 
 
+#: Given the claims' shape (``ClaimJudge.shape``): node -> its failure as the pod's
+#: verdict holds it, for the nodes unchanged since (None: no such verdict).
+KnownFailures = Callable[[str], Mapping[str, NodeFailure] | None]
+
+
 class ClaimDialect:
     """The DRA dialect of the decision cycle: the node walk and gate are the cycle's
     (the ranking, ``node_gate``), the cards come from claims (``claim_fit``)."""
@@ -102,9 +107,11 @@ class ClaimDialect:
         job: placement.Job,
         now: float,
         explain: bool = False,
+        known: KnownFailures | None = None,
     ) -> ClaimPlacement:
         """The node and cards for the pod's claims (``job``: the pod as read once), held
-        in the books until the claims come back allocated."""
+        in the books until the claims come back allocated. ``known``: given the claims'
+        shape, the nodes whose failure the pod's verdict still holds (not fitted again)."""
         total = len(self.view.nodes)
         objects = self.view.claims.objects
         special: extended_claims.Special | None = None
@@ -128,13 +135,19 @@ class ClaimDialect:
         except (claims.Refusal, CodecError) as exc:
             return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=str(exc)))
         failures: dict[str, NodeFailure] = {}
+        # Nodes unchanged since the verdict on this shape ruled them out stay ruled out
+        # for the same reasons: only the others are fitted (as on the annotation path).
+        skip = known(ClaimJudge(self, wanted).shape) if known is not None else None
         found: tuple[NodeEntry, claim_fit.ClaimsOutcome] | None = None
         scores: dict[str, float] = {}
         # A request for several cards looks on, past the first node that fits, for one
         # where they are linked (the first such node wins; else the first that fits).
         wants_links = any(r.count > 1 for c in wanted.pending for r in c.requests)
         linked = False
-        for node in self._claim_order(job, wanted):
+        if skip:
+            nodes = self.view.nodes
+            failures.update((n, f) for n, f in skip.items() if n in nodes)
+        for node in self._claim_order(job, wanted, skip or {}):
             outcome = self._fit_claims_on(node, job, wanted, now)
             if outcome.error is not None:
                 return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=outcome.error))
@@ -239,10 +252,12 @@ class ClaimDialect:
             return None
         return _failure(outcome)
 
-    def _claim_order(self, job: placement.Job, wanted: claims.PodClaims) -> list[NodeEntry]:
-        """The candidates; under binpack, where the claims fit most tightly first
-        (``claim_best_fit``)."""
-        ranked = self._claim_candidates(job, wanted.node)
+    def _claim_order(
+        self, job: placement.Job, wanted: claims.PodClaims, skip: Mapping[str, NodeFailure]
+    ) -> list[NodeEntry]:
+        """The candidates but those in ``skip``; under binpack, where the claims fit most
+        tightly first (``claim_best_fit``)."""
+        ranked = [n for n in self._claim_candidates(job, wanted.node) if n.name not in skip]
         if wanted.node is not None or not wanted.pending:
             return ranked
         default = self.view.config.scheduler.node_scheduler_policy

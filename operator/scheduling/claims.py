@@ -506,6 +506,34 @@ def eligible(
             return None
     if not dra_pool.tolerated(device.taints, request.tolerations):
         return None
+    # The rest depends only on the request's capacities and the device's capacity shape
+    # (equal for every card of a model): computed once per pair, not per card and node.
+    key = (tuple(request.capacity.items()), device.capacity_shape, whole,
+           total_memory_mib, total_cores, total_slots)  # fmt: skip
+    try:
+        return _CONSUMED[key]
+    except KeyError:
+        pass
+    found = _consumption(request, device, total_memory_mib, total_cores, total_slots, whole)
+    if len(_CONSUMED) >= _CONSUMED_LIMIT:
+        _CONSUMED.clear()
+    _CONSUMED[key] = found
+    return found
+
+
+#: (request capacities, device shape, whole, totals) -> what the request consumes.
+_CONSUMED: dict[tuple[Any, ...], Consumption | None] = {}
+_CONSUMED_LIMIT = 4096
+
+
+def _consumption(
+    request: Request,
+    device: dra_pool.PoolDevice,
+    total_memory_mib: int,
+    total_cores: int,
+    total_slots: int,
+    whole: bool,
+) -> Consumption | None:
     names: dict[str, Fraction] = {}
     for asked, amount in request.capacity.items():
         key = device.capacity_named(asked)

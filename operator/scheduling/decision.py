@@ -29,6 +29,7 @@ from vgpu_operator.scheduling import (
     binding,
     claim_decision,
     claim_preemption,
+    claim_verdicts,
     disruption,
     group_victims,
     node_gate,
@@ -292,7 +293,9 @@ class Cycle:
         if read.job is None:
             failure = Diagnosis({}, len(self.view.nodes), error=read.error)
             return Decision(key, False, diagnosis=failure)
-        placed = self._claims.place(key, read.source, read.job, now, explain)
+        kept = claim_verdicts.KeptFailures(self._verdicts, read, self.judged, now)
+        known = kept if self._keeps_verdicts() else None
+        placed = self._claims.place(key, read.source, read.job, now, explain, known)
         if placed.node is None:
             verdict = None
             if placed.judge is not None and self._keeps_verdicts():
@@ -300,7 +303,7 @@ class Cycle:
                 verdict = self._verdict_of(read, shape, placed.judge)
                 if verdict is not None and placed.diagnosis is not None:
                     failures = placed.diagnosis.node_failures
-                    verdict.refresh(self.judged, now, {}, None, failures)
+                    verdict.refresh(self.judged, now, {}, kept.changed_for(verdict), failures)
             decision = Decision(
                 key,
                 False,

@@ -87,15 +87,35 @@ class PoolDevice:
     capacity: Mapping[str, CapacityPolicy]
     allow_multiple: bool
     taints: tuple[Taint, ...] = ()
+    #: The CEL view, built on first use: a node's Fit asks it of every device, every
+    #: decision (the device is immutable, so one view serves them all).
+    _view: DeviceView | None = field(default=None, init=False, repr=False, compare=False)
+    _shape: int = field(default=-1, init=False, repr=False, compare=False)
 
     @property
     def view(self) -> DeviceView:
-        return DeviceView(
-            self.driver,
-            self.allow_multiple,
-            self.attributes,
-            {_qualify(k, self.driver): str(v.value) for k, v in self.capacity.items()},
-        )
+        if self._view is None:
+            view = DeviceView(
+                self.driver,
+                self.allow_multiple,
+                self.attributes,
+                {_qualify(k, self.driver): str(v.value) for k, v in self.capacity.items()},
+            )
+            object.__setattr__(self, "_view", view)
+            return view
+        return self._view
+
+    @property
+    def capacity_shape(self) -> int:
+        """A number shared by the devices whose capacities and request policies are
+        equal (every card of one model, as published): what a request consumes of a
+        device depends only on it (``claims.eligible``)."""
+        if self._shape < 0:
+            key = (self.driver, self.allow_multiple, tuple(sorted(self.capacity.items())))
+            shape = _SHAPES.setdefault(key, len(_SHAPES))
+            object.__setattr__(self, "_shape", shape)
+            return shape
+        return self._shape
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -113,6 +133,11 @@ class PoolDevice:
             return name
         short = name.removeprefix(f"{self.driver}/")
         return short if short in self.capacity else None
+
+
+#: Capacity shapes seen (driver, multiple allocations, capacities) -> their number; as
+#: many as distinct card models and request policies published.
+_SHAPES: dict[tuple[Any, ...], int] = {}
 
 
 def _qualify(name: str, driver: str) -> str:
