@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any, Final
 
 from vgpu_operator.devices import dra, model
@@ -64,15 +65,23 @@ def bookings(hold: Hold, cards: Mapping[str, model.DeviceUsage]) -> list[placeme
         memory = (
             card.total_memory_mib
             if share.memory_bytes is None
-            else int(-(-share.memory_bytes // dra.MIB))
+            else _ceil_div(share.memory_bytes, dra.MIB)
         )
-        cores = card.total_cores if share.cores is None else int(-(-share.cores // 1))
+        cores = card.total_cores if share.cores is None else _ceil_div(share.cores, 1)
         if whole:
             slots = card.count
         else:
-            slots = 1 if share.shares is None else int(-(-share.shares // 1))
+            slots = 1 if share.shares is None else _ceil_div(share.shares, 1)
         out.append(placement.Booking(card.id, card.vendor, memory, cores, slots))
     return out
+
+
+def _ceil_div(amount: Fraction, unit: int) -> int:
+    """``amount / unit`` rounded up; in integers where the amount is whole (the usual
+    case, and a hot one: preemption's trials read every hold of every candidate node)."""
+    if amount.denominator == 1:
+        return -(-amount.numerator // unit)
+    return int(-(-amount // unit))
 
 
 class ClaimLedger:

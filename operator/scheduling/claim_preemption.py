@@ -97,6 +97,8 @@ class ClaimRemovalTrial:
             )
             for h, holders in view.claims.holders_on(node.name)
         ]
+        self._wanted_cache: tuple[int, int] | None = None
+        self._by_card: dict[str, list[tuple[HeldClaim, list[placement.Booking]]]] | None = None
         mig = view.claims.mig_of(node.name)
         #: Each MIG instance's card: its holders stand in the way on that card.
         self._mig_cards = {} if mig is None else {d.name: d.card for d in mig.pool.devices}
@@ -148,15 +150,12 @@ class ClaimRemovalTrial:
         the claims released must free at least what the card lacks of it; releasing the
         claims whose most important holder is least important first, the priority at
         which enough is freed bounds every set of victims from below."""
-        [request] = self._wanted.pending[0].requests
-        want_memory = int(-(-request.capacity.get(dra.MEMORY, 0) // dra.MIB))
-        want_cores = int(-(-request.capacity.get(dra.CORES, 0) // 1))
+        want_memory, want_cores = self._wanted_amounts()
         memory, cores, slots = self.card_free(card, frozenset())
         lacking = (want_memory - memory, want_cores - cores, 1 - slots)
         releasable: list[tuple[int, int, int, int]] = []
-        for held in self.held:
-            on_card = [b for b in held.bookings if b.uuid == card]
-            if not on_card or not held.holders or not held.holders <= freeable.keys():
+        for held, on_card in self._held_by_card().get(card, ()):
+            if not held.holders or not held.holders <= freeable.keys():
                 continue
             top = max(freeable[uid] for uid in held.holders)
             releasable.append(
@@ -181,6 +180,27 @@ class ClaimRemovalTrial:
             if freed < lack:
                 return None
         return bound
+
+    def _wanted_amounts(self) -> tuple[int, int]:
+        """What the one request names of memory (MiB) and cores, read once per trial
+        (``least_top`` asks it for every card of every candidate node)."""
+        if self._wanted_cache is None:
+            [request] = self._wanted.pending[0].requests
+            memory = int(-(-request.capacity.get(dra.MEMORY, 0) // dra.MIB))
+            self._wanted_cache = (memory, int(-(-request.capacity.get(dra.CORES, 0) // 1)))
+        return self._wanted_cache
+
+    def _held_by_card(self) -> dict[str, list[tuple[HeldClaim, list[placement.Booking]]]]:
+        """Per card, the holds with bookings on it and those bookings (built once)."""
+        if self._by_card is None:
+            self._by_card = {}
+            for held in self.held:
+                on: dict[str, list[placement.Booking]] = {}
+                for booking in held.bookings:
+                    on.setdefault(booking.uuid, []).append(booking)
+                for card, bookings in on.items():
+                    self._by_card.setdefault(card, []).append((held, bookings))
+        return self._by_card
 
     def uid_of(self, key: PodKey) -> str:
         entry = self._view.pods.get(key)
