@@ -312,7 +312,9 @@ def _key(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
-def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
+def render(decision: Decision, pod: Mapping[str, Any], reasons: bool = True) -> dict[str, Any]:
+    """The decision as ``simulate`` prints it; ``reasons=False`` leaves ``reasons`` empty
+    for a caller that writes them itself (``simulation_stream``: from text kept per node)."""
     spec = pod.get("spec") or {}
     n_containers = len(spec.get("initContainers") or []) + len(spec.get("containers") or [])
     containers: list[list[dict[str, Any]]] = [[] for _ in range(n_containers)]
@@ -345,7 +347,7 @@ def render(decision: Decision, pod: Mapping[str, Any]) -> dict[str, Any]:
         "node": decision.node if decision.scheduled else decision.nominated_node,
         "containers": containers if placed else [],
         "annotations": dict(decision.annotations),
-        "reasons": decision.diagnosis.to_json() if decision.diagnosis else {},
+        "reasons": decision.diagnosis.to_json() if decision.diagnosis and reasons else {},
         "scores": {node: as_float32(score) for node, score in decision.node_scores.items()},
     }
     if decision.diagnosis is not None:

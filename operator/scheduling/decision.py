@@ -385,6 +385,8 @@ class Cycle:
         priority = preemption.priority_of(pod)
         if self._awaits_earlier_victims(pod, priority):
             return None
+        if not any(e.priority < priority for e in self.view.pods.values()):
+            return None  # nobody to evict: spare a removal trial on every node (a replay)
         budgets = self.view.budgets()
         limit = preemption.candidate_limit(len(self.view.nodes))
         candidates: list[preemption.Candidate] = []
