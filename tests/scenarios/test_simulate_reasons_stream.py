@@ -122,3 +122,48 @@ def test_preemption_tries_no_node_when_nobody_is_lower(
     decisions = simulation.simulate(scenario, now=0.0)["decisions"]
     assert [d["scheduled"] for d in decisions[:3]] == [True] * 3
     assert bool(made) is trials_expected
+
+
+@pytest.mark.parametrize("policy", ["binpack", "spread", "fragmentation"])
+def test_pods_that_want_no_device_go_where_the_reference_walk_puts_them(policy: str) -> None:
+    """A pod that asks no GPU is fitted in the reference's key order up to the first fit
+    (``reference_walk.find_in_key_order``): the same node as fitting every node."""
+    nodes = []
+    for i in range(7):
+        node = _node(f"node-{i}", i % 3, 10000)
+        node["status"] = {"allocatable": {"cpu": f"{2 + i % 4}", "memory": f"{4 + i}Gi"}}
+        nodes.append(node)
+    pods: list[dict[str, Any]] = []
+    for i in range(24):
+        if i % 3 == 0:
+            pods.append(_pod(f"gpu-{i}", 2000 + 500 * (i % 5)))
+            pods[-1]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "500m"}
+        else:
+            requests = {"cpu": f"{250 * (1 + i % 5)}m", "memory": f"{1 + i % 3}Gi"}
+            pods.append(
+                {
+                    "metadata": {"namespace": "default", "name": f"cpu-{i}", "annotations": {}},
+                    "spec": {"containers": [{"name": "main", "resources": {"requests": requests}}]},
+                }
+            )
+    too_big = {"cpu": "64", "memory": "1Gi"}
+    pods.append(
+        {
+            "metadata": {"namespace": "default", "name": "cpu-too-big", "annotations": {}},
+            "spec": {"containers": [{"name": "main", "resources": {"requests": too_big}}]},
+        }
+    )
+    scenario: Scenario = {
+        "name": "no device",
+        "config": {"scheduler": {"nodeSchedulerPolicy": policy, "gpuSchedulerPolicy": policy}},
+        "nodes": nodes,
+        "pods": pods,
+    }
+    indexed = simulation.simulate(scenario, now=0.0)["decisions"]
+    reference = simulation.simulate(scenario, now=0.0, use_index=False)["decisions"]
+    assert [(d["pod"], d["node"], d["reasons"]) for d in indexed] == [
+        (d["pod"], d["node"], d["reasons"]) for d in reference
+    ]
+    placed = {d["node"] for d in indexed if d["pod"].startswith("default/cpu-") and d["node"]}
+    assert len(placed) >= 2
+    assert any(not d["scheduled"] for d in indexed)
