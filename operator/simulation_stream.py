@@ -17,6 +17,47 @@ from typing import Any, TextIO
 
 from vgpu_operator import simulation, simulation_dra
 from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.status import Diagnosis, NodeFailure
+
+#: Where a line's ``reasons`` go, spliced in as text (``ReasonsText``).
+_HOLE = '"reasons": {}'
+
+
+class ReasonsText:
+    """``reasons`` as JSON text, made from pieces kept across decisions.
+
+    A pod that fits nowhere carries its reasons on every node (1,213 in the FGD replay,
+    about 55 kB), and rendering them as a dict and dumping it cost more than deciding.
+    The pods of one shape share a verdict whose per-node failures stay the same objects
+    while their nodes do not change (``verdicts``), so each node's ``"name": {...}`` text
+    is kept per failure object and a diagnosis seen again is the text made last time.
+    The text is what ``json.dumps(diagnosis.to_json())`` writes.
+    """
+
+    _LIMIT = 1 << 18
+
+    def __init__(self) -> None:
+        #: id of a failure -> (the failure, kept so that its id is not reused; its node;
+        #: the node's text).
+        self._pieces: dict[int, tuple[NodeFailure, str, str]] = {}
+        self._last: tuple[Diagnosis | None, str] = (None, "{}")
+
+    def of(self, diagnosis: Diagnosis) -> str:
+        if self._last[0] is diagnosis:
+            return self._last[1]
+        if len(self._pieces) > self._LIMIT:
+            self._pieces.clear()
+        parts = []
+        for node, failure in sorted(diagnosis.node_failures.items()):
+            kept = self._pieces.get(id(failure))
+            if kept is None or kept[0] is not failure or kept[1] != node:
+                counts = {reason.value: n for reason, n in sorted(failure.reasons.items())}
+                kept = (failure, node, json.dumps(node) + ": " + json.dumps(counts))
+                self._pieces[id(failure)] = kept
+            parts.append(kept[2])
+        text = "{" + ", ".join(parts) + "}"
+        self._last = (diagnosis, text)
+        return text
 
 
 def decisions(
@@ -56,9 +97,13 @@ def write(
     out.write('{"decisions": [')
     placed: list[dict[str, Any]] = []
     first = True
+    reasons = ReasonsText()
     for pod, decision in decisions(scenario, state, now, scores):
-        rendered = simulation.render(decision, pod)
-        out.write(("\n" if first else ",\n") + json.dumps(rendered))
+        rendered = simulation.render(decision, pod, reasons=False)
+        line = json.dumps(rendered)
+        if rendered["reasons"] == {} and decision.diagnosis is not None and not decision.victims:
+            line = line.replace(_HOLE, '"reasons": ' + reasons.of(decision.diagnosis), 1)
+        out.write(("\n" if first else ",\n") + line)
         first = False
         placed.append({"pod": rendered["pod"], "scheduled": rendered["scheduled"]})
     out.write("\n]")

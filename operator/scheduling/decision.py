@@ -389,6 +389,8 @@ class Cycle:
         priority = preemption.priority_of(pod)
         if self._awaits_earlier_victims(pod, priority):
             return None
+        if not any(e.priority < priority for e in self.view.pods.values()):
+            return None  # nobody to evict: spare a removal trial on every node (a replay)
         budgets = self.view.budgets()
         limit = preemption.candidate_limit(len(self.view.nodes))
         candidates: list[preemption.Candidate] = []
@@ -513,10 +515,13 @@ class Cycle:
         full walk would choose it. With the ``verdict`` of a pod whose reasons its card
         classes give, a node is judged by classes first (into ``judged``), and fitted in
         full only where the classes say it fits."""
-        if not self.settings.use_index or not job.wants_devices:
-            # The index ranks only nodes with a free card; a pod that wants no device
-            # (rare here) may go to a full one.
+        if not self.settings.use_index:
             return reference_walk.find(self.view, self.placer, self._try_node, job, now, tried)
+        if not job.wants_devices:
+            # The index ranks only nodes with a free card; a pod that wants no device
+            # may go to a full one: nodes in the reference's order, up to the first fit.
+            first_fit = reference_walk.find_in_key_order
+            return first_fit(self.view, self.placer, self._try_node, job, now, tried)
         self.view.rerank()
         ranking = self.view.ranking(job.pod_node_policy)
         nodes = self.view.nodes

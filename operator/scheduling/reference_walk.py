@@ -38,6 +38,32 @@ def find(
     return None if best is None else (best[1], best[2])
 
 
+def find_in_key_order(
+    view: BooksView,
+    placer: Placer,
+    try_node: TryNode,
+    job: placement.Job,
+    now: float,
+    tried: dict[str, placement.Outcome],
+) -> tuple[NodeEntry, placement.Outcome] | None:
+    """What ``find`` chooses, fitting nodes best key first and stopping at the first that
+    fits: the smallest (key, order) that fits is the first fitting one in that order. For
+    a pod that wants no device (the index ranks only nodes with a free card), whose Fit
+    is the node gate: one pod in eight of the FGD replay, fitted on all 1,213 nodes."""
+    for node in view.nodes.values():
+        view.refresh(node)  # the key reads the node's score, as ``find`` reads it after its Fit
+    ranked = sorted(
+        ((node_key(view, placer, node, job), node.order, node) for node in view.nodes.values()),
+        key=lambda entry: (entry[0], entry[1]),
+    )
+    for _key, _order, node in ranked:
+        outcome = try_node(node, job, now)
+        if outcome.ok:
+            return node, outcome
+        tried[node.name] = outcome
+    return None
+
+
 def node_key(
     view: BooksView, placer: Placer, node: NodeEntry, job: placement.Job
 ) -> tuple[float, float]:
