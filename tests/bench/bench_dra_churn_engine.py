@@ -23,13 +23,11 @@ if str(HERE) not in sys.path:
     sys.path.append(str(HERE))
 
 from e2e.dra import (  # noqa: E402
-    CARD_MIB,
-    CARDS_PER_NODE,
     CHURN_NODES,
     CHURN_STEPS,
-    SPLIT,
     Card,
     Shape,
+    churn_cards,
     claim_spec,
     stranded_for,
     stranded_gib,
@@ -56,22 +54,7 @@ def engine(policy: str) -> tuple[ClusterState, list[dict[str, Any]]]:
     for n in range(CHURN_NODES):
         node = f"dra-churn-{n}"
         state.set_node({"metadata": {"name": node, "labels": {dra.NODE_PATH_LABEL: dra.PATH_DRA}}})
-        cards = [
-            dra.CardShape(
-                uuid=f"GPU-{node}-{i:04d}",
-                index=i,
-                product="A100-SXM4-40GB",
-                hami_type="NVIDIA-A100-SXM4-40GB",
-                memory_mib=CARD_MIB,
-                cores=100,
-                split_count=SPLIT,
-                mode="hami-core",
-                numa_node=i // 4,
-                nvlink_island=(i // 2) * 2,
-            )
-            for i in range(CARDS_PER_NODE)
-        ]
-        wire = dra.slice_wire(node, cards, 1, None)
+        wire = dra.slice_wire(node, churn_cards(node), 1, None)
         state.set_slice(wire)
         slices.append(dict(wire))
     return state, slices

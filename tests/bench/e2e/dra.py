@@ -99,6 +99,26 @@ def trace(seed: int, steps: int) -> list[tuple[str, Any]]:
 # --- the cluster ------------------------------------------------------------------------
 
 
+def churn_cards(node: str) -> list[dra.CardShape]:
+    """One DRA node's cards: eight A100s of 40 GiB, two NUMA nodes, NVLink pairs (the
+    engine-only churn bench builds the same nodes)."""
+    return [
+        dra.CardShape(
+            uuid=f"GPU-{node}-{i:04d}",
+            index=i,
+            product="A100-SXM4-40GB",
+            hami_type="NVIDIA-A100-SXM4-40GB",
+            memory_mib=CARD_MIB,
+            cores=100,
+            split_count=SPLIT,
+            mode="hami-core",
+            numa_node=i // 4,
+            nvlink_island=(i // 2) * 2,
+        )
+        for i in range(CARDS_PER_NODE)
+    ]
+
+
 def make_nodes(cp: ControlPlane, pool: str, count: int) -> list[str]:
     names = []
     for n in range(count):
@@ -106,22 +126,7 @@ def make_nodes(cp: ControlPlane, pool: str, count: int) -> list[str]:
         cp.create_fake_gpu_node(
             node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA, POOL_LABEL: pool}
         )
-        cards = [
-            dra.CardShape(
-                uuid=f"GPU-{node}-{i:04d}",
-                index=i,
-                product="A100-SXM4-40GB",
-                hami_type="NVIDIA-A100-SXM4-40GB",
-                memory_mib=CARD_MIB,
-                cores=100,
-                split_count=SPLIT,
-                mode="hami-core",
-                numa_node=i // 4,
-                nvlink_island=(i // 2) * 2,
-            )
-            for i in range(CARDS_PER_NODE)
-        ]
-        cp.create(f"{RESOURCE}/resourceslices", dra.slice_wire(node, cards, 1, None))
+        cp.create(f"{RESOURCE}/resourceslices", dra.slice_wire(node, churn_cards(node), 1, None))
         names.append(node)
     return names
 
