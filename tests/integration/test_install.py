@@ -30,7 +30,8 @@ from integration.test_operator_webhook import _free_port
 
 from vgpu_operator import names, node_leases
 from vgpu_operator.agent.simulated import resolve_machine_path
-from vgpu_operator.control.options import WebhookOptions
+from vgpu_operator.control.options import OperatorOptions, WebhookOptions
+from vgpu_operator.devices.dra import CardShape
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import certs
 from vgpu_operator.kube.client import api_client
@@ -922,6 +923,31 @@ def test_the_dra_driver_writes_only_its_own_nodes_slices(
         )
 
 
+def _one_card_dra_node(cp: ControlPlane, prefix: str) -> tuple[str, CardShape]:
+    """A KWOK node on the DRA path with one published L40S: its name and card."""
+    from vgpu_operator.devices import dra
+
+    node = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    cp.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
+    card = dra.CardShape(f"GPU-{node}-0", 0, "L40S", "NVIDIA-L40S", 46068, 100, 4, "hami-core")
+    cp.create("/apis/resource.k8s.io/v1/resourceslices", dra.slice_wire(node, [card], 1, None))
+    return node, card
+
+
+def _operator_on_its_token(cp: ControlPlane, token: str, tmp_path: Path) -> OperatorOptions:
+    """The installed operator's options, logged in with its service account's token."""
+    kubeconfig = token_kubeconfig(cp, token, tmp_path / "operator.kubeconfig")
+    return env.options(
+        cp,
+        NAMESPACE,
+        kubeconfig=kubeconfig,
+        config_map="vgpu-device-config",
+        standalone=False,
+        peering="vgpu-operator",
+        inventory_timeout_s=None,
+    )
+
+
 def _claim_body(namespace: str, name: str, memory: str) -> dict[str, object]:
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -948,29 +974,15 @@ def test_the_operator_allocates_a_claim_on_its_own_token(
 ) -> None:
     """The DRA path's reads and writes (slices, classes, claims; the claim's finalizer,
     allocation and reservation; the Binding) are allowed by the manifests' RBAC."""
-    from vgpu_operator.devices import dra
-
     cp = installed.cp
-    node = f"gpu-dra-{uuid.uuid4().hex[:6]}"
-    cp.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
-    card = dra.CardShape(f"GPU-{node}-0", 0, "L40S", "NVIDIA-L40S", 46068, 100, 4, "hami-core")
-    cp.create("/apis/resource.k8s.io/v1/resourceslices", dra.slice_wire(node, [card], 1, None))
+    node, card = _one_card_dra_node(cp, "gpu-dra")
     namespace = f"team-{uuid.uuid4().hex[:6]}"
     cp.ensure_namespace(namespace)
     cp.create(
         f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims",
         _claim_body(namespace, "share", "4Gi"),
     )
-    kubeconfig = token_kubeconfig(cp, operator_token, tmp_path / "operator.kubeconfig")
-    options = env.options(
-        cp,
-        NAMESPACE,
-        kubeconfig=kubeconfig,
-        config_map="vgpu-device-config",
-        standalone=False,
-        peering="vgpu-operator",
-        inventory_timeout_s=None,
-    )
+    options = _operator_on_its_token(cp, operator_token, tmp_path)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -1001,25 +1013,11 @@ def test_the_operator_makes_a_pods_special_claim_on_its_own_token(
     """With examples/dra/extended-resource.yaml applied, a plain nvidia.com/gpu pod is
     served through its special claim: the claim's create, its allocation and the pod's
     extendedResourceClaimStatus are allowed by the manifests' RBAC and claim policies."""
-    from vgpu_operator.devices import dra
-
     cp = installed.cp
-    node = f"gpu-ext-{uuid.uuid4().hex[:6]}"
-    cp.create_fake_gpu_node(node, gpus=0, labels={dra.NODE_PATH_LABEL: dra.PATH_DRA})
-    card = dra.CardShape(f"GPU-{node}-0", 0, "L40S", "NVIDIA-L40S", 46068, 100, 4, "hami-core")
-    cp.create("/apis/resource.k8s.io/v1/resourceslices", dra.slice_wire(node, [card], 1, None))
+    node, card = _one_card_dra_node(cp, "gpu-ext")
     namespace = f"team-{uuid.uuid4().hex[:6]}"
     cp.ensure_namespace(namespace)
-    kubeconfig = token_kubeconfig(cp, operator_token, tmp_path / "operator.kubeconfig")
-    options = env.options(
-        cp,
-        NAMESPACE,
-        kubeconfig=kubeconfig,
-        config_map="vgpu-device-config",
-        standalone=False,
-        peering="vgpu-operator",
-        inventory_timeout_s=None,
-    )
+    options = _operator_on_its_token(cp, operator_token, tmp_path)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
