@@ -85,7 +85,9 @@ class Plan:
         return sum(s.option.price for s in self.new)
 
     def pods_on(self, node: str) -> tuple[PodKey, ...]:
-        return tuple(sorted(k for k, n in self.where.items() if n == node))
+        """The pods placed on ``node``, in the order the trial placed them (the order to
+        hold their shares in)."""
+        return tuple(k for k, n in self.where.items() if n == node)
 
     def summary(self) -> str:
         """``1 x gpu-8xh100, 2 x gpu-4xl40s``: the new nodes by instance type."""

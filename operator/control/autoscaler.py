@@ -1,0 +1,409 @@
+"""Asking Karpenter for exactly the nodes the waiting pods need (``run
+--autoscale-instance-types FILE``; docs/autoscaling.md).
+
+Every ``interval_s`` (and soon after a pod is found waiting), while this replica decides
+and its books are synced, a round:
+
+1. reads the NodePools and NodeClaims; the options are the instance types of the catalogue
+   (``autoscale_catalogue``) each NodePool allows, less those cooling off;
+2. follows the NodeClaims it asked for (``OWNED_LABEL``): one whose node has joined the
+   books with its inventory gets the shares of the pods planned on it held there in the
+   plan's order (the hold a preemptor gets, ``defrag_books.DefragBooks.hold``) and those
+   pods are woken (the worker binds them); one gone, failed, or without a node after
+   ``node_timeout_s`` is withdrawn (deleted), its instance type cools off, its pods are
+   told why and planned again;
+3. plans (``scheduling.autoscale.search``) for the waiting pods (``autoscale_units``), with
+   the claims still on their way as nodes already requested;
+4. deletes the claims no pod needs any more, creates the new ones (``autoscale_claims``),
+   writes each planned pod's ``status.nominatedNodeName`` (the claim's name: Karpenter's
+   provisioner passes over a nominated pod, so it never asks for a node for it too), and
+   tells each pod what it waits for (``note``: the worker adds it to the pod's
+   ``PodScheduled`` message: ``waits for a new node: 1 x gpu-8xh100 requested``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from vgpu_operator.control import autoscale_claims, autoscale_units, feed, gang_runtime, queue
+from vgpu_operator.control.autoscale_catalogue import Catalogue
+from vgpu_operator.control.options import AutoscaleOptions
+from vgpu_operator.scheduling.autoscale import catalogue, search
+from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit
+from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.defrag_books import DefragBooks
+from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+
+log = structlog.get_logger("vgpu_operator.autoscaler")
+
+
+class KarpenterApi(Protocol):
+    """What the autoscaler reads and writes through the API (``kube.karpenter``)."""
+
+    async def node_pools(self) -> list[dict[str, Any]]: ...
+    async def node_claims(self) -> list[dict[str, Any]]: ...
+    async def create_claim(self, body: Mapping[str, Any]) -> dict[str, Any]: ...
+    async def delete_claim(self, name: str) -> bool: ...
+    async def nominate(self, namespace: str, name: str, node: str | None) -> bool: ...
+
+
+@dataclass
+class Request:
+    """A NodeClaim this operator asked for, and the pods planned on it, in plan order."""
+
+    claim: str
+    option: catalogue.NodeOption
+    asked_at: float
+    pods: tuple[PodKey, ...] = ()
+    #: The node it became, once the books hold it with its inventory (shares held there).
+    arrived: str | None = None
+
+
+@dataclass
+class _Round:
+    """What one round read: NodePool objects by name, the options, the claims by name."""
+
+    pools: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    options: list[catalogue.NodeOption] = field(default_factory=list)
+    claims: dict[str, autoscale_claims.Claim] = field(default_factory=dict)
+
+
+class Autoscaler:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        state_feed: feed.StateFeed,
+        pods_queue: queue.SchedulingQueue,
+        gangs: gang_runtime.GangRuntime | None,
+        api: KarpenterApi,
+        types: Catalogue,
+        settings: AutoscaleOptions,
+        *,
+        decides: Callable[[], bool],
+        wall_clock: Callable[[], float] = time.time,
+        cpu_clock: Callable[[], float] = time.process_time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._state = state
+        self._books = DefragBooks(state)
+        self._feed = state_feed
+        self._queue = pods_queue
+        self._gangs = gangs
+        self._api = api
+        self._types = types
+        self._settings = settings
+        self._decides = decides
+        self._wall_clock = wall_clock
+        self._cpu_clock = cpu_clock
+        self._sleep = sleep
+        self._budget = search.Budget(max_seconds=settings.max_search_s)
+        self.requests: dict[str, Request] = {}
+        #: Per pod, what it is told it waits for (``note``), and the claim it is nominated to.
+        self._notes: dict[PodKey, str] = {}
+        self._nominated: dict[PodKey, str] = {}
+        #: Options (their keys) not asked for until then: their claims timed out or failed.
+        self._cooling: dict[tuple[str, str, str, str], float] = {}
+        self._soon = asyncio.Event()
+        self._wait_s = settings.interval_s
+        #: When each unit not planned yet was first found waiting (the batching window).
+        self._first_seen: dict[str, float] = {}
+        self.last_plan: search.Plan | None = None
+        for problem in types.problems:
+            log.warning("autoscale_instance_type_refused", problem=problem)
+
+    def note(self, key: PodKey) -> str | None:
+        """What the pod waits for, for its ``PodScheduled`` message (None: nothing)."""
+        return self._notes.get(key)
+
+    def poke(self) -> None:
+        """A pod was found waiting: a round soon."""
+        self._soon.set()
+
+    async def run(self) -> None:
+        """Forever: a round every ``interval_s``, or sooner when poked (until cancelled)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._soon.wait(), self._wait_s)
+            self._soon.clear()
+            self._wait_s = self._settings.interval_s
+            if not self._decides():
+                continue
+            try:
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # an API error: next round
+                log.warning("autoscale_round_failed", error=str(exc))
+
+    async def round(self) -> search.Plan | None:
+        now = self._wall_clock()
+        read = await self._read(now)
+        await self._follow(read, now)
+        units, left = autoscale_units.gather(
+            self._feed.waiting_for(self._feed.scheduler_name),
+            planned={k for r in self.requests.values() if r.arrived is None for k in r.pods},
+            parked=self._queue.is_unschedulable,
+            in_books=self._in_books,
+            listed=self._listed(),
+            gangs=self._gangs,
+            pins={k: r.claim for r in self.requests.values() if r.arrived is None for k in r.pods},
+            limit=self._settings.max_pods,
+        )
+        requested = [Slot(r.claim, r.option) for r in self.requests.values() if r.arrived is None]
+        if not units and not requested:
+            self._tell(dict.fromkeys(left, ""), left)
+            return None
+        plan = search.plan(
+            self._state.books,
+            units,
+            read.options,
+            requested,
+            now=now,
+            budget=self._budget,
+            clock=self._cpu_clock,
+        )
+        self.last_plan = plan
+        await self._carry_out(plan, units, left, read, now)
+        return plan
+
+    def _batching(self, units: Sequence[Unit], now: float) -> bool:
+        """Whether new pods are still coming in (Karpenter's batching window): no new
+        nodes yet while a unit not planned before was first seen less than ``batch_idle_s``
+        ago, for at most ``batch_max_s`` after the first of them."""
+        fresh = [u.key for u in units if u.pinned is None]
+        self._first_seen = {k: self._first_seen.get(k, now) for k in fresh}
+        if not self._first_seen:
+            return False
+        newest, oldest = max(self._first_seen.values()), min(self._first_seen.values())
+        settings = self._settings
+        waiting = now - newest < settings.batch_idle_s and now - oldest < settings.batch_max_s
+        if waiting:
+            # Look again when the window may close (no event need come).
+            self._wait_s = min(settings.interval_s, max(0.05, settings.batch_idle_s / 2))
+        return waiting
+
+    # --- reading -------------------------------------------------------------------------
+    async def _read(self, now: float) -> _Round:
+        read = _Round()
+        pools: list[catalogue.NodePool] = []
+        for obj in await self._api.node_pools():
+            try:
+                pool = catalogue.read_node_pool(obj)
+            except catalogue.NodePoolError as exc:
+                log.debug("autoscale_node_pool_skipped", reason=str(exc))
+                continue
+            pools.append(pool)
+            read.pools[pool.name] = obj
+        for key, until in list(self._cooling.items()):
+            if until <= now:
+                del self._cooling[key]
+        read.options = [
+            o for o in catalogue.options(pools, self._types.types) if o.key not in self._cooling
+        ]
+        for obj in await self._api.node_claims():
+            claim = autoscale_claims.read_claim(obj)
+            if claim is not None and claim.ours:
+                read.claims[claim.name] = claim
+        return read
+
+    def _listed(self) -> frozenset[str]:
+        return frozenset(r for t in self._types.types for r in t.capacity)
+
+    def _in_books(self, key: PodKey) -> bool:
+        return key in self._state.books.pods or self._state.nominated_node(key) is not None
+
+    # --- the claims asked for -------------------------------------------------------------
+    async def _follow(self, read: _Round, now: float) -> None:
+        """Claims gone, failed or late are withdrawn; arrived ones get their pods held."""
+        options = {o.key: o for o in read.options}
+        for name, seen in read.claims.items():
+            if name not in self.requests and not seen.deleting and seen.option_key in options:
+                # A claim of ours from before a restart: its pods are those nominated to it.
+                asked = seen.created if seen.created is not None else now
+                pods = tuple(k for k, n in self._nominated_from_pods().items() if n == name)
+                self.requests[name] = Request(name, options[seen.option_key], asked, pods)
+        for name, request in list(self.requests.items()):
+            claim = read.claims.get(name)
+            why = self._withdrawal(request, claim, now)
+            if why is not None:
+                await self._withdraw(request, why)
+                continue
+            if request.arrived is None and claim is not None and claim.initialized and claim.node:
+                self._arrive(request, claim.node, now)
+            if request.arrived is not None and not any(
+                self._feed.pending_pod(k) is not None for k in request.pods
+            ):
+                del self.requests[name]  # all its pods bound (or gone): a node like any
+
+    def _withdrawal(
+        self, request: Request, claim: autoscale_claims.Claim | None, now: float
+    ) -> str | None:
+        kind = request.option.instance_type.name
+        if request.arrived is not None:
+            return None
+        if claim is None or claim.deleting:
+            return f"NodeClaim {request.claim} ({kind}) is gone"
+        if claim.failure is not None:
+            return f"NodeClaim {request.claim} ({kind}) could not be launched: {claim.failure}"
+        if now - request.asked_at > self._settings.node_timeout_s:
+            return (
+                f"NodeClaim {request.claim} ({kind}) did not become a node within "
+                f"{self._settings.node_timeout_s:.0f} s"
+            )
+        return None
+
+    async def _withdraw(self, request: Request, why: str) -> None:
+        """Delete a claim that failed (its instance type cools off) and tell its pods."""
+        del self.requests[request.claim]
+        self._cooling[request.option.key] = self._wall_clock() + self._settings.cool_off_s
+        with contextlib.suppress(Exception):
+            await self._api.delete_claim(request.claim)
+        log.warning("autoscale_claim_withdrawn", claim=request.claim, reason=why)
+        message = (
+            f"{why}: withdrawn; {request.option.instance_type.name} is not asked for again "
+            f"for {self._settings.cool_off_s:.0f} s"
+        )
+        for pod in request.pods:
+            self._notes[pod] = message
+            self._queue.wake_one(pod)
+
+    def _arrive(self, request: Request, node: str, now: float) -> None:
+        """The claim's node is initialised (Karpenter's own taint gone) and in the books:
+        once its inventory is read, the shares of its pods are held there in the plan's
+        order, and the pods woken."""
+        entry = self._state.books.nodes.get(node)
+        if entry is None or entry.inventory is None:
+            return
+        request.arrived = node
+        log.info("autoscale_node_arrived", claim=request.claim, node=node, pods=len(request.pods))
+        for key in request.pods:
+            pod = self._feed.pending_pod(key)
+            if pod is None or self._in_books(key):
+                continue
+            held = self._books.hold(pod, node, frozenset(), now)
+            log.info(
+                "autoscale_node_arrived_hold",
+                claim=request.claim,
+                node=node,
+                pod=key,
+                held=held is not None,
+            )
+            self._notes.pop(key, None)
+            self._feed.held_for(key)
+
+    def _nominated_from_pods(self) -> dict[PodKey, str]:
+        nominated: dict[PodKey, str] = {}
+        for pod in self._feed.waiting_for(self._feed.scheduler_name):
+            node = (pod.get("status") or {}).get("nominatedNodeName")
+            if isinstance(node, str) and node:
+                nominated[pod_key(pod)] = node
+        return nominated
+
+    # --- carrying out a plan ----------------------------------------------------------------
+    async def _carry_out(
+        self,
+        plan: search.Plan,
+        units: Sequence[Any],
+        left: Mapping[PodKey, str],
+        read: _Round,
+        now: float,
+    ) -> None:
+        for name in plan.unused:
+            request = self.requests.pop(name, None)
+            if request is not None:
+                log.info("autoscale_claim_unneeded", claim=name)
+                with contextlib.suppress(Exception):
+                    await self._api.delete_claim(name)
+        names: dict[str, str] = {}
+        for slot in plan.new:
+            pool = read.pools.get(slot.option.pool.name)
+            if pool is None:
+                continue
+            created = await self._api.create_claim(
+                autoscale_claims.claim_manifest(slot.option, pool)
+            )
+            claim = str((created.get("metadata") or {}).get("name") or "")
+            if not claim:
+                continue
+            names[slot.name] = claim
+            self.requests[claim] = Request(claim, slot.option, now)
+            log.info(
+                "autoscale_claim_created",
+                claim=claim,
+                instance_type=slot.option.instance_type.name,
+                pool=slot.option.pool.name,
+                pods=list(plan.pods_on(slot.name)),
+            )
+        for claim, request in self.requests.items():
+            if request.arrived is None:
+                on = [n for n, c in names.items() if c == claim] or [claim]
+                request.pods = plan.pods_on(on[0])
+        unplaceable = {
+            key: f"no new node would hold it: {plan.unplaceable[unit.key]}"
+            for unit in units
+            if unit.key in plan.unplaceable
+            for key in unit.keys
+        }
+        await self._nominate()
+        self._tell(self._planned_notes(), {**left, **unplaceable})
+        log.info(
+            "autoscale_plan",
+            new=plan.summary(),
+            requested=len([r for r in self.requests.values() if r.arrived is None]),
+            unplaceable=len(plan.unplaceable),
+            optimal=plan.optimal,
+            trials=plan.trials,
+        )
+
+    def _planned_notes(self) -> dict[PodKey, str]:
+        pending = [r for r in self.requests.values() if r.arrived is None]
+        counts: dict[str, int] = {}
+        for request in pending:
+            kind = request.option.instance_type.name
+            counts[kind] = counts.get(kind, 0) + 1
+        summary = ", ".join(f"{n} x {kind}" for kind, n in sorted(counts.items()))
+        notes: dict[PodKey, str] = {}
+        for request in pending:
+            for key in request.pods:
+                notes[key] = (
+                    f"waits for a new node: {summary} requested (its node: NodeClaim "
+                    f"{request.claim}, {request.option.instance_type.name})"
+                )
+        return notes
+
+    def _tell(self, planned: Mapping[PodKey, str], left: Mapping[PodKey, str]) -> None:
+        """Set each pod's note; a pod whose note changed is woken (the worker tells it)."""
+        wanted = {**{k: v for k, v in planned.items() if v}, **left}
+        for key in set(self._notes) | set(wanted):
+            new = wanted.get(key)
+            if self._notes.get(key) == new:
+                continue
+            if new is None:
+                self._notes.pop(key, None)
+            else:
+                self._notes[key] = new
+            self._queue.wake_one(key)
+
+    async def _nominate(self) -> None:
+        """Each planned pod's ``nominatedNodeName`` is its claim; cleared when it has none."""
+        wanted = {k: r.claim for r in self.requests.values() if r.arrived is None for k in r.pods}
+        for key in set(self._nominated) | set(wanted):
+            claim = wanted.get(key)
+            if self._nominated.get(key) == claim:
+                continue
+            namespace, _, name = str(key).partition("/")
+            with contextlib.suppress(Exception):
+                await self._api.nominate(namespace, name, claim)
+            if claim is None:
+                self._nominated.pop(key, None)
+            else:
+                self._nominated[key] = claim
