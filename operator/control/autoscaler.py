@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Protocol
 
 import structlog
@@ -62,8 +64,10 @@ class Request:
     option: catalogue.NodeOption
     asked_at: float
     pods: tuple[PodKey, ...] = ()
-    #: The node it became, once the books hold it with its inventory (shares held there).
+    #: The node it became, once the books hold it with its inventory (shares held there),
+    #: and since when (its pods wait for it, not planned again, for ``node_timeout_s``).
     arrived: str | None = None
+    arrived_at: float = 0.0
 
 
 @dataclass
@@ -114,6 +118,10 @@ class Autoscaler:
         self._cooling: dict[tuple[str, str, str, str], float] = {}
         self._soon = asyncio.Event()
         self._wait_s = settings.interval_s
+        #: Claims of ours whose node arrived and whose pods are placed: nodes like any other.
+        self._released: set[str] = set()
+        #: Pods whose claim was withdrawn: what they are told, and until when.
+        self._withdrawn: dict[PodKey, tuple[str, float]] = {}
         #: When each unit not planned yet was first found waiting (the batching window).
         self._first_seen: dict[str, float] = {}
         self.last_plan: search.Plan | None = None
@@ -148,8 +156,18 @@ class Autoscaler:
         now = self._wall_clock()
         read = await self._read(now)
         await self._follow(read, now)
+        expecting = {
+            k
+            for r in self.requests.values()
+            if r.arrived is not None and now - r.arrived_at < self._settings.node_timeout_s
+            for k in r.pods
+        }
         units, left = autoscale_units.gather(
-            self._feed.waiting_for(self._feed.scheduler_name),
+            [
+                p
+                for p in self._feed.waiting_for(self._feed.scheduler_name)
+                if pod_key(p) not in expecting
+            ],
             planned={k for r in self.requests.values() if r.arrived is None for k in r.pods},
             parked=self._queue.is_unschedulable,
             in_books=self._in_books,
@@ -160,7 +178,7 @@ class Autoscaler:
         )
         requested = [Slot(r.claim, r.option) for r in self.requests.values() if r.arrived is None]
         if not units and not requested:
-            self._tell(dict.fromkeys(left, ""), left)
+            self._tell({}, left)
             return None
         plan = search.plan(
             self._state.books,
@@ -208,11 +226,10 @@ class Autoscaler:
                 del self._cooling[key]
         read.options = [
             o for o in catalogue.options(pools, self._types.types) if o.key not in self._cooling
-        ]
-        for obj in await self._api.node_claims():
-            claim = autoscale_claims.read_claim(obj)
-            if claim is not None and claim.ours:
-                read.claims[claim.name] = claim
+        ]  # their pools' use is completed from the claims below
+        every = [c for c in map(autoscale_claims.read_claim, await self._api.node_claims()) if c]
+        read.claims = {c.name: c for c in every if c.ours}
+        read.options = _with_claims_counted(read.options, every, self._types)
         return read
 
     def _listed(self) -> frozenset[str]:
@@ -226,7 +243,13 @@ class Autoscaler:
         """Claims gone, failed or late are withdrawn; arrived ones get their pods held."""
         options = {o.key: o for o in read.options}
         for name, seen in read.claims.items():
-            if name not in self.requests and not seen.deleting and seen.option_key in options:
+            if (
+                name not in self.requests
+                and name not in self._released
+                and not seen.deleting
+                and not seen.initialized
+                and seen.option_key in options
+            ):
                 # A claim of ours from before a restart: its pods are those nominated to it.
                 asked = seen.created if seen.created is not None else now
                 pods = tuple(k for k, n in self._nominated_from_pods().items() if n == name)
@@ -237,12 +260,14 @@ class Autoscaler:
             if why is not None:
                 await self._withdraw(request, why)
                 continue
-            if request.arrived is None and claim is not None and claim.initialized and claim.node:
+            if claim is not None and claim.node:
                 self._arrive(request, claim.node, now)
             if request.arrived is not None and not any(
                 self._feed.pending_pod(k) is not None for k in request.pods
             ):
                 del self.requests[name]  # all its pods bound (or gone): a node like any
+                self._released.add(name)
+        self._released &= set(read.claims)
 
     def _withdrawal(
         self, request: Request, claim: autoscale_claims.Claim | None, now: float
@@ -272,31 +297,29 @@ class Autoscaler:
             f"{why}: withdrawn; {request.option.instance_type.name} is not asked for again "
             f"for {self._settings.cool_off_s:.0f} s"
         )
+        until = self._wall_clock() + self._settings.cool_off_s
         for pod in request.pods:
+            self._withdrawn[pod] = (message, until)
             self._notes[pod] = message
             self._queue.wake_one(pod)
 
     def _arrive(self, request: Request, node: str, now: float) -> None:
-        """The claim's node is initialised (Karpenter's own taint gone) and in the books:
-        once its inventory is read, the shares of its pods are held there in the plan's
-        order, and the pods woken."""
+        """The claim's node is in the books with its inventory: the shares of its pods
+        are held there in the plan's order and the pods woken (the worker binds them). A
+        pod the node does not take yet (Karpenter's own taint until it registers the
+        node) is tried again next round."""
         entry = self._state.books.nodes.get(node)
         if entry is None or entry.inventory is None:
             return
-        request.arrived = node
-        log.info("autoscale_node_arrived", claim=request.claim, node=node, pods=len(request.pods))
+        if request.arrived is None:
+            request.arrived, request.arrived_at = node, now
+            log.info("autoscale_node_arrived", claim=request.claim, node=node)
         for key in request.pods:
             pod = self._feed.pending_pod(key)
             if pod is None or self._in_books(key):
                 continue
-            held = self._books.hold(pod, node, frozenset(), now)
-            log.info(
-                "autoscale_node_arrived_hold",
-                claim=request.claim,
-                node=node,
-                pod=key,
-                held=held is not None,
-            )
+            if self._books.hold(pod, node, frozenset(), now) is None:
+                continue
             self._notes.pop(key, None)
             self._feed.held_for(key)
 
@@ -347,8 +370,13 @@ class Autoscaler:
             if request.arrived is None:
                 on = [n for n, c in names.items() if c == claim] or [claim]
                 request.pods = plan.pods_on(on[0])
+        refused = ""
+        if self._types.problems:
+            shown = "; ".join(self._types.problems[:2])
+            more = len(self._types.problems) - 2
+            refused = f" (the catalogue: {shown}{f'; {more} more' if more > 0 else ''})"
         unplaceable = {
-            key: f"no new node would hold it: {plan.unplaceable[unit.key]}"
+            key: f"no new node would hold it: {plan.unplaceable[unit.key]}{refused}"
             for unit in units
             if unit.key in plan.unplaceable
             for key in unit.keys
@@ -381,8 +409,17 @@ class Autoscaler:
         return notes
 
     def _tell(self, planned: Mapping[PodKey, str], left: Mapping[PodKey, str]) -> None:
-        """Set each pod's note; a pod whose note changed is woken (the worker tells it)."""
-        wanted = {**{k: v for k, v in planned.items() if v}, **left}
+        """Set each pod's note; a pod whose note changed is woken (the worker tells it). A
+        pod whose claim was withdrawn is told so until it is planned again (or the type
+        cools down), whatever else keeps it waiting meanwhile."""
+        now = self._wall_clock()
+        self._withdrawn = {
+            k: (m, until)
+            for k, (m, until) in self._withdrawn.items()
+            if until > now and not planned.get(k) and self._feed.pending_pod(k) is not None
+        }
+        withdrawn = {k: m for k, (m, _) in self._withdrawn.items()}
+        wanted = {**left, **withdrawn, **{k: v for k, v in planned.items() if v}}
         for key in set(self._notes) | set(wanted):
             new = wanted.get(key)
             if self._notes.get(key) == new:
@@ -407,3 +444,37 @@ class Autoscaler:
                 self._nominated.pop(key, None)
             else:
                 self._nominated[key] = claim
+
+
+def _with_claims_counted(
+    options: Sequence[catalogue.NodeOption],
+    claims: Sequence[autoscale_claims.Claim],
+    types: Catalogue,
+) -> list[catalogue.NodeOption]:
+    """The options with each NodePool's use counted from its claims too (whoever made
+    them: its status catches up with new claims only later), the larger of the two."""
+    capacity = {t.name: t.capacity for t in types.types}
+    counted: dict[str, dict[str, Fraction]] = {}
+    for claim in claims:
+        if claim.pool is None or claim.deleting:
+            continue
+        use = counted.setdefault(claim.pool, {})
+        for resource, amount in {
+            **capacity.get(claim.instance_type or "", {}),
+            catalogue.NODES_LIMIT: Fraction(1),
+        }.items():
+            use[resource] = use.get(resource, Fraction(0)) + amount
+    pools: dict[str, catalogue.NodePool] = {}
+    out: list[catalogue.NodeOption] = []
+    for option in options:
+        pool = pools.get(option.pool.name)
+        if pool is None:
+            use = counted.get(option.pool.name, {})
+            used = {
+                k: max(option.pool.used.get(k, Fraction(0)), use.get(k, Fraction(0)))
+                for k in {*option.pool.used, *use}
+            }
+            pool = dataclasses.replace(option.pool, used=used)
+            pools[pool.name] = pool
+        out.append(dataclasses.replace(option, pool=pool))
+    return out
