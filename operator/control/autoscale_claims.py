@@ -13,6 +13,7 @@ label too, as Karpenter copies a claim's labels onto its node).
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -28,6 +29,9 @@ from vgpu_operator.timestamps import unix_time
 
 #: On NodeClaims the operator asked for (and, copied by Karpenter, their nodes).
 OWNED_LABEL: Final = "vgpu-operator.io/autoscaled"
+#: The claim's own name, on it and (copied by Karpenter) on its node: the operator knows
+#: the node for the claim the moment the node joins, before the claim's status says so.
+CLAIM_LABEL: Final = "vgpu-operator.io/nodeclaim"
 _HASH_ANNOTATIONS: Final = ("karpenter.sh/nodepool-hash", "karpenter.sh/nodepool-hash-version")
 #: Template fields a NodeClaim takes as they are.
 _COPIED_SPEC: Final = (
@@ -39,13 +43,23 @@ _COPIED_SPEC: Final = (
 )
 
 
-def claim_manifest(option: NodeOption, pool: Mapping[str, Any]) -> dict[str, Any]:
-    """The NodeClaim for one new node of ``option``; ``pool`` is its NodePool object."""
+def claim_name(pool: str) -> str:
+    """A new claim's name: the pool's, and a random suffix (as Karpenter's generateName)."""
+    return f"{pool[:54]}-{secrets.token_hex(4)}"  # a label value too: 63 characters at most
+
+
+def claim_manifest(option: NodeOption, pool: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The NodeClaim ``name`` for one new node of ``option``; ``pool`` is its NodePool."""
     meta = pool.get("metadata") or {}
     template = option.pool.template
     tmeta = template.get("metadata") or {}
     tspec = template.get("spec") or {}
-    labels = {**(tmeta.get("labels") or {}), NODE_POOL_LABEL: option.pool.name, OWNED_LABEL: "true"}
+    labels = {
+        **(tmeta.get("labels") or {}),
+        NODE_POOL_LABEL: option.pool.name,
+        OWNED_LABEL: "true",
+        CLAIM_LABEL: name,
+    }
     ref = tspec.get("nodeClassRef") or {}
     if ref.get("group") and ref.get("kind") and ref.get("name"):
         labels[f"{ref['group']}/{str(ref['kind']).lower()}"] = str(ref["name"])
@@ -78,7 +92,7 @@ def claim_manifest(option: NodeOption, pool: Mapping[str, Any]) -> dict[str, Any
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
         "metadata": {
-            "generateName": f"{option.pool.name}-",
+            "name": name,
             "labels": labels,
             "annotations": annotations,
             "ownerReferences": [owner] if owner["uid"] else [],

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -128,6 +128,16 @@ class Autoscaler:
         for problem in types.problems:
             log.warning("autoscale_instance_type_refused", problem=problem)
 
+    def node_changed(self, node: str) -> None:
+        """A node joined or changed (the feed, before it wakes the waiting pods): if it is
+        the node of a claim asked for, its pods' shares are held there first, so that the
+        pods woken by its arrival do not take each other's places."""
+        entry = self._state.books.nodes.get(node)
+        claim = None if entry is None else entry.facts.labels.get(autoscale_claims.CLAIM_LABEL)
+        request = None if claim is None else self.requests.get(claim)
+        if request is not None:
+            self._arrive(request, node, self._wall_clock())
+
     def note(self, key: PodKey) -> str | None:
         """What the pod waits for, for its ``PodScheduled`` message (None: nothing)."""
         return self._notes.get(key)
@@ -195,11 +205,17 @@ class Autoscaler:
 
     def _batching(self, units: Sequence[Unit], now: float) -> bool:
         """Whether new pods are still coming in (Karpenter's batching window): no new
-        nodes yet while a unit not planned before was first seen less than ``batch_idle_s``
-        ago, for at most ``batch_max_s`` after the first of them."""
-        fresh = [u.key for u in units if u.pinned is None]
+        nodes yet while a pod not planned before was first seen waiting (decided or not)
+        less than ``batch_idle_s`` ago, for at most ``batch_max_s`` after the first of
+        them."""
+        pinned = {k for u in units if u.pinned is not None for k in u.keys}
+        fresh = [
+            key
+            for pod in self._feed.waiting_for(self._feed.scheduler_name)
+            if (key := pod_key(pod)) not in pinned and not self._in_books(key)
+        ]
         self._first_seen = {k: self._first_seen.get(k, now) for k in fresh}
-        if not self._first_seen:
+        if not self._first_seen or all(u.pinned is not None for u in units):
             return False
         newest, oldest = max(self._first_seen.values()), min(self._first_seen.values())
         settings = self._settings
@@ -242,6 +258,7 @@ class Autoscaler:
     async def _follow(self, read: _Round, now: float) -> None:
         """Claims gone, failed or late are withdrawn; arrived ones get their pods held."""
         options = {o.key: o for o in read.options}
+        joined = self._joined()
         for name, seen in read.claims.items():
             if (
                 name not in self.requests
@@ -260,8 +277,9 @@ class Autoscaler:
             if why is not None:
                 await self._withdraw(request, why)
                 continue
-            if claim is not None and claim.node:
-                self._arrive(request, claim.node, now)
+            node = joined.get(name) or (claim.node if claim is not None else None)
+            if node:
+                self._arrive(request, node, now)
             if request.arrived is not None and not any(
                 self._feed.pending_pod(k) is not None for k in request.pods
             ):
@@ -269,11 +287,20 @@ class Autoscaler:
                 self._released.add(name)
         self._released &= set(read.claims)
 
+    def _joined(self) -> dict[str, str]:
+        """The claims of ours whose node the books hold: claim -> node (its label)."""
+        joined: dict[str, str] = {}
+        for node in self._state.books.nodes.values():
+            claim = node.facts.labels.get(autoscale_claims.CLAIM_LABEL)
+            if claim is not None and claim in self.requests:
+                joined[claim] = node.name
+        return joined
+
     def _withdrawal(
         self, request: Request, claim: autoscale_claims.Claim | None, now: float
     ) -> str | None:
         kind = request.option.instance_type.name
-        if request.arrived is not None:
+        if request.arrived is not None or request.claim in self._joined():
             return None
         if claim is None or claim.deleting:
             return f"NodeClaim {request.claim} ({kind}) is gone"
@@ -340,7 +367,10 @@ class Autoscaler:
         read: _Round,
         now: float,
     ) -> None:
+        joined = self._joined()
         for name in plan.unused:
+            if name in joined:
+                continue  # its node joined meanwhile: a node now, never withdrawn
             request = self.requests.pop(name, None)
             if request is not None:
                 log.info("autoscale_claim_unneeded", claim=name)
@@ -351,9 +381,9 @@ class Autoscaler:
             pool = read.pools.get(slot.option.pool.name)
             if pool is None:
                 continue
-            created = await self._api.create_claim(
-                autoscale_claims.claim_manifest(slot.option, pool)
-            )
+            name = autoscale_claims.claim_name(slot.option.pool.name)
+            body = autoscale_claims.claim_manifest(slot.option, pool, name)
+            created = await self._api.create_claim(body)
             claim = str((created.get("metadata") or {}).get("name") or "")
             if not claim:
                 continue
@@ -382,7 +412,8 @@ class Autoscaler:
             for key in unit.keys
         }
         await self._nominate()
-        self._tell(self._planned_notes(), {**left, **unplaceable})
+        considered = {k for unit in units for k in unit.keys}
+        self._tell(self._planned_notes(), {**left, **unplaceable}, considered)
         log.info(
             "autoscale_plan",
             new=plan.summary(),
@@ -408,10 +439,16 @@ class Autoscaler:
                 )
         return notes
 
-    def _tell(self, planned: Mapping[PodKey, str], left: Mapping[PodKey, str]) -> None:
+    def _tell(
+        self,
+        planned: Mapping[PodKey, str],
+        left: Mapping[PodKey, str],
+        considered: Collection[PodKey] = (),
+    ) -> None:
         """Set each pod's note; a pod whose note changed is woken (the worker tells it). A
         pod whose claim was withdrawn is told so until it is planned again (or the type
-        cools down), whatever else keeps it waiting meanwhile."""
+        cools down), whatever else keeps it waiting meanwhile. A pending pod the round did
+        not look at (``considered``: it was being decided) keeps its note."""
         now = self._wall_clock()
         self._withdrawn = {
             k: (m, until)
@@ -421,6 +458,8 @@ class Autoscaler:
         withdrawn = {k: m for k, (m, _) in self._withdrawn.items()}
         wanted = {**left, **withdrawn, **{k: v for k, v in planned.items() if v}}
         for key in set(self._notes) | set(wanted):
+            if key not in wanted and key not in considered and self._feed.pending_pod(key):
+                continue  # not looked at this round (being decided): it keeps its note
             new = wanted.get(key)
             if self._notes.get(key) == new:
                 continue

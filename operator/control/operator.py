@@ -212,6 +212,8 @@ class Operator:
             autoscaling=self.autoscaler,
         )
         self.feed.on_settled = self.worker.node_settled
+        if self.autoscaler is not None:
+            self.feed.on_node_changed = self.autoscaler.node_changed
         self.deferred.busy = self.worker.busy
         self.admission = admission.PodAdmission(self.state, api, metrics)
         self.watches = watching.Watches(

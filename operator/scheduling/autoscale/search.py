@@ -241,16 +241,18 @@ def _unpinned(unit: Unit) -> Unit:
 
 
 def _ordered(search: _Search, units: Sequence[Unit]) -> list[Unit]:
-    """Units nominated to a requested node first (in their order), then the most demanding
-    first: a whole card's cores, then the most memory one card must give, then the memory
-    and cards wanted in all (then by key)."""
+    """Units nominated to a requested node first, then the others; each part the most
+    demanding first: a whole card's cores, then the most memory one card must give, then
+    the memory and cards wanted in all (then by key). The pinned ones so replay the order
+    the plan that pinned them placed them in."""
     engine = search.engine(())
     sizes = {u.key: _demand(engine, u) for u in units}
-    pinned = [u for u in units if u.pinned is not None]
-    rest = sorted(
-        (u for u in units if u.pinned is None),
-        key=lambda u: (tuple(-v for v in sizes[u.key]), u.key),
-    )
+
+    def demand(unit: Unit) -> tuple[tuple[int, ...], str]:
+        return tuple(-v for v in sizes[unit.key]), unit.key
+
+    pinned = sorted((u for u in units if u.pinned is not None), key=demand)
+    rest = sorted((u for u in units if u.pinned is None), key=demand)
     return [*pinned, *rest]
 
 

@@ -136,13 +136,16 @@ def test_a_claim_is_the_pools_template_narrowed_to_the_chosen_offering() -> None
     obj = _pool_object()
     pool = catalogue.read_node_pool(obj)
     (option,) = catalogue.options([pool], autoscale_catalogue.parse_catalogue([_entry()]).types)
-    claim = autoscale_claims.claim_manifest(option, obj)
+    name = autoscale_claims.claim_name("gpu")
+    claim = autoscale_claims.claim_manifest(option, obj, name)
     meta, spec = claim["metadata"], claim["spec"]
-    assert meta["generateName"] == "gpu-"
+    assert meta["name"] == name
+    assert name.startswith("gpu-")
     assert meta["labels"] == {
         "team": "ml",
         "karpenter.sh/nodepool": "gpu",
         autoscale_claims.OWNED_LABEL: "true",
+        autoscale_claims.CLAIM_LABEL: name,
         "karpenter.kwok.sh/kwoknodeclass": "default",
     }
     assert meta["annotations"]["karpenter.sh/nodepool-hash"] == "123"
@@ -153,7 +156,7 @@ def test_a_claim_is_the_pools_template_narrowed_to_the_chosen_offering() -> None
     assert one_each["node.kubernetes.io/instance-type"] == ["gpu-4xl40s"]
     assert one_each["karpenter.sh/capacity-type"] == ["spot"]
     assert one_each["topology.kubernetes.io/zone"] == ["z1"]
-    read = autoscale_claims.read_claim({**claim, "metadata": {**meta, "name": "gpu-x1"}})
+    read = autoscale_claims.read_claim(claim)
     assert read is not None
     assert read.ours
     assert read.option_key == option.key
