@@ -6,5 +6,13 @@ removal trial of preemption and defragmentation (``removal_trial``) and the anno
 path's Binding (``binding``).
 
 The DRA dialect's own walk (``claim_decision``, ``claim_preemption``, ``claim_verdicts``)
-sits here until one walk calls both dialects at fixed points (issue 45).
+sits here until one walk calls both dialects at fixed points (issue 45). Others use what
+``__all__`` names.
 """
+
+from vgpu_operator.scheduling.cycle.claim_decision import ClaimWrite
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.decision import Cycle, Decision, Settings
+from vgpu_operator.scheduling.cycle.removal_trial import RemovalTrial
+
+__all__ = ["ClaimWrite", "ClusterState", "Cycle", "Decision", "RemovalTrial", "Settings"]

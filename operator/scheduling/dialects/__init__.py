@@ -6,3 +6,7 @@ so ``claims`` may import ``annotation`` and never the reverse.
 A dialect imports only the engine's words (the modules at the top of ``scheduling/``) and
 the rooms below it (``policies``, ``mig``, ``cel``); the books and the cycle import it.
 """
+
+from vgpu_operator.scheduling.dialects import annotation, claims
+
+__all__ = ["annotation", "claims"]
