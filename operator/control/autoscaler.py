@@ -39,8 +39,8 @@ from vgpu_operator.control.autoscale_catalogue import Catalogue
 from vgpu_operator.control.options import AutoscaleOptions
 from vgpu_operator.scheduling.autoscale import catalogue, search
 from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.defrag_books import DefragBooks
+from vgpu_operator.scheduling.cycle import ClusterState
+from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 
 log = structlog.get_logger("vgpu_operator.autoscaler")

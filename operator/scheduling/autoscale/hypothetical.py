@@ -20,9 +20,7 @@ from vgpu_operator.devices import model
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.scheduling.autoscale.catalogue import HOSTNAME_LABEL, NodeOption
-from vgpu_operator.scheduling.books import Books
-from vgpu_operator.scheduling.entries import NodeEntry
-from vgpu_operator.scheduling.view import BooksView
+from vgpu_operator.scheduling.books import Books, BooksView, NodeEntry
 
 #: The prefix of the names the what-if gives the new nodes it tries.
 NEW_NODE_PREFIX: Final = "autoscale-new-"

@@ -42,7 +42,7 @@ from vgpu_operator.scheduling.autoscale.catalogue import NodeOption
 from vgpu_operator.scheduling.autoscale.hypothetical import NEW_NODE_PREFIX, NodeFactory
 from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit, WhatIfEngine, pod_shape
 from vgpu_operator.scheduling.books import Books
-from vgpu_operator.scheduling.cluster import Decision
+from vgpu_operator.scheduling.cycle import Decision
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 
 #: Why a unit that fits no node alone is left out, when its trial gave no diagnosis.

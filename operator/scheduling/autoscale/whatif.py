@@ -22,10 +22,8 @@ from typing import Any
 from vgpu_operator.scheduling import gangs
 from vgpu_operator.scheduling.autoscale.catalogue import HOSTNAME_LABEL, NodeOption
 from vgpu_operator.scheduling.autoscale.hypothetical import WHAT_IF_LABEL, NodeFactory
-from vgpu_operator.scheduling.books import Books
-from vgpu_operator.scheduling.cluster import Decision
-from vgpu_operator.scheduling.decision import Cycle, Settings
-from vgpu_operator.scheduling.overlay import Overlay
+from vgpu_operator.scheduling.books import Books, Overlay
+from vgpu_operator.scheduling.cycle import Cycle, Decision, Settings
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 
 
