@@ -241,6 +241,22 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     help="Seconds a NodeClaim may take to become a node with its inventory before it is "
     "withdrawn (and its instance type not asked for again for as long).",
 )
+@click.option(
+    "--autoscale-scale-down-min-savings",
+    "autoscale_scale_down_min_savings",
+    type=click.FloatRange(min=0.0),
+    default=0.0,
+    show_default=True,
+    help="Give back a node whose pods would all fit elsewhere only when it saves at least "
+    "this much per hour (its offering's price in the instance types).",
+)
+@click.option(
+    "--autoscale-scale-down/--no-autoscale-scale-down",
+    default=True,
+    show_default=True,
+    help="Give back nodes of a NodePool whose pods would all fit elsewhere (their NodeClaim "
+    "deleted: Karpenter drains them, honouring PodDisruptionBudgets).",
+)
 def run(
     kubeconfig: Path | None,
     namespace: str,
@@ -279,6 +295,8 @@ def run(
     autoscale_instance_types: Path | None,
     autoscale_interval_s: float,
     autoscale_node_timeout_s: float,
+    autoscale_scale_down_min_savings: float,
+    autoscale_scale_down: bool,
 ) -> None:
     # Imported here so that `vgpu-operator --help` does not load Kopf.
     from vgpu_operator import logging as vgpu_logging
@@ -344,6 +362,9 @@ def run(
             interval_s=autoscale_interval_s,
             node_timeout_s=autoscale_node_timeout_s,
             cool_off_s=autoscale_node_timeout_s,
+            scale_down_min_savings=autoscale_scale_down_min_savings
+            if autoscale_scale_down
+            else None,
         )
         if autoscale_instance_types is not None
         else None,

@@ -34,16 +34,26 @@ from typing import Any, Protocol
 
 import structlog
 
-from vgpu_operator.control import autoscale_claims, autoscale_units, feed, gang_runtime, queue
+from vgpu_operator.control import (
+    autoscale_claims,
+    autoscale_shrink,
+    autoscale_units,
+    feed,
+    gang_runtime,
+    queue,
+)
 from vgpu_operator.control.autoscale_catalogue import Catalogue
 from vgpu_operator.control.options import AutoscaleOptions
-from vgpu_operator.scheduling.autoscale import catalogue, search
+from vgpu_operator.scheduling.autoscale import catalogue, search, shrink
 from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit
 from vgpu_operator.scheduling.cycle import ClusterState
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 
 log = structlog.get_logger("vgpu_operator.autoscaler")
+
+#: The most nodes one round looks at for scale-down (each costs a LIST and a what-if).
+_SCALE_DOWN_LOOKS = 4
 
 
 class KarpenterApi(Protocol):
@@ -53,6 +63,7 @@ class KarpenterApi(Protocol):
     async def node_claims(self) -> list[dict[str, Any]]: ...
     async def create_claim(self, body: Mapping[str, Any]) -> dict[str, Any]: ...
     async def delete_claim(self, name: str) -> bool: ...
+    async def pods_on(self, node: str) -> list[dict[str, Any]]: ...
     async def nominate(self, namespace: str, name: str, node: str | None) -> bool: ...
 
 
@@ -77,6 +88,8 @@ class _Round:
     pools: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     options: list[catalogue.NodeOption] = field(default_factory=list)
     claims: dict[str, autoscale_claims.Claim] = field(default_factory=dict)
+    #: Every NodeClaim, Karpenter's own too.
+    every: list[autoscale_claims.Claim] = field(default_factory=list)
 
 
 class Autoscaler:
@@ -120,6 +133,8 @@ class Autoscaler:
         self._wait_s = settings.interval_s
         #: Claims of ours whose node arrived and whose pods are placed: nodes like any other.
         self._released: set[str] = set()
+        #: No node is given back before then (the last one's pods are finding their places).
+        self._quiet_until = 0.0
         #: Pods whose claim was withdrawn: what they are told, and until when.
         self._withdrawn: dict[PodKey, tuple[str, float]] = {}
         #: When each unit not planned yet was first found waiting (the batching window).
@@ -189,6 +204,7 @@ class Autoscaler:
         requested = [Slot(r.claim, r.option) for r in self.requests.values() if r.arrived is None]
         if not units and not requested:
             self._tell({}, left)
+            await self._scale_down(read, now)
             return None
         plan = search.plan(
             self._state.books,
@@ -225,6 +241,42 @@ class Autoscaler:
             self._wait_s = min(settings.interval_s, max(0.05, settings.batch_idle_s / 2))
         return waiting
 
+    async def _scale_down(self, read: _Round, now: float) -> None:
+        """Give back one node whose pods would all fit elsewhere (``autoscale_shrink``)."""
+        settings = self._settings
+        if settings.scale_down_min_savings is None or now < self._quiet_until:
+            return
+        busy = frozenset(
+            r.arrived
+            for r in self.requests.values()
+            if r.arrived is not None and any(self._feed.pending_pod(k) for k in r.pods)
+        )
+        found = autoscale_shrink.candidates(
+            self._state.books.nodes.values(),
+            read.every,
+            self._types.types,
+            now=now,
+            after_s=settings.scale_down_after_s,
+            min_savings=settings.scale_down_min_savings,
+            busy=busy,
+        )
+        for candidate in found[:_SCALE_DOWN_LOOKS]:
+            running = {pod_key(p): p for p in await self._api.pods_on(candidate.node)}
+            out = shrink.empty_node(self._state, candidate.node, running, self._wall_clock())
+            if isinstance(out, str):
+                log.debug("autoscale_node_kept", node=candidate.node, reason=out)
+                continue
+            await self._api.delete_claim(candidate.claim)
+            self._quiet_until = now + settings.node_timeout_s / 4
+            log.info(
+                "autoscale_node_given_back",
+                node=candidate.node,
+                claim=candidate.claim,
+                saves_per_hour=candidate.price,
+                moves={str(k): v for k, v in out.moves.items()},
+            )
+            return
+
     # --- reading -------------------------------------------------------------------------
     async def _read(self, now: float) -> _Round:
         read = _Round()
@@ -244,6 +296,7 @@ class Autoscaler:
             o for o in catalogue.options(pools, self._types.types) if o.key not in self._cooling
         ]  # their pools' use is completed from the claims below
         every = [c for c in map(autoscale_claims.read_claim, await self._api.node_claims()) if c]
+        read.every = every
         read.claims = {c.name: c for c in every if c.ours}
         read.options = _with_claims_counted(read.options, every, self._types)
         return read

@@ -74,6 +74,11 @@ class AutoscaleOptions:
     #: together are planned together.
     batch_idle_s: float = 1.0
     batch_max_s: float = 10.0
+    #: Give back a node whose pods all fit elsewhere when it saves at least this much per
+    #: hour (the offering's price; None: never give a node back).
+    scale_down_min_savings: float | None = 0.0
+    #: A node younger than this (its NodeClaim's age) is not given back.
+    scale_down_after_s: float = 300.0
     #: The most waiting pods one round plans for (the most important first).
     max_pods: int = 256
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from vgpu_operator.kube import eviction, requests
+from vgpu_operator.kube import eviction, pods, requests
 from vgpu_operator.kube.requests import ApiClient
 
 NODE_POOLS: Final = "/apis/karpenter.sh/v1/nodepools"
@@ -81,6 +81,9 @@ class KubeKarpenter:
 
     async def delete_claim(self, name: str) -> bool:
         return await delete_node_claim(self._api, name)
+
+    async def pods_on(self, node: str) -> list[dict[str, Any]]:
+        return [dict(p) for p in await pods.pods_on_node(self._api, node)]
 
     async def nominate(self, namespace: str, name: str, node: str | None) -> bool:
         return await eviction.set_nominated_node(self._api, namespace, name, node)

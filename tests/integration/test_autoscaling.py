@@ -450,3 +450,70 @@ def test_side_by_side_karpenter_alone_and_with_the_engine(
         Path(out, "autoscaling-side-by-side.json").write_text(json.dumps(figures))
     assert with_engine["nodes"] < alone["nodes"]
     assert with_engine["idle_gpus"] <= alone["idle_gpus"]
+
+
+# --- scale-down that understands shares ---------------------------------------------------
+
+
+def _replica_set(namespace: str, name: str, scheduler: str, replicas: int) -> dict[str, Any]:
+    template = env.gpu_pod(namespace, name, scheduler=scheduler, group=namespace, gpumem=40000)
+    template["metadata"] = {"labels": {"app": name}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": template,
+        },
+    }
+
+
+def _running(cp: ControlPlane, namespace: str, app: str) -> list[dict[str, Any]]:
+    listed = cp.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3D{app}")
+    return [
+        p
+        for p in listed.get("items") or ()
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def test_a_node_whose_shares_fit_elsewhere_is_given_back(harness: Harness) -> None:
+    """Two 4xL40S nodes, each filled by a ReplicaSet of four 40 GB pods; both scaled down
+    to one pod: one node's pod fits on the other. Below the administrator's threshold
+    (100 $/h for a 12 $/h node) nothing moves; at 0, one NodeClaim is deleted, Karpenter
+    drains and removes its node, and the ReplicaSet's new pod is bound on the other."""
+    cp = harness.cp
+    cp.start_controller_manager(["replicaset-controller"])
+    namespace, scheduler = _scheduler(cp)
+    pool = f"shrink-{namespace}"
+    _pool(cp, pool, ["gpu-4xl40s"], namespace)
+    rs_path = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+    keep = {"scale_down_after_s": 0.0, "scale_down_min_savings": 100.0}
+    with OperatorThread(_operator_options(harness, scheduler, **keep)):
+        for app in ("a", "b"):
+            cp.create(rs_path, _replica_set(namespace, app, scheduler, 4))
+            env.wait_until(
+                f"{app}'s pods bound", lambda a=app: len(_running(cp, namespace, a)) == 4, 120
+            )
+        assert len(_pool_claims(cp, pool)) == 2
+        for app in ("a", "b"):
+            cp.patch(f"{rs_path}/{app}", {"spec": {"replicas": 1}})
+            env.wait_until(
+                f"{app} down to one", lambda a=app: len(_running(cp, namespace, a)) == 1, 60
+            )
+        time.sleep(5)  # rounds every half second: none gives a node back for 12 $/h
+        assert len(_pool_claims(cp, pool)) == 2
+    with OperatorThread(_operator_options(harness, scheduler, scale_down_after_s=0.0)):
+        env.wait_until("one node given back", lambda: len(_pool_claims(cp, pool)) == 1, 120)
+
+        def together() -> bool:
+            pods = _running(cp, namespace, "a") + _running(cp, namespace, "b")
+            return len(pods) == 2 and len({p["spec"]["nodeName"] for p in pods}) == 1
+
+        env.wait_until("both pods on the node kept", together, 120)
+        node = _running(cp, namespace, "a")[0]["spec"]["nodeName"]
+        assert _pool_claims(cp, pool)[0]["status"]["nodeName"] == node
+    for app in ("a", "b"):
+        cp.delete(f"{rs_path}/{app}")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 from autoscale_cases import H100X8, L40SX4, ONE80, instance_type, options, share
-from builders import cluster, make_node, make_pod
+from builders import bound, cluster, make_node, make_pod
 
 from vgpu_operator.scheduling import gangs
-from vgpu_operator.scheduling.autoscale import search
+from vgpu_operator.scheduling.autoscale import search, shrink
 from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit
+from vgpu_operator.scheduling.pod_key import pod_key
 
 
 def test_one_small_share_gets_the_cheapest_type_that_holds_it() -> None:
@@ -88,3 +90,81 @@ def test_pods_nominated_to_a_requested_node_stay_there_and_a_node_no_pod_needs_g
     assert plan.new == ()
     assert plan.where == {unit.keys[0]: "claim-l40s"}
     assert plan.unused == ("claim-h100",)
+
+
+# --- scale-down: a node whose pods would all fit elsewhere --------------------------------
+
+
+def _replica(name: str, memory_mib: int) -> dict[str, Any]:
+    pod = make_pod(name, "team").container(gpu=1, gpumem=memory_mib).obj()
+    pod["metadata"]["uid"] = f"uid-{name}"
+    pod["metadata"]["labels"] = {"app": "rs"}
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "rs",
+            "uid": "rs",
+            "controller": True,
+        }
+    ]
+    return pod
+
+
+def _two_nodes_one_pod_each() -> tuple[Any, dict[str, Any]]:
+    """Two nodes of two 40 GB cards; five 20 GB pods of a ReplicaSet fill the first (the
+    node policy binpacks) and put one on the second; then one pod of the first goes:
+    the second's lone pod would fit in its room."""
+    state = cluster(
+        make_node("a").gpu("GPU-a0", memory_mib=40000).gpu("GPU-a1", memory_mib=40000),
+        make_node("b").gpu("GPU-b0", memory_mib=40000).gpu("GPU-b1", memory_mib=40000),
+    )
+    running = {}
+    for name in ("p", "q", "r", "s", "t"):
+        pod = _replica(name, 20000)
+        placed = bound(pod, state.schedule(pod, 0.0))
+        state.set_pod(placed)
+        running[pod_key(placed)] = placed
+    full = next(n for n in ("a", "b") if sum(_node_of(running, p) == n for p in "pqrst") == 4)
+    gone = next(p for p in "pqrst" if _node_of(running, p) == full)
+    state.remove_pod(pod_key(running.pop(f"team/{gone}")))
+    return state, running
+
+
+def _node_of(running: dict[str, Any], name: str) -> str:
+    return str(running[f"team/{name}"]["spec"]["nodeName"])
+
+
+def test_a_node_whose_pods_fit_elsewhere_can_be_emptied() -> None:
+    state, running = _two_nodes_one_pod_each()
+    left = [k.partition("/")[2] for k in running]
+    on = {n: [p for p in left if _node_of(running, p) == n] for n in ("a", "b")}
+    lone = next(n for n, pods in on.items() if len(pods) == 1)
+    other = "b" if lone == "a" else "a"
+    out = shrink.empty_node(state, lone, running, 0.0)
+    assert isinstance(out, shrink.Emptying), out
+    assert out.moves == {f"team/{on[lone][0]}": other}
+    assert sorted(state.books.pods) == sorted(running)  # nothing moved live
+
+
+def test_a_node_is_not_emptied_past_a_budget_or_a_bare_pod() -> None:
+    state, running = _two_nodes_one_pod_each()
+    nodes = [pod["spec"]["nodeName"] for pod in running.values()]
+    lone = next(n for n in ("a", "b") if nodes.count(n) == 1)
+    budget = {
+        "metadata": {"namespace": "team", "name": "keep"},
+        "spec": {"selector": {"matchLabels": {"app": "rs"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    state.set_budget(budget)
+    out = shrink.empty_node(state, lone, running, 0.0)
+    assert isinstance(out, str)
+    assert "PodDisruptionBudget" in out
+    state, running = _two_nodes_one_pod_each()
+    bare = {
+        key: {**pod, "metadata": {**pod["metadata"], "ownerReferences": []}}
+        for key, pod in running.items()
+    }
+    out = shrink.empty_node(state, lone, bare, 0.0)
+    assert isinstance(out, str)
+    assert "may not be moved" in out
