@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from vgpu_operator.control import pod_facts
-from vgpu_operator.scheduling import gangs, group_victims
+from vgpu_operator.scheduling import gang_preemption, gangs, group_victims
 from vgpu_operator.scheduling.cluster import ClusterState
 from vgpu_operator.scheduling.gangs import GroupDecision, GroupError, GroupSpec
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
@@ -51,12 +51,29 @@ class PodGroupStore:
         #: The books' groups whose members preemption may take one by one
         #: (``group_victims``), kept here as PodGroups come and change.
         self.single_groups = single_groups if single_groups is not None else set()
+        #: The priority of each PodGroup that names a class (its members are queued and
+        #: preempt with no more than it: ``gang_preemption.member_priority``).
+        self._priorities: dict[str, int] = {}
 
     def _note(self, key: str, obj: KubeObject | None) -> None:
         if obj is not None and group_victims.disrupted_one_by_one(obj):
             self.single_groups.add(key)
         else:
             self.single_groups.discard(key)
+        priority = None if obj is None else gangs.class_priority(obj)
+        if priority is None:
+            self._priorities.pop(key, None)
+        else:
+            self._priorities[key] = priority
+
+    def queue_priority(self, pod: Pod) -> int:
+        """The priority the pod is queued with: its own, or its PodGroup's where that is
+        lower (a group may slow its members, never lift them)."""
+        own = pod_facts.priority_of(pod)
+        group = gangs.group_of(pod)
+        return gang_preemption.member_priority(
+            own, None if group is None else self._priorities.get(group)
+        )
 
     @staticmethod
     def key_of(obj: Mapping[str, Any]) -> str:
@@ -103,12 +120,13 @@ class GangRuntime:
     def __init__(
         self,
         engine: ClusterState,
-        unbound_pods: Callable[[], list[Pod]],
+        group_members: Callable[[str], list[Pod]],
         scheduler_name: Callable[[], str],
         groups: PodGroupStore,
     ) -> None:
         self.engine = engine
-        self._unbound_pods = unbound_pods
+        #: A group's unbound members, any scheduler (the feed's index by group).
+        self._group_members = group_members
         self._scheduler_name = scheduler_name
         self.groups = groups
         #: Per group, the members this runtime placed (bound or being bound), and where.
@@ -125,15 +143,14 @@ class GangRuntime:
         return self._gather(group)[0]
 
     def _gather(self, group: str) -> tuple[list[Pod], list[str]]:
-        """In one pass over the unbound pods: the group's pending members of this
-        scheduler not placed by us meanwhile, and every unbound member's schedulerName."""
+        """In one pass over the group's unbound members (found by the feed's index, not
+        by a walk over every waiting pod): the pending members of this scheduler not
+        placed by us meanwhile, and every unbound member's schedulerName."""
         ours = self._scheduler_name()
         placed = self._bound(group)
         pending: list[Pod] = []
         names: list[str] = []
-        for pod in self._unbound_pods():
-            if gangs.group_of(pod) != group:
-                continue
+        for pod in self._group_members(group):
             name = pod_facts.scheduler_name_of(pod)
             names.append(name)
             if name == ours and pod_key(pod) not in placed:

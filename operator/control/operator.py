@@ -151,7 +151,7 @@ class Operator:
         )
         self.gangs = gang_runtime.GangRuntime(
             self.state,
-            self.feed.unbound_pods,
+            self.feed.group_members,
             lambda: self.feed.scheduler_name,
             self.pod_groups,
         )
@@ -181,6 +181,7 @@ class Operator:
             write_group_condition=self._write_group_condition,
         )
         self.feed.on_settled = self.worker.node_settled
+        self.feed.queue_priority = self.pod_groups.queue_priority
         self.deferred.busy = self.worker.busy
         self.admission = admission.PodAdmission(self.state, api, metrics)
         self.watches = watching.Watches(
@@ -366,10 +367,12 @@ class Operator:
         return self.worker.synced.is_set()
 
     def _wake_group(self, group: str) -> None:
-        """A PodGroup changed (created, minCount lowered): its waiting members try again."""
-        for pod in self.feed.unbound_pods():
-            if gang_runtime.GangRuntime.group_of(pod) == group:
-                self.queue.wake_one(pod_key(pod))
+        """A PodGroup changed (created, minCount lowered, its class): its waiting members
+        take their priority from it and try again."""
+        for pod in self.feed.group_members(group):
+            key = pod_key(pod)
+            self.queue.set_priority(key, self.pod_groups.queue_priority(pod))
+            self.queue.wake_one(key)
 
     async def _write_group_condition(self, group: str, condition: Mapping[str, object]) -> None:
         namespace, _, name = group.partition("/")

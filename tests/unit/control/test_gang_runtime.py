@@ -60,7 +60,12 @@ def runtime(pods: list[Any], groups: list[dict[str, Any]], cards: int) -> GangRu
         node.gpu(f"GPU-{i}")
     store = PodGroupStore()
     asyncio.run(store.listed(groups, "1"))
-    return GangRuntime(cluster(node), lambda: pods, lambda: names.SCHEDULER_NAME, store)
+    return GangRuntime(
+        cluster(node),
+        lambda group: [p for p in pods if gangs.group_of(p) == group],
+        lambda: names.SCHEDULER_NAME,
+        store,
+    )
 
 
 def test_members_of_the_group_and_this_scheduler_only() -> None:
@@ -113,3 +118,26 @@ def test_a_failed_decision_is_a_scheduler_error_on_the_pod_group() -> None:
     condition = error_condition("scheduling failed: boom", NOW)
     assert (condition["status"], condition["reason"]) == ("False", gangs.REASON_SCHEDULER_ERROR)
     assert condition["message"] == "scheduling failed: boom"
+
+
+def test_a_members_queue_priority_is_never_above_its_pod_groups() -> None:
+    store = PodGroupStore()
+    high = pod_group("lifted", 2)
+    high["spec"].update(priorityClassName="high", priority=100000)
+    low = pod_group("slowed", 2)
+    low["spec"].update(priorityClassName="low", priority=5)
+    unnamed = pod_group("plain", 2)
+    unnamed["spec"]["priority"] = 0  # the API server's default: no class named
+    asyncio.run(store.listed([high, low, unnamed], "1"))
+
+    def at(name: str, group: str, priority: int) -> Any:
+        pod = member(name, group)
+        pod["spec"]["priority"] = priority
+        return pod
+
+    assert store.queue_priority(at("a", "lifted", 0)) == 0
+    assert store.queue_priority(at("b", "slowed", 1000)) == 5
+    assert store.queue_priority(at("c", "plain", 1000)) == 1000
+    assert store.queue_priority(at("d", "missing", 10)) == 10
+    asyncio.run(store.event("DELETED", low))
+    assert store.queue_priority(at("b", "slowed", 1000)) == 1000
