@@ -50,3 +50,75 @@ def test_only_the_single_groups_member_is_evicted(setup: Setup, operator: Operat
     env.wait_bound(s.cp, s.namespace, "urgent")
     assert s.get("w0")["spec"]["nodeName"] == s.node("a")
     assert not s.get("w0")["metadata"].get("deletionTimestamp")
+
+
+def _no_pods_of(s: Setup, priority_class: str) -> None:
+    """The quota docs/operations.md recommends, for one class: no pod of it."""
+    path = f"/api/v1/namespaces/{s.namespace}/resourcequotas"
+    hard = {"pods": "0"}
+    scope = {
+        "matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": [priority_class]}
+        ]
+    }
+    s.cp.create(
+        path, {"metadata": {"name": "no-top"}, "spec": {"hard": hard, "scopeSelector": scope}}
+    )
+    s.cp.request(
+        "PATCH",
+        f"{path}/no-top/status",
+        {"status": {"hard": hard, "used": {"pods": "0"}}},
+        content_type="application/merge-patch+json",
+    )
+
+
+def _named_group(s: Setup, name: str, priority_class: str) -> dict[str, Any]:
+    made: dict[str, Any] = s.cp.create(
+        f"/apis/{gangs.API_VERSION}/namespaces/{s.namespace}/podgroups",
+        {
+            "apiVersion": gangs.API_VERSION,
+            "kind": "PodGroup",
+            "metadata": {"name": name},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": 1}},
+                "priorityClassName": priority_class,
+            },
+        },
+    )
+    return made
+
+
+def test_a_pod_group_naming_a_class_its_namespace_may_not_use_preempts_nobody(
+    setup: Setup,  # noqa: F811
+    operator: OperatorThread,  # noqa: F811
+) -> None:
+    """Issue 44 item 2 on the annotation dialect: the namespace may run no pod of the top
+    class, a PodGroup naming it is admitted all the same, and its priority-0 member
+    preempts nobody (members preempt with the lower of the group's and their own
+    priority). A member whose own class is the top one preempts, once the quota allows it."""
+    s = setup
+    top = s.classes[1000]
+    env.gpu_node(s.cp, s.node("a"), env.cards(s.node("a"), 1, memory_mib=40000), group=s.namespace)
+    s.running("batch", 0, gpumem=30000)
+    _no_pods_of(s, top)
+    assert _named_group(s, "lifted", top)["spec"]["priority"] == 1000
+    env.create_pod(s.cp, _member(s, "m0", "lifted"))  # class p0, 20000 MiB: no room
+
+    def told() -> str | None:
+        condition = env.condition(s.get("m0")) or {}
+        return condition.get("message") if condition.get("status") == "False" else None
+
+    message = env.wait_until("m0 to be told why it waits", told, 60)
+    assert f"pod group {s.namespace}/lifted" in message
+    assert "preempted" not in message
+    assert not s.get("batch")["metadata"].get("deletionTimestamp")
+    reasons = {e["reason"] for e in env.events_for(s.cp, s.namespace, "m0")}
+    assert "Preempting" not in reasons
+    # Without the quota, a member of the top class itself may preempt for its group.
+    s.cp.delete(f"/api/v1/namespaces/{s.namespace}/resourcequotas/no-top")
+    _named_group(s, "fair", top)
+    member = _member(s, "f0", "fair")
+    member["spec"]["priorityClassName"] = top
+    env.create_pod(s.cp, member)
+    env.wait_until("batch to be evicted", lambda: not s.exists("batch"), 60)
+    env.wait_bound(s.cp, s.namespace, "f0")

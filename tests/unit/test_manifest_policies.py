@@ -22,7 +22,12 @@ from vgpu_operator.scheduling import claim_admission, claim_ledger
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
 
-POLICY_FILES = ("allocation-record-policy.yaml", "gpu-pod-policy.yaml", "claim-policy.yaml")
+POLICY_FILES = (
+    "allocation-record-policy.yaml",
+    "gpu-pod-policy.yaml",
+    "claim-policy.yaml",
+    "pod-group-policy.yaml",
+)
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
