@@ -173,6 +173,8 @@ class StateFeed:
         self._config_text_digest: str | None = None
         #: Unbound live pods (any scheduler), with their fingerprint, indexed by group.
         self._unbound = unbound.UnboundPods()
+        #: Bound live members of each PodGroup (they count toward its minCount).
+        self._bound_members = unbound.BoundMembers()
         #: The priority a pod is queued with (a gang member's may be lowered by its
         #: PodGroup: ``gang_runtime.PodGroupStore.queue_priority``).
         self.queue_priority: Callable[[Pod], int] = pod_facts.priority_of
@@ -308,6 +310,11 @@ class StateFeed:
         they name: found through the index, not by a walk over every waiting pod."""
         return self._unbound.members(group)
 
+    def bound_members(self, group: str) -> Mapping[PodKey, str]:
+        """The members of ``group`` bound (and live) that name this scheduler, and their
+        nodes, as the API says (a restarted operator counts them toward minCount)."""
+        return self._bound_members.of(group, self.scheduler_name)
+
     def held_for(self, key: PodKey) -> None:
         """Shares are now held for the waiting pod (a defragmentation plan's hold): it is
         tried again, so that it waits for the moves as a preemptor waits for its victims
@@ -374,6 +381,7 @@ class StateFeed:
                 self._allocation_problems[key] = problems
         self._track_allocation(key, pod)
         self._note_other_allocator(key, pod)
+        self._bound_members.note(key, pod)
         self._note_bound_by_default(key, uid, pod, bound)
         if pod_facts.is_waiting_for_scheduler(pod):
             fingerprint = pod_facts.pod_fingerprint(pod)
@@ -440,6 +448,7 @@ class StateFeed:
 
     def _forget_pod(self, key: PodKey) -> None:
         self._other_claim_pods.discard(key)
+        self._bound_members.discard(key)
         self._bound_by_default.pop(key, None)
         self._bound_by_default_taken.pop(key, None)
         self._engine.remove_pod(key)

@@ -123,10 +123,13 @@ class GangRuntime:
         group_members: Callable[[str], list[Pod]],
         scheduler_name: Callable[[], str],
         groups: PodGroupStore,
+        bound_members: Callable[[str], Mapping[PodKey, str]] = lambda _: {},
     ) -> None:
         self.engine = engine
         #: A group's unbound members, any scheduler (the feed's index by group).
         self._group_members = group_members
+        #: A group's members the API says are bound to a node (ours, live).
+        self._bound_members = bound_members
         self._scheduler_name = scheduler_name
         self.groups = groups
         #: Per group, the members this runtime placed (bound or being bound), and where.
@@ -158,15 +161,19 @@ class GangRuntime:
         return pending, names
 
     def _bound(self, group: str) -> dict[PodKey, str]:
-        """Members placed here that the books still hold (a failed Binding's reservation
-        is rolled back, so that member is pending again)."""
+        """Members bound or being bound that the books hold: those placed here (a failed
+        Binding's reservation is rolled back, so that member is pending again) and those
+        the API says are bound. After a restart only the latter are known; they count
+        toward ``minCount`` as the members placed here did before it."""
+        books = self.engine.books.pods
         placed = self._placed.get(group, {})
-        held = {k: n for k, n in placed.items() if k in self.engine.books.pods}
+        held = {k: n for k, n in placed.items() if k in books}
         if held:
             self._placed[group] = held
         else:
             self._placed.pop(group, None)
-        return held
+        bound = {k: n for k, n in self._bound_members(group).items() if k in books}
+        return {**bound, **held}
 
     def decide(self, group: str, now: float) -> GroupDecision:
         pending, names = self._gather(group)

@@ -154,6 +154,7 @@ class Operator:
             self.feed.group_members,
             lambda: self.feed.scheduler_name,
             self.pod_groups,
+            self.feed.bound_members,
         )
         self.worker = worker.SchedulingWorker(
             self.state,

@@ -86,6 +86,36 @@ def test_placed_members_count_and_a_rolled_back_one_is_pending_again() -> None:
     assert [d.pod for d in again.placed] == ["ml/w1"]
 
 
+def test_after_a_restart_the_members_the_api_says_are_bound_count_toward_min_count() -> None:
+    """A fresh runtime (the operator restarted) has placed no member itself: the members
+    bound before the restart, which the books hold, count toward minCount as they did, so
+    the two pending members of a group of four complete it instead of waiting for four."""
+    bound = [member(f"w{i}") for i in range(2)]
+    for i, pod in enumerate(bound):
+        pod["spec"]["nodeName"] = "n"
+        pod["metadata"]["annotations"] = {
+            names.ASSIGNED_NODE: "n",
+            names.NVIDIA_DEVICES_ALLOCATED: f"GPU-{i},NVIDIA,1000,0:;",
+        }
+    pending = [member("w2"), member("w3")]
+    rt = runtime(pending, [pod_group("train", 4)], cards=4)
+    for pod in bound:
+        rt.engine.set_pod(pod)
+    waiting = rt.decide("ml/train", 0.0)  # nothing says w0 and w1 are bound: wait for 4
+    assert waiting.placed == ()
+    assert "minCount 4, 2 exist" in (waiting.reason or "")
+    rt = GangRuntime(
+        rt.engine,
+        lambda group: pending,
+        lambda: names.SCHEDULER_NAME,
+        rt.groups,
+        lambda group: {"ml/w0": "n", "ml/w1": "n", "ml/gone": "n"},  # gone: not in the books
+    )
+    out = rt.decide("ml/train", 0.0)
+    assert sorted(d.pod for d in out.placed) == ["ml/w2", "ml/w3"]
+    assert out.needed == 2
+
+
 def test_mixed_schedulers_and_a_bad_pod_group_are_refused() -> None:
     pods = [member("w0"), member("w1", scheduler="default-scheduler")]
     rt = runtime(pods, [pod_group("train", 2)], cards=4)

@@ -839,3 +839,23 @@ def test_a_members_queue_priority_comes_from_the_hook(
     feed.pod_event("ADDED", _member("lowered", "train", priority=1000))
     feed.pod_event("ADDED", _member("other", "eval", priority=1))
     assert [queue.pop(), queue.pop()] == ["ns/other", "ns/lowered"]
+
+
+def test_a_groups_bound_live_members_of_this_scheduler_are_indexed(feed: StateFeed) -> None:
+    def bound_member(name: str, version: int, **kwargs: Any) -> Any:
+        obj = _member(name, "train", **kwargs)
+        obj["metadata"]["resourceVersion"] = str(version)
+        obj["spec"]["nodeName"] = "n1"
+        obj["status"] = {"phase": "Running"}
+        return obj
+
+    feed.pod_event("ADDED", bound_member("w0", 1))
+    feed.pod_event("ADDED", bound_member("w1", 1))
+    feed.pod_event("ADDED", bound_member("x0", 1, scheduler="default-scheduler"))
+    feed.pod_event("ADDED", _member("w2", "train"))  # pending: not bound
+    assert feed.bound_members("ns/train") == {"ns/w0": "n1", "ns/w1": "n1"}
+    done = bound_member("w1", 2)
+    done["status"]["phase"] = "Succeeded"
+    feed.pod_event("MODIFIED", done)
+    feed.pod_event("DELETED", bound_member("w0", 3))
+    assert feed.bound_members("ns/train") == {}
