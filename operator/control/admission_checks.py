@@ -37,7 +37,7 @@ import structlog
 
 from vgpu_operator.control import placeable_check
 from vgpu_operator.control.options import PlaceableOptions
-from vgpu_operator.kube import watch_loop, workloads
+from vgpu_operator.kube import claims, watch_loop, workloads
 from vgpu_operator.kube.requests import ApiClient, ApiError
 from vgpu_operator.wire import KubeObject, WatchEventType
 
@@ -45,6 +45,9 @@ log = structlog.get_logger("vgpu_operator.admission_checks")
 
 #: How often holds are expired and Pending workloads looked at again.
 _TICK_S: Final = 1.0
+#: The most ResourceClaimTemplates read for one judgement (Kueue allows 8 pod sets; a
+#: pod names few claims).
+MAX_TEMPLATES: Final = 32
 
 
 def _rv(obj: Mapping[str, Any]) -> str:
@@ -203,8 +206,17 @@ class PlaceableController:
         wl = self._pending.get(wid)
         if wl is None or not self._decides() or self._answered.get(wid) == _rv(wl):
             return
+        try:
+            templates = await self._templates(wl)
+        except ApiError as exc:  # left pending: judged again at the next tick
+            log.warning("kueue_check_templates_unread", workload=wid, error=str(exc))
+            self._on_error("kueue_check")
+            return
+        wl = self._pending.get(wid)  # the read awaited: a newer version may have come
+        if wl is None or self._answered.get(wid) == _rv(wl):
+            return
         now = self._clock()
-        answer = self._check.judge(wl, now)
+        answer = self._check.judge(wl, now, templates)
         states = workloads.check_states(wl)
         ours = [n for n in sorted(self.checks) if states.get(n, {}).get("state") == "Pending"]
         retry = self._options.retry_after_s if answer.state == "Retry" else None
@@ -228,6 +240,18 @@ class PlaceableController:
         self._answered[wid] = _rv(wl)
         self._pending.pop(wid, None)
         log.info("kueue_check_answered", workload=wid, state=answer.state, message=answer.message)
+
+    async def _templates(self, wl: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """The ResourceClaimTemplates the workload's pod sets name (at most
+        ``MAX_TEMPLATES`` reads: a pod set names few; a workload naming more is judged
+        with the rest missing, and answered Retry saying which)."""
+        found: dict[str, dict[str, Any]] = {}
+        for key in placeable_check.templates_named(wl)[:MAX_TEMPLATES]:
+            namespace, _, name = key.partition("/")
+            template = await claims.read_template(self._api, namespace, name)
+            if template is not None:
+                found[key] = template
+        return found
 
     async def _tick(self) -> None:
         while True:

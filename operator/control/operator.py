@@ -306,7 +306,9 @@ class Operator:
         assert self.options.kueue_check is not None
         return admission_checks.PlaceableController(
             self.api,
-            placeable_check.PlaceableCheck(self.state, hold_s=self.options.kueue_check.hold_s),
+            placeable_check.PlaceableCheck(
+                self.state, hold_s=self.options.kueue_check.hold_s, pod_groups=self.pod_groups.get
+            ),
             self.options.kueue_check,
             decides=lambda: self._is_leader() and self.synced,
             on_released=self.feed.settle_releases,
