@@ -26,8 +26,10 @@ import structlog
 
 from vgpu_operator.control import pod_facts
 from vgpu_operator.scheduling import gang_preemption, gangs, group_victims
+from vgpu_operator.scheduling import group_claims as group_claims_module
 from vgpu_operator.scheduling.cluster import ClusterState
 from vgpu_operator.scheduling.gangs import GroupDecision, GroupError, GroupSpec
+from vgpu_operator.scheduling.group_claims import GroupClaims
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.timestamps import format_rfc3339
 from vgpu_operator.wire import KubeObject, Pod, WatchEventType
@@ -45,12 +47,15 @@ class PodGroupStore:
         self,
         on_change: Callable[[str], None] = lambda _: None,
         single_groups: set[str] | None = None,
+        group_claims: dict[str, GroupClaims] | None = None,
     ) -> None:
         self._groups: dict[str, KubeObject] = {}
         self._on_change = on_change
         #: The books' groups whose members preemption may take one by one
         #: (``group_victims``), kept here as PodGroups come and change.
         self.single_groups = single_groups if single_groups is not None else set()
+        #: The books' PodGroups that name claims of their own (``group_claims``).
+        self.group_claims = group_claims if group_claims is not None else {}
         #: The priority of each PodGroup that names a class (its members are queued and
         #: preempt with no more than it: ``gang_preemption.member_priority``).
         self._priorities: dict[str, int] = {}
@@ -60,6 +65,11 @@ class PodGroupStore:
             self.single_groups.add(key)
         else:
             self.single_groups.discard(key)
+        shared = None if obj is None else group_claims_module.read(obj)
+        if shared is None:
+            self.group_claims.pop(key, None)
+        else:
+            self.group_claims[key] = shared
         priority = None if obj is None else gangs.class_priority(obj)
         if priority is None:
             self._priorities.pop(key, None)

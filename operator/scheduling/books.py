@@ -32,13 +32,9 @@ from vgpu_operator.scheduling import (
     policies,
 )
 from vgpu_operator.scheduling.allocation_book import Allocations
-from vgpu_operator.scheduling.entries import (
-    NodeEntry,
-    Nomination,
-    PodEntry,
-    is_dra_node,
-)
+from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry, is_dra_node
 from vgpu_operator.scheduling.gate_book import GateBook
+from vgpu_operator.scheduling.group_claims import GroupClaims
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.ranking import RankIndex
@@ -75,6 +71,8 @@ class Books:
         self._dirty: set[str] = set()
         self._budgets: dict[tuple[str, str], disruption.Budget] = {}
         self.single_groups: set[str] = set()  # PodGroups of disruptionMode single (group_victims)
+        #: PodGroups that name claims of their own (``group_claims``), by namespace/name.
+        self.group_claims: dict[str, GroupClaims] = {}
         #: Preemptors waiting for their victims, with the hold on the freed shares.
         self._nominations: dict[PodKey, Nomination] = {}
         #: Victims of a preemption whose deletion has not been seen yet.

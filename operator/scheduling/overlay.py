@@ -31,6 +31,7 @@ from vgpu_operator.scheduling import (
 )
 from vgpu_operator.scheduling.books import Books
 from vgpu_operator.scheduling.entries import NodeEntry, Nomination, PodEntry
+from vgpu_operator.scheduling.group_claims import GroupClaims
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
@@ -167,6 +168,10 @@ class Overlay:
     @property
     def single_groups(self) -> Collection[str]:
         return self._live.single_groups
+
+    @property
+    def group_claims(self) -> Mapping[str, GroupClaims]:
+        return self._live.group_claims
 
     def is_preempted(self, key: PodKey) -> bool:
         if key in self._preempted:
