@@ -106,6 +106,14 @@ def _pod_sets(workload: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping[s
             yield str(pod_set.get("name") or "main"), count, template
 
 
+def _in_group(pod: dict[str, Any], group: str | None) -> dict[str, Any]:
+    """The held pod as a member of ``group`` (``namespace/name``), unless it names one."""
+    if group is None or gangs.group_of(pod) is not None:
+        return pod
+    pod["spec"]["schedulingGroup"] = {"podGroupName": group.partition("/")[2]}
+    return pod
+
+
 def templates_named(workload: Mapping[str, Any]) -> list[str]:
     """The ``namespace/name`` of every ResourceClaimTemplate the workload's pod sets name,
     once each, in order."""
@@ -188,9 +196,12 @@ class PlaceableCheck:
         workload: Mapping[str, Any],
         now: float,
         templates: Mapping[str, Mapping[str, Any]] | None = None,
+        pod_group: str | None = None,
     ) -> Answer:
         """Place every pod of the workload on the books (see the module docstring).
-        ``templates``: the ResourceClaimTemplates its pods name, by ``namespace/name``."""
+        ``templates``: the ResourceClaimTemplates its pods name, by ``namespace/name``.
+        ``pod_group``: the PodGroup its pods name where the pod sets cannot say it
+        (Kueue's Workload keeps no ``schedulingGroup``: the runtime reads it from a pod)."""
         wid = workload_id(workload)
         self.release(wid)
         self.expire(now)
@@ -204,7 +215,11 @@ class PlaceableCheck:
                 if not claims.uses_claims(probe) and not _asks_devices(probe):
                     skipped.append(f"{pod_set} (no devices)")
                     continue
-                pods = [held_pod(workload, pod_set, i, template) for i in range(count)]
+                probe = _in_group(probe, pod_group)
+                pods = [
+                    _in_group(held_pod(workload, pod_set, i, template), pod_group)
+                    for i in range(count)
+                ]
                 if claims.uses_claims(probe):
                     pods = [self._with_held_claims(p, pod_set, templates or {}, hold) for p in pods]
                 group = gangs.group_of(probe)

@@ -122,3 +122,16 @@ def test_a_template_that_does_not_exist_is_retry_naming_it() -> None:
     answer = check.judge(_workload("w", 1, _claim_spec("gone"), "ns"), 0.0, TEMPLATES)
     assert answer.state == "Retry"
     assert answer.message == "pod set main: ResourceClaimTemplate ns/gone not found"
+
+
+def test_a_workloads_pods_group_read_from_a_pod_is_judged_as_one_gang() -> None:
+    """Kueue v0.17 keeps no ``schedulingGroup`` in a Workload's pod sets: the runtime reads
+    the group from a pod of the workload and the check judges the pod sets as its members."""
+    spec = make_pod("t", "team").container(gpu=1, gpumem=20 * GIB).obj()["spec"]
+    check = PlaceableCheck(_two_islands(), pod_groups=lambda key: _pod_group(ISLAND))
+    plain = check.judge(_workload("kueue", 2, spec), 0.0)
+    assert plain.state == "Ready"  # pod by pod: one per node
+    check.release("team/kueue")
+    grouped = check.judge(_workload("kueue", 2, spec), 0.0, pod_group="team/train")
+    assert grouped.state == "Retry"
+    assert "in one vgpu.io/island domain" in grouped.message
