@@ -6,7 +6,8 @@ and its members are gone, kube-controller-manager releases the claim and the boo
 its share back.
 
 One control plane of its own: kube-apiserver and kube-controller-manager with the gate
-(``testing/controlplane.py``, ``WORKLOAD_FEATURE_GATES``), KWOK, one DRA node with its
+(``testing/controlplane.py``, ``WORKLOAD_FEATURE_GATES``; its claim controller, garbage
+collector and PodGroup protection controller), KWOK, one DRA node with its
 agent's slice (four 46068 MiB L40S cards), and the operator.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from integration import operator_env as env
 from integration.dra_env import (
+    CLAIM_CONTROLLERS,
     RESOURCE,
     claim_pod,
     create_claim_template,
@@ -43,7 +45,11 @@ def plane(
     control_plane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
     work = tmp_path_factory.mktemp("dra-group-claims")
-    with dra_plane(control_plane_binaries, work, {NODE: "l40s-pcie-4"}, split=4) as cp:
+    # The PodGroup protection controller lets a PodGroup go once its members have.
+    controllers = (*CLAIM_CONTROLLERS, "podgroup-protection-controller")
+    with dra_plane(
+        control_plane_binaries, work, {NODE: "l40s-pcie-4"}, split=4, controllers=controllers
+    ) as cp:
         yield cp
 
 
