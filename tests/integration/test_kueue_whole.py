@@ -4,7 +4,9 @@ gang (one domain of its topology constraint), and a pod set that uses ResourceCl
 judged by the engine's claim fit.
 
 One control plane of its own (Kueue's pod webhook gates every pod naming a queue):
-kube-apiserver, KWOK, kube-controller-manager's claim controller, the DRA device classes,
+kube-apiserver (with the alpha gate TopologyAwareWorkloadScheduling: without it the API
+server drops a PodGroup's topology constraint), KWOK, kube-controller-manager's claim
+controller, the DRA device classes,
 Kueue v0.17 with its ``DynamicResourceAllocation`` gate and a device-class mapping (it
 counts our shared class's claims as ``vgpu.io/shares``), two annotation nodes in two NVLink
 islands (one 24 GiB card each), and one DRA node with its agent (four 46068 MiB L40S cards).
@@ -55,7 +57,14 @@ def plane(
     control_plane_binaries: Binaries, kueue_binary: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
     stages = kueue.kwok_stages(KWOK_STAGES)
-    with ControlPlane(kwok=True, binaries=control_plane_binaries, kwok_stages=stages) as cp:
+    # A PodGroup's topology constraint is kept only with this alpha gate (1.37).
+    topology = ("--feature-gates=TopologyAwareWorkloadScheduling=true",)
+    with ControlPlane(
+        kwok=True,
+        binaries=control_plane_binaries,
+        kwok_stages=stages,
+        extra_apiserver_args=topology,
+    ) as cp:
         env.install_crd(cp)
         for doc in yaml.safe_load_all(
             (env.REPO / "manifests" / "dra-deviceclasses.yaml").read_text()
@@ -198,11 +207,12 @@ def test_a_kueue_pod_group_of_podgroup_members_is_judged_as_one_gang(
         spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": 2}}}
         if topology:
             spec["schedulingConstraints"] = {"topology": topology}
-        cp.create(
+        made = cp.create(
             f"/apis/{gangs.API_VERSION}/namespaces/{NAMESPACE}/podgroups",
             {"apiVersion": gangs.API_VERSION, "kind": "PodGroup", "metadata": {"name": group},
              "spec": spec},
         )  # fmt: skip
+        assert made["spec"].get("schedulingConstraints") == spec.get("schedulingConstraints")
     for i in range(2):
         pod = _kueue_pod(f"tight-{i}", "tight", 2, queue, scheduler)
         pod["spec"]["schedulingGroup"] = {"podGroupName": "tight"}
