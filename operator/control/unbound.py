@@ -80,9 +80,6 @@ class UnboundPods:
             return []
         return [self._pods[key][0] for key in keys]
 
-    def group_count(self) -> int:
-        """How many groups have unbound members (the index's size, for tests)."""
-        return len(self._members)
 
 
 class BoundMembers:

@@ -252,24 +252,6 @@ def test_a_claim_shared_by_two_low_pods_is_released_once_both_are_evicted(
     assert over_committed(plane) == []
 
 
-def _no_urgent_pods(plane: ControlPlane, ns: str) -> None:
-    """The quota docs/operations.md recommends, for the class ``urgent``: no pod of it."""
-    path = f"/api/v1/namespaces/{ns}/resourcequotas"
-    hard = {"pods": "0"}
-    scope = {
-        "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["urgent"]}]
-    }
-    plane.create(
-        path, {"metadata": {"name": "no-urgent"}, "spec": {"hard": hard, "scopeSelector": scope}}
-    )
-    plane.request(
-        "PATCH",
-        f"{path}/no-urgent/status",
-        {"status": {"hard": hard, "used": {"pods": "0"}}},
-        content_type="application/merge-patch+json",
-    )
-
-
 def _pod_group(plane: ControlPlane, ns: str, name: str, priority_class: str) -> dict[str, Any]:
     body = {
         "apiVersion": gangs.API_VERSION,
@@ -293,7 +275,7 @@ def test_a_pod_group_naming_a_class_its_namespace_may_not_use_preempts_nobody(
     PodGroup naming ``urgent`` is admitted all the same (priority 10000), and its member of
     class ``batch`` (10) preempts nobody: members preempt with the lower of the group's and
     their own priority. The same member in a group of its own class (``keep``, 100) does."""
-    _no_urgent_pods(plane, ns)
+    env.no_pods_of_class(plane, ns, "no-urgent", "urgent")
     template(plane, ns, "all-of-a-card", "44Gi")
     template(plane, ns, "half-a-card", "20Gi")
     names = [f"low-{i}" for i in range(4)]

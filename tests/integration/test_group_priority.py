@@ -60,31 +60,7 @@ class Namespace:
         return f"/apis/{gangs.API_VERSION}/namespaces/{self.name}/podgroups"
 
     def forbid_high_pods(self) -> None:
-        path = f"/api/v1/namespaces/{self.name}/resourcequotas"
-        hard = {"pods": "0"}
-        self.cp.create(
-            path,
-            {
-                "apiVersion": "v1",
-                "kind": "ResourceQuota",
-                "metadata": {"name": "no-high-priority"},
-                "spec": {
-                    "hard": hard,
-                    "scopeSelector": {
-                        "matchExpressions": [
-                            {"scopeName": "PriorityClass", "operator": "In", "values": [self.high]}
-                        ]
-                    },
-                },
-            },
-        )
-        # No controller manager here: the status its quota controller would write.
-        self.cp.request(
-            "PATCH",
-            f"{path}/no-high-priority/status",
-            {"status": {"hard": hard, "used": {"pods": "0"}}},
-            content_type="application/merge-patch+json",
-        )
+        env.no_pods_of_class(self.cp, self.name, "no-high-priority", self.high)
 
     def tenant_pod(self, name: str, priority_class: str) -> dict[str, Any]:
         pod = {

@@ -32,7 +32,15 @@ from integration.dra_env import (
     node_slice,
 )
 from integration.test_agent import wait_for
-from integration.test_kueue import CHECK, GROUP_COUNT, GROUP_LABEL, KUEUE, MANIFEST, QUEUE_LABEL
+from integration.test_kueue import (
+    CHECK,
+    GROUP_COUNT,
+    GROUP_LABEL,
+    KUEUE,
+    QUEUE_LABEL,
+    _queue_pair,
+    flavor_and_check,
+)
 
 from vgpu_operator import node_leases
 from vgpu_operator.control.options import PlaceableOptions
@@ -96,48 +104,12 @@ def plane(
 def _queue(cp: ControlPlane) -> str:
     """A ClusterQueue naming our check over HAMi's transformed resources and the DRA
     shares, and its LocalQueue."""
-    env.create_unless_present(
-        cp,
-        f"{KUEUE}/resourceflavors",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-         "metadata": {"name": "cards"}},
-    )  # fmt: skip
-    for document in yaml.safe_load_all(MANIFEST.read_text()):
-        if document and document["kind"] == "AdmissionCheck":
-            env.create_unless_present(cp, f"{KUEUE}/admissionchecks", document)
+    flavor_and_check(cp)
     name = env.unique("whole")
-    covered = ["nvidia.com/gpu", "nvidia.com/total-gpumem", SHARES]
-    quotas = {"nvidia.com/gpu": "16", "nvidia.com/total-gpumem": str(256 * GIB), SHARES: "16"}
-    cp.create(
-        f"{KUEUE}/clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": name},
-            "spec": {
-                "namespaceSelector": {},
-                "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]},
-                "resourceGroups": [
-                    {
-                        "coveredResources": covered,
-                        "flavors": [
-                            {
-                                "name": "cards",
-                                "resources": [
-                                    {"name": r, "nominalQuota": q} for r, q in quotas.items()
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
+    checks = [{"name": CHECK}]
+    _queue_pair(
+        cp, NAMESPACE, name, gpus=16, gpumem_mib=256 * GIB, checks=checks, extra={SHARES: "16"}
     )
-    cp.create(
-        f"{KUEUE}/namespaces/{NAMESPACE}/localqueues",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-         "metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"clusterQueue": name}},
-    )  # fmt: skip
     return name
 
 

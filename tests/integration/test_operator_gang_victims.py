@@ -13,19 +13,23 @@ from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.scheduling import gangs
 
 
-def _group(s: Setup, name: str, mode: str) -> None:
-    s.cp.create(
+def _group(s: Setup, name: str, mode: str = "single", priority_class: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulingPolicy": {"gang": {"minCount": 1}},
+        "disruptionMode": {mode: {}},
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    made: dict[str, Any] = s.cp.create(
         f"/apis/{gangs.API_VERSION}/namespaces/{s.namespace}/podgroups",
         {
             "apiVersion": gangs.API_VERSION,
             "kind": "PodGroup",
             "metadata": {"name": name},
-            "spec": {
-                "schedulingPolicy": {"gang": {"minCount": 1}},
-                "disruptionMode": {mode: {}},
-            },
+            "spec": spec,
         },
     )
+    return made
 
 
 def _member(s: Setup, name: str, group: str) -> dict[str, Any]:
@@ -52,42 +56,6 @@ def test_only_the_single_groups_member_is_evicted(setup: Setup, operator: Operat
     assert not s.get("w0")["metadata"].get("deletionTimestamp")
 
 
-def _no_pods_of(s: Setup, priority_class: str) -> None:
-    """The quota docs/operations.md recommends, for one class: no pod of it."""
-    path = f"/api/v1/namespaces/{s.namespace}/resourcequotas"
-    hard = {"pods": "0"}
-    scope = {
-        "matchExpressions": [
-            {"scopeName": "PriorityClass", "operator": "In", "values": [priority_class]}
-        ]
-    }
-    s.cp.create(
-        path, {"metadata": {"name": "no-top"}, "spec": {"hard": hard, "scopeSelector": scope}}
-    )
-    s.cp.request(
-        "PATCH",
-        f"{path}/no-top/status",
-        {"status": {"hard": hard, "used": {"pods": "0"}}},
-        content_type="application/merge-patch+json",
-    )
-
-
-def _named_group(s: Setup, name: str, priority_class: str) -> dict[str, Any]:
-    made: dict[str, Any] = s.cp.create(
-        f"/apis/{gangs.API_VERSION}/namespaces/{s.namespace}/podgroups",
-        {
-            "apiVersion": gangs.API_VERSION,
-            "kind": "PodGroup",
-            "metadata": {"name": name},
-            "spec": {
-                "schedulingPolicy": {"gang": {"minCount": 1}},
-                "priorityClassName": priority_class,
-            },
-        },
-    )
-    return made
-
-
 def test_a_pod_group_naming_a_class_its_namespace_may_not_use_preempts_nobody(
     setup: Setup,  # noqa: F811
     operator: OperatorThread,  # noqa: F811
@@ -100,8 +68,8 @@ def test_a_pod_group_naming_a_class_its_namespace_may_not_use_preempts_nobody(
     top = s.classes[1000]
     env.gpu_node(s.cp, s.node("a"), env.cards(s.node("a"), 1, memory_mib=40000), group=s.namespace)
     s.running("batch", 0, gpumem=30000)
-    _no_pods_of(s, top)
-    assert _named_group(s, "lifted", top)["spec"]["priority"] == 1000
+    env.no_pods_of_class(s.cp, s.namespace, "no-top", top)
+    assert _group(s, "lifted", priority_class=top)["spec"]["priority"] == 1000
     env.create_pod(s.cp, _member(s, "m0", "lifted"))  # class p0, 20000 MiB: no room
 
     def told() -> str | None:
@@ -116,7 +84,7 @@ def test_a_pod_group_naming_a_class_its_namespace_may_not_use_preempts_nobody(
     assert "Preempting" not in reasons
     # Without the quota, a member of the top class itself may preempt for its group.
     s.cp.delete(f"/api/v1/namespaces/{s.namespace}/resourcequotas/no-top")
-    _named_group(s, "fair", top)
+    _group(s, "fair", priority_class=top)
     member = _member(s, "f0", "fair")
     member["spec"]["priorityClassName"] = top
     env.create_pod(s.cp, member)
