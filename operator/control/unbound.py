@@ -81,7 +81,6 @@ class UnboundPods:
         return [self._pods[key][0] for key in keys]
 
 
-
 class BoundMembers:
     """Per group, its bound live members: ``PodKey -> (node, schedulerName)``."""
 
