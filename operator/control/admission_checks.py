@@ -39,7 +39,7 @@ from vgpu_operator.control import placeable_check
 from vgpu_operator.control.options import PlaceableOptions
 from vgpu_operator.kube import binding, claims, watch_loop, workloads
 from vgpu_operator.kube.requests import ApiClient, ApiError
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.wire import KubeObject, WatchEventType
 
 log = structlog.get_logger("vgpu_operator.admission_checks")

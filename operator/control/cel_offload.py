@@ -42,7 +42,7 @@ from typing import Any, Final
 import structlog
 
 from vgpu_operator.control import cel_process
-from vgpu_operator.scheduling import claim_cel
+from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.pod_key import PodKey
 
 log = structlog.get_logger("vgpu_operator.cel_offload")

@@ -45,8 +45,9 @@ from typing import Any, Final, Literal, cast
 
 from vgpu_operator import names
 from vgpu_operator.control import pod_facts
-from vgpu_operator.scheduling import claims, gangs
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.dialects.claims import claims
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.wire import Pod
 

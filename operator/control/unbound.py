@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 
 from vgpu_operator.control import pod_facts
-from vgpu_operator.scheduling.gangs import group_of
+from vgpu_operator.scheduling.gangs.gangs import group_of
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.wire import Pod
 

@@ -42,9 +42,9 @@ from vgpu_operator import names
 from vgpu_operator.control.feed import StateFeed
 from vgpu_operator.control.gang_runtime import GangRuntime, PodGroupStore
 from vgpu_operator.control.queue import SchedulingQueue
-from vgpu_operator.scheduling import gangs
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.gangs import GroupSpec
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.gangs import gangs
+from vgpu_operator.scheduling.gangs.gangs import GroupSpec
 
 NODES = 5_000
 RUNS = 300

@@ -30,7 +30,8 @@ from integration.test_agent import wait_for
 
 from vgpu_operator.devices import dra
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.scheduling import gangs, group_claims
+from vgpu_operator.scheduling.books import group_claims
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 

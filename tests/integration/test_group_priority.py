@@ -24,7 +24,7 @@ import yaml
 from integration import operator_env as env
 from integration.test_tenant_attacks import Refused, Tenant, aggregate_cluster_role, make_tenant
 
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
 pytestmark = pytest.mark.integration

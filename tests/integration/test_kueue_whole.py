@@ -46,7 +46,7 @@ from vgpu_operator import node_leases
 from vgpu_operator.control.options import PlaceableOptions
 from vgpu_operator.devices import dra
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing import kueue
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import KWOK_STAGES, ControlPlane

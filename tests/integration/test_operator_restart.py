@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from integration import operator_env as env
 
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.controlplane import ControlPlane
 
 NODES = 5

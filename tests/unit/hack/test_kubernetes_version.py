@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from vgpu_operator.kube import pod_groups
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing import controlplane
 
 ROOT = Path(__file__).resolve().parents[3]

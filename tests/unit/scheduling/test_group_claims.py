@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from unit.scheduling.test_claim_books import NODE, claim, pod, state, used_memory
 
-from vgpu_operator.scheduling import gangs, group_claims
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.gangs import GroupSpec
+from vgpu_operator.scheduling.books import group_claims
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.gangs import gangs
+from vgpu_operator.scheduling.gangs.gangs import GroupSpec
 
 GROUP_CONSUMER = {
     "apiGroup": "scheduling.k8s.io",
