@@ -517,3 +517,29 @@ def test_a_node_whose_shares_fit_elsewhere_is_given_back(harness: Harness) -> No
         assert _pool_claims(cp, pool)[0]["status"]["nodeName"] == node
     for app in ("a", "b"):
         cp.delete(f"{rs_path}/{app}")
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "allowed"),
+    [
+        ("list", "nodepools.karpenter.sh", "yes"),
+        ("create", "nodeclaims.karpenter.sh", "yes"),
+        ("delete", "nodeclaims.karpenter.sh", "yes"),
+        ("patch", "nodepools.karpenter.sh", "no"),
+        ("delete", "nodepools.karpenter.sh", "no"),
+        ("patch", "nodeclaims.karpenter.sh", "no"),
+        ("update", "nodeclaims.karpenter.sh/status", "no"),
+        ("create", "kwoknodeclasses.karpenter.kwok.sh", "no"),
+        ("delete", "nodes", "no"),
+        ("patch", "nodes", "no"),
+    ],
+)
+def test_the_operators_token_may_do_what_autoscaling_needs_and_no_more(
+    harness: Harness, kubectl: Path, verb: str, resource: str, allowed: str
+) -> None:
+    kubeconfig = f"--kubeconfig={harness.operator_kubeconfig}"
+    done = subprocess.run(
+        [str(kubectl), kubeconfig, "auth", "can-i", verb, resource],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.stdout.strip() == allowed, (verb, resource, done.stdout, done.stderr)
