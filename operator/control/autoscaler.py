@@ -54,6 +54,8 @@ log = structlog.get_logger("vgpu_operator.autoscaler")
 
 #: The most nodes one round looks at for scale-down (each costs a LIST and a what-if).
 _SCALE_DOWN_LOOKS = 4
+#: The shortest time between two rounds.
+_MIN_GAP_S = 0.2
 
 
 class KarpenterApi(Protocol):
@@ -162,10 +164,13 @@ class Autoscaler:
         self._soon.set()
 
     async def run(self) -> None:
-        """Forever: a round every ``interval_s``, or sooner when poked (until cancelled)."""
+        """Forever: a round every ``interval_s``, or sooner when poked (until cancelled);
+        never two rounds (two listings of NodePools and NodeClaims) less than
+        ``_MIN_GAP_S`` apart, however many pods are found waiting."""
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._soon.wait(), self._wait_s)
+            await self._sleep(_MIN_GAP_S)
             self._soon.clear()
             self._wait_s = self._settings.interval_s
             if not self._decides():
