@@ -543,3 +543,33 @@ def test_the_operators_token_may_do_what_autoscaling_needs_and_no_more(
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.stdout.strip() == allowed, (verb, resource, done.stdout, done.stderr)
+
+
+def test_a_gang_gets_the_nodes_it_needs_whole(harness: Harness) -> None:
+    """A PodGroup of six 40 GB members, gang minCount 6, on a NodePool of 4xL40S: no node
+    holds one member, no single node all six; the engine asks for two nodes at once and
+    all six are bound on them, together."""
+    cp = harness.cp
+    namespace, scheduler = _scheduler(cp)
+    pool = f"gang-{namespace}"
+    _pool(cp, pool, ["gpu-4xl40s"], namespace)
+    cp.create(
+        f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups",
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "train"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 6}}},
+        },
+    )
+    names = [f"w{i}" for i in range(6)]
+    for name in names:
+        pod = env.gpu_pod(namespace, name, scheduler=scheduler, group=namespace, gpumem=40000)
+        pod["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+        env.create_pod(cp, pod)
+    with OperatorThread(_operator_options(harness, scheduler)):
+        bound = [env.wait_bound(cp, namespace, n, timeout_s=120) for n in names]
+        assert len({p["spec"]["nodeName"] for p in bound}) == 2
+        claims = _pool_claims(cp, pool)
+        assert len(claims) == 2, [c["metadata"]["name"] for c in claims]
+        assert all("vgpu-operator.io/autoscaled" in c["metadata"]["labels"] for c in claims)
