@@ -2,9 +2,11 @@
 
 The event loop that decides pods also answers the admission webhook and the health
 probes, so a selector's evaluation must not run long on it. The engine's
-``SelectorCache`` is set ``deferring``: a decision evaluates on the loop only a cheap,
-short selector under a small step bound (``claim_cel.INLINE_STEPS``); any other missing
-verdict makes the pod wait ("selector evaluation pending") and is queued. After each
+``SelectorCache`` is set ``deferring``: a decision evaluates on the loop only a selector
+of the shapes this project writes (``scheduling/claim_cel_shapes.py``: short conditions
+over the device's attributes and literals, whose work their text bounds), under a small
+step bound (``claim_cel.INLINE_STEPS``); any other missing verdict makes the pod wait
+("selector evaluation pending") and is queued. After each
 decision the worker calls ``decided``: the queued pairs go, one at a time, to a child
 process (``cel_process``) that evaluates each under the step bound
 (``claim_cel.MAX_STEPS``) and a wall deadline; past the deadline the process is killed

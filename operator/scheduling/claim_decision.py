@@ -26,7 +26,6 @@ from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import (
     claim_best_fit,
-    claim_cel,
     claim_fit,
     claim_mig,
     claim_routing,
@@ -335,16 +334,13 @@ class ClaimDialect:
         mig = [c for c in wanted.pending if claim_mig.is_mig(c)]
         if mig:
             # MIG claims take instances by counters (``claim_mig``), the rest cards.
-            try:
-                placed = claim_mig.fit_mig_claims(
-                    job,
-                    mig,
-                    self.view.claims.mig_of(node.name),
-                    _less(self.view.claims.held_devices(node.name), released),
-                    self.view.claims.selector_cache,
-                )
-            except claim_cel.CelRuntimeError as exc:
-                return claim_fit.ClaimsOutcome(False, error=str(exc))
+            placed = claim_mig.fit_mig_claims(
+                job,
+                mig,
+                self.view.claims.mig_of(node.name),
+                _less(self.view.claims.held_devices(node.name), released),
+                self.view.claims.selector_cache,
+            )
             rest = [c for c in wanted.pending if not claim_mig.is_mig(c)]
             if not placed.ok or not rest:
                 return placed

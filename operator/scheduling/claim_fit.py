@@ -300,7 +300,7 @@ def _options(
                 whole=claim.whole_devices,
             )
         except claim_cel.CelRuntimeError as exc:
-            return ClaimsOutcome(False, error=f"{where}: CEL runtime error: {exc}")
+            return ClaimsOutcome(False, error=claim_cel.refusal(where, exc))
         except claim_cel.CelPending as exc:
             # Go on through the cards: their missing verdicts are queued together.
             pending = exc

@@ -133,8 +133,9 @@ def fit_mig_claims(
 ) -> claim_fit.ClaimsOutcome:
     """Instances for every MIG request of ``pending`` on this node, each within the
     namespace's quota (an instance counts its memory, as HAMi counts a MIG card's; the
-    picks' ``consumption.memory_mib`` carries it on to the pod's other claims). Raises
-    CelRuntimeError as ``claims.eligible`` does."""
+    picks' ``consumption.memory_mib`` carries it on to the pod's other claims). A
+    selector that fails, runs out of bounds or waits for its verdict is the outcome's
+    error, as in ``claim_fit``."""
     outcome = claim_fit.ClaimsOutcome(True)
     factor = job.memory_factors.get(dra.VENDOR, 1)
     limited = job.quota.has_limits(job.namespace)
@@ -149,16 +150,27 @@ def fit_mig_claims(
         picks: list[claim_fit.Pick] = []
         for request in claim.requests:
             ask = _ask(request)
-            allowed = frozenset(
-                d.name
-                for d in devices
-                if ask is not None
-                and dra_pool.tolerated(node.devices[d.name].taints, request.tolerations)
-                and all(
-                    cache.matches(s, node.devices[d.name].key, node.devices[d.name].view)
-                    for s in request.selectors
+            try:
+                allowed = frozenset(
+                    d.name
+                    for d in devices
+                    if ask is not None
+                    and dra_pool.tolerated(node.devices[d.name].taints, request.tolerations)
+                    and claim_cel.all_select(
+                        request.selectors,
+                        cache,
+                        node.devices[d.name].key,
+                        node.devices[d.name].view,
+                        request.written,
+                    )
                 )
-            )
+            except claim_cel.CelRuntimeError as exc:
+                where = f"ResourceClaim {claim.key}, request {request.name!r}"
+                return claim_fit.ClaimsOutcome(False, error=claim_cel.refusal(where, exc))
+            except claim_cel.CelPending as exc:
+                where = f"ResourceClaim {claim.key}, request {request.name!r}"
+                error = f"{where}: selector evaluation pending: {exc}"
+                return claim_fit.ClaimsOutcome(False, error=error)
             if not allowed:
                 # Every placement ruled out by the request's selectors or capacity.
                 return claim_fit.ClaimsOutcome(

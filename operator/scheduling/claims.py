@@ -98,6 +98,8 @@ class Request:
     selectors: tuple[claim_cel.Selector, ...]
     capacity: Mapping[str, Fraction]
     tolerations: tuple[Mapping[str, Any], ...]
+    #: Where ``selectors`` were written (the DeviceClass's come first).
+    written: claim_cel.Written = ("", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,10 +386,11 @@ def _read_exactly(
             if isinstance(s, Mapping)
         ),
     ]
+    written = (class_name, len(device_class.selectors))
     try:
-        selectors = tuple(cache.compile(e) for e in expressions)
+        selectors = claim_cel.compile_all(cache, expressions, written)
     except claim_cel.CelRefused as exc:
-        raise Refusal(f"{where}: {what}: {exc}") from None
+        raise Refusal(f"{where}: {what}, {exc}") from None
     requested = (exactly.get("capacity") or {}).get("requests") or {}
     capacity = {str(k): _quantity(v, f"{where}.{name}.capacity.{k}") for k, v in requested.items()}
     return Request(
@@ -397,6 +400,7 @@ def _read_exactly(
         selectors,
         capacity,
         tuple(t for t in exactly.get("tolerations") or () if isinstance(t, Mapping)),
+        written,
     )
 
 
@@ -500,10 +504,9 @@ def eligible(
     (a selector says no, a taint is not tolerated, a capacity it names is missing, or the
     rounded amount breaks the device's request policy). ``whole``: the claim takes each
     device whole (HAMi-core off), every capacity consumed to its value, whatever it asked.
-    Raises CelRuntimeError."""
-    for selector in request.selectors:
-        if not cache.matches(selector, device.key, device.view):
-            return None
+    Raises CelRuntimeError naming the selector."""
+    if not claim_cel.all_select(request.selectors, cache, device.key, device.view, request.written):
+        return None
     if not dra_pool.tolerated(device.taints, request.tolerations):
         return None
     # The rest depends only on the request's capacities and the device's capacity shape
