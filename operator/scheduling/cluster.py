@@ -17,6 +17,7 @@ from vgpu_operator.devices import model
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.scheduling import (
+    admission,
     allocation_gate,
     changes,
     claim_cel,
@@ -56,6 +57,8 @@ class ClusterState:
         self.books = Books(config, inventory_timeout_s, vendor_table)
         self.settings = Settings()
         self.cycle = Cycle(self.books, self.settings)
+        #: What the webhook reads, from another thread (``admission.AdmissionView``).
+        self.admission_view = self._new_admission_view()
 
     # --- the cycle -------------------------------------------------------------------
     def admit(self, pod: Mapping[str, Any]) -> AdmissionResult:
@@ -139,6 +142,18 @@ class ClusterState:
 
     def set_config(self, config: DeviceConfig) -> None:
         self.books.set_config(config)
+        self.admission_view = self._new_admission_view()
+
+    def _new_admission_view(self) -> admission.AdmissionView:
+        quota = self.books.quota
+        limits: dict[str, Mapping[str, int]] = {
+            ns: quota.effective(ns) for ns in quota.limited_namespaces()
+        }
+        return admission.AdmissionView(self.books.config, self.books.vendors, limits)
+
+    def _publish_limits(self, namespace: str) -> None:
+        # Replaced whole, never changed in place: the webhook's thread may be reading it.
+        self.admission_view.limits[namespace] = self.books.quota.effective(namespace)
 
     def set_node(self, node: Mapping[str, Any]) -> None:
         self.books.set_node(node)
@@ -182,9 +197,11 @@ class ClusterState:
 
     def set_quota(self, quota: Mapping[str, Any]) -> None:
         self.books.set_quota(quota)
+        self._publish_limits(str((quota.get("metadata") or {}).get("namespace") or "default"))
 
     def remove_quota(self, namespace: str, name: str) -> None:
         self.books.remove_quota(namespace, name)
+        self._publish_limits(namespace)
 
     def confirm(self, key: PodKey, now: float | None = None) -> None:
         self.books.confirm(key, now)

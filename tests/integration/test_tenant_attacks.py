@@ -458,7 +458,7 @@ Usage = dict[tuple[str, str], tuple[int, int, int]]  # (node, card) -> shares, M
 
 def gauges(stack: Stack) -> Usage:
     """The operator's per-card gauges, scraped from its /metrics endpoint."""
-    server = stack.operator.app.running.server
+    server = stack.operator.app.server
     assert server is not None
     assert server.port is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as resp:
@@ -1221,7 +1221,7 @@ def waiting(stack: Stack, tenant: Tenant, pod: str) -> str | None:
 
 def quota_memory(stack: Stack, namespace: str) -> int:
     """The GPU memory the operator books against the namespace's quota (MiB), scraped."""
-    server = stack.operator.app.running.server
+    server = stack.operator.app.server
     assert server is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as resp:
         text = resp.read().decode()
@@ -1518,7 +1518,7 @@ def test_14_a_claim_of_our_classes_is_allocated_by_the_operator_only(
 
 
 def _healthz(stack: Stack) -> bool:
-    server = stack.operator.app.running.server
+    server = stack.operator.app.server
     assert server is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as answer:
         return bool(answer.status == 200)
