@@ -470,6 +470,7 @@ class Operator:
                 # Its device plugin never answered: the node takes GPU pods again.
                 log.warning("allocation_gate_timed_out", node=node, pod=holder)
             if self.is_leader():
+                self.worker.check_nominations()  # holds that timed out with no decision
                 await self._report_not_routed()
             # Pods no event helped for --resync-interval are tried again anyway (the
             # watches keep the books current, kube/watch_loop.py: no relisting).

@@ -10,6 +10,7 @@ the decision cycle (``decision.Cycle``), which reads the books through their vie
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator.config import DeviceConfig
@@ -39,9 +40,26 @@ __all__ = [
     "ClusterState",
     "Decision",
     "DeviceUsageRow",
+    "NominationWait",
     "PodKey",
     "pod_key",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class NominationWait:
+    """A preemptor's nomination: its node, and the victims that have not left yet (and,
+    on the DRA path, their claims not released yet)."""
+
+    pod: PodKey
+    node: str
+    victims: tuple[PodKey, ...]
+    claims: tuple[str, ...] = ()
+
+    @property
+    def waits(self) -> bool:
+        """Whether anything is left to wait for."""
+        return bool(self.victims or self.claims)
 
 
 class ClusterState:
@@ -214,6 +232,27 @@ class ClusterState:
 
     def nominated_node(self, key: PodKey) -> str | None:
         return self.books.nominated_node(key)
+
+    def nomination_wait(self, key: PodKey) -> NominationWait | None:
+        """What the pod's nomination still waits for (None: it holds none)."""
+        nomination = self.books.nomination(key)
+        if nomination is None:
+            return None
+        pods = tuple(sorted(v for v in nomination.victims if v in self.books.pods))
+        held = sorted(k for k in nomination.claims if self.books.claims.holds_claim(k))
+        return NominationWait(key, nomination.node, pods, tuple(held))
+
+    def take_expired_nominations(self, now: float) -> list[NominationWait]:
+        """Preemptors whose hold on their node timed out (``nomination_timeout_s``) since
+        the last call, looked for now too, with the victims still there: the hold is
+        given up, the pods must be told and decided again."""
+        self.books.expire_nominations(now)
+        return [
+            NominationWait(
+                key, gone.node, tuple(sorted(v for v in gone.victims if v in self.books.pods))
+            )
+            for key, gone in self.books.take_expired()
+        ]
 
     def device_usage(self) -> list[DeviceUsageRow]:
         """Each card's booking, for metrics and the demo table."""
