@@ -133,6 +133,9 @@ class ClaimDialect:
             return ClaimPlacement(None, diagnosis=diagnosis, waits_for_claims=True)
         except (claims.Refusal, CodecError) as exc:
             return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=str(exc)))
+        refused = _admin_access_refusal(wanted.pending, self.view.claims.admin_namespaces)
+        if refused is not None:
+            return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=refused))
         failures: dict[str, NodeFailure] = {}
         # Nodes unchanged since the verdict on this shape ruled them out stay ruled out
         # for the same reasons: only the others are fitted (as on the annotation path).
@@ -475,3 +478,27 @@ def _less(held: Sequence[str], released: Sequence[str]) -> list[str]:
         else:
             out.append(name)
     return out
+
+
+def _admin_access_refusal(pending: Sequence[claims.Claim], allowed: frozenset[str]) -> str | None:
+    """Why a claim's adminAccess request is not allocated: upstream allows adminAccess
+    only in namespaces an administrator labelled for it (the API server refuses such a
+    claim elsewhere when it is made; one made before the label went is refused here)."""
+    for claim in pending:
+        requests = [r for choice in claim.choices for r in choice] or list(claim.requests)
+        admin = [r.name for r in requests if r.admin_access]
+        if not admin:
+            continue
+        if claim_mig.is_mig(claim):
+            return (
+                f"ResourceClaim {claim.key}, request {admin[0]!r} asks adminAccess, which this "
+                f"scheduler does not honour for DeviceClass {dra.MIG_CLASS}; remove it"
+            )
+        if claim.namespace not in allowed:
+            return (
+                f"ResourceClaim {claim.key}, request {admin[0]!r} asks adminAccess, which is "
+                f"allowed only in namespaces an administrator labelled "
+                f"{names.ADMIN_ACCESS_LABEL}=true, and namespace {claim.namespace} is not: "
+                "remove adminAccess, or ask an administrator for the label"
+            )
+    return None

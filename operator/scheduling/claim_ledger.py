@@ -190,6 +190,8 @@ def decided_shares(node: str, picks: Sequence[Any]) -> tuple[claims.AllocatedSha
     """A decision's picks (``claim_fit.Pick``) as the shares its status will name."""
     out = []
     for pick in picks:
+        if pick.admin:
+            continue  # adminAccess consumes nothing (its status says adminAccess: true)
         capacity = pick.consumption.capacity
         out.append(
             claims.AllocatedShare(

@@ -100,6 +100,8 @@ class Request:
     tolerations: tuple[Mapping[str, Any], ...]
     #: Where ``selectors`` were written (the DeviceClass's come first).
     written: claim_cel.Written = ("", 0)
+    #: ``adminAccess``: devices shared with whoever holds them, consuming nothing.
+    admin_access: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,8 +375,6 @@ def _read_exactly(
             f"{where}: {what} asks allocationMode {mode}; this scheduler "
             "allocates ExactCount requests (give a count)"
         )
-    if exactly.get("adminAccess"):
-        raise Refusal(f"{where}: {what} asks adminAccess, which this scheduler refuses")
     count = exactly.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise Refusal(f"{where}: {what} has count {count!r}")
@@ -401,6 +401,7 @@ def _read_exactly(
         capacity,
         tuple(t for t in exactly.get("tolerations") or () if isinstance(t, Mapping)),
         written,
+        exactly.get("adminAccess") is True,
     )
 
 

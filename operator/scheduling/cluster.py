@@ -213,6 +213,10 @@ class ClusterState:
     def remove_budget(self, namespace: str, name: str) -> None:
         self.books.remove_budget(namespace, name)
 
+    def set_admin_namespaces(self, names: frozenset[str]) -> None:
+        """The namespaces whose claims' adminAccess requests may be allocated."""
+        self.books.claims.admin_namespaces = names
+
     def set_quota(self, quota: Mapping[str, Any]) -> None:
         self.books.set_quota(quota)
         self._publish_limits(str((quota.get("metadata") or {}).get("namespace") or "default"))
