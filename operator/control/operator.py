@@ -66,7 +66,8 @@ from vgpu_operator.kube import (
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics
-from vgpu_operator.scheduling import cluster
+from vgpu_operator.scheduling import claim_routing, cluster
+from vgpu_operator.scheduling import claims as claim_reads
 from vgpu_operator.scheduling.allocation_gate import GateMode
 from vgpu_operator.scheduling.pod_key import pod_key
 from vgpu_operator.wire import ConfigMap, KubeObject, Pod, WatchEventType, meta_of
@@ -511,11 +512,15 @@ class Operator:
             uid = str(meta_of(pod).get("uid") or "")
             if uid in self._not_routed_reported:
                 continue
-            if not self._asks_for_gpu(pod):
+            classes = self._our_claim_classes(pod)
+            if not classes and not self._asks_for_gpu(pod):
                 continue  # not a GPU pod: the default scheduler's business
             self._not_routed_reported.add(uid)
-            wanted = pod_facts.extended_resources_of(pod)
-            message = reporting.not_routed_message(pod, wanted, self.feed.scheduler_name)
+            if classes:
+                message = reporting.not_routed_claims_message(classes, self.feed.scheduler_name)
+            else:
+                wanted = pod_facts.extended_resources_of(pod)
+                message = reporting.not_routed_message(pod, wanted, self.feed.scheduler_name)
             log.warning(
                 "gpu_pod_not_routed",
                 pod=cluster.pod_key(pod),
@@ -528,6 +533,19 @@ class Operator:
                 log.warning("event_write_failed", pod=cluster.pod_key(pod), error=str(exc))
                 self.metrics.api_error("report")
         self._not_routed_reported &= present
+
+    def _our_claim_classes(self, pod: Pod) -> set[str]:
+        """Our DeviceClasses the pod's claims ask for (the claims as the books hold them):
+        such a pod left to kube-scheduler waits forever, since only the operator may
+        allocate them (manifests/claim-policy.yaml)."""
+        keys = claim_reads.pod_claim_keys(pod)
+        objects = self.state.books.claims.objects
+        found: set[str] = set()
+        for key in keys if isinstance(keys, list) else ():
+            obj = objects.get(key)
+            if obj is not None:
+                found |= claim_routing.asks_our_classes(obj, claim_routing.CLAIM)
+        return found
 
     def _asks_for_gpu(self, pod: Pod) -> bool:
         """Whether the webhook would have taken the pod as a GPU pod, had it seen it

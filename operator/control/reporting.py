@@ -91,6 +91,19 @@ def not_routed_message(pod: Pod, resources: Iterable[str], scheduler: str) -> st
     )
 
 
+def not_routed_claims_message(classes: Iterable[str], scheduler: str) -> str:
+    """Why a pod whose claims ask for our DeviceClasses, left to kube-scheduler, waits."""
+    named = ", ".join(sorted(classes))
+    return (
+        f"The pod's ResourceClaims ask for DeviceClass {named}, but the pod was created while "
+        "the vgpu-operator webhook did not answer, so it kept schedulerName "
+        "default-scheduler: kube-scheduler may not allocate this driver's devices (the "
+        "namespace's GPU quota would not hold), so it waits forever (a pod's scheduler "
+        "cannot be changed after creation). Delete it so that its controller recreates it "
+        f"while the operator runs, or set schedulerName: {scheduler} in its template."
+    )
+
+
 def gate_wait_message(node: str, holder: str, held_s: float, opens_in_s: float) -> str:
     """Why a decided pod is not bound yet: its node's allocation gate is shut."""
     return (
