@@ -181,6 +181,15 @@ def fit_mig_claims(
             for _ in range(request.count):
                 chosen = mig_partitions.choose(ask, devices, counted)
                 if chosen is None:
+                    least = min((d.memory_mib for d in devices if ask.matches(d)), default=0)
+                    if limited and not job.quota.fits(
+                        job.namespace, dra.VENDOR, taken_mib + least, 0, factor
+                    ):
+                        # No room, and the quota refuses even the smallest instance the
+                        # request allows: room freed would not help, the quota would.
+                        return claim_fit.ClaimsOutcome(
+                            False, reasons=Counter({Reason.RESOURCE_QUOTA_NOT_FIT: 1})
+                        )
                     # HAMi v2.10's name: no card has room for the instance; per card.
                     cards = len({d.card for d in devices if d.name in allowed})
                     return claim_fit.ClaimsOutcome(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from dra_cluster import DraCluster
 
 from vgpu_operator.devices import dra
 from vgpu_operator.scheduling import claim_cel, claim_cel_cost
@@ -95,46 +96,8 @@ def test_cheap_string_work_stays_within_the_inline_budget() -> None:
 def _decide_with_selectors(expressions: list[str]) -> str:
     """The pod's message when its claim's one request has ``expressions`` as selectors,
     on a DRA node of one card (the real feeds and engine, every verdict at once)."""
-    import copy
-
-    from vgpu_operator.config import DeviceConfig
-    from vgpu_operator.control import claims_feed, feed, queue
-    from vgpu_operator.scheduling.cluster import ClusterState
-
-    state = ClusterState(DeviceConfig())
-    pods = queue.SchedulingQueue(flush_after_s=10**9)
-    state_feed = feed.StateFeed(state, pods)
-    claims = claims_feed.ClaimFeed(state, pods)
-    for device_class in dra.device_classes():
-        meta = {**device_class["metadata"], "resourceVersion": "1"}
-        claims.class_event("ADDED", {**device_class, "metadata": meta})
-    labels = {dra.NODE_PATH_LABEL: dra.PATH_DRA}
-    node = {"metadata": {"name": "dra-a", "resourceVersion": "1", "labels": labels}}
-    state_feed.node_event("ADDED", node)
-    card = dra.CardShape("GPU-a", 0, "L40S", "NVIDIA-L40S", 46068, 100, 4, "hami-core")
-    published = copy.deepcopy(dict(dra.slice_wire("dra-a", [card], 1, None)))
-    published["metadata"]["resourceVersion"] = "2"
-    claims.slice_event("ADDED", published)
-    exactly = {
-        "deviceClassName": dra.SHARED_CLASS,
-        "selectors": [{"cel": {"expression": e}} for e in expressions],
-    }
-    meta = {"namespace": "ns", "name": "c", "uid": "uid-c", "resourceVersion": "3"}
-    claim = {
-        "metadata": meta,
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-    }
-    claims.claim_event("ADDED", claim)
-    pod = {
-        "metadata": {"namespace": "ns", "name": "p", "uid": "uid-p", "resourceVersion": "4"},
-        "spec": {
-            "schedulerName": "vgpu-scheduler",
-            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}],
-        },
-        "status": {"phase": "Pending"},
-    }
-    decision = state.schedule(pod, 1000.0)
+    selectors = [{"cel": {"expression": e}} for e in expressions]
+    decision = DraCluster().decide("c", "ns", {"selectors": selectors})
     assert not decision.scheduled
     assert decision.diagnosis is not None
     assert decision.diagnosis.error is not None
