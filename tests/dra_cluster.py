@@ -41,15 +41,23 @@ class DraCluster:
         obj = {"metadata": {"name": namespace, "resourceVersion": "5", "labels": labels}}
         self.claims.admin_namespace_event("MODIFIED" if allowed else "DELETED", obj)
 
-    def decide(self, name: str, namespace: str, exactly: dict[str, Any]) -> Decision:
-        """Make claim ``name`` of one request ``gpu`` (our shared class and ``exactly``)
-        and decide a pod that names it."""
+    def decide(
+        self,
+        name: str,
+        namespace: str,
+        exactly: dict[str, Any],
+        config: list[dict[str, Any]] | None = None,
+    ) -> Decision:
+        """Make claim ``name`` of one request ``gpu`` (our shared class and ``exactly``;
+        ``config``: the claim's configs) and decide a pod that names it."""
         self.version += 1
         version = str(self.version)
         meta = {"namespace": namespace, "name": name, "uid": f"uid-{name}"}
         meta["resourceVersion"] = version
         request = {"name": "gpu", "exactly": {"deviceClassName": dra.SHARED_CLASS, **exactly}}
-        spec = {"devices": {"requests": [request]}}
+        spec: dict[str, Any] = {"devices": {"requests": [request]}}
+        if config is not None:
+            spec["devices"]["config"] = config
         self.claims.claim_event("ADDED", {"metadata": meta, "spec": spec})
         pod_meta = {"namespace": namespace, "name": name, "uid": f"uid-p-{name}"}
         pod_meta["resourceVersion"] = version

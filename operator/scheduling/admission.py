@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices.vendor import card_filter_problem
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import policies
 from vgpu_operator.scheduling.vendors import PodReads, Vendors
@@ -129,7 +130,11 @@ def _admit(
             unreadable = read.problems.get(word)
             if unreadable is not None:
                 return AdmissionResult(False, mutated, str(unreadable), handled=True)
-    problem = annotation_problem((mutated.get("metadata") or {}).get("annotations") or {})
+    annotations = (mutated.get("metadata") or {}).get("annotations") or {}
+    problem = annotation_problem(annotations) or next(
+        (p for w in sorted(wants) if (p := card_filter_problem(vendors.spec(w), annotations))),
+        None,
+    )
     if problem is not None:
         return AdmissionResult(False, mutated, problem, handled=True)
     for container in [*(spec.get("initContainers") or []), *containers]:

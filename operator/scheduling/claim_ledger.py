@@ -33,7 +33,7 @@ from fractions import Fraction
 from typing import Any, Final
 
 from vgpu_operator.devices import dra, model
-from vgpu_operator.scheduling import claims, placement
+from vgpu_operator.scheduling import claim_configs, claims, placement
 
 
 class Decided(enum.Enum):
@@ -111,7 +111,7 @@ class ClaimLedger:
         return [self.holds[k] for k in sorted(self.by_node.get(node, ())) if k in self.holds]
 
 
-CONFIG_HAMI_CORE: Final = claims.CONFIG_HAMI_CORE
+CONFIG_HAMI_CORE: Final = claim_configs.CONFIG_HAMI_CORE
 #: Joins a claim's key and uid in the key of a hold kept after the claim went.
 KEPT_MARK: Final = "#kept:"
 
@@ -128,7 +128,7 @@ def hami_core_off(allocation: Mapping[str, Any]) -> bool:
         (c for c in configs if isinstance(c, Mapping)),
         key=lambda c: 0 if c.get("source") == "FromClass" else 1,
     )
-    return claims.configs_turn_hami_core_off(ordered)
+    return claim_configs.turn_hami_core_off(ordered)
 
 
 def _without_admin_access(allocation: Mapping[str, Any]) -> Mapping[str, Any]:

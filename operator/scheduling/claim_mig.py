@@ -124,6 +124,31 @@ def held_memory_mib(node: MigNode, devices: Iterable[str]) -> int:
     return sum(by_name[d].memory_mib for d in devices if d in by_name)
 
 
+def _allowed(
+    claim: claims.Claim, request: claims.Request, node: MigNode, cache: claim_cel.SelectorCache
+) -> frozenset[str] | claim_fit.ClaimsOutcome:
+    """The instances the request's taints and selectors allow; or the outcome when a
+    selector fails or waits for its verdict (as in ``claim_fit``)."""
+    where = f"ResourceClaim {claim.key}, request {request.name!r}"
+    try:
+        return frozenset(
+            d.name
+            for d in node.pool.devices
+            if dra_pool.tolerated(node.devices[d.name].taints, request.tolerations)
+            and claim_cel.all_select(
+                request.selectors,
+                cache,
+                node.devices[d.name].key,
+                node.devices[d.name].view,
+                request.written,
+            )
+        )
+    except claim_cel.CelRuntimeError as exc:
+        return claim_fit.ClaimsOutcome(False, error=claim_cel.refusal(where, exc))
+    except claim_cel.CelPending as exc:
+        return claim_fit.ClaimsOutcome(False, error=f"{where}: selector evaluation pending: {exc}")
+
+
 def fit_mig_claims(
     job: placement.Job,
     pending: Sequence[claims.Claim],
@@ -150,27 +175,9 @@ def fit_mig_claims(
         picks: list[claim_fit.Pick] = []
         for request in claim.requests:
             ask = _ask(request)
-            try:
-                allowed = frozenset(
-                    d.name
-                    for d in devices
-                    if ask is not None
-                    and dra_pool.tolerated(node.devices[d.name].taints, request.tolerations)
-                    and claim_cel.all_select(
-                        request.selectors,
-                        cache,
-                        node.devices[d.name].key,
-                        node.devices[d.name].view,
-                        request.written,
-                    )
-                )
-            except claim_cel.CelRuntimeError as exc:
-                where = f"ResourceClaim {claim.key}, request {request.name!r}"
-                return claim_fit.ClaimsOutcome(False, error=claim_cel.refusal(where, exc))
-            except claim_cel.CelPending as exc:
-                where = f"ResourceClaim {claim.key}, request {request.name!r}"
-                error = f"{where}: selector evaluation pending: {exc}"
-                return claim_fit.ClaimsOutcome(False, error=error)
+            allowed = _allowed(claim, request, node, cache) if ask is not None else frozenset()
+            if isinstance(allowed, claim_fit.ClaimsOutcome):
+                return allowed
             if not allowed:
                 # Every placement ruled out by the request's selectors or capacity.
                 return claim_fit.ClaimsOutcome(

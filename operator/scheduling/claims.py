@@ -17,6 +17,7 @@ rounding, ``dra_pool.CapacityPolicy``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -25,7 +26,7 @@ from typing import Any, Final
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling import claim_cel, dra_pool
+from vgpu_operator.scheduling import claim_cel, claim_configs, dra_pool
 
 #: The DeviceClasses whose claims the engine allocates (manifests/dra-deviceclasses.yaml).
 OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS, dra.MIG_CLASS})
@@ -66,25 +67,6 @@ class DeviceClass:
             if spec.get("extendedResourceName")
             else None,
         )
-
-
-#: The opaque config key that turns HAMi-core off for a claim (``agent.dra.prepare``).
-CONFIG_HAMI_CORE: Final = "hamiCore"
-
-
-def configs_turn_hami_core_off(configs: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether opaque configs of this driver, in precedence order (the class's first, the
-    claim's after: a later one wins, as ``agent.dra.prepare`` reads them), say
-    ``hamiCore: false``."""
-    on = True
-    for config in configs:
-        opaque = config.get("opaque")
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != dra.DRIVER:
-            continue
-        parameters = opaque.get("parameters")
-        if isinstance(parameters, Mapping) and CONFIG_HAMI_CORE in parameters:
-            on = parameters[CONFIG_HAMI_CORE] is not False
-    return not on
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,9 +212,7 @@ def read_claim(
     choices = tuple(_read_request(r, where, classes, cache) for r in devices.get("requests") or ())
     if not choices:
         raise Refusal(f"{where} requests no device")
-    combinations = 1
-    for choice in choices:
-        combinations *= len(choice)
+    combinations = math.prod(len(choice) for choice in choices)
     if combinations > MAX_VARIANTS:
         raise Refusal(
             f"{where}: its firstAvailable alternatives make {combinations} combinations, "
@@ -262,6 +242,8 @@ def read_claim(
             )
         (matches if match else distincts).append((covered, str(match or distinct)))
     own = tuple(c for c in devices.get("config") or () if isinstance(c, Mapping))
+    if (problem := claim_configs.hami_core_problem(own)) is not None:
+        raise Refusal(f"{where}: {problem}")
     from_classes = [
         c
         for r in {r.device_class: r for c in choices for r in c}.values()
@@ -279,7 +261,7 @@ def read_claim(
         choices=choices if any(len(c) > 1 or "/" in c[0].name for c in choices) else (),
         config=own,
         reserved_for=reserved,
-        whole_devices=configs_turn_hami_core_off([*from_classes, *own]),
+        whole_devices=claim_configs.turn_hami_core_off([*from_classes, *own]),
     )
 
 
