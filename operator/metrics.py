@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Protocol, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
@@ -156,6 +156,8 @@ QuotaSource = Callable[[], Mapping[str, Mapping[str, tuple[int, int]]]]
 WaitingSource = Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]
 #: node -> stranded card memory in MiB (``scheduling.stranded``).
 StrandedSource = Callable[[], Mapping[str, int]]
+#: What the fragmentation policy has learned: per GPU shape's labels, its share.
+LearnedSource = Callable[[], Mapping[tuple[str, str, str, str], float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,11 +290,13 @@ ENGINE_COPY_TIMEOUT_S: Final = 2.0
 
 @dataclass(frozen=True, slots=True)
 class _Waiting:
-    """A copy of the queue's census and the stranded memory, taken on the loop."""
+    """A copy of the queue's census, the stranded memory and what the fragmentation
+    policy has learned, taken on the loop."""
 
     queues: Mapping[str, int]
     reasons: Mapping[str, int]
     stranded_mib: Mapping[str, int]
+    learned: Mapping[tuple[str, str, str, str], float] = field(default_factory=dict)
 
 
 _NOTHING_WAITING: Final = _Waiting({}, {}, {})
@@ -329,9 +333,19 @@ def _waiting_families(waiting: _Waiting) -> Iterator[Metric]:
     )
     for node, mib in sorted(waiting.stranded_mib.items()):
         stranded.add_metric([node], mib * MIB_BYTES)
+    learned = GaugeMetricFamily(
+        f"{PREFIX}_fragmentation_learned_share",
+        "The share of recent requests of each GPU shape (vendor, cards, memory per card, "
+        "cores per card), as the fragmentation policy weighs them (a prior of common "
+        "sizes, fading as pods are seen); at most 48 shapes.",
+        labels=["vendor", "cards", "memory", "cores"],
+    )
+    for labels, share in sorted(waiting.learned.items()):
+        learned.add_metric(list(labels), share)
     yield pending
     yield unschedulable
     yield stranded
+    yield learned
 
 
 class _StateCollector(Collector):
@@ -343,17 +357,20 @@ class _StateCollector(Collector):
         self.quotas: QuotaSource | None = None
         self.waiting: WaitingSource | None = None
         self.stranded: StrandedSource | None = None
+        self.learned: LearnedSource | None = None
 
     def read_waiting(self) -> _Waiting:
-        """The census and stranded memory, copied (call on the engine's thread)."""
+        """The census, stranded memory and learned mix, copied (call on the engine's
+        thread)."""
         queues: Mapping[str, int] = {}
         reasons: Mapping[str, int] = {}
         if self.waiting is not None:
             queues, reasons = self.waiting()
         stranded = self.stranded() if self.stranded is not None else {}
-        if not (queues or reasons or stranded):
+        learned = self.learned() if self.learned is not None else {}
+        if not (queues or reasons or stranded or learned):
             return _NOTHING_WAITING
-        return _Waiting(dict(queues), dict(reasons), dict(stranded))
+        return _Waiting(dict(queues), dict(reasons), dict(stranded), dict(learned))
 
     def describe(self) -> Iterable[Metric]:
         # Registering must not call the sources (the engine may not exist yet).
@@ -550,6 +567,7 @@ class OperatorMetrics:
         *,
         waiting: WaitingSource | None = None,
         stranded: StrandedSource | None = None,
+        learned: LearnedSource | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """Where the scrape-time collector reads per-device, per-quota, queue and
@@ -559,6 +577,7 @@ class OperatorMetrics:
         self._state.quotas = quotas
         self._state.waiting = waiting
         self._state.stranded = stranded
+        self._state.learned = learned
         self._engine_loop = loop
 
     # --- exposition ---------------------------------------------------------------------

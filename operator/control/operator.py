@@ -247,6 +247,7 @@ class Operator:
             self.state.quota_usage,
             waiting=self._queue_census,
             stranded=self._stranded_memory,
+            learned=self.state.learned_mix,
             loop=asyncio.get_running_loop(),
         )
         self._spawn("heartbeat", self.heartbeat.run())

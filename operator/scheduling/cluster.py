@@ -23,6 +23,7 @@ from vgpu_operator.scheduling import (
     changes,
     claim_cel,
     dra_pool,
+    fragmentation,
     usage,
     verdicts,
 )
@@ -236,6 +237,10 @@ class ClusterState:
 
     def nominated_node(self, key: PodKey) -> str | None:
         return self.books.nominated_node(key)
+
+    def learned_mix(self) -> dict[fragmentation.ShapeLabels, float]:
+        """What the fragmentation policy has learned of the requests (for the metrics)."""
+        return fragmentation.learned_shares(self.cycle.placer.mix.classes)
 
     def nomination_wait(self, key: PodKey) -> NominationWait | None:
         """What the pod's nomination still waits for (None: it holds none)."""
