@@ -42,6 +42,10 @@ log = structlog.get_logger("vgpu_operator.operator")
 _CERT_FILE_CHECK_S = 5.0
 
 
+class ServingError(Exception):
+    """The HTTP server could not start (its port is taken); the message says what to do."""
+
+
 class OperatorApp:
     """The operator's process as Kopf sees it (created before Kopf starts): the
     peering identity and priority Kopf is given, the metrics and the HTTP server, and
@@ -79,7 +83,6 @@ class OperatorApp:
 
     async def on_startup(self, settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_kopf(settings, self.options)
-        await self._serve_http()
         options = self.options
         scheduling = scheduling_thread.SchedulingThread(
             lambda: operator.Operator.assemble(
@@ -94,10 +97,10 @@ class OperatorApp:
             lambda: running.state.admission_view, self._api, self.metrics
         )
 
-    async def _serve_http(self) -> None:
-        """Start ``/metrics``, ``/healthz``, ``/readyz`` first, on this loop. A port that
-        cannot be bound stops the process at once, saying so: Kopf would otherwise retry
-        start-up forever."""
+    async def serve_http(self) -> None:
+        """Start ``/metrics``, ``/healthz``, ``/readyz`` on this loop, before Kopf starts:
+        a port that cannot be bound stops the process at once with one sentence
+        (``ServingError``), instead of a start-up retried forever."""
         options = self.options
         if options.metrics_port is None or self.server is not None:
             return
@@ -113,12 +116,17 @@ class OperatorApp:
                 port=options.metrics_port,
                 error=str(exc),
             )
-            raise kopf.PermanentError(
+            raise ServingError(
                 f"cannot serve /metrics, /healthz and /readyz on "
                 f"{options.metrics_addr}:{options.metrics_port} ({exc}): another process "
                 "(another operator?) holds the port; stop it or give --metrics-port another"
             ) from None
         self.server = server
+
+    async def stop_http(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
 
     def _started(self) -> bool:
         scheduling = self._scheduling
@@ -137,9 +145,6 @@ class OperatorApp:
         scheduling, self._scheduling = self._scheduling, None
         if scheduling is not None:
             await scheduling.stop()
-        if self.server is not None:
-            await self.server.stop()
-            self.server = None
         if self._api is not None:
             await self._api.close()
             self._api = None
@@ -279,15 +284,24 @@ async def run(
     """Run Kopf with the app's registry until ``stop_flag`` is raised (or a signal)."""
     options = app.options
     await prepare_webhook_tls(options)
-    with contextlib.suppress(asyncio.CancelledError):
-        await kopf.operator(
-            registry=build_registry(app),
-            settings=kopf.OperatorSettings(),
-            clusterwide=True,
-            standalone=options.standalone,
-            peering_name=None if options.standalone else options.peering,
-            priority=app.priority,
-            identity=cast(Any, app.identity),
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
-        )
+    await app.serve_http()
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await _kopf_operator(app, stop_flag=stop_flag, ready_flag=ready_flag)
+    finally:
+        await app.stop_http()
+
+
+async def _kopf_operator(app: OperatorApp, *, stop_flag: Any, ready_flag: Any) -> None:
+    options = app.options
+    await kopf.operator(
+        registry=build_registry(app),
+        settings=kopf.OperatorSettings(),
+        clusterwide=True,
+        standalone=options.standalone,
+        peering_name=None if options.standalone else options.peering,
+        priority=app.priority,
+        identity=cast(Any, app.identity),
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
