@@ -96,6 +96,11 @@ class SchedulingThread(Generic[S]):
         self._stuck = False
         self._thread = threading.Thread(target=self._main, name="vgpu-scheduling", daemon=True)
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The scheduling loop, while it runs (diagnostics, tests)."""
+        return self._loop
+
     async def start(self) -> S:
         """Start the thread; returns once the scheduling work has started (raises what
         building or starting it raised)."""

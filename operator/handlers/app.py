@@ -77,6 +77,11 @@ class OperatorApp:
         return scheduling.running
 
     @property
+    def scheduling_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop the operator decides on (None before start-up; tests, diagnostics)."""
+        return None if self._scheduling is None else self._scheduling.loop
+
+    @property
     def synced(self) -> bool:
         """True once the operator holds a full picture and may decide."""
         return self._started() and self.running.synced
