@@ -281,10 +281,8 @@ class KubeReporter:
 
     async def nomination_timed_out(self, pod: Pod, message: str) -> None:
         """``PodScheduled=False`` (NominationTimedOut) and a Warning Event."""
-        await self._told(
-            pod, message, REASON_NOMINATION_TIMED_OUT, events.TYPE_WARNING,
-            condition_reason=REASON_NOMINATION_TIMED_OUT,
-        )  # fmt: skip
+        reason = REASON_NOMINATION_TIMED_OUT
+        await self._told(pod, message, reason, events.TYPE_WARNING, condition_reason=reason)
 
     async def _told(
         self,

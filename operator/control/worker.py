@@ -489,10 +489,8 @@ class SchedulingWorker:
             pod = self._feed.pending_pod(expired.pod)
             if pod is None:
                 continue
-            log.warning(
-                "nomination_timed_out", pod=expired.pod, node=expired.node,
-                victims=list(expired.victims),
-            )  # fmt: skip
+            victims = list(expired.victims)
+            log.warning("nomination_timed_out", pod=expired.pod, node=expired.node, victims=victims)
             message = reporting.nomination_expired_message(expired)
             self._report_once(
                 expired.pod, pod, message, self._reporter.nomination_timed_out(pod, message)

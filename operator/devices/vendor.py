@@ -254,8 +254,11 @@ def container_request(
         field = f"container {container.get('name', '')!r}: {names.count}"
         raise CodecError(field, "must not be negative", str(raw))
     if count == 0:
-        shares = [n for n in (names.memory, names.memory_percentage, names.cores)
-                  if n and _raw(resources, n) is not _MISSING]  # fmt: skip
+        shares = [
+            n
+            for n in (names.memory, names.memory_percentage, names.cores)
+            if n and _raw(resources, n) is not _MISSING
+        ]
         if shares:
             # HAMi reads it as no request at all: the share asked would be ignored.
             field = f"container {container.get('name', '')!r}: {names.count}"
