@@ -125,7 +125,7 @@ _CREATE_TO_BOUND_BUCKETS_S: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 
 
 class DeviceRow(Protocol):
-    """What the collector reads per card (``scheduling.cluster.DeviceUsageRow``)."""
+    """What the collector reads per card (``scheduling.cycle.cluster.DeviceUsageRow``)."""
 
     @property
     def node(self) -> str: ...
@@ -154,7 +154,7 @@ DeviceSource = Callable[[], Sequence[DeviceRow]]
 QuotaSource = Callable[[], Mapping[str, Mapping[str, tuple[int, int]]]]
 #: (pods per queue name, parked pods per reason code), as the scheduling queue counts them.
 WaitingSource = Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]
-#: node -> stranded card memory in MiB (``scheduling.stranded``).
+#: node -> stranded card memory in MiB (``scheduling.policies.stranded``).
 StrandedSource = Callable[[], Mapping[str, int]]
 #: What the fragmentation policy has learned: per GPU shape's labels, its share.
 LearnedSource = Callable[[], Mapping[tuple[str, str, str, str], float]]

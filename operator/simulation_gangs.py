@@ -2,7 +2,7 @@
 ``scheduling.k8s.io/v1beta1``) and the pods that name one in ``spec.schedulingGroup``.
 
 When the simulation reaches the first pending member of a group, the group is decided as
-the operator decides it (``scheduling.gangs.decide_group``): every pending member of the
+the operator decides it (``scheduling.gangs.gangs.decide_group``): every pending member of the
 scenario together, the running members counted toward ``minCount``. Each member's
 decision is reported where the first member stood, as for any pod, with ``podGroup``; the
 group's own outcome goes to the output's ``podGroups``.
@@ -15,9 +15,10 @@ from typing import Any
 
 from vgpu_operator import simulation_dra
 from vgpu_operator.errors import ScenarioError
-from vgpu_operator.scheduling import gangs, group_victims
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
-from vgpu_operator.scheduling.gangs import GroupDecision, GroupError, GroupSpec
+from vgpu_operator.scheduling.books import group_victims
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.gangs import gangs
+from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
 from vgpu_operator.scheduling.pod_key import pod_key
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.control import claims_feed, feed, queue
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 CARD_MIB = 46068
 NODE = "dra-a"

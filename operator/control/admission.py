@@ -1,7 +1,7 @@
 """The mutating webhook's answers (``handlers/app.py`` hands them to Kopf).
 
 ``PodAdmission`` answers once the operator is assembled: the engine's admission
-(``scheduling.admission``), the routing of pods that name ResourceClaims
+(``scheduling.dialects.annotation.admission``), the routing of pods that name ResourceClaims
 (``claim_routing``) and the conversion of a DRA namespace's pods to claims
 (``claim_admission``). Before that, ``NotReady`` lets every pod through unchanged
 (the webhook's failurePolicy is Ignore: a pod waiting on us would wait for nothing).
@@ -26,8 +26,9 @@ import structlog
 from vgpu_operator.kube import claims
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics, WebhookResult
-from vgpu_operator.scheduling import admission as scheduling_admission
-from vgpu_operator.scheduling import claim_admission, claim_routing, cluster
+from vgpu_operator.scheduling.cycle import cluster
+from vgpu_operator.scheduling.dialects.annotation import admission as scheduling_admission
+from vgpu_operator.scheduling.dialects.claims import claim_admission, claim_routing
 from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.wire import Pod, meta_of
 

@@ -4,7 +4,7 @@ The scheduling loop (``scheduling_thread``) decides every pod one at a time, so 
 selector's evaluation must not run long on it: one tenant's selector would delay every
 other tenant's decisions (the webhook and the probes are served apart). The engine's
 ``SelectorCache`` is set ``deferring``: a decision evaluates on the loop only a selector
-of the shapes this project writes (``scheduling/claim_cel_shapes.py``: short conditions
+of the shapes this project writes (``scheduling/cel/claim_cel_shapes.py``: short conditions
 over the device's attributes and literals, whose work their text bounds), under a small
 step bound (``claim_cel.INLINE_STEPS``); any other missing verdict makes the pod wait
 ("selector evaluation pending") and is queued. After each
@@ -45,7 +45,7 @@ from typing import Any, Final
 import structlog
 
 from vgpu_operator.control import cel_process
-from vgpu_operator.scheduling import claim_cel
+from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.pod_key import PodKey
 
 log = structlog.get_logger("vgpu_operator.cel_offload")

@@ -9,9 +9,9 @@ free again); an allocation being written frees nothing and wakes nobody. A chang
 is a node's devices changing.
 
 DeviceTaintRules are folded into the slices they select before the engine sees them
-(``scheduling.taint_rules``): the feed keeps each slice as listed, so that a rule that
-comes, changes or goes hands every slice over again with the taints now in force (a slice
-whose devices came out differently wakes the DRA path's pods, as any slice change does).
+(``scheduling.dialects.claims.taint_rules``): the feed keeps each slice as listed, so that a
+rule that comes, changes or goes hands every slice over again with the taints now in force (a
+slice whose devices came out differently wakes the DRA path's pods, as any slice change does).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import structlog
 
 from vgpu_operator import names
 from vgpu_operator.control import pod_facts, queue, versions
-from vgpu_operator.scheduling import taint_rules
+from vgpu_operator.scheduling.dialects.claims import taint_rules
 from vgpu_operator.wire import (
     DeviceClass,
     KubeObject,
@@ -37,7 +37,7 @@ log = structlog.get_logger("vgpu_operator.claims_feed")
 
 
 class ClaimInputs(Protocol):
-    """The part of ``scheduling.cluster.ClusterState`` the DRA feed calls."""
+    """The part of ``scheduling.cycle.cluster.ClusterState`` the DRA feed calls."""
 
     def set_slice(self, obj: Mapping[str, Any]) -> None: ...
     def remove_slice(self, name: str) -> None: ...

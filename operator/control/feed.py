@@ -31,8 +31,8 @@ from vgpu_operator import names, node_leases, resources
 from vgpu_operator.control import pod_facts, queue, versions
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError, ConfigError
-from vgpu_operator.scheduling import cluster
-from vgpu_operator.scheduling.changes import Freed
+from vgpu_operator.scheduling.books.changes import Freed
+from vgpu_operator.scheduling.cycle import cluster
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.wire import (
     ConfigMap,
@@ -51,7 +51,7 @@ DEFAULT_CONFIG_KEY = "device-config.yaml"
 
 
 class EngineInputs(Protocol):
-    """The part of ``scheduling.cluster.ClusterState`` that the feed calls."""
+    """The part of ``scheduling.cycle.cluster.ClusterState`` that the feed calls."""
 
     def set_config(self, config: device_config.DeviceConfig) -> None: ...
     def set_node(self, node: Mapping[str, Any]) -> None: ...

@@ -5,7 +5,7 @@ keeps each group's latest copy and wakes the group's waiting members when it cha
 ``minCount`` lowered, a PodGroup that was missing created). ``GangRuntime`` gathers a
 group's members when the worker pops one of them: the pending ones of this scheduler,
 those already bound or being bound, and every member's ``schedulerName``; then the engine
-decides the group as one unit (``scheduling.gangs.decide_group``). The worker takes the
+decides the group as one unit (``scheduling.gangs.gangs.decide_group``). The worker takes the
 other members out of the queue with the one it popped, so a group costs one decision per
 attempt, binds those placed, and parks the rest together under one hint.
 
@@ -25,9 +25,10 @@ from typing import Any
 import structlog
 
 from vgpu_operator.control import pod_facts
-from vgpu_operator.scheduling import gangs, group_victims
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.gangs import GroupDecision, GroupError, GroupSpec
+from vgpu_operator.scheduling.books import group_victims
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.gangs import gangs
+from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.timestamps import format_rfc3339
 from vgpu_operator.wire import KubeObject, Pod, WatchEventType

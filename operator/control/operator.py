@@ -66,9 +66,10 @@ from vgpu_operator.kube import (
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics
-from vgpu_operator.scheduling import claim_routing, cluster
-from vgpu_operator.scheduling import claims as claim_reads
-from vgpu_operator.scheduling.allocation_gate import GateMode
+from vgpu_operator.scheduling.books.allocation_gate import GateMode
+from vgpu_operator.scheduling.cycle import cluster
+from vgpu_operator.scheduling.dialects.claims import claim_routing
+from vgpu_operator.scheduling.dialects.claims import claims as claim_reads
 from vgpu_operator.scheduling.pod_key import pod_key
 from vgpu_operator.wire import ConfigMap, KubeObject, Pod, WatchEventType, meta_of
 

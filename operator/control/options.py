@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from vgpu_operator.control.feed import DEFAULT_CONFIG_KEY
-from vgpu_operator.scheduling.allocation_gate import DEFAULT_TIMEOUT_S, GateMode
+from vgpu_operator.scheduling.books.allocation_gate import DEFAULT_TIMEOUT_S, GateMode
 
 DEFAULT_NAMESPACE: Final = "vgpu-operator"
 DEFAULT_CONFIG_MAP: Final = "vgpu-device-config"

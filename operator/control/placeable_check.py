@@ -34,8 +34,8 @@ from typing import Any, Final, Literal, Protocol, cast
 
 from vgpu_operator import names
 from vgpu_operator.control import pod_facts
-from vgpu_operator.scheduling import claims
-from vgpu_operator.scheduling.cluster import Decision
+from vgpu_operator.scheduling.cycle.cluster import Decision
+from vgpu_operator.scheduling.dialects.claims import claims
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.wire import Pod
 

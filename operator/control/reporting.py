@@ -18,7 +18,8 @@ from vgpu_operator.control.deferred import DeferredWrites
 from vgpu_operator.kube import conditions, events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OtherReason
-from vgpu_operator.scheduling import cluster, status
+from vgpu_operator.scheduling import status
+from vgpu_operator.scheduling.cycle import cluster
 from vgpu_operator.timestamps import format_rfc3339
 from vgpu_operator.wire import KubeObject, Pod, meta_of
 

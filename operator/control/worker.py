@@ -39,8 +39,9 @@ from vgpu_operator.control import claim_binding, feed, gang_runtime, pod_facts, 
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics, OtherReason, PreemptionResult, Result
-from vgpu_operator.scheduling import cluster, status
-from vgpu_operator.scheduling.allocation_gate import GateHolder
+from vgpu_operator.scheduling import status
+from vgpu_operator.scheduling.books.allocation_gate import GateHolder
+from vgpu_operator.scheduling.cycle import cluster
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.wire import Pod, meta_of
 
@@ -48,7 +49,7 @@ log = structlog.get_logger("vgpu_operator.worker")
 
 
 class EngineDecisions(Protocol):
-    """The part of ``scheduling.cluster.ClusterState`` the worker calls."""
+    """The part of ``scheduling.cycle.cluster.ClusterState`` the worker calls."""
 
     def schedule(self, pod: Pod, now: float) -> cluster.Decision: ...
     def confirm(self, key: PodKey, now: float | None = None) -> None: ...

@@ -64,7 +64,7 @@ class Profile:
 
 
 #: NVIDIA's GPU-instance geometry on A100 and H100 (NVML's possible placements), by
-#: compute slices: (memory slices, starts). The same table ``scheduling.mig`` lays the
+#: compute slices: (memory slices, starts). The same table ``scheduling.mig.mig`` lays the
 #: seed's geometries out by.
 _GEOMETRY: Final = {
     1: (1, (0, 1, 2, 3, 4, 5, 6)),

@@ -21,7 +21,7 @@ import orjson
 
 from vgpu_operator.kube import listing, raw_finalizer, requests
 from vgpu_operator.kube.requests import ApiClient, ApiError, request_json
-from vgpu_operator.scheduling import claim_admission, claim_routing
+from vgpu_operator.scheduling.dialects.claims import claim_admission, claim_routing
 from vgpu_operator.timestamps import format_rfc3339, parse_rfc3339
 from vgpu_operator.wire import (
     AllocationResult,

@@ -25,9 +25,9 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 from bench_scheduling import _pending, _row, build_cluster
 
 from vgpu_operator import names
-from vgpu_operator.scheduling import gangs
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.gangs import GroupSpec
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.gangs import gangs
+from vgpu_operator.scheduling.gangs.gangs import GroupSpec
 
 NODES = 5_000
 RUNS = 300

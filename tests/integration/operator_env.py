@@ -22,7 +22,7 @@ import yaml
 
 from vgpu_operator import names, node_leases
 from vgpu_operator.control.options import OperatorOptions
-from vgpu_operator.scheduling.allocation_gate import GateMode
+from vgpu_operator.scheduling.books.allocation_gate import GateMode
 from vgpu_operator.testing import pod_allocation
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 from vgpu_operator.timestamps import format_rfc3339

@@ -10,7 +10,7 @@ from integration import operator_env as env
 from integration.test_operator_preemption import Setup, operator, setup  # noqa: F401
 
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling.gangs import gangs
 
 
 def _group(s: Setup, name: str, mode: str) -> None:

@@ -53,7 +53,7 @@ from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.pods import pods_on_node
-from vgpu_operator.scheduling.allocation_gate import GateMode
+from vgpu_operator.scheduling.books.allocation_gate import GateMode
 from vgpu_operator.testing.controlplane import ApiError, Binaries, ControlPlane
 
 Json = dict[str, Any]
@@ -1428,7 +1428,7 @@ def test_13_the_env_rules_hold_for_pods_with_claims(
     assert "hamiCore: false" in message
     # A pod as the webhook converts it in a DRA namespace (it asks for no GPU resource any
     # more, and names the webhook's claims): placed by the vgpu-scheduler all the same.
-    from vgpu_operator.scheduling import claim_admission
+    from vgpu_operator.scheduling.dialects.claims import claim_admission
 
     entry = f"{claim_admission.ENTRY_PREFIX}0"
     converted = claim_pod("converted", "any", dra_node)

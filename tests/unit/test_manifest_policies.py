@@ -17,7 +17,8 @@ from vgpu_operator.agent.dra import prepare
 from vgpu_operator.config import DeviceConfig, load_config_yaml
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.catalog import VENDOR_TABLE
-from vgpu_operator.scheduling import claim_admission, claim_ledger
+from vgpu_operator.scheduling.books import claim_ledger
+from vgpu_operator.scheduling.dialects.claims import claim_admission
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from vgpu_operator.metrics import OperatorMetrics, PreemptionResult, Result, WebhookResult
-from vgpu_operator.scheduling.cluster import DeviceUsageRow
+from vgpu_operator.scheduling.cycle.cluster import DeviceUsageRow
 
 ROW = DeviceUsageRow("n1", "GPU-0", "NVIDIA", "A100", 2, 10, 3000, 40960, 50, 100)
 
@@ -195,7 +195,7 @@ def test_the_scrape_text_equals_the_generic_formatter_as_cards_change() -> None:
 
 def test_what_the_fragmentation_policy_has_learned_is_a_gauge_of_few_series() -> None:
     """Issue 44: no metric showed what the fragmentation policy had learned."""
-    from vgpu_operator.scheduling import fragmentation
+    from vgpu_operator.scheduling.policies import fragmentation
 
     mix = fragmentation.WorkloadMix(refresh_every=16)
     for _ in range(400):  # a workload of fifth-of-a-card shares

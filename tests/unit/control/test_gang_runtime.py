@@ -16,7 +16,7 @@ from vgpu_operator.control.gang_runtime import (
     error_condition,
     group_condition,
 )
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling.gangs import gangs
 
 NOW = datetime.datetime(2026, 11, 28, tzinfo=datetime.UTC)
 

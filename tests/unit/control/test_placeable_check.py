@@ -10,7 +10,7 @@ from typing import Any
 from builders import bound, cluster, make_node, make_pod
 
 from vgpu_operator.control.placeable_check import HOLD_PREFIX, PlaceableCheck
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.pod_key import PodKey
 
 GIB = 1024

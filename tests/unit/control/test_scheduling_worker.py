@@ -23,8 +23,8 @@ from vgpu_operator.devices import model
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics
-from vgpu_operator.scheduling.allocation_gate import GateHolder
-from vgpu_operator.scheduling.cluster import Decision, NominationWait
+from vgpu_operator.scheduling.books.allocation_gate import GateHolder
+from vgpu_operator.scheduling.cycle.cluster import Decision, NominationWait
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 
 SCHED = "vgpu-scheduler"

@@ -14,7 +14,7 @@ from vgpu_operator import names
 from vgpu_operator.control.feed import ConfigOutcome, StateFeed
 from vgpu_operator.control.queue import OWN_CHANGE_ONLY, Refused, SchedulingQueue, WaitsForVictims
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling.changes import Freed
+from vgpu_operator.scheduling.books.changes import Freed
 
 SCHED = "vgpu-scheduler"
 

@@ -19,7 +19,7 @@ from builders import (
 
 from vgpu_operator import names
 from vgpu_operator.config import load_config
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 OURS = "vgpu-scheduler"
 

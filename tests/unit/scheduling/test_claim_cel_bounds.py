@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling import claim_cel, claim_cel_cost
+from vgpu_operator.scheduling.cel import claim_cel, claim_cel_cost
 
 D = dra.DRIVER
 DEVICE = claim_cel.DeviceView(D, True, {f"{D}/productName": ("string", "NVIDIA L40S")}, {})

@@ -13,7 +13,7 @@ import pytest
 from dra_cluster import DraCluster
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling import claim_cel, claim_cel_cost
+from vgpu_operator.scheduling.cel import claim_cel, claim_cel_cost
 
 D = dra.DRIVER
 DEVICE = claim_cel.DeviceView(

@@ -9,7 +9,7 @@ import pytest
 from dra_cluster import DraCluster
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling import claim_configs
+from vgpu_operator.scheduling.dialects.claims import claim_configs
 
 
 def config(value: Any) -> list[dict[str, Any]]:

@@ -11,8 +11,8 @@ from builders import resource_quota
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, dra_mig
-from vgpu_operator.scheduling import claim_mig, claim_routing
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.claims import claim_mig, claim_routing
 
 NODE = "mig-a"
 CARD = dra_mig.MigCardShape(

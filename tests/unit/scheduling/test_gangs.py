@@ -1,4 +1,4 @@
-"""Gangs (``scheduling.gangs``): a PodGroup's members placed all together or not at all."""
+"""Gangs (``scheduling.gangs.gangs``): a PodGroup's members placed all together or not at all."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from builders import cluster, make_node, make_pod
 
-from vgpu_operator.scheduling import gangs
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.gangs import GroupError, GroupSpec, decide_group, read_pod_group
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.gangs import gangs
+from vgpu_operator.scheduling.gangs.gangs import GroupError, GroupSpec, decide_group, read_pod_group
 from vgpu_operator.scheduling.pod_key import PodKey
 
 ISLAND = "vgpu.io/island"

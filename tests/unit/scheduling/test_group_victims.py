@@ -1,4 +1,4 @@
-"""Members of a PodGroup as preemption victims (``scheduling.group_victims``): one by one
+"""Members of a PodGroup as preemption victims (``scheduling.books.group_victims``): one by one
 only when the group's ``disruptionMode`` is ``single``; on the DRA path as on the
 annotation path (the annotation path: ``test_gangs.py``)."""
 
@@ -14,7 +14,7 @@ from unit.scheduling.test_claim_preemption import bound_pod, engine, preemptor
 
 from vgpu_operator import simulation
 from vgpu_operator.control.gang_runtime import PodGroupStore
-from vgpu_operator.scheduling import group_victims
+from vgpu_operator.scheduling.books import group_victims
 
 
 def _member_of_train(name: str, priority: int) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from typing import Any
 
 from builders import cluster, make_node, make_pod
 
-from vgpu_operator.scheduling import disruption, preemption
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.preemption import Candidate, Occupant, Victims
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.preemption import disruption, preemption
+from vgpu_operator.scheduling.preemption.preemption import Candidate, Occupant, Victims
 
 
 def occupant(name: str, priority: int, started: float | None = 0.0, **labels: str) -> Occupant:
