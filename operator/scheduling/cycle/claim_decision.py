@@ -24,6 +24,7 @@ from typing import Any
 from vgpu_operator import names
 from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling.books import group_claims
 from vgpu_operator.scheduling.books.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
 from vgpu_operator.scheduling.cycle import node_gate
@@ -60,10 +61,39 @@ class ClaimWrite:
     create: Mapping[str, Any] | None = None
     #: ``status.extendedResourceClaimStatus`` to write on the pod once the claim is.
     pod_status: Mapping[str, Any] | None = None
+    #: A group claim another member's decision is allocating: nothing to write, the
+    #: Binding waits until that allocation is (``group_claims``).
+    awaits_allocation: bool = False
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Sharing:
+    """The pod's group claims (``group_claims``): its PodGroup, the claims that are the
+    group's, and those another member's decision is allocating."""
+
+    group: group_claims.GroupClaims | None = None
+    keys: frozenset[str] = frozenset()
+    pinned: frozenset[str] = frozenset()
+
+    def consumer_of(self, key: str, own: Mapping[str, str]) -> Mapping[str, str]:
+        """Who the claim ``key`` is reserved for: the group for a group claim."""
+        return self.group.consumer() if self.group is not None and key in self.keys else own
+
+
+def _awaiting(claim: claims.Claim, consumer: Mapping[str, str]) -> ClaimWrite:
+    return ClaimWrite(
+        claim.namespace,
+        claim.name,
+        claim.uid,
+        claim.resource_version,
+        None,
+        consumer,
+        awaits_allocation=True,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +158,9 @@ class ClaimDialect:
                 self.view.claims.classes,
                 self.view.claims.selector_cache,
             )
+            group = group_claims.of_pod(pod, self.view.group_claims)
+            shared = frozenset() if group is None else group_claims.claim_keys(pod, group[1])
+            wanted, pinned = group_claims.pin_to_decided(wanted, shared, key, self.view.claims)
         except claims.Waiting as exc:
             diagnosis = Diagnosis({}, total, error=str(exc))
             return ClaimPlacement(None, diagnosis=diagnosis, waits_for_claims=True)
@@ -168,7 +201,8 @@ class ClaimDialect:
             judge = ClaimJudge(self, wanted)
             diagnosis = Diagnosis(failures, total)
             return ClaimPlacement(None, diagnosis=diagnosis, judge=judge, wanted=wanted)
-        return self._book(key, pod, job, wanted, found, scores, special)
+        sharing = Sharing(None if group is None else group[0], shared, pinned)
+        return self._book(key, pod, job, wanted, found, scores, special, sharing)
 
     def extended_resources(self) -> dict[str, str]:
         """Extended resource -> our DeviceClass serving it (``extended_claims``)."""
@@ -187,14 +221,21 @@ class ClaimDialect:
         found: tuple[NodeEntry, claim_fit.ClaimsOutcome],
         scores: dict[str, float],
         special: extended_claims.Special | None = None,
+        sharing: Sharing | None = None,
     ) -> ClaimPlacement:
-        """Hold what the pod gets on the node found, and say what to write on its claims."""
-        consumer = claim_wire.consumer(pod)
+        """Hold what the pod gets on the node found, and say what to write on its claims
+        (a group claim is reserved for the PodGroup, not the pod: ``group_claims``)."""
+        own = claim_wire.consumer(pod)
+        sharing = sharing or Sharing()
         node, outcome = found
         writes: list[ClaimWrite] = []
         decided: dict[str, tuple[str, list[claim_fit.Pick]]] = {}
         for claim in wanted.claims:
+            consumer = sharing.consumer_of(claim.key, own)
             reserved = any(r.get("uid") == consumer["uid"] for r in claim.reserved_for)
+            if claim.key in sharing.pinned:
+                writes.append(_awaiting(claim, consumer))
+                continue
             allocation = None
             if claim.allocated_node is None:
                 picks = outcome.picks[claim.key]
@@ -234,7 +275,7 @@ class ClaimDialect:
                 # Read by preemption once bound, before the bound copy comes back.
                 priority=preemption.priority_of(pod),
                 labels=dict((pod.get("metadata") or {}).get("labels") or {}),
-                uid=consumer["uid"],
+                uid=own["uid"],
             )
         )
         return ClaimPlacement(node.name, tuple(writes), None, outcome.card_scores, scores)
