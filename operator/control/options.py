@@ -150,3 +150,6 @@ class OperatorOptions:
     #: Ask Karpenter for the nodes waiting pods need (None: off, the default;
     #: docs/autoscaling.md).
     autoscale: AutoscaleOptions | None = None
+    #: ``/healthz`` fails once the scheduling loop has not turned for this long
+    #: (``control/scheduling_thread``).
+    scheduling_stuck_after_s: float = 60.0
