@@ -41,6 +41,7 @@ from vgpu_operator.control import (
     defrag,
     feed,
     gang_runtime,
+    group_status,
     heap,
     leadership,
     placeable_check,
@@ -216,7 +217,7 @@ class Operator:
                 other_allocator_seen=self.feed.other_allocator_seen,
             ),
             gangs=self.gangs,
-            write_group_condition=self._write_group_condition,
+            write_group_condition=group_status.GroupConditionWrites(self._write_group_condition),
             autoscaling=self.autoscaler,
         )
         self.feed.on_settled = self.worker.node_settled
