@@ -115,57 +115,80 @@ def _taken(state: CardState, mib: int, percent: int, cores: int) -> CardState:
 
 
 class Vector:
-    """A node's cards measured against each class, CPU and memory aside: per class what it
-    cannot use (everything when too few cards can host it), the free total, and the
-    weighted sum for a node with CPU and memory to spare for every class."""
+    """A node's cards measured against each class, CPU and memory aside: per class what
+    it could use (nothing when too few cards can host it) and how much of a card one of
+    its pods fills; the free total; and the measure of a node with CPU and memory to
+    spare for every class (``spare``: with that much free, nothing is held back)."""
 
-    __slots__ = ("per_class", "total", "unblocked")
+    __slots__ = ("fills", "spare", "total", "unblocked", "usable")
 
     def __init__(self, states: Sequence[CardState], classes: Classes) -> None:
         total = 0.0
+        card_mib = 0
         for state in states:
             total += state[5]
-        per_class: list[float] = []
-        unblocked = 0.0
-        for weight, (vendor, count, mib, percent, cores, _cpu, _ram) in classes:
-            if count <= 0 or total <= 0.0:
-                stranded = 0.0
-            else:
+            card_mib = max(card_mib, state[4])
+        usable: list[float] = []
+        fills: list[float] = []
+        unblocked = spare_cpu = spare_ram = 0.0
+        for weight, (vendor, count, mib, percent, cores, cpu, ram) in classes:
+            can = 0.0
+            if count > 0 and total > 0.0:
                 able = 0
-                stranded = 0.0
                 for state in states:
                     if _hosts(state, vendor, mib, percent, cores):
                         able += 1
-                    else:
-                        stranded += state[5]
+                        can += state[5]
                 if able < count:
-                    stranded = total
-            per_class.append(stranded)
-            unblocked += weight * stranded
-        self.per_class = tuple(per_class)
+                    can = 0.0
+            fill = _fill(count, mib, percent, cores, card_mib)
+            usable.append(can)
+            fills.append(fill)
+            if count > 0:
+                unblocked += weight * (total - can)
+            pods = math.ceil(can / fill) if can > 0.0 and fill > 0.0 else 1
+            spare_cpu = max(spare_cpu, cpu * pods)
+            spare_ram = max(spare_ram, ram * pods)
+        self.usable = tuple(usable)
+        self.fills = tuple(fills)
         self.total = total
         self.unblocked = unblocked
+        self.spare: Spare = (spare_cpu, spare_ram)
 
-    def expected(self, classes: Classes, free_cpu: float, free_ram: float, spare: Spare) -> float:
-        """The node's expected fragmented capacity with this much CPU and memory free."""
-        if free_cpu >= spare[0] and free_ram >= spare[1]:
+    def expected(self, classes: Classes, free_cpu: float, free_ram: float) -> float:
+        """The node's expected fragmented capacity with this much CPU and memory free: a
+        class uses at most as much of the cards as the pods of it that the CPU and
+        memory left can run (none: all of the free capacity is stranded for it)."""
+        if free_cpu >= self.spare[0] and free_ram >= self.spare[1]:
             return self.unblocked
         expected = 0.0
-        for (weight, klass), stranded in zip(classes, self.per_class, strict=True):
-            blocked = klass[5] > free_cpu or klass[6] > free_ram
-            expected += weight * (self.total if blocked else stranded)
+        total = self.total
+        for (weight, klass), can, fill in zip(classes, self.usable, self.fills, strict=True):
+            cpu, ram = klass[5], klass[6]
+            if cpu > free_cpu or ram > free_ram:
+                expected += weight * total
+            elif klass[1] > 0:
+                if can > 0.0 and fill > 0.0:
+                    pods = min(
+                        free_cpu // cpu if cpu > 0 else math.inf,
+                        free_ram // ram if ram > 0 else math.inf,
+                    )
+                    can = min(can, pods * fill)
+                expected += weight * (total - can)
         return expected
 
 
-#: The most CPU and memory any class asks (a node with this much free blocks none).
+def _fill(count: int, mib: int, percent: int, cores: int, card_mib: int) -> float:
+    """How much of the cards one pod of the class takes (in cards): its share of a card,
+    the larger of cores and memory, times its cards."""
+    if count <= 0:
+        return 0.0
+    share = percent / 100 if percent >= 0 else (mib / card_mib if card_mib > 0 else 1.0)
+    return count * min(1.0, max(share, cores / 100))
+
+
+#: The CPU and memory a node needs free for no class to be held back by them.
 Spare = tuple[float, float]
-
-
-def spare_of(classes: Classes) -> Spare:
-    return (
-        max((k[5] for _w, k in classes), default=0.0),
-        max((k[6] for _w, k in classes), default=0.0),
-    )
 
 
 def node_fragmentation(
@@ -173,7 +196,7 @@ def node_fragmentation(
 ) -> float:
     """The node's expected fragmented capacity (in cards) over the mix's classes."""
     vector = Vector([state_of(c) for c in cards], classes)
-    return vector.expected(classes, free_cpu, free_ram, spare_of(classes))
+    return vector.expected(classes, free_cpu, free_ram)
 
 
 def _card_part(state: CardState, classes: Classes) -> float:
@@ -257,9 +280,8 @@ def placement_delta(
     after = after_placing(states, needs, classes)
     if after is None:
         return None
-    spare = spare_of(classes)
-    before = Vector(states, classes).expected(classes, free_cpu, free_ram, spare)
-    return Vector(after, classes).expected(classes, free_cpu - cpu, free_ram - ram, spare) - before
+    before = Vector(states, classes).expected(classes, free_cpu, free_ram)
+    return Vector(after, classes).expected(classes, free_cpu - cpu, free_ram - ram) - before
 
 
 #: Entries a ``Measure`` memoizes per table before it starts afresh.
@@ -273,7 +295,6 @@ class Measure:
 
     def __init__(self, classes: Classes) -> None:
         self.classes = classes
-        self.spare = spare_of(classes)
         self._parts: dict[CardState, float] = {}
         self._vectors: dict[tuple[CardState, ...], Vector] = {}
         self._after: dict[
@@ -360,7 +381,6 @@ class WorkloadMix:
         self._pending = 0
         self.version = 0
         self._classes: Classes = self._weigh()
-        self.spare: Spare = spare_of(self._classes)
 
     @property
     def classes(self) -> Classes:
@@ -378,7 +398,6 @@ class WorkloadMix:
             weighed = self._weigh()
             if _distance(weighed, self._classes) > self._drift:
                 self._classes = weighed
-                self.spare = spare_of(weighed)
                 self.version += 1
 
     def _count(self, klass: Klass, sign: int) -> None:

@@ -242,9 +242,9 @@ class Placer:
             measured.after[needs] = after
         if not isinstance(after, fragmentation.Vector):
             return None
-        classes, spare = self._measure.classes, self._measure.spare
-        before = measured.before.expected(classes, free_cpu, free_ram, spare)
-        return after.expected(classes, free_cpu - cpu, free_ram - ram, spare) - before
+        classes = self._measure.classes
+        before = measured.before.expected(classes, free_cpu, free_ram)
+        return after.expected(classes, free_cpu - cpu, free_ram - ram) - before
 
     def _measured_all(self) -> None:
         """Start afresh when the mix has a new version."""

@@ -78,6 +78,7 @@ def replay(
     curve = Curve(capacity)
     arrived = allocated = pods = failed = 0
     frag: dict[int, list[float]] = {}
+    failed_gpus: dict[str, int] = {}
     start = time.process_time()
     for task in arrivals:
         demand = task.milli_per_card * task.num_gpu
@@ -85,6 +86,8 @@ def replay(
         pods += 1
         if placed is None:
             failed += 1
+            size = _size(task)
+            failed_gpus[size] = failed_gpus.get(size, 0) + demand
         else:
             allocated += demand
         arrived += demand
@@ -103,10 +106,17 @@ def replay(
         "failed": failed,
         "unallocated_pct_at_100": curve.unallocated(100),
         "unallocated_pct_first_crossing": curve.first_crossing,
+        "failed_gpus_by_size": {k: v / 1000 for k, v in sorted(failed_gpus.items())},
         "frag_pct": {p: round(statistics.fmean(v), 2) for p, v in frag.items()},
         "arrived_pct_at_end": round(100.0 * arrived / capacity, 2),
         "cpu_ms_per_pod": round(1000.0 * cpu_s / max(pods, 1), 3),
     }
+
+
+def _size(task: fgd_trace.Task) -> str:
+    if task.num_gpu == 1 and task.milli_per_card < 1000:
+        return "share"
+    return f"{task.num_gpu} GPU"
 
 
 def seeds_of(text: str) -> list[int]:

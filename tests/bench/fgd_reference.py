@@ -197,6 +197,34 @@ class Measure:
         return sum(left for left in cards if left < shape.milli)
 
 
+class CpuMeasure(Measure):
+    """FGD's measure with the node's CPU counted in proportion, not only as a threshold
+    (an experiment of the replay, not FGD): a class can use at most as many GPUs as the
+    pods of it the CPU left can run, ``cpu_left // cpu`` of them, so a node whose CPU
+    runs out before its cards strands the rest for that class."""
+
+    def __init__(self, mix: Mix) -> None:
+        super().__init__(mix)
+        self._usable: dict[tuple[str, tuple[int, ...]], tuple[int, list[int]]] = {}
+
+    def of(self, model: str, cpu_left: int, cards: Sequence[int]) -> float:
+        key = (model, tuple(sorted(cards)))
+        entry = self._usable.get(key)
+        if entry is None:
+            if len(self._usable) > 500_000:
+                self._usable.clear()
+            idle = sum(key[1])
+            usable = [idle - self.stranded(s, model, key[1], idle) for s in self._shapes]
+            entry = self._usable[key] = (idle, usable)
+        idle, usable = entry
+        total = 0.0
+        for weight, shape, can in zip(self._weights, self._shapes, usable, strict=True):
+            if shape.cpu > 0 and can > 0:
+                can = min(can, (cpu_left // shape.cpu) * shape.gpu_total)
+            total += weight * (idle - can)
+        return total
+
+
 def sigmoid_score(fall: float) -> int:
     """kube-scheduler's 0-100 score of a fall in fragmentation (milli), as FGD's runs."""
     x = fall / MILLI
@@ -322,7 +350,7 @@ def normalised(scores: Sequence[int]) -> list[int]:
     return [(s - low) * 100 // (high - low) for s in scores]
 
 
-POLICIES: Final = ("fgd", "bestfit", "packing")
+POLICIES: Final = ("fgd", "bestfit", "packing", "fgd-cpu")
 
 
 class Reference:
@@ -337,13 +365,14 @@ class Reference:
             raise ValueError(f"reference policy {policy!r}: choose one of {POLICIES}")
         self.policy = policy
         self.nodes = list(nodes)
-        self.fgd = Fgd(Measure(mix), quantise)
+        measure = CpuMeasure(mix) if policy == "fgd-cpu" else Measure(mix)
+        self.fgd = Fgd(measure, quantise)
 
     def decide(self, shape: Shape, mem: int) -> tuple[Node, list[int]] | None:
         fitting = [n for n in self.nodes if n.fits(shape, mem)]
         if not fitting:
             return None
-        if self.policy == "fgd":
+        if self.policy.startswith("fgd"):
             best_node, best_cards, best = fitting[0], [0], -math.inf
             for node in fitting:
                 value, cards = self.fgd.score(node, shape)

@@ -52,7 +52,24 @@ def test_a_node_without_cpu_for_a_class_strands_all_its_free_capacity_for_it() -
     cpu_heavy: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 8.0, 0.0)),)
     cards = [card("a", 0), card("b", 0)]
     assert fragmentation.node_fragmentation(cards, 4.0, 1e9, cpu_heavy) == pytest.approx(2.0)
-    assert fragmentation.node_fragmentation(cards, 16.0, 1e9, cpu_heavy) == 0.0
+    assert fragmentation.node_fragmentation(cards, 32.0, 1e9, cpu_heavy) == 0.0
+
+
+def test_cpu_or_memory_for_fewer_pods_than_the_cards_hold_strands_the_rest() -> None:
+    # Two free cards hold four halves; 16 cores run two of the 8-core ones (one card's
+    # worth), 24 cores three: the rest of the cards is stranded for the class.
+    cpu_heavy: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 8.0, 0.0)),)
+    cards = [card("a", 0), card("b", 0)]
+    assert fragmentation.node_fragmentation(cards, 16.0, 1e9, cpu_heavy) == pytest.approx(1.0)
+    assert fragmentation.node_fragmentation(cards, 24.0, 1e9, cpu_heavy) == pytest.approx(0.5)
+    # The same with memory: 2 GiB a pod, 2 GiB free.
+    ram_heavy: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 0.0, 2.0 * 2**30)),)
+    assert fragmentation.node_fragmentation(cards, 1e9, 2.0 * 2**30, ram_heavy) == pytest.approx(
+        1.5
+    )
+    # A CPU-only pod placed where CPU is short raises the measure for the GPU class.
+    rise = fragmentation.placement_delta(cards, [], 24.0, 1e9, 8.0, 0.0, cpu_heavy)
+    assert rise == pytest.approx(0.5)
 
 
 def test_a_multi_card_class_strands_a_node_with_too_few_free_cards() -> None:
