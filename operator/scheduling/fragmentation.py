@@ -116,11 +116,11 @@ def _taken(state: CardState, mib: int, percent: int, cores: int) -> CardState:
 
 class Vector:
     """A node's cards measured against each class, CPU and memory aside: per class what
-    it could use (nothing when too few cards can host it) and how much of a card one of
-    its pods fills; the free total; and the measure of a node with CPU and memory to
-    spare for every class (``spare``: with that much free, nothing is held back)."""
+    it could use (nothing when too few cards can host it), how much of a card one of its
+    pods fills, and the CPU and memory that using all of it takes; the free total; and
+    the measure of a node with CPU and memory to spare for every class (``spare``)."""
 
-    __slots__ = ("fills", "spare", "total", "unblocked", "usable")
+    __slots__ = ("memo", "parts", "spare", "total", "unblocked")
 
     def __init__(self, states: Sequence[CardState], classes: Classes) -> None:
         total = 0.0
@@ -128,8 +128,7 @@ class Vector:
         for state in states:
             total += state[5]
             card_mib = max(card_mib, state[4])
-        usable: list[float] = []
-        fills: list[float] = []
+        parts: list[_Part] = []
         unblocked = spare_cpu = spare_ram = 0.0
         for weight, (vendor, count, mib, percent, cores, cpu, ram) in classes:
             can = 0.0
@@ -142,40 +141,57 @@ class Vector:
                 if able < count:
                     can = 0.0
             fill = _fill(count, mib, percent, cores, card_mib)
-            usable.append(can)
-            fills.append(fill)
-            if count > 0:
-                unblocked += weight * (total - can)
-            pods = math.ceil(can / fill) if can > 0.0 and fill > 0.0 else 1
+            pods = math.ceil(can / fill - 1e-9) if can > 0.0 and fill > 0.0 else 1
+            base = weight * (total - can) if count > 0 else 0.0
+            parts.append((weight, cpu, ram, base, can, fill, cpu * pods, ram * pods))
+            unblocked += base
             spare_cpu = max(spare_cpu, cpu * pods)
             spare_ram = max(spare_ram, ram * pods)
-        self.usable = tuple(usable)
-        self.fills = tuple(fills)
+        self.parts = tuple(parts)
         self.total = total
         self.unblocked = unblocked
         self.spare: Spare = (spare_cpu, spare_ram)
+        #: The measure per CPU and memory free, for the last few asked (nodes alike in
+        #: cards and use share a vector: the empty ones of a kind, above all).
+        self.memo: dict[tuple[float, float], float] = {}
 
-    def expected(self, classes: Classes, free_cpu: float, free_ram: float) -> float:
+    def expected(self, free_cpu: float, free_ram: float) -> float:
         """The node's expected fragmented capacity with this much CPU and memory free: a
         class uses at most as much of the cards as the pods of it that the CPU and
         memory left can run (none: all of the free capacity is stranded for it)."""
         if free_cpu >= self.spare[0] and free_ram >= self.spare[1]:
             return self.unblocked
+        memo = self.memo
+        value = memo.get((free_cpu, free_ram))
+        if value is None:
+            if len(memo) >= _VECTOR_MEMO:
+                memo.clear()
+            value = memo[free_cpu, free_ram] = self._expected(free_cpu, free_ram)
+        return value
+
+    def _expected(self, free_cpu: float, free_ram: float) -> float:
         expected = 0.0
         total = self.total
-        for (weight, klass), can, fill in zip(classes, self.usable, self.fills, strict=True):
-            cpu, ram = klass[5], klass[6]
-            if cpu > free_cpu or ram > free_ram:
+        for weight, cpu, ram, base, can, fill, all_cpu, all_ram in self.parts:
+            if free_cpu >= all_cpu and free_ram >= all_ram:
+                expected += base
+            elif cpu > free_cpu or ram > free_ram:
                 expected += weight * total
-            elif klass[1] > 0:
-                if can > 0.0 and fill > 0.0:
-                    pods = min(
-                        free_cpu // cpu if cpu > 0 else math.inf,
-                        free_ram // ram if ram > 0 else math.inf,
-                    )
-                    can = min(can, pods * fill)
-                expected += weight * (total - can)
+            elif fill > 0.0:
+                pods = min(
+                    free_cpu // cpu if cpu > 0 else math.inf,
+                    free_ram // ram if ram > 0 else math.inf,
+                )
+                expected += weight * (total - min(can, pods * fill))
         return expected
+
+
+#: CPU-and-memory pairs a vector keeps its measure for.
+_VECTOR_MEMO: Final = 16
+#: One class against a node's cards: weight, its pods' CPU and memory, its weighted
+#: stranded capacity with CPU and memory to spare, the capacity it could use, the cards
+#: one pod fills, and the CPU and memory that using all of it takes.
+_Part = tuple[float, float, float, float, float, float, float, float]
 
 
 def _fill(count: int, mib: int, percent: int, cores: int, card_mib: int) -> float:
@@ -196,7 +212,7 @@ def node_fragmentation(
 ) -> float:
     """The node's expected fragmented capacity (in cards) over the mix's classes."""
     vector = Vector([state_of(c) for c in cards], classes)
-    return vector.expected(classes, free_cpu, free_ram)
+    return vector.expected(free_cpu, free_ram)
 
 
 def _card_part(state: CardState, classes: Classes) -> float:
@@ -280,8 +296,8 @@ def placement_delta(
     after = after_placing(states, needs, classes)
     if after is None:
         return None
-    before = Vector(states, classes).expected(classes, free_cpu, free_ram)
-    return Vector(after, classes).expected(classes, free_cpu - cpu, free_ram - ram) - before
+    before = Vector(states, classes).expected(free_cpu, free_ram)
+    return Vector(after, classes).expected(free_cpu - cpu, free_ram - ram) - before
 
 
 #: Entries a ``Measure`` memoizes per table before it starts afresh.

@@ -31,10 +31,13 @@ FRAGMENTATION: Final = config_words.FRAGMENTATION
 
 #: Pods remembered as already counted in the mix (a pod retried is counted once).
 _SEEN_MAX: Final = 8192
-#: Per node, the shapes whose rise is kept at most.
+#: Per node, the request sets whose cards after the pod are kept at most.
 _SHAPES_MAX: Final = 32
-#: Pod shapes (requests, CPU, memory) indexed at most.
-_INDEXES_MAX: Final = 64
+#: Per node, the pod shapes (requests, CPU, memory) whose rise is kept at most (a trace
+#: of 8,000 pods has about 150 shapes; 98 % of its pods are of the 96 most frequent).
+_RISES_MAX: Final = 256
+#: Pod shapes indexed at most; past it the one used least recently goes.
+_INDEXES_MAX: Final = 128
 
 Ranked = tuple[float, int, str]
 _UNKNOWN: Final = object()
@@ -45,7 +48,7 @@ class _Measured:
     after each pod shape asked (None: too few cards for it), and its free CPU and memory
     (for the ``used`` it was read from)."""
 
-    __slots__ = ("after", "before", "free", "states", "summary", "used")
+    __slots__ = ("after", "before", "before_value", "free", "rises", "states", "summary", "used")
 
     def __init__(
         self,
@@ -59,6 +62,10 @@ class _Measured:
         self.after: dict[tuple[fragmentation.Need, ...], object] = {}
         self.used: object = None
         self.free: tuple[float, float] = (0.0, 0.0)
+        #: For ``free``: the measure before any pod, and the rise per pod shape (requests,
+        #: CPU, memory; None: no room seen), both dropped when the node's use changes.
+        self.before_value: float | None = None
+        self.rises: dict[tuple[tuple[fragmentation.Need, ...], float, float], float | None] = {}
 
 
 #: Rises are compared to this many decimals: nodes whose rises differ by float noise only
@@ -103,7 +110,9 @@ class Placer:
         #: Whether the books' change log tells every change of the nodes walked (the live
         #: books: yes; a what-if's overlay changes copies the log does not see).
         self.indexed = indexed
-        self._indexes: dict[tuple[tuple[fragmentation.Need, ...], float, float], _ShapeIndex] = {}
+        self._indexes: OrderedDict[
+            tuple[tuple[fragmentation.Need, ...], float, float], _ShapeIndex
+        ] = OrderedDict()
         self._seen: OrderedDict[PodKey, None] = OrderedDict()
         #: Per node, its cards measured (while its summary and the mix's version hold).
         self._cache: dict[str, _Measured] = {}
@@ -182,9 +191,10 @@ class Placer:
         changed = None if index is None else log.since(index.seq)
         if index is None or changed is None:
             if len(self._indexes) >= _INDEXES_MAX:
-                self._indexes.clear()
+                self._indexes.popitem(last=False)
             index = self._indexes[key] = _ShapeIndex(log.seq)
             changed = set(nodes)
+        self._indexes.move_to_end(key)
         index.seq = log.seq
         for name in changed:
             node = nodes.get(name)
@@ -233,6 +243,9 @@ class Placer:
         free_cpu, free_ram = measured.free
         if cpu > free_cpu or ram > free_ram:
             return None
+        key = (needs, cpu, ram)
+        if key in measured.rises:
+            return measured.rises[key]
         after = measured.after.get(needs, _UNKNOWN)
         if after is _UNKNOWN:
             if len(measured.after) >= _SHAPES_MAX:
@@ -240,11 +253,15 @@ class Placer:
             placed = self._measure.after(measured.states, needs)
             after = None if placed is None else self._measure.vector(placed)
             measured.after[needs] = after
-        if not isinstance(after, fragmentation.Vector):
-            return None
-        classes = self._measure.classes
-        before = measured.before.expected(classes, free_cpu, free_ram)
-        return after.expected(classes, free_cpu - cpu, free_ram - ram) - before
+        rise: float | None = None
+        if isinstance(after, fragmentation.Vector):
+            if measured.before_value is None:
+                measured.before_value = measured.before.expected(free_cpu, free_ram)
+            rise = after.expected(free_cpu - cpu, free_ram - ram) - measured.before_value
+        if len(measured.rises) >= _RISES_MAX:
+            measured.rises.clear()
+        measured.rises[key] = rise
+        return rise
 
     def _measured_all(self) -> None:
         """Start afresh when the mix has a new version."""
@@ -265,6 +282,8 @@ class Placer:
         if measured.used is not node.used:
             measured.used = node.used
             measured.free = _free_cpu_ram(node)
+            measured.before_value = None
+            measured.rises.clear()
         return measured
 
     def forget(self, name: str) -> None:
