@@ -219,11 +219,14 @@ def main() -> None:
     parser.add_argument("--compress", type=float, default=10.0)
     parser.add_argument("--scale", type=float, default=0.02)
     parser.add_argument("--policies", default="fgd,bestfit,binpack,fragmentation")
+    parser.add_argument("--limit", type=int, default=0, help="the first N tasks only")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.compress < 1 or not 0 < args.scale <= 1:
         parser.error("--compress must be at least 1 and --scale in (0, 1]")
     tasks = fgd_trace.load_tasks(args.list)
+    if args.limit > 0:
+        tasks = sorted(tasks, key=lambda t: (t.created or 0, t.name))[: args.limit]
     rows = sample_rows(fgd_trace.node_rows(), args.scale)
     results = []
     for policy in args.policies.split(","):
