@@ -31,10 +31,13 @@ from typing import Final
 
 from vgpu_operator.devices import model
 
+#: Card types a request accepts (``use-gputype``: upper-case parts of the type name, any
+#: of which the card's type must contain; empty: any type).
+Types = tuple[str, ...]
 #: One request as the mix sees it: vendor word ("" for any), cards, MiB per card,
 #: percentage of a card's memory per card (-1 when in MiB), cores per card, the pod's
-#: CPU (cores) and memory (bytes).
-Klass = tuple[str, int, int, int, int, float, float]
+#: CPU (cores) and memory (bytes), and the card types it accepts.
+Klass = tuple[str, int, int, int, int, float, float, Types]
 #: The classes with their weights (summing to at most 1).
 Classes = tuple[tuple[float, Klass], ...]
 #: A request of a job as ``placement.Job.needs`` lists it (vendor, count, MiB, %, cores).
@@ -49,19 +52,19 @@ _UNABLE: Final = -1e6
 #: a tenth of a card (as percentage and cores), with modest CPU and memory; what a GPU
 #: cluster's requests mostly look like before any has been seen.
 PRIOR: Final[Classes] = (
-    (0.30, ("", 1, 0, 100, 100, 4.0, 16 * _GIB)),
-    (0.10, ("", 2, 0, 100, 100, 8.0, 32 * _GIB)),
-    (0.05, ("", 4, 0, 100, 100, 16.0, 64 * _GIB)),
-    (0.05, ("", 8, 0, 100, 100, 32.0, 128 * _GIB)),
-    (0.20, ("", 1, 0, 50, 50, 4.0, 16 * _GIB)),
-    (0.20, ("", 1, 0, 25, 25, 2.0, 8 * _GIB)),
-    (0.10, ("", 1, 0, 10, 10, 1.0, 4 * _GIB)),
+    (0.30, ("", 1, 0, 100, 100, 4.0, 16 * _GIB, ())),
+    (0.10, ("", 2, 0, 100, 100, 8.0, 32 * _GIB, ())),
+    (0.05, ("", 4, 0, 100, 100, 16.0, 64 * _GIB, ())),
+    (0.05, ("", 8, 0, 100, 100, 32.0, 128 * _GIB, ())),
+    (0.20, ("", 1, 0, 50, 50, 4.0, 16 * _GIB, ())),
+    (0.20, ("", 1, 0, 25, 25, 2.0, 8 * _GIB, ())),
+    (0.10, ("", 1, 0, 10, 10, 1.0, 4 * _GIB, ())),
 )
 
 
 #: A card as the measure reads it: vendor, a free slot, free cores, free MiB, total MiB,
-#: its free capacity (``free_capacity``) and total cores.
-CardState = tuple[str, bool, int, int, int, float, int]
+#: its free capacity (``free_capacity``), total cores and its type (upper case).
+CardState = tuple[str, bool, int, int, int, float, int, str]
 
 
 def free_capacity(card: model.DeviceUsage) -> float:
@@ -84,6 +87,7 @@ def state_of(card: model.DeviceUsage) -> CardState:
         card.total_memory_mib,
         free_capacity(card),
         card.total_cores,
+        card.type.upper(),
     )
 
 
@@ -92,9 +96,13 @@ def hosts(card: model.DeviceUsage, vendor: str, mib: int, percent: int, cores: i
     return _hosts(state_of(card), vendor, mib, percent, cores)
 
 
-def _hosts(state: CardState, vendor: str, mib: int, percent: int, cores: int) -> bool:
-    card_vendor, slot, free_cores, free_mib, total_mib, _free, _cores = state
+def _hosts(
+    state: CardState, vendor: str, mib: int, percent: int, cores: int, types: Types = ()
+) -> bool:
+    card_vendor, slot, free_cores, free_mib, total_mib, _free, _cores, card_type = state
     if not slot or free_cores < cores or (vendor and card_vendor != vendor):
+        return False
+    if types and not any(part in card_type for part in types):
         return False
     return free_mib >= (total_mib * percent // 100 if percent >= 0 else mib)
 
@@ -102,16 +110,16 @@ def _hosts(state: CardState, vendor: str, mib: int, percent: int, cores: int) ->
 def _taken(state: CardState, mib: int, percent: int, cores: int) -> CardState:
     """The card after one share of the request (slots are not counted down: a card's
     last slot is rare next to its cores and memory, and Fit checks it anyway)."""
-    vendor, slot, free_cores, free_mib, total_mib, _free, total_cores = state
+    vendor, slot, free_cores, free_mib, total_mib, _free, total_cores, card_type = state
     memory = total_mib * percent // 100 if percent >= 0 else mib
     free_cores -= min(cores, total_cores)
     free_mib -= memory
-    if total_mib <= 0:
-        return (vendor, slot, free_cores, free_mib, total_mib, 0.0, total_cores)
-    free = free_mib / total_mib
-    if total_cores > 0:
-        free = min(free, free_cores / total_cores)
-    return (vendor, slot, free_cores, free_mib, total_mib, max(free, 0.0), total_cores)
+    free = 0.0
+    if total_mib > 0:
+        free = free_mib / total_mib
+        if total_cores > 0:
+            free = min(free, free_cores / total_cores)
+    return (vendor, slot, free_cores, free_mib, total_mib, max(free, 0.0), total_cores, card_type)
 
 
 class Vector:
@@ -130,12 +138,12 @@ class Vector:
             card_mib = max(card_mib, state[4])
         parts: list[_Part] = []
         unblocked = spare_cpu = spare_ram = 0.0
-        for weight, (vendor, count, mib, percent, cores, cpu, ram) in classes:
+        for weight, (vendor, count, mib, percent, cores, cpu, ram, types) in classes:
             can = 0.0
             if count > 0 and total > 0.0:
                 able = 0
                 for state in states:
-                    if _hosts(state, vendor, mib, percent, cores):
+                    if _hosts(state, vendor, mib, percent, cores, types):
                         able += 1
                         can += state[5]
                 if able < count:
@@ -222,8 +230,8 @@ def _card_part(state: CardState, classes: Classes) -> float:
     if free <= 0.0:
         return 0.0
     unable = 0.0
-    for weight, (vendor, count, mib, percent, cores, _cpu, _ram) in classes:
-        if count > 0 and not _hosts(state, vendor, mib, percent, cores):
+    for weight, (vendor, count, mib, percent, cores, _cpu, _ram, types) in classes:
+        if count > 0 and not _hosts(state, vendor, mib, percent, cores, types):
             unable += weight
     return unable * free
 
@@ -251,17 +259,18 @@ def card_order_key(
 
 
 def after_placing(
-    states: Sequence[CardState], needs: Sequence[Need], classes: Classes
+    states: Sequence[CardState], needs: Sequence[Need], classes: Classes, types: Types = ()
 ) -> list[CardState] | None:
     """The cards after the pod's requests, each share on the card it raises least (as the
-    ``fragmentation`` GPU policy chooses); None when too few cards can host a request."""
-    return _after_placing(states, needs, classes, lambda state: _card_part(state, classes))
+    ``fragmentation`` GPU policy chooses) among the card ``types`` the pod accepts; None
+    when too few cards can host a request."""
+    return _after_placing(states, needs, types, lambda state: _card_part(state, classes))
 
 
 def _after_placing(
     states: Sequence[CardState],
     needs: Sequence[Need],
-    classes: Classes,
+    types: Types,
     part: Callable[[CardState], float],
 ) -> list[CardState] | None:
     work = list(states)
@@ -269,7 +278,7 @@ def _after_placing(
         able = [
             (part(_taken(state, mib, percent, cores)) - part(state), position)
             for position, state in enumerate(work)
-            if _hosts(state, vendor, mib, percent, cores)
+            if _hosts(state, vendor, mib, percent, cores, types)
         ]
         if len(able) < count:
             return None
@@ -287,13 +296,14 @@ def placement_delta(
     cpu: float,
     ram: float,
     classes: Classes,
+    types: Types = (),
 ) -> float | None:
     """How much the node's fragmentation rises if the pod goes there (None: the estimate
     finds no room: too few cards for a request, too little CPU or memory)."""
     if cpu > free_cpu or ram > free_ram:
         return None
     states = [state_of(c) for c in cards]
-    after = after_placing(states, needs, classes)
+    after = after_placing(states, needs, classes, types)
     if after is None:
         return None
     before = Vector(states, classes).expected(free_cpu, free_ram)
@@ -314,7 +324,7 @@ class Measure:
         self._parts: dict[CardState, float] = {}
         self._vectors: dict[tuple[CardState, ...], Vector] = {}
         self._after: dict[
-            tuple[tuple[CardState, ...], tuple[Need, ...]], tuple[CardState, ...] | None
+            tuple[tuple[CardState, ...], tuple[Need, ...], Types], tuple[CardState, ...] | None
         ] = {}
 
     def vector(self, states: tuple[CardState, ...]) -> Vector:
@@ -326,15 +336,15 @@ class Measure:
         return vector
 
     def after(
-        self, states: tuple[CardState, ...], needs: tuple[Need, ...]
+        self, states: tuple[CardState, ...], needs: tuple[Need, ...], types: Types = ()
     ) -> tuple[CardState, ...] | None:
         """``after_placing``, memoized; the result sorted as node states are."""
-        key = (states, needs)
+        key = (states, needs, types)
         if key in self._after:
             return self._after[key]
         if len(self._after) >= _MEMO_MAX:
             self._after.clear()
-        placed = _after_placing(states, needs, self.classes, self._part)
+        placed = _after_placing(states, needs, types, self._part)
         result = None if placed is None else tuple(sorted(placed))
         self._after[key] = result
         return result
@@ -351,11 +361,11 @@ class Measure:
 #: A class's key: its GPU shape, and its CPU (cores) and memory (GiB) as powers of two
 #: (the next at or above): pods of one GPU shape ask very different CPU and memory, and
 #: a node with 6 cores left fits the shape's 4-core pods, not its 16-core ones.
-_Key = tuple[Need, int, int]
+_Key = tuple[Need, int, int, Types]
 
 
 def _key(klass: Klass) -> _Key:
-    return (klass[:5], _octave(klass[5]), _octave(klass[6] / _GIB))
+    return (klass[:5], _octave(klass[5]), _octave(klass[6] / _GIB), klass[7])
 
 
 def _octave(value: float) -> int:
@@ -430,7 +440,7 @@ class WorkloadMix:
         for weight, klass in self._prior:
             weights[klass] = weights.get(klass, 0.0) + weight * self._prior_weight
         for key, (count, cpu, ram) in self._counts.items():
-            klass = (*key[0], cpu / count, ram / count)
+            klass = (*key[0], cpu / count, ram / count, key[3])
             weights[klass] = weights.get(klass, 0.0) + count
         kept = sorted(weights.items(), key=lambda kw: -kw[1])[: self._top]
         total = sum(w for _k, w in kept)
@@ -450,13 +460,14 @@ def _distance(a: Classes, b: Classes) -> float:
     return sum(abs(w) for w in weights.values()) / 2
 
 
-def klass_of(needs: Sequence[Need], cpu: float, ram: float) -> Klass | None:
+def klass_of(needs: Sequence[Need], cpu: float, ram: float, types: Types = ()) -> Klass | None:
     """The pod's class: its largest request (cards times share), with the pod's CPU and
-    memory; a pod that asks for no card is a class of no cards (its CPU and memory can
-    still leave a node's cards unusable for the others: FGD counts such tasks too)."""
+    memory and the card types it accepts; a pod that asks for no card is a class of no
+    cards (its CPU and memory can still leave a node's cards unusable for the others:
+    FGD counts such tasks too)."""
     if not needs:
-        return ("", 0, 0, -1, 0, cpu, ram)
+        return ("", 0, 0, -1, 0, cpu, ram, ())
     vendor, count, mib, percent, cores = max(
         needs, key=lambda n: (n[1] * max(n[3], 0), n[1] * n[2], n[1] * n[4])
     )
-    return (vendor, count, mib, percent, cores, cpu, ram)
+    return (vendor, count, mib, percent, cores, cpu, ram, types)

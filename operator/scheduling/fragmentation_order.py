@@ -40,6 +40,8 @@ _RISES_MAX: Final = 256
 _INDEXES_MAX: Final = 128
 
 Ranked = tuple[float, int, str]
+#: A pod's shape as the rises are kept: its requests, CPU, memory and card types.
+_ShapeKey = tuple[tuple[fragmentation.Need, ...], float, float, fragmentation.Types]
 _UNKNOWN: Final = object()
 
 
@@ -59,13 +61,13 @@ class _Measured:
         self.summary = summary
         self.states = states
         self.before = before
-        self.after: dict[tuple[fragmentation.Need, ...], object] = {}
+        self.after: dict[tuple[tuple[fragmentation.Need, ...], fragmentation.Types], object] = {}
         self.used: object = None
         self.free: tuple[float, float] = (0.0, 0.0)
         #: For ``free``: the measure before any pod, and the rise per pod shape (requests,
         #: CPU, memory; None: no room seen), both dropped when the node's use changes.
         self.before_value: float | None = None
-        self.rises: dict[tuple[tuple[fragmentation.Need, ...], float, float], float | None] = {}
+        self.rises: dict[_ShapeKey, float | None] = {}
 
 
 #: Rises are compared to this many decimals: nodes whose rises differ by float noise only
@@ -110,9 +112,7 @@ class Placer:
         #: Whether the books' change log tells every change of the nodes walked (the live
         #: books: yes; a what-if's overlay changes copies the log does not see).
         self.indexed = indexed
-        self._indexes: OrderedDict[
-            tuple[tuple[fragmentation.Need, ...], float, float], _ShapeIndex
-        ] = OrderedDict()
+        self._indexes: OrderedDict[_ShapeKey, _ShapeIndex] = OrderedDict()
         self._seen: OrderedDict[PodKey, None] = OrderedDict()
         #: Per node, its cards measured (while its summary and the mix's version hold).
         self._cache: dict[str, _Measured] = {}
@@ -122,7 +122,7 @@ class Placer:
     # --- the mix --------------------------------------------------------------------------
     def observe(self, key: PodKey, job: placement.Job) -> None:
         """Count the pod's request in the mix, once per pod."""
-        self._count(key, fragmentation.klass_of(job.needs, *_cpu_ram(job)))
+        self._count(key, fragmentation.klass_of(job.needs, *_cpu_ram(job), _types(job)))
 
     def _count(self, key: PodKey, klass: fragmentation.Klass | None) -> None:
         if klass is None or key in self._seen:
@@ -166,10 +166,12 @@ class Placer:
         rest: list[Ranked] = []
         needs = job.needs
         cpu, ram = _cpu_ram(job)
+        types = _types(job)
         for position, entry in enumerate(walk):
             node = nodes[entry[2]]
             # A node the summary rules out is passed over by the walk anyway: not measured.
-            rise = self.rise_of(node, needs, cpu, ram) if node.summary.may_fit(job) else None
+            fits = node.summary.may_fit(job)
+            rise = self.rise_of(node, needs, cpu, ram, types) if fits else None
             if rise is None:
                 rest.append(entry)
             else:
@@ -185,7 +187,8 @@ class Placer:
         log: changes.ChangeLog,
     ) -> Iterator[Ranked]:
         cpu, ram = _cpu_ram(job)
-        key = (job.needs, cpu, ram)
+        types = _types(job)
+        key = (job.needs, cpu, ram, types)
         self._measured_all()  # a new mix version drops every index
         index = self._indexes.get(key)
         changed = None if index is None else log.since(index.seq)
@@ -198,7 +201,7 @@ class Placer:
         index.seq = log.seq
         for name in changed:
             node = nodes.get(name)
-            rise = None if node is None else self.rise_of(node, job.needs, cpu, ram)
+            rise = None if node is None else self.rise_of(node, job.needs, cpu, ram, types)
             index.put(name, None if rise is None or node is None else rank_key(rise, node))
         listed: set[str] = set()
         for rise, _score, name in list(index.sorted):
@@ -234,25 +237,31 @@ class Placer:
 
     def rise(self, node: NodeEntry, job: placement.Job) -> float | None:
         """How much the pod would raise the node's fragmentation (None: no room seen)."""
-        return self.rise_of(node, job.needs, *_cpu_ram(job))
+        return self.rise_of(node, job.needs, *_cpu_ram(job), _types(job))
 
     def rise_of(
-        self, node: NodeEntry, needs: tuple[fragmentation.Need, ...], cpu: float, ram: float
+        self,
+        node: NodeEntry,
+        needs: tuple[fragmentation.Need, ...],
+        cpu: float,
+        ram: float,
+        types: fragmentation.Types = (),
     ) -> float | None:
+        """The rise of a pod of these requests, CPU, memory and card types on the node."""
         measured = self._measured(node)
         free_cpu, free_ram = measured.free
         if cpu > free_cpu or ram > free_ram:
             return None
-        key = (needs, cpu, ram)
+        key = (needs, cpu, ram, types)
         if key in measured.rises:
             return measured.rises[key]
-        after = measured.after.get(needs, _UNKNOWN)
+        after = measured.after.get((needs, types), _UNKNOWN)
         if after is _UNKNOWN:
             if len(measured.after) >= _SHAPES_MAX:
                 measured.after.clear()
-            placed = self._measure.after(measured.states, needs)
+            placed = self._measure.after(measured.states, needs, types)
             after = None if placed is None else self._measure.vector(placed)
-            measured.after[needs] = after
+            measured.after[needs, types] = after
         rise: float | None = None
         if isinstance(after, fragmentation.Vector):
             if measured.before_value is None:
@@ -294,6 +303,14 @@ def _claim_need(want: claim_best_fit.Want) -> fragmentation.Need:
     if want.memory_mib is None:
         return ("", want.count, 0, 100, want.cores or 0)
     return ("", want.count, want.memory_mib, -1, want.cores or 0)
+
+
+def _types(job: placement.Job) -> fragmentation.Types:
+    """The card types the pod accepts (its ``use-gputype``, per vendor; empty: any)."""
+    types: list[str] = []
+    for card_filter in job.card_filters.values():
+        types.extend(card_filter.use_types)
+    return tuple(sorted(set(types)))
 
 
 def _cpu_ram(job: placement.Job) -> tuple[float, float]:
