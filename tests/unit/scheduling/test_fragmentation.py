@@ -56,20 +56,23 @@ def test_a_node_without_cpu_for_a_class_strands_all_its_free_capacity_for_it() -
 
 
 def test_cpu_or_memory_for_fewer_pods_than_the_cards_hold_strands_the_rest() -> None:
-    # Two free cards hold four halves; 16 cores run two of the 8-core ones (one card's
-    # worth), 24 cores three: the rest of the cards is stranded for the class.
-    cpu_heavy: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 8.0, 0.0, ())),)
+    # Two free cards; whole-card pods of 8 cores: 8 cores run one of them, so the other
+    # card is stranded for the class; 16 cores run both.
+    whole: fragmentation.Classes = ((1.0, ("", 1, 0, 100, 100, 8.0, 0.0, ())),)
     cards = [card("a", 0), card("b", 0)]
-    assert fragmentation.node_fragmentation(cards, 16.0, 1e9, cpu_heavy) == pytest.approx(1.0)
-    assert fragmentation.node_fragmentation(cards, 24.0, 1e9, cpu_heavy) == pytest.approx(0.5)
+    assert fragmentation.node_fragmentation(cards, 8.0, 1e9, whole) == pytest.approx(1.0)
+    assert fragmentation.node_fragmentation(cards, 16.0, 1e9, whole) == 0.0
     # The same with memory: 2 GiB a pod, 2 GiB free.
-    ram_heavy: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 0.0, 2.0 * 2**30, ())),)
+    ram_heavy: fragmentation.Classes = ((1.0, ("", 1, 0, 100, 100, 0.0, 2.0 * 2**30, ())),)
     assert fragmentation.node_fragmentation(cards, 1e9, 2.0 * 2**30, ram_heavy) == pytest.approx(
-        1.5
+        1.0
     )
-    # A CPU-only pod placed where CPU is short raises the measure for the GPU class.
-    rise = fragmentation.placement_delta(cards, [], 24.0, 1e9, 8.0, 0.0, cpu_heavy)
-    assert rise == pytest.approx(0.5)
+    # A pod that asks no GPU, placed where CPU is short, raises the measure for the class.
+    rise = fragmentation.placement_delta(cards, [], 16.0, 1e9, 8.0, 0.0, whole)
+    assert rise == pytest.approx(1.0)
+    # Shares: many pods a card, CPU only as a threshold (an 8-core half fits 8 cores).
+    halves: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 8.0, 0.0, ())),)
+    assert fragmentation.node_fragmentation(cards, 8.0, 1e9, halves) == 0.0
 
 
 def test_a_class_that_accepts_other_card_types_strands_the_whole_node() -> None:
