@@ -24,7 +24,8 @@ SPREAD: Final = "spread"
 TOPOLOGY: Final = "topology-aware"
 MUTEX: Final = "mutex"
 NUMA: Final = "numa"
-#: Not a HAMi value: place where fragmentation rises least (``scheduling/fragmentation.py``).
+#: Not a HAMi value: place where fragmentation rises least
+#: (``scheduling/policies/fragmentation.py``).
 FRAGMENTATION: Final = "fragmentation"
 NODE_POLICIES: Final = (BINPACK, SPREAD, FRAGMENTATION)
 GPU_POLICY_TOKENS: Final = (BINPACK, SPREAD, TOPOLOGY, MUTEX, NUMA, FRAGMENTATION)

@@ -12,7 +12,7 @@ from vgpu_operator.cli_options import kubeconfig_option, logging_options
 from vgpu_operator.cli_types import ConfigMapKey, KubeName, OwnerKind, Seconds
 
 if TYPE_CHECKING:
-    from vgpu_operator.scheduling.defrag import Report
+    from vgpu_operator.scheduling.defrag.defrag import Report
 
 #: Shown in ``--help``; the full story is in control/operator.py and docs/architecture.md.
 _RUN_HELP = """Run the operator: watch pods, nodes, DeviceInventories, quotas and the
@@ -257,7 +257,7 @@ def run(
     from vgpu_operator import logging as vgpu_logging
     from vgpu_operator.control import options as operator_options
     from vgpu_operator.handlers import runtime
-    from vgpu_operator.scheduling.allocation_gate import GateMode
+    from vgpu_operator.scheduling.books.allocation_gate import GateMode
 
     has_files = webhook_cert is not None and webhook_key is not None
     if webhook_port is not None and not has_files and webhook_tls_secret is None:
@@ -399,7 +399,7 @@ def defrag_plan(
     from vgpu_operator.control import snapshot
     from vgpu_operator.kube import client
     from vgpu_operator.kube.requests import ApiError
-    from vgpu_operator.scheduling import defrag
+    from vgpu_operator.scheduling.defrag import defrag
 
     # What reading the cluster logs (a node without an inventory, an allocation the books
     # refuse) goes to stderr, warnings and worse only: stdout is the table or the JSON.

@@ -25,8 +25,9 @@ from vgpu_operator.config import load_config
 from vgpu_operator.devices import codec, mig_allocations
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.errors import CodecError, ConfigError, ScenarioError
-from vgpu_operator.scheduling import defrag, gangs
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.defrag import defrag
+from vgpu_operator.scheduling.gangs import gangs
 
 #: The ``defrag`` section's keys and the options they set.
 _DEFRAG_METHODS = ("auto", "exact", "heuristic")

@@ -20,8 +20,8 @@ from typing import Any
 
 from vgpu_operator.devices import dra
 from vgpu_operator.errors import ScenarioError
-from vgpu_operator.scheduling import taint_rules
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.dialects.claims import taint_rules
 
 LISTS = (
     "resourceSlices",

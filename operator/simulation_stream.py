@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 from vgpu_operator import simulation, simulation_dra
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure
 
 #: Where a line's ``reasons`` go, spliced in as text (``ReasonsText``).

@@ -14,7 +14,7 @@ from typing import Any, Self
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 A100_40 = "NVIDIA A100-SXM4-40GB"
 A100_80 = "NVIDIA A100-SXM4-80GB"

@@ -20,9 +20,10 @@ from typing import Any
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model
-from vgpu_operator.scheduling import defrag, disruption
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.defrag_books import DefragBooks
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.defrag import defrag
+from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
+from vgpu_operator.scheduling.preemption import disruption
 
 Json = dict[str, Any]
 A100 = "NVIDIA A100-SXM4-40GB"

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig, load_config
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 A10 = "NVIDIA A10"
 

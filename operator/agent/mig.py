@@ -34,7 +34,7 @@ from vgpu_operator.agent.deviceplugin.allocation import AllocationError
 from vgpu_operator.agent.inventory import hami_type
 from vgpu_operator.agent.nvml import mig_profile_from_name
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling import mig as mig_geometry
+from vgpu_operator.scheduling.mig import mig as mig_geometry
 
 log = structlog.get_logger(__name__)
 

@@ -21,7 +21,7 @@ from vgpu_operator.agent.inventory import RegistrationOptions
 from vgpu_operator.agent.readings import MachineReading
 from vgpu_operator.config import DeviceConfig, NodeOverride
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling import mig
+from vgpu_operator.scheduling.mig import mig
 from vgpu_operator.scheduling.vendors import geometry_table
 
 HAMI_CORE: Final = "hami-core"

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final, TextIO
 
-from vgpu_operator.scheduling import claim_cel
+from vgpu_operator.scheduling.cel import claim_cel
 
 #: The address space the evaluator may use (the interpreter itself takes ~60 MiB).
 MEMORY_LIMIT_BYTES: Final = 1 << 30

@@ -2,7 +2,7 @@
 
 Every ``interval_s``, while this replica decides and its books are synced, the runner
 looks at the pods waiting for this scheduler (the 32 most important). When the engine
-finds one blocked by fragmentation (``scheduling.defrag``), it lists the running pods
+finds one blocked by fragmentation (``scheduling.defrag.defrag``), it lists the running pods
 (their owners and specs), asks the planner for one plan (for the most important such pod)
 and carries it out, one plan at a time.
 
@@ -61,10 +61,11 @@ import structlog
 from vgpu_operator.control import feed, heap, options
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import DefragFailure, DefragMetrics, DefragMove
-from vgpu_operator.scheduling import defrag, preemption
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.defrag_books import DefragBooks
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.defrag import defrag
+from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.scheduling.preemption import preemption
 from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.defrag")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from vgpu_operator.control.feed import DEFAULT_CONFIG_KEY
-from vgpu_operator.scheduling.allocation_gate import DEFAULT_TIMEOUT_S, GateMode
+from vgpu_operator.scheduling.books.allocation_gate import DEFAULT_TIMEOUT_S, GateMode
 
 DEFAULT_NAMESPACE: Final = "vgpu-operator"
 DEFAULT_CONFIG_MAP: Final = "vgpu-device-config"
@@ -119,3 +119,6 @@ class OperatorOptions:
     #: Answer Kueue's AdmissionCheck ``vgpu-operator.io/placeable`` (None: off, the
     #: default; ``control/admission_checks``, docs/kueue.md).
     kueue_check: PlaceableOptions | None = None
+    #: ``/healthz`` fails once the scheduling loop has not turned for this long
+    #: (``control/scheduling_thread``).
+    scheduling_stuck_after_s: float = 60.0

@@ -17,7 +17,7 @@ from vgpu_operator import config as device_config
 from vgpu_operator.control import feed, queue, watching
 from vgpu_operator.kube import listing
 from vgpu_operator.kube.requests import ApiClient
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.wire import ConfigMap, Pod
 
 

@@ -26,7 +26,7 @@ import structlog
 from vgpu_operator.control.options import TemplateCollection
 from vgpu_operator.kube import claims
 from vgpu_operator.kube.requests import ApiClient
-from vgpu_operator.scheduling import claim_admission
+from vgpu_operator.scheduling.dialects.claims import claim_admission
 from vgpu_operator.timestamps import parse_rfc3339
 from vgpu_operator.wire import ResourceClaimTemplate, meta_of
 

@@ -64,7 +64,7 @@ class Profile:
 
 
 #: NVIDIA's GPU-instance geometry on A100 and H100 (NVML's possible placements), by
-#: compute slices: (memory slices, starts). The same table ``scheduling.mig`` lays the
+#: compute slices: (memory slices, starts). The same table ``scheduling.mig.mig`` lays the
 #: seed's geometries out by.
 _GEOMETRY: Final = {
     1: (1, (0, 1, 2, 3, 4, 5, 6)),
@@ -73,6 +73,12 @@ _GEOMETRY: Final = {
     4: (4, (0,)),
     7: (8, (0,)),
 }
+
+
+def geometry_of(compute_slices: int) -> tuple[int, tuple[int, ...]] | None:
+    """A profile's memory slices and the starts NVML allows it, by its compute slices
+    (None: no such profile on these cards)."""
+    return _GEOMETRY.get(compute_slices)
 
 
 def profiles_for(card_memory_mib: int) -> tuple[Profile, ...]:
@@ -115,6 +121,11 @@ class MigCardShape:
     memory_mib: int
     healthy: bool = True
     numa_node: int | None = None
+    #: Instances on the card that no claim of this driver holds (made before the agent
+    #: started, or by someone else): (first memory slice, memory slices, compute slices).
+    #: Their slices are taken out of the card's counters. None: one whose placement
+    #: cannot be read is there, so the card offers nothing.
+    taken: tuple[tuple[int, int, int], ...] | None = ()
 
     @property
     def name(self) -> str:
@@ -141,9 +152,18 @@ def instance_name(card_uuid: str, profile: str, start: int) -> str:
 
 
 def counter_set_wire(card: MigCardShape) -> dict[str, Any]:
-    """The card's ``sharedCounters`` entry."""
-    counters = {memory_counter(i): {"value": "1"} for i in range(MEMORY_SLICES)}
-    counters[COMPUTE_COUNTER] = {"value": str(COMPUTE_SLICES)}
+    """The card's ``sharedCounters`` entry: every memory slice and compute slice, less
+    those of the instances no claim holds (``taken``), so that no allocator gives a
+    placement over one."""
+    if card.taken is None:
+        held, compute = set(range(MEMORY_SLICES)), COMPUTE_SLICES
+    else:
+        held = {i for start, size, _ in card.taken for i in range(start, start + size)}
+        compute = sum(c for _, _, c in card.taken)
+    counters = {
+        memory_counter(i): {"value": "0" if i in held else "1"} for i in range(MEMORY_SLICES)
+    }
+    counters[COMPUTE_COUNTER] = {"value": str(max(COMPUTE_SLICES - compute, 0))}
     return {"name": card.counter_set, "counters": counters}
 
 

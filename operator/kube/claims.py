@@ -21,7 +21,7 @@ import orjson
 
 from vgpu_operator.kube import listing, raw_finalizer, requests
 from vgpu_operator.kube.requests import ApiClient, ApiError, request_json
-from vgpu_operator.scheduling import claim_admission, claim_routing
+from vgpu_operator.scheduling.dialects.claims import claim_admission, claim_routing
 from vgpu_operator.timestamps import format_rfc3339, parse_rfc3339
 from vgpu_operator.wire import (
     AllocationResult,
@@ -257,6 +257,11 @@ def templates_path(namespace: str | None = None) -> str:
     if namespace is None:
         return f"{BASE}/resourceclaimtemplates"
     return f"{BASE}/namespaces/{quote(namespace)}/resourceclaimtemplates"
+
+
+async def read_template(api: ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """One ResourceClaimTemplate, or None when it does not exist."""
+    return await _get(api, f"{templates_path(namespace)}/{quote(name)}")
 
 
 async def ensure_template(

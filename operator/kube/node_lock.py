@@ -18,7 +18,7 @@ from vgpu_operator.devices import node_lock
 from vgpu_operator.errors import CodecError
 from vgpu_operator.kube import requests
 from vgpu_operator.kube.requests import ApiClient
-from vgpu_operator.scheduling import allocation_gate
+from vgpu_operator.scheduling.books import allocation_gate
 from vgpu_operator.wire import Node, meta_of
 
 _ATTEMPTS: Final = 3

@@ -13,7 +13,7 @@ from typing import Any
 from vgpu_operator.config import DeviceConfig, VendorConfig
 from vgpu_operator.devices import model, vendor
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling import mig
+from vgpu_operator.scheduling.mig import mig
 
 
 @dataclass(frozen=True, slots=True)

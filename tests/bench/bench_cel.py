@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vgpu_operator.scheduling import claim_cel
+from vgpu_operator.scheduling.cel import claim_cel
 
 D = "gpu.vgpu-operator.io"
 BIG = "[" + ",".join("0" for _ in range(570)) + "]"

@@ -47,9 +47,9 @@ from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.control import heap
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling import defrag
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.defrag_books import DefragBooks
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.defrag import defrag
+from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

@@ -45,7 +45,7 @@ from vgpu_operator import simulation_dra  # noqa: E402
 from vgpu_operator.config import load_config  # noqa: E402
 from vgpu_operator.devices import dra  # noqa: E402
 from vgpu_operator.devices.quantity import parse_quantity  # noqa: E402
-from vgpu_operator.scheduling.cluster import ClusterState  # noqa: E402
+from vgpu_operator.scheduling.cycle.cluster import ClusterState  # noqa: E402
 
 NAMESPACE = "churn"
 

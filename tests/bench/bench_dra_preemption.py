@@ -24,8 +24,8 @@ from typing import Any
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling import claim_preemption
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle import claim_preemption
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 CARDS = 8
 CARD_MIB = 81920

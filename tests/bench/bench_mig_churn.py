@@ -2,7 +2,7 @@
 rule against upstream's first fit by slice name (issue 39's aim: at least 10 % more).
 
 12 nodes of eight 80 GB cards (A100 and H100), published as partitionable devices; a
-seeded trace of MIG profile requests and departures (``scheduling.mig_churn``). Prints,
+seeded trace of MIG profile requests and departures (``scheduling.mig.mig_churn``). Prints,
 per seed, both counts and the gain. CPU time only (``process_time``): the figure does not
 depend on the machine, the time does.
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 import sys
 import time
 
-from vgpu_operator.scheduling import mig_churn
-from vgpu_operator.scheduling import mig_partitions as mp
+from vgpu_operator.scheduling.mig import mig_churn
+from vgpu_operator.scheduling.mig import mig_partitions as mp
 
 
 def main(argv: list[str]) -> int:

@@ -28,8 +28,8 @@ from typing import Any
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model
-from vgpu_operator.scheduling import placement
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.annotation import placement
 
 GPUS_PER_NODE = 8
 CARD_MEMORY_MIB = 81920

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from vgpu_operator.devices import links
-from vgpu_operator.scheduling import topology
+from vgpu_operator.scheduling.policies import topology
 
 Machine = tuple[list[str], dict[str, dict[str, int]]]
 

@@ -30,7 +30,7 @@ from fgd_reference import Node, Shape  # noqa: E402
 from fgd_trace import Task  # noqa: E402
 
 from vgpu_operator import simulation, simulation_stream  # noqa: E402
-from vgpu_operator.scheduling.cluster import ClusterState  # noqa: E402
+from vgpu_operator.scheduling.cycle.cluster import ClusterState  # noqa: E402
 from vgpu_operator.scheduling.pod_key import PodKey  # noqa: E402
 
 #: The engine's policies by name: a node policy and a GPU policy (HAMi's pairs and ours).

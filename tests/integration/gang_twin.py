@@ -15,7 +15,7 @@ from typing import Any
 
 from integration import operator_env as env
 
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.controlplane import ControlPlane
 
 Json = dict[str, Any]

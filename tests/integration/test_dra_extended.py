@@ -35,7 +35,7 @@ from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import claims as kube_claims
 from vgpu_operator.kube.client import api_client
-from vgpu_operator.scheduling import extended_claims
+from vgpu_operator.scheduling.dialects.claims import extended_claims
 from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane

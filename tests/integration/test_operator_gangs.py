@@ -13,7 +13,7 @@ import pytest
 from integration import operator_env as env
 
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.scheduling import gangs
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.controlplane import ControlPlane
 
 

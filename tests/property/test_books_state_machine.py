@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 NODES = ("n0", "n1", "n2")
 CARD_MEMORY = 16000

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from strategies import ClusterSpec, clusters, pods
 
 from vgpu_operator import names
-from vgpu_operator.scheduling import card_classes, placement, verdicts
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle import verdicts
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.annotation import card_classes, placement
 
 #: A namespace no quota limits (the strategies' quotas are for team-a and team-b).
 FREE_NAMESPACE = "team-free"

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from unit.scheduling.test_claim_books import NODE, claim, pod, state
 
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 CLAIMS = ("a", "b")
 PODS = ("p", "q")

@@ -27,7 +27,7 @@ from dra_preemption_cases import (
 )
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.cluster import Decision
+from vgpu_operator.scheduling.cycle.cluster import Decision
 
 CLUSTERS = 60
 STEPS = 14

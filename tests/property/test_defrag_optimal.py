@@ -13,7 +13,8 @@ import pytest
 from defrag_cases import Case, cases, exhaustive_best
 
 from vgpu_operator.devices import codec
-from vgpu_operator.scheduling import defrag, disruption
+from vgpu_operator.scheduling.defrag import defrag
+from vgpu_operator.scheduling.preemption import disruption
 
 MAX_EVICTIONS = 3
 CASES = cases(120, max_nodes=8)

@@ -23,7 +23,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 CLUSTERS = 400
 

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import ClusterSpec, Replay, Scenario, scenarios
 
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 
 @dataclass(frozen=True)

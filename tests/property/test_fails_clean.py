@@ -14,7 +14,7 @@ from hypothesis import given
 from strategies import Replay, Scenario, Schedule, scenarios
 
 from vgpu_operator.config import load_config
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 
 def observable(state: ClusterState) -> Any:

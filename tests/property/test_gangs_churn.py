@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 from vgpu_operator import simulation_dra
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, model
-from vgpu_operator.scheduling import gangs
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
-from vgpu_operator.scheduling.gangs import GroupSpec
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.gangs import gangs
+from vgpu_operator.scheduling.gangs.gangs import GroupSpec
 
 ISLAND = "vgpu.io/island"
 ANNOTATION_NODES = (("gpu-a", "x"), ("gpu-b", "x"), ("gpu-c", "y"), ("gpu-d", "y"))

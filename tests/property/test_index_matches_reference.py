@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given
 from strategies import Replay, Scenario, scenarios
 
-from vgpu_operator.scheduling.cluster import Decision
+from vgpu_operator.scheduling.cycle.cluster import Decision
 
 
 def comparable(decision: Decision | None) -> Any:

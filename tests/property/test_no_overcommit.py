@@ -16,7 +16,7 @@ from strategies import Replay, Scenario, Schedule, annotations_of, scenarios
 
 from vgpu_operator import names
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling.cluster import Decision
+from vgpu_operator.scheduling.cycle.cluster import Decision
 
 Usage = dict[str, list[int]]  # card id -> [slots, memory MiB, cores]
 

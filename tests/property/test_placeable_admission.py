@@ -20,7 +20,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from vgpu_operator.control.placeable_check import PlaceableCheck
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 GIB = 1024
 

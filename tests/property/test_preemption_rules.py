@@ -16,7 +16,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from vgpu_operator import simulation
-from vgpu_operator.scheduling import removal_trial
+from vgpu_operator.scheduling.cycle import removal_trial
 
 MEMORY = 10000
 CORES = 100

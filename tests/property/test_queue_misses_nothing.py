@@ -36,7 +36,7 @@ from vgpu_operator import names
 from vgpu_operator.control import feed as feed_module
 from vgpu_operator.control import queue as queue_module
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 SCHEDULER = "vgpu-scheduler"
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vgpu_operator.scheduling import topology
+from vgpu_operator.scheduling.policies import topology
 
 Scores = dict[str, dict[str, int]]
 

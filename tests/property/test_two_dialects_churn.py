@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from vgpu_operator import simulation_dra
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, model
-from vgpu_operator.scheduling import placement
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.defrag_books import DefragBooks, WhatIf
-from vgpu_operator.scheduling.removal_trial import RemovalTrial
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.removal_trial import RemovalTrial
+from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks, WhatIf
+from vgpu_operator.scheduling.dialects.annotation import placement
 
 ANNOTATION_NODES = ("gpu-a", "gpu-b")
 DRA_NODES = ("dra-a", "dra-b")

@@ -32,7 +32,7 @@ from strategies import (
 )
 
 from vgpu_operator import names
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 TIMEOUT_S = 60.0
 

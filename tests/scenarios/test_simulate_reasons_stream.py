@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from vgpu_operator import simulation, simulation_stream
-from vgpu_operator.scheduling import decision
+from vgpu_operator.scheduling.cycle import decision
 
 Scenario = dict[str, Any]
 

@@ -20,7 +20,7 @@ from vgpu_operator.control import snapshot
 from vgpu_operator.control.options import DefragOptions, OperatorOptions
 from vgpu_operator.handlers import runtime
 from vgpu_operator.kube import client
-from vgpu_operator.scheduling import defrag
+from vgpu_operator.scheduling.defrag import defrag
 
 GIB = 1024
 

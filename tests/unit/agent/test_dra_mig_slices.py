@@ -12,7 +12,7 @@ from vgpu_operator.agent.dra import shapes
 from vgpu_operator.agent.dra.publisher import SlicePublisher
 from vgpu_operator.agent.readings import MachineReading
 from vgpu_operator.devices import dra, dra_mig
-from vgpu_operator.scheduling import mig_partitions as mp
+from vgpu_operator.scheduling.mig import mig_partitions as mp
 
 
 def test_h100_profiles_are_nvidias_names_and_placements() -> None:

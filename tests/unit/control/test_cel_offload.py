@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from vgpu_operator.control import cel_offload, cel_process
-from vgpu_operator.scheduling import claim_cel
+from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.pod_key import PodKey
 
 DEVICE = claim_cel.DeviceView(
@@ -31,7 +31,7 @@ def _child_that_hangs(how: str) -> tuple[str, ...]:
         "-c",
         "import sys, time, json\n"
         "from vgpu_operator.control import cel_process\n"
-        "from vgpu_operator.scheduling import claim_cel\n"
+        "from vgpu_operator.scheduling.cel import claim_cel\n"
         "print(json.dumps({'ready': True, 'cpu_s': time.process_time()}), flush=True)\n"
         "cache = claim_cel.SelectorCache()\n"
         "for line in sys.stdin:\n"

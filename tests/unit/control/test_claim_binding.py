@@ -10,7 +10,7 @@ from typing import Any
 
 from vgpu_operator.control.claim_binding import ClaimBinding
 from vgpu_operator.kube.claims import WriteOutcome
-from vgpu_operator.scheduling.claim_decision import ClaimWrite
+from vgpu_operator.scheduling.cycle.claim_decision import ClaimWrite
 
 ALLOCATION = {"devices": {"results": [{"device": "gpu-a"}]}}
 
@@ -25,6 +25,9 @@ class Books:
 
     def over_committed(self, node: str, devices: Sequence[str]) -> list[str]:
         return [d for d in devices if d in self.over]
+
+    def holds_claim(self, key: str) -> bool:
+        return key in self.claims
 
 
 class Writer:

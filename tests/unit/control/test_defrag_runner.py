@@ -26,8 +26,8 @@ from vgpu_operator.control import defrag, feed, queue
 from vgpu_operator.control.options import DefragOptions
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import DefragMetrics, OperatorMetrics
-from vgpu_operator.scheduling.cluster import ClusterState, pod_key
-from vgpu_operator.scheduling.defrag_books import DefragBooks
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, pod_key
+from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 
 GIB = 1024
 Json = dict[str, Any]
@@ -268,7 +268,7 @@ def test_a_replacement_bound_elsewhere_than_planned_stops_the_plan() -> None:
 
 
 async def _planned_target(w: World) -> str:
-    from vgpu_operator.scheduling import defrag as planner
+    from vgpu_operator.scheduling.defrag import defrag as planner
 
     report = planner.plan(w.state, w.feed.waiting_for("vgpu-scheduler"), await w.list_pods(), w.now)
     return report.plans[0].moves[0].to_node
@@ -352,7 +352,7 @@ def test_a_plan_that_other_work_made_out_of_date_is_not_carried_out(
 ) -> None:
     """The room planned for p8's replacement is taken while the loop runs after the
     search: the check before the hold refuses the plan; nothing is held or evicted."""
-    from vgpu_operator.scheduling import defrag as planner
+    from vgpu_operator.scheduling.defrag import defrag as planner
 
     w = world()
     waiting = w.feed.waiting_for("vgpu-scheduler")

@@ -11,8 +11,8 @@ from typing import Any
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.control import claims_feed, feed, queue
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling import taint_rules
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.claims import taint_rules
 from vgpu_operator.scheduling.status import Reason
 
 NODE = "dra-a"

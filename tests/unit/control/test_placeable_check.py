@@ -10,7 +10,7 @@ from typing import Any
 from builders import bound, cluster, make_node, make_pod
 
 from vgpu_operator.control.placeable_check import HOLD_PREFIX, PlaceableCheck
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.pod_key import PodKey
 
 GIB = 1024
@@ -114,7 +114,7 @@ def test_judging_again_replaces_the_earlier_hold() -> None:
     assert check.judge(workload("first", 1, 20 * GIB), 1.0).state == "Ready"
 
 
-def test_pod_sets_without_devices_or_with_claims_are_passed() -> None:
+def test_pod_sets_without_devices_are_passed() -> None:
     state = cluster(make_node("n0").gpu("GPU-00", memory_mib=24 * GIB))
     check = PlaceableCheck(state)
     cpu_only = workload("cpu", 3, 0)
@@ -124,14 +124,6 @@ def test_pod_sets_without_devices_or_with_claims_are_passed() -> None:
     answer = check.judge(cpu_only, 0.0)
     assert answer.state == "Ready"
     assert "no devices" in answer.message
-    dra = workload("dra", 1, 0)
-    dra["spec"]["podSets"][0]["template"]["spec"] = {
-        "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
-        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}],
-    }
-    answer = check.judge(dra, 0.0)
-    assert answer.state == "Ready"
-    assert "ResourceClaims" in answer.message
     assert check.holding() == {}
 
 

@@ -13,7 +13,7 @@ from vgpu_operator.control.options import TemplateCollection
 from vgpu_operator.control.template_collector import TemplateCollector
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.kube import claims
-from vgpu_operator.scheduling import claim_admission
+from vgpu_operator.scheduling.dialects.claims import claim_admission
 from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.timestamps import format_rfc3339
 

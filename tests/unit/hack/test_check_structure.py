@@ -110,6 +110,23 @@ def test_long_functions_and_modules_in_the_engine_are_found(
     ]
 
 
+def test_the_engine_s_rooms_are_checked_too(check: ModuleType, tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(80))
+    root = _tree(
+        tmp_path,
+        {
+            "scheduling/books/long.py": f"def long():\n{body}",
+            "scheduling/dialects/claims/big.py": "\n" * 601,
+            "scheduling/cycle/state.py": "class Base: ...\nclass State(Base): ...\n",
+        },
+    )
+    assert _rules(check, root) == [
+        ("function-lines", "long over 80"),
+        ("inherits", "State(Base)"),
+        ("module-lines", "over 600"),
+    ]
+
+
 def test_the_baseline_only_shrinks(check: ModuleType, tmp_path: Path) -> None:
     root = _tree(tmp_path, {"reader.py": "def f(b):\n    return b._x\n"})
     (root / "hack").mkdir()

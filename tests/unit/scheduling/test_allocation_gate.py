@@ -10,9 +10,9 @@ from builders import bound, cluster, make_node, make_pod
 
 from vgpu_operator import names
 from vgpu_operator.devices import node_lock
-from vgpu_operator.scheduling import allocation_gate
-from vgpu_operator.scheduling.allocation_gate import GateMode
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.books import allocation_gate
+from vgpu_operator.scheduling.books.allocation_gate import GateMode
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 Json = dict[str, Any]
 

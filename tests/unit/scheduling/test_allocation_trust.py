@@ -10,7 +10,7 @@ from builders import cluster, make_node, make_pod
 
 from vgpu_operator import names
 from vgpu_operator.config import load_config
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 Json = dict[str, Any]
 

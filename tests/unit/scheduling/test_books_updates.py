@@ -8,7 +8,7 @@ import copy
 from builders import bound, cluster, make_node, make_pod
 
 from vgpu_operator import names
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 
 def _usage(state: ClusterState) -> dict[str, tuple[int, int]]:

@@ -13,8 +13,9 @@ from builders import make_node, make_pod
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.scheduling import card_classes, placement, verdicts
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle import verdicts
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.annotation import card_classes, placement
 from vgpu_operator.scheduling.status import NodeFailure, Reason
 
 

@@ -10,7 +10,8 @@ import pytest
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.catalog import VENDOR_TABLE
-from vgpu_operator.scheduling import claim_admission, claim_cel
+from vgpu_operator.scheduling.cel import claim_cel
+from vgpu_operator.scheduling.dialects.claims import claim_admission
 from vgpu_operator.scheduling.vendors import Vendors
 
 VENDORS = Vendors(DeviceConfig(), VENDOR_TABLE)

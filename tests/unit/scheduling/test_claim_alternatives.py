@@ -10,8 +10,8 @@ import pytest
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling import claim_variants, claims
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.claims import claim_variants, claims
 
 NODE = "dra-a"
 CEL_INDEX = f'device.attributes["{dra.DRIVER}"].index'

@@ -9,8 +9,8 @@ from typing import Any
 
 from vgpu_operator.config import load_config
 from vgpu_operator.devices import dra, model
-from vgpu_operator.scheduling import claim_best_fit, claims
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.claims import claim_best_fit, claims
 
 GIB = 2**30
 

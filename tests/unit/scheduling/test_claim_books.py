@@ -8,7 +8,7 @@ from typing import Any
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 NODE = "dra-a"
 

@@ -12,8 +12,8 @@ from unit.scheduling.test_claim_books import NODE, claim, pod, state
 
 from vgpu_operator.agent.dra import prepare
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling import claim_ledger
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.books import claim_ledger
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 CARD_MIB = 10240  # the card test_claim_books.state() publishes
 CARD_SLOTS = 4

@@ -18,7 +18,7 @@ from builders import make_node
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.control import claims_feed, feed, queue
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 DRA_NODE = "dra-a"
 GPU_NODE = "gpu-b"

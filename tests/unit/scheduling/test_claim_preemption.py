@@ -10,7 +10,7 @@ from typing import Any
 from unit.scheduling.test_claim_books import NODE, claim, pod, state, used_memory
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 Json = dict[str, Any]
 

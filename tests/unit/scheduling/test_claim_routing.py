@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling import claim_routing as routing
-from vgpu_operator.scheduling.claim_routing import CLAIM, TEMPLATE, Action, ClaimRef
+from vgpu_operator.scheduling.dialects.claims import claim_routing as routing
+from vgpu_operator.scheduling.dialects.claims.claim_routing import CLAIM, TEMPLATE, Action, ClaimRef
 
 OURS = "vgpu-scheduler"
 

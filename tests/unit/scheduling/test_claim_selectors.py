@@ -8,7 +8,8 @@ from fractions import Fraction
 import pytest
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling import claim_cel, dra_pool
+from vgpu_operator.scheduling.cel import claim_cel
+from vgpu_operator.scheduling.dialects.claims import dra_pool
 
 D = dra.DRIVER
 DEVICE = claim_cel.DeviceView(

@@ -20,7 +20,7 @@ from builders import (
 
 from vgpu_operator import names
 from vgpu_operator.config import load_config
-from vgpu_operator.scheduling.cluster import Books, ClusterState
+from vgpu_operator.scheduling.cycle.cluster import Books, ClusterState
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 
 Booked = dict[str, tuple[int, int, int]]

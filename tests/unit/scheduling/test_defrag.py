@@ -10,9 +10,9 @@ from builders import A100_40, cluster, make_node
 from defrag_cases import budget, running_pod, waiting_pod
 
 from vgpu_operator.config import load_config
-from vgpu_operator.scheduling import defrag
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.defrag_books import DefragBooks
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.defrag import defrag
+from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 
 L40S = "NVIDIA L40S"
 GIB = 1024

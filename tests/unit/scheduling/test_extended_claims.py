@@ -10,8 +10,8 @@ from unit.scheduling.test_claim_preemption import deallocated, engine, running
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import catalog, dra
-from vgpu_operator.scheduling import extended_claims
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.claims import extended_claims
 from vgpu_operator.scheduling.vendors import Vendors
 
 NODE = "dra-a"

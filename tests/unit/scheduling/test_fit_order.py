@@ -10,7 +10,8 @@ from builders import A100_40, T4
 
 from vgpu_operator import names
 from vgpu_operator.devices import model, nvidia
-from vgpu_operator.scheduling import fit, mig
+from vgpu_operator.scheduling.dialects.annotation import fit
+from vgpu_operator.scheduling.mig import mig
 from vgpu_operator.scheduling.status import Reason
 
 R = Reason

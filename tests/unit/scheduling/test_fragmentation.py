@@ -10,9 +10,10 @@ from tests.unit.scheduling.test_claim_best_fit import held, place
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig, load_config
 from vgpu_operator.devices import dra, model
-from vgpu_operator.scheduling import fragmentation, node_layer, placement, policies
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey
+from vgpu_operator.scheduling.policies import fragmentation, node_layer, policies
 
 HALF: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 0.0, 0.0, ())),)
 WHOLE_AND_HALF: fragmentation.Classes = (

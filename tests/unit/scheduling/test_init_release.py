@@ -11,8 +11,8 @@ from builders import cluster, make_node, make_pod
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling import init_release
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.books import init_release
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 DONE = {"terminated": {"exitCode": 0, "reason": "Completed"}}
 FAILED = {"terminated": {"exitCode": 1, "reason": "Error"}}

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from vgpu_operator import errors
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling import mig
+from vgpu_operator.scheduling.mig import mig
 
 ONE_G = model.MigTemplate("1g.5gb", memory_mib=5120, cores=14, count=7)
 TWO_G = model.MigTemplate("2g.10gb", memory_mib=10240, cores=28, count=3)

@@ -5,8 +5,8 @@ counter (the ledger refuses to go below zero, so a wrong rule would raise)."""
 
 from __future__ import annotations
 
-from vgpu_operator.scheduling import mig_churn
-from vgpu_operator.scheduling import mig_partitions as mp
+from vgpu_operator.scheduling.mig import mig_churn
+from vgpu_operator.scheduling.mig import mig_partitions as mp
 
 
 def test_the_mig_rule_places_more_than_first_fit_before_the_first_refusal() -> None:

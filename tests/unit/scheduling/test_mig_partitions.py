@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from vgpu_operator.devices import dra, dra_mig
-from vgpu_operator.scheduling import mig_partitions as mp
+from vgpu_operator.scheduling.mig import mig_partitions as mp
 
 
 def card(index: int, memory_mib: int = 81920) -> dra_mig.MigCardShape:
@@ -140,7 +140,7 @@ def test_an_older_generations_slices_do_not_count() -> None:
 
 
 def test_the_engines_cards_of_a_mig_node_are_its_share_devices_only() -> None:
-    from vgpu_operator.scheduling import dra_pool
+    from vgpu_operator.scheduling.dialects.claims import dra_pool
 
     shared = dra.CardShape(
         "GPU-shared-0", 1, "NVIDIA H100", "NVIDIA-H100", 81920, 100, 4, "hami-core"

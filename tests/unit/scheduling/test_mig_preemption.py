@@ -9,7 +9,7 @@ from typing import Any
 from unit.scheduling.test_claim_mig import NODE, claim, instance, pod, state
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 Json = dict[str, Any]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from vgpu_operator.devices import model
 from vgpu_operator.devices.mig_allocations import MigAllocation
-from vgpu_operator.scheduling import mig, mig_records
-from vgpu_operator.scheduling.mig_records import Spot
+from vgpu_operator.scheduling.mig import mig, mig_records
+from vgpu_operator.scheduling.mig.mig_records import Spot
 
 GEOMETRIES = (
     (model.MigTemplate("1g.5gb", 5120, 14, 7),),

@@ -24,8 +24,9 @@ from vgpu_operator.config import DeviceConfig
 from vgpu_operator.control import pod_facts
 from vgpu_operator.devices import catalog, codec, model, node_lock
 from vgpu_operator.devices.vendor import VendorSpec, resource_names
-from vgpu_operator.scheduling import allocation_gate, node_annotations
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling import node_annotations
+from vgpu_operator.scheduling.books import allocation_gate
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.node_basics import NodeFacts
 
 NOW = time.time()

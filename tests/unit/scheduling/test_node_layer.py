@@ -7,7 +7,7 @@ import pytest
 from vgpu_operator import names
 from vgpu_operator.devices import hygon, nvidia
 from vgpu_operator.kube.events import ObjectRef
-from vgpu_operator.scheduling import node_layer
+from vgpu_operator.scheduling.policies import node_layer
 
 SPECS = (nvidia.SPEC, hygon.SPEC)
 

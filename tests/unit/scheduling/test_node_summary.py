@@ -11,8 +11,8 @@ from __future__ import annotations
 from builders import bound, cluster, make_node, make_pod
 
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling import placement
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.annotation import placement
 
 
 def _card(uuid: str, used_memory_mib: int, used: int = 1) -> model.DeviceUsage:

@@ -9,7 +9,7 @@ import pytest
 from builders import T4, cluster, make_node, make_pod
 
 from vgpu_operator import names
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 
 def _four_cards(**pinned: object) -> ClusterState:

@@ -13,7 +13,7 @@ import pytest
 from builders import cluster, make_node, make_pod
 
 from vgpu_operator.devices import vendor
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 Reads = Counter[tuple[str, str]]
 

@@ -11,7 +11,7 @@ from vgpu_operator import names
 from vgpu_operator.config import load_config
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling import policies
+from vgpu_operator.scheduling.policies import policies
 
 
 def usage(

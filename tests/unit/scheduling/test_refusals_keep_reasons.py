@@ -8,7 +8,7 @@ from __future__ import annotations
 from builders import cluster, make_node, make_pod
 
 from vgpu_operator import names
-from vgpu_operator.scheduling.admission import MESSAGE_LIMIT
+from vgpu_operator.scheduling.dialects.annotation.admission import MESSAGE_LIMIT
 
 
 def _admit_weights(weights: str) -> tuple[bool, str]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from builders import bound, cluster, make_node, make_pod
 
 from vgpu_operator.devices import model
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.stranded import CardRequest
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.policies.stranded import CardRequest
 
 MIB = 16384
 

@@ -17,7 +17,7 @@ from vgpu_operator.config import VendorConfig, load_config
 from vgpu_operator.devices import catalog, codec, model
 from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.errors import ConfigError
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 
 class AcmeConfig(VendorConfig):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from vgpu_operator.scheduling import topology
+from vgpu_operator.scheduling.policies import topology
 
 Scores = dict[str, dict[str, int]]
 

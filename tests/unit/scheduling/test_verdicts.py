@@ -8,7 +8,7 @@ from typing import Any
 from builders import bound, make_node, make_pod, resource_quota
 
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.scheduling.cluster import ClusterState
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 
 def _cluster(timeout_s: float | None = None) -> ClusterState:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from builders import bound, cluster, make_node, make_pod, resource_quota
 
-from vgpu_operator.scheduling.cluster import ClusterState
-from vgpu_operator.scheduling.defrag_books import DefragBooks, WhatIf
+from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks, WhatIf
 
 
 def _running(state: ClusterState, name: str, memory_mib: int) -> str:

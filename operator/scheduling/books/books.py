@@ -1,0 +1,596 @@
+"""The books: the cluster as the engine knows it, held by ``Books`` as parts.
+
+Nodes and their cards (inventories or register annotations), the pods that hold shares,
+reservations and preemptors' holds, quotas, budgets and PodGroups of disruptionMode single,
+with parts of their own: ranking index (``ranking``), allocation gate (``gate_book``), bound
+pods' allocations (``allocation_book``), DRA inputs (``claim_books``). Readers use the view
+(``view.BooksView``); the decision cycle writes through ``add_pod``/``drop_pod`` and the
+nomination methods. Pure and synchronous."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from vgpu_operator import names
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import model
+from vgpu_operator.devices.catalog import VENDOR_TABLE
+from vgpu_operator.devices.vendor import VendorSpec
+from vgpu_operator.scheduling import node_annotations, node_basics
+from vgpu_operator.scheduling.books import changes, claim_books, node_register, pod_entries
+from vgpu_operator.scheduling.books.allocation_book import Allocations
+from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry, is_dra_node
+from vgpu_operator.scheduling.books.gate_book import GateBook
+from vgpu_operator.scheduling.books.group_claims import GroupClaims
+from vgpu_operator.scheduling.books.ranking import RankIndex
+from vgpu_operator.scheduling.dialects.annotation import placement
+from vgpu_operator.scheduling.dialects.claims import dra_pool
+from vgpu_operator.scheduling.mig import mig_records
+from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.scheduling.policies import node_layer, policies
+from vgpu_operator.scheduling.preemption import disruption
+from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.vendors import Vendors
+
+#: How long a preemptor's hold on the shares its victims free lasts without a bind.
+DEFAULT_NOMINATION_TIMEOUT_S = 300.0
+
+
+class Books:
+    """What the engine knows of the cluster, kept current by the ``set_*``/``remove_*``
+    inputs (those of the DRA path on the ``claims`` part). Not thread-safe: callers
+    serialise access."""
+
+    def __init__(
+        self,
+        config: DeviceConfig,
+        inventory_timeout_s: float | None = None,
+        vendor_table: Sequence[VendorSpec] = VENDOR_TABLE,
+    ) -> None:
+        self._config = config
+        self._vendor_table = tuple(vendor_table)
+        self._vendors = Vendors(config, self._vendor_table)
+        self._node_annotation_keys = node_annotations.read_keys(self._vendor_table)
+        self._inventory_timeout_s = inventory_timeout_s
+        self._nodes: dict[str, NodeEntry] = {}
+        self._pods: dict[PodKey, PodEntry] = {}
+        self._quota = QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
+        self._quota_objects: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._next_order = 0
+        #: Nodes with a free card in each policy's order (``ranking``), kept current
+        #: through ``_dirty``.
+        self._rank = RankIndex()
+        self._dirty: set[str] = set()
+        self._budgets: dict[tuple[str, str], disruption.Budget] = {}
+        self.single_groups: set[str] = set()  # PodGroups of disruptionMode single (group_victims)
+        #: PodGroups that name claims of their own (``group_claims``), by namespace/name.
+        self.group_claims: dict[str, GroupClaims] = {}
+        #: Preemptors waiting for their victims (a hold on the freed shares), and those
+        #: whose hold timed out until the runtime takes them (``take_expired``).
+        self._nominations: dict[PodKey, Nomination] = {}
+        self._expired: list[tuple[PodKey, Nomination]] = []
+        #: Victims of a preemption whose deletion has not been seen yet.
+        self._preempted: set[PodKey] = set()
+        #: Bound pods' allocations as first seen, and those not believed or edited.
+        self._allocations = Allocations(self._record_keys())
+        #: Bumped when what admission and parsing depend on changes (config, quota limits);
+        #: the decision's per-pod parse cache is valid within one epoch.
+        self._epoch = 0
+        #: The decision's read of each waiting pod (``pod_read``), dropped when it goes.
+        self._attempts: dict[PodKey, object] = {}
+        #: The allocation gate's part: mode, timeout, the plugins' answers.
+        self.gate = GateBook()
+        #: Every change to a node a Fit reads, numbered (verdicts judge again only the
+        #: nodes changed since they were made), and the room pods freed (queueing hints).
+        self._changes = changes.ChangeLog()
+        self._freed = changes.FreedRoom()
+        #: The DRA inputs: slices, claims, device classes and the claims' holds.
+        self.claims = claim_books.ClaimBooks(
+            claim_books.Hooks(
+                self._cards_changed, self._holds_changed, self._registered_on, lambda: self._quota
+            )
+        )
+
+    @property
+    def config(self) -> DeviceConfig:
+        return self._config
+
+    @property
+    def vendors(self) -> Vendors:
+        """The vendor table, configured."""
+        return self._vendors
+
+    @property
+    def quota(self) -> QuotaLedger:
+        """The namespaces' quota ledger (read it; the books keep it current)."""
+        return self._quota
+
+    # --- the read view (``view.BooksView``) ------------------------------------------------
+    @property
+    def nodes(self) -> Mapping[str, NodeEntry]:
+        """Every node by name, in the order the books met them (read, never change)."""
+        return self._nodes
+
+    @property
+    def pods(self) -> Mapping[PodKey, PodEntry]:
+        """Every pod that holds shares or a reservation (read, never change)."""
+        return self._pods
+
+    @property
+    def epoch(self) -> int:
+        """Bumped when what admission and parsing depend on changes (config, quota limits)."""
+        return self._epoch
+
+    @property
+    def inventory_timeout_s(self) -> float | None:
+        return self._inventory_timeout_s
+
+    @property
+    def change_log(self) -> changes.ChangeLog:
+        """Every change to a node a Fit reads, numbered (read, never change)."""
+        return self._changes
+
+    def budgets(self) -> list[disruption.Budget]:
+        return list(self._budgets.values())
+
+    def is_preempted(self, key: PodKey) -> bool:
+        """Whether the pod is a victim of a preemption or plan under way."""
+        return key in self._preempted
+
+    def ranking(self, pod_node_policy: str | None) -> Sequence[tuple[float, int, str]]:
+        """The ranked nodes (those with a free card) a pod with this node policy walks,
+        best first: (key, order, name). Call ``rerank`` first."""
+        return self._rank.ranking(pod_node_policy)
+
+    def rank_entry(self, name: str, pod_node_policy: str | None) -> tuple[float, int, str] | None:
+        """The node's entry in ``ranking(pod_node_policy)`` (None: it has no free card)."""
+        return self._rank.entry(name, pod_node_policy)
+
+    # --- the decision's writes ---------------------------------------------------------
+    def pod_read(self, key: PodKey) -> object:
+        """A waiting pod's read (``pod_read``), dropped here when it is bound or gone."""
+        return self._attempts.get(key)
+
+    def keep_read(self, key: PodKey, read: object) -> None:
+        self._attempts[key] = read
+
+    def nomination(self, key: PodKey) -> Nomination | None:
+        return self._nominations.get(key)
+
+    def pop_nomination(self, key: PodKey) -> Nomination | None:
+        return self._nominations.pop(key, None)
+
+    def nominate(self, key: PodKey, nomination: Nomination) -> None:
+        """Hold a preemptor's nomination; its victims may not be chosen again meanwhile."""
+        self._nominations[key] = nomination
+        self._preempted.update(nomination.victims)
+
+    def release_decided(self, key: PodKey) -> None:
+        """A DRA decision given up: the holds it made go (``claim_books``)."""
+        self.claims.release_decided(key)
+
+    def hold_decided(
+        self, pod: PodKey, node: str, decided: Mapping[str, tuple[str, Sequence[Any]]]
+    ) -> None:
+        """Hold what a DRA decision allocates until its claims come back (``claim_books``)."""
+        self.claims.hold_decided(pod, node, decided)
+
+    def unmark_preempted(self, keys: Iterable[PodKey]) -> None:
+        """Let these pods be chosen again (a hold given up)."""
+        self._preempted.difference_update(keys)
+
+    def set_config(self, config: DeviceConfig) -> None:
+        self._epoch += 1
+        self._config = config
+        self._vendors = Vendors(config, self._vendor_table)
+        self._allocations.set_keys(self._record_keys())
+        ledger = QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
+        for quota in self._quota_objects.values():
+            ledger.set_quota(quota)
+        self._quota = ledger
+        for entry in self._pods.values():
+            self._quota.add_sums(entry.namespace, entry.quota_sums)
+        self.claims.requota()
+        for node in self._nodes.values():
+            self._register(node)
+        for pod in self._allocations.reconsider():
+            self.set_pod(pod)
+
+    def _record_keys(self) -> list[str]:
+        """The annotations a pod's allocation is read from (``FirstRecords``)."""
+        return [*self._vendors.allocated_keys().values(), names.MIG_ALLOCATIONS]
+
+    def set_node(self, node: Mapping[str, Any]) -> None:
+        facts = node_basics.NodeFacts.from_node(node, self._node_annotation_keys)
+        entry = self._node_entry(facts.name)
+        entry.facts = facts
+        self._observe_gpu_count(entry)
+        self._register(entry)
+
+    def _node_entry(self, name: str) -> NodeEntry:
+        """The node's entry, created on first sight (by its Node or its inventory, in
+        either order) with the pods already known to run there."""
+        entry = self._nodes.get(name)
+        if entry is None:
+            entry = NodeEntry(name, self._next_order, node_basics.NodeFacts(name))
+            self._next_order += 1
+            self._nodes[name] = entry
+            entry.pods.update(p.key for p in self._pods.values() if p.node == name)
+        return entry
+
+    def remove_node(self, name: str) -> None:
+        if name in self._nodes:
+            self._unrank(name)
+            del self._nodes[name]
+            self._changes.bump(name)
+
+    def set_inventory(
+        self,
+        node_name: str,
+        devices: Sequence[model.DeviceInfo],
+        pair_scores: model.PairScores,
+        heartbeat: float | None,
+        cordoned: Sequence[str] = (),
+    ) -> None:
+        entry = self._node_entry(node_name)
+        inventory, banned = tuple(devices), frozenset(cordoned)
+        entry.heartbeat = heartbeat
+        if (
+            entry.inventory == inventory
+            and entry.inventory_scores == pair_scores
+            and entry.inventory_cordoned == banned
+        ):
+            # A report with the same cards (the agent re-asserting it, an older agent's
+            # heartbeat): the node keeps its cards, bookings and rank, not rebuilt.
+            return
+        entry.inventory = inventory
+        entry.inventory_scores = pair_scores
+        entry.inventory_cordoned = banned
+        self._register(entry)
+
+    def set_heartbeat(self, node_name: str, heartbeat: float | None) -> None:
+        """Move only the node's heartbeat (its Lease was renewed): nothing else of the node
+        changes, so nothing is rebuilt. A node without an inventory has no heartbeat."""
+        entry = self._nodes.get(node_name)
+        if entry is not None and entry.inventory is not None:
+            entry.heartbeat = heartbeat
+
+    def remove_inventory(self, node_name: str) -> None:
+        entry = self._nodes.get(node_name)
+        if entry is not None:
+            entry.inventory = None
+            entry.heartbeat = None
+            self._register(entry)
+
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        """Record a pod; one bound with an allocation holds its devices until it ends.
+
+        A pending preemptor's hold on its nominated node survives updates of the pod
+        (its ``nominatedNodeName`` status, for one) until it binds, ends or times out.
+        """
+        key = pod_key(pod)
+        self.claims.pod_seen(pod)  # a claim that went keeps its hold while its pods run
+        meta = pod.get("metadata") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        node = (pod.get("spec") or {}).get("nodeName") or None
+        deleting = bool(meta.get("deletionTimestamp"))
+        if (
+            node is None
+            and key in self._nominations
+            and not deleting
+            and phase not in names.TERMINAL_PHASES
+        ):
+            return
+        previous = self._pods.get(key)
+        source = (self._epoch, *pod_entries.share_source(pod, node, deleting))
+        if (
+            previous is not None
+            and previous.source is not None
+            and phase not in names.TERMINAL_PHASES
+            and previous.source == source
+        ):
+            # A status update (kubelet's or KWOK's) or the bound copy read again: nothing
+            # the shares, quotas or gate are read from changed, so the node stays as it
+            # is; only what preemption reads of the pod itself is taken afresh.
+            previous.started = pod_entries.start_time(pod)
+            previous.labels = dict(meta.get("labels") or {})
+            return
+        clean = previous is not None and self._is_clean(previous.node)
+        self.drop_pod(key)
+        self._nominations.pop(key, None)
+        self._allocations.clear(key)
+        if node is not None or phase in names.TERMINAL_PHASES:
+            self._attempts.pop(key, None)  # no longer waiting: its parse is done with
+        if node is None or phase in names.TERMINAL_PHASES:
+            return
+        entry = pod_entries.bound_entry(
+            key,
+            pod,
+            node,
+            deleting,
+            previous,
+            source,
+            self.gate,
+            self._allocations,
+            self._vendors,
+            self._config,
+        )
+        on_mig = bool(entry.mig_records) or self._on_mig_cards(node, entry.devices)
+        self.add_pod(entry)
+        if on_mig:
+            self._read_mig_records(node)
+        elif clean and previous is not None and pod_entries.same_shares(previous, entry):
+            # The bound copy of a reservation, or a status update: the node's cards,
+            # score and summary stand, so it need not be rebuilt and ranked again.
+            self._untouch(node)
+
+    def _on_mig_cards(self, node_name: str | None, devices: model.PodDevices) -> bool:
+        return pod_entries.on_mig_cards(self._nodes.get(node_name or ""), devices)
+
+    def _read_mig_records(self, node_name: str) -> None:
+        """Book the MIG instances of the node's pods in the engine's terms: HAMi v2.10's
+        JSON entries as instances of the card's table (one geometry per card where they
+        fit one, ``mig_records.choose_geometries``) or as spots, and suffixes as the
+        card's table reads them (``mig_records.resolve``). Done again whenever the
+        node's cards change, since the tables come with them."""
+        node = self._nodes.get(node_name)
+        if node is None:
+            return
+        entries = [self._pods[k] for k in sorted(node.pods) if k in self._pods]
+        entries = [e for e in entries if e.mig_records or self._on_mig_cards(node_name, e.decoded)]
+        table_of = self.mig_tables_of(node_name)
+        for entry, devices, bookings in pod_entries.read_mig(entries, table_of, self._vendors):
+            self.drop_pod(entry.key)
+            entry.devices = devices
+            entry.bookings = bookings
+            self.add_pod(entry)
+
+    def mig_tables_of(self, node_name: str) -> mig_records.TableOf:
+        """What names the instances of each MIG card of the node, by card UUID."""
+        return pod_entries.mig_tables(self._nodes.get(node_name), self._vendors)
+
+    def remove_pod(self, key: PodKey) -> None:
+        self.claims.pod_gone(key)
+        self.claims.release_decided(key)
+        self._attempts.pop(key, None)
+        self.drop_pod(key)
+        self._nominations.pop(key, None)
+        self._preempted.discard(key)
+        self._allocations.forget(key)
+        self.gate.forget(key)
+
+    def allocation_error(self, key: PodKey) -> str | None:
+        """Why a bound pod's allocation annotation could not be read or is not believed
+        (it books nothing)."""
+        return self._allocations.error(key)
+
+    def allocation_warning(self, key: PodKey) -> str | None:
+        """What the books ignored of a bound pod's annotations (an edit after binding)."""
+        return self._allocations.warning(key)
+
+    def set_budget(self, pdb: Mapping[str, Any]) -> None:
+        """Record a PodDisruptionBudget (preemption spares the pods it protects if it can)."""
+        budget = disruption.Budget.from_object(pdb)
+        self._budgets[(budget.namespace, budget.name)] = budget
+
+    def remove_budget(self, namespace: str, name: str) -> None:
+        self._budgets.pop((namespace, name), None)
+
+    def set_quota(self, quota: Mapping[str, Any]) -> None:
+        self._epoch += 1
+        meta = quota.get("metadata") or {}
+        self._quota.set_quota(quota)
+        self._quota_objects[(meta.get("namespace") or "default", meta.get("name", ""))] = quota
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        self._epoch += 1
+        self._quota.remove_quota(namespace, name)
+        self._quota_objects.pop((namespace, name), None)
+
+    def confirm(self, key: PodKey, now: float | None = None) -> None:
+        """The pod is bound: its reservation (or preemption hold) becomes a booking, and
+        its hold on the node's allocation gate is timed from ``now`` (the Binding's answer,
+        on the operator's clock; None: from the gate's next look)."""
+        entry = self._pods.get(key)
+        if entry is not None:
+            entry.reserved = False
+            if entry.allocating_since is not None and now is not None:
+                self.gate.time(entry, self._nodes.get(entry.node or ""), now)
+        self._nominations.pop(key, None)
+        self.claims.settle_decided(key)
+
+    def rollback(self, key: PodKey) -> None:
+        entry = self._pods.get(key)
+        if entry is not None and entry.reserved and key not in self._nominations:
+            self.drop_pod(key)
+        self.claims.release_decided(key)
+
+    def cancel_preemption(self, key: PodKey) -> None:
+        """Give up a preemptor's hold (an eviction was refused): its victims that are
+        still running may be chosen again by a later decision."""
+        nomination = self._nominations.pop(key, None)
+        if nomination is None:
+            return
+        entry = self._pods.get(key)
+        if entry is not None and entry.reserved:
+            self.drop_pod(key)
+        self.claims.release_decided(key)  # a DRA preemptor's hold on the freed shares
+        self._preempted.difference_update(nomination.victims)
+
+    def nominated_node(self, key: PodKey) -> str | None:
+        nomination = self._nominations.get(key)
+        return None if nomination is None else nomination.node
+
+    def fresh_cards(
+        self,
+        node: NodeEntry,
+        skip: frozenset[PodKey],
+        pods: Mapping[PodKey, PodEntry] | None = None,
+    ) -> list[model.DeviceUsage]:
+        """A node's cards booked with its pods, except ``skip`` (cf. ``refresh``);
+        ``pods``: the pod entries to book (an overlay's; default the books' own)."""
+        cards = [model.DeviceUsage.from_info(info) for info in node.registered]
+        for card, info in zip(cards, node.registered, strict=True):
+            self._vendors.prepare_card(card, info.mig_profiles)
+        by_id = {card.id: card for card in cards}
+        entries = self._pods if pods is None else pods
+        for key in sorted(node.pods - skip):
+            entry = entries.get(key)
+            if entry is not None:
+                placement.book(by_id, entry.bookings)
+        for booked in self.claims.bookings_on(node.name, by_id):
+            placement.book(by_id, {"claims": booked})
+        return cards
+
+    def victims_remain(self, nomination: Nomination) -> bool:
+        return any(v in self._pods for v in nomination.victims)
+
+    def expire_nominations(self, now: float) -> None:
+        for key, nomination in list(self._nominations.items()):
+            if nomination.until < now:
+                self._expired.append((key, nomination))
+                self.cancel_preemption(key)
+
+    def take_expired(self) -> list[tuple[PodKey, Nomination]]:
+        taken, self._expired = self._expired, []
+        return taken
+
+    def take_freed(self) -> list[changes.Freed]:
+        """Room freed on nodes since the last call (``changes.FreedRoom``): where to look."""
+        return self._freed.take()
+
+    def forget_freed(self, keys: Iterable[PodKey]) -> None:  # see FreedRoom.forget
+        self._freed.forget(keys)
+
+    def node_names(self) -> list[str]:
+        return [n.name for n in sorted(self._nodes.values(), key=lambda n: n.order)]
+
+    def add_pod(self, entry: PodEntry) -> None:
+        self._pods[entry.key] = entry
+        self._freed.came(entry.key, entry.node, (entry.bookings, entry.requests))
+        self._quota.add_sums(entry.namespace, entry.quota_sums)
+        node = self._nodes.get(entry.node or "")
+        if node is not None:
+            node.pods.add(entry.key)
+            if entry.allocating_since is not None:
+                node.allocating[entry.key] = entry.allocating_since
+            self._shift(node, entry, 1)
+
+    def drop_pod(self, key: PodKey) -> None:
+        entry = self._pods.pop(key, None)
+        if entry is None:
+            return
+        if entry.node is not None:
+            self._freed.left(key, entry.node, entry.namespace, (entry.bookings, entry.requests))
+        self._quota.remove_sums(entry.namespace, entry.quota_sums)
+        node = self._nodes.get(entry.node or "")
+        if node is not None:
+            node.pods.discard(key)
+            node.allocating.pop(key, None)
+            self._shift(node, entry, -1)
+
+    def _shift(self, node: NodeEntry, entry: PodEntry, sign: int) -> None:
+        """One pod joins (1) or leaves (-1) a node whose cards are current: its shares
+        are added or taken away in place and the node is ranked again, instead of
+        rebuilding the node from all its pods (which grows with the pods a shared node
+        holds). A node whose cards are stale, or a pod on MIG, is rebuilt on next use."""
+        if node.dirty or not placement.shift(node.cards, entry.bookings, sign):
+            self._touch(node)
+            return
+        node.used = node.used + entry.requests if sign > 0 else node.used - entry.requests
+        node.score = policies.node_score(node.cards)
+        node.summary = placement.Summary.of(node.cards)
+        self._dirty.add(node.name)
+        self._changes.bump(node.name)
+
+    def _observe_gpu_count(self, node: NodeEntry) -> None:
+        node_register.observe_gpu_count(node, self._vendors)
+
+    def _register(self, node: NodeEntry) -> None:
+        """Work out which cards a node offers, from its inventory or its annotations."""
+        devices, scores, node.register_error = node_register.offered(
+            node, self._vendors.specs(), self._config.node_override(node.name)
+        )
+        if is_dra_node(node):
+            # The node's agent offers its cards as DRA devices (a ResourceSlice; it runs no
+            # device plugin there): a card is never a device-plugin share at the same time.
+            # Its cards are the slice's devices, for claims only (``claim_decision``).
+            pool = self.claims.pool_of(node.name)
+            devices = [] if pool is None else list(pool.cards)
+            scores = {} if pool is None else dict(dra_pool.pair_scores(pool, node.inventory_scores))
+        node.registered = tuple(devices)
+        node.pair_scores = scores
+        node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())
+        self._read_mig_records(node.name)
+        self._touch(node)
+
+    # --- the DRA part's hooks (claim_books.Hooks) ------------------------------------------
+    def _cards_changed(self, node: str) -> None:
+        entry = self._nodes.get(node)
+        if entry is not None:
+            self._register(entry)
+
+    def _holds_changed(self, node: str) -> None:
+        entry = self._nodes.get(node)
+        if entry is not None:
+            self._touch(entry)
+
+    def _registered_on(self, node: str) -> Sequence[model.DeviceInfo]:
+        entry = self._nodes.get(node)
+        return () if entry is None else entry.registered
+
+    def _is_clean(self, name: str | None) -> bool:
+        node = self._nodes.get(name or "")
+        return node is not None and not node.dirty and node.name not in self._dirty
+
+    def _untouch(self, name: str) -> None:
+        """Undo the touches of dropping and re-adding a pod with the same shares on a
+        node that was clean before."""
+        node = self._nodes.get(name)
+        if node is not None:
+            node.dirty = False
+            self._dirty.discard(name)
+
+    def _touch(self, node: NodeEntry) -> None:
+        node.dirty = True
+        self._dirty.add(node.name)
+        self._changes.bump(node.name)
+
+    def _unrank(self, name: str) -> None:
+        self._rank.remove(name)
+        self._dirty.discard(name)
+
+    def refresh(self, node: NodeEntry) -> None:
+        """Rebuild a node's card usage from its registered cards and its pods (§4.3)."""
+        if not node.dirty:
+            return
+        cards = self.fresh_cards(node, frozenset())
+        used = node_basics.PodResources()
+        for key in sorted(node.pods):
+            entry = self._pods.get(key)
+            if entry is not None:
+                used = used + entry.requests
+        node.cards = cards
+        node.used = used
+        node.score = policies.node_score(cards)
+        node.summary = placement.Summary.of(cards)
+        node.dirty = False
+
+    def rerank(self) -> None:
+        for name in list(self._dirty):
+            node = self._nodes.get(name)
+            self._unrank(name)
+            if node is None:
+                continue
+            self.refresh(node)
+            if not node.summary.has_room():
+                # Full: no pod that wants a device fits, so no search walks past it
+                # (``Cycle.find`` sends pods that want none to the reference path).
+                continue
+            self._rank.add(name, node.order, node.score, self.layered_preference(node))
+        self._dirty.clear()
+
+    def layered_preference(self, node: NodeEntry) -> float:
+        policy = node.layer.node_policy or self._config.scheduler.node_scheduler_policy
+        return policies.node_preference(node.score, policy)

@@ -1,0 +1,122 @@
+"""What verdicts read of the books (``verdicts.JudgedBooks``): the view, with the
+decision cycle's node gate and Fit, and each node's cards as classes made once per
+change of the node (``card_classes``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from vgpu_operator import names
+from vgpu_operator.devices import vendor
+from vgpu_operator.scheduling.books.entries import NodeEntry
+from vgpu_operator.scheduling.books.view import BooksView
+from vgpu_operator.scheduling.cycle import node_gate
+from vgpu_operator.scheduling.dialects.annotation import card_classes, placement
+from vgpu_operator.scheduling.policies import node_layer
+from vgpu_operator.scheduling.status import Reason
+
+Gate = Callable[[NodeEntry, placement.Job, float], Reason | None]
+Fit = Callable[[NodeEntry, placement.Job, float], placement.Outcome]
+
+
+class JudgedView:
+    def __init__(self, view: BooksView, gate: Gate, fit: Fit) -> None:
+        self.view = view
+        self._gate = gate
+        self._fit = fit
+        #: Each node's cards as classes, with the change of the node they were made at.
+        self._profiles: dict[tuple[str, bool], tuple[int, card_classes.NodeProfile]] = {}
+        #: Each node's last gate: the epoch and the change of the node it was made at,
+        #: the job's gate key, the answer (``node_gate``).
+        self._gates: dict[str, tuple[tuple[int, int], object, Reason | None]] = {}
+
+    @property
+    def epoch(self) -> int:
+        return self.view.epoch
+
+    def change_seq(self) -> int:
+        return self.view.change_log.seq
+
+    def changed_since(self, seq: int) -> set[str] | None:
+        return self.view.change_log.since(seq)
+
+    def judged_nodes(self) -> Iterable[str]:
+        return self.view.nodes.keys()
+
+    def has_node(self, name: str) -> bool:
+        return name in self.view.nodes
+
+    def node_count(self) -> int:
+        return len(self.view.nodes)
+
+    def node_gate(
+        self, name: str, job: placement.Job, now: float, key: object = None
+    ) -> Reason | None:
+        """The node gate; with ``key`` (what the gate reads of the job, hashable: the
+        verdicts' ``gate_key``), answered from the node's last gate for that key while
+        the node has not changed. Of the gate's checks only the last one, the node's
+        staleness, reads the clock: a kept answer other than None or stale holds, and
+        None or stale is decided again against ``now``."""
+        node = self.view.nodes[name]
+        # As before the gate was kept: whoever asks for the gate gets the node rebuilt
+        # (a no-op unless it is dirty), which later reads of the node may rely on.
+        self.view.refresh(node)
+        if key is None:
+            return self._gate(node, job, now)
+        # Kept per epoch too (config and quota limits), as verdicts are: a new epoch
+        # starts every verdict afresh, and its gates with it.
+        changed = (self.view.epoch, self.view.change_log.last(name))
+        cached = self._gates.get(name)
+        if cached is not None and cached[0] == changed and (cached[1] is key or cached[1] == key):
+            reason = cached[2]
+            if reason is not None and reason is not Reason.INVENTORY_STALE:
+                return reason
+            if job.wants_devices and node_gate.stale(node, now, self.view.inventory_timeout_s):
+                return Reason.INVENTORY_STALE
+            return None
+        reason = self._gate(node, job, now)
+        self._gates[name] = (changed, key, reason)
+        return reason
+
+    def node_profile(self, name: str, with_ids: bool) -> card_classes.NodeProfile | None:
+        """The node's cards as classes, made once per change of the node."""
+        node = self.view.nodes.get(name)
+        if node is None:
+            self._profiles.pop((name, with_ids), None)
+            return None
+        changed = self.view.change_log.last(name)
+        cached = self._profiles.get((name, with_ids))
+        if cached is not None and cached[0] == changed:
+            return cached[1]
+        self.view.refresh(node)
+        cordoned = node.inventory_cordoned | frozenset(
+            vendor.split_list(node.facts.annotations.get(names.NODE_DEVICE_CORDON))
+        )
+        made = card_classes.profile(node.cards, cordoned, node.layer, with_ids=with_ids)
+        self._profiles[(name, with_ids)] = (changed, made)
+        return made
+
+    def node_layer(self, name: str) -> node_layer.NodeLayer:
+        return self.view.nodes[name].layer
+
+    def node_fit(self, name: str, job: placement.Job, now: float) -> placement.Outcome:
+        return self._fit(self.view.nodes[name], job, now)
+
+    def heartbeat(self, name: str) -> float | None:
+        node = self.view.nodes.get(name)
+        return None if node is None else node.heartbeat
+
+    def fresh_until(self, name: str) -> float | None:
+        """When the node's devices go stale unless its heartbeat moves (None: never, or
+        already stale without a heartbeat)."""
+        node = self.view.nodes.get(name)
+        timeout = self.view.inventory_timeout_s
+        if timeout is None or node is None or node.inventory is None or node.heartbeat is None:
+            return None
+        return node.heartbeat + timeout
+
+    def namespace_quota(self, namespace: str) -> object:
+        """What Fit's quota check reads of the namespace (None when no quota limits it)."""
+        if not self.view.quota.has_limits(namespace):
+            return None
+        return tuple(sorted(self.view.quota.usage(namespace).items()))

@@ -1,0 +1,41 @@
+"""The preemption room: kube-scheduler's DefaultPreemption rules as pure functions
+over an abstract "does the preemptor fit with these pods removed" (``preemption``: priority,
+eligible victims, the fewest victims, the node picked) and PodDisruptionBudgets as it reads
+them (``disruption``).
+
+The candidate loops that call these rules are in the cycle (``cycle.decision`` for
+annotation pods, ``cycle.claim_preemption`` for claims) until one walk serves both
+(issue 45). Others use what ``__all__`` names.
+"""
+
+from vgpu_operator.scheduling.preemption.disruption import Budget, blocking_budgets, covered
+from vgpu_operator.scheduling.preemption.preemption import (
+    Candidate,
+    Occupant,
+    Victims,
+    blocked_message,
+    candidate_limit,
+    eligible,
+    identity,
+    pick_node,
+    priority_of,
+    select_victims,
+    victims_key,
+)
+
+__all__ = [
+    "Budget",
+    "Candidate",
+    "Occupant",
+    "Victims",
+    "blocked_message",
+    "blocking_budgets",
+    "candidate_limit",
+    "covered",
+    "eligible",
+    "identity",
+    "pick_node",
+    "priority_of",
+    "select_victims",
+    "victims_key",
+]
