@@ -300,7 +300,7 @@ def test_the_mix_takes_a_census_and_moves_its_version_only_when_weights_do() -> 
     assert mix.version == version + 1
     assert mix.classes == learned  # what was learned (the metric) is unchanged
     weights = {k: w for w, k in mix.weighted}
-    assert weights[T4_WHOLE] == pytest.approx(4 * dict((k, w) for w, k in learned)[T4_WHOLE])
+    assert weights[T4_WHOLE] == pytest.approx(4 * {k: w for w, k in learned}[T4_WHOLE])
 
 
 def test_a_pod_that_takes_any_card_leaves_the_scarce_model_to_the_pods_that_need_it() -> None:
