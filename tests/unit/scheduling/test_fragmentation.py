@@ -324,7 +324,7 @@ def test_a_pod_that_takes_any_card_leaves_the_scarce_model_to_the_pods_that_need
     for i in range(4):
         dead.gpu(f"D{i}", health=False)
     state = cluster(t4, a100, dead, config=config)
-    mix = state.cycle.placer.mix  # type: ignore[attr-defined]
+    mix = state.cycle.placer.mix
     for _ in range(400):
         mix.observe(ANY_PAIR)
     for _ in range(300):
