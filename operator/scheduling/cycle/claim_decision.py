@@ -24,6 +24,7 @@ from typing import Any
 from vgpu_operator import names
 from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling.books import pod_entries
 from vgpu_operator.scheduling.books.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
 from vgpu_operator.scheduling.cel import claim_cel
@@ -42,7 +43,6 @@ from vgpu_operator.scheduling.dialects.claims import (
 )
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.policies import policies
-from vgpu_operator.scheduling.preemption import preemption
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 
 
@@ -221,19 +221,7 @@ class ClaimDialect:
             )
         self.books.hold_decided(key, node.name, decided)
         self.books.add_pod(
-            PodEntry(
-                key=key,
-                namespace=job.namespace,
-                node=node.name,
-                requests=job.resources,
-                devices={},
-                bookings={},
-                reserved=True,
-                # Read by preemption once bound, before the bound copy comes back.
-                priority=preemption.priority_of(pod),
-                labels=dict((pod.get("metadata") or {}).get("labels") or {}),
-                uid=consumer["uid"],
-            )
+            pod_entries.reservation(key, job, pod, node.name, {}, uid=consumer["uid"])
         )
         return ClaimPlacement(node.name, tuple(writes), None, outcome.card_scores, scores)
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.books import claim_ledger, group_victims
-from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry
+from vgpu_operator.scheduling.books import claim_ledger, group_victims, pod_entries
+from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
 from vgpu_operator.scheduling.cycle import node_gate
 from vgpu_operator.scheduling.cycle.claim_decision import ClaimDialect
@@ -465,20 +465,7 @@ def hold(
     books.hold_decided(
         key, node, {c.key: (c.namespace, picks[c.key]) for c in wanted.pending if c.key in picks}
     )
-    books.add_pod(
-        PodEntry(
-            key=key,
-            namespace=job.namespace,
-            node=node,
-            requests=job.resources,
-            devices={},
-            bookings={},
-            reserved=True,
-            priority=preemption.priority_of(pod),
-            labels=dict((pod.get("metadata") or {}).get("labels") or {}),
-            uid=consumer(pod)["uid"],
-        )
-    )
+    books.add_pod(pod_entries.reservation(key, job, pod, node, {}, uid=consumer(pod)["uid"]))
 
 
 def victims_remain(view: BooksView, nomination: Nomination) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 
 from vgpu_operator.devices import dra, model
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling.books import allocation_gate, group_victims
+from vgpu_operator.scheduling.books import group_victims, pod_entries
 from vgpu_operator.scheduling.books.books import DEFAULT_NOMINATION_TIMEOUT_S, Books
 from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
@@ -248,21 +248,10 @@ class Cycle:
         node, outcome = found
         node_scores = self._candidate_scores(job, now, found, tried) if explain else {}
         annotations = binding.hami_annotations(self.view, node.name, outcome, now)
-        devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
-        entry = PodEntry(
-            key=read.key,
-            namespace=job.namespace,
-            node=node.name,
-            requests=job.resources,
-            devices=devices,
-            bookings=placement.collapse(devices, job.init_count),
-            reserved=True,
-            priority=read.priority,
-            labels=dict((read.subject.get("metadata") or {}).get("labels") or {}),
-            # Its Binding says bind-phase allocating: once bound, the node's gate is shut,
-            # timed from the Binding's answer (``confirm``), not from this decision.
-            allocating_since=allocation_gate.UNTIMED if any(devices.values()) else None,
+        entry = pod_entries.reservation(
+            read.key, job, read.subject, node.name, outcome.devices, binding=True
         )
+        devices = entry.devices
         self.books.add_pod(entry)
         return Decision(
             read.key,
@@ -439,18 +428,8 @@ class Cycle:
         self.books.nominate(
             key, Nomination(chosen.node, victims, now + self.settings.nomination_timeout_s)
         )
-        devices = {v: pd for v, pd in outcome.devices.items() if any(pd)}
-        entry = PodEntry(
-            key=key,
-            namespace=job.namespace,
-            node=chosen.node,
-            requests=job.resources,
-            devices=devices,
-            bookings=placement.collapse(devices, job.init_count),
-            reserved=True,
-            priority=preemption.priority_of(pod),
-            labels=dict((pod.get("metadata") or {}).get("labels") or {}),
-        )
+        entry = pod_entries.reservation(key, job, pod, chosen.node, outcome.devices)
+        devices = entry.devices
         self.books.add_pod(entry)
         # Victims a budget covers first: if the Eviction API refuses one (its budget
         # changed since it was read), none of the others has been evicted yet.
