@@ -10,7 +10,7 @@ search on up to 100 candidate nodes and the choice) nominates a node and its vic
 ``cancel_preemption`` then gives the hold back, so that every repetition sees the same
 cluster. Timed in wall time and in the thread's CPU time (which other processes on a
 shared machine do not inflate). Twice: as a pod's next attempt (its verdict kept: only
-the nodes changed since are fitted again, ``claim_verdicts``) and with verdicts off, as
+the nodes changed since are fitted again) and with verdicts off, as
 a pod's first attempt is (the claims fitted on every node).
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.cycle import claim_preemption
+from vgpu_operator.scheduling.cycle import preempting
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 CARDS = 8
@@ -128,7 +128,7 @@ def _case(nodes: int, verdicts: bool = True) -> dict[str, Any]:
     walls: list[float] = []
     cpus: list[float] = []
     searches: list[float] = []
-    choose = claim_preemption.choose
+    choose = preempting.choose
 
     def timed(*args: Any) -> Any:
         started = time.thread_time()
@@ -137,7 +137,7 @@ def _case(nodes: int, verdicts: bool = True) -> dict[str, Any]:
         finally:
             searches.append((time.thread_time() - started) * 1000)
 
-    claim_preemption.choose = timed  # type: ignore[assignment]
+    preempting.choose = timed  # type: ignore[assignment]
     victims = 0
     try:
         for attempt in range(WARMUP + RUNS):
@@ -154,7 +154,7 @@ def _case(nodes: int, verdicts: bool = True) -> dict[str, Any]:
             else:
                 searches.pop()
     finally:
-        claim_preemption.choose = choose  # type: ignore[assignment]
+        preempting.choose = choose  # type: ignore[assignment]
     return {
         "case": f"dra preemption, {nodes} nodes ({victims} victims), "
         + ("verdict kept" if verdicts else "every node fitted"),

@@ -167,9 +167,13 @@ class Books:
         self._nominations[key] = nomination
         self._preempted.update(nomination.victims)
 
-    def release_decided(self, key: PodKey) -> None:
-        """A DRA decision given up: the holds it made go (``claim_books``)."""
-        self.claims.release_decided(key)
+    def take_decided(self, key: PodKey) -> tuple[object, ...]:
+        """A DRA decision given up: the holds it made go; ``restore_decided`` puts them
+        back (a preemptor that still waits for its victims: ``claim_books``)."""
+        return self.claims.take_decided(key)
+
+    def restore_decided(self, key: PodKey, taken: tuple[object, ...]) -> None:
+        self.claims.restore_decided(key, taken)
 
     def hold_decided(
         self, pod: PodKey, node: str, decided: Mapping[str, tuple[str, Sequence[Any]]]

@@ -174,6 +174,11 @@ class Outcome:
     def rejected(cls, reasons: Mapping[Reason, int]) -> Outcome:
         return cls(False, {}, Counter(reasons))
 
+    @property
+    def error(self) -> None:
+        """A Fit on annotations does not fail otherwise than by its reasons."""
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class VendorSummary:

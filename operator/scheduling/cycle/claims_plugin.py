@@ -1,0 +1,443 @@
+"""DRA's claims dialect as a plugin of the decision cycle (``plugin.Plugin``): a pod whose
+claims use this driver's DeviceClasses.
+
+The request is the pod's claims, read at each attempt (they change on their own:
+``claims.read_pod_claims``, with the special claim of a pod that asks an extended resource
+one of our classes serves, ``extended_claims``) and its Job (CPU, memory, node terms). The
+node order is the annotation dialect's ranking (each node's policy from its annotation or
+the ConfigMap, or the pod's own, best first), then the nodes it does not rank, every node
+once; under binpack the nodes where the claims fit most tightly first (``claim_best_fit``),
+under ``fragmentation`` the placer's; only their node when claims allocated already pin
+the pod. The fit is the one node gate (claims=True) and ``claim_fit`` on the node's cards
+(the node layer's restrictions, cordons, taints, quota). A request for several cards
+looks on, past the first node that fits, for one where they are linked. A reservation
+holds what the fit chose in the books until the claims come back allocated; claims
+already allocated (by anyone, or shared with other pods) are respected and only reserved
+for the pod.
+
+The reservation (``Reserved.claim_writes``) carries what the runtime writes before the
+Binding: per claim, its ``status.allocation`` (None for a claim allocated already) and the
+pod's ``reservedFor`` entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vgpu_operator import names
+from vgpu_operator.devices import dra, model, vendor
+from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling.books import pod_entries
+from vgpu_operator.scheduling.books.entries import NodeEntry, PodEntry
+from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
+from vgpu_operator.scheduling.cel import claim_cel
+from vgpu_operator.scheduling.cycle import node_gate
+from vgpu_operator.scheduling.cycle.claims_freeing import ClaimsFreeing
+from vgpu_operator.scheduling.cycle.fragmentation_order import Placer
+from vgpu_operator.scheduling.cycle.plugin import Reserved, Room, Unread, job_in_room
+from vgpu_operator.scheduling.cycle.pod_read import PodRead
+from vgpu_operator.scheduling.cycle.verdicts import failure_of
+from vgpu_operator.scheduling.dialects.annotation import placement
+from vgpu_operator.scheduling.dialects.claims import (
+    claim_best_fit,
+    claim_fit,
+    claim_mig,
+    claim_routing,
+    claim_wire,
+    claims,
+    dra_pool,
+    extended_claims,
+)
+from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.scheduling.policies import policies
+from vgpu_operator.scheduling.status import NodeFailure, Reason
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimsRequest:
+    """What a pod on the DRA path asks, read at one attempt."""
+
+    #: The pod as decided: with its special claim named, if it gets one.
+    pod: Mapping[str, Any]
+    #: Its CPU, memory and node terms, its namespace's quota (the pod read once).
+    job: placement.Job
+    wanted: claims.PodClaims
+    special: extended_claims.Special | None = None
+
+    @property
+    def shape(self) -> str:
+        """What of the claims decides where they fit (their requests, and for claims
+        allocated already their node): added to the pod's shape (``shapes``)."""
+        read = [
+            (
+                c.requests,
+                c.match_attributes,
+                c.config,
+                c.whole_devices,
+                c.allocated_node,
+                c.choices,
+                c.distinct_attributes,
+            )
+            for c in self.wanted.claims
+        ]
+        return "+claims:" + hashlib.blake2b(repr(read).encode(), digest_size=16).hexdigest()
+
+
+class ClaimsPlugin:
+    """The claims dialect (see the module docstring)."""
+
+    name = "claims"
+    #: A claim shared by several pods is released only when all of them go: preemption
+    #: walks each card's holders alone too (``preempting.select_victims``).
+    per_card_victims = True
+
+    def __init__(self, books: BooksWriter, placer: Placer | None = None) -> None:
+        self.books = books
+        #: The ``fragmentation`` node policy's walk (None: the policy orders as binpack).
+        self.placer = placer
+        #: Typed as the read view: every read goes through it.
+        self.view: BooksView = books
+
+    # --- the request ----------------------------------------------------------------------
+    def request(self, read: PodRead) -> ClaimsRequest | Unread:
+        """The pod's claims as the books hold them now, or why they cannot be read (a
+        claim not made yet is a wait for it)."""
+        if read.job is None:
+            return Unread(read.error)
+        pod, objects = read.source, self.view.claims.objects
+        special: extended_claims.Special | None = None
+        resources = self.extended_resources()
+        if extended_claims.asks(pod, resources):
+            try:
+                special = extended_claims.special(pod, resources, objects, self.view.vendors)
+            except extended_claims.Refusal as exc:
+                return Unread(str(exc))
+            pod, objects = extended_claims.with_special(pod, objects, special)
+        try:
+            wanted = claims.read_pod_claims(
+                pod, objects, self.view.claims.classes, self.view.claims.selector_cache
+            )
+        except claims.Waiting as exc:
+            return Unread(str(exc), waits_for_claims=True)
+        except (claims.Refusal, CodecError) as exc:
+            return Unread(str(exc))
+        return ClaimsRequest(pod, read.job, wanted, special)
+
+    def shape(self, request: ClaimsRequest) -> str:
+        return request.shape
+
+    def extended_resources(self) -> dict[str, str]:
+        """Extended resource -> our DeviceClass serving it (``extended_claims``)."""
+        return extended_claims.mapping(
+            (c.name, c.extended_resource_name)
+            for c in self.view.claims.classes.values()
+            if c.name in claim_routing.OUR_CLASSES and c.name != dra.MIG_CLASS
+        )
+
+    # --- the walk -------------------------------------------------------------------------
+    def order(self, request: ClaimsRequest, only: set[str] | None) -> list[NodeEntry]:
+        """The candidates (``only``: those of them); under binpack, where the claims fit
+        most tightly first (``claim_best_fit``); under ``fragmentation``, the placer's."""
+        job, wanted = request.job, request.wanted
+        ranked = self._claim_candidates(job, wanted.node)
+        if only is not None:
+            ranked = [n for n in ranked if n.name in only]
+        if wanted.node is not None or not wanted.pending:
+            return ranked
+        default = self.view.config.scheduler.node_scheduler_policy
+        if self.placer is not None and self.placer.walks_nodes(job, default):
+            for node in ranked:
+                self.view.refresh(node)
+            requests = [r for c in wanted.pending for r in c.requests]
+            return self.placer.order_claims(pod_key(job.pod), job, ranked, requests)
+        if not self._binpacking(job, ranked):
+            return ranked
+        for node in ranked:
+            self.view.refresh(node)
+        # MIG instances are placed by counters (``claim_mig``): no card measure.
+        requests = [r for c in wanted.pending if not claim_mig.is_mig(c) for r in c.requests]
+        if not requests:
+            return ranked
+        return claim_best_fit.tightest_first(ranked, lambda n: n.cards, requests)
+
+    def _binpacking(self, job: placement.Job, nodes: list[NodeEntry]) -> bool:
+        """Whether binpack ranks these nodes: the pod's node policy, else each node's own."""
+        if job.pod_node_policy is not None:
+            return job.pod_node_policy == policies.BINPACK
+        default = self.view.config.scheduler.node_scheduler_policy
+        return all((n.layer.node_policy or default) == policies.BINPACK for n in nodes)
+
+    def _claim_candidates(self, job: placement.Job, pinned: str | None) -> list[NodeEntry]:
+        """Nodes in the order the annotation path would try them (best-ranked first),
+        every node once; only ``pinned`` when allocated claims fix the node."""
+        if pinned is not None:
+            node = self.view.nodes.get(pinned)
+            return [] if node is None else [node]
+        self.view.rerank()
+        ranking = self.view.ranking(job.pod_node_policy)
+        ranked = [self.view.nodes[name] for _score, _order, name in ranking]
+        seen = {n.name for n in ranked}
+        rest = [n for n in self.view.nodes.values() if n.name not in seen]
+        rest.sort(key=lambda n: n.order)
+        return [*ranked, *rest]
+
+    def may_fit(self, node: NodeEntry, request: ClaimsRequest) -> bool:
+        return True
+
+    def fit(
+        self, node: NodeEntry, request: ClaimsRequest, now: float, room: Room | None = None
+    ) -> claim_fit.ClaimsOutcome:
+        if room is None:
+            return self._fit_claims_on(node, request.job, request.wanted, now)
+        job = job_in_room(request.job, room)
+        return self._fit_claims_on(
+            node, job, request.wanted, now, room.cards, room.leaving, room.instances
+        )
+
+    def settles(
+        self, node: NodeEntry, request: ClaimsRequest, fit: claim_fit.ClaimsOutcome
+    ) -> bool:
+        """A request for several cards looks on, past the first node that fits, for one
+        where they are linked (the first such node wins; else the first that fits)."""
+        wanted = request.wanted
+        wants_links = any(r.count > 1 for c in wanted.pending for r in c.requests)
+        return not wants_links or _linked(fit, node.pair_scores)
+
+    def judge(self, name: str, request: ClaimsRequest, now: float) -> NodeFailure | None:
+        """Why the claims do not fit node ``name`` now (None: they may; also when they
+        cannot be judged without a CEL verdict still being computed)."""
+        node = self.view.nodes.get(name)
+        wanted = request.wanted
+        if node is None or (wanted.node is not None and name != wanted.node):
+            return NodeFailure({Reason.NODE_NOT_CLAIMS_NODE: 1})
+        outcome = self._fit_claims_on(node, request.job, wanted, now)
+        if outcome.ok or outcome.error is not None:
+            return None
+        return failure_of(outcome)
+
+    # --- preemption -----------------------------------------------------------------------
+    def freeing(self, node: NodeEntry, request: ClaimsRequest, now: float) -> ClaimsFreeing:
+        return ClaimsFreeing(self.view, node)
+
+    def one_card(self, request: ClaimsRequest) -> tuple[int, int] | None:
+        """The request's memory (MiB) and cores when the pod asks one card (one claim to
+        allocate, one request of count 1, no constraint, no MIG instance) and no quota
+        limits it: then each card is judged alone by arithmetic first."""
+        pending = request.wanted.pending
+        if len(pending) != 1 or pending[0].match_attributes or len(pending[0].requests) != 1:
+            return None
+        if claim_mig.is_mig(pending[0]):
+            return None  # an instance is fitted by counters, not by a card's free room
+        job = request.job
+        [wanted] = pending[0].requests
+        if wanted.count != 1 or job.quota.has_limits(job.namespace):
+            return None
+        memory = int(-(-wanted.capacity.get(dra.MEMORY, 0) // dra.MIB))
+        return memory, int(-(-wanted.capacity.get(dra.CORES, 0) // 1))
+
+    def taken_on_card(self, fit: claim_fit.ClaimsOutcome) -> tuple[int, int, int]:
+        [picks] = fit.picks.values()
+        need = picks[0].consumption
+        return need.memory_mib, need.cores, need.slots
+
+    # --- reserve --------------------------------------------------------------------------
+    def reserve(
+        self,
+        key: PodKey,
+        request: ClaimsRequest,
+        node: NodeEntry,
+        fit: claim_fit.ClaimsOutcome,
+        now: float,
+        nominated: bool,
+    ) -> Reserved:
+        """Hold what the pod gets on ``node`` until its claims come back allocated (or, for
+        a preemptor, until its victims and their claims are gone) and, when placed, say
+        what to write on its claims."""
+        pod, wanted = request.pod, request.wanted
+        consumer = claim_wire.consumer(pod)
+        decided = {
+            c.key: (c.namespace, fit.picks[c.key]) for c in wanted.pending if c.key in fit.picks
+        }
+        self.books.hold_decided(key, node.name, decided)
+        entry = pod_entries.reservation(key, request.job, pod, node.name, {}, uid=consumer["uid"])
+        self.books.add_pod(entry)
+        if nominated:
+            return Reserved()
+        writes = self._writes(request, node, fit, consumer)
+        scores = {dra.VENDOR: (fit.card_scores,)} if fit.card_scores else {}
+        return Reserved(card_scores=scores, claim_writes=writes)
+
+    def _writes(
+        self,
+        request: ClaimsRequest,
+        node: NodeEntry,
+        fit: claim_fit.ClaimsOutcome,
+        consumer: Mapping[str, str],
+    ) -> tuple[claim_wire.ClaimWrite, ...]:
+        """What to write on the pod's claims before its Binding."""
+        writes: list[claim_wire.ClaimWrite] = []
+        special = request.special
+        for claim in request.wanted.claims:
+            reserved = any(r.get("uid") == consumer["uid"] for r in claim.reserved_for)
+            allocation = None
+            if claim.allocated_node is None:
+                picks = fit.picks[claim.key]
+                allocation = claim_wire.allocation(
+                    claim, node.name, picks, self.view.claims.classes
+                )
+            elif reserved and not _status_missing(request.pod, claim.name, special):
+                continue
+            create: Mapping[str, Any] | None = None
+            pod_status: Mapping[str, Any] | None = None
+            if special is not None and claim.name == special.name:
+                create = special.claim if special.new else None
+                pod_status = special.status
+            writes.append(
+                claim_wire.ClaimWrite(
+                    claim.namespace,
+                    claim.name,
+                    claim.uid,
+                    claim.resource_version,
+                    allocation,
+                    consumer,
+                    create=create,
+                    pod_status=pod_status,
+                )
+            )
+        return tuple(writes)
+
+    def _fit_claims_on(
+        self,
+        node: NodeEntry,
+        job: placement.Job,
+        wanted: claims.PodClaims,
+        now: float,
+        cards: list[model.DeviceUsage] | None = None,
+        leaving: Sequence[PodEntry] = (),
+        released: Sequence[str] = (),
+    ) -> claim_fit.ClaimsOutcome:
+        self.view.refresh(node)
+        timeout = self.view.inventory_timeout_s
+        refused = node_gate.check(node, job, now, timeout, claims=True, leaving=leaving)
+        if refused is not None:
+            return claim_fit.ClaimsOutcome(False, reasons=_one(refused))
+        pool = self.view.claims.pool_of(node.name)
+        if pool is None and self.view.claims.mig_of(node.name) is None:
+            return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
+        if not wanted.pending:
+            return claim_fit.ClaimsOutcome(True)
+        mig = [c for c in wanted.pending if claim_mig.is_mig(c)]
+        if mig:
+            # MIG claims take instances by counters (``claim_mig``), the rest cards.
+            try:
+                placed = claim_mig.fit_mig_claims(
+                    job,
+                    mig,
+                    self.view.claims.mig_of(node.name),
+                    _less(self.view.claims.held_devices(node.name), released),
+                    self.view.claims.selector_cache,
+                )
+            except claim_cel.CelRuntimeError as exc:
+                return claim_fit.ClaimsOutcome(False, error=str(exc))
+            rest = [c for c in wanted.pending if not claim_mig.is_mig(c)]
+            if not placed.ok or not rest:
+                return placed
+            if pool is None:
+                return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
+            instances = [(p.consumption.memory_mib, 0) for ps in placed.picks.values() for p in ps]
+            others = self._fit_cards(node, job, rest, pool, cards, instances)
+            others.picks.update(placed.picks)
+            return others
+        if pool is None:
+            return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
+        return self._fit_cards(node, job, wanted.pending, pool, cards)
+
+    def _fit_cards(
+        self,
+        node: NodeEntry,
+        job: placement.Job,
+        pending: Sequence[claims.Claim],
+        pool: dra_pool.Pool,
+        cards: list[model.DeviceUsage] | None,
+        earlier: Sequence[tuple[int, int]] = (),
+    ) -> claim_fit.ClaimsOutcome:
+        """The claims of shared and exclusive classes on the node's cards (``earlier``:
+        what the pod's MIG instances take, for the quota)."""
+        # A DRA card is named by its device name, the UUID lower-cased: cordons and the
+        # node layer's UUID restrictions name UUIDs.
+        cordon_note = node.facts.annotations.get(names.NODE_DEVICE_CORDON)
+        cordoned = frozenset(
+            c.lower() for c in (*node.inventory_cordoned, *vendor.split_list(cordon_note))
+        )
+        spec = self.view.vendors.spec(dra.VENDOR)
+        uuid_keys = (spec.use_uuid_annotation, spec.nouse_uuid_annotation)
+        layer = dataclasses.replace(
+            node.layer,
+            restrictions={
+                k: v.lower() if k in uuid_keys else v for k, v in node.layer.restrictions.items()
+            },
+        )
+        return claim_fit.fit_claims(
+            job,
+            pending,
+            pool,
+            node.cards if cards is None else cards,
+            node.pair_scores,
+            cordoned,
+            layer,
+            self.view.claims.selector_cache,
+            earlier,
+        )
+
+
+def _status_missing(
+    pod: Mapping[str, Any], claim: str, special: extended_claims.Special | None
+) -> bool:
+    """Whether ``claim`` is the pod's special claim, reserved for it already (an attempt
+    cut short before its Binding, e.g. by a restart) but not named in its status yet."""
+    if special is None or claim != special.name:
+        return False
+    written = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    return bool(written.get("resourceClaimName") != claim)
+
+
+def _linked(outcome: claim_fit.ClaimsOutcome, pair_scores: model.PairScores) -> bool:
+    """Whether every request's cards are linked to each other (a positive pair score)."""
+    for picks in outcome.picks.values():
+        by_request: dict[str, list[str]] = {}
+        for pick in picks:
+            by_request.setdefault(pick.request, []).append(pick.device.name)
+        for cards in by_request.values():
+            for i, card in enumerate(cards):
+                for other in cards[i + 1 :]:
+                    score = max(
+                        (pair_scores.get(card) or {}).get(other, 0),
+                        (pair_scores.get(other) or {}).get(card, 0),
+                    )
+                    if score <= 0:
+                        return False
+    return True
+
+
+def _one(reason: Reason) -> Counter[Reason]:
+    return Counter({reason: 1})
+
+
+def _less(held: Sequence[str], released: Sequence[str]) -> list[str]:
+    """``held`` with one occurrence of each of ``released`` taken out (a device held by
+    two claims still holds when only one of them is released)."""
+    if not released:
+        return list(held)
+    left = Counter(released)
+    out = []
+    for name in held:
+        if left[name] > 0:
+            left[name] -= 1
+        else:
+            out.append(name)
+    return out
