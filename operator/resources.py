@@ -72,6 +72,20 @@ class MigInstance(_Wire):
     memory_mib: int | None = Field(None, alias="memoryMiB", ge=0)
     gpu_instance_id: int | None = Field(None, alias="gpuInstanceId", ge=0)
     compute_instance_id: int | None = Field(None, alias="computeInstanceId", ge=0)
+    placement_start: int | None = Field(
+        None,
+        alias="placementStart",
+        ge=0,
+        le=7,
+        description="The first memory slice its GPU instance holds (NVML's placement).",
+    )
+    placement_size: int | None = Field(
+        None,
+        alias="placementSize",
+        ge=1,
+        le=8,
+        description="How many memory slices its GPU instance holds.",
+    )
 
 
 class Link(_Wire):

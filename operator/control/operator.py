@@ -147,13 +147,16 @@ class Operator:
         )
         # Gangs: PodGroups watched, a group's members decided together (gang_runtime).
         self.pod_groups = gang_runtime.PodGroupStore(
-            on_change=self._wake_group, single_groups=self.state.books.single_groups
+            on_change=self._wake_group,
+            single_groups=self.state.books.single_groups,
+            group_claims=self.state.books.group_claims,
         )
         self.gangs = gang_runtime.GangRuntime(
             self.state,
-            self.feed.unbound_pods,
+            self.feed.group_members,
             lambda: self.feed.scheduler_name,
             self.pod_groups,
+            self.feed.bound_members,
         )
         self.worker = worker.SchedulingWorker(
             self.state,
@@ -181,6 +184,7 @@ class Operator:
             write_group_condition=self._write_group_condition,
         )
         self.feed.on_settled = self.worker.node_settled
+        self.feed.queue_priority = self.pod_groups.queue_priority
         self.deferred.busy = self.worker.busy
         self.admission = admission.PodAdmission(self.state, api, metrics)
         self.watches = watching.Watches(
@@ -304,7 +308,9 @@ class Operator:
         assert self.options.kueue_check is not None
         return admission_checks.PlaceableController(
             self.api,
-            placeable_check.PlaceableCheck(self.state, hold_s=self.options.kueue_check.hold_s),
+            placeable_check.PlaceableCheck(
+                self.state, hold_s=self.options.kueue_check.hold_s, pod_groups=self.pod_groups.get
+            ),
             self.options.kueue_check,
             decides=lambda: self._is_leader() and self.synced,
             on_released=self.feed.settle_releases,
@@ -366,10 +372,12 @@ class Operator:
         return self.worker.synced.is_set()
 
     def _wake_group(self, group: str) -> None:
-        """A PodGroup changed (created, minCount lowered): its waiting members try again."""
-        for pod in self.feed.unbound_pods():
-            if gang_runtime.GangRuntime.group_of(pod) == group:
-                self.queue.wake_one(pod_key(pod))
+        """A PodGroup changed (created, minCount lowered, its class): its waiting members
+        take their priority from it and try again."""
+        for pod in self.feed.group_members(group):
+            key = pod_key(pod)
+            self.queue.set_priority(key, self.pod_groups.queue_priority(pod))
+            self.queue.wake_one(key)
 
     async def _write_group_condition(self, group: str, condition: Mapping[str, object]) -> None:
         namespace, _, name = group.partition("/")

@@ -456,6 +456,7 @@ class ControlPlane:
         *,
         frameworks: Sequence[str] = ("batch/job", "pod"),
         feature_gates: str = "VisibilityOnDemand=false",
+        device_class_mappings: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """Install Kueue's CRDs and webhook configurations and start its controller manager
         (``make kueue``; ``testing/kueue.py`` says how its webhooks and certificates are
@@ -499,6 +500,7 @@ class ControlPlane:
                         health_port=health_port,
                         cert_dir=cert_dir,
                         frameworks=frameworks,
+                        device_class_mappings=device_class_mappings or {},
                     )
                 )
             )

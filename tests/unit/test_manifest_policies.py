@@ -23,7 +23,12 @@ from vgpu_operator.scheduling.dialects.claims import claim_admission
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
 
-POLICY_FILES = ("allocation-record-policy.yaml", "gpu-pod-policy.yaml", "claim-policy.yaml")
+POLICY_FILES = (
+    "allocation-record-policy.yaml",
+    "gpu-pod-policy.yaml",
+    "claim-policy.yaml",
+    "pod-group-policy.yaml",
+)
 
 
 def _docs(name: str) -> list[dict[str, Any]]:

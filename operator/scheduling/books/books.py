@@ -20,13 +20,9 @@ from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.scheduling import node_annotations, node_basics
 from vgpu_operator.scheduling.books import changes, claim_books, node_register, pod_entries
 from vgpu_operator.scheduling.books.allocation_book import Allocations
-from vgpu_operator.scheduling.books.entries import (
-    NodeEntry,
-    Nomination,
-    PodEntry,
-    is_dra_node,
-)
+from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry, is_dra_node
 from vgpu_operator.scheduling.books.gate_book import GateBook
+from vgpu_operator.scheduling.books.group_claims import GroupClaims
 from vgpu_operator.scheduling.books.ranking import RankIndex
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import dra_pool
@@ -68,6 +64,8 @@ class Books:
         self._dirty: set[str] = set()
         self._budgets: dict[tuple[str, str], disruption.Budget] = {}
         self.single_groups: set[str] = set()  # PodGroups of disruptionMode single (group_victims)
+        #: PodGroups that name claims of their own (``group_claims``), by namespace/name.
+        self.group_claims: dict[str, GroupClaims] = {}
         #: Preemptors waiting for their victims, with the hold on the freed shares.
         self._nominations: dict[PodKey, Nomination] = {}
         #: Victims of a preemption whose deletion has not been seen yet.

@@ -25,6 +25,7 @@ from vgpu_operator.scheduling import node_basics
 from vgpu_operator.scheduling.books import changes
 from vgpu_operator.scheduling.books.books import Books
 from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry
+from vgpu_operator.scheduling.books.group_claims import GroupClaims
 from vgpu_operator.scheduling.books.view import ClaimReads
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.mig import mig_records
@@ -165,6 +166,10 @@ class Overlay:
     @property
     def single_groups(self) -> Collection[str]:
         return self._live.single_groups
+
+    @property
+    def group_claims(self) -> Mapping[str, GroupClaims]:
+        return self._live.group_claims
 
     def is_preempted(self, key: PodKey) -> bool:
         if key in self._preempted:

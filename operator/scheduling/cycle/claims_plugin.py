@@ -26,13 +26,13 @@ import dataclasses
 import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling.books import pod_entries
+from vgpu_operator.scheduling.books import group_claims, pod_entries
 from vgpu_operator.scheduling.books.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
 from vgpu_operator.scheduling.cel import claim_cel
@@ -59,6 +59,20 @@ from vgpu_operator.scheduling.status import NodeFailure, Reason
 
 
 @dataclass(frozen=True, slots=True)
+class Sharing:
+    """The pod's group claims (``group_claims``): its PodGroup, the claims that are the
+    group's, and those another member's decision is allocating."""
+
+    group: group_claims.GroupClaims | None = None
+    keys: frozenset[str] = frozenset()
+    pinned: frozenset[str] = frozenset()
+
+    def consumer_of(self, key: str, own: Mapping[str, str]) -> Mapping[str, str]:
+        """Who the claim ``key`` is reserved for: the group for a group claim."""
+        return self.group.consumer() if self.group is not None and key in self.keys else own
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimsRequest:
     """What a pod on the DRA path asks, read at one attempt."""
 
@@ -68,6 +82,9 @@ class ClaimsRequest:
     job: placement.Job
     wanted: claims.PodClaims
     special: extended_claims.Special | None = None
+    #: Its group claims, reserved for its PodGroup (a group claim another member's
+    #: decision is allocating is read as allocated where that decision put it).
+    sharing: Sharing = field(default_factory=Sharing)
 
     @property
     def shape(self) -> str:
@@ -122,11 +139,15 @@ class ClaimsPlugin:
             wanted = claims.read_pod_claims(
                 pod, objects, self.view.claims.classes, self.view.claims.selector_cache
             )
+            group = group_claims.of_pod(pod, self.view.group_claims)
+            shared = frozenset() if group is None else group_claims.claim_keys(pod, group[1])
+            wanted, pinned = group_claims.pin_to_decided(wanted, shared, read.key, self.view.claims)
         except claims.Waiting as exc:
             return Unread(str(exc), waits_for_claims=True)
         except (claims.Refusal, CodecError) as exc:
             return Unread(str(exc))
-        return ClaimsRequest(pod, read.job, wanted, special)
+        sharing = Sharing(None if group is None else group[0], shared, pinned)
+        return ClaimsRequest(pod, read.job, wanted, special, sharing)
 
     def shape(self, request: ClaimsRequest) -> str:
         return request.shape
@@ -259,16 +280,17 @@ class ClaimsPlugin:
         a preemptor, until its victims and their claims are gone) and, when placed, say
         what to write on its claims."""
         pod, wanted = request.pod, request.wanted
-        consumer = claim_wire.consumer(pod)
+        own = claim_wire.consumer(pod)
         decided = {
             c.key: (c.namespace, fit.picks[c.key]) for c in wanted.pending if c.key in fit.picks
         }
         self.books.hold_decided(key, node.name, decided)
-        entry = pod_entries.reservation(key, request.job, pod, node.name, {}, uid=consumer["uid"])
+        # Read by preemption once bound, before the bound copy comes back.
+        entry = pod_entries.reservation(key, request.job, pod, node.name, {}, uid=own["uid"])
         self.books.add_pod(entry)
         if nominated:
             return Reserved()
-        writes = self._writes(request, node, fit, consumer)
+        writes = self._writes(request, node, fit, own)
         scores = {dra.VENDOR: (fit.card_scores,)} if fit.card_scores else {}
         return Reserved(card_scores=scores, claim_writes=writes)
 
@@ -277,13 +299,18 @@ class ClaimsPlugin:
         request: ClaimsRequest,
         node: NodeEntry,
         fit: claim_fit.ClaimsOutcome,
-        consumer: Mapping[str, str],
+        own: Mapping[str, str],
     ) -> tuple[claim_wire.ClaimWrite, ...]:
-        """What to write on the pod's claims before its Binding."""
+        """What to write on the pod's claims before its Binding (a group claim is reserved
+        for the PodGroup, not the pod: ``group_claims``)."""
         writes: list[claim_wire.ClaimWrite] = []
-        special = request.special
+        special, sharing = request.special, request.sharing
         for claim in request.wanted.claims:
+            consumer = sharing.consumer_of(claim.key, own)
             reserved = any(r.get("uid") == consumer["uid"] for r in claim.reserved_for)
+            if claim.key in sharing.pinned:
+                writes.append(_awaiting(claim, consumer))
+                continue
             allocation = None
             if claim.allocated_node is None:
                 picks = fit.picks[claim.key]
@@ -393,6 +420,18 @@ class ClaimsPlugin:
             self.view.claims.selector_cache,
             earlier,
         )
+
+
+def _awaiting(claim: claims.Claim, consumer: Mapping[str, str]) -> claim_wire.ClaimWrite:
+    return claim_wire.ClaimWrite(
+        claim.namespace,
+        claim.name,
+        claim.uid,
+        claim.resource_version,
+        None,
+        consumer,
+        awaits_allocation=True,
+    )
 
 
 def _status_missing(

@@ -271,6 +271,10 @@ class ClusterState:
     def claim_object(self, key: str) -> Mapping[str, Any] | None:
         return self.books.claims.claim_object(key)
 
+    def holds_claim(self, key: str) -> bool:
+        """Whether the claim ``key`` holds shares (allocated, or a decision allocating it)."""
+        return self.books.claims.holds_claim(key)
+
     def over_committed(self, node: str, devices: Sequence[str]) -> list[str]:
         return self.books.claims.over_committed(node, devices)
 

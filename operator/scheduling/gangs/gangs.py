@@ -58,7 +58,8 @@ class GroupSpec:
     #: ``disruptionMode: all``: the group is evicted (or moved) whole or not at all.
     disruption_all: bool = False
     #: ``priority`` of a PodGroup that names a ``priorityClassName`` (admission resolves
-    #: it from the class): the priority its members preempt with; None: each member's own.
+    #: it from the class); None: no class named. It can only lower its members'
+    #: priority, never lift it (``gang_preemption.member_priority``).
     priority: int | None = None
     #: ``preemptionPolicy: Never``: the group never preempts.
     never_preempts: bool = False
@@ -98,18 +99,27 @@ def read_pod_group(obj: Mapping[str, Any]) -> GroupSpec:
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
             raise GroupError(f"PodGroup {key}: gang.minCount must be a positive integer")
         min_count = raw
-    # The API server resolves ``priority`` even for a PodGroup that names no class (the
-    # default, 0): only a PodGroup that names a class overrides its members' own.
-    priority = spec.get("priority") if spec.get("priorityClassName") else None
     return GroupSpec(
         key,
         gang,
         min_count,
         _topology_key(key, spec),
         _disruption_all(spec),
-        priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
+        class_priority(obj),
         spec.get("preemptionPolicy") == "Never",
     )
+
+
+def class_priority(obj: Mapping[str, Any]) -> int | None:
+    """The ``priority`` of a PodGroup that names a ``priorityClassName``, or None. The API
+    server resolves ``priority`` even for a PodGroup that names no class (the default,
+    0): only a PodGroup that names a class bears on its members, and then only to lower
+    their priority (``gang_preemption.member_priority``)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping) or not spec.get("priorityClassName"):
+        return None
+    priority = spec.get("priority")
+    return priority if isinstance(priority, int) and not isinstance(priority, bool) else None
 
 
 def _topology_key(key: str, spec: Mapping[str, Any]) -> str | None:

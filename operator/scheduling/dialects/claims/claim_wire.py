@@ -39,6 +39,9 @@ class ClaimWrite:
     create: Mapping[str, Any] | None = None
     #: ``status.extendedResourceClaimStatus`` to write on the pod once the claim is.
     pod_status: Mapping[str, Any] | None = None
+    #: A group claim another member's decision is allocating: nothing to write, the
+    #: Binding waits until that allocation is (``group_claims``).
+    awaits_allocation: bool = False
 
     @property
     def key(self) -> str:
