@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling.books.entries import NodeEntry
 from vgpu_operator.scheduling.books.view import BooksView
-from vgpu_operator.scheduling.cycle.plugin import Room, Unit
+from vgpu_operator.scheduling.cycle.plugin import Room, Unit, holders_by_card
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey
 
@@ -54,6 +54,9 @@ class AnnotationFreeing:
                         Unit(frozenset({key}), b.memory_mib, b.cores, b.slots)
                     )
         return out
+
+    def holders_by_card(self) -> Mapping[str, frozenset[PodKey]]:
+        return holders_by_card(self.units())
 
     def freed_claims(self, removed: frozenset[PodKey]) -> frozenset[str]:
         return frozenset()

@@ -19,7 +19,7 @@ from vgpu_operator.devices import dra
 from vgpu_operator.scheduling.books import claim_ledger
 from vgpu_operator.scheduling.books.entries import NodeEntry
 from vgpu_operator.scheduling.books.view import BooksView
-from vgpu_operator.scheduling.cycle.plugin import Room, Unit
+from vgpu_operator.scheduling.cycle.plugin import Room, Unit, holders_by_card
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey
 
@@ -44,7 +44,8 @@ class HeldClaim:
 
 
 class ClaimsFreeing:
-    """The rooms of one trial on one DRA node (``plugin.Freeing``)."""
+    """What removals free on one DRA node (``plugin.Freeing``): made from the node as it
+    is, it holds for every trial until the node changes (the claims plugin keeps it)."""
 
     def __init__(self, view: BooksView, node: NodeEntry) -> None:
         self._view = view
@@ -66,6 +67,8 @@ class ClaimsFreeing:
         mig = view.claims.mig_of(node.name)
         #: Each MIG instance's card: its holders stand in the way on that card.
         self._mig_cards = {} if mig is None else {d.name: d.card for d in mig.pool.devices}
+        self._units: dict[str, list[Unit]] | None = None
+        self._holders: Mapping[str, frozenset[PodKey]] | None = None
 
     def freed(self, removed: frozenset[PodKey]) -> list[HeldClaim]:
         """The holds released once ``removed`` have left: every holder among them."""
@@ -90,6 +93,8 @@ class ClaimsFreeing:
     def units(self) -> Mapping[str, Sequence[Unit]]:
         """Per card, what each held claim has on it, kept by its holders; a MIG instance
         is a unit of no room on its card (its holders stand in the way there)."""
+        if self._units is not None:
+            return self._units
         out: dict[str, list[Unit]] = {}
         for held in self.held:
             on: dict[str, list[placement.Booking]] = {}
@@ -104,7 +109,13 @@ class ClaimsFreeing:
                 mig_card = self._mig_cards.get(device)
                 if mig_card is not None:
                     out.setdefault(mig_card.lower(), []).append(Unit(held.holders, 0, 0, 0))
+        self._units = out
         return out
+
+    def holders_by_card(self) -> Mapping[str, frozenset[PodKey]]:
+        if self._holders is None:
+            self._holders = holders_by_card(self.units())
+        return self._holders
 
     def freed_claims(self, removed: frozenset[PodKey]) -> frozenset[str]:
         return frozenset(h.key for h in self.freed(removed))

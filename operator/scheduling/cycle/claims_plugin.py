@@ -33,6 +33,7 @@ from vgpu_operator import names
 from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.books import group_claims, pod_entries
+from vgpu_operator.scheduling.books.books import Books
 from vgpu_operator.scheduling.books.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
 from vgpu_operator.scheduling.cel import claim_cel
@@ -45,6 +46,7 @@ from vgpu_operator.scheduling.cycle.verdicts import failure_of
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import (
     claim_best_fit,
+    claim_classes,
     claim_fit,
     claim_mig,
     claim_routing,
@@ -54,7 +56,7 @@ from vgpu_operator.scheduling.dialects.claims import (
     extended_claims,
 )
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
-from vgpu_operator.scheduling.policies import policies
+from vgpu_operator.scheduling.policies import node_layer, policies
 from vgpu_operator.scheduling.status import NodeFailure, Reason
 
 
@@ -72,6 +74,10 @@ class Sharing:
         return self.group.consumer() if self.group is not None and key in self.keys else own
 
 
+#: A simple claim's one request, and the number of the key its failures are kept by.
+Classed = tuple[claims.Request, int]
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimsRequest:
     """What a pod on the DRA path asks, read at one attempt."""
@@ -85,6 +91,9 @@ class ClaimsRequest:
     #: Its group claims, reserved for its PodGroup (a group claim another member's
     #: decision is allocating is read as allocated where that decision put it).
     sharing: Sharing = field(default_factory=Sharing)
+    #: A simple claim's request and what its failures are kept by (``claim_classes``);
+    #: None: the claims are judged by full fits only.
+    classed: Classed | None = None
 
     @property
     def shape(self) -> str:
@@ -113,12 +122,24 @@ class ClaimsPlugin:
     #: walks each card's holders alone too (``preempting.select_victims``).
     per_card_victims = True
 
-    def __init__(self, books: BooksWriter, placer: Placer | None = None) -> None:
+    def __init__(
+        self, books: BooksWriter, placer: Placer | None = None, classes: bool = True
+    ) -> None:
         self.books = books
         #: The ``fragmentation`` node policy's walk (None: the policy orders as binpack).
         self.placer = placer
         #: Typed as the read view: every read goes through it.
         self.view: BooksView = books
+        #: Simple claims judged by node classes (``claim_classes``), on the live books
+        #: only (an overlay's changes are not numbered by its change log); None: every
+        #: node fitted in full (the tests compare).
+        self._classes = claim_classes.Classes() if classes and isinstance(books, Books) else None
+        #: Per node: its change, and what removals free there (``freeing``).
+        self._freeings: dict[str, tuple[object, ClaimsFreeing]] = {}
+        #: Per node: its change, its cordoned cards and layer as the claims' fit reads them.
+        self._node_inputs: dict[
+            str, tuple[object, tuple[frozenset[str], node_layer.NodeLayer, bool]]
+        ] = {}
 
     # --- the request ----------------------------------------------------------------------
     def request(self, read: PodRead) -> ClaimsRequest | Unread:
@@ -147,10 +168,21 @@ class ClaimsPlugin:
         except (claims.Refusal, CodecError) as exc:
             return Unread(str(exc))
         sharing = Sharing(None if group is None else group[0], shared, pinned)
-        return ClaimsRequest(pod, read.job, wanted, special, sharing)
+        classed = self._classed(wanted, read.job)
+        return ClaimsRequest(pod, read.job, wanted, special, sharing, classed)
 
     def shape(self, request: ClaimsRequest) -> str:
         return request.shape
+
+    def _classed(self, wanted: claims.PodClaims, job: placement.Job) -> Classed | None:
+        """A simple claim's request and its key (``claim_classes``), or None."""
+        if self._classes is None:
+            return None
+        request = claim_classes.simple_request(wanted.pending, job)
+        if request is None:
+            return None
+        key = claim_classes.request_key(request, wanted.pending[0].whole_devices, job)
+        return request, self._classes.number(key)
 
     def extended_resources(self) -> dict[str, str]:
         """Extended resource -> our DeviceClass serving it (``extended_claims``)."""
@@ -214,10 +246,19 @@ class ClaimsPlugin:
         self, node: NodeEntry, request: ClaimsRequest, now: float, room: Room | None = None
     ) -> claim_fit.ClaimsOutcome:
         if room is None:
-            return self._fit_claims_on(node, request.job, request.wanted, now)
+            return self._fit_claims_on(
+                node, request.job, request.wanted, now, classed=request.classed
+            )
         job = job_in_room(request.job, room)
         return self._fit_claims_on(
-            node, job, request.wanted, now, room.cards, room.leaving, room.instances
+            node,
+            job,
+            request.wanted,
+            now,
+            room.cards,
+            room.leaving,
+            room.instances,
+            request.classed,
         )
 
     def settles(
@@ -236,14 +277,26 @@ class ClaimsPlugin:
         wanted = request.wanted
         if node is None or (wanted.node is not None and name != wanted.node):
             return NodeFailure({Reason.NODE_NOT_CLAIMS_NODE: 1})
-        outcome = self._fit_claims_on(node, request.job, wanted, now)
+        outcome = self._fit_claims_on(node, request.job, wanted, now, classed=request.classed)
         if outcome.ok or outcome.error is not None:
             return None
         return failure_of(outcome)
 
     # --- preemption -----------------------------------------------------------------------
     def freeing(self, node: NodeEntry, request: ClaimsRequest, now: float) -> ClaimsFreeing:
-        return ClaimsFreeing(self.view, node)
+        """What removals free on ``node``: its holds read once per change of the node
+        (a victim search reads them on each of up to 100 candidate nodes)."""
+        if self._classes is None:
+            return ClaimsFreeing(self.view, node)
+        stamp = (self.view.epoch, self.view.change_log.last(node.name))
+        kept = self._freeings.get(node.name)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        made = ClaimsFreeing(self.view, node)
+        if len(self._freeings) > 4 * len(self.view.nodes) + 64:
+            self._freeings.clear()
+        self._freeings[node.name] = (stamp, made)
+        return made
 
     def one_card(self, request: ClaimsRequest) -> tuple[int, int] | None:
         """The request's memory (MiB) and cores when the pod asks one card (one claim to
@@ -347,6 +400,7 @@ class ClaimsPlugin:
         cards: list[model.DeviceUsage] | None = None,
         leaving: Sequence[PodEntry] = (),
         released: Sequence[str] = (),
+        classed: Classed | None = None,
     ) -> claim_fit.ClaimsOutcome:
         self.view.refresh(node)
         timeout = self.view.inventory_timeout_s
@@ -382,7 +436,7 @@ class ClaimsPlugin:
             return others
         if pool is None:
             return claim_fit.ClaimsOutcome(False, reasons=_one(Reason.NODE_NOT_ON_DRA_PATH))
-        return self._fit_cards(node, job, wanted.pending, pool, cards)
+        return self._fit_cards(node, job, wanted.pending, pool, cards, classed=classed)
 
     def _fit_cards(
         self,
@@ -392,24 +446,39 @@ class ClaimsPlugin:
         pool: dra_pool.Pool,
         cards: list[model.DeviceUsage] | None,
         earlier: Sequence[tuple[int, int]] = (),
+        classed: Classed | None = None,
     ) -> claim_fit.ClaimsOutcome:
         """The claims of shared and exclusive classes on the node's cards (``earlier``:
-        what the pod's MIG instances take, for the quota)."""
-        # A DRA card is named by its device name, the UUID lower-cased: cordons and the
-        # node layer's UUID restrictions name UUIDs.
-        cordon_note = node.facts.annotations.get(names.NODE_DEVICE_CORDON)
-        cordoned = frozenset(
-            c.lower() for c in (*node.inventory_cordoned, *vendor.split_list(cordon_note))
-        )
-        spec = self.view.vendors.spec(dra.VENDOR)
-        uuid_keys = (spec.use_uuid_annotation, spec.nouse_uuid_annotation)
-        layer = dataclasses.replace(
-            node.layer,
-            restrictions={
-                k: v.lower() if k in uuid_keys else v for k, v in node.layer.restrictions.items()
-            },
-        )
-        return claim_fit.fit_claims(
+        what the pod's MIG instances take, for the quota). A simple claim (``classed``) is
+        judged by its class (``claim_classes``) where a node of the same profile failed it
+        already, on the node's own cards, and on a trial's one card where one of the same
+        profile failed or took it."""
+        cordoned, layer, with_ids = self._inputs(node)
+        cache = self.view.claims.selector_cache
+        classes = self._classes if classed is not None and not earlier else None
+        found = None
+        if classes is not None and classed is not None and (cards is None or len(cards) == 1):
+            request, key = classed
+            if cards is None:
+
+                def make() -> claim_classes.Profile | None:
+                    return claim_classes.profile(
+                        pool, node.cards, cordoned, layer, request, cache, with_ids
+                    )
+
+                stamp = (self.view.epoch, self.view.change_log.last(node.name))
+                found = classes.profile_of(node.name, stamp, request, make)
+            else:  # a trial's one card: its profile afresh (what the removal freed)
+                made = claim_classes.profile(pool, cards, cordoned, layer, request, cache, with_ids)
+                found = None if made is None else classes.number(made)
+            if found is not None:
+                hit = classes.failure(key, found)
+                if hit is None and cards is not None and cards[0].id in pool.devices:
+                    device = pool.devices[cards[0].id]
+                    hit = classes.taken(key, found, pending[0].key, request.name, device)
+                if hit is not None:
+                    return hit
+        outcome = claim_fit.fit_claims(
             job,
             pending,
             pool,
@@ -417,9 +486,39 @@ class ClaimsPlugin:
             node.pair_scores,
             cordoned,
             layer,
-            self.view.claims.selector_cache,
+            cache,
             earlier,
         )
+        if classes is not None and classed is not None and found is not None:
+            classes.learn(classed[1], found, outcome, one_card=cards is not None)
+        return outcome
+
+    def _inputs(self, node: NodeEntry) -> tuple[frozenset[str], node_layer.NodeLayer, bool]:
+        """The node's cordoned cards and layer as the claims' fit reads them (a DRA card
+        is named by its device name, the UUID lower-cased: cordons and the node layer's
+        UUID restrictions name UUIDs), made once per change of the node; and whether the
+        layer restricts cards by UUID."""
+        stamp = (self.view.epoch, self.view.change_log.last(node.name))
+        kept = self._node_inputs.get(node.name)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        cordon_note = node.facts.annotations.get(names.NODE_DEVICE_CORDON)
+        cordoned = frozenset(
+            c.lower() for c in (*node.inventory_cordoned, *vendor.split_list(cordon_note))
+        )
+        spec = self.view.vendors.spec(dra.VENDOR)
+        uuid_keys = (spec.use_uuid_annotation, spec.nouse_uuid_annotation)
+        restrictions = node.layer.restrictions
+        layer = dataclasses.replace(
+            node.layer,
+            restrictions={k: v.lower() if k in uuid_keys else v for k, v in restrictions.items()},
+        )
+        made = (cordoned, layer, any(k in restrictions for k in uuid_keys))
+        if self._classes is not None:  # the books' change log numbers the node's changes
+            if len(self._node_inputs) > 4 * len(self.view.nodes) + 64:
+                self._node_inputs.clear()
+            self._node_inputs[node.name] = (stamp, made)
+        return made
 
 
 def _awaiting(claim: claims.Claim, consumer: Mapping[str, str]) -> claim_wire.ClaimWrite:

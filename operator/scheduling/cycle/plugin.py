@@ -85,6 +85,15 @@ class Room:
     instances: Sequence[str] = ()
 
 
+def holders_by_card(units: Mapping[str, Sequence[Unit]]) -> dict[str, frozenset[PodKey]]:
+    """Per card, the holders of its units."""
+    out: dict[str, set[PodKey]] = {}
+    for card, on_card in units.items():
+        for unit in on_card:
+            out.setdefault(card, set()).update(unit.holders)
+    return {card: frozenset(keys) for card, keys in out.items()}
+
+
 def job_in_room(job: placement.Job, room: Room | None) -> placement.Job:
     """The job with its namespace's quota as the room leaves it: what the leaving pods of
     that namespace held released, on a copy of the ledger (the books' is never written)."""
@@ -114,6 +123,10 @@ class Freeing(Protocol):
 
     def units(self) -> Mapping[str, Sequence[Unit]]:
         """Per card, what each removal may release there (and who keeps it)."""
+        ...
+
+    def holders_by_card(self) -> Mapping[str, frozenset[PodKey]]:
+        """Per card, the pods whose shares (or claims) are on it."""
         ...
 
     def freed_claims(self, removed: frozenset[PodKey]) -> frozenset[str]:

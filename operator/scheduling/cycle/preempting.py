@@ -52,7 +52,6 @@ class Trial(Generic[R, F]):
         self.request = request
         self.now = now
         self.freeing = plugin.freeing(node, request, now)
-        self._units: Mapping[str, Sequence[Unit]] | None = None
 
     def outcome(self, removed: frozenset[PodKey], only: str | None = None) -> F | None:
         """The fit once ``removed`` left (``only``: on that card alone); None when what
@@ -70,10 +69,8 @@ class Trial(Generic[R, F]):
         return fit is not None and fit.ok
 
     def units(self) -> Mapping[str, Sequence[Unit]]:
-        """Per card, what removals may release there (made once per trial)."""
-        if self._units is None:
-            self._units = self.freeing.units()
-        return self._units
+        """Per card, what removals may release there."""
+        return self.freeing.units()
 
     def card_free(self, card_id: str, removed: frozenset[PodKey]) -> tuple[int, int, int]:
         """What the card has free (MiB, cores, slots) once ``removed`` left."""
@@ -124,13 +121,9 @@ class Trial(Generic[R, F]):
                 return None
         return bound
 
-    def holders_by_card(self) -> dict[str, frozenset[PodKey]]:
+    def holders_by_card(self) -> Mapping[str, frozenset[PodKey]]:
         """Per card, the pods whose shares (or claims) are on it."""
-        out: dict[str, set[PodKey]] = {}
-        for card, units in self.units().items():
-            for unit in units:
-                out.setdefault(card, set()).update(unit.holders)
-        return {card: frozenset(keys) for card, keys in out.items()}
+        return self.freeing.holders_by_card()
 
 
 def occupants(view: BooksView, node: NodeEntry) -> list[preemption.Occupant]:

@@ -96,10 +96,15 @@ def diagnose(
     every other node."""
     failures: dict[str, NodeFailure] = {}
     known = judged or {}
+    #: One entry per fit object: nodes judged alike by their class share their fit.
+    made: dict[int, NodeFailure] = {}
     for name in view.nodes:
         fit = tried.get(name)
         if fit is not None:
-            failures[name] = failure_of(fit)
+            failure = made.get(id(fit))
+            if failure is None:
+                failure = made[id(fit)] = failure_of(fit)
+            failures[name] = failure
             continue
         failure = known.get(name) or plugin.judge(name, request, now)
         if failure is not None:
