@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from vgpu_operator import simulation_dra
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, model
+from vgpu_operator.scheduling.cycle import preempting
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
-from vgpu_operator.scheduling.cycle.preempting import Trial as RemovalTrial
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks, WhatIf
 from vgpu_operator.scheduling.dialects.annotation import placement
 
@@ -205,7 +205,8 @@ class World:
         pod = make_pod("trial", victim.split("/")[0]).container(gpu=1, gpumem=8192).obj()
         job = placement.Job.from_pod(pod, self.state.config, self.state.vendors, self.state.quota)
         annotations = self.state.cycle.annotations
-        RemovalTrial(self.state.books, annotations, node, job, 0.0).outcome(frozenset({victim}))
+        trial = preempting.Trial(self.state.books, annotations, node, job, 0.0)
+        trial.outcome(frozenset({victim}))
 
     def replan(self, step: Replan) -> None:
         """A defragmentation what-if: a pod taken out, a replacement placed, all undone."""

@@ -514,7 +514,7 @@ class Books:
         if is_dra_node(node):
             # The node's agent offers its cards as DRA devices (a ResourceSlice; it runs no
             # device plugin there): a card is never a device-plugin share at the same time.
-            # Its cards are the slice's devices, for claims only (``claim_decision``).
+            # Its cards are the slice's devices, for claims only (``cycle.claims_plugin``).
             pool = self.claims.pool_of(node.name)
             devices = [] if pool is None else list(pool.cards)
             scores = {} if pool is None else dict(dra_pool.pair_scores(pool, node.inventory_scores))

@@ -86,7 +86,7 @@ class Decision:
     #: the same shape and kept current (``verdicts``); the queue's hint for the pod.
     verdict: verdicts.Verdict | None = None
     #: The DRA path: what to write on the pod's claims before its Binding (allocations
-    #: and reservations, ``claim_decision``).
+    #: and reservations, ``claims_plugin``).
     claim_writes: tuple[ClaimWrite, ...] = ()
     #: The DRA path: a claim the pod names is not in the books yet (the pod waits for
     #: it to arrive, not for its own change).

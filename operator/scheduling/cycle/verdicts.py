@@ -60,7 +60,7 @@ class JudgedBooks(Protocol):
 
 class NodeJudge(Protocol):
     """How a dialect other than the annotation path's judges one node for a shape (the
-    DRA path's: ``claim_decision.ClaimJudge``); its gate is part of it."""
+    claims dialect's, ``decision._Judge`` over ``claims_plugin``); its gate is part of it."""
 
     def judge(self, name: str, job: placement.Job, now: float) -> NodeFailure | None: ...
 

@@ -6,8 +6,9 @@ the allocation as written (``claim_wire``), which pods go to this scheduler
 (``claim_routing``), the webhook's claim templates (``claim_admission``) and extended
 resources backed by DRA (``extended_claims``).
 
-The walk that places claims (``cycle.claim_decision``) is in the cycle until one walk
-calls both dialects (issue 45). Others use what ``__all__`` names.
+The cycle calls this dialect at fixed points (``cycle.claims_plugin``: its request, node
+order, fit on one node, what a victim's removal frees, its reservation), as it calls the
+annotation dialect, through one walk. Others use what ``__all__`` names.
 """
 
 from vgpu_operator.scheduling.dialects.claims.claim_admission import (
