@@ -119,3 +119,6 @@ class OperatorOptions:
     #: Answer Kueue's AdmissionCheck ``vgpu-operator.io/placeable`` (None: off, the
     #: default; ``control/admission_checks``, docs/kueue.md).
     kueue_check: PlaceableOptions | None = None
+    #: ``/healthz`` fails once the scheduling loop has not turned for this long
+    #: (``control/scheduling_thread``).
+    scheduling_stuck_after_s: float = 60.0

@@ -68,6 +68,9 @@ class ClaimBooks:
         self._running_groups: dict[str, str] = {}
         #: Holds kept after their claim went (kept key -> the running pods keeping it).
         self._kept: dict[str, frozenset[str]] = {}
+        #: Namespaces an administrator labelled ``resource.kubernetes.io/admin-access:
+        #: "true"``: the only ones whose claims' adminAccess requests are allocated.
+        self.admin_namespaces: frozenset[str] = frozenset()
 
     @property
     def selector_cache(self) -> claim_cel.SelectorCache:

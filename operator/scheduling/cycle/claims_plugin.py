@@ -36,7 +36,6 @@ from vgpu_operator.scheduling.books import group_claims, pod_entries
 from vgpu_operator.scheduling.books.books import Books
 from vgpu_operator.scheduling.books.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
-from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.cycle import node_gate
 from vgpu_operator.scheduling.cycle.claims_freeing import ClaimsFreeing
 from vgpu_operator.scheduling.cycle.fragmentation_order import Placer
@@ -167,6 +166,9 @@ class ClaimsPlugin:
             return Unread(str(exc), waits_for_claims=True)
         except (claims.Refusal, CodecError) as exc:
             return Unread(str(exc))
+        refused = _admin_access_refusal(wanted.pending, self.view.claims.admin_namespaces)
+        if refused is not None:
+            return Unread(refused)
         sharing = Sharing(None if group is None else group[0], shared, pinned)
         classed = self._classed(wanted, read.job)
         return ClaimsRequest(pod, read.job, wanted, special, sharing, classed)
@@ -415,16 +417,13 @@ class ClaimsPlugin:
         mig = [c for c in wanted.pending if claim_mig.is_mig(c)]
         if mig:
             # MIG claims take instances by counters (``claim_mig``), the rest cards.
-            try:
-                placed = claim_mig.fit_mig_claims(
-                    job,
-                    mig,
-                    self.view.claims.mig_of(node.name),
-                    _less(self.view.claims.held_devices(node.name), released),
-                    self.view.claims.selector_cache,
-                )
-            except claim_cel.CelRuntimeError as exc:
-                return claim_fit.ClaimsOutcome(False, error=str(exc))
+            placed = claim_mig.fit_mig_claims(
+                job,
+                mig,
+                self.view.claims.mig_of(node.name),
+                _less(self.view.claims.held_devices(node.name), released),
+                self.view.claims.selector_cache,
+            )
             rest = [c for c in wanted.pending if not claim_mig.is_mig(c)]
             if not placed.ok or not rest:
                 return placed
@@ -579,3 +578,27 @@ def _less(held: Sequence[str], released: Sequence[str]) -> list[str]:
         else:
             out.append(name)
     return out
+
+
+def _admin_access_refusal(pending: Sequence[claims.Claim], allowed: frozenset[str]) -> str | None:
+    """Why a claim's adminAccess request is not allocated: upstream allows adminAccess
+    only in namespaces an administrator labelled for it (the API server refuses such a
+    claim elsewhere when it is made; one made before the label went is refused here)."""
+    for claim in pending:
+        requests = [r for choice in claim.choices for r in choice] or list(claim.requests)
+        admin = [r.name for r in requests if r.admin_access]
+        if not admin:
+            continue
+        if claim_mig.is_mig(claim):
+            return (
+                f"ResourceClaim {claim.key}, request {admin[0]!r} asks adminAccess, which this "
+                f"scheduler does not honour for DeviceClass {dra.MIG_CLASS}; remove it"
+            )
+        if claim.namespace not in allowed:
+            return (
+                f"ResourceClaim {claim.key}, request {admin[0]!r} asks adminAccess, which is "
+                f"allowed only in namespaces an administrator labelled "
+                f"{names.ADMIN_ACCESS_LABEL}=true, and namespace {claim.namespace} is not: "
+                "remove adminAccess, or ask an administrator for the label"
+            )
+    return None

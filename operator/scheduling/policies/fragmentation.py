@@ -415,6 +415,22 @@ def _distance(a: Classes, b: Classes) -> float:
     return sum(abs(w) for w in weights.values()) / 2
 
 
+#: A learned class as the metrics label it: vendor, cards, memory per card, cores.
+ShapeLabels = tuple[str, str, str, str]
+
+
+def learned_shares(classes: Classes) -> dict[ShapeLabels, float]:
+    """What the mix has learned, for ``vgpu_operator_fragmentation_learned_share``: each
+    GPU shape's weight (classes of one shape but different CPU or memory summed), at
+    most ``WorkloadMix``'s ``top`` shapes, so the labels stay few."""
+    out: dict[ShapeLabels, float] = {}
+    for weight, (vendor, count, mib, percent, cores, _cpu, _ram) in classes:
+        memory = f"{percent}%" if percent >= 0 else f"{mib}Mi"
+        labels = (vendor or "any", str(count), memory if count else "none", str(cores))
+        out[labels] = out.get(labels, 0.0) + weight
+    return out
+
+
 def klass_of(needs: Sequence[Need], cpu: float, ram: float) -> Klass | None:
     """The pod's class: its largest request (cards times share), with the pod's CPU and
     memory; a pod that asks for no card is a class of no cards (its CPU and memory can

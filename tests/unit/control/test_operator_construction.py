@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from vgpu_operator.control.admission import NotReady
+from vgpu_operator.control.admission import NotReady, PodAdmission
 from vgpu_operator.control.operator import Operator
 from vgpu_operator.control.options import DefragOptions, OperatorOptions
 from vgpu_operator.handlers.app import OperatorApp
@@ -47,7 +47,7 @@ def _built(options: OperatorOptions, check: Any) -> None:
     ids=["standalone-bare", "peering-with-everything"],
 )
 def test_every_part_exists_once_constructed(options: OperatorOptions) -> None:
-    optional = {"defrag": options.defrag, "server": options.metrics_port}
+    optional = {"defrag": options.defrag}
 
     async def check(built: Operator) -> None:
         missing = [
@@ -57,7 +57,6 @@ def test_every_part_exists_once_constructed(options: OperatorOptions) -> None:
         ]
         assert missing == []
         assert (built.defrag is None) == (options.defrag is None)
-        assert (built.server is None) == (options.metrics_port is None)
         assert not built.started.is_set()
         assert not built.synced
 
@@ -72,7 +71,8 @@ def test_a_built_operator_answers_the_webhook_before_it_starts() -> None:
     }
 
     async def check(built: Operator) -> None:
-        answer = await built.admit_pod(pod)
+        answers = PodAdmission(lambda: built.state.admission_view, built.api, built.metrics)
+        answer = await answers.admit_pod(pod)
         assert answer.allowed
         assert answer.pod is None
         assert _webhook_answers(built.metrics, "passed") == 1

@@ -2,14 +2,15 @@
 ``card_classes``.
 
 A claim request is *simple* when it is the pod's one claim to allocate, one request of
-one device, without ``firstAvailable`` alternatives, constraints or MIG, in a namespace no
-quota limits. Its fit on a node fails exactly when every card fails on its own: each card
-is refused by the first check it fails (its selectors, its taints, the request policy of
-its capacity, then the annotation path's checks: health, cordon, type, UUID, slots,
-memory, cores), whatever the order of the cards. So the failure is a function of what
-each card is as those checks read it, which is the node's *profile*: per card, whether
-the request's selectors select its device and its tolerations tolerate the device's
-taints, its capacity shape (what a request consumes of it: ``claims.eligible``), and the
+one device, without ``firstAvailable`` alternatives, constraints, MIG or ``adminAccess``,
+in a namespace no quota limits. Its fit on a node fails exactly when every card fails on
+its own: each card is refused by the first check it fails (its selectors, its taints,
+the request policy of its capacity, then the annotation path's checks: health, cordon,
+type, UUID, slots, memory, cores), whatever the order of the cards. So the failure is
+a function of what each card is as those checks read it, which is the node's *profile*:
+per card, whether the request's selectors select its device and its tolerations
+tolerate the device's taints, its capacity shape (what a request consumes of it, and
+whether it can give the request at all: ``claims.eligible``, ``claim_taints``), and the
 card's fields (type, mode, health, cordon, slots, memory and cores, total and used, and
 its UUID where restrictions name UUIDs); with the node layer's restrictions and GPU
 policy. Nodes of equal profiles, for equal requests, fail alike: in a cluster of a few
@@ -53,8 +54,8 @@ def simple_request(pending: Sequence[claims.Claim], job: placement.Job) -> claim
     if claim.distinct_attributes or claim_mig.is_mig(claim):
         return None
     [request] = claim.requests
-    if request.count != 1 or job.quota.has_limits(job.namespace):
-        return None
+    if request.count != 1 or request.admin_access or job.quota.has_limits(job.namespace):
+        return None  # an adminAccess request takes a device whatever it holds
     return request
 
 
@@ -88,7 +89,9 @@ def profile(
             device = pool.devices.get(card.id)
             if device is None:
                 continue
-            selected = all(cache.matches(s, device.key, device.view) for s in request.selectors)
+            selected = claim_cel.all_select(
+                request.selectors, cache, device.key, device.view, request.written
+            )
             rows.append(
                 (
                     selected,
