@@ -18,7 +18,8 @@ import pytest
 
 from vgpu_operator import simulation
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.cycle.claims_plugin import ClaimsPlugin, ClaimsRequest
+from vgpu_operator.scheduling.cycle.claims_plugin import ClaimsPlugin
+from vgpu_operator.scheduling.cycle.claims_request import ClaimsRequest
 
 CLUSTERS = 40
 Json = dict[str, Any]
