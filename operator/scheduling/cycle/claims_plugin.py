@@ -27,8 +27,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vgpu_operator import names
-from vgpu_operator.devices import dra, model, vendor
+from vgpu_operator.devices import dra, model
+from vgpu_operator.scheduling import node_annotations
 from vgpu_operator.scheduling.books import pod_entries
 from vgpu_operator.scheduling.books.books import Books
 from vgpu_operator.scheduling.books.entries import NodeEntry, PodEntry
@@ -419,10 +419,8 @@ class ClaimsPlugin:
         kept = self._node_inputs.get(node.name)
         if kept is not None and kept[0] == stamp:
             return kept[1]
-        cordon_note = node.facts.annotations.get(names.NODE_DEVICE_CORDON)
-        cordoned = frozenset(
-            c.lower() for c in (*node.inventory_cordoned, *vendor.split_list(cordon_note))
-        )
+        marked = node_annotations.cordoned_cards(node.facts.annotations, node.inventory_cordoned)
+        cordoned = frozenset(card.lower() for card in marked)
         spec = self.view.vendors.spec(dra.VENDOR)
         uuid_keys = (spec.use_uuid_annotation, spec.nouse_uuid_annotation)
         restrictions = node.layer.restrictions

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from vgpu_operator import names
-from vgpu_operator.devices import model, vendor
+from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling import node_annotations
 from vgpu_operator.scheduling.books.entries import PodEntry
 from vgpu_operator.scheduling.books.overlay import Overlay
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
@@ -104,8 +104,7 @@ class DefragBooks:
         entry = self.view.nodes.get(node)
         if entry is None:
             return frozenset()
-        marked = entry.facts.annotations.get(names.NODE_DEVICE_CORDON)
-        return entry.inventory_cordoned | frozenset(vendor.split_list(marked))
+        return node_annotations.cordoned_cards(entry.facts.annotations, entry.inventory_cordoned)
 
     def own_scheduler(self) -> str:
         """The name this operator schedules under (``scheduler.schedulerName``)."""
