@@ -373,7 +373,9 @@ class ClaimBooks:
     def take_decided(self, pod: str) -> tuple[object, ...]:
         """``release_decided``, returning the holds it dropped (for ``restore_decided``)."""
         ledger = self._claim_ledger
-        holds = (ledger.holds.get(k) for k in ledger.decided_for.get(pod, ()))
+        if pod not in ledger.decided_for:
+            return ()  # no decision of its holds claims (every annotation pod)
+        holds = (ledger.holds.get(k) for k in ledger.decided_for[pod])
         taken = tuple(
             h for h in holds if h is not None and h.decided is not Decided.NO and h.pod == pod
         )

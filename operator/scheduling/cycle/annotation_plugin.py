@@ -4,10 +4,11 @@ The request is the pod's ``placement.Job`` (read once, ``pod_read``); the node o
 the ranking by node policy (the books' index: only nodes with a free card, best first),
 or the ``fragmentation`` placer's, or for a pod that wants no device (which the index does
 not rank) and for the reference path (``Settings.use_index`` off, the tests' oracle)
-every node in the ranking's key order; the O(1) rule-out is the node's free-capacity
-summary; the fit is the node gate (``node_gate``) and ``placement.fit_pod`` on the node's
-cards with its configuration layer (GPU policy, card restrictions). A reservation books
-the pod's devices and says what its Binding carries (``binding``).
+every node in the ranking's key order; on the ranking, a node whose free-capacity summary
+rules the pod out is left out in O(1); the fit is the node gate (``node_gate``) and
+``placement.fit_pod`` on the node's cards with its configuration layer (GPU policy, card
+restrictions). A reservation books the pod's devices and says what its Binding carries
+(``binding``).
 """
 
 from __future__ import annotations
@@ -83,10 +84,7 @@ class AnnotationPlugin:
         if self.placer.walks_nodes(job, view.config.scheduler.node_scheduler_policy):
             log = view.change_log if only is None else None
             walk = self.placer.order(job, walk, view.nodes, log)
-        return _entries(view, walk)
-
-    def may_fit(self, node: NodeEntry, request: placement.Job) -> bool:
-        return not self.indexed(request) or node.summary.may_fit(request)
+        return _may_fit(view, walk, job)
 
     def gate(
         self, node: NodeEntry, job: placement.Job, now: float, leaving: Sequence[PodEntry] = ()
@@ -158,7 +156,13 @@ class AnnotationPlugin:
         )
 
 
-def _entries(view: BooksView, walk: Iterable[tuple[float, int, str]]) -> Iterator[NodeEntry]:
+def _may_fit(
+    view: BooksView, walk: Iterable[tuple[float, int, str]], job: placement.Job
+) -> Iterator[NodeEntry]:
+    """The ranked nodes whose free-capacity summary does not rule the pod out (O(1) each:
+    a node's summary is kept with its cards)."""
     nodes = view.nodes
     for _score, _order, name in walk:
-        yield nodes[name]
+        node = nodes[name]
+        if node.summary.may_fit(job):
+            yield node

@@ -159,9 +159,6 @@ class ClaimsPlugin:
         rest.sort(key=lambda n: n.order)
         return [*ranked, *rest]
 
-    def may_fit(self, node: NodeEntry, request: ClaimsRequest) -> bool:
-        return True
-
     def fit(
         self, node: NodeEntry, request: ClaimsRequest, now: float, room: Room | None = None
     ) -> claim_fit.ClaimsOutcome:

@@ -243,7 +243,7 @@ class Cycle:
                 reserved.annotations,
                 warnings=read.admitted.warnings if read.admitted is not None else (),
                 card_scores=reserved.card_scores,
-                node_scores=walk.in_node_order(self.view, scores or {}),
+                node_scores=walk.in_node_order(self.view, scores) if scores else {},
                 claim_writes=reserved.claim_writes,
             )
         if verdict is None:

@@ -9,10 +9,10 @@ the dialect at fixed points, as kube-scheduler's framework calls its plugins at 
 extension points:
 
 - ``request`` (PreFilter): the pod's request, read once per attempt;
-- ``order``, ``may_fit`` and ``fit`` (Filter): the nodes in the order the walk visits them,
-  an O(1) rule-out, and the fit on one node (its gate and its cards), as the node stands or
-  as if some of its pods had left (``Room``). It is *the* fit: the walk, the diagnosis,
-  verdicts, preemption's and defragmentation's trials all call it;
+- ``order`` and ``fit`` (Filter): the nodes in the order the walk visits them (those an
+  O(1) rule-out excludes left out), and the fit on one node (its gate and its cards), as
+  the node stands or as if some of its pods had left (``Room``). It is *the* fit: the
+  walk, the diagnosis, verdicts, preemption's and defragmentation's trials all call it;
 - ``settles`` (Score): whether the walk may stop at a node that fits;
 - ``freeing``: what the removal of some of a node's pods frees there (``Freeing``);
 - ``reserve`` (Reserve): what a decision holds for the pod on the node it chose, and
@@ -174,12 +174,9 @@ class Plugin(Protocol[R, F]):
         ...
 
     def order(self, request: R, only: set[str] | None) -> Iterable[NodeEntry]:
-        """The nodes in the order the walk visits them; ``only``: those that may fit (a
-        verdict's changed nodes), in the same order."""
-        ...
-
-    def may_fit(self, node: NodeEntry, request: R) -> bool:
-        """False: the node cannot fit, known in O(1) (no fit, no diagnosis entry)."""
+        """The nodes in the order the walk visits them, without those known in O(1) not
+        to fit (the diagnosis judges them); ``only``: those that may fit (a verdict's
+        changed nodes), in the same order."""
         ...
 
     def fit(self, node: NodeEntry, request: R, now: float, room: Room | None = None) -> F:

@@ -1,8 +1,8 @@
 """The one node walk of every dialect, and the diagnosis of the nodes it did not fit.
 
-The walk visits the nodes in the order the dialect gives (``Plugin.order``: its ranking),
-skips those its O(1) rule-out excludes, and those a verdict's card classes rule out (into
-``judged``), fits the others with the dialect's fit (``Plugin.fit``: the one fit, which
+The walk visits the nodes in the order the dialect gives (``Plugin.order``: its ranking,
+without the nodes an O(1) rule-out excludes), skips those a verdict's card classes rule
+out (into ``judged``), fits the others with the dialect's fit (``Plugin.fit``: the one fit, which
 trials, verdicts and the diagnosis call too) and stops at the first node that fits and
 settles (``Plugin.settles``: the claims dialect looks on for linked cards), else keeps the
 first that fitted. Every fit that failed goes into ``tried``, so that the diagnosis does
@@ -53,8 +53,6 @@ def find(
     found: tuple[NodeEntry, F] | None = None
     settled = False
     for node in plugin.order(request, only):
-        if not plugin.may_fit(node, request):
-            continue
         name = node.name
         if judge is not None and judged is not None:
             failure = judge(name)
