@@ -181,7 +181,8 @@ class Cycle:
         # A pod decided before gives up what its last decision held (a preemptor's hold
         # is put back below if it still waits for its victims).
         held = _Held(self.view.pods.get(key), self.books.pop_nomination(key))
-        held.claims = self.books.take_decided(key)
+        if read.uses_claims:
+            held.claims = self.books.take_decided(key)
         self.books.drop_pod(key)
         if read.refused:
             return self._refused(read, now)
