@@ -183,6 +183,9 @@ class StateFeed:
         self._allocating: dict[PodKey, str] = {}
         #: Called with a node whose allocation gate opened (the worker's Bindings wait).
         self.on_settled: Callable[[str], None] = lambda node: None
+        #: Called with a node that appeared or changed, before its waiting pods are woken
+        #: (the autoscaler holds the shares of the pods it planned there first).
+        self.on_node_changed: Callable[[str], None] = lambda node: None
         #: Pods with a Binding in flight or just written: key -> uid.
         self._binding: dict[PodKey, str] = {}
         #: Unbound pods of other schedulers that use ResourceClaims, and when one was last
@@ -776,6 +779,7 @@ class StateFeed:
                 return hint.node == node
             return self._engine.fits_now(hint, node, self._wall_clock())
 
+        self.on_node_changed(node)
         self._wake(event, helps, node=node)
 
     def _wake_for_quota(self, namespace: str) -> None:
