@@ -119,11 +119,12 @@ class Placer:
         self._seen: OrderedDict[PodKey, None] = OrderedDict()
         #: Per node, its cards measured (while its summary and the mix's version hold).
         self._cache: dict[str, _Measured] = {}
-        #: The cluster's cards per vendor and type (the census the mix weighs classes
-        #: by), from each node's cards as last measured; taken by the mix at a decision's
-        #: start when it changed, so that no decision mixes two censuses.
-        self._signatures: dict[str, tuple[tuple[str, str], ...]] = {}
-        self._census: Counter[tuple[str, str]] = Counter()
+        #: The cluster's cards per vendor, type and how many of them their node holds
+        #: (the census the mix weighs classes by), from each node's cards as last
+        #: measured; taken by the mix at a decision's start when it changed, so that no
+        #: decision mixes two censuses.
+        self._signatures: dict[str, tuple[fragmentation.CensusKey, ...]] = {}
+        self._census: Counter[fragmentation.CensusKey] = Counter()
         self._census_changed = False
         self._measure = fragmentation.Measure(self.mix.weighted)
         self._measure_version = self.mix.version
@@ -142,7 +143,8 @@ class Placer:
     def _sign(self, name: str, states: tuple[fragmentation.CardState, ...]) -> None:
         """Count the node's cards in the census (again only when its cards' vendors or
         types changed: a node's use does not move it)."""
-        signature = tuple((state[0], state[7]) for state in states)
+        alike = Counter((state[0], state[7]) for state in states)
+        signature = tuple((state[0], state[7], alike[state[0], state[7]]) for state in states)
         old = self._signatures.get(name)
         if old == signature:
             return

@@ -71,9 +71,11 @@ def test_cpu_or_memory_for_fewer_pods_than_the_cards_hold_strands_the_rest() -> 
     # A pod that asks no GPU, placed where CPU is short, raises the measure for the class.
     rise = fragmentation.placement_delta(cards, [], 16.0, 1e9, 8.0, 0.0, whole)
     assert rise == pytest.approx(1.0)
-    # Shares: many pods a card, CPU only as a threshold (an 8-core half fits 8 cores).
+    # Shares too, in proportion: 8 cores run one 8-core half, so a card and a half are
+    # stranded for the class; 32 cores run all four halves.
     halves: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 8.0, 0.0, ())),)
-    assert fragmentation.node_fragmentation(cards, 8.0, 1e9, halves) == 0.0
+    assert fragmentation.node_fragmentation(cards, 8.0, 1e9, halves) == pytest.approx(1.5)
+    assert fragmentation.node_fragmentation(cards, 32.0, 1e9, halves) == 0.0
 
 
 def test_a_class_that_accepts_other_card_types_strands_the_whole_node() -> None:
@@ -274,7 +276,7 @@ ANY_PAIR: fragmentation.Klass = ("NVIDIA", 2, 0, 100, 100, 0.0, 0.0, ())
 
 
 def test_a_class_that_accepts_scarce_cards_weighs_as_many_times_more() -> None:
-    census = {("NVIDIA", "NVIDIA-TESLA T4"): 2, ("NVIDIA", "NVIDIA A100"): 6}
+    census = {("NVIDIA", "NVIDIA-TESLA T4", 2): 2, ("NVIDIA", "NVIDIA A100", 6): 6}
     both: fragmentation.Klass = (*T4_WHOLE[:7], ("A100", "T4"))
     nowhere: fragmentation.Klass = (*T4_WHOLE[:7], ("V100",))
     classes: fragmentation.Classes = ((0.5, ANY_PAIR), (0.2, T4_WHOLE), (0.2, both), (0.1, nowhere))
@@ -283,9 +285,21 @@ def test_a_class_that_accepts_scarce_cards_weighs_as_many_times_more() -> None:
     # every card, or none of the census's, keeps its weight.
     assert [w for w, _k in weighted] == pytest.approx([0.5, 0.8, 0.2, 0.1])
     assert [k for _w, k in weighted] == [k for _w, k in classes]
-    lone = {("NVIDIA", "NVIDIA-TESLA T4"): 1, ("NVIDIA", "NVIDIA A100"): 999}
+    lone = {("NVIDIA", "NVIDIA-TESLA T4", 1): 1, ("NVIDIA", "NVIDIA A100", 8): 999}
     assert fragmentation.scarcity_weighted(((0.1, T4_WHOLE),), lone)[0][0] == pytest.approx(3.2)
     assert fragmentation.scarcity_weighted(classes, {}) == classes
+
+
+def test_a_class_of_many_cards_weighs_by_the_cards_of_nodes_that_hold_as_many() -> None:
+    # Six A100s alone on their nodes, two on a node of two: a pair can use two cards of
+    # the eight, so it weighs four times; a T4 pair finds no node of two T4s (none the
+    # census holds: its weight stays); one card may use any.
+    census = {("NVIDIA", "NVIDIA A100", 1): 6, ("NVIDIA", "NVIDIA A100", 2): 2}
+    t4_pair: fragmentation.Klass = (*ANY_PAIR[:7], ("T4",))
+    one: fragmentation.Klass = ("NVIDIA", 1, 0, 100, 100, 0.0, 0.0, ())
+    classes: fragmentation.Classes = ((0.5, ANY_PAIR), (0.2, t4_pair), (0.3, one))
+    weighted = fragmentation.scarcity_weighted(classes, census)
+    assert [w for w, _k in weighted] == pytest.approx([2.0, 0.2, 0.3])
 
 
 def test_the_mix_takes_a_census_and_moves_its_version_only_when_weights_do() -> None:
@@ -294,9 +308,9 @@ def test_the_mix_takes_a_census_and_moves_its_version_only_when_weights_do() -> 
         mix.observe(T4_WHOLE)
     version, learned = mix.version, mix.classes
     assert mix.weighted == learned
-    mix.take_census({("NVIDIA", "NVIDIA A100"): 4})  # no T4 at all: nothing scarcer
+    mix.take_census({("NVIDIA", "NVIDIA A100", 4): 4})  # no T4 at all: nothing scarcer
     assert (mix.version, mix.weighted) == (version, learned)
-    mix.take_census({("NVIDIA", "NVIDIA-TESLA T4"): 1, ("NVIDIA", "NVIDIA A100"): 3})
+    mix.take_census({("NVIDIA", "NVIDIA-TESLA T4", 1): 1, ("NVIDIA", "NVIDIA A100", 3): 3})
     assert mix.version == version + 1
     assert mix.classes == learned  # what was learned (the metric) is unchanged
     weights = {k: w for w, k in mix.weighted}
