@@ -168,7 +168,8 @@ def agent_command(
     from vgpu_operator import logging as vgpu_logging
     from vgpu_operator.agent.backends import backend_from_spec
     from vgpu_operator.agent.inventory import RegistrationOptions
-    from vgpu_operator.agent.main import AgentSettings, run_agent
+    from vgpu_operator.agent.main import run_agent
+    from vgpu_operator.agent.settings import AgentSettings
 
     vgpu_logging.configure(cast(vgpu_logging.LogFormat, log_format), log_level)
     try:

@@ -14,7 +14,8 @@ from typing import Any, Final
 from vgpu_operator import resources
 from vgpu_operator.agent.backends import backend_from_spec
 from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings, KubeletStandIn
-from vgpu_operator.agent.main import AgentSettings, run_agent
+from vgpu_operator.agent.main import run_agent
+from vgpu_operator.agent.settings import AgentSettings
 from vgpu_operator.demo.settings import CRDS, INVENTORIES, DemoError, Json, wait_for
 from vgpu_operator.devices import dra, nvidia
 from vgpu_operator.kube.client import api_client

@@ -14,7 +14,7 @@ import yaml
 from integration import operator_env as env
 from integration.test_agent import AgentThread, quick_settings, wait_for
 
-from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.devices import dra
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ControlPlane

@@ -26,9 +26,11 @@ import yaml
 
 from vgpu_operator import names, node_leases, resources
 from vgpu_operator.agent.inventory import RegistrationOptions
-from vgpu_operator.agent.main import AgentSettings, run_agent
+from vgpu_operator.agent.main import run_agent
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.settings import AgentSettings
+from vgpu_operator.agent.sim_machine import resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.devices import codec
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 

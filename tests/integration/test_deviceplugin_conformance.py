@@ -40,7 +40,7 @@ from integration.test_agent import (
 )
 
 from vgpu_operator import names
-from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.devices import codec, model
 from vgpu_operator.testing.controlplane import ControlPlane
 

@@ -36,7 +36,7 @@ from integration.dra_env import (
 )
 from integration.test_agent import AgentThread, rewrite, wait_for
 
-from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.devices import dra
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries

@@ -25,7 +25,7 @@ from integration.dra_env import (
 from integration.test_agent import AgentThread, wait_for
 from integration.test_dra_alternatives import prepared_by_driver
 
-from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries

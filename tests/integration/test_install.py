@@ -29,7 +29,7 @@ from integration.test_agent import AgentThread, quick_settings
 from integration.test_operator_webhook import _free_port
 
 from vgpu_operator import names, node_leases
-from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.control.options import OperatorOptions, WebhookOptions
 from vgpu_operator.devices.dra import CardShape
 from vgpu_operator.handlers.runtime import OperatorThread

@@ -18,9 +18,10 @@ import pytest
 from agent_fakes import FakeClock
 
 from vgpu_operator import names
-from vgpu_operator.agent.main import Agent, AgentSettings
+from vgpu_operator.agent.inventory_loop import Agent
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.agent.readings import MIB, GpuReading, LinkReading, MachineReading
+from vgpu_operator.agent.settings import AgentSettings
 from vgpu_operator.devices.links import P2PLevel
 from vgpu_operator.kube.inventory import CrdMissingError, NodeNotFoundError
 from vgpu_operator.kube.node_lease import LeaseNamespaceMissingError

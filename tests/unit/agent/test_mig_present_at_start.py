@@ -15,7 +15,8 @@ from unit.agent.test_simulated_machines import read_machine, status_of
 
 from vgpu_operator import resources
 from vgpu_operator.agent.dra import cdi, mig_prepare, prepare, shapes
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.devices import dra_mig
 
 MIG_CARD = "GPU-3a9d1f70-2b4c-4e55-8f10-a1000000d000"
