@@ -76,12 +76,12 @@ class CardFacts:
 
 
 @dataclass(frozen=True, slots=True)
-class _MachineSummary:
+class MachineSummary:
     gpus: int
     healthy: int
 
 
-def _read_machine(node: DemoNode) -> _MachineSummary:
+def _read_machine(node: DemoNode) -> MachineSummary:
     """What the node's agent will report once settled: the card count (the Node's
     ``nvidia.com/gpu`` capacity) and how many stay healthy after the machine's health
     events (a simulated XID shows up as an event, not in the first reading)."""
@@ -95,7 +95,7 @@ def _read_machine(node: DemoNode) -> _MachineSummary:
     finally:
         backend.close()
     present = [gpu for gpu in reading.gpus if gpu.present]
-    return _MachineSummary(len(present), sum(1 for gpu in present if gpu.healthy))
+    return MachineSummary(len(present), sum(1 for gpu in present if gpu.healthy))
 
 
 def install_crd(cp: ControlPlane, timeout_s: float = 30.0) -> None:
@@ -117,7 +117,7 @@ def install_crd(cp: ControlPlane, timeout_s: float = 30.0) -> None:
     wait_for("the DeviceInventory API", served, timeout_s)
 
 
-def create_nodes(cp: ControlPlane, nodes: Sequence[DemoNode]) -> dict[str, _MachineSummary]:
+def create_nodes(cp: ControlPlane, nodes: Sequence[DemoNode]) -> dict[str, MachineSummary]:
     """A KWOK node per machine, with ``nvidia.com/gpu`` capacity = its card count."""
     machines = {}
     for node in nodes:
@@ -257,7 +257,7 @@ class AgentFleet:
 
 
 def wait_for_inventories(
-    cp: ControlPlane, machines: Mapping[str, _MachineSummary], fleet: AgentFleet, timeout_s: float
+    cp: ControlPlane, machines: Mapping[str, MachineSummary], fleet: AgentFleet, timeout_s: float
 ) -> list[Json]:
     """Wait until every node's DeviceInventory reports all of its cards, and as many
     healthy ones as the machine shows."""
