@@ -143,8 +143,8 @@ class Operator:
             scheduled_events=options.scheduled_events,
             deferred=self.deferred,
         )
-        self.gate: worker.Gate = (
-            worker.AlwaysOpen()
+        self.gate: leadership.Gate = (
+            leadership.AlwaysOpen()
             if options.standalone
             else leadership.PeeringGate(
                 self._read_peering, identity, priority, on_change=metrics.leadership

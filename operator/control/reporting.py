@@ -195,7 +195,8 @@ def _pod_ref(pod: Pod) -> events.ObjectRef:
 
 
 class KubeReporter:
-    """Writes conditions and Events for the worker (``worker.Reporter``)."""
+    """Writes conditions and Events for the worker (``worker.Reporter``; its Bindings'
+    part is ``binding_writes.BindingNews``)."""
 
     def __init__(
         self,

@@ -185,13 +185,25 @@ class Reporter:
 
 
 class Rig:
-    def __init__(self, max_binds: int = 4, gate_report_after_s: float = 60.0) -> None:
+    """A worker over fakes; a test that needs another binder, reporter, gate or
+    preemptor hands it in."""
+
+    def __init__(
+        self,
+        max_binds: int = 4,
+        gate_report_after_s: float = 60.0,
+        *,
+        binder: Any = None,
+        reporter: Any = None,
+        gate: Any = None,
+        preemptor: Any = None,
+    ) -> None:
         self.clock = ManualClock()
         self.engine = Engine()
         self.queue = SchedulingQueue(clock=self.clock, notify=lambda: self.worker.poke())
         self.feed = StateFeed(self.engine, self.queue)
-        self.binder = Binder()
-        self.reporter = Reporter()
+        self.binder = Binder() if binder is None else binder
+        self.reporter = Reporter() if reporter is None else reporter
         self.metrics = OperatorMetrics()
         self.resyncs = 0
         self.worker = SchedulingWorker(
@@ -202,6 +214,8 @@ class Rig:
             self.reporter,
             self.metrics,
             resync=self._resync,
+            gate=gate,
+            preemptor=preemptor,
             max_binds_in_flight=max_binds,
             clock=self.clock,
             wall_clock=lambda: 1_000.0,
@@ -390,9 +404,8 @@ def test_a_gate_report_being_written_lands_before_the_binding() -> None:
             order.append("report written")
 
     async def scenario() -> Rig:
-        rig = Rig(gate_report_after_s=0.0)
         reporter = SlowReporter()
-        rig.worker._reporter = reporter
+        rig = Rig(gate_report_after_s=0.0, reporter=reporter)
         rig.engine.shut.add("n1")
         rig.engine.decisions["ns/a"] = Decision(
             "ns/a", True, "n1", devices=gpu, annotations=ANNOTATIONS
@@ -520,9 +533,7 @@ def test_a_lost_answer_keeps_the_booking_until_the_pod_says_it_was_bound() -> No
     handed to another pod meanwhile) and the pod counts as bound."""
 
     async def scenario() -> Rig:
-        rig = Rig()
-        rig.binder = FlakyReads(pod("a", 2, node="n1"), failures=1)
-        rig.worker._binder = rig.binder
+        rig = Rig(binder=FlakyReads(pod("a", 2, node="n1"), failures=1))
         rig.add("a")
         rig.decide_next()
         await asyncio.sleep(0.2)  # the first read fails: nothing is rolled back
@@ -539,9 +550,7 @@ def test_a_lost_answer_keeps_the_booking_until_the_pod_says_it_was_bound() -> No
 
 def test_a_lost_answer_for_a_pod_bound_elsewhere_rolls_back_and_rereads() -> None:
     async def scenario() -> Rig:
-        rig = Rig()
-        rig.binder = FlakyReads(pod("a", 2, node="n2"), failures=0)
-        rig.worker._binder = rig.binder
+        rig = Rig(binder=FlakyReads(pod("a", 2, node="n2"), failures=0))
         rig.add("a")
         rig.decide_next()
         await settle(rig)
@@ -640,9 +649,7 @@ def test_a_report_that_failed_is_written_again_on_the_next_attempt() -> None:
             await super().unschedulable(pod, diagnosis)
 
     async def scenario() -> Rig:
-        rig = Rig()
-        rig.reporter = Failing()
-        rig.worker._reporter = rig.reporter
+        rig = Rig(reporter=Failing())
         rig.engine.decisions["ns/a"] = Decision("ns/a", False, diagnosis=NO_MEMORY)
         rig.add("a")
         for _ in range(2):
@@ -759,9 +766,8 @@ async def _until(condition: Any, timeout_s: float = 2.0) -> None:
 
 def test_worker_decides_only_while_open_and_resyncs_after_each_opening() -> None:
     async def scenario() -> Rig:
-        rig = Rig()
         gate = ToggleGate()
-        rig.worker._gate = gate
+        rig = Rig(gate=gate)
         rig.add("a")
         task = asyncio.create_task(rig.worker.run())
         await asyncio.sleep(0.01)
@@ -841,9 +847,8 @@ class Preemptor:
 
 
 def rig_with_preemptor(decision: Decision) -> tuple[Rig, Preemptor]:
-    rig = Rig()
     preemptor = Preemptor()
-    rig.worker._preemptor = preemptor  # the worker reads it per preemption
+    rig = Rig(preemptor=preemptor)
     rig.engine.decisions["ns/a"] = decision
     return rig, preemptor
 
