@@ -69,7 +69,7 @@ State = Literal["Ready", "Retry"]
 HOLD_CLAIM_PREFIX: Final = "#placeable."
 
 
-class Refused(Exception):
+class NotPlaceable(Exception):
     """A pod set that cannot be placed now (or read): the Retry's message."""
 
 
@@ -231,7 +231,7 @@ class PlaceableCheck:
             for group, members in groups.items():
                 for pod_set, node in self._place_group(group, members, now, hold):
                     placed.setdefault(pod_set, []).append(node)
-        except Refused as exc:
+        except NotPlaceable as exc:
             self._undo(hold)
             return Answer("Retry", str(exc), {})
         if hold.keys:
@@ -256,7 +256,7 @@ class PlaceableCheck:
                 self._engine.cancel_preemption(key)
                 self._engine.rollback(key)
                 why = _reason(decision)
-                raise Refused(
+                raise NotPlaceable(
                     f"pod set {pod_set}: pod {index + 1} of {len(pods)} fits on no node now: {why}"
                 )
             hold.keys.append(key)
@@ -272,18 +272,18 @@ class PlaceableCheck:
         where = f"pod group {group} (pod set{'s' if len(sets) > 1 else ''} {', '.join(sets)})"
         obj = self._pod_groups(group)
         if obj is None:
-            raise Refused(f"{where}: PodGroup {group} does not exist")
+            raise NotPlaceable(f"{where}: PodGroup {group} does not exist")
         try:
             spec = gangs.read_pod_group(obj)
         except gangs.GroupError as exc:
-            raise Refused(f"{where}: {exc}") from None
+            raise NotPlaceable(f"{where}: {exc}") from None
         # Every pod of the workload, at once, never by preemption: the check's promise.
         whole = replace(spec, gang=True, min_count=len(members), never_preempts=True)
         pods = [pod for _, pod in members]
         out = gangs.decide_group(self._engine, whole, group, pods, {}, now)
         if len(out.placed) < len(members):
             gangs.release(self._engine, [d.pod for d in out.placed])
-            raise Refused(f"{where}: {out.reason or 'not every member fits at once'}")
+            raise NotPlaceable(f"{where}: {out.reason or 'not every member fits at once'}")
         set_of = {pod_key(pod): pod_set for pod_set, pod in members}
         hold.keys.extend(d.pod for d in out.placed)
         return [(set_of[d.pod], d.node or "") for d in out.placed]
@@ -306,7 +306,9 @@ class PlaceableCheck:
             template_key = f"{namespace}/{entry['resourceClaimTemplateName']}"
             template = templates.get(template_key)
             if template is None:
-                raise Refused(f"pod set {pod_set}: ResourceClaimTemplate {template_key} not found")
+                raise NotPlaceable(
+                    f"pod set {pod_set}: ResourceClaimTemplate {template_key} not found"
+                )
             held = str(meta["name"]).removeprefix(HOLD_PREFIX).replace("/", ".")
             name = f"{HOLD_CLAIM_PREFIX}{held}.{entry.get('name')}"
             spec = (template.get("spec") or {}).get("spec") or {}

@@ -82,9 +82,9 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
         self._lock = asyncio.Lock()
         #: Spec file name -> what that prepared claim holds; read from the CDI directory
         #: at the first call (the claims prepared before an agent restart).
-        self._held: dict[str, tuple[prepare.Hold, ...]] | None = None
+        self._held: dict[str, tuple[prepare.CardHold, ...]] | None = None
 
-    def _holdings(self) -> dict[str, tuple[prepare.Hold, ...]]:
+    def _holdings(self) -> dict[str, tuple[prepare.CardHold, ...]]:
         if self._held is None:
             specs = cdi.read_specs(self.cdi_dir, prepare.SPEC_FILE_PREFIX)
             self._held = {name: prepare.holds_of(spec) for name, spec in specs.items()}

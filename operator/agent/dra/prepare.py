@@ -72,7 +72,7 @@ class PreparedDevice:
 
 
 @dataclass(frozen=True, slots=True)
-class Hold:
+class CardHold:
     """What one prepared device of a claim takes of one card."""
 
     device: str
@@ -101,7 +101,7 @@ class Prepared:
     devices: tuple[PreparedDevice, ...]
     #: The host directory to create for the claim's HAMi-core cache ("" for none).
     cache_dir: str
-    holds: tuple[Hold, ...] = ()
+    holds: tuple[CardHold, ...] = ()
 
 
 #: Every spec file of this driver starts so.
@@ -153,7 +153,7 @@ def prepare(
     devices: list[dict[str, Any]] = []
     prepared: list[PreparedDevice] = []
     cores: list[int] = []
-    holds: list[Hold] = []
+    holds: list[CardHold] = []
     for position, share in enumerate(allocation.shares):
         card = cards.get(share.device)
         if card is None:
@@ -166,7 +166,7 @@ def prepare(
         visible.append(card.uuid)
         cores.append(core_share)
         taken = 1 if share.shares is None else int(-(-share.shares // 1))
-        holds.append(Hold(share.device, memory_mib, core_share, taken))
+        holds.append(CardHold(share.device, memory_mib, core_share, taken))
         cdi_name = _CDI_NAME_UNSAFE.sub("-", f"{allocation.uid}-{position}")
         devices.append(
             {
@@ -200,8 +200,8 @@ def prepare(
 
 def check_room(
     where: str,
-    wanted: Iterable[Hold],
-    held: Iterable[Hold],
+    wanted: Iterable[CardHold],
+    held: Iterable[CardHold],
     cards: Mapping[str, dra.CardShape],
 ) -> None:
     """Refuse ``wanted`` when, with what the node's other prepared claims ``held``, it
@@ -237,7 +237,7 @@ def check_room(
                 )
 
 
-def holds_of(spec: Mapping[str, Any]) -> tuple[Hold, ...]:
+def holds_of(spec: Mapping[str, Any]) -> tuple[CardHold, ...]:
     """What a CDI spec this driver wrote records as held (unreadable records: none)."""
     holds = []
     for device in spec.get("devices") or []:
@@ -245,7 +245,7 @@ def holds_of(spec: Mapping[str, Any]) -> tuple[Hold, ...]:
         try:
             record = json.loads(raw) if isinstance(raw, str) else {}
             holds.append(
-                Hold(
+                CardHold(
                     str(record["device"]),
                     int(record["memoryMiB"]),
                     int(record["cores"]),

@@ -151,7 +151,7 @@ class Plan:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class FragmentationVerdict:
     """Nodes that admit the pod and hold room enough for it, pooled over the cards it may
     use; the smallest shortfall on its best cards first."""
 
@@ -440,13 +440,15 @@ def rooms(books: DefragBooks, job: placement.Job, now: float) -> list[tuple[Room
     return found
 
 
-def fragmentation(books: DefragBooks, job: placement.Job, now: float) -> Verdict | None:
+def fragmentation(
+    books: DefragBooks, job: placement.Job, now: float
+) -> FragmentationVerdict | None:
     """Whether a pod that fits nowhere is blocked by fragmentation: the nodes that admit
     it and whose free shares, pooled over its usable cards, would hold it."""
     if not job.wants_devices:
         return None
     pooled = sorted((r.shortfall_mib, o, n) for r, o, n in rooms(books, job, now) if r.pooled)
-    return Verdict(tuple(name for *_, name in pooled)) if pooled else None
+    return FragmentationVerdict(tuple(name for *_, name in pooled)) if pooled else None
 
 
 # --- the search ---------------------------------------------------------------------------

@@ -190,7 +190,7 @@ def test_a_plan_moves_the_pod_and_the_waiting_pod_binds_where_room_was_made() ->
     w = world()
     metrics = OperatorMetrics()
     outcome = asyncio.run(runner(w, DefragMetrics(metrics)).round())
-    assert outcome is defrag.Outcome.DONE
+    assert outcome is defrag.PlanOutcome.DONE
     assert w.evicted == ["default/p8"]
     (replacement,) = [p for k, p in w.pods.items() if k.startswith("default/p8-r")]
     assert replacement["spec"]["nodeName"] == "b"
@@ -238,7 +238,7 @@ def test_a_refused_eviction_stops_the_plan_and_gives_the_hold_back() -> None:
     w.refuse.add("default/p8")
     metrics = OperatorMetrics()
     outcome = asyncio.run(runner(w, DefragMetrics(metrics)).round())
-    assert outcome is defrag.Outcome.STOPPED
+    assert outcome is defrag.PlanOutcome.STOPPED
     assert w.evicted == []
     assert w.nominated == [("default/w", "a"), ("default/w", None)]
     assert (("default/w", defrag.STOPPED, True)) in w.events
@@ -260,7 +260,7 @@ def test_a_replacement_bound_elsewhere_than_planned_stops_the_plan() -> None:
     w.intruder = pending("intruder", 10 * GIB)
     w.intruder["spec"]["nodeSelector"] = {"kubernetes.io/hostname": planned}
     outcome = asyncio.run(run.round())
-    assert outcome is defrag.Outcome.STOPPED
+    assert outcome is defrag.PlanOutcome.STOPPED
     replacement = next(p for k, p in w.pods.items() if k.startswith("default/p8-r"))
     assert replacement["spec"]["nodeName"] == report_target[planned]
     assert sample(metrics, "failures", reason="misplaced") == 1
@@ -284,7 +284,7 @@ def test_a_move_that_takes_too_long_stops_the_plan() -> None:
     run = runner(w, DefragMetrics(metrics), step_timeout_s=30.0)
     run._sleep = never
     outcome = asyncio.run(run.round())
-    assert outcome is defrag.Outcome.STOPPED
+    assert outcome is defrag.PlanOutcome.STOPPED
     assert sample(metrics, "failures", reason="timeout") == 1
     assert not DefragBooks(w.state).is_nominated("default/w")
 
@@ -310,7 +310,7 @@ def test_a_replica_that_no_longer_decides_stops_after_the_move_under_way() -> No
     run = runner(w, DefragMetrics(metrics))
     run._decides = lambda: not w.evicted  # leadership moves right after the eviction
     outcome = asyncio.run(run.round())
-    assert outcome is defrag.Outcome.STOPPED
+    assert outcome is defrag.PlanOutcome.STOPPED
     assert sample(metrics, "failures", reason="hold_lost") == 1
 
 
@@ -343,7 +343,7 @@ def test_decisions_run_while_the_plan_is_made() -> None:
 
     outcome, _ = asyncio.run(both())
     assert seen == [([], [])]
-    assert outcome is defrag.Outcome.DONE
+    assert outcome is defrag.PlanOutcome.DONE
     assert w.evicted == ["default/p8"]
 
 

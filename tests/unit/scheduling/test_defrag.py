@@ -67,7 +67,7 @@ def test_a_pod_whose_room_is_split_over_cards_is_blocked_by_fragmentation() -> N
     assert not books.fits_somewhere(job, 0.0)
     verdict = defrag.fragmentation(books, job, 0.0)
     # a holds 14 GiB free over two cards; b holds 10 GiB, not enough even pooled.
-    assert verdict == defrag.Verdict(("a",))
+    assert verdict == defrag.FragmentationVerdict(("a",))
 
 
 def test_a_pod_bigger_than_the_free_memory_of_any_node_is_not_fragmented() -> None:
