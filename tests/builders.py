@@ -13,7 +13,7 @@ from typing import Any, Self
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 A100_40 = "NVIDIA A100-SXM4-40GB"
@@ -209,7 +209,7 @@ class PodBuilder:
         self._status["phase"] = "Running"
         if allocated is not None:
             self._meta["annotations"][names.ASSIGNED_NODE] = node
-            self._meta["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = allocated
+            self._meta["annotations"][nvidia.ALLOCATED_ANNOTATION] = allocated
         return self
 
     def phase(self, phase: str) -> Self:
@@ -291,7 +291,7 @@ def pod_awaiting_devices(
     single = tuple(
         tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entry) for entry in entries
     )
-    value = codec.encode_pod_single_device(single, names.NVIDIA_DEVICES_TO_ALLOCATE)
+    value = codec.encode_pod_single_device(single, nvidia.TO_ALLOCATE_ANNOTATION)
     return {
         "metadata": {
             "namespace": "ns",
@@ -300,7 +300,7 @@ def pod_awaiting_devices(
             "creationTimestamp": created,
             "annotations": {
                 names.ASSIGNED_NODE: node,
-                names.NVIDIA_DEVICES_TO_ALLOCATE: value,
+                nvidia.TO_ALLOCATE_ANNOTATION: value,
                 names.BIND_PHASE: "allocating",
             },
         },

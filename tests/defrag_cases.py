@@ -19,7 +19,7 @@ from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.defrag import defrag
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
@@ -44,7 +44,7 @@ _OWNERS = (
 def allocation(entries: Sequence[tuple[str, int, int]]) -> str:
     """The allocation annotation of a one-container pod on ``(card, MiB, cores)``."""
     single = (tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entries),)
-    return codec.encode_pod_single_device(single, names.NVIDIA_DEVICES_ALLOCATED)
+    return codec.encode_pod_single_device(single, nvidia.ALLOCATED_ANNOTATION)
 
 
 def running_pod(
@@ -74,7 +74,7 @@ def running_pod(
         "annotations": {
             **(annotations or {}),
             names.ASSIGNED_NODE: node,
-            names.NVIDIA_DEVICES_ALLOCATED: allocation([(card, memory_mib, cores)]),
+            nvidia.ALLOCATED_ANNOTATION: allocation([(card, memory_mib, cores)]),
         },
     }
     api_version, kind = owner

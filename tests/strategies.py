@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig, load_config
-from vgpu_operator.devices import model
+from vgpu_operator.devices import model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 A10 = "NVIDIA A10"
@@ -116,8 +116,8 @@ def node_layers(draw: st.DrawFn) -> tuple[tuple[str, str], ...]:
     choices = (
         (names.NODE_SCHEDULER_POLICY, ("binpack", "spread", "packed")),
         (names.GPU_SCHEDULER_POLICY, ("binpack", "spread", "topology-aware", "fastest")),
-        (names.GPU_USE_TYPE, ("A100", "H100,T4")),
-        (names.GPU_NOUSE_TYPE, ("T4",)),
+        (nvidia.USE_TYPE_ANNOTATION, ("A100", "H100,T4")),
+        (nvidia.NOUSE_TYPE_ANNOTATION, ("T4",)),
     )
     out = []
     for key, values in choices:
@@ -178,14 +178,14 @@ def pods(draw: st.DrawFn, name: str, uuids: Sequence[str]) -> Json:
         gpu, gpumem, percentage, cores = draw(_CONTAINER)
         builder.container(gpu, gpumem, cores, percentage)
     optional: list[tuple[str, st.SearchStrategy[str]]] = [
-        (names.GPU_USE_TYPE, st.sampled_from(_TYPES)),
-        (names.GPU_NOUSE_TYPE, st.sampled_from(_TYPES)),
-        (names.GPU_USE_UUID, _uuid_list(uuids)),
-        (names.GPU_NOUSE_UUID, _uuid_list(uuids)),
+        (nvidia.USE_TYPE_ANNOTATION, st.sampled_from(_TYPES)),
+        (nvidia.NOUSE_TYPE_ANNOTATION, st.sampled_from(_TYPES)),
+        (nvidia.USE_UUID_ANNOTATION, _uuid_list(uuids)),
+        (nvidia.NOUSE_UUID_ANNOTATION, _uuid_list(uuids)),
         (names.GPU_SCHEDULER_POLICY, st.sampled_from(_GPU_POLICIES)),
         (names.NODE_SCHEDULER_POLICY, st.sampled_from(("binpack", "spread"))),
-        (names.GPU_NUMA_BIND, st.just("true")),
-        (names.GPU_VGPU_MODE, st.sampled_from(("hami-core", "mig"))),
+        (nvidia.NUMA_BIND_ANNOTATION, st.just("true")),
+        (nvidia.MODE_ANNOTATION, st.sampled_from(("hami-core", "mig"))),
     ]
     for key, values in optional:
         if draw(st.integers(0, 6)) == 0:

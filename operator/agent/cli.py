@@ -57,7 +57,7 @@ from vgpu_operator.errors import ConfigError
     "--write-hami-annotations/--no-write-hami-annotations",
     default=False,
     show_default=True,
-    help="Also write hami.io/node-nvidia-register and -score on the Node.",
+    help=f"Also write {nvidia.REGISTER_ANNOTATION} and -score on the Node.",
 )
 @click.option("--device-split-count", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option(

@@ -30,7 +30,7 @@ from vgpu_operator.agent.backoff import Backoff
 from vgpu_operator.agent.inventory import build_status, same_report
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.agent.settings import AgentSettings, describe_error, utc_now
-from vgpu_operator.devices import codec
+from vgpu_operator.devices import codec, nvidia
 from vgpu_operator.errors import CodecError
 from vgpu_operator.kube.inventory import CrdMissingError, NodeNotFoundError
 from vgpu_operator.kube.node_lease import LeaseNamespaceMissingError
@@ -269,8 +269,8 @@ class Agent:
         self._operation = Operation.ANNOTATIONS
         devices, scores = resources.devices_from_status(status)
         wanted = {
-            names.NODE_NVIDIA_REGISTER: codec.encode_node_devices_json(devices),
-            names.NODE_NVIDIA_SCORE: codec.encode_pair_scores(scores),
+            nvidia.REGISTER_ANNOTATION: codec.encode_node_devices_json(devices),
+            nvidia.SCORE_ANNOTATION: codec.encode_pair_scores(scores),
         }
         patch: dict[str, str | None] = {
             key: value for key, value in wanted.items() if self._last_annotations.get(key) != value

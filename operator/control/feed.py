@@ -32,6 +32,7 @@ from vgpu_operator.control import pod_facts, queue, unbound, versions
 from vgpu_operator.control.foreign_pods import ForeignPods
 from vgpu_operator.control.node_feed import NodeFeed, NodeInputs, ObjectWarning
 from vgpu_operator.control.wakeups import HintJudge, Wakeups
+from vgpu_operator.devices import catalog
 from vgpu_operator.errors import ConfigError
 from vgpu_operator.scheduling.cycle import cluster
 from vgpu_operator.scheduling.pod_key import PodKey
@@ -90,7 +91,7 @@ def parse_config_map(
     text = data[key]
     if not isinstance(text, str):
         raise ConfigError(f"data.{key}", "must be a string")
-    return device_config.load_config_yaml(text)
+    return catalog.load_config_yaml(text)
 
 
 #: How a kind's objects are keyed: ``namespace/name`` (a ``PodKey`` for pods) or a name.

@@ -45,6 +45,7 @@ from typing import Any, Final, Literal, cast
 
 from vgpu_operator import names
 from vgpu_operator.control import pod_facts
+from vgpu_operator.devices import catalog
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.dialects.claims import claims
 from vgpu_operator.scheduling.gangs import gangs
@@ -60,7 +61,7 @@ DEFAULT_HOLD_S: Final = 30.0
 #: never shares a key with a real one.
 HOLD_PREFIX: Final = "#placeable/"
 #: The resources that make a pod set ours to judge (any vendor's devices).
-_DEVICE_PREFIXES: Final = ("nvidia.com/", "hygon.com/")
+_DEVICE_PREFIXES: Final = catalog.resource_prefixes()
 
 State = Literal["Ready", "Retry"]
 

@@ -226,7 +226,7 @@ def _grants(pod: Mapping[str, Any]) -> tuple[GpuGrant, ...]:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
         devices = codec.decode_pod_devices(
-            annotations, {nvidia.COMMON_WORD: names.NVIDIA_DEVICES_ALLOCATED}
+            annotations, {nvidia.COMMON_WORD: nvidia.ALLOCATED_ANNOTATION}
         )
     except CodecError as exc:
         raise DemoError(f"{_pod_key(pod)}: unreadable allocation: {exc}") from exc

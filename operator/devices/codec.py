@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from vgpu_operator import errors, names
-from vgpu_operator.devices import go_wire, model, quantity
+from vgpu_operator.devices import go_wire, model, nvidia, quantity
 
 # Separators of the colon forms (HAMi's OneContainerMultiDeviceSplitSymbol and
 # OnePodMultiContainerSplitSymbol); ',' separates the fields of one entry.
@@ -71,7 +71,7 @@ _DEVICE_JSON_FIELDS: Final = (
 
 
 def decode_node_devices(
-    value: str, field: str = names.NODE_NVIDIA_REGISTER, vendor: str = "NVIDIA"
+    value: str, field: str = nvidia.REGISTER_ANNOTATION, vendor: str = "NVIDIA"
 ) -> list[model.DeviceInfo]:
     """Decode a node's register annotation, JSON or legacy colon form.
 
@@ -259,7 +259,7 @@ def _check_device_ranges(device: model.DeviceInfo, field: str) -> None:
 
 
 def encode_node_devices_json(
-    devices: Iterable[model.DeviceInfo], field: str = names.NODE_NVIDIA_REGISTER
+    devices: Iterable[model.DeviceInfo], field: str = nvidia.REGISTER_ANNOTATION
 ) -> str:
     """Encode cards as HAMi's ``MarshalNodeDevices`` does.
 
@@ -297,7 +297,7 @@ def encode_node_devices_json(
 
 
 def encode_node_devices_legacy(
-    devices: Iterable[model.DeviceInfo], field: str = names.NODE_NVIDIA_REGISTER
+    devices: Iterable[model.DeviceInfo], field: str = nvidia.REGISTER_ANNOTATION
 ) -> str:
     """Encode cards in the 9-field colon form of HAMi's ``EncodeNodeDevices``.
 
@@ -329,7 +329,7 @@ def encode_node_devices_legacy(
 
 
 def decode_pair_scores(
-    value: str, field: str = names.NODE_NVIDIA_SCORE
+    value: str, field: str = nvidia.SCORE_ANNOTATION
 ) -> dict[str, dict[str, int]]:
     """Decode topology scores: card UUID -> peer UUID -> score.
 
@@ -368,7 +368,7 @@ def decode_pair_scores(
 
 
 def encode_pair_scores(
-    scores: Mapping[str, Mapping[str, int]], field: str = names.NODE_NVIDIA_SCORE
+    scores: Mapping[str, Mapping[str, int]], field: str = nvidia.SCORE_ANNOTATION
 ) -> str:
     """Encode topology scores as the device plugin writes them (peers sorted, as Go
     sorts map keys; empty values left out, as ``omitempty`` does)."""
@@ -390,7 +390,7 @@ def encode_pair_scores(
 
 
 def encode_pod_single_device(
-    pd: model.PodSingleDevice, field: str = names.NVIDIA_DEVICES_ALLOCATED
+    pd: model.PodSingleDevice, field: str = nvidia.ALLOCATED_ANNOTATION
 ) -> str:
     """Encode one vendor's allocation of a pod (HAMi's ``EncodePodSingleDevice``).
 
@@ -466,7 +466,7 @@ def decode_pod_devices(
     """Decode a pod's allocation for every vendor whose annotation is present.
 
     ``keys`` maps a vendor's common word to its annotation key, e.g.
-    ``{"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED}``.
+    ``{"NVIDIA": nvidia.ALLOCATED_ANNOTATION}``.
     """
     return {
         vendor: decode_pod_single_device(annotations[key], key)
@@ -493,7 +493,7 @@ def encode_pod_devices(pod_devices: model.PodDevices, keys: Mapping[str, str]) -
 
 
 def split_mig_uuid(
-    uuid: str, field: str = names.NVIDIA_DEVICES_ALLOCATED
+    uuid: str, field: str = nvidia.ALLOCATED_ANNOTATION
 ) -> tuple[str, tuple[int, int] | None]:
     """``GPU-a0[1-3]`` -> ``("GPU-a0", (1, 3))`` (geometry, slot); no brackets -> None."""
     if "[" not in uuid and "]" not in uuid:
@@ -505,7 +505,7 @@ def split_mig_uuid(
 
 
 def join_mig_uuid(
-    base: str, geometry: int, slot: int, field: str = names.NVIDIA_DEVICES_ALLOCATED
+    base: str, geometry: int, slot: int, field: str = nvidia.ALLOCATED_ANNOTATION
 ) -> str:
     """``("GPU-a0", 1, 3)`` -> ``GPU-a0[1-3]``, the inverse of ``split_mig_uuid``."""
     if base == "" or "[" in base or "]" in base:

@@ -34,6 +34,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from vgpu_operator.devices import nvidia
+
 NAMESPACE: Final = "kueue-system"
 SERVICE: Final = "kueue-webhook-service"
 SECRET: Final = "kueue-webhook-server-cert"
@@ -55,16 +57,16 @@ _KEPT_PATHS: Final = ("kueue-x-k8s-io", "-batch-v1-job", "--v1-pod")
 #: cores times the number of cards, as one total each.
 HAMI_TRANSFORMATIONS: Final = (
     {
-        "input": "nvidia.com/gpucores",
+        "input": nvidia.CORES_RESOURCE,
         "strategy": "Replace",
-        "multiplyBy": "nvidia.com/gpu",
-        "outputs": {"nvidia.com/total-gpucores": "1"},
+        "multiplyBy": nvidia.COUNT_RESOURCE,
+        "outputs": {nvidia.TOTAL_CORES_RESOURCE: "1"},
     },
     {
-        "input": "nvidia.com/gpumem",
+        "input": nvidia.MEMORY_RESOURCE,
         "strategy": "Replace",
-        "multiplyBy": "nvidia.com/gpu",
-        "outputs": {"nvidia.com/total-gpumem": "1"},
+        "multiplyBy": nvidia.COUNT_RESOURCE,
+        "outputs": {nvidia.TOTAL_MEMORY_RESOURCE: "1"},
     },
 )
 _SYSTEM_NAMESPACES: Final = {

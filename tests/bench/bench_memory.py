@@ -21,7 +21,7 @@ from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 NODES = 1000
@@ -72,7 +72,7 @@ def _bound_pods(nodes: int, pods: int) -> Iterator[dict[str, Any]]:
                 "uid": f"uid-{serial}",
                 "annotations": {
                     names.ASSIGNED_NODE: node,
-                    names.NVIDIA_DEVICES_ALLOCATED: codec.encode_pod_single_device(devices),
+                    nvidia.ALLOCATED_ANNOTATION: codec.encode_pod_single_device(devices),
                 },
             },
             "spec": {

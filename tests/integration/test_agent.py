@@ -31,7 +31,7 @@ from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.agent.settings import AgentSettings
 from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.agent.simulated import SimulatedBackend
-from vgpu_operator.devices import codec
+from vgpu_operator.devices import codec, nvidia
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
 T = TypeVar("T")
@@ -405,13 +405,13 @@ def test_hami_annotations_let_hami_read_the_node(
 
     def annotated() -> dict[str, str] | None:
         annotations = control_plane.get(f"/api/v1/nodes/{name}")["metadata"].get("annotations", {})
-        return annotations if names.NODE_NVIDIA_SCORE in annotations else None
+        return annotations if nvidia.SCORE_ANNOTATION in annotations else None
 
     annotations = wait_for("HAMi's annotations", annotated)
-    devices = codec.decode_node_devices(annotations[names.NODE_NVIDIA_REGISTER])
+    devices = codec.decode_node_devices(annotations[nvidia.REGISTER_ANNOTATION])
     assert len(devices) == 16
     assert {d.type for d in devices} == {"NVIDIA H100 80GB HBM3"}
-    scores = codec.decode_pair_scores(annotations[names.NODE_NVIDIA_SCORE])
+    scores = codec.decode_pair_scores(annotations[nvidia.SCORE_ANNOTATION])
     assert scores[devices[0].id][devices[1].id] == 40 + 1800
     assert scores[devices[0].id][devices[8].id] == 10
     assert annotations[names.NODE_HANDSHAKE].startswith("Reported_")

@@ -33,8 +33,9 @@ import yaml
 from integration import operator_env as env
 from integration.test_operator_webhook import make_pki
 
-from vgpu_operator import names, node_leases
+from vgpu_operator import node_leases
 from vgpu_operator.control.options import PlaceableOptions, WebhookOptions
+from vgpu_operator.devices import nvidia
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import client as kube_client
@@ -236,7 +237,7 @@ def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
                     namespace, f"small-{card.uuid.lower()}", scheduler=scheduler,
                     group=namespace, gpumem=5 * GIB,
                 )  # fmt: skip
-                pod["metadata"]["annotations"] = {names.GPU_USE_UUID: card.uuid}
+                pod["metadata"]["annotations"] = {nvidia.USE_UUID_ANNOTATION: card.uuid}
                 env.create_pod(cp, pod)
                 small.append(pod["metadata"]["name"])
         for name in small:

@@ -51,6 +51,7 @@ from vgpu_operator.agent.settings import AgentSettings
 from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.control.options import WebhookOptions
+from vgpu_operator.devices import nvidia
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube.client import api_client
@@ -557,8 +558,8 @@ def allocation_patch(node: str, card: str, memory: int = CARD_MIB, cores: int = 
         names.ASSIGNED_NODE: node,
         names.BIND_PHASE: "allocating",
         names.BIND_TIME: "4102444800",  # 2100-01-01
-        names.NVIDIA_DEVICES_TO_ALLOCATE: entry,
-        names.NVIDIA_DEVICES_ALLOCATED: entry,
+        nvidia.TO_ALLOCATE_ANNOTATION: entry,
+        nvidia.ALLOCATED_ANNOTATION: entry,
     }
 
 
@@ -658,8 +659,8 @@ def test_2_a_tenant_cannot_edit_its_allocation_to_overcommit_or_beat_the_quota(
         card = first.envs["NVIDIA_VISIBLE_DEVICES"]
         small = f"{card},NVIDIA,1,0:;"
         for patch, kind in (
-            ({"metadata": {"annotations": {names.NVIDIA_DEVICES_ALLOCATED: small}}}, "merge"),
-            ({"metadata": {"annotations": {names.NVIDIA_DEVICES_ALLOCATED: None}}}, "merge"),
+            ({"metadata": {"annotations": {nvidia.ALLOCATED_ANNOTATION: small}}}, "merge"),
+            ({"metadata": {"annotations": {nvidia.ALLOCATED_ANNOTATION: None}}}, "merge"),
             (
                 [
                     {
@@ -673,7 +674,7 @@ def test_2_a_tenant_cannot_edit_its_allocation_to_overcommit_or_beat_the_quota(
             message = tenant.refused(lambda p=patch, k=kind: tenant.patch_pod("big", p, k))
             assert "hami.io/vgpu-devices-allocated" in message
         held = env.get_pod(cp, tenant.namespace, "big")["metadata"]["annotations"]
-        assert held[names.NVIDIA_DEVICES_ALLOCATED].startswith(f"{card},NVIDIA,40000,")
+        assert held[nvidia.ALLOCATED_ANNOTATION].startswith(f"{card},NVIDIA,40000,")
 
         # A second 40000 MiB pod: the quota (50000) holds it back.
         tenant.create_pod(gpu_pod("second", node=node, gpumem=40000))
@@ -705,7 +706,7 @@ def test_3_a_cpu_only_pod_cannot_squat_a_node(stack: Stack, tenant: Tenant) -> N
             "annotations": {
                 names.ASSIGNED_NODE: node,
                 names.BIND_PHASE: "success",
-                names.NVIDIA_DEVICES_ALLOCATED: squat,
+                nvidia.ALLOCATED_ANNOTATION: squat,
             },
         },
         "spec": {
@@ -719,7 +720,7 @@ def test_3_a_cpu_only_pod_cannot_squat_a_node(stack: Stack, tenant: Tenant) -> N
     # applies to it), and adding the record afterwards is refused too.
     del pod["metadata"]["annotations"]
     tenant.create_pod(pod)
-    patch = {"metadata": {"annotations": {names.NVIDIA_DEVICES_ALLOCATED: squat}}}
+    patch = {"metadata": {"annotations": {nvidia.ALLOCATED_ANNOTATION: squat}}}
     tenant.refused(lambda: tenant.patch_pod("squatter", patch))
     # The node's GPU pods are placed as if it were not there.
     tenant.create_pod(gpu_pod("next", node=node, gpumem=40000))

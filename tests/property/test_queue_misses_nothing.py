@@ -32,10 +32,9 @@ from strategies import (
     pods,
 )
 
-from vgpu_operator import names
 from vgpu_operator.control import feed as feed_module
 from vgpu_operator.control import queue as queue_module
-from vgpu_operator.devices import model
+from vgpu_operator.devices import model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 SCHEDULER = "vgpu-scheduler"
@@ -284,9 +283,9 @@ class Cluster:
         elif what == "unlabel":
             meta["labels"].pop("zone", None)
         elif what == "restrict":
-            meta["annotations"][names.GPU_USE_TYPE] = "H100"
+            meta["annotations"][nvidia.USE_TYPE_ANNOTATION] = "H100"
         else:
-            meta["annotations"].pop(names.GPU_USE_TYPE, None)
+            meta["annotations"].pop(nvidia.USE_TYPE_ANNOTATION, None)
         self._send_node(name)
 
     def _change_card(self, name: str, index: int, what: str) -> None:

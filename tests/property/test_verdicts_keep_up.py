@@ -32,6 +32,7 @@ from strategies import (
 )
 
 from vgpu_operator import names
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 TIMEOUT_S = 60.0
@@ -73,12 +74,12 @@ class Kin:
 _KIN_ANNOTATIONS = (
     ("example.com/rollout", ("1", "2")),
     ("example.com/rollout", ("1", "2")),
-    (names.GPU_USE_TYPE, ("H100", "A100")),
-    (names.GPU_NOUSE_TYPE, ("H100", "A100")),
+    (nvidia.USE_TYPE_ANNOTATION, ("H100", "A100")),
+    (nvidia.NOUSE_TYPE_ANNOTATION, ("H100", "A100")),
     (names.GPU_SCHEDULER_POLICY, ("binpack", "spread")),
     (names.NODE_SCHEDULER_POLICY, ("binpack", "spread")),
-    (names.GPU_VGPU_MODE, ("hami-core", "mig")),
-    (names.GPU_NUMA_BIND, ("true",)),
+    (nvidia.MODE_ANNOTATION, ("hami-core", "mig")),
+    (nvidia.NUMA_BIND_ANNOTATION, ("true",)),
 )
 
 
@@ -264,9 +265,9 @@ class Driver:
         elif what == "unlabel":
             labels.pop("zone", None)
         elif what == "restrict":
-            annotations[names.GPU_USE_TYPE] = "H100"
+            annotations[nvidia.USE_TYPE_ANNOTATION] = "H100"
         else:
-            annotations.pop(names.GPU_USE_TYPE, None)
+            annotations.pop(nvidia.USE_TYPE_ANNOTATION, None)
         self.nodes[name] = node
         self.state.set_node(node)
 

@@ -19,7 +19,7 @@ from vgpu_operator.control import worker as worker_module
 from vgpu_operator.control.feed import StateFeed
 from vgpu_operator.control.queue import OWN_CHANGE_ONLY, Refused, SchedulingQueue, WaitsForVictims
 from vgpu_operator.control.worker import SchedulingWorker
-from vgpu_operator.devices import model
+from vgpu_operator.devices import model, nvidia
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics
@@ -28,7 +28,7 @@ from vgpu_operator.scheduling.cycle.cluster import Decision, NominationWait
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 
 SCHED = "vgpu-scheduler"
-ANNOTATIONS = {names.ASSIGNED_NODE: "n1", names.NVIDIA_DEVICES_ALLOCATED: "GPU-0,NVIDIA,1000,0:;"}
+ANNOTATIONS = {names.ASSIGNED_NODE: "n1", nvidia.ALLOCATED_ANNOTATION: "GPU-0,NVIDIA,1000,0:;"}
 NO_MEMORY = Diagnosis({"n1": NodeFailure({Reason.CARD_INSUFFICIENT_MEMORY: 2})}, 1)
 
 
