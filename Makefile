@@ -23,6 +23,7 @@ help:
 	@echo "make gpu-check-prepare - fetch what gpu-check needs into .gpu-check/ (network; before going offline)"
 	@echo "make dra-conformance - kubelet's DRA manager and the CDI library, the harness of the DRA tests"
 	@echo "make kueue    - Kueue's controller manager and CRDs, for the Kueue tests (docs/kueue.md)"
+	@echo "make karpenter - Karpenter with its KWOK provider and CRDs, for the autoscaling tests (docs/autoscaling.md)"
 
 -include hack/control-plane.mk
 
@@ -40,14 +41,14 @@ $(BIN)/.linked: $(BIN)/.deps $(PKG_SOURCES)
 
 dev: $(BIN)/.linked
 
-test: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance kueue
+test: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance kueue karpenter
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest
 
 test-unit: dev
 	$(BIN)/pytest -m 'not integration'
 
-test-integration: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance kueue
+test-integration: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance kueue karpenter
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest -m integration
 

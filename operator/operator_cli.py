@@ -13,7 +13,7 @@ from vgpu_operator.cli_options import kubeconfig_option, logging_options
 from vgpu_operator.cli_types import ConfigMapKey, KubeName, OwnerKind, Seconds
 
 if TYPE_CHECKING:
-    from vgpu_operator.control.options import OperatorOptions, WebhookOptions
+    from vgpu_operator.control.options import AutoscaleOptions, OperatorOptions, WebhookOptions
     from vgpu_operator.scheduling.defrag.defrag import Report
 
 #: Shown in ``--help``; the full story is in control/operator.py and docs/architecture.md.
@@ -219,6 +219,46 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     help="requeueAfterSeconds of a Retry answer: when Kueue asks again (at least 2: the "
     "answer is set back to Pending before Kueue requeues the workload; docs/kueue.md).",
 )
+@click.option(
+    "--autoscale-instance-types",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Ask Karpenter for the nodes waiting GPU pods need: the instance types its "
+    "NodePools may use, with the cards of each (JSON; docs/autoscaling.md). Off without it.",
+)
+@click.option(
+    "--autoscale-interval",
+    "autoscale_interval_s",
+    type=Seconds(0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds between autoscaling rounds (a pod found waiting starts one sooner).",
+)
+@click.option(
+    "--autoscale-node-timeout",
+    "autoscale_node_timeout_s",
+    type=Seconds(1.0),
+    default=600.0,
+    show_default=True,
+    help="Seconds a NodeClaim may take to become a node with its inventory before it is "
+    "withdrawn (and its instance type not asked for again for as long).",
+)
+@click.option(
+    "--autoscale-scale-down-min-savings",
+    "autoscale_scale_down_min_savings",
+    type=click.FloatRange(min=0.0),
+    default=0.0,
+    show_default=True,
+    help="Give back a node whose pods would all fit elsewhere only when it saves at least "
+    "this much per hour (its offering's price in the instance types).",
+)
+@click.option(
+    "--autoscale-scale-down/--no-autoscale-scale-down",
+    default=True,
+    show_default=True,
+    help="Give back nodes of a NodePool whose pods would all fit elsewhere (their NodeClaim "
+    "deleted: Karpenter drains them, honouring PodDisruptionBudgets).",
+)
 def run(**flags: Any) -> None:
     # Imported here so that `vgpu-operator --help` does not load Kopf.
     from vgpu_operator import logging as vgpu_logging
@@ -266,6 +306,24 @@ def _operator_options(flags: Mapping[str, Any]) -> OperatorOptions:
             hold_s=flags["kueue_hold_s"], retry_after_s=flags["kueue_retry_after_s"]
         )
         if flags["kueue_placeable_check"]
+        else None,
+        autoscale=_autoscale_options(flags),
+    )
+
+
+def _autoscale_options(flags: Mapping[str, Any]) -> AutoscaleOptions | None:
+    """Autoscaling's options (None without ``--autoscale-instance-types``)."""
+    from vgpu_operator.control import options as operator_options
+
+    if flags["autoscale_instance_types"] is None:
+        return None
+    return operator_options.AutoscaleOptions(
+        instance_types=flags["autoscale_instance_types"],
+        interval_s=flags["autoscale_interval_s"],
+        node_timeout_s=flags["autoscale_node_timeout_s"],
+        cool_off_s=flags["autoscale_node_timeout_s"],
+        scale_down_min_savings=flags["autoscale_scale_down_min_savings"]
+        if flags["autoscale_scale_down"]
         else None,
     )
 

@@ -146,6 +146,9 @@ class StateFeed:
         self._allocating: dict[PodKey, str] = {}
         #: Called with a node whose allocation gate opened (the worker's Bindings wait).
         self.on_settled: Callable[[str], None] = lambda node: None
+        #: Called with a node that appeared or changed, before its waiting pods are woken
+        #: (the autoscaler holds the shares of the pods it planned there first).
+        self.on_node_changed: Callable[[str], None] = lambda node: None
         #: Pods with a Binding in flight or just written: key -> uid.
         self._binding: dict[PodKey, str] = {}
         #: Pods of other schedulers: another allocator at work, pods that missed the webhook.
@@ -155,7 +158,7 @@ class StateFeed:
         self._wakeups = Wakeups(engine, pods_queue, self._wall_clock)
         self._nodes_feed = NodeFeed(
             engine,
-            self._wakeups.for_node,
+            self._node_changed,
             inventory_timeout_s=inventory_timeout_s,
             wall_clock=self._wall_clock,
         )
@@ -503,6 +506,12 @@ class StateFeed:
             )
 
     # --- the queueing hints -----------------------------------------------------------
+    def _node_changed(self, event: queue.ClusterEvent, node: str) -> None:
+        """A node appeared or changed what a decision reads of it: the autoscaler is told
+        first (``on_node_changed``), then the pods it may help are woken."""
+        self.on_node_changed(node)
+        self._wakeups.for_node(event, node)
+
     def settle_releases(self) -> None:
         """Wake the pods that the room freed since the last call lets fit (``wakeups``).
         Called after every event applied, and by the worker after its own releases."""

@@ -186,18 +186,26 @@ class GangRuntime:
         bound = {k: n for k, n in self._bound_members(group).items() if k in books}
         return {**bound, **held}
 
-    def decide(self, group: str, now: float) -> GroupDecision:
+    def group_input(
+        self, group: str
+    ) -> tuple[GroupSpec | None, list[Pod], dict[PodKey, str], list[str]]:
+        """What a group is decided with: its spec (None: no PodGroup; ``GroupError`` when
+        it cannot be read), its pending members, those placed here, every member's
+        schedulerName (``decide``, and autoscaling's what-if)."""
         pending, names = self._gather(group)
         spec: GroupSpec | None = None
         obj = self.groups.get(group)
         if obj is not None:
-            try:
-                spec = gangs.read_pod_group(obj)
-            except GroupError as exc:
-                return gangs.refuse(self.engine, group, pending, str(exc))
+            spec = gangs.read_pod_group(obj)
             if spec.gang and self.groups.initially_scheduled(group):
                 spec = dataclasses.replace(spec, gang=False)  # later members, one by one
-        bound = self._bound(group)
+        return spec, pending, self._bound(group), names
+
+    def decide(self, group: str, now: float) -> GroupDecision:
+        try:
+            spec, pending, bound, names = self.group_input(group)
+        except GroupError as exc:
+            return gangs.refuse(self.engine, group, self._gather(group)[0], str(exc))
         out = gangs.decide_group(self.engine, spec, group, pending, bound, now, names)
         if out.placed:
             self._placed.setdefault(group, {}).update(out.nodes)

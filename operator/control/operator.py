@@ -31,6 +31,8 @@ import structlog
 from vgpu_operator import config as device_config
 from vgpu_operator.control import (
     admission_checks,
+    autoscale_catalogue,
+    autoscaler,
     cel_offload,
     claim_binding,
     claims_feed,
@@ -50,12 +52,14 @@ from vgpu_operator.control import (
     webhook_tls,
     worker,
 )
-from vgpu_operator.control.options import OperatorOptions
+from vgpu_operator.control.options import AutoscaleOptions, OperatorOptions
+from vgpu_operator.errors import ConfigError
 from vgpu_operator.kube import (
     binder,
     claims,
     client,
     defrag_actions,
+    karpenter,
     listing,
     peering,
     pod_groups,
@@ -78,6 +82,16 @@ _RESYNC_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 #: The longest the garbage collector stays off while the first listing comes in (the API
 #: server may not answer for a while; retries make garbage of their own).
 HEAP_HOLD_MAX_S = 120.0
+
+
+def _read_catalogue(settings: AutoscaleOptions) -> autoscale_catalogue.Catalogue:
+    """The instance types to autoscale with; a file that cannot be read is said in one
+    log line and gives none (every waiting pod is then told no instance type holds it)."""
+    try:
+        return autoscale_catalogue.read_catalogue(settings.instance_types)
+    except ConfigError as exc:
+        log.error("autoscale_instance_types_unreadable", error=str(exc))
+        return autoscale_catalogue.Catalogue(problems=(str(exc),))
 
 
 def make_identity() -> str:
@@ -179,6 +193,22 @@ class Operator:
             self.pod_groups,
             self.feed.bound_members,
         )
+        #: Present with ``--autoscale-instance-types``: asks Karpenter for the nodes the
+        #: waiting pods need (docs/autoscaling.md).
+        self.autoscaler = (
+            autoscaler.Autoscaler(
+                self.state,
+                self.feed,
+                self.queue,
+                self.gangs,
+                karpenter.KubeKarpenter(api),
+                _read_catalogue(options.autoscale),
+                options.autoscale,
+                decides=lambda: self.is_leader() and self.synced,
+            )
+            if options.autoscale is not None
+            else None
+        )
         self.worker = worker.SchedulingWorker(
             self.state,
             self.feed,
@@ -203,8 +233,11 @@ class Operator:
             ),
             gangs=self.gangs,
             write_group_condition=self._write_group_condition,
+            autoscaling=self.autoscaler,
         )
         self.feed.on_settled = self.worker.node_settled
+        if self.autoscaler is not None:
+            self.feed.on_node_changed = self.autoscaler.node_changed
         self.feed.queue_priority = self.pod_groups.queue_priority
         self.deferred.busy = self.worker.busy
 
@@ -286,6 +319,8 @@ class Operator:
         self._spawn("scheduling worker", self.worker.run())
         if self.defrag is not None:
             self._spawn("defragmentation", self.defrag.run())
+        if self.autoscaler is not None:
+            self._spawn("autoscaler", self.autoscaler.run())
         if options.template_collection is not None:
             collector = template_collector.TemplateCollector(
                 template_collector.ApiTemplateStore(self.api), options.template_collection

@@ -217,6 +217,12 @@ class KubeReporter:
     async def unschedulable(self, pod: Pod, diagnosis: status.Diagnosis) -> None:
         await self._not_scheduled(pod, diagnosis.message(), failed_scheduling_message(diagnosis))
 
+    async def waits(self, pod: Pod, diagnosis: status.Diagnosis, note: str) -> None:
+        """Unschedulable here, and what it waits for (a node the autoscaler asked for)."""
+        await self._not_scheduled(
+            pod, f"{diagnosis.message()} {note}", f"{failed_scheduling_message(diagnosis)} {note}"
+        )
+
     async def rejected(self, pod: Pod, message: str) -> None:
         await self._not_scheduled(pod, message, message)
 

@@ -89,6 +89,15 @@ class Reporter(Protocol):
     async def preemption_blocked(self, pod: Pod, message: str) -> None: ...
     async def waiting_for_victims(self, pod: Pod, message: str) -> None: ...
     async def nomination_timed_out(self, pod: Pod, message: str) -> None: ...
+    async def waits(self, pod: Pod, diagnosis: status.Diagnosis, note: str) -> None: ...
+
+
+class Autoscaling(Protocol):
+    """The autoscaler's side (``autoscaler.Autoscaler``): what a waiting pod waits for,
+    and a nudge when a pod is found waiting."""
+
+    def note(self, key: PodKey) -> str | None: ...
+    def poke(self) -> None: ...
 
 
 #: Writes a PodGroup's condition (``kube.pod_groups``), given ``namespace/name``.
@@ -141,8 +150,11 @@ class SchedulingWorker:
         selectors: SelectorsOffLoop | None = None,
         gangs: gang_runtime.GangRuntime | None = None,
         write_group_condition: GroupConditionWriter | None = None,
+        autoscaling: Autoscaling | None = None,
     ) -> None:
         self._engine = engine
+        #: What pods wait for beyond the books (None: no autoscaling).
+        self._autoscaling = autoscaling
         #: Pods in a PodGroup are decided with their group (None: no gang support wired).
         self._gangs = gangs
         self._write_group_condition = write_group_condition
@@ -318,13 +330,15 @@ class SchedulingWorker:
         backoff_s = self._queue.park(
             key, hint=_hint_of(decision), reasons=reporting.condition_reasons(diagnosis)
         )
-        if self._reported.get(key) == (pod_facts.uid_of(pod), message):
-            log.debug("pod_unschedulable", pod=key, message=message, retry_after_s=backoff_s)
+        note = self._note(key) if decision.preemption_blocked is None else None
+        told = message if note is None else f"{message} {note}"
+        if self._reported.get(key) == (pod_facts.uid_of(pod), told):
+            log.debug("pod_unschedulable", pod=key, message=told, retry_after_s=backoff_s)
             return False
         log.info(
             "pod_unschedulable",
             pod=key,
-            message=message,
+            message=told,
             devices=diagnosis.device_counts(),
             retry_after_s=backoff_s,
             preemption_blocked=decision.preemption_blocked,
@@ -332,8 +346,27 @@ class SchedulingWorker:
         if decision.preemption_blocked is not None:
             self._report_once(key, pod, message, self._reporter.preemption_blocked(pod, message))
             return False
-        self._report_once(key, pod, message, self._reporter.unschedulable(pod, diagnosis))
+        self._report_waiting(key, pod, diagnosis, message)
         return False
+
+    def _note(self, key: PodKey) -> str | None:
+        """What the pod waits for beyond the books (the autoscaler's note), and a nudge to
+        the autoscaler: a pod was found waiting."""
+        if self._autoscaling is None:
+            return None
+        self._autoscaling.poke()
+        return self._autoscaling.note(key)
+
+    def _report_waiting(
+        self, key: PodKey, pod: Pod, diagnosis: status.Diagnosis, message: str
+    ) -> None:
+        """Tell a pod that fits nowhere why (``message``), and what it waits for."""
+        note = self._note(key)
+        if note is None:
+            self._report_once(key, pod, message, self._reporter.unschedulable(pod, diagnosis))
+            return
+        told = f"{message} {note}"
+        self._report_once(key, pod, told, self._reporter.waits(pod, diagnosis, note))
 
     def _decide_group(self, key: PodKey, pod: Pod, group: str, *, slot_held: bool) -> bool:
         """A PodGroup's members decided together (``gang_runtime``): those placed are bound
@@ -387,9 +420,7 @@ class SchedulingWorker:
             waits_for = hint if out.reason is not None else _hint_of(decision)
             self._metrics.attempt(Result.UNSCHEDULABLE)
             self._queue.park(decision.pod, hint=waits_for, reasons=(gang_runtime.WAIT_REASON,))
-            if self._reported.get(decision.pod) != (pod_facts.uid_of(member), message):
-                report = self._reporter.unschedulable(member, diagnosis)
-                self._report_once(decision.pod, member, message, report)
+            self._report_waiting(decision.pod, member, diagnosis, message)
         decided = {d.pod for d in (*out.placed, *out.preempting, *out.waiting)}
         if key not in decided:
             self._queue.retry_later(key)  # not among the group's pending members now

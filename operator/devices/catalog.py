@@ -56,3 +56,23 @@ def resource_prefixes(table: tuple[VendorSpec, ...] = VENDOR_TABLE) -> tuple[str
         if slash and f"{domain}/" not in found:
             found.append(f"{domain}/")
     return tuple(found)
+
+
+def annotation_domains(table: tuple[VendorSpec, ...] = VENDOR_TABLE) -> tuple[str, ...]:
+    """The domains of the vendors' own pod annotations (card types, UUIDs, NUMA binding,
+    modes: ``nvidia.com/``...), in table order."""
+    found: list[str] = []
+    for spec in table:
+        keys = (
+            spec.use_type_annotation,
+            spec.nouse_type_annotation,
+            spec.use_uuid_annotation,
+            spec.nouse_uuid_annotation,
+            spec.mode_annotation,
+            spec.numa_bind_annotation,
+        )
+        for key in keys:
+            domain, slash, _ = (key or "").partition("/")
+            if slash and f"{domain}/" not in found:
+                found.append(f"{domain}/")
+    return tuple(found)

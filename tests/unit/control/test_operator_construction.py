@@ -4,6 +4,7 @@ filled in by ``start``), and before start-up the webhook answers "not ready"."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from kubernetes_asyncio import client
 
 from vgpu_operator.control.admission import NotReady, PodAdmission
 from vgpu_operator.control.operator import Operator
-from vgpu_operator.control.options import DefragOptions, OperatorOptions
+from vgpu_operator.control.options import AutoscaleOptions, DefragOptions, OperatorOptions
 from vgpu_operator.handlers.app import OperatorApp
 from vgpu_operator.metrics import OperatorMetrics
 
@@ -42,12 +43,17 @@ def _built(options: OperatorOptions, check: Any) -> None:
     "options",
     [
         OperatorOptions(standalone=True, metrics_port=None),
-        OperatorOptions(standalone=False, metrics_port=0, defrag=DefragOptions()),
+        OperatorOptions(
+            standalone=False,
+            metrics_port=0,
+            defrag=DefragOptions(),
+            autoscale=AutoscaleOptions(instance_types=Path("/nonexistent/instance-types.json")),
+        ),
     ],
     ids=["standalone-bare", "peering-with-everything"],
 )
 def test_every_part_exists_once_constructed(options: OperatorOptions) -> None:
-    optional = {"defrag": options.defrag}
+    optional = {"defrag": options.defrag, "autoscaler": options.autoscale}
 
     async def check(built: Operator) -> None:
         missing = [
@@ -57,6 +63,7 @@ def test_every_part_exists_once_constructed(options: OperatorOptions) -> None:
         ]
         assert missing == []
         assert (built.defrag is None) == (options.defrag is None)
+        assert (built.autoscaler is None) == (options.autoscale is None)
         assert not built.started.is_set()
         assert not built.synced
 
