@@ -21,7 +21,7 @@ from vgpu_operator.devices import dra, nvidia
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.pods import pods_on_node
 from vgpu_operator.testing.controlplane import (
-    ApiError,
+    AdminRequestError,
     ControlPlane,
 )
 from vgpu_operator.wire import Pod
@@ -103,14 +103,14 @@ def install_crd(cp: ControlPlane, timeout_s: float = 30.0) -> None:
     crd = resources.render_crd()
     try:
         cp.create(CRDS, crd)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status != 409:
             raise
 
     def served() -> bool:
         try:
             cp.get(INVENTORIES)
-        except ApiError:
+        except AdminRequestError:
             return False
         return True
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vgpu_operator.testing.errors import JSON, ApiError, ControlPlaneError
+from vgpu_operator.testing.errors import JSON, AdminRequestError, ControlPlaneError
 from vgpu_operator.testing.kwok import fake_gpu_node_manifest
 from vgpu_operator.testing.pki import ClientCredentials
 from vgpu_operator.testing.processes import wait_until
@@ -54,7 +54,7 @@ class AdminRest:
         content_type: str = "application/json",
         timeout: float = 30.0,
     ) -> JSON:
-        """A JSON request as admin. Raises :class:`ApiError` for HTTP status >= 400."""
+        """A JSON request as admin. Raises :class:`AdminRequestError` for HTTP status >= 400."""
         opener = self._admin_opener()
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method)
@@ -67,7 +67,7 @@ class AdminRest:
         except urllib.error.HTTPError as exc:
             with exc:
                 text = exc.read().decode(errors="replace")
-            raise ApiError(method, path, exc.code, text) from None
+            raise AdminRequestError(method, path, exc.code, text) from None
         if not raw:
             return {}
         result = json.loads(raw)
@@ -88,7 +88,7 @@ class AdminRest:
     def delete(self, path: str, *, missing_ok: bool = True) -> JSON:
         try:
             return self.request("DELETE", path)
-        except ApiError as exc:
+        except AdminRequestError as exc:
             if missing_ok and exc.status == 404:
                 return {}
             raise
@@ -97,7 +97,7 @@ class AdminRest:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
         try:
             return self.create("/api/v1/namespaces", body)
-        except ApiError as exc:
+        except AdminRequestError as exc:
             if exc.status != 409:
                 raise
             return self.get(f"/api/v1/namespaces/{name}")

@@ -52,7 +52,7 @@ from typing import Final, Self
 from vgpu_operator.testing import components, karpenter, kueue
 from vgpu_operator.testing.admin_rest import AdminRest
 from vgpu_operator.testing.binaries import Binaries, default_cache_dir, find_binaries, find_tool
-from vgpu_operator.testing.errors import ApiError, BinariesNotFoundError, ControlPlaneError
+from vgpu_operator.testing.errors import AdminRequestError, BinariesNotFoundError, ControlPlaneError
 from vgpu_operator.testing.kwok import (
     FAKE_NODE_ANNOTATION,
     FAKE_NODE_IP,
@@ -80,7 +80,7 @@ from vgpu_operator.testing.processes import (
 __all__ = [
     "FAKE_NODE_ANNOTATION",
     "KWOK_STAGES",
-    "ApiError",
+    "AdminRequestError",
     "Binaries",
     "BinariesNotFoundError",
     "ClientCredentials",

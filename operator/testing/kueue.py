@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from vgpu_operator.devices import nvidia
-from vgpu_operator.testing.errors import JSON, ApiError
+from vgpu_operator.testing.errors import JSON, AdminRequestError
 from vgpu_operator.testing.pki import write_private
 from vgpu_operator.testing.processes import free_port
 
@@ -380,7 +380,7 @@ def served(api: KueueApi) -> bool | None:
     for kind in ("clusterqueues", "workloads", "localqueues", "admissionchecks"):
         try:
             api.get(f"/apis/kueue.x-k8s.io/v1beta2/{kind}?limit=1")
-        except ApiError as exc:
+        except AdminRequestError as exc:
             if exc.status in (404, 429, 503):
                 return None
             raise

@@ -32,7 +32,7 @@ from vgpu_operator.agent.settings import AgentSettings
 from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.devices import codec, nvidia
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0) ->
     while time.monotonic() < deadline:
         try:
             value = check()
-        except ApiError as exc:  # e.g. 404 before the first write, 503 while restarting
+        except AdminRequestError as exc:  # e.g. 404 before the first write, 503 while restarting
             last_error, value = exc, None
         except OSError as exc:
             last_error, value = exc, None
@@ -64,7 +64,7 @@ def crd(control_plane: ControlPlane) -> dict[str, Any]:
     name = manifest["metadata"]["name"]
     try:
         control_plane.create(CRD_PATH, manifest)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status != 409:
             raise
         current = control_plane.get(f"{CRD_PATH}/{name}")
@@ -210,7 +210,7 @@ def renewed_at(control_plane: ControlPlane, name: str) -> float | None:
     """When the node's Lease was last renewed, or None while there is none."""
     try:
         return node_leases.read_renewal(control_plane.get(node_leases.lease_path(name)))
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status == 404:
             return None
         raise
@@ -340,7 +340,7 @@ def test_a_deleted_lease_is_created_again(control_plane: ControlPlane, node: Age
     def recreated() -> str | None:
         try:
             uid = str(control_plane.get(node_leases.lease_path(name))["metadata"]["uid"])
-        except ApiError:
+        except AdminRequestError:
             return None
         return uid if uid != first else None
 
@@ -526,7 +526,7 @@ def test_an_inventory_naming_another_node_is_refused_by_the_api_server(
         "devices": [],
         "summary": {"gpuCount": 0, "healthyCount": 0, "totalMemoryMiB": 0},
     }
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(AdminRequestError) as refused:
         control_plane.patch(
             f"{INVENTORIES}/{name}-evil/status",
             {"status": status},

@@ -31,7 +31,7 @@ from vgpu_operator.devices import dra
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 from vgpu_operator.testing.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -133,7 +133,7 @@ def webhook_answers(plane: ControlPlane) -> bool:
     }
     try:
         made = plane.create(f"/api/v1/namespaces/{WEBHOOKED}/pods?dryRun=All", probe)
-    except ApiError:
+    except AdminRequestError:
         return False
     # Routed to us: the webhook answered (a pod it never saw keeps default-scheduler).
     return bool(made["spec"].get("schedulerName") not in (None, "default-scheduler"))

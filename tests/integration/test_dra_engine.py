@@ -35,7 +35,7 @@ from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -412,7 +412,7 @@ def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
             def created() -> dict[str, Any] | None:
                 try:
                     return plane.create(f"/api/v1/namespaces/{ns}/pods", hami_pod)
-                except ApiError as exc:  # the webhook server may not answer yet
+                except AdminRequestError as exc:  # the webhook server may not answer yet
                     if exc.status == 409:
                         return plane.get(f"/api/v1/namespaces/{ns}/pods/hami")
                     return None

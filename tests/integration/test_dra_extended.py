@@ -38,7 +38,7 @@ from vgpu_operator.kube.client import api_client
 from vgpu_operator.scheduling.dialects.claims import extended_claims
 from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -328,7 +328,7 @@ def test_a_special_claim_made_for_a_pod_not_bound_is_deleted_again(
             await kube_claims.discard_claim(api, ns, name)
 
     asyncio.run(made_then_discarded())
-    with pytest.raises(ApiError) as gone:
+    with pytest.raises(AdminRequestError) as gone:
         plane.get(path)
     assert gone.value.status == 404
     written_status = plane.get(f"/api/v1/namespaces/{ns}/pods/unbound")["status"]

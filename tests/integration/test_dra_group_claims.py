@@ -33,7 +33,7 @@ from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.scheduling.books import group_claims
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
 def _get(plane: ControlPlane, path: str) -> dict[str, Any] | None:
     try:
         return plane.get(path)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status == 404:
             return None
         raise

@@ -40,7 +40,7 @@ from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.devices import dra
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -182,7 +182,7 @@ def evicted(plane: ControlPlane, namespace: str, name: str) -> bool:
     """Whether the pod is gone or going (deleted, or marked a disruption target)."""
     try:
         obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    except ApiError as exc:
+    except AdminRequestError as exc:
         return exc.status == 404
     if obj["metadata"].get("deletionTimestamp"):
         return True

@@ -32,7 +32,7 @@ from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def create(
 def get_pod(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
     try:
         return plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status == 404:
             return None
         raise

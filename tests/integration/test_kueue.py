@@ -43,7 +43,7 @@ from vgpu_operator.kube import listing, workloads
 from vgpu_operator.kube.requests import ApiError as RequestsApiError
 from vgpu_operator.testing import kueue
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import KWOK_STAGES, ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import KWOK_STAGES, AdminRequestError, ControlPlane
 from vgpu_operator.testing.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -157,7 +157,7 @@ def _our_webhook(cp: ControlPlane, namespace: str, scheduler: str, port: int, ca
     def webhook_answers() -> bool:
         try:
             cp.create(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", probe)
-        except ApiError:
+        except AdminRequestError:
             return False
         return True
 

@@ -57,7 +57,7 @@ from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.pods import pods_on_node
 from vgpu_operator.scheduling.books.allocation_gate import GateMode
-from vgpu_operator.testing.controlplane import ApiError, Binaries, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, Binaries, ControlPlane
 
 Json = dict[str, Any]
 NAMESPACE = "vgpu-operator"
@@ -402,7 +402,7 @@ def stack(
 def _gone(cp: ControlPlane, namespace: str, name: str) -> bool:
     try:
         env.get_pod(cp, namespace, name)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         return exc.status == 404
     return False
 
@@ -410,7 +410,7 @@ def _gone(cp: ControlPlane, namespace: str, name: str) -> bool:
 def _reported(cp: ControlPlane, node: str) -> bool:
     try:
         inventory = cp.get(f"{env.INVENTORIES}/{node}")
-    except ApiError:
+    except AdminRequestError:
         return False
     return len((inventory.get("status") or {}).get("devices") or []) == 4
 
@@ -536,7 +536,7 @@ def wait_received(stack: Stack, rig: NodeRig, pod: str) -> ContainerSettings:
     def received() -> ContainerSettings | None:
         try:
             uid = env.get_pod(stack.cp, stack.tenant.namespace, pod)["metadata"]["uid"]
-        except ApiError:
+        except AdminRequestError:
             return None
         return next((r for r in rig.received() if r.pod == key and r.uid == uid), None)
 
@@ -547,7 +547,7 @@ def events_of(cp: ControlPlane, namespace: str, name: str) -> list[Json]:
     """The Events of the pod now named ``name`` (not of earlier pods of that name)."""
     try:
         uid = env.get_pod(cp, namespace, name)["metadata"]["uid"]
-    except ApiError:
+    except AdminRequestError:
         return []
     return [e for e in env.events_for(cp, namespace, name) if e["involvedObject"].get("uid") == uid]
 
@@ -1354,7 +1354,7 @@ def test_11_a_claim_cannot_be_pulled_from_under_its_running_pod(
 def _claim_gone(cp: ControlPlane, path: str) -> bool:
     try:
         cp.get(path)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         return exc.status == 404
     return False
 
