@@ -13,7 +13,7 @@ from typing import Any, Self
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model, nvidia
+from vgpu_operator.devices import codec, dra, model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 A100_40 = "NVIDIA A100-SXM4-40GB"
@@ -314,3 +314,79 @@ def pod_awaiting_devices(
         },
         "status": {"phase": "Pending"},
     }
+
+
+# --- DRA objects ---------------------------------------------------------------------------
+
+
+def dra_node(name: str, labels: Mapping[str, str] | None = None) -> Json:
+    """A Node on the DRA path (its cards are its slice's: ``dra.slice_wire``)."""
+    base = {"kubernetes.io/hostname": name, dra.NODE_PATH_LABEL: dra.PATH_DRA}
+    return {"metadata": {"name": name, "labels": {**base, **(labels or {})}}}
+
+
+def dra_cards(node: str, memory_mib: int, slots: int, count: int = 2) -> list[dra.CardShape]:
+    """``count`` L40S cards of ``memory_mib`` each, ``slots`` shares per card."""
+    return [
+        dra.CardShape(
+            f"GPU-{node}-{i}", i, "L40S", "NVIDIA-L40S", memory_mib, 100, slots, "hami-core"
+        )
+        for i in range(count)
+    ]
+
+
+def shared_claim(name: str, namespace: str, memory_mib: int, uid: str | None = None) -> Json:
+    """A ResourceClaim of the shared class asking one card's ``memory_mib``."""
+    request = {
+        "deviceClassName": dra.SHARED_CLASS,
+        "capacity": {"requests": {"memory": f"{memory_mib}Mi"}},
+    }
+    return {
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            "uid": uid or f"uid-claim-{name}",
+            "resourceVersion": "1",
+        },
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+    }
+
+
+def claim_pod(name: str, namespace: str, claim: str) -> Json:
+    """A pending pod whose one container uses the claim ``claim`` (as request ``gpu``)."""
+    return {
+        "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}"},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def books_from(
+    nodes: Sequence[Json],
+    inventories: Mapping[str, Sequence[model.DeviceInfo]],
+    slices: Sequence[Json] = (),
+    claims: Sequence[Json] = (),
+    pods: Sequence[Json] = (),
+    quotas: Sequence[Json] = (),
+) -> ClusterState:
+    """Books built from the API's objects as they are now (no reservation in them), the
+    DeviceClasses of the driver included: what a restarted operator would hold."""
+    state = ClusterState(DeviceConfig())
+    for device_class in dra.device_classes():
+        state.set_device_class(device_class)
+    for node in nodes:
+        state.set_node(node)
+    for name, cards in inventories.items():
+        state.set_inventory(name, cards, {}, heartbeat=None)
+    for item in slices:
+        state.set_slice(item)
+    for quota in quotas:
+        state.set_quota(quota)
+    for claim in claims:
+        state.set_claim(claim)
+    for pod in pods:
+        state.set_pod(pod)
+    return state

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from itertools import combinations, permutations
 from typing import Any
 
+from builders import make_node
+
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model, nvidia
@@ -280,3 +282,31 @@ def exhaustive_best(case: Case, max_evictions: int) -> tuple[int, int] | None:
         if best is not None:
             return size, best
     return None
+
+
+def books_fingerprint(state: ClusterState) -> Any:
+    """What planning must leave as it was: usage, quota, holds and nominations."""
+    return (
+        state.device_usage(),
+        state.quota_usage(),
+        state.holding_pods(),
+        state.drifted_nodes(),
+        {k: state.nominated_node(k) for k in state.holding_pods()},
+    )
+
+
+def two_half_full_cards(keeper: str = "q6") -> tuple[list[Any], list[Json]]:
+    """Node a: two 16 GiB cards with 10 GiB and 8 GiB used (6 and 8 free); node b: one
+    card with 10 GiB free beside a pod (``keeper``) that matters more than the waiting
+    ones. The node builders and the running pods."""
+    gib = 1024
+    nodes = [
+        make_node("a").gpu("GPU-a0", memory_mib=16 * gib).gpu("GPU-a1", memory_mib=16 * gib),
+        make_node("b").gpu("GPU-b0", memory_mib=16 * gib),
+    ]
+    pods = [
+        running_pod("p10", "a", "GPU-a0", 10 * gib),
+        running_pod("p8", "a", "GPU-a1", 8 * gib),
+        running_pod(keeper, "b", "GPU-b0", 6 * gib, priority=100),
+    ]
+    return nodes, pods

@@ -6,6 +6,7 @@ that full cards, filter collisions and quota limits come up in most examples.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -293,10 +294,44 @@ class Replay:
 # --- changes to a cluster, as the stateful property tests apply them ---------------------
 
 
+#: What a ``NodeChange`` does to a node (``change_node``).
+NODE_CHANGES: tuple[str, ...] = (
+    "cordon",
+    "uncordon",
+    "taint",
+    "untaint",
+    "label",
+    "unlabel",
+    "restrict",
+    "unrestrict",
+)
+
+
 @dataclass(frozen=True)
 class NodeChange:
     node: int
-    what: str  # cordon, uncordon, taint, untaint, label, unlabel, restrict, unrestrict
+    what: str  # one of NODE_CHANGES
+
+
+def change_node(node: Json, what: str) -> None:
+    """Apply one of ``NODE_CHANGES`` to a Node object, in place."""
+    meta, spec = node["metadata"], node.setdefault("spec", {})
+    labels = meta.setdefault("labels", {})
+    annotations = meta.setdefault("annotations", {})
+    if what in ("cordon", "uncordon"):
+        spec["unschedulable"] = what == "cordon"
+    elif what == "taint":
+        spec["taints"] = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+    elif what == "untaint":
+        spec["taints"] = []
+    elif what == "label":
+        labels["zone"] = "b"
+    elif what == "unlabel":
+        labels.pop("zone", None)
+    elif what == "restrict":
+        annotations[nvidia.USE_TYPE_ANNOTATION] = "H100"
+    else:
+        annotations.pop(nvidia.USE_TYPE_ANNOTATION, None)
 
 
 @dataclass(frozen=True)
@@ -304,6 +339,18 @@ class CardChange:
     node: int
     card: int
     what: str  # fail, heal, cordon, uncordon
+
+
+def change_card(cards: list[model.DeviceInfo], cordoned: set[str], index: int, what: str) -> None:
+    """Apply a ``CardChange`` to a node's cards (health) or its cordoned set, in place."""
+    at = index % len(cards)
+    card = cards[at]
+    if what in ("fail", "heal"):
+        cards[at] = dataclasses.replace(card, health=what == "heal")
+    elif what == "cordon":
+        cordoned.add(card.id)
+    else:
+        cordoned.discard(card.id)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import yaml
-from integration import operator_env as env
 from integration.dra_env import (
     RESOURCE,
     TOLERATE_KWOK,
     dra_agent,
+    dra_operator,
     dra_plane,
     fresh_namespace,
     node_slice,
@@ -73,10 +73,7 @@ def plane(
 
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-extended-config"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(plane, namespace, env.config_text(SCHEDULER))
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+    with dra_operator(plane, "vgpu-dra-extended-config", SCHEDULER) as running:
         yield running
 
 

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from integration import operator_env as env
 from integration.dra_env import (
     CLAIM_CONTROLLERS,
     RESOURCE,
     claim_pod,
     create_claim_template,
+    dra_operator,
     dra_plane,
     fresh_namespace,
 )
@@ -56,10 +56,7 @@ def plane(
 
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-group-claims-config"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(plane, namespace, env.config_text(SCHEDULER))
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+    with dra_operator(plane, "vgpu-dra-group-claims-config", SCHEDULER) as running:
         yield running
 
 

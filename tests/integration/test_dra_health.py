@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration import operator_env as env
 from integration.dra_env import (
     CLAIM_CONTROLLERS,
     RESOURCE,
     claim_pod,
     create_claim_template,
     dra_agent,
+    dra_operator,
     dra_plane,
     fresh_namespace,
     node_slice,
@@ -67,10 +67,7 @@ def plane(
 
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-health-config"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(plane, namespace, env.config_text(SCHEDULER, ""))
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+    with dra_operator(plane, "vgpu-dra-health-config", SCHEDULER) as running:
         yield running
 
 

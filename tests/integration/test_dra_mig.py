@@ -19,6 +19,7 @@ from integration.dra_env import (
     SLICES,
     claim_pod,
     create_claim_template,
+    dra_operator,
     dra_plane,
     fresh_namespace,
 )
@@ -65,10 +66,7 @@ def cluster(
 
 @pytest.fixture(scope="module")
 def operator(cluster: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-mig-config"
-    cluster.ensure_namespace(namespace)
-    env.put_config_map(cluster, namespace, env.config_text(SCHEDULER, ""))
-    with OperatorThread(env.options(cluster, namespace, inventory_timeout_s=None)) as running:
+    with dra_operator(cluster, "vgpu-dra-mig-config", SCHEDULER) as running:
         yield running
 
 

@@ -21,6 +21,7 @@ from integration.dra_env import (
     claim_pod,
     create_claim,
     create_claim_template,
+    dra_operator,
     dra_plane,
     fresh_namespace,
     node_slice,
@@ -58,10 +59,7 @@ def plane(
 
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-preempt-config"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(plane, namespace, env.config_text(SCHEDULER))
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+    with dra_operator(plane, "vgpu-dra-preempt-config", SCHEDULER) as running:
         yield running
 
 

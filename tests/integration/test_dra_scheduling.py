@@ -24,6 +24,7 @@ from integration.dra_env import (
     create_claim_template,
     dra_agent,
     dra_plane,
+    exactly,
     fresh_namespace,
     node_slice,
 )
@@ -62,14 +63,13 @@ def claim_template(
     device_class: str = dra.SHARED_CLASS,
     tolerate_unhealthy: bool = False,
 ) -> None:
-    exactly: dict[str, Any] = {"deviceClassName": device_class}
-    if capacity is not None:
-        exactly["capacity"] = {"requests": capacity}
-    if selector is not None:
-        exactly["selectors"] = [{"cel": {"expression": selector}}]
-    if tolerate_unhealthy:
-        exactly["tolerations"] = [{"key": dra.UNHEALTHY_TAINT_KEY, "operator": "Exists"}]
-    create_claim_template(plane, namespace, name, exactly)
+    asked = exactly(
+        capacity,
+        selector=selector,
+        device_class=device_class,
+        tolerate_unhealthy=tolerate_unhealthy,
+    )
+    create_claim_template(plane, namespace, name, asked)
 
 
 def pod_with_template(

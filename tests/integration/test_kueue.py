@@ -194,9 +194,10 @@ def _true(obj: dict[str, Any], kind: str) -> bool:
     )
 
 
-def _check_state(wl: dict[str, Any]) -> dict[str, Any]:
+def _check_state(wl: dict[str, Any], name: str = CHECK) -> dict[str, Any]:
+    """The Workload's state of the admission check ``name`` (``{}``: none yet)."""
     for state in (wl.get("status") or {}).get("admissionChecks") or ():
-        if state.get("name") == CHECK:
+        if state.get("name") == name:
             return dict(state)
     return {}
 
@@ -408,16 +409,9 @@ def test_the_manifests_role_is_enough_for_the_check(kueue_plane: ControlPlane) -
     asyncio.run(as_the_check())
     got = cp.get(f"{KUEUE}/admissionchecks/{check}")
     assert any(c["type"] == "Active" and c["status"] == "True" for c in got["status"]["conditions"])
-    state = _check_state_named(cp.get(f"{KUEUE}/namespaces/{namespace}/workloads/w"), check)
+    state = _check_state(cp.get(f"{KUEUE}/namespaces/{namespace}/workloads/w"), check)
     assert state["state"] == "Retry"
     assert state["message"] == "no room"
-
-
-def _check_state_named(wl: dict[str, Any], name: str) -> dict[str, Any]:
-    for state in (wl.get("status") or {}).get("admissionChecks") or ():
-        if state.get("name") == name:
-            return dict(state)
-    return {}
 
 
 def test_a_preempted_workloads_pods_leave_the_books(

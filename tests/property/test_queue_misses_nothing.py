@@ -13,7 +13,6 @@ event that freed room for it, or by the one that changed its node.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import datetime
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -23,18 +22,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import (
     NAMESPACES,
+    NODE_CHANGES,
     CardChange,
     ClusterSpec,
     NodeChange,
     QuotaChange,
     Tick,
+    change_card,
+    change_node,
     clusters,
     pods,
 )
 
 from vgpu_operator.control import feed as feed_module
 from vgpu_operator.control import queue as queue_module
-from vgpu_operator.devices import model, nvidia
+from vgpu_operator.devices import model
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 SCHEDULER = "vgpu-scheduler"
@@ -63,17 +65,7 @@ class End:
 
 Step = Arrive | Work | End | NodeChange | CardChange | QuotaChange | Tick
 
-_NODE_WHAT = (
-    "appear",
-    "cordon",
-    "uncordon",
-    "taint",
-    "untaint",
-    "label",
-    "unlabel",
-    "restrict",
-    "unrestrict",
-)
+_NODE_WHAT = ("appear", *NODE_CHANGES)
 
 
 @st.composite
@@ -270,34 +262,11 @@ class Cluster:
         if what == "appear" or name not in self.nodes:
             self._appear(name)
             return
-        node = self.nodes[name]
-        meta, spec = node["metadata"], node["spec"]
-        if what in ("cordon", "uncordon"):
-            spec["unschedulable"] = what == "cordon"
-        elif what == "taint":
-            spec["taints"] = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
-        elif what == "untaint":
-            spec["taints"] = []
-        elif what == "label":
-            meta["labels"]["zone"] = "b"
-        elif what == "unlabel":
-            meta["labels"].pop("zone", None)
-        elif what == "restrict":
-            meta["annotations"][nvidia.USE_TYPE_ANNOTATION] = "H100"
-        else:
-            meta["annotations"].pop(nvidia.USE_TYPE_ANNOTATION, None)
+        change_node(self.nodes[name], what)
         self._send_node(name)
 
     def _change_card(self, name: str, index: int, what: str) -> None:
-        cards = self.cards[name]
-        at = index % len(cards)
-        card = cards[at]
-        if what in ("fail", "heal"):
-            cards[at] = dataclasses.replace(card, health=what == "heal")
-        elif what == "cordon":
-            self.cordoned[name].add(card.id)
-        else:
-            self.cordoned[name].discard(card.id)
+        change_card(self.cards[name], self.cordoned[name], index, what)
         self._send_inventory(name)
 
     # --- the oracle -------------------------------------------------------------------

@@ -13,7 +13,6 @@ Every decision must be the same, diagnosis message included.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,11 +21,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import (
     NAMESPACES,
+    NODE_CHANGES,
     CardChange,
     ClusterSpec,
     NodeChange,
     QuotaChange,
     Tick,
+    change_card,
+    change_node,
     clusters,
     pods,
 )
@@ -96,17 +98,6 @@ class Beat:
 
 Step = Schedule | Retry | Twin | Kin | Release | NodeChange | CardChange | QuotaChange | Tick | Beat
 
-_NODE_WHAT = (
-    "cordon",
-    "uncordon",
-    "taint",
-    "untaint",
-    "label",
-    "unlabel",
-    "restrict",
-    "unrestrict",
-)
-
 
 @st.composite
 def steps(draw: st.DrawFn, spec: ClusterSpec) -> list[Step]:
@@ -129,7 +120,7 @@ def steps(draw: st.DrawFn, spec: ClusterSpec) -> list[Step]:
             how = draw(st.sampled_from(("succeeded", "remove")))
             out.append(Release(draw(st.integers(0, 20)), how))
         elif kind == 7:
-            out.append(NodeChange(draw(st.integers(0, 3)), draw(st.sampled_from(_NODE_WHAT))))
+            out.append(NodeChange(draw(st.integers(0, 3)), draw(st.sampled_from(NODE_CHANGES))))
         elif kind == 8:
             out.append(
                 CardChange(
@@ -251,35 +242,13 @@ class Driver:
 
     def _change_node(self, name: str, what: str) -> None:
         node = copy.deepcopy(self.nodes[name])
-        meta, spec = node["metadata"], node.setdefault("spec", {})
-        labels = meta.setdefault("labels", {})
-        annotations = meta.setdefault("annotations", {})
-        if what in ("cordon", "uncordon"):
-            spec["unschedulable"] = what == "cordon"
-        elif what == "taint":
-            spec["taints"] = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
-        elif what == "untaint":
-            spec["taints"] = []
-        elif what == "label":
-            labels["zone"] = "b"
-        elif what == "unlabel":
-            labels.pop("zone", None)
-        elif what == "restrict":
-            annotations[nvidia.USE_TYPE_ANNOTATION] = "H100"
-        else:
-            annotations.pop(nvidia.USE_TYPE_ANNOTATION, None)
+        change_node(node, what)
         self.nodes[name] = node
         self.state.set_node(node)
 
     def _change_card(self, name: str, index: int, what: str) -> None:
         cards = self.cards[name]
-        card = cards[index % len(cards)]
-        if what in ("fail", "heal"):
-            cards[index % len(cards)] = dataclasses.replace(card, health=what == "heal")
-        elif what == "cordon":
-            self.cordoned[name].add(card.id)
-        else:
-            self.cordoned[name].discard(card.id)
+        change_card(cards, self.cordoned[name], index, what)
         heartbeat = self.state.cycle.judged.heartbeat(name)
         self.state.set_inventory(
             name, cards, {}, heartbeat=heartbeat, cordoned=sorted(self.cordoned[name])

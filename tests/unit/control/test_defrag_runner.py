@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from builders import make_node
-from defrag_cases import running_pod
+from defrag_cases import running_pod, two_half_full_cards
 
 from vgpu_operator.control import defrag, feed, queue
 from vgpu_operator.control.options import DefragOptions
@@ -144,15 +144,7 @@ def world(extra_node: bool = False) -> World:
     """Node a: 6 and 8 GiB free on two cards; node b (and c): 10 GiB free beside a pod
     that stays; a 12 GiB pod waits."""
     state = ClusterState(feed.device_config.DeviceConfig())
-    nodes = [
-        make_node("a").gpu("GPU-a0", memory_mib=16 * GIB).gpu("GPU-a1", memory_mib=16 * GIB),
-        make_node("b").gpu("GPU-b0", memory_mib=16 * GIB),
-    ]
-    pods = [
-        running_pod("p10", "a", "GPU-a0", 10 * GIB),
-        running_pod("p8", "a", "GPU-a1", 8 * GIB),
-        running_pod("keeper", "b", "GPU-b0", 6 * GIB, priority=100),
-    ]
+    nodes, pods = two_half_full_cards(keeper="keeper")
     if extra_node:
         nodes.append(make_node("c").gpu("GPU-c0", memory_mib=16 * GIB))
     for node, name in zip(nodes, "abc", strict=False):

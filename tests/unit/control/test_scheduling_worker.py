@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -153,35 +154,29 @@ class Binder:
 
 
 class Reporter:
+    """Records each report as ``(what, pod name, detail)``: one method per method of
+    ``worker.Reporter``, all alike (``REPORTS``)."""
+
     def __init__(self) -> None:
         self.reports: list[tuple[str, str, Any]] = []
 
-    async def unschedulable(self, pod: Mapping[str, Any], diagnosis: Diagnosis) -> None:
-        self.reports.append(("unschedulable", pod["metadata"]["name"], diagnosis))
+    async def _record(self, what: str, pod: Mapping[str, Any], detail: Any) -> None:
+        self.reports.append((what, pod["metadata"]["name"], detail))
 
-    async def rejected(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("rejected", pod["metadata"]["name"], message))
 
-    async def failed(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("failed", pod["metadata"]["name"], message))
-
-    async def adjusted(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("adjusted", pod["metadata"]["name"], message))
-
-    async def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
-        self.reports.append(("scheduled", pod["metadata"]["name"], node))
-
-    async def gated(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("gated", pod["metadata"]["name"], message))
-
-    async def preemption_blocked(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("preemption_blocked", pod["metadata"]["name"], message))
-
-    async def waiting_for_victims(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("waiting_for_victims", pod["metadata"]["name"], message))
-
-    async def nomination_timed_out(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("nomination_timed_out", pod["metadata"]["name"], message))
+REPORTS = (
+    "unschedulable",
+    "rejected",
+    "failed",
+    "adjusted",
+    "scheduled",
+    "gated",
+    "preemption_blocked",
+    "waiting_for_victims",
+    "nomination_timed_out",
+)
+for _what in REPORTS:
+    setattr(Reporter, _what, functools.partialmethod(Reporter._record, _what))
 
 
 class Rig:

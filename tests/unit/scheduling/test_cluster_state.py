@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from builders import (
     make_pod,
     resource_quota,
 )
+from strategies import MIG_CONFIG
 
 from vgpu_operator import names
 from vgpu_operator.config import load_config
@@ -441,22 +443,9 @@ def test_diagnosis_on_empty_cluster() -> None:
 
 # --- MIG (seed form) ------------------------------------------------------------------
 
-MIG_GEOMETRIES = {
-    "nvidia": {
-        "knownMigGeometries": [
-            {
-                "models": ["A100-SXM4-40GB"],
-                "allowedGeometries": [
-                    [{"name": "1g.5gb", "core": 14, "memory": 5120, "count": 7}],
-                    [
-                        {"name": "1g.5gb", "core": 14, "memory": 5120, "count": 1},
-                        {"name": "2g.10gb", "core": 28, "memory": 10240, "count": 3},
-                    ],
-                ],
-            }
-        ]
-    }
-}
+#: The first two geometries of the A100 40GB (seven 1g, or one 1g and three 2g).
+MIG_GEOMETRIES = copy.deepcopy(MIG_CONFIG)
+MIG_GEOMETRIES["nvidia"]["knownMigGeometries"][0]["allowedGeometries"][2:] = []
 
 
 def mig_cluster() -> ClusterState:
