@@ -7,7 +7,7 @@ that full cards, filter collisions and quota limits come up in most examples.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,6 +18,7 @@ from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig, load_config
 from vgpu_operator.devices import model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.status import Diagnosis
 
 A10 = "NVIDIA A10"
 
@@ -362,3 +363,19 @@ class QuotaChange:
 @dataclass(frozen=True)
 class Tick:
     seconds: float
+
+
+def comparable(decision: Decision | None, diagnosis_parts: Callable[[Diagnosis], Any]) -> Any:
+    """What two engines must agree on in a decision; of its diagnosis, ``diagnosis_parts``."""
+    if decision is None:
+        return None
+    diagnosis = decision.diagnosis
+    return (
+        decision.pod,
+        decision.scheduled,
+        decision.node,
+        dict(decision.devices),
+        dict(decision.annotations),
+        None if diagnosis is None else diagnosis_parts(diagnosis),
+        decision.rejected,
+    )
