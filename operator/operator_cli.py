@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from vgpu_operator.cli_options import kubeconfig_option, logging_options
-from vgpu_operator.cli_types import ConfigMapKey, KubeName, OwnerKind, Seconds
+from vgpu_operator.cli_options import kubeconfig_option, logging_options, plan_options
+from vgpu_operator.cli_types import ConfigMapKey, KubeName, Seconds
 
 if TYPE_CHECKING:
     from vgpu_operator.control.options import AutoscaleOptions, OperatorOptions, WebhookOptions
@@ -168,25 +168,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     show_default=True,
     help="Seconds between looks for pods blocked by fragmentation.",
 )
-@click.option(
-    "--defrag-max-evictions",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="The most pods one plan evicts.",
-)
-@click.option(
-    "--defrag-allow-bare-pods",
-    is_flag=True,
-    help="Move pods no controller recreates too (their owner must create them again).",
-)
-@click.option(
-    "--defrag-owner-kind",
-    "defrag_owner_kinds",
-    type=OwnerKind(),
-    multiple=True,
-    help="Another controller kind whose pods may move (Kind or group/Kind); repeatable.",
-)
+@plan_options("defrag-")
 @click.option(
     "--defrag-step-timeout",
     "defrag_step_timeout_s",
@@ -379,25 +361,7 @@ def defrag_group() -> None:
     "--config-map", type=KubeName("ConfigMap name"), default="vgpu-device-config", show_default=True
 )
 @click.option("--config-key", type=ConfigMapKey(), default="device-config.yaml", show_default=True)
-@click.option(
-    "--max-evictions",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="The most pods one plan evicts.",
-)
-@click.option(
-    "--allow-bare-pods",
-    is_flag=True,
-    help="Move pods no controller recreates too (their owner must create them again).",
-)
-@click.option(
-    "--owner-kind",
-    "owner_kinds",
-    type=OwnerKind(),
-    multiple=True,
-    help="Another controller kind whose pods may move (Kind or group/Kind); repeatable.",
-)
+@plan_options("")
 @click.option(
     "--method",
     type=click.Choice(["auto", "exact", "heuristic"]),

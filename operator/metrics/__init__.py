@@ -15,7 +15,7 @@ labels and how many series a cluster of a given size has.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import Metric
@@ -95,98 +95,88 @@ class OperatorMetrics:
         self._rendering = asyncio.Lock()
 
     def _add_decision_series(self) -> None:
-        """The scheduling decisions' series: attempts, latencies, preemptions (every
-        label value exported from 0)."""
-        self._attempts = Counter(
-            f"{PREFIX}_scheduling_attempts",
-            "Scheduling attempts, by result.",
-            ["result"],
-            registry=self._own,
+        """The scheduling decisions' series: attempts, latencies, preemptions."""
+        own = self._own
+        self._attempts = _counter(
+            own, "scheduling_attempts", "Scheduling attempts, by result.", "result", Result
         )
-        self._decision = Histogram(
-            f"{PREFIX}_decision_duration_seconds",
+        self._decision = _histogram(
+            own,
+            "decision_duration_seconds",
             "Time the engine took to decide for one pod.",
-            buckets=LATENCY_BUCKETS_S,
-            registry=self._own,
+            LATENCY_BUCKETS_S,
         )
-        self._bind = Histogram(
-            f"{PREFIX}_bind_duration_seconds",
+        self._bind = _histogram(
+            own,
+            "bind_duration_seconds",
             "Time the Binding write took (request to answer).",
-            buckets=LATENCY_BUCKETS_S,
-            registry=self._own,
+            LATENCY_BUCKETS_S,
         )
         # kube-scheduler's pair: preemption_attempts_total and preemption_victims.
-        self._preemptions = Counter(
-            f"{PREFIX}_preemption_attempts",
+        self._preemptions = _counter(
+            own,
+            "preemption_attempts",
             "Preemptions started (victims chosen and being evicted), by how they ended.",
-            ["result"],
-            registry=self._own,
+            "result",
+            PreemptionResult,
         )
-        self._victims = Histogram(
-            f"{PREFIX}_preemption_victims",
-            "Pods chosen as victims by one preemption.",
-            buckets=VICTIM_BUCKETS,
-            registry=self._own,
+        self._victims = _histogram(
+            own, "preemption_victims", "Pods chosen as victims by one preemption.", VICTIM_BUCKETS
         )
         # The DRA dialect's decisions that chose victims (issue 35's aim is on these).
-        self._dra_preemption_decision = Histogram(
-            f"{PREFIX}_dra_preemption_decision_seconds",
+        self._dra_preemption_decision = _histogram(
+            own,
+            "dra_preemption_decision_seconds",
             "Time the engine took for one decision that chose victims for a pod with claims.",
-            buckets=LATENCY_BUCKETS_S,
-            registry=self._own,
+            LATENCY_BUCKETS_S,
         )
-        for result in Result:
-            self._attempts.labels(result=result.value)
-        for ending in PreemptionResult:
-            self._preemptions.labels(result=ending.value)
 
     def _add_service_series(self) -> None:
         """The series of the operator as a service: config, webhook, API errors,
-        leadership, what a user waits (every label value exported from 0)."""
-        self._config_rejected = Counter(
-            f"{PREFIX}_config_rejections",
+        leadership, what a user waits."""
+        own = self._own
+        self._config_rejected = _counter(
+            own,
+            "config_rejections",
             "Device configurations refused as invalid (the last good one stays).",
-            registry=self._own,
         )
-        self._not_routed = Counter(
-            f"{PREFIX}_gpu_pods_not_routed",
+        self._not_routed = _counter(
+            own,
+            "gpu_pods_not_routed",
             "GPU pods found on the default scheduler (created while the webhook was down).",
-            registry=self._own,
         )
         self._leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this replica makes decisions, 0 while it stands by.",
-            registry=self._own,
+            registry=own,
         )
-        self._create_to_bound = Histogram(
-            f"{PREFIX}_pod_create_to_bound_seconds",
+        self._create_to_bound = _histogram(
+            own,
+            "pod_create_to_bound_seconds",
             "From a pod's creationTimestamp to its Binding: what a user waits, queueing "
             "and waiting for room included (second resolution, from the API server).",
-            buckets=CREATE_TO_BOUND_BUCKETS_S,
-            registry=self._own,
+            CREATE_TO_BOUND_BUCKETS_S,
         )
-        self._webhook_requests = Counter(
-            f"{PREFIX}_webhook_requests",
+        self._webhook_requests = _counter(
+            own,
+            "webhook_requests",
             "Admission requests the webhook answered, by result.",
-            ["result"],
-            registry=self._own,
+            "result",
+            WebhookResult,
         )
-        self._webhook_duration = Histogram(
-            f"{PREFIX}_webhook_duration_seconds",
+        self._webhook_duration = _histogram(
+            own,
+            "webhook_duration_seconds",
             "Time the webhook took to answer one admission request.",
-            buckets=LATENCY_BUCKETS_S,
-            registry=self._own,
+            LATENCY_BUCKETS_S,
         )
-        self._api_errors = Counter(
-            f"{PREFIX}_api_errors",
+        self._api_errors = _counter(
+            own,
+            "api_errors",
             "Failed requests to the Kubernetes API, by what was being done.",
-            ["operation"],
-            registry=self._own,
+            "operation",
+            API_OPERATIONS,
         )
-        for answer in WebhookResult:
-            self._webhook_requests.labels(result=answer.value)
-        for operation in API_OPERATIONS:
-            self._api_errors.labels(operation=operation)
 
     # --- recording, by intent -----------------------------------------------------------
     def attempt(self, result: Result) -> None:
@@ -322,30 +312,27 @@ class DefragMetrics:
 
     def __init__(self, metrics: OperatorMetrics) -> None:
         registry = metrics._own
-        self._plans = Counter(
-            f"{PREFIX}_defrag_plans",
+        self._plans = _counter(
+            registry,
+            "defrag_plans",
             "Defragmentation plans: started, and how they ended (succeeded or stopped).",
-            ["result"],
-            registry=registry,
+            "result",
+            ("started", "succeeded", "stopped"),
         )
-        self._moves = Counter(
-            f"{PREFIX}_defrag_moves",
+        self._moves = _counter(
+            registry,
+            "defrag_moves",
             "Evictions asked by defragmentation plans, by result.",
-            ["result"],
-            registry=registry,
+            "result",
+            DefragMove,
         )
-        self._failures = Counter(
-            f"{PREFIX}_defrag_failures",
+        self._failures = _counter(
+            registry,
+            "defrag_failures",
             "Defragmentation plans stopped, by reason.",
-            ["reason"],
-            registry=registry,
+            "reason",
+            DefragFailure,
         )
-        for result in ("started", "succeeded", "stopped"):
-            self._plans.labels(result=result)
-        for move in DefragMove:
-            self._moves.labels(result=move.value)
-        for failure in DefragFailure:
-            self._failures.labels(reason=failure.value)
 
     def plan_started(self) -> None:
         self._plans.labels(result="started").inc()
@@ -361,3 +348,27 @@ class DefragMetrics:
 
     def failed(self, reason: DefragFailure) -> None:
         self._failures.labels(reason=reason.value).inc()
+
+
+def _counter(
+    registry: CollectorRegistry,
+    name: str,
+    documentation: str,
+    label: str | None = None,
+    values: Iterable[str] = (),
+) -> Counter:
+    """The counter ``vgpu_operator_<name>_total``, by its one ``label`` if any, each of
+    its ``values`` exported from 0 (so a rate over them is 0, not absent)."""
+    counter = Counter(
+        f"{PREFIX}_{name}", documentation, [] if label is None else [label], registry=registry
+    )
+    for value in values:
+        counter.labels(**{str(label): str(value)})
+    return counter
+
+
+def _histogram(
+    registry: CollectorRegistry, name: str, documentation: str, buckets: Sequence[float]
+) -> Histogram:
+    """The histogram ``vgpu_operator_<name>``."""
+    return Histogram(f"{PREFIX}_{name}", documentation, buckets=buckets, registry=registry)
