@@ -40,6 +40,7 @@ from vgpu_operator.control import (
     defrag,
     feed,
     gang_runtime,
+    group_status,
     heap,
     leadership,
     not_routed,
@@ -232,7 +233,7 @@ class Operator:
                 other_allocator_seen=self.feed.other_allocator_seen,
             ),
             gangs=self.gangs,
-            write_group_condition=self._write_group_condition,
+            write_group_condition=group_status.GroupConditionWrites(self._write_group_condition),
             autoscaling=self.autoscaler,
         )
         self.feed.on_settled = self.worker.node_settled

@@ -199,7 +199,7 @@ def test_what_the_fragmentation_policy_has_learned_is_a_gauge_of_few_series() ->
 
     mix = fragmentation.WorkloadMix(refresh_every=16)
     for _ in range(400):  # a workload of fifth-of-a-card shares
-        mix.observe(("NVIDIA", 1, 0, 20, 20, 2.0, 8.0 * 2**30))
+        mix.observe(("NVIDIA", 1, 0, 20, 20, 2.0, 8.0 * 2**30, ()))
     learned = fragmentation.learned_shares(mix.classes)
     assert len(learned) <= 48
     assert abs(sum(learned.values()) - 1.0) < 1e-9
