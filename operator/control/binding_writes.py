@@ -111,6 +111,11 @@ class BindingWrites:
         self._gate_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._binding_on: dict[str, PodKey] = {}
 
+    def _give_up(self, key: PodKey) -> None:
+        """The decision's reservation rolled back and the feed told: its room is free."""
+        self._engine.rollback(key)
+        self._feed.binding_failed(key)
+
     async def bind(
         self,
         key: PodKey,
@@ -131,8 +136,7 @@ class BindingWrites:
             try:
                 await self._await_gate(node, key, pod)
             except asyncio.CancelledError:
-                self._engine.rollback(key)
-                self._feed.binding_failed(key)
+                self._give_up(key)
                 raise
         if gated:
             self._binding_on[node] = key
@@ -235,8 +239,7 @@ class BindingWrites:
         try:
             outcome = await self._binder.bind(pod, node, decision.annotations)
         except asyncio.CancelledError:
-            self._engine.rollback(key)
-            self._feed.binding_failed(key)
+            self._give_up(key)
             raise
         except Exception as exc:
             self._metrics.api_error("bind")
@@ -248,8 +251,7 @@ class BindingWrites:
             if read_back is None:
                 if decision.claim_writes and self._claims is not None:
                     await self._claims.undo(decision.claim_writes)
-                self._engine.rollback(key)
-                self._feed.binding_failed(key)
+                self._give_up(key)
                 self._metrics.attempt(Result.ERROR)
                 backoff_s = self._queue.retry_later(key)
                 log.warning("bind_failed", pod=key, node=node, retry_after_s=backoff_s)
@@ -271,8 +273,7 @@ class BindingWrites:
             return
         if decision.claim_writes and self._claims is not None:
             await self._claims.undo(decision.claim_writes)
-        self._engine.rollback(key)
-        self._feed.binding_failed(key)
+        self._give_up(key)
         if outcome is BindOutcome.GONE:
             self._queue.remove(key)
             log.info("pod_gone_before_bind", pod=key, node=node)
@@ -289,16 +290,14 @@ class BindingWrites:
             try:
                 problem = await self._claims.reserve(key, node, decision.claim_writes)
             except asyncio.CancelledError:
-                self._engine.rollback(key)
-                self._feed.binding_failed(key)
+                self._give_up(key)
                 raise
             except Exception as exc:
                 self._metrics.api_error("claim")
                 problem = str(exc)
         if problem is None:
             return True
-        self._engine.rollback(key)
-        self._feed.binding_failed(key)
+        self._give_up(key)
         self._metrics.attempt(Result.BIND_CONFLICT)
         backoff_s = self._queue.retry_later(key)
         log.info(

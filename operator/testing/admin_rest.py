@@ -18,27 +18,18 @@ from vgpu_operator.testing.processes import wait_until
 
 
 class AdminRest:
-    """REST as the admin of a running API server: ``server``, ``ca_path``, ``admin`` and
-    ``kwok_running`` are the control plane's; ``forget_connection`` after it restarts
-    with new certificates."""
+    """REST as the admin of a running API server; ``target`` says which (the control
+    plane's), ``forget_connection`` after it restarts with new certificates."""
 
     _ssl: ssl.SSLContext | None = None
     _opener: urllib.request.OpenerDirector | None = None
 
-    @property
-    def server(self) -> str:
+    def target(self) -> tuple[str, Path, ClientCredentials]:
+        """The API server's URL, its CA's file and the admin's credentials."""
         raise NotImplementedError
 
-    @property
-    def ca_path(self) -> Path:
-        raise NotImplementedError
-
-    @property
-    def admin(self) -> ClientCredentials:
-        raise NotImplementedError
-
-    @property
-    def kwok_running(self) -> bool:
+    def kwok_runs(self) -> bool:
+        """Whether KWOK manages the fake nodes (they become Ready)."""
         raise NotImplementedError
 
     def forget_connection(self) -> None:
@@ -57,7 +48,8 @@ class AdminRest:
         """A JSON request as admin. Raises :class:`AdminRequestError` for HTTP status >= 400."""
         opener = self._admin_opener()
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.server + path, data=data, method=method)
+        server, _, _ = self.target()
+        req = urllib.request.Request(server + path, data=data, method=method)
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", content_type)
@@ -124,7 +116,7 @@ class AdminRest:
                 content_type="application/merge-patch+json",
             )
         if wait_ready:
-            if not self.kwok_running:
+            if not self.kwok_runs():
                 raise ControlPlaneError("wait_ready=True needs kwok: call start_kwok() first")
             node = self.wait_for_node_ready(name, timeout=timeout)
         return node
@@ -154,8 +146,9 @@ class AdminRest:
 
     def admin_ssl(self) -> ssl.SSLContext:
         if self._ssl is None:
-            ctx = ssl.create_default_context(cafile=str(self.ca_path))
-            ctx.load_cert_chain(str(self.admin.cert_path), str(self.admin.key_path))
+            _, ca_path, admin = self.target()
+            ctx = ssl.create_default_context(cafile=str(ca_path))
+            ctx.load_cert_chain(str(admin.cert_path), str(admin.key_path))
             self._ssl = ctx
         return self._ssl
 

@@ -218,6 +218,12 @@ class ControlPlane(AdminRest):
             raise ControlPlaneError("the control plane is not started")
         return self._pki.ca_pem
 
+    def target(self) -> tuple[str, Path, ClientCredentials]:
+        return self.server, self.ca_path, self.admin
+
+    def kwok_runs(self) -> bool:
+        return self.kwok_running
+
     @property
     def running(self) -> bool:
         return self._alive("kube-apiserver")
