@@ -10,7 +10,6 @@ import pytest
 
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError
 from vgpu_operator.agent.mig import Instance, MigInstances, instance_for_slot
-from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.devices import model
 
@@ -25,13 +24,6 @@ A100 = (
     ),
     (model.MigTemplate("1g.5gb", 5120, 14, 7),),
 )
-
-
-@pytest.fixture
-def backend() -> SimulatedBackend:
-    opened = SimulatedBackend(resolve_machine_path("a100-mig"), "node-a")
-    opened.open()
-    return opened
 
 
 def instances(backend: SimulatedBackend) -> MigInstances:
