@@ -121,6 +121,15 @@ def unschedulable(cluster: ControlPlane, ns: str, pod: str) -> str | None:
     return None
 
 
+def earlier_namespace(cluster: ControlPlane) -> str:
+    """The namespace of the tests before (``mig-...``): the later tests go on from there."""
+    return next(
+        n["metadata"]["name"]
+        for n in cluster.get("/api/v1/namespaces")["items"]
+        if n["metadata"]["name"].startswith("mig")
+    )
+
+
 def test_the_mig_card_is_published_as_counters_and_placements(cluster: ControlPlane) -> None:
     slices = wait_for("the node's three slices", lambda: pool(cluster), timeout=60)
     by_name = {s["metadata"]["name"]: s["spec"] for s in slices}
@@ -161,11 +170,7 @@ def test_the_engine_places_a_mig_claim_beside_kube_schedulers_and_the_driver_pre
 ) -> None:
     # After the test above: kube-scheduler's 4g at 0 and 3g at 4 hold the card; the 1g
     # pod waits. Both go but the 4g: memory slices 4 to 7 are free again.
-    ns = next(
-        n["metadata"]["name"]
-        for n in cluster.get("/api/v1/namespaces")["items"]
-        if n["metadata"]["name"].startswith("mig")
-    )
+    ns = earlier_namespace(cluster)
     for pod in ("three", "one"):
         cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}?gracePeriodSeconds=0")
 
@@ -202,11 +207,7 @@ def test_a_mig_pod_of_higher_priority_evicts_the_instances_in_its_way(
     # After the test above: kube-scheduler's 4g at 0 and the engine's 3g at 4 hold the
     # card, both pods of priority 0. A 7g of priority 1000 needs the card whole: both go,
     # and once the claim controller has released their claims the 7g is allocated.
-    ns = next(
-        n["metadata"]["name"]
-        for n in cluster.get("/api/v1/namespaces")["items"]
-        if n["metadata"]["name"].startswith("mig")
-    )
+    ns = earlier_namespace(cluster)
     cluster.create(
         "/apis/scheduling.k8s.io/v1/priorityclasses",
         {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": "mig-urgent"}, "value": 1000},
