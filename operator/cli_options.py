@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from vgpu_operator.cli_types import LogLevel, OwnerKind
+from vgpu_operator.cli_types import ConfigMapKey, KubeName, LogLevel, OwnerKind
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -64,3 +64,29 @@ def plan_options(prefix: str) -> Callable[[_F], _F]:
         )(command)
 
     return decorate
+
+
+def device_config_options(command: _F) -> _F:
+    """Where the device config is read: ``--namespace``, ``--config-map`` and
+    ``--config-key`` (``run`` and ``defrag plan`` read the same ConfigMap)."""
+    command = click.option(
+        "--config-key",
+        type=ConfigMapKey(),
+        default="device-config.yaml",
+        show_default=True,
+        help="Key of the ConfigMap holding device-config.yaml.",
+    )(command)
+    command = click.option(
+        "--config-map",
+        type=KubeName("ConfigMap name"),
+        default="vgpu-device-config",
+        show_default=True,
+        help="Name of the device-config ConfigMap.",
+    )(command)
+    return click.option(
+        "--namespace",
+        type=KubeName("namespace", label=True),
+        default="vgpu-operator",
+        show_default=True,
+        help="Namespace of the device-config ConfigMap.",
+    )(command)

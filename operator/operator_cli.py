@@ -9,8 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from vgpu_operator.cli_options import kubeconfig_option, logging_options, plan_options
-from vgpu_operator.cli_types import ConfigMapKey, KubeName, Seconds
+from vgpu_operator.cli_options import (
+    device_config_options,
+    kubeconfig_option,
+    logging_options,
+    plan_options,
+)
+from vgpu_operator.cli_types import KubeName, Seconds
 
 if TYPE_CHECKING:
     from vgpu_operator.control.options import AutoscaleOptions, OperatorOptions, WebhookOptions
@@ -23,27 +28,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 
 @click.command("run", help=_RUN_HELP)
 @kubeconfig_option
-@click.option(
-    "--namespace",
-    type=KubeName("namespace", label=True),
-    default="vgpu-operator",
-    show_default=True,
-    help="Namespace of the device-config ConfigMap.",
-)
-@click.option(
-    "--config-map",
-    type=KubeName("ConfigMap name"),
-    default="vgpu-device-config",
-    show_default=True,
-    help="Name of the device-config ConfigMap.",
-)
-@click.option(
-    "--config-key",
-    type=ConfigMapKey(),
-    default="device-config.yaml",
-    show_default=True,
-    help="Key of the ConfigMap holding device-config.yaml.",
-)
+@device_config_options
 @click.option(
     "--peering",
     type=KubeName("ClusterKopfPeering name"),
@@ -351,16 +336,7 @@ def defrag_group() -> None:
 
 @defrag_group.command("plan")
 @kubeconfig_option
-@click.option(
-    "--namespace",
-    type=KubeName("namespace", label=True),
-    default="vgpu-operator",
-    show_default=True,
-)
-@click.option(
-    "--config-map", type=KubeName("ConfigMap name"), default="vgpu-device-config", show_default=True
-)
-@click.option("--config-key", type=ConfigMapKey(), default="device-config.yaml", show_default=True)
+@device_config_options
 @plan_options("")
 @click.option(
     "--method",
