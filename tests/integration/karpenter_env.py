@@ -26,7 +26,8 @@ import yaml
 from integration.test_agent import AgentThread, quick_settings
 
 from vgpu_operator.agent import inventory as agent_inventory
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.testing import karpenter
 from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
