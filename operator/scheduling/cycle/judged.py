@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from vgpu_operator import names
-from vgpu_operator.devices import vendor
+from vgpu_operator.scheduling import node_annotations
 from vgpu_operator.scheduling.books.entries import NodeEntry
 from vgpu_operator.scheduling.books.view import BooksView
 from vgpu_operator.scheduling.cycle import node_gate
@@ -89,9 +88,7 @@ class JudgedView:
         if cached is not None and cached[0] == changed:
             return cached[1]
         self.view.refresh(node)
-        cordoned = node.inventory_cordoned | frozenset(
-            vendor.split_list(node.facts.annotations.get(names.NODE_DEVICE_CORDON))
-        )
+        cordoned = node_annotations.cordoned_cards(node.facts.annotations, node.inventory_cordoned)
         made = card_classes.profile(node.cards, cordoned, node.layer, with_ids=with_ids)
         self._profiles[(name, with_ids)] = (changed, made)
         return made

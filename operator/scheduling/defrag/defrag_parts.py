@@ -360,7 +360,7 @@ def replacement_pod(pod: Mapping[str, Any], written: frozenset[str]) -> dict[str
 
 
 @dataclass(frozen=True, slots=True)
-class Room:
+class Headroom:
     """What a node's usable cards offer a pod: the memory its best cards lack (a lower
     bound on what a plan must move off the node), and whether its free shares, pooled,
     would hold the pod."""
@@ -371,7 +371,7 @@ class Room:
 
 def room_of(
     job: placement.Job, cards: Sequence[model.DeviceUsage], cordoned: frozenset[str]
-) -> Room | None:
+) -> Headroom | None:
     """None when the node's usable cards could not hold the pod even empty."""
     shortfall = 0
     pooled = True
@@ -424,13 +424,13 @@ def room_of(
             and sum(max(0, c.total_cores - c.used_cores) for c in usable) >= cores
             and sum(max(0, c.count - c.used) for c in usable) >= slots
         )
-    return Room(shortfall, pooled)
+    return Headroom(shortfall, pooled)
 
 
-def rooms(books: DefragBooks, job: placement.Job, now: float) -> list[tuple[Room, int, str]]:
+def rooms(books: DefragBooks, job: placement.Job, now: float) -> list[tuple[Headroom, int, str]]:
     """Every node that admits the pod and whose usable cards could hold it, with its
     room and its order."""
-    found: list[tuple[Room, int, str]] = []
+    found: list[tuple[Headroom, int, str]] = []
     for order, name in enumerate(books.node_names()):
         if not books.node_admits(name, job, now):
             continue
