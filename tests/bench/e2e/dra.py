@@ -166,15 +166,23 @@ class Card:
 
 def cards_now(cp: ControlPlane, nodes: Sequence[str]) -> list[Card]:
     """Every card of ``nodes`` with what is free on it, by a recount of every claim."""
-    used = dra.recount(cp.get(f"{RESOURCE}/resourceclaims")["items"])
     wanted = set(nodes)
+    slices = cp.get(f"{RESOURCE}/resourceslices")["items"]
+    return free_cards(
+        [s for s in slices if s["spec"]["nodeName"] in wanted],
+        cp.get(f"{RESOURCE}/resourceclaims")["items"],
+    )
+
+
+def free_cards(slices: Sequence[Mapping[str, Any]], claims: Sequence[Any]) -> list[Card]:
+    """Every card of ``slices`` with what ``claims`` (a recount of them) leave free on it:
+    the one count the live bench and the engine-only replay both make."""
+    used = dra.recount(list(claims))
     out = []
-    for item in cp.get(f"{RESOURCE}/resourceslices")["items"]:
+    for item in slices:
         node = item["spec"]["nodeName"]
-        if node not in wanted:
-            continue
         for device in item["spec"]["devices"]:
-            capacity = {k: parse_quantity(v["value"]) for k, v in device["capacity"].items()}
+            capacity = {k: parse_quantity(v["value"], k) for k, v in device["capacity"].items()}
             taken = used.get((node, device["name"]))
             island = int(device["attributes"][dra.ATTR_NVLINK_ISLAND]["int"])
             out.append(
