@@ -26,7 +26,7 @@ import structlog
 from vgpu_operator import names, resources
 from vgpu_operator.agent import health, nodeconfig
 from vgpu_operator.agent.backends import Backend
-from vgpu_operator.agent.backoff import Backoff
+from vgpu_operator.agent.backoff import Backoff, wait_or_stop
 from vgpu_operator.agent.inventory import build_status, same_report
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.agent.settings import AgentSettings, describe_error, utc_now
@@ -351,8 +351,7 @@ class Agent:
                     error=f"{type(exc).__name__}: {exc}",
                     retry_in_s=round(delay, 3),
                 )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                await wait_or_stop(stop, delay)
                 continue
             log.info("backend_opened", backend=self.backend.description)
             return True
@@ -368,8 +367,7 @@ class Agent:
             except Exception as exc:
                 delay = backoff.next_delay_s()
                 log.warning("health_watch_failed", error=str(exc), retry_in_s=round(delay, 3))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                await wait_or_stop(stop, delay)
                 continue
             backoff.reset()
             if changed:

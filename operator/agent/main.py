@@ -21,7 +21,7 @@ import structlog
 from vgpu_operator import resources
 from vgpu_operator.agent import config_watch, hamicore, mig, nodeconfig
 from vgpu_operator.agent.backends import Backend
-from vgpu_operator.agent.backoff import Backoff
+from vgpu_operator.agent.backoff import Backoff, wait_or_stop
 from vgpu_operator.agent.containers import container_cards
 from vgpu_operator.agent.deviceplugin.allocation import (
     CONTAINER_HOOK_DIR,
@@ -142,8 +142,7 @@ async def node_path(settings: AgentSettings, api: ApiClient, stop: asyncio.Event
                 error=describe_error(exc),
                 retry_in_s=round(delay, 3),
             )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+            await wait_or_stop(stop, delay)
             if stop.is_set():
                 return None
     wanted = labels.get(dra.NODE_PATH_LABEL, dra.PATH_DEVICE_PLUGIN)
