@@ -31,10 +31,10 @@ from typing import Any
 import pytest
 import yaml
 from integration import operator_env as env
-from integration.test_operator_webhook import make_pki
+from integration.test_operator_webhook import Pki, make_pki
 
 from vgpu_operator import node_leases
-from vgpu_operator.control.options import PlaceableOptions, WebhookOptions
+from vgpu_operator.control.options import OperatorOptions, PlaceableOptions, WebhookOptions
 from vgpu_operator.devices import nvidia
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
@@ -202,32 +202,45 @@ def _check_state(wl: dict[str, Any], name: str = CHECK) -> dict[str, Any]:
     return {}
 
 
-def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
-    kueue_plane: ControlPlane, tmp_path: Path
-) -> None:
-    cp = kueue_plane
-    namespace = env.unique("team")
+def _our_namespace(cp: ControlPlane, prefix: str) -> tuple[str, str]:
+    """A fresh namespace holding a device config that names a fresh scheduler (the CRD
+    installed, the node Leases' namespace made): the namespace and the scheduler."""
+    namespace = env.unique(prefix)
     cp.ensure_namespace(namespace)
     cp.ensure_namespace(node_leases.NAMESPACE)
     env.install_crd(cp)
     scheduler = env.unique("sched")
     env.put_config_map(cp, namespace, env.config_text(scheduler))
+    return namespace, scheduler
+
+
+def _checking_operator(
+    cp: ControlPlane, namespace: str, tmp_path: Path
+) -> tuple[Pki, int, OperatorOptions]:
+    """The options of an operator serving the webhook (its PKI and port) and answering
+    Kueue's check."""
+    pki, port = make_pki(tmp_path), free_port()
+    webhook = WebhookOptions(
+        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
+    )
+    options = env.options(
+        cp, namespace, webhook=webhook, kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2)
+    )
+    return pki, port, options
+
+
+def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
+    kueue_plane: ControlPlane, tmp_path: Path
+) -> None:
+    cp = kueue_plane
+    namespace, scheduler = _our_namespace(cp, "team")
     node_cards = {}
     for n in range(2):
         name = f"{namespace}-n{n}"
         node_cards[name] = env.cards(f"{namespace}-{n}", 2, memory_mib=24 * GIB)
         env.gpu_node(cp, name, node_cards[name], group=namespace)
     _queues(cp, namespace)
-    pki, port = make_pki(tmp_path), free_port()
-    webhook = WebhookOptions(
-        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
-    )
-    options = env.options(
-        cp,
-        namespace,
-        webhook=webhook,
-        kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2),
-    )
+    pki, port, options = _checking_operator(cp, namespace, tmp_path)
     with OperatorThread(options):
         _our_webhook(cp, namespace, scheduler, port, pki.ca.read_bytes())
         # 5 GiB on each card, outside Kueue (no queue): 19 GiB free per card.
@@ -421,12 +434,7 @@ def test_a_preempted_workloads_pods_leave_the_books(
     ClusterQueue: the low group's pods are deleted and end, are released from the books,
     and the high group is then answered Ready, admitted and bound to the same cards."""
     cp = kueue_plane
-    namespace = env.unique("prio")
-    cp.ensure_namespace(namespace)
-    cp.ensure_namespace(node_leases.NAMESPACE)
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    namespace, scheduler = _our_namespace(cp, "prio")
     node_cards = env.cards(namespace, 2, memory_mib=24 * GIB)
     env.gpu_node(cp, f"{namespace}-n0", node_cards, group=namespace)
     queue = env.unique("prio")
@@ -496,22 +504,11 @@ def test_a_job_is_admitted_when_its_pods_fit_and_its_pods_are_ours(
     the node's cards."""
     cp = kueue_plane
     cp.start_controller_manager(["job-controller"])
-    namespace = env.unique("job")
-    cp.ensure_namespace(namespace)
-    cp.ensure_namespace(node_leases.NAMESPACE)
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    namespace, scheduler = _our_namespace(cp, "job")
     node_cards = env.cards(namespace, 2, memory_mib=24 * GIB)
     env.gpu_node(cp, f"{namespace}-n0", node_cards, group=namespace)
     _queues(cp, namespace, suffix=namespace)
-    pki, port = make_pki(tmp_path), free_port()
-    webhook = WebhookOptions(
-        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
-    )
-    options = env.options(
-        cp, namespace, webhook=webhook, kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2)
-    )
+    pki, port, options = _checking_operator(cp, namespace, tmp_path)
     with OperatorThread(options):
         _our_webhook(cp, namespace, scheduler, port, pki.ca.read_bytes())
         limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(20 * GIB)}
