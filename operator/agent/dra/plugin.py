@@ -147,13 +147,7 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
         if existing is not None and mig_prepare.created_of(existing):
             spec = existing
             devices = tuple(
-                prepare.PreparedDevice(
-                    requests=(share.request.split("/", 1)[0],),
-                    pool=share.pool,
-                    device=share.device,
-                    share_id=share.share_id,
-                    cdi_ids=(f"{prepare.CDI_KIND}={d['name']}",),
-                )
+                prepare.prepared_device(share, d["name"])
                 for share, d in zip(
                     dra.read_allocation(claim, dra.DRIVER, self.node).shares,
                     existing.get("devices") or [],

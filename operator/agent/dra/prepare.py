@@ -71,6 +71,18 @@ class PreparedDevice:
     cdi_ids: tuple[str, ...]
 
 
+def prepared_device(share: dra.Share, cdi_name: str) -> PreparedDevice:
+    """What kubelet is told of one allocated share, handed over as the CDI device
+    ``cdi_name``: the request it serves (a subrequest answers for its request)."""
+    return PreparedDevice(
+        requests=(share.request.split("/", 1)[0],),
+        pool=share.pool,
+        device=share.device,
+        share_id=share.share_id,
+        cdi_ids=(f"{CDI_KIND}={cdi_name}",),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class CardHold:
     """What one prepared device of a claim takes of one card."""
@@ -177,15 +189,7 @@ def prepare(
                 },
             }
         )
-        prepared.append(
-            PreparedDevice(
-                requests=(share.request.split("/", 1)[0],),
-                pool=share.pool,
-                device=share.device,
-                share_id=share.share_id,
-                cdi_ids=(f"{CDI_KIND}={cdi_name}",),
-            )
-        )
+        prepared.append(prepared_device(share, cdi_name))
     cache_dir = claim_cache_dir(settings, allocation.uid)
     spec = {
         "cdiVersion": CDI_VERSION,
@@ -198,6 +202,17 @@ def prepare(
     return Prepared(allocation.uid, spec, tuple(prepared), cache_dir, tuple(holds))
 
 
+def _per_card(holds: Iterable[CardHold]) -> dict[str, list[int]]:
+    """Per card (its device name), the memory, cores and shares ``holds`` take of it."""
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for hold in holds:
+        total = totals[hold.device]
+        total[0] += hold.memory_mib
+        total[1] += hold.cores
+        total[2] += hold.shares
+    return totals
+
+
 def check_room(
     where: str,
     wanted: Iterable[CardHold],
@@ -206,18 +221,7 @@ def check_room(
 ) -> None:
     """Refuse ``wanted`` when, with what the node's other prepared claims ``held``, it
     would take more memory, cores or shares of a card than the card has."""
-    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for hold in held:
-        total = totals[hold.device]
-        total[0] += hold.memory_mib
-        total[1] += hold.cores
-        total[2] += hold.shares
-    mine: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for hold in wanted:
-        total = mine[hold.device]
-        total[0] += hold.memory_mib
-        total[1] += hold.cores
-        total[2] += hold.shares
+    totals, mine = _per_card(held), _per_card(wanted)
     for device, (memory, cores, shares) in mine.items():
         card = cards.get(device)
         if card is None:
