@@ -59,6 +59,15 @@ class NodeSpec:
     #: The node configuration layer: policy and card-restriction annotations.
     annotations: tuple[tuple[str, str], ...] = ()
 
+    def node(self) -> Json:
+        """The Node object: a slot per card, 110 pods, the annotations."""
+        builder = make_node(self.name).allocatable(gpus=str(len(self.cards)), pods="110")
+        if self.unschedulable:
+            builder.unschedulable()
+        for key, value in self.annotations:
+            builder.annotate(key, value)
+        return builder.obj()[0]
+
 
 @dataclass(frozen=True)
 class ClusterSpec:
@@ -72,12 +81,7 @@ class ClusterSpec:
         state = ClusterState(self.config)
         state.use_index = use_index
         for spec in self.nodes:
-            builder = make_node(spec.name).allocatable(gpus=str(len(spec.cards)), pods="110")
-            if spec.unschedulable:
-                builder.unschedulable()
-            for key, value in spec.annotations:
-                builder.annotate(key, value)
-            state.set_node(builder.obj()[0])
+            state.set_node(spec.node())
             state.set_inventory(spec.name, spec.cards, {}, heartbeat=0.0)
         for quota in self.quotas:
             state.set_quota(quota)

@@ -17,7 +17,7 @@ import datetime
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from builders import Json, make_node, resource_quota
+from builders import Json, resource_quota
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import (
@@ -140,12 +140,7 @@ class Cluster:
         if name in self.nodes:
             return
         spec = next(n for n in self.spec.nodes if n.name == name)
-        builder = make_node(name).allocatable(gpus=str(len(spec.cards)), pods="110")
-        if spec.unschedulable:
-            builder.unschedulable()
-        for key, value in spec.annotations:
-            builder.annotate(key, value)
-        self.nodes[name] = builder.obj()[0]
+        self.nodes[name] = spec.node()
         self._send_node(name)
         self._send_inventory(name)
 

@@ -16,7 +16,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from builders import Json, bound, make_node, resource_quota
+from builders import Json, bound, resource_quota
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import (
@@ -167,12 +167,7 @@ class Driver:
         state.use_index = use_index
         driver = cls(spec, state)
         for node in spec.nodes:
-            builder = make_node(node.name).allocatable(gpus=str(len(node.cards)), pods="110")
-            if node.unschedulable:
-                builder.unschedulable()
-            for key, value in node.annotations:
-                builder.annotate(key, value)
-            driver.nodes[node.name] = builder.obj()[0]
+            driver.nodes[node.name] = node.node()
             driver.cards[node.name] = list(node.cards)
             driver.cordoned[node.name] = set()
             state.set_node(driver.nodes[node.name])
