@@ -352,6 +352,33 @@ def shared_claim(name: str, namespace: str, memory_mib: int, uid: str | None = N
     }
 
 
+def claim_status(
+    pool: str,
+    device: str,
+    *,
+    request: str = "gpu",
+    consumed: Mapping[str, str] | None = None,
+    pinned: bool = False,
+    reserved_for: Sequence[str] = (),
+) -> Json:
+    """A claim's status: our driver's allocation of ``device`` in ``pool`` (the node) for
+    ``request``, consuming ``consumed``; with ``pinned``, the node selector naming the
+    node; reserved for the pods ``reserved_for`` (their uids ``uid-<name>``)."""
+    result: Json = {"request": request, "driver": dra.DRIVER, "pool": pool, "device": device}
+    if consumed is not None:
+        result["consumedCapacity"] = dict(consumed)
+    allocation: Json = {"devices": {"results": [result]}}
+    if pinned:
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pool]}]}
+        allocation["nodeSelector"] = {"nodeSelectorTerms": [term]}
+    status: Json = {"allocation": allocation}
+    if reserved_for:
+        status["reservedFor"] = [
+            {"resource": "pods", "name": n, "uid": f"uid-{n}"} for n in reserved_for
+        ]
+    return status
+
+
 def claim_pod(name: str, namespace: str, claim: str) -> Json:
     """A pending pod whose one container uses the claim ``claim`` (as request ``gpu``)."""
     return {
