@@ -352,6 +352,19 @@ def shared_claim(name: str, namespace: str, memory_mib: int, uid: str | None = N
     }
 
 
+def books_readings(state: ClusterState) -> Any:
+    """What the books say through their public readers (usage, quota, the pods and
+    claims holding shares, the kept holds): what a what-if must leave as it was and a
+    recount must find again."""
+    return (
+        state.device_usage(),
+        state.quota_usage(),
+        state.holding_pods(),
+        state.claim_holds(),
+        state.kept_holds(),
+    )
+
+
 def claim_status(
     pool: str,
     device: str,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import combinations, permutations
 from typing import Any
 
-from builders import make_node
+from builders import books_readings, make_node
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
@@ -285,11 +285,9 @@ def exhaustive_best(case: Case, max_evictions: int) -> tuple[int, int] | None:
 
 
 def books_fingerprint(state: ClusterState) -> Any:
-    """What planning must leave as it was: usage, quota, holds and nominations."""
+    """What planning must leave as it was: the books' readings, drift and nominations."""
     return (
-        state.device_usage(),
-        state.quota_usage(),
-        state.holding_pods(),
+        books_readings(state),
         state.drifted_nodes(),
         {k: state.nominated_node(k) for k in state.holding_pods()},
     )

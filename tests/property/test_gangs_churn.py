@@ -19,12 +19,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 from builders import (
     Json,
     books_from,
+    books_readings,
     bound,
     claim_pod,
     dra_cards,
@@ -260,7 +260,7 @@ class World:
     # --- checks ---------------------------------------------------------------------------
     def check(self, step: Step) -> None:
         assert self.state.drifted_nodes() == []
-        assert snapshot(self.state) == snapshot(self.fresh()), f"after {step}"
+        assert books_readings(self.state) == books_readings(self.fresh()), f"after {step}"
         holding = set(self.state.holding_pods()) | set(self.state.claim_holds().values())
         for group, gang in self.gangs.items():
             waiting = {f"{NAMESPACE}/{p['metadata']['name']}" for p in self.pending(gang)}
@@ -274,15 +274,6 @@ def _shape_of(pod: Json) -> Arrive:
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
     memory = int(limits["nvidia.com/gpumem"])
     return Arrive(1, 1, [m for m, _ in SHAPES].index(memory), False, False, 1)
-
-
-def snapshot(state: ClusterState) -> Any:
-    return (
-        state.device_usage(),
-        state.holding_pods(),
-        state.claim_holds(),
-        state.kept_holds(),
-    )
 
 
 @pytest.fixture(scope="module", autouse=True)
