@@ -173,6 +173,15 @@ def scheduling_news(plane: ControlPlane, namespace: str, name: str) -> tuple[boo
     return False, None
 
 
+def unschedulable_message(plane: ControlPlane, namespace: str, pod: str) -> str | None:
+    """The PodScheduled=False message of a pod the scheduler found unschedulable, if any."""
+    obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+    for condition in obj.get("status", {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            return str(condition.get("message", ""))
+    return None
+
+
 def one_request(exactly: Mapping[str, Any]) -> dict[str, Any]:
     """A claim's ``spec``: one request ``gpu`` for exactly this (class, capacity, ...)."""
     return {"devices": {"requests": [{"name": "gpu", "exactly": dict(exactly)}]}}

@@ -22,6 +22,7 @@ from integration.dra_env import (
     dra_operator,
     dra_plane,
     fresh_namespace,
+    unschedulable_message,
 )
 from integration.test_agent import AgentThread, wait_for
 from integration.test_dra_alternatives import prepared_by_driver
@@ -113,14 +114,6 @@ def allocated_device(cluster: ControlPlane, ns: str, pod: str) -> str | None:
     return str(result["device"])
 
 
-def unschedulable(cluster: ControlPlane, ns: str, pod: str) -> str | None:
-    obj = cluster.get(f"/api/v1/namespaces/{ns}/pods/{pod}")
-    for condition in obj.get("status", {}).get("conditions") or []:
-        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
-            return str(condition.get("message", ""))
-    return None
-
-
 def earlier_namespace(cluster: ControlPlane) -> str:
     """The namespace of the tests before (``mig-...``): the later tests go on from there."""
     return next(
@@ -155,7 +148,7 @@ def test_kube_scheduler_never_gives_overlapping_instances(cluster: ControlPlane)
     assert three.endswith("-mig-3g-20gb-4")  # 3g at 0 overlaps the 4g: only 4 is left
     # Every memory slice is now held: no 1g fits, whatever its start.
     profile_pod(cluster, ns, "one", "1g.5gb")
-    wait_for("the 1g pod to be refused", lambda: unschedulable(cluster, ns, "one"), 60)
+    wait_for("the 1g pod to be refused", lambda: unschedulable_message(cluster, ns, "one"), 60)
     assert allocated_device(cluster, ns, "one") is None
 
 
@@ -188,7 +181,9 @@ def test_the_engine_places_a_mig_claim_beside_kube_schedulers_and_the_driver_pre
     assert two.endswith("-mig-2g-10gb-4")  # the only 2g left beside the 4g and the 1g
     # Nothing is left for a 3g: the engine says so on the pod, and allocates nothing.
     profile_pod(cluster, ns, "engine-three", "3g.20gb", scheduler=SCHEDULER)
-    message = wait_for("the 3g refused", lambda: unschedulable(cluster, ns, "engine-three"), 60)
+    message = wait_for(
+        "the 3g refused", lambda: unschedulable_message(cluster, ns, "engine-three"), 60
+    )
     assert "CardMigTopologyInfeasible" in message
     claim = claim_of(cluster, ns, "engine-one")
     assert "consumedCapacity" not in claim["status"]["allocation"]["devices"]["results"][0]
@@ -260,5 +255,5 @@ def test_instances_made_before_the_agent_started_are_taken_out_of_the_counters(
     small = wait_for("the 1g instance", lambda: allocated_device(cluster, ns, "small"), 60)
     assert small.endswith("-mig-1g-5gb-3")
     profile_pod(cluster, ns, "more", "1g.5gb", node=BUSY)
-    wait_for("the second 1g to be refused", lambda: unschedulable(cluster, ns, "more"), 60)
+    wait_for("the second 1g to be refused", lambda: unschedulable_message(cluster, ns, "more"), 60)
     assert allocated_device(cluster, ns, "more") is None

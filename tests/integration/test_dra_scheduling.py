@@ -27,6 +27,7 @@ from integration.dra_env import (
     exactly,
     fresh_namespace,
     node_slice,
+    unschedulable_message,
 )
 from integration.test_agent import wait_for
 
@@ -98,14 +99,6 @@ def only_result(claim: dict[str, Any]) -> dict[str, Any]:
     assert len(results) == 1, results
     result: dict[str, Any] = results[0]
     return result
-
-
-def unschedulable_message(plane: ControlPlane, namespace: str, pod: str) -> str | None:
-    obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
-    for condition in obj.get("status", {}).get("conditions") or []:
-        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
-            return str(condition.get("message", ""))
-    return None
 
 
 def card_index(node: str, index: int) -> str:
