@@ -285,6 +285,7 @@ def churn(
     live: list[str] = []
     placed = pairs = linked = pairs_with_a_free_link = 0
     started = time.monotonic()
+    refused: Shape | None = None
     for number, (kind, value) in enumerate(steps):
         if kind == "leave":
             if live:
@@ -301,19 +302,8 @@ def churn(
             pod_body(name, "churn", ours, {"resourceClaimTemplateName": shape.name}),
         )
         if _outcome(cp, namespace, name) == "refused":
-            cards = cards_now(cp, nodes)
-            slivers, free = stranded_gib(cards)
-            return {
-                "placed_before_refusal": placed,
-                "refused": shape.name,
-                "stranded_gib": round(stranded_for(cards, shape), 1),
-                "slivers_gib": round(slivers, 1),
-                "free_gib": round(free, 1),
-                "pairs_placed": pairs,
-                "pairs_with_a_free_link": pairs_with_a_free_link,
-                "pairs_linked": linked,
-                "seconds": round(time.monotonic() - started, 1),
-            }
+            refused = shape
+            break
         placed += 1
         live.append(name)
         if shape.count == 2:
@@ -321,11 +311,13 @@ def churn(
             pairs_with_a_free_link += free_link
             if free_link:
                 linked += _on_a_link(cp, namespace, name)
-    slivers, free = stranded_gib(cards_now(cp, nodes))
+    # At the first refusal (the trace's end if none): what the cards hold then.
+    cards = cards_now(cp, nodes)
+    slivers, free = stranded_gib(cards)
     return {
         "placed_before_refusal": placed,
-        "refused": None,
-        "stranded_gib": 0.0,
+        "refused": refused.name if refused else None,
+        "stranded_gib": round(stranded_for(cards, refused), 1) if refused else 0.0,
         "slivers_gib": round(slivers, 1),
         "free_gib": round(free, 1),
         "pairs_placed": pairs,
