@@ -360,11 +360,7 @@ class ControlPlane(AdminRest):
                 str(creds.kubeconfig_path),
                 port,
             )
-            self._spawn("kube-scheduler", argv, env=self.env())
-            self._wait_healthy(
-                "kube-scheduler",
-                lambda: http_ok(f"https://127.0.0.1:{port}/healthz", insecure_ssl()),
-            )
+            self._run_until("kube-scheduler", argv, f"https://127.0.0.1:{port}/healthz")
 
     def stop_scheduler(self) -> None:
         self._stop_child("kube-scheduler")
@@ -388,11 +384,7 @@ class ControlPlane(AdminRest):
                 controllers,
                 port,
             )
-            self._spawn("kube-controller-manager", argv, env=self.env())
-            self._wait_healthy(
-                "kube-controller-manager",
-                lambda: http_ok(f"https://127.0.0.1:{port}/healthz", insecure_ssl()),
-            )
+            self._run_until("kube-controller-manager", argv, f"https://127.0.0.1:{port}/healthz")
 
     def stop_controller_manager(self) -> None:
         self._stop_child("kube-controller-manager")
@@ -422,11 +414,7 @@ class ControlPlane(AdminRest):
                 feature_gates=feature_gates,
                 device_class_mappings=device_class_mappings or {},
             )
-            self._spawn("kueue", argv, env=self.env())
-            self._wait_healthy(
-                "kueue",
-                lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz", None),
-            )
+            self._run_until("kueue", argv, f"http://127.0.0.1:{health_port}/readyz")
             # Its rotator rewrote the CRDs' conversion caBundle: their storage restarts.
             wait_until(
                 "Kueue's kinds to be served", lambda: kueue.served(self), self.startup_timeout
@@ -462,11 +450,7 @@ class ControlPlane(AdminRest):
             argv = karpenter.argv(
                 karpenter_bin, instance_types, health_port=health_port, feature_gates=feature_gates
             )
-            self._spawn("karpenter", argv, env=self.env())
-            self._wait_healthy(
-                "karpenter",
-                lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz", None),
-            )
+            self._run_until("karpenter", argv, f"http://127.0.0.1:{health_port}/readyz")
             self.create(karpenter.NODE_CLASSES, karpenter.node_class())
 
     def stop_karpenter(self) -> None:
@@ -526,6 +510,13 @@ class ControlPlane(AdminRest):
             child = self._children.pop(name, None)
             if child is not None:
                 child.stop()
+
+    def _run_until(self, name: str, argv: Sequence[str], url: str) -> None:
+        """Start the child ``name`` (with the admin's environment) and wait until ``url``,
+        its health or readiness endpoint, answers 200 (HTTPS: unverified, on loopback)."""
+        self._spawn(name, argv, env=self.env())
+        context = insecure_ssl() if url.startswith("https:") else None
+        self._wait_healthy(name, lambda: http_ok(url, context))
 
     def _wait_healthy(self, what: str, check: Callable[[], bool]) -> None:
         """Wait until the child ``what`` answers ``check``; its log's tail if it dies."""
