@@ -439,7 +439,7 @@ class Books:
         return cards
 
     def victims_remain(self, nomination: Nomination) -> bool:
-        return any(v in self._pods for v in nomination.victims)
+        return bool(nomination.remaining(self._pods))
 
     def expire_nominations(self, now: float) -> None:
         for key in self._nominations.expire(now):

@@ -189,8 +189,7 @@ class Overlay:
         return None if nomination is None else nomination.node
 
     def victims_remain(self, nomination: Nomination) -> bool:
-        pods = self.pods
-        return any(v in pods for v in nomination.victims)
+        return bool(nomination.remaining(self.pods))
 
     def awaited_on(self, node: str) -> frozenset[PodKey]:
         """The live books' (also where the overlay gave a nomination up: what may not be

@@ -11,7 +11,8 @@ a victim of a preemption under way; and a whole group any member of which is one
 but deleting (a member being placed or already chosen: the group is not evicted in part).
 
 ``Occupancy`` is one search's view: per node its occupants, per whole group its members
-(read once per search). A whole group whose priority is not below the preemptor's is
+(read once per search). A whole group whose priority is not below the preemptor's but
+which holds a member of lower priority (alone, that member would have been a victim) is
 noted in ``shielded``; with ``lift`` it is weighed as if it were just below: the search
 that finds no candidate otherwise asks whether evicting such a group would make room, to
 tell the preemptor why it waits (``preempting.choose``).
@@ -87,7 +88,7 @@ class Occupancy:
             live = [e for e in entries if not e.deleting]
             priorities = [view.groups.priority(e) for e in live]
             top = max(priorities, default=0)
-            if top >= self._priority:
+            if top >= self._priority > min(priorities, default=top):
                 self.shielded[group] = top
                 if self._lift:
                     priorities = [self._priority - 1] * len(live)

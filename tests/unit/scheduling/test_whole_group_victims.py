@@ -136,6 +136,19 @@ def test_a_group_not_of_lower_priority_is_no_silent_shield(dialect: str) -> None
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_group_of_no_lower_priority_member_is_not_named(dialect: str) -> None:
+    """Every member as important as the preemptor: no member would have been a victim
+    alone, so the group is no shield and the preemptor is told nothing about it (as for
+    pods of its own priority)."""
+    case = _case(dialect, ("a0", "n0", 5, "g", 8192), ("a1", "n0", 9, "g", 1024))
+    case.nodes = {"n0": ["gpu-0-0"]}
+    case.groups["g"] = ModelGroup("all")
+    decision = _decide(case)
+    assert decision.victims == ()
+    assert decision.preemption_blocked is None
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
 def test_a_group_naming_a_high_class_shields_nothing(dialect: str) -> None:
     """A PodGroup's priority can only lower its members': naming a class above the
     preemptor's does not keep priority-0 members from being evicted (whole)."""
@@ -192,3 +205,28 @@ def test_a_gang_evicts_a_whole_group_once(dialect: str) -> None:
     assert out.placed == ()
     victims = [v for d in out.preempting for v in d.victims]
     assert sorted(set(victims)) == ["ns/a0", "ns/a1"]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_preemptor_waits_only_for_the_members_on_its_node(dialect: str) -> None:
+    """The member on the preemptor's node gone (its claim released), the preemptor is
+    placed although the member on the other node still terminates: that room is not its
+    own, and no news of that node would wake it."""
+    case = _case(dialect, ("a0", "n0", 1, "g", 8192), ("a1", "n1", 1, "g", 8192))
+    case.groups["g"] = ModelGroup("all")
+    state = case.engine()
+    decision = _decide(case, state)
+    node = decision.nominated_node
+    here = next(n for n, p in case.pods.items() if p.node == node)
+    wait = state.nomination_wait("ns/urgent")
+    assert wait is not None
+    assert wait.victims == (f"ns/{here}",)
+    state.remove_pod(f"ns/{here}")
+    if dialect == "claims":
+        state.remove_claim(f"ns/c-{here}")
+        pod, _claim = case.preemptor("urgent")
+    else:
+        pod = case.annotation_preemptor("urgent")
+    again = state.schedule(pod, now=1)
+    assert again.scheduled
+    assert again.node == node
