@@ -74,10 +74,30 @@ class GroupRule:
     one_by_one: bool
     #: The priority of its class, if it names one (``class_priority``).
     priority: int | None
+    #: The node label of its topology constraint (its members share one value of it);
+    #: None: no constraint. ``""``: a constraint not understood (its members stay put).
+    domain_key: str | None = None
 
 
 def rule_of(pod_group: Mapping[str, Any]) -> GroupRule:
-    return GroupRule(disrupted_one_by_one(pod_group), class_priority(pod_group))
+    return GroupRule(
+        disrupted_one_by_one(pod_group), class_priority(pod_group), domain_key(pod_group)
+    )
+
+
+def domain_key(pod_group: Mapping[str, Any]) -> str | None:
+    """The node label of the PodGroup's topology constraint, None when it names none, and
+    ``""`` when it names one this reader does not understand (several, or no key): the
+    group's decision refuses such a PodGroup with a reason (``gangs.read_pod_group``);
+    here it only keeps defragmentation from moving a member out of its domain."""
+    spec = pod_group.get("spec")
+    constraints = spec.get("schedulingConstraints") if isinstance(spec, Mapping) else None
+    topology = constraints.get("topology") if isinstance(constraints, Mapping) else None
+    if not topology:
+        return None
+    first = topology[0] if isinstance(topology, list) and len(topology) == 1 else None
+    key = first.get("key") if isinstance(first, Mapping) else None
+    return key if isinstance(key, str) else ""
 
 
 class PodGroups:
