@@ -192,9 +192,9 @@ def choose(
     if awaits_earlier_victims(view, pod, priority):
         return None
     groups = view.groups
-    if not any(groups.priority(e) < priority or groups.whole(e) for e in view.pods.values()):
-        # Nobody to evict (nor a whole group to say it would have to be): spare a removal
-        # trial on every node (a replay).
+    if not any(groups.priority(e) < priority for e in view.pods.values()):
+        # Nobody to evict (nor a whole group to name: only one with a member of lower
+        # priority is, ``victim_sets``): spare a removal trial on every node (a replay).
         return None
     budgets = view.budgets()
     nodes = [
