@@ -26,7 +26,7 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from vgpu_operator import names, resources
+from vgpu_operator import dra_shapes, names, resources
 from vgpu_operator.agent import config_watch, hamicore, health, mig, nodeconfig
 from vgpu_operator.agent.backends import Backend
 from vgpu_operator.agent.backoff import Backoff
@@ -40,7 +40,6 @@ from vgpu_operator.agent.deviceplugin.allocation import (
 from vgpu_operator.agent.deviceplugin.runner import PluginRunner
 from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin, StaleRead, cards_of
 from vgpu_operator.agent.dra import mig_prepare
-from vgpu_operator.agent.dra import shapes as dra_shapes
 from vgpu_operator.agent.dra import sysfs as dra_sysfs
 from vgpu_operator.agent.dra.health_stream import HealthStream
 from vgpu_operator.agent.dra.mig_prepare import MigMaker
