@@ -7,12 +7,18 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from builders import GPU, make_pod
+from builders import GPU, cluster, make_pod
 
-from vgpu_operator.devices import model
+from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling import gangs
 from vgpu_operator.scheduling.autoscale import catalogue
-from vgpu_operator.scheduling.autoscale.catalogue import InstanceType, NodePool, Offering
+from vgpu_operator.scheduling.autoscale.catalogue import (
+    InstanceType,
+    NodeOption,
+    NodePool,
+    Offering,
+)
+from vgpu_operator.scheduling.books import Books
 from vgpu_operator.scheduling.autoscale.whatif import Unit
 from vgpu_operator.scheduling.pod_key import pod_key
 
@@ -32,9 +38,18 @@ def cards(
     )
 
 
+def dra_cards(devices: Sequence[model.DeviceInfo], product: str) -> tuple[dra.CardShape, ...]:
+    """What the DRA driver publishes of ``devices`` (as ``dra_shapes.card_shapes`` would)."""
+    return tuple(
+        dra.CardShape(d.id, d.index, product, d.type, d.memory_mib, d.cores, d.count, "hami-core")
+        for d in devices
+    )
+
+
 def instance_type(
     name: str, count: int, memory_mib: int, type_: str, price: float, cpu: int = 64
 ) -> InstanceType:
+    devices = cards(count, memory_mib, type_)
     return InstanceType(
         name=name,
         offerings=(Offering(price, "zone-a", "on-demand"),),
@@ -44,7 +59,8 @@ def instance_type(
             "pods": Fraction(110),
             GPU: Fraction(count),
         },
-        devices=cards(count, memory_mib, type_),
+        devices=devices,
+        dra_cards=dra_cards(devices, type_),
     )
 
 
@@ -59,7 +75,9 @@ def pool(
     types: Sequence[InstanceType] = TYPES,
     limits: dict[str, Fraction] | None = None,
     used: dict[str, Fraction] | None = None,
+    dra_path: bool = False,
 ) -> NodePool:
+    """A NodePool of ``types``; ``dra_path``: its template labels the nodes for DRA."""
     return NodePool(
         name=name,
         requirements=(
@@ -69,6 +87,7 @@ def pool(
         ),
         limits=limits or {},
         used=used or {},
+        labels={dra.NODE_PATH_LABEL: dra.PATH_DRA} if dra_path else {},
     )
 
 
@@ -126,3 +145,70 @@ def queue(rng: random.Random, max_units: int) -> list[Unit]:
             pod = _pod(f"p{index}", rng)
             units.append(Unit(str(pod_key(pod)), (pod,)))
     return units
+
+
+# --- pods with claims (the DRA path) -------------------------------------------------------
+
+
+def dra_books() -> Books:
+    """Live books with our DeviceClasses and no node."""
+    books = cluster().books
+    for device_class in dra.device_classes():
+        books.claims.set_device_class(device_class)
+    return books
+
+
+def dra_options(types: Sequence[InstanceType] = TYPES, dra_path: bool = True) -> list[NodeOption]:
+    """The options of one NodePool of ``types`` whose nodes are on the DRA path."""
+    return catalogue.options([pool(types=types, dra_path=dra_path)], types)
+
+
+def claim_object(
+    name: str, memory_mib: int | None, cores: int | None = None, count: int = 1
+) -> dict[str, Any]:
+    """A ResourceClaim ``team/name`` of one request ``gpu`` of our shared class."""
+    capacity = {}
+    if memory_mib is not None:
+        capacity[dra.MEMORY] = f"{memory_mib}Mi"
+    if cores is not None:
+        capacity[dra.CORES] = str(cores)
+    exactly: dict[str, Any] = {"deviceClassName": dra.SHARED_CLASS, "count": count}
+    if capacity:
+        exactly["capacity"] = {"requests": capacity}
+    return {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": "team", "name": name, "uid": f"uid-{name}"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+def claim_pod(name: str, claim: str, group: str | None = None) -> dict[str, Any]:
+    """A pending pod of ours whose one container uses the claim ``claim``."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": "team", "name": name, "uid": f"uid-p-{name}"},
+        "spec": {
+            "schedulerName": "vgpu-scheduler",
+            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+        "status": {"phase": "Pending"},
+    }
+    if group is not None:
+        pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return pod
+
+
+def claim_unit(
+    books: Books,
+    name: str,
+    memory_mib: int | None = 10000,
+    cores: int | None = None,
+    count: int = 1,
+) -> Unit:
+    """A pod alone with its claim (made in ``books``, as the claims feed would)."""
+    books.claims.set_claim(claim_object(name, memory_mib, cores, count))
+    pod = claim_pod(name, name)
+    return Unit(str(pod_key(pod)), (pod,))

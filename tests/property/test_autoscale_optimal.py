@@ -57,7 +57,7 @@ def _fits(books: Books, chosen: Sequence[NodeOption], pods: Sequence[Mapping[str
                         return True
                     engine.unplace([key])
                 else:
-                    engine.overlay.drop_pod(key)
+                    engine.rollback(key)
         return False
 
     return place(pods)
