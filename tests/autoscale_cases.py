@@ -18,8 +18,9 @@ from vgpu_operator.scheduling.autoscale.catalogue import (
     NodePool,
     Offering,
 )
-from vgpu_operator.scheduling.books import Books
 from vgpu_operator.scheduling.autoscale.whatif import Unit
+from vgpu_operator.scheduling.books import Books
+from vgpu_operator.scheduling.dialects.claims import claim_templates
 from vgpu_operator.scheduling.pod_key import pod_key
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -212,3 +213,46 @@ def claim_unit(
     books.claims.set_claim(claim_object(name, memory_mib, cores, count))
     pod = claim_pod(name, name)
     return Unit(str(pod_key(pod)), (pod,))
+
+
+def _claim_pod(
+    books: Books, name: str, rng: random.Random, group: str | None = None
+) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
+    """A pod with one claim: a fractional share, a whole card, or several cards. The claim
+    is made in ``books`` (as the claims feed would), or, one time in three, left to be made
+    from a template (the unit carries it as the claim controller would make it)."""
+    kind = rng.choice(("fraction", "fraction", "whole", "multi"))
+    if kind == "fraction":
+        claim = claim_object(name, rng.choice((4096, 8192, 12288, 20480, 30720)))
+    elif kind == "whole":
+        claim = claim_object(name, rng.choice((24576, 40960, 49152)), cores=100)
+    else:
+        claim = claim_object(name, rng.choice((8192, 20480)), count=rng.choice((2, 3, 4)))
+    pod = claim_pod(name, name, group)
+    if rng.random() < 1 / 3:
+        template = {
+            "metadata": {"namespace": "team", "name": name},
+            "spec": {"spec": claim["spec"]},
+        }
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": name}]
+        made = claim_templates.with_template_claims(pod, {f"team/{name}": template})
+        assert not isinstance(made, str)
+        return made[0], tuple(made[1])
+    books.claims.set_claim(claim)
+    return pod, ()
+
+
+def dra_queue(books: Books, rng: random.Random, max_units: int) -> list[Unit]:
+    """Up to ``max_units`` units of pods with claims: pods alone and gangs of two or three."""
+    units: list[Unit] = []
+    for index in range(rng.randint(1, max_units)):
+        if rng.random() < 0.2:
+            name = f"g{index}"
+            made = [_claim_pod(books, f"{name}-{m}", rng, name) for m in range(rng.randint(2, 3))]
+            spec = gangs.GroupSpec(f"team/{name}", True, len(made))
+            claims = tuple(c for _, cs in made for c in cs)
+            units.append(Unit(f"team/{name}", tuple(p for p, _ in made), spec, claims=claims))
+        else:
+            pod, claims = _claim_pod(books, f"p{index}", rng)
+            units.append(Unit(str(pod_key(pod)), (pod,), claims=claims))
+    return units
