@@ -49,11 +49,14 @@ from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit
 from vgpu_operator.scheduling.cycle import ClusterState
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.wire import Pod
 
 log = structlog.get_logger("vgpu_operator.autoscaler")
 
 #: The most nodes one round looks at for scale-down (each costs a LIST and a what-if).
 _SCALE_DOWN_LOOKS = 4
+#: The most ResourceClaimTemplates one round reads (pods whose claims are still to be made).
+_TEMPLATE_READS = 16
 #: The shortest time between two rounds.
 _MIN_GAP_S = 0.2
 
@@ -67,6 +70,7 @@ class KarpenterApi(Protocol):
     async def delete_claim(self, name: str) -> bool: ...
     async def pods_on(self, node: str) -> list[dict[str, Any]]: ...
     async def nominate(self, namespace: str, name: str, node: str | None) -> bool: ...
+    async def template(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
 @dataclass
@@ -192,12 +196,13 @@ class Autoscaler:
             if r.arrived is not None and now - r.arrived_at < self._settings.node_timeout_s
             for k in r.pods
         }
+        waiting = [
+            p
+            for p in self._feed.waiting_for(self._feed.scheduler_name)
+            if pod_key(p) not in expecting
+        ]
         units, left = autoscale_units.gather(
-            [
-                p
-                for p in self._feed.waiting_for(self._feed.scheduler_name)
-                if pod_key(p) not in expecting
-            ],
+            waiting,
             planned={k for r in self.requests.values() if r.arrived is None for k in r.pods},
             parked=self._queue.is_unschedulable,
             in_books=self._in_books,
@@ -205,6 +210,7 @@ class Autoscaler:
             gangs=self._gangs,
             pins={k: r.claim for r in self.requests.values() if r.arrived is None for k in r.pods},
             limit=self._settings.max_pods,
+            templates=await self._templates(waiting),
         )
         requested = [Slot(r.claim, r.option) for r in self.requests.values() if r.arrived is None]
         if not units and not requested:
@@ -305,6 +311,18 @@ class Autoscaler:
         read.claims = {c.name: c for c in every if c.ours}
         read.options = _with_claims_counted(read.options, every, self._types)
         return read
+
+    async def _templates(self, pods: Sequence[Pod]) -> dict[str, dict[str, Any]]:
+        """The ResourceClaimTemplates of the pods whose claims the claim controller has not
+        made yet (a moment after their creation), by ``namespace/name``: at most
+        ``_TEMPLATE_READS`` a round (a pod whose template was not read is told so)."""
+        found: dict[str, dict[str, Any]] = {}
+        for key in autoscale_units.template_keys(pods)[:_TEMPLATE_READS]:
+            namespace, name = key.split("/", 1)
+            template = await self._api.template(namespace, name)
+            if template is not None:
+                found[key] = template
+        return found
 
     def _listed(self) -> frozenset[str]:
         return frozenset(r for t in self._types.types for r in t.capacity)
