@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, Protocol
 
 import structlog
 
 from vgpu_operator.control import (
     autoscale_claims,
+    autoscale_holds,
     autoscale_shrink,
     autoscale_units,
     feed,
@@ -309,7 +308,7 @@ class Autoscaler:
         every = [c for c in map(autoscale_claims.read_claim, await self._api.node_claims()) if c]
         read.every = every
         read.claims = {c.name: c for c in every if c.ours}
-        read.options = _with_claims_counted(read.options, every, self._types)
+        read.options = autoscale_claims.with_claims_counted(read.options, every, self._types.types)
         return read
 
     async def _templates(self, pods: Sequence[Pod]) -> dict[str, dict[str, Any]]:
@@ -407,22 +406,30 @@ class Autoscaler:
             self._queue.wake_one(pod)
 
     def _arrive(self, request: Request, node: str, now: float) -> None:
-        """The claim's node is in the books with its inventory: the shares of its pods
-        are held there in the plan's order and the pods woken (the worker binds them). A
-        pod the node does not take yet (Karpenter's own taint until it registers the
-        node) is tried again next round."""
+        """The claim's node is in the books with its inventory: the shares of the pods
+        planned on the nodes arrived are held there in the plan's order, a gang's only
+        once all its nodes are here (``autoscale_holds``), and the pods woken (the worker
+        binds them). A pod the node does not take yet (Karpenter's own taint until it
+        registers the node) is tried again next round."""
         entry = self._state.books.nodes.get(node)
         if entry is None or entry.inventory is None:
             return
         if request.arrived is None:
             request.arrived, request.arrived_at = node, now
             log.info("autoscale_node_arrived", claim=request.claim, node=node)
-        for key in request.pods:
-            pod = self._feed.pending_pod(key)
-            if pod is None or self._in_books(key):
-                continue
-            if self._books.hold(pod, node, frozenset(), now) is None:
-                continue
+        planned = [
+            autoscale_holds.Planned(key, r.arrived)
+            for r in self.requests.values()
+            for key in r.pods
+        ]
+        held = autoscale_holds.hold_arrived(
+            planned,
+            pending=self._feed.pending_pod,
+            in_books=self._in_books,
+            hold=lambda pod, at: self._books.hold(pod, at, frozenset(), now) is not None,
+            release=lambda key: self._books.release(key, frozenset()),
+        )
+        for key in held:
             self._notes.pop(key, None)
             self._feed.held_for(key)
 
@@ -559,37 +566,3 @@ class Autoscaler:
                 self._nominated.pop(key, None)
             else:
                 self._nominated[key] = claim
-
-
-def _with_claims_counted(
-    options: Sequence[catalogue.NodeOption],
-    claims: Sequence[autoscale_claims.Claim],
-    types: Catalogue,
-) -> list[catalogue.NodeOption]:
-    """The options with each NodePool's use counted from its claims too (whoever made
-    them: its status catches up with new claims only later), the larger of the two."""
-    capacity = {t.name: t.capacity for t in types.types}
-    counted: dict[str, dict[str, Fraction]] = {}
-    for claim in claims:
-        if claim.pool is None or claim.deleting:
-            continue
-        use = counted.setdefault(claim.pool, {})
-        for resource, amount in {
-            **capacity.get(claim.instance_type or "", {}),
-            catalogue.NODES_LIMIT: Fraction(1),
-        }.items():
-            use[resource] = use.get(resource, Fraction(0)) + amount
-    pools: dict[str, catalogue.NodePool] = {}
-    out: list[catalogue.NodeOption] = []
-    for option in options:
-        pool = pools.get(option.pool.name)
-        if pool is None:
-            use = counted.get(option.pool.name, {})
-            used = {
-                k: max(option.pool.used.get(k, Fraction(0)), use.get(k, Fraction(0)))
-                for k in {*option.pool.used, *use}
-            }
-            pool = dataclasses.replace(option.pool, used=used)
-            pools[pool.name] = pool
-        out.append(dataclasses.replace(option, pool=pool))
-    return out
