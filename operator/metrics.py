@@ -30,6 +30,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from vgpu_operator.metrics_autoscale import AutoscaleMetrics
 from vgpu_operator.scheduling.status import Reason
 
 PREFIX: Final = "vgpu_operator"
@@ -498,6 +499,7 @@ class OperatorMetrics:
         # process_cpu_seconds_total, process_resident_memory_bytes, open fds...
         ProcessCollector(registry=self._own)
         self._defrag: DefragMetrics | None = None
+        self._autoscale: AutoscaleMetrics | None = None
         self._engine_loop: asyncio.AbstractEventLoop | None = None
         self._last_copy: _EngineFigures = ([], {}, _NOTHING_WAITING)
         self._stale = Gauge(
@@ -556,6 +558,12 @@ class OperatorMetrics:
         if self._defrag is None:
             self._defrag = DefragMetrics(self)
         return self._defrag
+
+    def autoscale(self) -> AutoscaleMetrics:
+        """The autoscaler's series (``metrics_autoscale``), registered once."""
+        if self._autoscale is None:
+            self._autoscale = AutoscaleMetrics(self._own)
+        return self._autoscale
 
     def leadership(self, active: bool) -> None:
         self._leader.set(1 if active else 0)

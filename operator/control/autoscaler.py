@@ -43,8 +43,10 @@ from vgpu_operator.control import (
 )
 from vgpu_operator.control.autoscale_catalogue import Catalogue
 from vgpu_operator.control.options import AutoscaleOptions
+from vgpu_operator.metrics_autoscale import AutoscaleMetrics, ClaimEvent
 from vgpu_operator.scheduling.autoscale import catalogue, search, shrink
 from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit
+from vgpu_operator.scheduling.books.entries import is_dra_node
 from vgpu_operator.scheduling.cycle import ClusterState
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
@@ -114,6 +116,7 @@ class Autoscaler:
         wall_clock: Callable[[], float] = time.time,
         cpu_clock: Callable[[], float] = time.process_time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        metrics: AutoscaleMetrics | None = None,
     ) -> None:
         self._state = state
         self._books = DefragBooks(state)
@@ -127,6 +130,7 @@ class Autoscaler:
         self._wall_clock = wall_clock
         self._cpu_clock = cpu_clock
         self._sleep = sleep
+        self._metrics = metrics if metrics is not None else AutoscaleMetrics(None)
         self._budget = search.Budget(max_seconds=settings.max_search_s)
         self.requests: dict[str, Request] = {}
         #: Per pod, what it is told it waits for (``note``), and the claim it is nominated to.
@@ -214,8 +218,11 @@ class Autoscaler:
         requested = [Slot(r.claim, r.option) for r in self.requests.values() if r.arrived is None]
         if not units and not requested:
             self._tell({}, left)
+            self._metrics.round_idle()
+            self._metrics.in_flight(())
             await self._scale_down(read, now)
             return None
+        began = self._cpu_clock()
         plan = search.plan(
             self._state.books,
             units,
@@ -226,7 +233,14 @@ class Autoscaler:
             clock=self._cpu_clock,
         )
         self.last_plan = plan
+        unplaceable = sum(len(u.keys) for u in units if u.key in plan.unplaceable)
+        self._metrics.planned(self._cpu_clock() - began, unplaceable)
         await self._carry_out(plan, units, left, read, now)
+        self._metrics.in_flight(
+            (r.option.instance_type.name, r.option.price)
+            for r in self.requests.values()
+            if r.arrived is None
+        )
         return plan
 
     def _batching(self, units: Sequence[Unit], now: float) -> bool:
@@ -277,6 +291,7 @@ class Autoscaler:
                 log.debug("autoscale_node_kept", node=candidate.node, reason=out)
                 continue
             await self._api.delete_claim(candidate.claim)
+            self._metrics.claim(ClaimEvent.GIVEN_BACK)
             self._quiet_until = now + settings.node_timeout_s / 4
             log.info(
                 "autoscale_node_given_back",
@@ -391,6 +406,7 @@ class Autoscaler:
     async def _withdraw(self, request: Request, why: str) -> None:
         """Delete a claim that failed (its instance type cools off) and tell its pods."""
         del self.requests[request.claim]
+        self._metrics.claim(ClaimEvent.WITHDRAWN)
         self._cooling[request.option.key] = self._wall_clock() + self._settings.cool_off_s
         with contextlib.suppress(Exception):
             await self._api.delete_claim(request.claim)
@@ -410,10 +426,14 @@ class Autoscaler:
         planned on the nodes arrived are held there in the plan's order, a gang's only
         once all its nodes are here (``autoscale_holds``), and the pods woken (the worker
         binds them). A pod the node does not take yet (Karpenter's own taint until it
-        registers the node) is tried again next round."""
-        entry = self._state.books.nodes.get(node)
+        registers the node) is tried again next round. Until a node has arrived, its claim
+        is a node on its way to the plans (no second one is asked for its pods)."""
+        books = self._state.books
+        entry = books.nodes.get(node)
         if entry is None or entry.inventory is None:
             return
+        if is_dra_node(entry) and books.claims.pool_of(node) is None:
+            return  # on the DRA path, a node is there for claims once its slice is read
         if request.arrived is None:
             request.arrived, request.arrived_at = node, now
             log.info("autoscale_node_arrived", claim=request.claim, node=node)
@@ -456,6 +476,7 @@ class Autoscaler:
                 continue  # its node joined meanwhile: a node now, never withdrawn
             request = self.requests.pop(name, None)
             if request is not None:
+                self._metrics.claim(ClaimEvent.UNNEEDED)
                 log.info("autoscale_claim_unneeded", claim=name)
                 with contextlib.suppress(Exception):
                     await self._api.delete_claim(name)
@@ -472,6 +493,7 @@ class Autoscaler:
                 continue
             names[slot.name] = claim
             self.requests[claim] = Request(claim, slot.option, now)
+            self._metrics.claim(ClaimEvent.CREATED)
             log.info(
                 "autoscale_claim_created",
                 claim=claim,

@@ -190,6 +190,7 @@ class Operator:
                 _read_catalogue(options.autoscale),
                 options.autoscale,
                 decides=lambda: self.is_leader() and self.synced,
+                metrics=metrics.autoscale(),
             )
             if options.autoscale is not None
             else None
