@@ -3,12 +3,14 @@ gang only whole (every node of it arrived, every member fits), in either dialect
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from dra_cluster import NODE, DraCluster
 
 from vgpu_operator.control import autoscale_holds
 from vgpu_operator.control.autoscale_holds import Planned
+from vgpu_operator.devices import dra
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 
@@ -106,3 +108,20 @@ def test_a_gang_with_claims_is_held_whole_or_not_at_all_on_the_real_books() -> N
     small = [cluster.claim_pod(f"small{i}", "team", _memory(20000)) for i in range(2)]
     assert hold(small) == ["team/small0", "team/small1"]
     assert all(cluster.state.nominated_node(pod_key(p)) == NODE for p in small)
+
+
+def test_a_slice_that_changes_tells_the_autoscaler_its_node() -> None:
+    """A new DRA node has arrived for the autoscaler once its slice is read: the claims
+    feed says which node's slice changed (the same slice again says nothing)."""
+    cluster = DraCluster()
+    told: list[str] = []
+    cluster.claims.on_slice_changed = told.append
+    card = dra.CardShape("GPU-b", 0, "L40S", "NVIDIA-L40S", 46068, 100, 4, "hami-core")
+    published = copy.deepcopy(dict(dra.slice_wire("dra-b", [card], 1, None)))
+    published["metadata"]["resourceVersion"] = "7"
+    cluster.claims.slice_event("ADDED", published)
+    assert told == ["dra-b"]
+    again = copy.deepcopy(published)
+    again["metadata"]["resourceVersion"] = "8"
+    cluster.claims.slice_event("MODIFIED", again)
+    assert told == ["dra-b"]
