@@ -333,7 +333,11 @@ class Autoscaler:
         found: dict[str, dict[str, Any]] = {}
         for key in autoscale_units.template_keys(pods)[:_TEMPLATE_READS]:
             namespace, name = key.split("/", 1)
-            template = await self._api.template(namespace, name)
+            try:
+                template = await self._api.template(namespace, name)
+            except Exception as exc:  # one unreadable template stops no round
+                log.debug("autoscale_template_unread", template=key, error=str(exc))
+                continue
             if template is not None:
                 found[key] = template
         return found
