@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from integration import operator_env as env
-from integration.dra_env import RESOURCE, claim_pod
+from integration.dra_env import RESOURCE, claim_pod, create_claim_template
 from integration.test_autoscaling import (  # noqa: F401 (fixtures)
     Harness,
     _clean,
@@ -42,8 +42,11 @@ CLAIMS = f"{RESOURCE}/resourceclaims"
 
 @pytest.fixture(scope="module", autouse=True)
 def _device_classes(harness: Harness) -> None:  # noqa: F811
+    """The DRA device classes, and kube-controller-manager's claim controller (pods'
+    template claims are made by it, as in a cluster)."""
     for doc in yaml.safe_load_all((env.REPO / "manifests" / "dra-deviceclasses.yaml").read_text()):
         harness.cp.create(f"{RESOURCE}/deviceclasses", doc)
+    harness.cp.start_controller_manager(["resourceclaim-controller"])
 
 
 def _claim_pod(
@@ -109,6 +112,43 @@ def test_pods_with_claims_get_exactly_the_nodes_the_engine_plans(
         assert autoscale_claims.OWNED_LABEL in claims[0]["metadata"]["labels"]
         for name in names:
             assert _allocated_on(cp, namespace, name) == nodes
+
+
+def test_pods_whose_claims_come_from_a_template_get_the_node_planned(
+    harness: Harness,  # noqa: F811
+) -> None:
+    """Three pods whose 40 GB claims the claim controller makes from a template: one
+    4xL40S (the cheapest single node with a card for each) is asked for, the claims are
+    allocated on its node and the pods bound."""
+    cp = harness.cp
+    namespace, scheduler = _scheduler(cp)
+    pool = f"tmpl-{namespace}"
+    labels = {env.TEST_LABEL: namespace, dra.NODE_PATH_LABEL: dra.PATH_DRA}
+    cp.create(
+        karpenter.NODE_POOLS,
+        karpenter.node_pool(pool, ["gpu-8xh100", "gpu-4xl40s"], labels=labels),
+    )
+    exactly = {
+        "deviceClassName": dra.SHARED_CLASS,
+        "capacity": {"requests": {"memory": "40960Mi"}},
+    }
+    create_claim_template(cp, namespace, "share", exactly)
+    names = [f"t{i}" for i in range(3)]
+    for name in names:
+        pod = claim_pod(name, template="share", scheduler=scheduler)
+        pod["metadata"]["namespace"] = namespace
+        pod["spec"]["nodeSelector"] = {env.TEST_LABEL: namespace}
+        env.create_pod(cp, pod)
+    with OperatorThread(_operator_options(harness, scheduler)):
+        bound = [env.wait_bound(cp, namespace, n, timeout_s=180) for n in names]
+        nodes = {p["spec"]["nodeName"] for p in bound}
+        assert len(nodes) == 1
+        claims = _pool_claims(cp, pool)
+        assert len(claims) == 1, [c["metadata"]["name"] for c in claims]
+        assert claims[0]["metadata"]["labels"][karpenter.INSTANCE_TYPE_LABEL] == "gpu-4xl40s"
+        for pod in bound:
+            (status,) = pod["status"]["resourceClaimStatuses"]
+            assert _allocated_on(cp, namespace, status["resourceClaimName"]) == nodes
 
 
 def test_a_gang_with_claims_is_held_whole_on_the_nodes_planned_for_it(
