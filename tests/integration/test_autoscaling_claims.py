@@ -102,7 +102,7 @@ def test_pods_with_claims_get_exactly_the_nodes_the_engine_plans(
     names = [f"c{i}" for i in range(6)]
     for name in names:
         _claim_pod(cp, namespace, name, scheduler, 40960)
-    with OperatorThread(_operator_options(harness, scheduler)):
+    with OperatorThread(_operator_options(harness, scheduler)) as running:
         bound = [env.wait_bound(cp, namespace, n, timeout_s=180) for n in names]
         nodes = {p["spec"]["nodeName"] for p in bound}
         assert len(nodes) == 1
@@ -112,6 +112,16 @@ def test_pods_with_claims_get_exactly_the_nodes_the_engine_plans(
         assert autoscale_claims.OWNED_LABEL in claims[0]["metadata"]["labels"]
         for name in names:
             assert _allocated_on(cp, namespace, name) == nodes
+        # The autoscaler's metrics: one claim made, a search timed, none on its way now.
+        get = running.app.metrics.registry.get_sample_value
+        prefix = "vgpu_operator_autoscale"
+        assert get(f"{prefix}_claims_total", {"event": "created"}) == 1
+        assert (get(f"{prefix}_search_cpu_seconds_count") or 0) >= 1
+        env.wait_until(
+            "no claim on its way",
+            lambda: get(f"{prefix}_planned_nodes", {"instance_type": "gpu-8xh100"}) == 0,
+            30,
+        )
 
 
 def test_pods_whose_claims_come_from_a_template_get_the_node_planned(
