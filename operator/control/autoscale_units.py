@@ -23,8 +23,10 @@ important first (priority, then age).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any, Final
+
+import structlog
 
 from vgpu_operator.control import gang_runtime
 from vgpu_operator.scheduling import preemption
@@ -34,6 +36,10 @@ from vgpu_operator.scheduling.gangs import GroupError
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.wire import Pod, meta_of
 
+log = structlog.get_logger("vgpu_operator.autoscaler")
+
+#: The most ResourceClaimTemplates one round reads (pods whose claims are still to be made).
+TEMPLATE_READS: Final = 16
 #: Resources every instance type has (a pod asking only for these and listed ones is
 #: Karpenter's to serve).
 STANDARD_RESOURCES: Final = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
@@ -59,6 +65,26 @@ def karpenter_serves(pod: Mapping[str, Any], listed: Collection[str]) -> bool:
                 if name not in listed:
                     return False
     return True
+
+
+async def read_templates(
+    read: Callable[[str, str], Awaitable[Mapping[str, Any] | None]], pods: Iterable[Pod]
+) -> dict[str, Mapping[str, Any]]:
+    """The ResourceClaimTemplates of the pods whose claims the claim controller has not
+    made yet (a moment after their creation), by ``namespace/name``: at most
+    ``TEMPLATE_READS`` a round; one that cannot be read is left out (its pods are told it
+    was not found), it stops no round."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for key in template_keys(pods)[:TEMPLATE_READS]:
+        namespace, name = key.split("/", 1)
+        try:
+            template = await read(namespace, name)
+        except Exception as exc:
+            log.debug("autoscale_template_unread", template=key, error=str(exc))
+            continue
+        if template is not None:
+            found[key] = template
+    return found
 
 
 def template_keys(pods: Iterable[Pod]) -> list[str]:

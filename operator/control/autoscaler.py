@@ -50,14 +50,11 @@ from vgpu_operator.scheduling.books.entries import is_dra_node
 from vgpu_operator.scheduling.cycle import ClusterState
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
-from vgpu_operator.wire import Pod
 
 log = structlog.get_logger("vgpu_operator.autoscaler")
 
 #: The most nodes one round looks at for scale-down (each costs a LIST and a what-if).
 _SCALE_DOWN_LOOKS = 4
-#: The most ResourceClaimTemplates one round reads (pods whose claims are still to be made).
-_TEMPLATE_READS = 16
 #: The shortest time between two rounds.
 _MIN_GAP_S = 0.2
 
@@ -193,6 +190,7 @@ class Autoscaler:
         now = self._wall_clock()
         read = await self._read(now)
         await self._follow(read, now)
+        on_way = self._on_their_way()
         expecting = {
             k
             for r in self.requests.values()
@@ -206,16 +204,16 @@ class Autoscaler:
         ]
         units, left = autoscale_units.gather(
             waiting,
-            planned={k for r in self.requests.values() if r.arrived is None for k in r.pods},
+            planned={k for r in on_way for k in r.pods},
             parked=self._queue.is_unschedulable,
             in_books=self._in_books,
             listed=self._listed(),
             gangs=self._gangs,
-            pins={k: r.claim for r in self.requests.values() if r.arrived is None for k in r.pods},
+            pins={k: r.claim for r in on_way for k in r.pods},
             limit=self._settings.max_pods,
-            templates=await self._templates(waiting),
+            templates=await autoscale_units.read_templates(self._api.template, waiting),
         )
-        requested = [Slot(r.claim, r.option) for r in self.requests.values() if r.arrived is None]
+        requested = [Slot(r.claim, r.option) for r in on_way]
         if not units and not requested:
             self._tell({}, left)
             self._metrics.round_idle()
@@ -242,6 +240,22 @@ class Autoscaler:
             if r.arrived is None
         )
         return plan
+
+    def _on_their_way(self) -> list[Request]:
+        """The requests the next plan counts as nodes requested: those whose node has not
+        arrived, and those whose node has but holds a gang's members not held yet (a gang
+        is held whole once all its nodes are here: until then it is planned on its
+        requests, so that a round between two arrivals asks for no third node)."""
+        out = []
+        for request in self.requests.values():
+            if request.arrived is None or any(
+                (pod := self._feed.pending_pod(k)) is not None
+                and not self._in_books(k)
+                and gang_runtime.GangRuntime.group_of(pod) is not None
+                for k in request.pods
+            ):
+                out.append(request)
+        return out
 
     def _batching(self, units: Sequence[Unit], now: float) -> bool:
         """Whether new pods are still coming in (Karpenter's batching window): no new
@@ -325,22 +339,6 @@ class Autoscaler:
         read.claims = {c.name: c for c in every if c.ours}
         read.options = autoscale_claims.with_claims_counted(read.options, every, self._types.types)
         return read
-
-    async def _templates(self, pods: Sequence[Pod]) -> dict[str, dict[str, Any]]:
-        """The ResourceClaimTemplates of the pods whose claims the claim controller has not
-        made yet (a moment after their creation), by ``namespace/name``: at most
-        ``_TEMPLATE_READS`` a round (a pod whose template was not read is told so)."""
-        found: dict[str, dict[str, Any]] = {}
-        for key in autoscale_units.template_keys(pods)[:_TEMPLATE_READS]:
-            namespace, name = key.split("/", 1)
-            try:
-                template = await self._api.template(namespace, name)
-            except Exception as exc:  # one unreadable template stops no round
-                log.debug("autoscale_template_unread", template=key, error=str(exc))
-                continue
-            if template is not None:
-                found[key] = template
-        return found
 
     def _listed(self) -> frozenset[str]:
         return frozenset(r for t in self._types.types for r in t.capacity)

@@ -3,6 +3,7 @@ NodePools, the NodeClaims it makes, and which pods it leaves to Karpenter."""
 
 from __future__ import annotations
 
+import asyncio
 from fractions import Fraction
 from typing import Any
 
@@ -227,3 +228,22 @@ def test_pods_with_claims_are_planned_their_template_claims_as_the_controller_ma
     statuses = by_key["n/later"].pods[0]["status"]["resourceClaimStatuses"]
     assert statuses == [{"name": "gpu", "resourceClaimName": "later#gpu"}]
     assert left == {"n/lost": "ResourceClaimTemplate n/gone not found: it cannot be planned for"}
+
+
+def test_templates_are_read_at_most_a_bound_a_round_and_an_unreadable_one_skipped() -> None:
+    pods = [_claims_pod(f"p{i}", {"resourceClaimTemplateName": f"t{i}"}) for i in range(40)]
+    asked: list[str] = []
+
+    async def read(namespace: str, name: str) -> dict[str, Any] | None:
+        asked.append(name)
+        if name == "t1":
+            raise RuntimeError("forbidden")
+        return None if name == "t2" else {"metadata": {"name": name}}
+
+    found = asyncio.run(autoscale_units.read_templates(read, pods))  # type: ignore[arg-type]
+    assert len(asked) == autoscale_units.TEMPLATE_READS
+    assert "n/t1" not in found
+    assert set(found) == {f"n/t{i}" for i in range(autoscale_units.TEMPLATE_READS)} - {
+        "n/t1",
+        "n/t2",
+    }
