@@ -38,7 +38,7 @@ from integration.test_install import token_kubeconfig
 from vgpu_operator.cli import main
 from vgpu_operator.control.options import DefragOptions
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 Json = dict[str, Any]
 USE_UUID = "nvidia.com/use-gpuuuid"
@@ -138,7 +138,7 @@ class ReplicaSetStandIn:
         while not self._stop.wait(0.2):
             try:
                 self.reconcile()
-            except (ApiError, OSError):
+            except (AdminRequestError, OSError):
                 continue  # the next round reads the cluster again
 
 
@@ -185,7 +185,7 @@ class Setup:
     def exists(self, name: str) -> bool:
         try:
             env.get_pod(self.cp, self.namespace, name)
-        except ApiError as exc:
+        except AdminRequestError as exc:
             if exc.status == 404:
                 return False
             raise

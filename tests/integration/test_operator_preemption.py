@@ -17,7 +17,7 @@ import pytest
 from integration import operator_env as env
 
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 HOLD = "vgpu-test/hold"
@@ -68,7 +68,7 @@ class Setup:
     def exists(self, name: str) -> bool:
         try:
             self.get(name)
-        except ApiError as exc:
+        except AdminRequestError as exc:
             if exc.status == 404:
                 return False
             raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from vgpu_operator.metrics import OperatorMetrics, PreemptionResult, Result, WebhookResult
-from vgpu_operator.metrics_autoscale import ClaimEvent
+from vgpu_operator.metrics.autoscale import ClaimEvent
 from vgpu_operator.scheduling.cycle.cluster import DeviceUsageRow
 
 ROW = DeviceUsageRow("n1", "GPU-0", "NVIDIA", "A100", 2, 10, 3000, 40960, 50, 100)

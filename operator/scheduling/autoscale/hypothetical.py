@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import Any, Final
 
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import dra, dra_mig, model
+from vgpu_operator.devices import dra, dra_mig, model, nvidia
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.scheduling.autoscale.catalogue import HOSTNAME_LABEL, NodeOption
@@ -93,13 +93,13 @@ def dra_slices(option: NodeOption, name: str, config: DeviceConfig) -> list[Reso
     this node's UUIDs and the device config's request defaults), or none when the
     instance type has no card the DRA driver publishes."""
     it = option.instance_type
-    nvidia = config.nvidia
+    section = nvidia.section(config)
     cards = [
         dataclasses.replace(
             card,
             uuid=dra_uuid(name, card.index),
-            default_memory_mib=nvidia.default_memory,
-            default_cores=nvidia.default_cores,
+            default_memory_mib=section.default_memory,
+            default_cores=section.default_cores,
         )
         for card in it.dra_cards
     ]
