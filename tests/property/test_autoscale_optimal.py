@@ -177,11 +177,11 @@ def test_large_queues_of_claims_ask_for_at_most_one_node_more_than_the_fewest(se
     rng = random.Random(seed)
     books = dra_books()
     units = dra_queue(books, rng, 12)
-    tight = search.Budget(max_trials=4, max_placements=0)
+    tight = search.SearchBudget(max_trials=4, max_placements=0)
     quick = search.plan(books, units, DRA_OPTIONS, now=0.0, budget=tight)
     _check_complete(quick, units)
     thorough = search.plan(
-        books, units, DRA_OPTIONS, now=0.0, budget=search.Budget(max_trials=5000)
+        books, units, DRA_OPTIONS, now=0.0, budget=search.SearchBudget(max_trials=5000)
     )
     _check_complete(thorough, units)
     assert set(quick.unplaceable) == set(thorough.unplaceable)
