@@ -231,10 +231,7 @@ class StateFeed:
     def _listed(self, kind: _Kind[_K, _S], items: Iterable[_S], list_version: str | None) -> None:
         """A full listing: apply what is newer, forget what is gone."""
         by_key = {kind.key(item): item for item in items}
-        result = kind.ledger.reconcile(
-            {k: versions.version_of(v) for k, v in by_key.items()},
-            versions.parse_version(list_version),
-        )
+        result = kind.ledger.reconcile_listing(by_key, list_version)
         # The ledger hands back the keys it was given (typed as plain strings there).
         for key in cast(Iterable[_K], result.apply):
             kind.apply(key, by_key[key])

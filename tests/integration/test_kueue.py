@@ -203,15 +203,13 @@ def _check_state(wl: dict[str, Any], name: str = CHECK) -> dict[str, Any]:
 
 
 def _our_namespace(cp: ControlPlane, prefix: str) -> tuple[str, str]:
-    """A fresh namespace holding a device config that names a fresh scheduler (the CRD
-    installed, the node Leases' namespace made): the namespace and the scheduler."""
+    """A fresh namespace holding a device config that names a fresh scheduler
+    (``env.new_scheduler``; the node Leases' namespace made): the namespace and the
+    scheduler."""
     namespace = env.unique(prefix)
     cp.ensure_namespace(namespace)
     cp.ensure_namespace(node_leases.NAMESPACE)
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
-    return namespace, scheduler
+    return namespace, env.new_scheduler(cp, namespace)
 
 
 def _checking_operator(

@@ -212,9 +212,7 @@ class Setup:
 
 @pytest.fixture
 def setup(control_plane: ControlPlane, namespace: str) -> Iterator[Setup]:
-    env.install_crd(control_plane)
-    scheduler = env.unique("sched")
-    env.put_config_map(control_plane, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(control_plane, namespace)
     a = env.cards(f"{namespace}-a", 2, memory_mib=16000)
     b = env.cards(f"{namespace}-b", 1, memory_mib=16000)
     env.gpu_node(control_plane, f"{namespace}-a", a, group=namespace)

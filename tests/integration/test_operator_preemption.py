@@ -83,9 +83,7 @@ class Setup:
 
 @pytest.fixture
 def setup(control_plane: ControlPlane, namespace: str) -> Iterator[Setup]:
-    env.install_crd(control_plane)
-    scheduler = env.unique("sched")
-    env.put_config_map(control_plane, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(control_plane, namespace)
     classes = {}
     for value in (0, 10, 100, 1000):
         name = f"{namespace}-p{value}"

@@ -58,9 +58,7 @@ class Webhooked:
 @pytest.fixture
 def webhooked(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[Webhooked]:
     cp = control_plane
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(cp, namespace)
     pki = make_pki(tmp_path)
     port = _free_port()
     webhook = WebhookOptions(
