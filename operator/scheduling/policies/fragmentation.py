@@ -207,7 +207,7 @@ def _fill(count: int, mib: int, percent: int, cores: int, card_mib: int) -> floa
     the larger of cores and memory, times its cards. Shares count in proportion as whole
     cards do: a node whose CPU runs out before its cards strands the rest for them too
     (FGD's replay, list gpushare100, seed 42: 13.86 % unallocated with shares as a
-    threshold, 13.23 % in proportion; FGD 13.49 %). Once, before classes were weighed
+    threshold, 13.28 % in proportion; FGD 13.49 %). Once, before classes were weighed
     by the nodes that hold enough cards (``scarcity_weighted``), this cost the 8-card
     pods of list multigpu20 (6.69 %); with it, 3.78 %."""
     if count <= 0:
@@ -398,7 +398,7 @@ def scarcity_weighted(classes: Classes, census: Census) -> Classes:
     constrained pods need (FGD's replay, lists with card-model constraints: 15.41 % of
     GPUs left idle on gpuspec33 unweighted, 9.14 % weighted, FGD 12.10 %). So too a
     class of many cards: an 8-card pod can use the cards of 8-card nodes only (list
-    multigpu50, seed 42: 3.13 % unweighted, 3.02 % weighted, FGD 3.04 %). A class
+    multigpu50, seed 42: 3.13 % unweighted, 3.01 % weighted, FGD 3.04 %). A class
     that can use every card, or none the census holds, keeps its weight."""
     total = sum(census.values())
     if total <= 0:
