@@ -1,12 +1,12 @@
 """Alibaba's GPU trace with its own creation and deletion times: churn, waiting, idle GPUs.
 
 ``python tests/bench/bench_fgd_churn.py [--list default] [--compress 10] [--scale 0.02]
-[--policies fgd,bestfit,binpack,fragmentation]``: the task list in the trace's order of
-creation, each pod arriving at its creation time and leaving its duration (deletion
-minus creation) after it started; a pod that fits nowhere waits, and is retried (in
-order of arrival) whenever a pod leaves a node it might now fit on. One harness with the
-FGD replay (``fgd_harness``): the engine's policies and the reference scorers decide on
-the same engine and model.
+[--policies fgd,bestfit,binpack,fragmentation] [--defrag [--max-evictions 3]]``: the
+task list in the trace's order of creation, each pod arriving at its creation time and
+leaving its duration (deletion minus creation) after it started; a pod that fits nowhere
+waits, and is retried (in order of arrival) whenever a pod leaves a node it might now
+fit on. One harness with the FGD replay (``fgd_harness``): the engine's policies and the
+reference scorers decide on the same engine and model.
 
 The list's own times never load FGD's cluster: at most 66 GPUs of the 6,212 are asked
 at once (the lists are a sample of the production cluster's tasks, spread over 149
@@ -20,7 +20,8 @@ Figures per policy: the share of the GPUs that sat idle while a waiting request 
 have fitted the cluster's free capacity in total (its GPUs, CPU and memory, summed over
 the nodes: room there was, on no single node), as a time average over the replay, and
 the share of time that held; the waiting time of the pods by size; pods still waiting
-at the end. Written to ``.bench/fgd-churn.json``; figures are reported, never asserted.
+at the end; with ``--defrag``, the planner's rounds, plans and moves
+(``fgd_churn_defrag``). Written to ``.bench/fgd-churn.json``; figures are reported, never asserted.
 """
 
 from __future__ import annotations
@@ -247,17 +248,25 @@ def main() -> None:
     parser.add_argument(
         "--defrag", action="store_true", help="the defragmentation planner on (moves counted)"
     )
+    parser.add_argument(
+        "--max-evictions",
+        type=int,
+        default=fgd_churn_defrag.MAX_EVICTIONS,
+        help="with --defrag: the planner's most evictions for one waiting pod",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.compress < 1 or not 0 < args.scale <= 1:
         parser.error("--compress must be at least 1 and --scale in (0, 1]")
+    if not 1 <= args.max_evictions <= 16:
+        parser.error("--max-evictions must be in 1..16")
     tasks = fgd_trace.load_tasks(args.list)
     if args.limit > 0:
         tasks = sorted(tasks, key=lambda t: (t.created or 0, t.name))[: args.limit]
     rows = sample_rows(fgd_trace.node_rows(), args.scale)
     results = []
     for policy in args.policies.split(","):
-        planner = fgd_churn_defrag.Planner() if args.defrag else None
+        planner = fgd_churn_defrag.Planner(args.max_evictions) if args.defrag else None
         row = replay(policy, tasks, rows, args.compress, planner)
         results.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "series"}), flush=True)

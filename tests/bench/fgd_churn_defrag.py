@@ -37,11 +37,11 @@ from vgpu_operator.scheduling.pod_key import PodKey  # noqa: E402
 #: How often the planner runs while pods wait (s of compressed time), as the operator's
 #: planning round runs on a period rather than on every event.
 EVERY_S = 300.0
+#: The operator's default (``PlanOptions``); ``--max-evictions`` changes it.
 MAX_EVICTIONS = 3
 #: At most this many waiting pods (the oldest) are looked at in one round: the planner's
 #: work stays bounded when a queue builds up.
 WAITING_LOOKED_AT = 16
-OPTIONS = defrag.PlanOptions(max_evictions=MAX_EVICTIONS, allow_bare_pods=True)
 
 
 @dataclass
@@ -70,7 +70,8 @@ class Waiting(Protocol):
 class Planner:
     """The planner's rounds over one replay."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_evictions: int = MAX_EVICTIONS) -> None:
+        self.options = defrag.PlanOptions(max_evictions=max_evictions, allow_bare_pods=True)
         self.figures = DefragFigures()
         self.last = float("-inf")
 
@@ -89,7 +90,7 @@ class Planner:
         }
         looked = churn.waiting[:WAITING_LOOKED_AT]
         pods = [fgd_trace.pod_of(task, *harness.pair) for task, _since in looked]
-        report = defrag.plan(harness.state, pods, running, now, OPTIONS)
+        report = defrag.plan(harness.state, pods, running, now, self.options)
         by_key = {PodKey(f"{fgd_harness.NAMESPACE}/{t.name}"): (t, s) for t, s in looked}
         placed: list[tuple[Task, float]] = []
         for made in report.plans:
