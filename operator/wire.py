@@ -74,8 +74,47 @@ class EnvVar(TypedDict, total=False):
 class Container(TypedDict, total=False):
     name: str
     image: str
+    restartPolicy: str
     resources: ResourceRequirements
     env: list[EnvVar]
+
+
+class Toleration(TypedDict, total=False):
+    key: str
+    operator: str
+    value: str
+    effect: str
+    tolerationSeconds: int
+
+
+class NodeSelectorRequirement(TypedDict, total=False):
+    key: str
+    operator: str
+    values: list[str]
+
+
+class NodeSelectorTerm(TypedDict, total=False):
+    matchExpressions: list[NodeSelectorRequirement]
+    matchFields: list[NodeSelectorRequirement]
+
+
+class NodeSelector(TypedDict, total=False):
+    nodeSelectorTerms: list[NodeSelectorTerm]
+
+
+class NodeAffinity(TypedDict, total=False):
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector
+    preferredDuringSchedulingIgnoredDuringExecution: list[dict[str, Any]]
+
+
+class Affinity(TypedDict, total=False):
+    nodeAffinity: NodeAffinity
+    podAffinity: dict[str, Any]
+    podAntiAffinity: dict[str, Any]
+
+
+class PodSchedulingGroup(TypedDict, total=False):
+    podGroupName: str  # the PodGroup the pod is a member of (gangs)
 
 
 class PodResourceClaim(TypedDict, total=False):
@@ -90,11 +129,13 @@ class PodSpec(TypedDict, total=False):
     priority: int
     priorityClassName: str
     nodeSelector: dict[str, str]
-    affinity: dict[str, Any]
-    tolerations: list[dict[str, Any]]
+    preemptionPolicy: str
+    affinity: Affinity
+    tolerations: list[Toleration]
     containers: list[Container]
     initContainers: list[Container]
     resourceClaims: list[PodResourceClaim]
+    schedulingGroup: PodSchedulingGroup
 
 
 class PodCondition(TypedDict, total=False):
@@ -110,11 +151,45 @@ class PodClaimStatus(TypedDict, total=False):
     resourceClaimName: str
 
 
+class ContainerStateTerminated(TypedDict, total=False):
+    exitCode: int
+    reason: str
+
+
+class ContainerState(TypedDict, total=False):
+    terminated: ContainerStateTerminated
+    running: dict[str, Any]
+    waiting: dict[str, Any]
+
+
+class ContainerStatus(TypedDict, total=False):
+    name: str
+    ready: bool
+    state: ContainerState
+
+
+class ContainerExtendedResourceRequest(TypedDict, total=False):
+    containerName: str
+    resourceName: str
+    requestName: str
+
+
+class PodExtendedResourceClaimStatus(TypedDict, total=False):
+    """``status.extendedResourceClaimStatus``: the pod's special claim (KEP-5004)."""
+
+    resourceClaimName: str
+    requestMappings: list[ContainerExtendedResourceRequest]
+
+
 class PodStatus(TypedDict, total=False):
     phase: str
+    startTime: str
     conditions: list[PodCondition]
     nominatedNodeName: str
     resourceClaimStatuses: list[PodClaimStatus]
+    initContainerStatuses: list[ContainerStatus]
+    containerStatuses: list[ContainerStatus]
+    extendedResourceClaimStatus: PodExtendedResourceClaimStatus
 
 
 class Pod(KubeObject, total=False):
@@ -131,11 +206,78 @@ class Binding(TypedDict):
     target: ObjectReference
 
 
+class Taint(TypedDict, total=False):
+    key: str
+    value: str
+    effect: str
+    timeAdded: str
+
+
+class NodeSpec(TypedDict, total=False):
+    unschedulable: bool
+    taints: list[Taint]
+    providerID: str
+
+
+class NodeCondition(TypedDict, total=False):
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+class NodeStatus(TypedDict, total=False):
+    #: Quantities by resource name (``cpu``, ``memory``, ``pods``, extended resources).
+    allocatable: dict[str, str]
+    capacity: dict[str, str]
+    conditions: list[NodeCondition]
+
+
 class Node(KubeObject, total=False):
     """A Node: its spec and status are read by the engine (``scheduling.node_basics``)."""
 
-    spec: dict[str, Any]
-    status: dict[str, Any]
+    spec: NodeSpec
+    status: NodeStatus
+
+
+class LabelSelector(TypedDict, total=False):
+    matchLabels: dict[str, str]
+    matchExpressions: list[NodeSelectorRequirement]
+
+
+class ResourceQuotaSpec(TypedDict, total=False):
+    hard: dict[str, str]
+    scopes: list[str]
+
+
+class ResourceQuotaStatus(TypedDict, total=False):
+    hard: dict[str, str]
+    used: dict[str, str]
+
+
+class ResourceQuota(KubeObject, total=False):
+    spec: ResourceQuotaSpec
+    status: ResourceQuotaStatus
+
+
+class PodDisruptionBudgetSpec(TypedDict, total=False):
+    minAvailable: int | str
+    maxUnavailable: int | str
+    selector: LabelSelector
+
+
+class PodDisruptionBudgetStatus(TypedDict, total=False):
+    disruptionsAllowed: int
+    currentHealthy: int
+    desiredHealthy: int
+    expectedPods: int
+    #: Pods being evicted (name -> when), not yet counted out by the disruption controller.
+    disruptedPods: dict[str, str]
+
+
+class PodDisruptionBudget(KubeObject, total=False):
+    spec: PodDisruptionBudgetSpec
+    status: PodDisruptionBudgetStatus
 
 
 # --- the device config ----------------------------------------------------------------------
@@ -167,7 +309,7 @@ class DeviceAllocation(TypedDict, total=False):
 
 class AllocationResult(TypedDict, total=False):
     devices: DeviceAllocation
-    nodeSelector: dict[str, Any]
+    nodeSelector: NodeSelector
     allocationTimestamp: str
 
 
@@ -183,8 +325,70 @@ class ResourceClaimStatus(TypedDict, total=False):
     reservedFor: list[ResourceClaimConsumer]
 
 
+class CELDeviceSelector(TypedDict, total=False):
+    expression: str
+
+
+class DeviceSelector(TypedDict, total=False):
+    cel: CELDeviceSelector
+
+
+class CapacityRequirements(TypedDict, total=False):
+    #: Quantities by capacity name.
+    requests: dict[str, str]
+
+
+#: A request's toleration of device taints: the fields of a pod's.
+DeviceToleration = Toleration
+
+
+class ExactDeviceRequest(TypedDict, total=False):
+    deviceClassName: str
+    selectors: list[DeviceSelector]
+    allocationMode: str
+    count: int
+    adminAccess: bool
+    tolerations: list[DeviceToleration]
+    capacity: CapacityRequirements
+
+
+class DeviceSubRequest(ExactDeviceRequest, total=False):
+    """One alternative of a ``firstAvailable`` request."""
+
+    name: str
+
+
+class DeviceRequest(TypedDict, total=False):
+    name: str
+    exactly: ExactDeviceRequest
+    firstAvailable: list[DeviceSubRequest]
+
+
+class DeviceConstraint(TypedDict, total=False):
+    requests: list[str]
+    matchAttribute: str
+    distinctAttribute: str
+
+
+class OpaqueDeviceConfiguration(TypedDict, total=False):
+    driver: str
+    #: The driver's own parameters: any JSON, read by the driver (``claim_configs``).
+    parameters: dict[str, Any]
+
+
+class DeviceClaimConfiguration(TypedDict, total=False):
+    requests: list[str]
+    opaque: OpaqueDeviceConfiguration
+
+
+class DeviceClaim(TypedDict, total=False):
+    requests: list[DeviceRequest]
+    constraints: list[DeviceConstraint]
+    config: list[DeviceClaimConfiguration]
+
+
 class ResourceClaimSpec(TypedDict, total=False):
-    devices: dict[str, Any]
+    devices: DeviceClaim
 
 
 class ResourceClaim(KubeObject, total=False):
@@ -192,8 +396,13 @@ class ResourceClaim(KubeObject, total=False):
     status: ResourceClaimStatus
 
 
+class ResourceClaimTemplateSpec(TypedDict, total=False):
+    metadata: ObjectMeta
+    spec: ResourceClaimSpec
+
+
 class ResourceClaimTemplate(KubeObject, total=False):
-    spec: dict[str, Any]
+    spec: ResourceClaimTemplateSpec
 
 
 class ResourcePool(TypedDict, total=False):
@@ -202,13 +411,57 @@ class ResourcePool(TypedDict, total=False):
     resourceSliceCount: int
 
 
+class DeviceAttribute(TypedDict, total=False):
+    """Exactly one of the four is set."""
+
+    int: int
+    bool: bool
+    string: str
+    version: str
+
+
+class CapacityValidRange(TypedDict, total=False):
+    min: str
+    max: str
+    step: str
+
+
+class CapacityRequestPolicy(TypedDict, total=False):
+    default: str
+    validValues: list[str]
+    validRange: CapacityValidRange
+
+
+class DeviceCapacity(TypedDict, total=False):
+    value: str
+    requestPolicy: CapacityRequestPolicy
+
+
+#: A device's taint: the fields of a node's.
+DeviceTaint = Taint
+
+
+class Counter(TypedDict, total=False):
+    value: str
+
+
+class DeviceCounterConsumption(TypedDict, total=False):
+    counterSet: str
+    counters: dict[str, Counter]
+
+
+class CounterSet(TypedDict, total=False):
+    name: str
+    counters: dict[str, Counter]
+
+
 class SliceDevice(TypedDict, total=False):
     name: str
-    attributes: dict[str, dict[str, Any]]
-    capacity: dict[str, dict[str, Any]]
+    attributes: dict[str, DeviceAttribute]
+    capacity: dict[str, DeviceCapacity]
     allowMultipleAllocations: bool
-    taints: list[dict[str, Any]]
-    consumesCounters: list[dict[str, Any]]
+    taints: list[DeviceTaint]
+    consumesCounters: list[DeviceCounterConsumption]
 
 
 class ResourceSliceSpec(TypedDict, total=False):
@@ -216,15 +469,76 @@ class ResourceSliceSpec(TypedDict, total=False):
     nodeName: str
     pool: ResourcePool
     devices: list[SliceDevice]
-    sharedCounters: list[dict[str, Any]]
+    sharedCounters: list[CounterSet]
 
 
 class ResourceSlice(KubeObject, total=False):
     spec: ResourceSliceSpec
 
 
+class DeviceClassConfiguration(TypedDict, total=False):
+    opaque: OpaqueDeviceConfiguration
+
+
+class DeviceClassSpec(TypedDict, total=False):
+    selectors: list[DeviceSelector]
+    config: list[DeviceClassConfiguration]
+    extendedResourceName: str
+
+
 class DeviceClass(KubeObject, total=False):
-    spec: dict[str, Any]
+    spec: DeviceClassSpec
+
+
+class DeviceTaintSelector(TypedDict, total=False):
+    deviceClassName: str
+    driver: str
+    pool: str
+    device: str
+
+
+class DeviceTaintRuleSpec(TypedDict, total=False):
+    deviceSelector: DeviceTaintSelector
+    taint: DeviceTaint
+
+
+class DeviceTaintRule(KubeObject, total=False):
+    spec: DeviceTaintRuleSpec
+
+
+# --- gangs (scheduling.k8s.io PodGroup, ../docs/gangs.md) ----------------------------------------
+class GangSchedulingPolicy(TypedDict, total=False):
+    minCount: int
+
+
+class PodGroupSchedulingPolicy(TypedDict, total=False):
+    """Exactly one of ``basic`` and ``gang``."""
+
+    basic: dict[str, Any]
+    gang: GangSchedulingPolicy
+
+
+class TopologyConstraint(TypedDict, total=False):
+    key: str
+
+
+class PodGroupSchedulingConstraints(TypedDict, total=False):
+    topology: list[TopologyConstraint]
+
+
+class PodGroupSpec(TypedDict, total=False):
+    schedulingPolicy: PodGroupSchedulingPolicy
+    schedulingConstraints: PodGroupSchedulingConstraints
+    #: ``{"single": {}}`` or ``{"all": {}}``.
+    disruptionMode: dict[str, Any]
+    priorityClassName: str
+    priority: int
+    preemptionPolicy: str
+    resourceClaims: list[PodResourceClaim]
+
+
+class PodGroup(KubeObject, total=False):
+    spec: PodGroupSpec
 
 
 # --- our own kind -------------------------------------------------------------------------------
