@@ -41,6 +41,8 @@ from vgpu_operator.wire import (
     Lease,
     Node,
     Pod,
+    PodDisruptionBudget,
+    ResourceQuota,
     name_of,
     namespaced_name_of,
 )
@@ -54,7 +56,7 @@ class EngineInputs(Protocol):
     """The part of ``scheduling.cycle.cluster.ClusterState`` that the feed calls."""
 
     def set_config(self, config: device_config.DeviceConfig) -> None: ...
-    def set_node(self, node: Mapping[str, Any]) -> None: ...
+    def set_node(self, node: Node) -> None: ...
     def node_warnings(self, name: str) -> tuple[str, ...]: ...
     def remove_node(self, name: str) -> None: ...
     def set_inventory(
@@ -72,9 +74,9 @@ class EngineInputs(Protocol):
     def allocation_warning(self, key: PodKey) -> str | None: ...
     def expired_gates(self, now: float) -> list[tuple[str, PodKey]]: ...
     def remove_pod(self, key: PodKey) -> None: ...
-    def set_quota(self, quota: Mapping[str, Any]) -> None: ...
+    def set_quota(self, quota: ResourceQuota) -> None: ...
     def remove_quota(self, namespace: str, name: str) -> None: ...
-    def set_budget(self, pdb: Mapping[str, Any]) -> None: ...
+    def set_budget(self, pdb: PodDisruptionBudget) -> None: ...
     def remove_budget(self, namespace: str, name: str) -> None: ...
     # The queueing hints (a verdict is the engine's, opaque here).
     def take_freed(self) -> list[Freed]: ...
@@ -252,7 +254,9 @@ class StateFeed:
             "budget",
             namespaced_name_of,
             self._budgets,
-            lambda _key, pdb: self._engine.set_budget(pod_facts.slim(pdb)),
+            lambda _key, pdb: self._engine.set_budget(
+                cast(PodDisruptionBudget, pod_facts.slim(pdb))
+            ),
             self._forget_budget,
         )
 
@@ -683,7 +687,7 @@ class StateFeed:
         # with every pod of the namespace, and each new limit starts its verdicts over.
         fingerprint = pod_facts.quota_fingerprint(quota)
         if self._quota_fingerprints.get(key) != fingerprint:
-            self._engine.set_quota(quota)
+            self._engine.set_quota(cast(ResourceQuota, quota))  # a ResourceQuota's watch
             self._quota_fingerprints[key] = fingerprint
             self._wake_for_quota(key.partition("/")[0])
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -33,7 +33,7 @@ from vgpu_operator.scheduling.gangs import gang_preemption, gangs
 from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.timestamps import format_rfc3339
-from vgpu_operator.wire import KubeObject, Pod, WatchEventType
+from vgpu_operator.wire import KubeObject, Pod, PodGroup, WatchEventType
 
 log = structlog.get_logger("vgpu_operator.gangs")
 
@@ -62,7 +62,7 @@ class PodGroupStore:
         self._priorities: dict[str, int] = {}
 
     def _note(self, key: str, obj: KubeObject | None) -> None:
-        if obj is not None and group_victims.disrupted_one_by_one(obj):
+        if obj is not None and group_victims.disrupted_one_by_one(cast(PodGroup, obj)):
             self.single_groups.add(key)
         else:
             self.single_groups.discard(key)

@@ -294,7 +294,8 @@ async def ensure_template(
             raise
     name_path = f"{path}/{quote(str(meta['name']))}"
     existing = cast(ResourceClaimTemplate | None, await _get(api, name_path))
-    if existing is None or not claim_admission.same_template(existing, template):
+    wanted = cast(ResourceClaimTemplate, template)  # as claim_admission.template_for made it
+    if existing is None or not claim_admission.same_template(existing, wanted):
         return (
             f"ResourceClaimTemplate {meta['namespace']}/{meta['name']} exists with another "
             "spec; delete it (the webhook makes it again)"

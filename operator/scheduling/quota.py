@@ -23,10 +23,11 @@ The ledger is a plain value without locks: the engine calls it from one thread, 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 from vgpu_operator import errors
 from vgpu_operator.devices import codec, model
+from vgpu_operator.wire import ResourceQuota
 
 #: Per vendor common word: (memory MiB, cores) a pod holds.
 VendorSums = Mapping[str, tuple[int, int]]
@@ -87,7 +88,7 @@ class QuotaLedger:
 
     # --- quotas ------------------------------------------------------------------------
 
-    def set_quota(self, rq: Mapping[str, Any]) -> None:
+    def set_quota(self, rq: ResourceQuota) -> None:
         """Add or replace one ResourceQuota (a Kubernetes object as a JSON-like dict).
 
         Raises ``CodecError`` naming the offending path (``metadata.namespace``,
@@ -249,7 +250,7 @@ class QuotaLedger:
             del self._used[namespace]
 
 
-def _quota_identity(rq: Mapping[str, Any]) -> tuple[str, str]:
+def _quota_identity(rq: ResourceQuota) -> tuple[str, str]:
     metadata = rq.get("metadata")
     if not isinstance(metadata, Mapping):
         raise errors.CodecError("metadata", f"expected a mapping, got {metadata!r}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from vgpu_operator.scheduling import gangs
 from vgpu_operator.scheduling.autoscale.catalogue import HOSTNAME_LABEL, NodeOption
@@ -25,6 +24,7 @@ from vgpu_operator.scheduling.autoscale.hypothetical import WHAT_IF_LABEL, NodeF
 from vgpu_operator.scheduling.books import Books, Overlay
 from vgpu_operator.scheduling.cycle import Cycle, Decision, Settings
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.wire import Pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class Unit:
     PodGroup (its spec, the members bound already, every member's schedulerName)."""
 
     key: str
-    pods: tuple[Mapping[str, Any], ...]
+    pods: tuple[Pod, ...]
     group: gangs.GroupSpec | None = None
     bound: Mapping[PodKey, str] = field(default_factory=dict)
     scheduler_names: tuple[str, ...] = ()
@@ -68,7 +68,7 @@ class WhatIfEngine:
     def books(self) -> Overlay:
         return self.overlay
 
-    def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision:
+    def schedule(self, pod: Pod, now: float, explain: bool = False) -> Decision:
         return self.cycle.schedule(pod, now, explain)
 
     def rollback(self, key: PodKey) -> None:
@@ -105,7 +105,7 @@ class WhatIfEngine:
             self.overlay.drop_pod(key)
 
 
-def pod_shape(pod: Mapping[str, Any]) -> str:
+def pod_shape(pod: Pod) -> str:
     """What makes two pods alike for a what-if: everything but their names (and nodes)."""
     meta = pod.get("metadata") or {}
     spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
@@ -120,7 +120,7 @@ def pod_shape(pod: Mapping[str, Any]) -> str:
     return json.dumps(body, sort_keys=True, default=str)
 
 
-def held(pod: Mapping[str, Any], node: str | None, *, alone: bool = True) -> Mapping[str, Any]:
+def held(pod: Pod, node: str | None, *, alone: bool = True) -> Pod:
     """A copy of ``pod`` held to ``node`` (its name), else, for a pod alone, to new nodes."""
     if node is None and not alone:
         return pod

@@ -31,6 +31,7 @@ from typing import Any, Final, Protocol
 
 from vgpu_operator.scheduling.books import claim_ledger
 from vgpu_operator.scheduling.dialects.claims import claims
+from vgpu_operator.wire import Pod
 
 #: The ``reservedFor`` entry of a PodGroup (upstream's ``BindTo``).
 API_GROUP: Final = "scheduling.k8s.io"
@@ -85,7 +86,7 @@ def read(obj: Mapping[str, Any]) -> GroupClaims | None:
 
 
 def of_pod(
-    pod: Mapping[str, Any], registry: Mapping[str, GroupClaims]
+    pod: Pod, registry: Mapping[str, GroupClaims]
 ) -> tuple[GroupClaims, frozenset[str]] | None:
     """The pod's group and the names of its claim entries that are the group's (matching
     an entry of the PodGroup exactly); None when it has none."""
@@ -111,7 +112,7 @@ def of_pod(
     return (group, frozenset(matched)) if matched else None
 
 
-def claim_keys(pod: Mapping[str, Any], entries: frozenset[str]) -> frozenset[str]:
+def claim_keys(pod: Pod, entries: frozenset[str]) -> frozenset[str]:
     """The ``namespace/name`` of the claims the pod's entries ``entries`` resolve to (a
     template's through the pod's ``status.resourceClaimStatuses``)."""
     namespace = (pod.get("metadata") or {}).get("namespace") or "default"

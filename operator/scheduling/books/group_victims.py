@@ -11,12 +11,12 @@ dialects' victim search (``cycle.preempting``) asks ``protected``.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from vgpu_operator.scheduling.books.entries import PodEntry
+from vgpu_operator.wire import Pod, PodGroup
 
 
-def group_key(pod: Mapping[str, Any]) -> str | None:
+def group_key(pod: Pod) -> str | None:
     """The ``namespace/name`` of the PodGroup the pod names, or None."""
     group = (pod.get("spec") or {}).get("schedulingGroup")
     name = group.get("podGroupName") if isinstance(group, Mapping) else None
@@ -25,7 +25,7 @@ def group_key(pod: Mapping[str, Any]) -> str | None:
     return f"{(pod.get('metadata') or {}).get('namespace') or 'default'}/{name}"
 
 
-def disrupted_one_by_one(pod_group: Mapping[str, Any]) -> bool:
+def disrupted_one_by_one(pod_group: PodGroup) -> bool:
     """Whether the PodGroup lets its members be disrupted one by one: ``disruptionMode``
     ``single``. Anything else (``all``, a value not understood) keeps them together."""
     spec = pod_group.get("spec")

@@ -24,13 +24,14 @@ from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.preemption import disruption
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.wire import ResourceClaim
 
 
 class ClaimReads(Protocol):
     """What readers see of the books' DRA part (``claim_books.ClaimBooks``)."""
 
     @property
-    def objects(self) -> Mapping[str, Mapping[str, Any]]: ...
+    def objects(self) -> Mapping[str, ResourceClaim]: ...
     @property
     def classes(self) -> Mapping[str, claims.DeviceClass]: ...
     @property

@@ -55,6 +55,7 @@ from vgpu_operator.scheduling.dialects.claims import (
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.policies import node_layer, policies
 from vgpu_operator.scheduling.status import NodeFailure, Reason
+from vgpu_operator.wire import Pod
 
 
 class ClaimsPlugin:
@@ -445,9 +446,7 @@ def _awaiting(claim: claims.Claim, consumer: Mapping[str, str]) -> claim_wire.Cl
     )
 
 
-def _status_missing(
-    pod: Mapping[str, Any], claim: str, special: extended_claims.Special | None
-) -> bool:
+def _status_missing(pod: Pod, claim: str, special: extended_claims.Special | None) -> bool:
     """Whether ``claim`` is the pod's special claim, reserved for it already (an attempt
     cut short before its Binding, e.g. by a restart) but not named in its status yet."""
     if special is None or claim != special.name:

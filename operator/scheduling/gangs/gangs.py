@@ -39,6 +39,7 @@ from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gang_preemption
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.status import Diagnosis
+from vgpu_operator.wire import Pod
 
 API_VERSION: Final = "scheduling.k8s.io/v1beta1"
 #: The condition the group's scheduler writes on the PodGroup, and its reasons.
@@ -65,7 +66,7 @@ class GroupEngine(Protocol):
 
     @property
     def books(self) -> GroupBooks: ...
-    def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision: ...
+    def schedule(self, pod: Pod, now: float, explain: bool = False) -> Decision: ...
     def rollback(self, key: PodKey) -> None: ...
 
 
@@ -91,7 +92,7 @@ class GroupSpec:
     never_preempts: bool = False
 
 
-def group_of(pod: Mapping[str, Any]) -> str | None:
+def group_of(pod: Pod) -> str | None:
     """The ``namespace/name`` of the PodGroup the pod names, or None."""
     spec = pod.get("spec") or {}
     group = spec.get("schedulingGroup")
@@ -200,7 +201,7 @@ def decide_group(
     state: GroupEngine,
     spec: GroupSpec | None,
     group: str,
-    pending: Sequence[Mapping[str, Any]],
+    pending: Sequence[Pod],
     bound: Mapping[PodKey, str],
     now: float,
     scheduler_names: Sequence[str] = (),
@@ -265,7 +266,7 @@ def decide_group(
 def _preempting(
     state: GroupEngine,
     group: str,
-    members: Sequence[Mapping[str, Any]],
+    members: Sequence[Pod],
     need: int,
     preempting: gang_preemption.Preempting,
 ) -> GroupDecision:
@@ -281,7 +282,7 @@ def _preempting(
     )
 
 
-def _member_order(pod: Mapping[str, Any]) -> tuple[int, str]:
+def _member_order(pod: Pod) -> tuple[int, str]:
     priority = (pod.get("spec") or {}).get("priority")
     rank = -priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
     return rank, str((pod.get("metadata") or {}).get("name") or "")
@@ -291,7 +292,7 @@ def _input_problem(
     state: GroupEngine,
     spec: GroupSpec | None,
     group: str,
-    members: Sequence[Mapping[str, Any]],
+    members: Sequence[Pod],
     bound: Mapping[PodKey, str],
     scheduler_names: Sequence[str],
 ) -> str | None:
@@ -352,7 +353,7 @@ def _next_domain(state: GroupEngine, key: str, tried: set[str]) -> str | None:
     return None
 
 
-def _in_domain(pod: Mapping[str, Any], key: str | None, value: str | None) -> Mapping[str, Any]:
+def _in_domain(pod: Pod, key: str | None, value: str | None) -> Pod:
     if key is None or value is None:
         return pod
     spec = pod.get("spec") or {}
@@ -364,7 +365,7 @@ def _in_domain(pod: Mapping[str, Any], key: str | None, value: str | None) -> Ma
 def _attempt(
     state: GroupEngine,
     spec: GroupSpec,
-    members: Sequence[Mapping[str, Any]],
+    members: Sequence[Pod],
     domain: str | None,
     need: int,
     now: float,
@@ -408,7 +409,7 @@ def release(state: GroupEngine, keys: Sequence[PodKey]) -> None:
 
 
 def _waiting(
-    members: Sequence[Mapping[str, Any]], placed: Sequence[Decision], failed: Sequence[Decision]
+    members: Sequence[Pod], placed: Sequence[Decision], failed: Sequence[Decision]
 ) -> tuple[Decision, ...]:
     """Members the attempt never reached (it stopped once the group could not fit)."""
     done = {d.pod for d in placed} | {d.pod for d in failed}
@@ -434,7 +435,7 @@ def _wait(state: GroupEngine, key: PodKey, reason: str) -> Decision:
 def refuse(
     state: GroupEngine,
     group: str,
-    members: Sequence[Mapping[str, Any]],
+    members: Sequence[Pod],
     reason: str,
     hint: Decision | None = None,
     needed: int = 0,

@@ -33,6 +33,7 @@ from typing import Any
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
+from vgpu_operator.wire import ResourceSlice
 
 #: counter set -> counter -> amount.
 Counters = dict[str, dict[str, Fraction]]
@@ -95,7 +96,7 @@ def _consumes(raw: Mapping[str, Any], where: str) -> dict[str, dict[str, Fractio
     return out
 
 
-def read_mig_pool(node: str, slices: Iterable[Mapping[str, Any]]) -> MigPool:
+def read_mig_pool(node: str, slices: Iterable[ResourceSlice]) -> MigPool:
     """The node's MIG devices and counter sets from its slices (this driver's, the
     node's pool, newest generation only). A device naming a counter set or counter the
     pool does not hold is left out with a problem: it could never be allocated."""

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vgpu_operator.wire import PodDisruptionBudget
+
 #: A pod's identity and labels, as budgets match them.
 Labels = Mapping[str, str]
 
@@ -24,7 +26,7 @@ class Budget:
     disrupted_pods: frozenset[str]
 
     @classmethod
-    def from_object(cls, pdb: Mapping[str, Any]) -> Budget:
+    def from_object(cls, pdb: PodDisruptionBudget) -> Budget:
         meta = pdb.get("metadata") or {}
         spec = pdb.get("spec") or {}
         status = pdb.get("status") or {}

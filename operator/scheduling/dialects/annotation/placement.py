@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
@@ -23,6 +23,7 @@ from vgpu_operator.scheduling.policies import fragmentation, node_layer, policie
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.status import Reason
 from vgpu_operator.scheduling.vendors import PodReads, Vendors
+from vgpu_operator.wire import Pod
 
 #: Per container: vendor common word -> request.
 ContainerRequests = Mapping[str, model.ContainerRequest]
@@ -47,7 +48,7 @@ class Booking:
 class Job:
     """A pending pod, parsed once for all the nodes it is tried on."""
 
-    pod: Mapping[str, Any]
+    pod: Pod
     namespace: str
     annotations: Mapping[str, str]
     resources: node_basics.PodResources
@@ -85,7 +86,7 @@ class Job:
     @classmethod
     def from_pod(
         cls,
-        pod: Mapping[str, Any],
+        pod: Pod,
         config: DeviceConfig,
         vendors: Vendors,
         quota: QuotaLedger,

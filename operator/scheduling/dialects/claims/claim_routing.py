@@ -33,6 +33,7 @@ from typing import Any, Final
 
 from vgpu_operator import names
 from vgpu_operator.devices import dra
+from vgpu_operator.wire import Pod
 
 #: This driver's DeviceClasses (manifests/dra-deviceclasses.yaml).
 OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS, dra.MIG_CLASS})
@@ -63,7 +64,7 @@ class Routing:
     message: str = ""
 
 
-def claim_refs(pod: Mapping[str, Any]) -> list[ClaimRef]:
+def claim_refs(pod: Pod) -> list[ClaimRef]:
     """The claims and templates the pod names, each once, in the pod's order."""
     out: list[ClaimRef] = []
     for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
@@ -103,7 +104,7 @@ def asks_our_classes(obj: Mapping[str, Any], kind: str) -> set[str]:
 
 
 def route(
-    pod: Mapping[str, Any],
+    pod: Pod,
     found: Iterable[tuple[ClaimRef, Mapping[str, Any] | None]],
     scheduler: str,
 ) -> Routing:
@@ -134,7 +135,7 @@ def route(
     )
 
 
-def settled_without_reading(pod: Mapping[str, Any], scheduler: str) -> bool:
+def settled_without_reading(pod: Pod, scheduler: str) -> bool:
     """Whether the answer is PASS whatever the claims say: the pod names this scheduler
     (its claims are allocated here, a missing one waited for), or is bound by its
     creator. So a pod the webhook converted (the first hook; the API server then sends

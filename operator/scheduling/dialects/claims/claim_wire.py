@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from vgpu_operator.devices import dra
 from vgpu_operator.scheduling.dialects.claims import claim_fit, claims
+from vgpu_operator.wire import Pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +132,7 @@ def allocation(
     return {"devices": devices, "nodeSelector": node_selector(node)}
 
 
-def consumer(pod: Mapping[str, Any]) -> dict[str, str]:
+def consumer(pod: Pod) -> dict[str, str]:
     """The pod as a ``reservedFor`` entry."""
     meta = pod.get("metadata") or {}
     return {"resource": "pods", "name": str(meta.get("name", "")), "uid": str(meta.get("uid", ""))}

@@ -28,6 +28,7 @@ from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.dialects.claims import claim_configs, dra_pool
+from vgpu_operator.wire import Pod
 
 #: The DeviceClasses whose claims the engine allocates (manifests/dra-deviceclasses.yaml).
 OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS, dra.MIG_CLASS})
@@ -145,7 +146,7 @@ class PodClaims:
     pending: tuple[Claim, ...] = field(default=())
 
 
-def pod_claim_keys(pod: Mapping[str, Any]) -> list[str] | str:
+def pod_claim_keys(pod: Pod) -> list[str] | str:
     """The ``namespace/name`` of every claim the pod uses, or a sentence saying which
     claim is not made yet (a template's claim waits for kube-controller-manager)."""
     meta = pod.get("metadata") or {}
@@ -174,7 +175,7 @@ def pod_claim_keys(pod: Mapping[str, Any]) -> list[str] | str:
     return keys
 
 
-def uses_claims(pod: Mapping[str, Any]) -> bool:
+def uses_claims(pod: Pod) -> bool:
     return bool((pod.get("spec") or {}).get("resourceClaims"))
 
 
@@ -423,7 +424,7 @@ def read_allocated(allocation: Mapping[str, Any]) -> tuple[str | None, tuple[All
 
 
 def read_pod_claims(
-    pod: Mapping[str, Any],
+    pod: Pod,
     claims: Mapping[str, Mapping[str, Any]],
     classes: Mapping[str, DeviceClass],
     cache: claim_cel.SelectorCache,

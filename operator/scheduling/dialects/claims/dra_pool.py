@@ -25,6 +25,7 @@ from vgpu_operator.devices import dra, model
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.cel.claim_cel import DeviceView
+from vgpu_operator.wire import ResourceSlice
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +224,7 @@ def read_device(raw: Mapping[str, Any], driver: str, pool: str, generation: int)
     )
 
 
-def read_pool(node: str, slices: Iterable[Mapping[str, Any]]) -> Pool:
+def read_pool(node: str, slices: Iterable[ResourceSlice]) -> Pool:
     """The node's pool of this driver from its slices (those of other drivers, nodes or
     pools are ignored; only the newest generation counts)."""
     mine = []

@@ -1,14 +1,5 @@
-"""The shapes of what the operator and the agent read from and write to the API server.
-
-TypedDicts, not classes: the objects stay the plain dicts the API server sends (a watch
-event is decoded once and handed on, never copied into models), and mypy checks every
-field we read or write against these declarations. Only the fields this project uses
-are declared; ``total=False`` because the API server leaves out empty fields, so every
-read of an optional field still says what it does when the field is missing.
-
-At the bottom of the layers (``.importlinter``): the engine may import these shapes
-without depending on the API adapters (``kube/``).
-"""
+"""Every object's metadata, pods, nodes, quotas, budgets, PodGroups, the device config and
+our own kinds (the package's docstring says why TypedDicts)."""
 
 from __future__ import annotations
 
@@ -76,6 +67,7 @@ class Container(TypedDict, total=False):
     image: str
     restartPolicy: str
     resources: ResourceRequirements
+    securityContext: dict[str, Any]
     env: list[EnvVar]
 
 
@@ -136,6 +128,7 @@ class PodSpec(TypedDict, total=False):
     initContainers: list[Container]
     resourceClaims: list[PodResourceClaim]
     schedulingGroup: PodSchedulingGroup
+    schedulingGates: list[dict[str, str]]
 
 
 class PodCondition(TypedDict, total=False):
@@ -283,227 +276,6 @@ class PodDisruptionBudget(KubeObject, total=False):
 # --- the device config ----------------------------------------------------------------------
 class ConfigMap(KubeObject, total=False):
     data: dict[str, str]
-
-
-# --- DRA (resource.k8s.io/v1) -----------------------------------------------------------------
-class DeviceRequestAllocationResult(TypedDict, total=False):
-    request: str
-    driver: str
-    pool: str
-    device: str
-    adminAccess: bool
-    consumedCapacity: dict[str, str]
-    shareID: str
-
-
-class DeviceAllocationConfiguration(TypedDict, total=False):
-    source: str
-    requests: list[str]
-    opaque: dict[str, Any]
-
-
-class DeviceAllocation(TypedDict, total=False):
-    results: list[DeviceRequestAllocationResult]
-    config: list[DeviceAllocationConfiguration]
-
-
-class AllocationResult(TypedDict, total=False):
-    devices: DeviceAllocation
-    nodeSelector: NodeSelector
-    allocationTimestamp: str
-
-
-class ResourceClaimConsumer(TypedDict, total=False):
-    apiGroup: str
-    resource: str
-    name: str
-    uid: str
-
-
-class ResourceClaimStatus(TypedDict, total=False):
-    allocation: AllocationResult
-    reservedFor: list[ResourceClaimConsumer]
-
-
-class CELDeviceSelector(TypedDict, total=False):
-    expression: str
-
-
-class DeviceSelector(TypedDict, total=False):
-    cel: CELDeviceSelector
-
-
-class CapacityRequirements(TypedDict, total=False):
-    #: Quantities by capacity name.
-    requests: dict[str, str]
-
-
-#: A request's toleration of device taints: the fields of a pod's.
-DeviceToleration = Toleration
-
-
-class ExactDeviceRequest(TypedDict, total=False):
-    deviceClassName: str
-    selectors: list[DeviceSelector]
-    allocationMode: str
-    count: int
-    adminAccess: bool
-    tolerations: list[DeviceToleration]
-    capacity: CapacityRequirements
-
-
-class DeviceSubRequest(ExactDeviceRequest, total=False):
-    """One alternative of a ``firstAvailable`` request."""
-
-    name: str
-
-
-class DeviceRequest(TypedDict, total=False):
-    name: str
-    exactly: ExactDeviceRequest
-    firstAvailable: list[DeviceSubRequest]
-
-
-class DeviceConstraint(TypedDict, total=False):
-    requests: list[str]
-    matchAttribute: str
-    distinctAttribute: str
-
-
-class OpaqueDeviceConfiguration(TypedDict, total=False):
-    driver: str
-    #: The driver's own parameters: any JSON, read by the driver (``claim_configs``).
-    parameters: dict[str, Any]
-
-
-class DeviceClaimConfiguration(TypedDict, total=False):
-    requests: list[str]
-    opaque: OpaqueDeviceConfiguration
-
-
-class DeviceClaim(TypedDict, total=False):
-    requests: list[DeviceRequest]
-    constraints: list[DeviceConstraint]
-    config: list[DeviceClaimConfiguration]
-
-
-class ResourceClaimSpec(TypedDict, total=False):
-    devices: DeviceClaim
-
-
-class ResourceClaim(KubeObject, total=False):
-    spec: ResourceClaimSpec
-    status: ResourceClaimStatus
-
-
-class ResourceClaimTemplateSpec(TypedDict, total=False):
-    metadata: ObjectMeta
-    spec: ResourceClaimSpec
-
-
-class ResourceClaimTemplate(KubeObject, total=False):
-    spec: ResourceClaimTemplateSpec
-
-
-class ResourcePool(TypedDict, total=False):
-    name: str
-    generation: int
-    resourceSliceCount: int
-
-
-class DeviceAttribute(TypedDict, total=False):
-    """Exactly one of the four is set."""
-
-    int: int
-    bool: bool
-    string: str
-    version: str
-
-
-class CapacityValidRange(TypedDict, total=False):
-    min: str
-    max: str
-    step: str
-
-
-class CapacityRequestPolicy(TypedDict, total=False):
-    default: str
-    validValues: list[str]
-    validRange: CapacityValidRange
-
-
-class DeviceCapacity(TypedDict, total=False):
-    value: str
-    requestPolicy: CapacityRequestPolicy
-
-
-#: A device's taint: the fields of a node's.
-DeviceTaint = Taint
-
-
-class Counter(TypedDict, total=False):
-    value: str
-
-
-class DeviceCounterConsumption(TypedDict, total=False):
-    counterSet: str
-    counters: dict[str, Counter]
-
-
-class CounterSet(TypedDict, total=False):
-    name: str
-    counters: dict[str, Counter]
-
-
-class SliceDevice(TypedDict, total=False):
-    name: str
-    attributes: dict[str, DeviceAttribute]
-    capacity: dict[str, DeviceCapacity]
-    allowMultipleAllocations: bool
-    taints: list[DeviceTaint]
-    consumesCounters: list[DeviceCounterConsumption]
-
-
-class ResourceSliceSpec(TypedDict, total=False):
-    driver: str
-    nodeName: str
-    pool: ResourcePool
-    devices: list[SliceDevice]
-    sharedCounters: list[CounterSet]
-
-
-class ResourceSlice(KubeObject, total=False):
-    spec: ResourceSliceSpec
-
-
-class DeviceClassConfiguration(TypedDict, total=False):
-    opaque: OpaqueDeviceConfiguration
-
-
-class DeviceClassSpec(TypedDict, total=False):
-    selectors: list[DeviceSelector]
-    config: list[DeviceClassConfiguration]
-    extendedResourceName: str
-
-
-class DeviceClass(KubeObject, total=False):
-    spec: DeviceClassSpec
-
-
-class DeviceTaintSelector(TypedDict, total=False):
-    deviceClassName: str
-    driver: str
-    pool: str
-    device: str
-
-
-class DeviceTaintRuleSpec(TypedDict, total=False):
-    deviceSelector: DeviceTaintSelector
-    taint: DeviceTaint
-
-
-class DeviceTaintRule(KubeObject, total=False):
-    spec: DeviceTaintRuleSpec
 
 
 # --- gangs (scheduling.k8s.io PodGroup, ../docs/gangs.md) ----------------------------------------
