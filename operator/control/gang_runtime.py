@@ -61,8 +61,9 @@ class PodGroupStore:
         #: preempt with no more than it: ``gang_preemption.member_priority``).
         self._priorities: dict[str, int] = {}
 
-    def _note(self, key: str, obj: KubeObject | None) -> None:
-        if obj is not None and group_victims.disrupted_one_by_one(cast(PodGroup, obj)):
+    def _note(self, key: str, seen: KubeObject | None) -> None:
+        obj = cast(PodGroup | None, seen)  # the PodGroups' watch
+        if obj is not None and group_victims.disrupted_one_by_one(obj):
             self.single_groups.add(key)
         else:
             self.single_groups.discard(key)
@@ -196,7 +197,7 @@ class GangRuntime:
         spec: GroupSpec | None = None
         obj = self.groups.get(group)
         if obj is not None:
-            spec = gangs.read_pod_group(obj)
+            spec = gangs.read_pod_group(cast(PodGroup, obj))
             if spec.gang and self.groups.initially_scheduled(group):
                 spec = dataclasses.replace(spec, gang=False)  # later members, one by one
         return spec, pending, self._bound(group), names

@@ -49,7 +49,7 @@ from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.dialects.claims import claims
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
-from vgpu_operator.wire import Pod, PodClaimStatus, PodSpec, ResourceClaimSpec
+from vgpu_operator.wire import Pod, PodClaimStatus, PodGroup, PodSpec, ResourceClaimSpec
 
 #: The ``spec.controllerName`` of the AdmissionChecks this controller answers.
 CONTROLLER_NAME: Final = "vgpu-operator.io/placeable"
@@ -274,7 +274,7 @@ class PlaceableCheck:
         if obj is None:
             raise Refused(f"{where}: PodGroup {group} does not exist")
         try:
-            spec = gangs.read_pod_group(obj)
+            spec = gangs.read_pod_group(cast(PodGroup, obj))  # as the operator read it
         except gangs.GroupError as exc:
             raise Refused(f"{where}: {exc}") from None
         # Every pod of the workload, at once, never by preemption: the check's promise.

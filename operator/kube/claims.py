@@ -319,17 +319,17 @@ def _stamp_is_old(template: ResourceClaimTemplate, now: datetime.datetime) -> bo
 
 async def read_pod_claims(
     api: ApiClient, namespace: str, refs: Sequence[claim_routing.ClaimRef]
-) -> list[tuple[claim_routing.ClaimRef, dict[str, Any] | None]]:
+) -> list[tuple[claim_routing.ClaimRef, ResourceClaim | ResourceClaimTemplate | None]]:
     """The claims and templates a pod names, read one by one (None: not found), up to
     the first that asks for our DeviceClasses (the webhook's answer is then known).
     The caller bounds the count (``claim_routing.too_many``) and the time."""
-    out: list[tuple[claim_routing.ClaimRef, dict[str, Any] | None]] = []
+    out: list[tuple[claim_routing.ClaimRef, ResourceClaim | ResourceClaimTemplate | None]] = []
     for ref in refs[: claim_routing.MAX_CLAIM_READS]:
         if ref.kind == claim_routing.CLAIM:
             path = claim_path(namespace, ref.name)
         else:
             path = f"{templates_path(namespace)}/{quote(ref.name)}"
-        obj = await _get(api, path)
+        obj = cast(ResourceClaim | ResourceClaimTemplate | None, await _get(api, path))
         out.append((ref, obj))
         if obj is not None and claim_routing.asks_our_classes(obj, ref.kind):
             break

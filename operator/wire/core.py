@@ -233,9 +233,13 @@ class Node(KubeObject, total=False):
     status: NodeStatus
 
 
+#: A label selector's requirement: the fields of a node selector's.
+LabelSelectorRequirement = NodeSelectorRequirement
+
+
 class LabelSelector(TypedDict, total=False):
     matchLabels: dict[str, str]
-    matchExpressions: list[NodeSelectorRequirement]
+    matchExpressions: list[LabelSelectorRequirement]
 
 
 class ResourceQuotaSpec(TypedDict, total=False):

@@ -16,12 +16,13 @@ class DeviceRequestAllocationResult(TypedDict, total=False):
     adminAccess: bool
     consumedCapacity: dict[str, str]
     shareID: str
+    tolerations: list[Toleration]
 
 
 class DeviceAllocationConfiguration(TypedDict, total=False):
     source: str
     requests: list[str]
-    opaque: dict[str, Any]
+    opaque: OpaqueDeviceConfiguration
 
 
 class DeviceAllocation(TypedDict, total=False):

@@ -32,14 +32,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from vgpu_operator.scheduling.books.entries import NodeEntry
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gang_preemption
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.status import Diagnosis
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import Pod, PodGroup, PodGroupSpec
 
 API_VERSION: Final = "scheduling.k8s.io/v1beta1"
 #: The condition the group's scheduler writes on the PodGroup, and its reasons.
@@ -105,7 +105,7 @@ def group_of(pod: Pod) -> str | None:
     return f"{namespace}/{name}"
 
 
-def read_pod_group(obj: Mapping[str, Any]) -> GroupSpec:
+def read_pod_group(obj: PodGroup) -> GroupSpec:
     """The PodGroup's policy and constraints; ``GroupError`` names what is wrong."""
     meta = obj.get("metadata") or {}
     name = meta.get("name")
@@ -137,7 +137,7 @@ def read_pod_group(obj: Mapping[str, Any]) -> GroupSpec:
     )
 
 
-def class_priority(obj: Mapping[str, Any]) -> int | None:
+def class_priority(obj: PodGroup) -> int | None:
     """The ``priority`` of a PodGroup that names a ``priorityClassName``, or None. The API
     server resolves ``priority`` even for a PodGroup that names no class (the default,
     0): only a PodGroup that names a class bears on its members, and then only to lower
@@ -149,7 +149,7 @@ def class_priority(obj: Mapping[str, Any]) -> int | None:
     return priority if isinstance(priority, int) and not isinstance(priority, bool) else None
 
 
-def _topology_key(key: str, spec: Mapping[str, Any]) -> str | None:
+def _topology_key(key: str, spec: PodGroupSpec) -> str | None:
     constraints = spec.get("schedulingConstraints") or {}
     topology = constraints.get("topology") if isinstance(constraints, Mapping) else None
     if not topology:
@@ -162,7 +162,7 @@ def _topology_key(key: str, spec: Mapping[str, Any]) -> str | None:
     return label
 
 
-def _disruption_all(spec: Mapping[str, Any]) -> bool:
+def _disruption_all(spec: PodGroupSpec) -> bool:
     mode = spec.get("disruptionMode")
     return isinstance(mode, Mapping) and "all" in mode
 

@@ -33,7 +33,7 @@ from typing import Any
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
-from vgpu_operator.wire import ResourceSlice
+from vgpu_operator.wire import ResourceSlice, SliceDevice
 
 #: counter set -> counter -> amount.
 Counters = dict[str, dict[str, Fraction]]
@@ -86,7 +86,7 @@ def _amounts(raw: Any, where: str) -> dict[str, Fraction]:
     return out
 
 
-def _consumes(raw: Mapping[str, Any], where: str) -> dict[str, dict[str, Fraction]]:
+def _consumes(raw: SliceDevice, where: str) -> dict[str, dict[str, Fraction]]:
     out: dict[str, dict[str, Fraction]] = {}
     for entry in raw.get("consumesCounters") or ():
         if not isinstance(entry, Mapping):
@@ -147,7 +147,7 @@ def read_mig_pool(node: str, slices: Iterable[ResourceSlice]) -> MigPool:
     return result
 
 
-def _attr(raw: Mapping[str, Any], name: str) -> Any:
+def _attr(raw: SliceDevice, name: str) -> Any:
     typed = (raw.get("attributes") or {}).get(name)
     if not isinstance(typed, Mapping):
         return None
@@ -158,7 +158,7 @@ def _attr(raw: Mapping[str, Any], name: str) -> Any:
 
 
 def _mig_device(
-    raw: Mapping[str, Any], slice_name: str, consumes: Mapping[str, Mapping[str, Fraction]]
+    raw: SliceDevice, slice_name: str, consumes: Mapping[str, Mapping[str, Fraction]]
 ) -> MigDevice | None:
     profile = _attr(raw, dra_mig.ATTR_PROFILE)
     start = _attr(raw, dra_mig.ATTR_MIG_START)
