@@ -23,7 +23,7 @@ The ledger is a plain value without locks: the engine calls it from one thread, 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Protocol
 
 from vgpu_operator import errors
 from vgpu_operator.devices import codec, model
@@ -43,6 +43,25 @@ def _sums(pod_devices: model.PodDevices) -> dict[str, tuple[int, int]]:
 
 
 LIMITS_PREFIX: Final = "limits."
+
+
+class QuotaReads(Protocol):
+    """What a reader of the books sees of the ledger: its limits and usage, and a copy
+    to write into (a trial's room). Only the books change the live ledger."""
+
+    @property
+    def managed_resources(self) -> frozenset[str]: ...
+    def copy(self) -> QuotaLedger: ...
+    def has_limits(self, namespace: str) -> bool: ...
+    def limit(self, namespace: str, resource: str) -> int: ...
+    def effective(self, namespace: str) -> dict[str, int]: ...
+    def limited_namespaces(self) -> list[str]: ...
+    def used(self, namespace: str, resource: str) -> int: ...
+    def fits(
+        self, namespace: str, vendor: str, memory_mib: int, cores: int, memory_factor: int
+    ) -> bool: ...
+    def namespaces(self) -> list[str]: ...
+    def usage(self, namespace: str) -> dict[str, tuple[int, int]]: ...
 
 
 class QuotaLedger:

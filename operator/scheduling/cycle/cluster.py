@@ -26,7 +26,7 @@ from vgpu_operator.scheduling.dialects.annotation import admission
 from vgpu_operator.scheduling.dialects.claims import dra_pool
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.policies import fragmentation
-from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.quota import QuotaReads
 from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.wire import (
     DeviceClass,
@@ -156,7 +156,7 @@ class ClusterState:
         return self.books.vendors
 
     @property
-    def quota(self) -> QuotaLedger:
+    def quota(self) -> QuotaReads:
         return self.books.quota
 
     @property

@@ -22,7 +22,7 @@ from vgpu_operator.scheduling.dialects.annotation import admission, placement
 from vgpu_operator.scheduling.dialects.claims import claims, extended_claims
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.preemption import preemption
-from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.quota import QuotaReads
 from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.wire import Pod
 
@@ -81,7 +81,7 @@ class Reads(Protocol):
     @property
     def vendors(self) -> Vendors: ...
     @property
-    def quota(self) -> QuotaLedger: ...
+    def quota(self) -> QuotaReads: ...
 
 
 def read_pod(
@@ -140,7 +140,7 @@ def _read_claims_pod(
     epoch: int,
     config: DeviceConfig,
     vendors: Vendors,
-    quota: QuotaLedger,
+    quota: QuotaReads,
 ) -> PodRead:
     job: placement.Job | None = None
     error = ""

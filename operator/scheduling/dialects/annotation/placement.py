@@ -20,7 +20,7 @@ from vgpu_operator.scheduling import node_annotations, node_basics
 from vgpu_operator.scheduling.dialects.annotation import fit
 from vgpu_operator.scheduling.mig import mig
 from vgpu_operator.scheduling.policies import fragmentation, node_layer, policies
-from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.quota import QuotaReads
 from vgpu_operator.scheduling.status import Reason
 from vgpu_operator.scheduling.vendors import PodReads, Vendors
 from vgpu_operator.wire import Pod
@@ -61,7 +61,7 @@ class Job:
     default_gpu_policy: str
     weights: policies.ScoringWeights
     vendors: Vendors
-    quota: QuotaLedger
+    quota: QuotaReads
     memory_factors: Mapping[str, int]
     #: Per vendor, the pod's card restrictions, read once for every card of every node.
     card_filters: Mapping[str, vendor.CardFilter] = field(default_factory=dict)
@@ -89,7 +89,7 @@ class Job:
         pod: Pod,
         config: DeviceConfig,
         vendors: Vendors,
-        quota: QuotaLedger,
+        quota: QuotaReads,
         reads: PodReads | None = None,
     ) -> Job:
         """Raises CodecError for a malformed scheduling annotation or request. ``reads``:
