@@ -38,7 +38,7 @@ from integration.test_install import token_kubeconfig
 from vgpu_operator.cli import main
 from vgpu_operator.control.options import DefragOptions
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 Json = dict[str, Any]
 USE_UUID = "nvidia.com/use-gpuuuid"
@@ -138,7 +138,7 @@ class ReplicaSetStandIn:
         while not self._stop.wait(0.2):
             try:
                 self.reconcile()
-            except (ApiError, OSError):
+            except (AdminRequestError, OSError):
                 continue  # the next round reads the cluster again
 
 
@@ -185,7 +185,7 @@ class Setup:
     def exists(self, name: str) -> bool:
         try:
             env.get_pod(self.cp, self.namespace, name)
-        except ApiError as exc:
+        except AdminRequestError as exc:
             if exc.status == 404:
                 return False
             raise
@@ -212,9 +212,7 @@ class Setup:
 
 @pytest.fixture
 def setup(control_plane: ControlPlane, namespace: str) -> Iterator[Setup]:
-    env.install_crd(control_plane)
-    scheduler = env.unique("sched")
-    env.put_config_map(control_plane, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(control_plane, namespace)
     a = env.cards(f"{namespace}-a", 2, memory_mib=16000)
     b = env.cards(f"{namespace}-b", 1, memory_mib=16000)
     env.gpu_node(control_plane, f"{namespace}-a", a, group=namespace)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from strategies import ClusterSpec, clusters, pods
 
 from vgpu_operator import names
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle import verdicts
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.dialects.annotation import card_classes, placement
@@ -40,18 +41,18 @@ def simple_pods(draw: st.DrawFn, name: str, uuids: list[str]) -> dict[str, objec
     else:
         builder.container(gpu, gpumem, cores, percentage)
     choices = [
-        (names.GPU_USE_TYPE, st.sampled_from(("A100", "T4", "H100", "A10", "A100,T4"))),
-        (names.GPU_NOUSE_TYPE, st.sampled_from(("A100", "T4"))),
+        (nvidia.USE_TYPE_ANNOTATION, st.sampled_from(("A100", "T4", "H100", "A10", "A100,T4"))),
+        (nvidia.NOUSE_TYPE_ANNOTATION, st.sampled_from(("A100", "T4"))),
         (
-            names.GPU_USE_UUID,
+            nvidia.USE_UUID_ANNOTATION,
             st.lists(st.sampled_from([*uuids, "GPU-none"]), min_size=1, max_size=3).map(",".join),
         ),
         (
-            names.GPU_NOUSE_UUID,
+            nvidia.NOUSE_UUID_ANNOTATION,
             st.lists(st.sampled_from([*uuids, "GPU-none"]), min_size=1, max_size=2).map(",".join),
         ),
         (names.GPU_SCHEDULER_POLICY, st.sampled_from(_GPU_POLICIES)),
-        (names.GPU_VGPU_MODE, st.sampled_from(("hami-core", "mig"))),
+        (nvidia.MODE_ANNOTATION, st.sampled_from(("hami-core", "mig"))),
     ]
     for key, values in choices:
         # The GPU policy often: mutex and the exclusive-core check read what a card holds.

@@ -30,7 +30,7 @@ from typing import Generic, TypeVar
 from vgpu_operator.scheduling.books import group_victims
 from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination
 from vgpu_operator.scheduling.books.view import BooksView
-from vgpu_operator.scheduling.cycle.plugin import Fit, Plugin, Unit
+from vgpu_operator.scheduling.cycle.plugin import Fit, Holding, Plugin
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.preemption import disruption, preemption
 from vgpu_operator.scheduling.status import Code, Diagnosis
@@ -69,7 +69,7 @@ class Trial(Generic[R, F]):
         fit = self.outcome(removed)
         return fit is not None and fit.ok
 
-    def units(self) -> Mapping[str, Sequence[Unit]]:
+    def units(self) -> Mapping[str, Sequence[Holding]]:
         """Per card, what removals may release there."""
         return self.freeing.units()
 

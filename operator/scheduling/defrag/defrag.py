@@ -55,6 +55,7 @@ from vgpu_operator.scheduling.cycle.decision import Decision
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks, WhatIf
 from vgpu_operator.scheduling.defrag.defrag_parts import (
     Candidates,
+    FragmentationVerdict,
     Move,
     Mover,
     Plan,
@@ -62,7 +63,6 @@ from vgpu_operator.scheduling.defrag.defrag_parts import (
     Replacement,
     Report,
     Running,
-    Verdict,
     controller_of,
     fragmentation,
     movers,
@@ -79,13 +79,13 @@ from vgpu_operator.wire import Pod
 
 #: The planner, and its vocabulary (``defrag_parts``), as callers import them from here.
 __all__ = [
+    "FragmentationVerdict",
     "Move",
     "Mover",
     "Plan",
     "PlanOptions",
     "Replacement",
     "Report",
-    "Verdict",
     "controller_of",
     "fragmentation",
     "movers",

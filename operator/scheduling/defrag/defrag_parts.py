@@ -152,7 +152,7 @@ class Plan:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class FragmentationVerdict:
     """Nodes that admit the pod and hold room enough for it, pooled over the cards it may
     use; the smallest shortfall on its best cards first."""
 
@@ -360,7 +360,7 @@ def replacement_pod(pod: Pod, written: frozenset[str]) -> Pod:
 
 
 @dataclass(frozen=True, slots=True)
-class Room:
+class Headroom:
     """What a node's usable cards offer a pod: the memory its best cards lack (a lower
     bound on what a plan must move off the node), and whether its free shares, pooled,
     would hold the pod."""
@@ -371,7 +371,7 @@ class Room:
 
 def room_of(
     job: placement.Job, cards: Sequence[model.DeviceUsage], cordoned: frozenset[str]
-) -> Room | None:
+) -> Headroom | None:
     """None when the node's usable cards could not hold the pod even empty."""
     shortfall = 0
     pooled = True
@@ -424,13 +424,13 @@ def room_of(
             and sum(max(0, c.total_cores - c.used_cores) for c in usable) >= cores
             and sum(max(0, c.count - c.used) for c in usable) >= slots
         )
-    return Room(shortfall, pooled)
+    return Headroom(shortfall, pooled)
 
 
-def rooms(books: DefragBooks, job: placement.Job, now: float) -> list[tuple[Room, int, str]]:
+def rooms(books: DefragBooks, job: placement.Job, now: float) -> list[tuple[Headroom, int, str]]:
     """Every node that admits the pod and whose usable cards could hold it, with its
     room and its order."""
-    found: list[tuple[Room, int, str]] = []
+    found: list[tuple[Headroom, int, str]] = []
     for order, name in enumerate(books.node_names()):
         if not books.node_admits(name, job, now):
             continue
@@ -440,13 +440,15 @@ def rooms(books: DefragBooks, job: placement.Job, now: float) -> list[tuple[Room
     return found
 
 
-def fragmentation(books: DefragBooks, job: placement.Job, now: float) -> Verdict | None:
+def fragmentation(
+    books: DefragBooks, job: placement.Job, now: float
+) -> FragmentationVerdict | None:
     """Whether a pod that fits nowhere is blocked by fragmentation: the nodes that admit
     it and whose free shares, pooled over its usable cards, would hold it."""
     if not job.wants_devices:
         return None
     pooled = sorted((r.shortfall_mib, o, n) for r, o, n in rooms(books, job, now) if r.pooled)
-    return Verdict(tuple(name for *_, name in pooled)) if pooled else None
+    return FragmentationVerdict(tuple(name for *_, name in pooled)) if pooled else None
 
 
 # --- the search ---------------------------------------------------------------------------
