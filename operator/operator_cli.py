@@ -425,6 +425,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "plans": [p.to_json() for p in report.plans],
         "fragmented": list(report.fragmented),
         "unplanned": dict(report.unplanned),
+        **({"groupsLeft": dict(report.groups_left)} if report.groups_left else {}),
     }
 
 
@@ -462,4 +463,7 @@ def report_table(report: Report) -> str:
         lines.append("Waiting for scattered room, without a plan:")
         for pod, why in sorted(report.unplanned.items()):
             lines.append(f"  {pod}: {why}")
+    if report.groups_left:
+        lines.append("Pod groups left alone:")
+        lines.extend(f"  {why}" for _group, why in sorted(report.groups_left.items()))
     return "\n".join(lines).rstrip("\n")

@@ -308,6 +308,7 @@ def _defragment(
         "plans": [p.to_json() for p in report.plans],
         "fragmented": list(report.fragmented),
         "unplanned": dict(report.unplanned),
+        **({"groupsLeft": dict(report.groups_left)} if report.groups_left else {}),
     }
 
 

@@ -184,7 +184,7 @@ class Operator:
         # Gangs: PodGroups watched, a group's members decided together (gang_runtime).
         self.pod_groups = gang_runtime.PodGroupStore(
             on_change=self._wake_group,
-            single_groups=self.state.books.single_groups,
+            groups=self.state.books.groups,
             group_claims=self.state.books.group_claims,
         )
         self.gangs = gang_runtime.GangRuntime(

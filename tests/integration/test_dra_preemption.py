@@ -311,3 +311,44 @@ def test_a_pod_group_naming_a_class_its_namespace_may_not_use_preempts_nobody(
     wait_for("one low pod to go", lambda: sum(get_pod(plane, ns, n) is None for n in names), 60)
     wait_for("fair-member's claim", lambda: claim_of(plane, ns, "fair-member"), 60)
     assert over_committed(plane) == []
+
+
+def test_an_urgent_claim_evicts_an_all_group_whole_and_binds(
+    plane: ControlPlane, operator: OperatorThread, ns: str
+) -> None:
+    """Issue 47 item 1 / issue 44 item 3 on the DRA dialect: two ``batch`` members of a
+    ``disruptionMode: all`` gang hold a whole card each, two ``keep`` pods the other two;
+    the urgent pod's claim fits once one card frees: the group (of lower priority than the
+    ``keep`` pods) goes whole, both members, and the urgent pod is bound after."""
+    template(plane, ns, "all-of-a-card", "44Gi")
+    template(plane, ns, "half-a-card", "20Gi")
+    for name in ("keep-a", "keep-b"):
+        create(plane, ns, name, "all-of-a-card", "keep")
+        wait_for(f"{name}'s claim", lambda n=name: claim_of(plane, ns, n), 60)
+    group = {
+        "apiVersion": gangs.API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": "whole"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}}},
+    }
+    plane.create(f"/apis/{gangs.API_VERSION}/namespaces/{ns}/podgroups", group)
+    members = ("w0", "w1")
+    for name in members:
+        body = claim_pod(name, template="all-of-a-card", scheduler=SCHEDULER)
+        body["spec"].update(priorityClassName="batch", schedulingGroup={"podGroupName": "whole"})
+        plane.create(f"/api/v1/namespaces/{ns}/pods", body)
+    for name in members:
+        wait_for(f"{name}'s claim", lambda n=name: claim_of(plane, ns, n), 60)
+
+    create(plane, ns, "urgent", "half-a-card", "urgent")
+    for name in members:
+        wait_for(f"{name} to be gone", lambda n=name: get_pod(plane, ns, n) is None, 60)
+    wait_for("urgent's claim", lambda: claim_of(plane, ns, "urgent"), 60)
+    for name in ("keep-a", "keep-b"):
+        kept = get_pod(plane, ns, name)
+        assert kept is not None
+        assert not kept["metadata"].get("deletionTimestamp")
+    assert over_committed(plane) == []
+    wait_for("the Preempting event", lambda: "Preempting" in reasons_of(plane, ns, "urgent"), 30)
+    for name in members:
+        wait_for(f"{name}'s Event", lambda n=name: "Preempted" in reasons_of(plane, ns, n), 30)

@@ -49,15 +49,16 @@ ROLES = "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"
 
 
 def readme_install_commands() -> list[str]:
-    """The kubectl lines of the first console block under "Installing in a cluster"."""
+    """The kubectl lines of the first console block under "Installing in a cluster" that
+    applies something (the blocks before it put kubectl on PATH)."""
     text = README.read_text()
     section = text.split("## Installing in a cluster", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```console\n(.*?)```", section, re.S)
-    assert block, "the README's install section has no console block"
-    lines = [line.split(" #", 1)[0].strip() for line in block.group(1).splitlines()]
-    commands = [line for line in lines if line.startswith("kubectl ")]
-    assert commands, "the README's install block names no kubectl command"
-    return commands
+    for block in re.findall(r"```console\n(.*?)```", section, re.S):
+        lines = [line.split(" #", 1)[0].strip() for line in block.splitlines()]
+        commands = [line for line in lines if line.startswith("kubectl ")]
+        if any(command.startswith("kubectl apply ") for command in commands):
+            return commands
+    raise AssertionError("the README's install section has no console block with kubectl apply")
 
 
 @dataclass

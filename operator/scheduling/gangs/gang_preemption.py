@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from vgpu_operator.scheduling.books import group_victims
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.preemption import preemption
 from vgpu_operator.wire import Pod
@@ -70,13 +71,14 @@ def attempt(
 
 
 def member_priority(own: int, group_priority: int | None) -> int:
-    """The priority a member preempts and is queued with: the lower of its own resolved
-    priority and its PodGroup's. The API server resolves a PodGroup's ``priority`` from
-    the class it names but no quota scoped to priority classes counts PodGroups, so a
-    tenant may name a class in a PodGroup that its pods may not use; taking the lower
-    value means a group can slow its members, never lift them past the administrator's
-    rules (upstream gives the members the group's priority: ``docs/gangs.md``)."""
-    return own if group_priority is None else min(own, group_priority)
+    """The priority a member preempts, is queued and is weighed as a victim with: the
+    lower of its own resolved priority and its PodGroup's. The API server resolves a
+    PodGroup's ``priority`` from the class it names but no quota scoped to priority
+    classes counts PodGroups, so a tenant may name a class in a PodGroup that its pods may
+    not use; taking the lower value means a group can slow its members, never lift them
+    past the administrator's rules (upstream gives the members the group's priority:
+    ``docs/gangs.md``; ``group_victims.member_priority``)."""
+    return group_victims.member_priority(own, group_priority)
 
 
 def _with_priority(pod: Pod, group_priority: int) -> Pod:
