@@ -75,8 +75,16 @@ class NodeClasses:
     def profile(self, name: str, with_ids: bool) -> card_classes.NodeProfile | None:
         """The node's cards as classes (None: no such node)."""
         record = self.record(name)
-        if record is None:
-            return None
+        return None if record is None else self.profile_of(record, with_ids)
+
+    def group(self, name: str) -> card_groups.NodeGroup | None:
+        """The node's group and free-capacity bounds (None: no such node)."""
+        record = self.record(name)
+        return None if record is None else self.group_of(record)
+
+    @staticmethod
+    def profile_of(record: NodeRecord, with_ids: bool) -> card_classes.NodeProfile:
+        """A record's profile, made on first use."""
         made = record.profile_by_ids if with_ids else record.profile
         if made is None:
             node = record.node
@@ -90,13 +98,9 @@ class NodeClasses:
                 record.profile = made
         return made
 
-    def group(self, name: str) -> card_groups.NodeGroup | None:
-        """The node's group and free-capacity bounds (None: no such node)."""
-        record = self.record(name)
-        if record is None:
-            return None
+    @classmethod
+    def group_of(cls, record: NodeRecord) -> card_groups.NodeGroup:
+        """A record's group, made on first use."""
         if record.group is None:
-            profile = self.profile(name, False)
-            assert profile is not None
-            record.group = card_groups.group_of(profile)
+            record.group = card_groups.group_of(cls.profile_of(record, False))
         return record.group

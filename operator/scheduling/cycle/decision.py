@@ -534,7 +534,6 @@ class Cycle:
             walk = self.placer.order(job, walk, nodes, log)
         by_classes = verdict is not None and verdict.simple is not None and judged is not None
         for _score, _order, name in walk:
-            node = nodes[name]
             if by_classes:
                 # Judged by its group or card classes (exact, and as cheap as the
                 # summary's rule-out): a node it rules out needs no second look.
@@ -544,8 +543,11 @@ class Cycle:
                 if failure is not None:
                     judged[name] = failure
                     continue
-            elif not node.summary.may_fit(job):
-                continue
+                node = nodes[name]
+            else:
+                node = nodes[name]
+                if not node.summary.may_fit(job):
+                    continue
             outcome = self._try_node(node, job, now)
             if outcome.ok:
                 return node, outcome

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
@@ -47,8 +48,10 @@ class JudgedBooks(Protocol):
     def node_gate(
         self, name: str, job: placement.Job, now: float, key: object = None
     ) -> Reason | None: ...
+    def judge_by_classes(
+        self, name: str, job: placement.Job, now: float, key: object, groups: card_groups.GroupJudge
+    ) -> card_classes.Judgement: ...
     def node_profile(self, name: str, with_ids: bool) -> card_classes.NodeProfile | None: ...
-    def node_group(self, name: str) -> card_groups.NodeGroup | None: ...
     def node_layer(self, name: str) -> node_layer.NodeLayer: ...
     def node_fit(self, name: str, job: placement.Job, now: float) -> placement.Outcome: ...
     def heartbeat(self, name: str) -> float | None: ...
@@ -348,7 +351,8 @@ class Verdict:
                 fitting.add(name)
             else:
                 failures[name] = failure
-                if _only_stale(failure):
+                reasons = failure.reasons
+                if len(reasons) == 1 and Reason.INVENTORY_STALE in reasons:
                     stale[name] = books.heartbeat(name)
                     continue
             until = books.fresh_until(name) if wants_devices else None
@@ -362,12 +366,10 @@ class Verdict:
             deadlines,
         )
         self._by_text, self._by_code, self._devices = {}, {}, {}
-        alike: dict[int, tuple[NodeFailure, int]] = {}
-        for failure in failures.values():
-            seen = alike.get(id(failure))
-            alike[id(failure)] = (failure, 1 if seen is None else seen[1] + 1)
-        for failure, nodes in alike.values():
-            self._count(failure, nodes)
+        values = list(failures.values())
+        distinct = dict(zip(map(id, values), values, strict=True))
+        for number, nodes in Counter(map(id, values)).items():
+            self._count(distinct[number], nodes)
 
     # --- judging one node ---------------------------------------------------------------
     def judge(self, books: JudgedBooks, name: str, now: float) -> NodeFailure | None:
@@ -375,36 +377,20 @@ class Verdict:
         job = self.job
         if self.dialect is not None:
             return self.dialect.judge(name, job, now)
-        gate = books.node_gate(name, job, now, self.gate_key())
-        if gate is not None:
-            return NodeFailure({gate: 1})
         simple = self.simple
         if simple is not None:
-            judged = self._by_classes(books, name, simple)
+            groups = self._groups
+            if groups is None or groups.simple is not simple:
+                groups = self._groups = card_groups.GroupJudge(simple)
+            judged = books.judge_by_classes(name, job, now, self.gate_key(), groups)
             if judged is not card_classes.UNJUDGED:
                 return judged  # type: ignore[return-value]
+        else:
+            gate = books.node_gate(name, job, now, self.gate_key())
+            if gate is not None:
+                return NodeFailure({gate: 1})
         outcome = books.node_fit(name, job, now)
         return None if outcome.ok else failure_of(outcome)
-
-    def _by_classes(
-        self, books: JudgedBooks, name: str, simple: card_classes.Simple
-    ) -> card_classes.Judgement:
-        """The node judged by its group where the group decides, else by its card
-        classes (``card_groups``); ``UNJUDGED`` where neither can."""
-        group = books.node_group(name)
-        if group is None:
-            return card_classes.UNJUDGED
-        groups = self._groups
-        if groups is None or groups.simple is not simple:
-            groups = self._groups = card_groups.GroupJudge(simple)
-        if groups.by_ids(group):
-            profile = books.node_profile(name, True)
-            return card_classes.UNJUDGED if profile is None else simple.judge(profile)
-        known = groups.known(group)
-        if known is not card_classes.UNJUDGED:
-            return known
-        profile = books.node_profile(name, False)
-        return card_classes.UNJUDGED if profile is None else groups.learn(group, profile)
 
     def fits_now(self, books: JudgedBooks, name: str, now: float) -> bool:
         """Whether the shape fits node ``name`` as the books are now (a queueing hint:
