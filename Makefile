@@ -23,6 +23,7 @@ help:
 	@echo "make gpu-check-prepare - fetch what gpu-check needs into .gpu-check/ (network; before going offline)"
 	@echo "make dra-conformance - kubelet's DRA manager and the CDI library, the harness of the DRA tests"
 	@echo "make kueue    - Kueue's controller manager and CRDs, for the Kueue tests (docs/kueue.md)"
+	@echo "make karpenter - Karpenter with its KWOK provider and CRDs, for the autoscaling tests (docs/autoscaling.md)"
 
 -include hack/control-plane.mk
 
@@ -40,14 +41,14 @@ $(BIN)/.linked: $(BIN)/.deps $(PKG_SOURCES)
 
 dev: $(BIN)/.linked
 
-test: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance kueue
+test: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance kueue karpenter
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest
 
 test-unit: dev
 	$(BIN)/pytest -m 'not integration'
 
-test-integration: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance kueue
+test-integration: dev control-plane-bins deviceplugin-conformance observability-tools dra-conformance kueue karpenter
 	VGPU_REQUIRE_CONTROL_PLANE=1 VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) \
 		$(BIN)/pytest -m integration
 
@@ -74,10 +75,17 @@ $(BIN)/.bench-deps: $(BIN)/.deps
 # BENCH_BURST (pods per repeated burst), BENCH_5000=1 for the 5,000-node run, BENCH_BIG=15000
 # (BENCH_BIG_BURST), BENCH_ONLY=dra, BENCH_FAULTS=0 to skip the fault runs; see
 # tests/bench/e2e/README.md.
-# BENCH_FGD=0 skips the replay of Alibaba's GPU trace (fetched from GitHub at bench time).
+# BENCH_FGD=0 skips the replays of Alibaba's GPU trace (fetched from GitHub at bench time);
+# BENCH_FGD_SEEDS (default 42-51, FGD's) and BENCH_FGD_LISTS (default: the default list;
+# "all" for FGD's seventeen) choose what the replay runs.
 bench: dev control-plane-bench-bins $(BIN)/.bench-deps
 	$(BIN)/python tests/bench/run.py
-	if [ "$${BENCH_FGD:-1}" != 0 ]; then $(BIN)/python tests/bench/bench_fgd_replay.py; fi
+	if [ "$${BENCH_FGD:-1}" != 0 ]; then \
+		$(BIN)/python tests/bench/bench_fgd_replay.py --seeds $${BENCH_FGD_SEEDS:-42-51} \
+			--lists $${BENCH_FGD_LISTS:-default} && \
+		$(BIN)/python tests/bench/bench_fgd_churn.py && \
+		$(BIN)/python tests/bench/fgd_plots.py --replay .bench/fgd.json --churn .bench/fgd-churn.json; \
+	fi
 	$(BIN)/python tests/bench/bench_dra_churn_engine.py
 	VGPU_CONTROL_PLANE_BIN_DIR=$(CONTROL_PLANE_BIN_DIR) $(BIN)/python tests/bench/run_e2e.py \
 		--docs docs/benchmarks.md

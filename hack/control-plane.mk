@@ -57,3 +57,12 @@ dra-conformance: control-plane-bins
 .PHONY: kueue
 kueue: control-plane-bins
 	@$(CONTROL_PLANE_BUILD) kueue
+
+# Karpenter's controller with its KWOK cloud provider (KARPENTER_VERSION,
+# sigs.k8s.io/karpenter/kwok) and its CRDs, for the autoscaling tests only
+# (tests/integration/test_autoscaling.py; docs/autoscaling.md); linked into
+# $(CONTROL_PLANE_BIN_DIR) as karpenter and karpenter-crd. `make test` builds it, `make demo`
+# does not.
+.PHONY: karpenter
+karpenter: control-plane-bins
+	@$(CONTROL_PLANE_BUILD) karpenter

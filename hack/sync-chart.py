@@ -108,6 +108,7 @@ _DEFRAG_ARGS = (
 OPT_IN: dict[str, str] = {
     "defrag-plan-reader.yaml": "defragPlanReader.enabled",
     "kueue-admission-check.yaml": "scheduler.kueueCheck.enabled",
+    "karpenter-autoscaling.yaml": "scheduler.autoscale.enabled",
 }
 
 #: Manifests that are not in kustomization.yaml but that the chart always renders: the
@@ -162,6 +163,29 @@ EDITS: dict[str, tuple[Edit, ...]] = {
         Edit(
             "            - --webhook-tls-dir=/tmp/webhook-tls\n",
             "            - --webhook-tls-dir=/tmp/webhook-tls\n" + _DEFRAG_ARGS,
+        ),
+        # The instance types of autoscaling (karpenter-autoscaling.yaml's ConfigMap).
+        Edit(
+            "            - {name: tmp, mountPath: /tmp}\n",
+            "            - {name: tmp, mountPath: /tmp}\n"
+            "            {{- if .Values.scheduler.autoscale.enabled }}\n"
+            "            - {name: autoscale, mountPath: /etc/vgpu-autoscale, readOnly: true}\n"
+            "            {{- end }}\n",
+        ),
+        Edit(
+            "        - name: tmp\n          emptyDir: {}\n",
+            "        - name: tmp\n          emptyDir: {}\n"
+            "        {{- if .Values.scheduler.autoscale.enabled }}\n"
+            "        - name: autoscale\n"
+            "          configMap: {name: vgpu-autoscale-instance-types}\n"
+            "        {{- end }}\n",
+        ),
+    ),
+    "karpenter-autoscaling.yaml": (
+        Edit(
+            "  instance-types.json: |\n    []\n",
+            "  instance-types.json: |\n"
+            "    {{- toJson .Values.scheduler.autoscale.instanceTypes | nindent 4 }}\n",
         ),
     ),
     "webhook.yaml": (

@@ -4,9 +4,11 @@ Every metric lives in one ``OperatorMetrics`` object with its own registry (no g
 registration on import, so tests and two operators in one process do not collide).
 Per-device and per-namespace figures are not pushed: a collector reads them from the
 engine at scrape time, through callables handed in by the operator, so they can never
-drift from the engine's books. A scrape reads the books on the operator's event loop,
-the same thread that changes the engine, so the reads need no lock; the text is formatted
-in a thread on that copy, so decisions go on meanwhile. The six per-card series are the
+drift from the engine's books. A scrape is answered on the serving loop, apart from the
+scheduling loop (``control/scheduling_thread.py``), but copies the books on the
+scheduling loop, the thread that changes them, so the reads need no lock (and a
+scheduling loop that does not answer in time gets the last copy served); the text is
+formatted in a thread on that copy, so decisions go on meanwhile. The six per-card series are the
 bulk of a scrape (48,000 lines at 8,000 cards, half a second through the generic
 formatter, holding the GIL): they are written directly, with each card's label set kept
 between scrapes. The queue's census and the stranded memory per node are read the same
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Protocol, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
@@ -154,6 +156,8 @@ QuotaSource = Callable[[], Mapping[str, Mapping[str, tuple[int, int]]]]
 WaitingSource = Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]
 #: node -> stranded card memory in MiB (``scheduling.policies.stranded``).
 StrandedSource = Callable[[], Mapping[str, int]]
+#: What the fragmentation policy has learned: per GPU shape's labels, its share.
+LearnedSource = Callable[[], Mapping[tuple[str, str, str, str], float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,16 +284,24 @@ def _quota_families(table: QuotaTable) -> Iterator[Metric]:
     yield limit
 
 
+#: How long a scrape waits for the scheduling loop to copy the engine's figures.
+ENGINE_COPY_TIMEOUT_S: Final = 2.0
+
+
 @dataclass(frozen=True, slots=True)
 class _Waiting:
-    """A copy of the queue's census and the stranded memory, taken on the loop."""
+    """A copy of the queue's census, the stranded memory and what the fragmentation
+    policy has learned, taken on the loop."""
 
     queues: Mapping[str, int]
     reasons: Mapping[str, int]
     stranded_mib: Mapping[str, int]
+    learned: Mapping[tuple[str, str, str, str], float] = field(default_factory=dict)
 
 
 _NOTHING_WAITING: Final = _Waiting({}, {}, {})
+#: The engine's figures as a scrape copies them: per-device rows, quota usage, waiting.
+_EngineFigures = tuple[list["DeviceRow"], "QuotaTable", _Waiting]
 
 
 def _waiting_families(waiting: _Waiting) -> Iterator[Metric]:
@@ -321,9 +333,19 @@ def _waiting_families(waiting: _Waiting) -> Iterator[Metric]:
     )
     for node, mib in sorted(waiting.stranded_mib.items()):
         stranded.add_metric([node], mib * MIB_BYTES)
+    learned = GaugeMetricFamily(
+        f"{PREFIX}_fragmentation_learned_share",
+        "The share of recent requests of each GPU shape (vendor, cards, memory per card, "
+        "cores per card), as the fragmentation policy weighs them (a prior of common "
+        "sizes, fading as pods are seen); at most 48 shapes.",
+        labels=["vendor", "cards", "memory", "cores"],
+    )
+    for labels, share in sorted(waiting.learned.items()):
+        learned.add_metric(list(labels), share)
     yield pending
     yield unschedulable
     yield stranded
+    yield learned
 
 
 class _StateCollector(Collector):
@@ -335,17 +357,20 @@ class _StateCollector(Collector):
         self.quotas: QuotaSource | None = None
         self.waiting: WaitingSource | None = None
         self.stranded: StrandedSource | None = None
+        self.learned: LearnedSource | None = None
 
     def read_waiting(self) -> _Waiting:
-        """The census and stranded memory, copied (call on the engine's thread)."""
+        """The census, stranded memory and learned mix, copied (call on the engine's
+        thread)."""
         queues: Mapping[str, int] = {}
         reasons: Mapping[str, int] = {}
         if self.waiting is not None:
             queues, reasons = self.waiting()
         stranded = self.stranded() if self.stranded is not None else {}
-        if not (queues or reasons or stranded):
+        learned = self.learned() if self.learned is not None else {}
+        if not (queues or reasons or stranded or learned):
             return _NOTHING_WAITING
-        return _Waiting(dict(queues), dict(reasons), dict(stranded))
+        return _Waiting(dict(queues), dict(reasons), dict(stranded), dict(learned))
 
     def describe(self) -> Iterable[Metric]:
         # Registering must not call the sources (the engine may not exist yet).
@@ -472,6 +497,15 @@ class OperatorMetrics:
             self._api_errors.labels(operation=operation)
         # process_cpu_seconds_total, process_resident_memory_bytes, open fds...
         ProcessCollector(registry=self._own)
+        self._defrag: DefragMetrics | None = None
+        self._engine_loop: asyncio.AbstractEventLoop | None = None
+        self._last_copy: _EngineFigures = ([], {}, _NOTHING_WAITING)
+        self._stale = Gauge(
+            f"{PREFIX}_engine_figures_stale",
+            "1 when the last scrape served the engine's figures of an earlier scrape (the "
+            "scheduling loop did not answer in time), else 0.",
+            registry=self._own,
+        )
         self._state = _StateCollector()
         #: Everything, for ``render`` and lookups by sample name.
         self.registry = CollectorRegistry(auto_describe=True)
@@ -516,6 +550,13 @@ class OperatorMetrics:
     def not_routed(self) -> None:
         self._not_routed.inc()
 
+    def defrag(self) -> DefragMetrics:
+        """Defragmentation's counters, registered once however often an operator is
+        assembled on these metrics (a start-up retried)."""
+        if self._defrag is None:
+            self._defrag = DefragMetrics(self)
+        return self._defrag
+
     def leadership(self, active: bool) -> None:
         self._leader.set(1 if active else 0)
 
@@ -526,13 +567,18 @@ class OperatorMetrics:
         *,
         waiting: WaitingSource | None = None,
         stranded: StrandedSource | None = None,
+        learned: LearnedSource | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """Where the scrape-time collector reads per-device, per-quota, queue and
-        stranded-memory figures."""
+        stranded-memory figures, and the event loop that changes them (None: the one
+        that scrapes)."""
         self._state.devices = devices
         self._state.quotas = quotas
         self._state.waiting = waiting
         self._state.stranded = stranded
+        self._state.learned = learned
+        self._engine_loop = loop
 
     # --- exposition ---------------------------------------------------------------------
     def render(self) -> tuple[bytes, str]:
@@ -540,18 +586,44 @@ class OperatorMetrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
     async def render_beside_the_loop(self) -> tuple[bytes, str]:
-        """``render`` for the event loop's /metrics: the engine's figures are copied here,
-        on the loop, and formatted in a thread, so a scrape does not stop scheduling."""
+        """``render`` for /metrics: the engine's figures are copied on the loop that
+        changes them (the scheduling loop, which the server does not run on) and
+        formatted in a thread, so a scrape neither stops scheduling nor waits for it
+        long: when the scheduling loop does not answer within ``ENGINE_COPY_TIMEOUT_S``,
+        the last copy is served (``vgpu_operator_engine_figures_stale`` says so)."""
         async with self._rendering:
-            state = self._state
-            rows = list(state.devices()) if state.devices is not None else []
-            quotas = (
-                {ns: dict(usage) for ns, usage in state.quotas().items()}
-                if state.quotas is not None
-                else {}
-            )
-            waiting = state.read_waiting()
-            return await asyncio.to_thread(self._render_copy, rows, quotas, waiting)
+            copied = await self._engine_figures()
+            return await asyncio.to_thread(self._render_copy, *copied)
+
+    def _copy_engine_figures(self) -> _EngineFigures:
+        """The engine's figures, copied (call on the loop that changes them)."""
+        state = self._state
+        rows = list(state.devices()) if state.devices is not None else []
+        quotas = (
+            {ns: dict(usage) for ns, usage in state.quotas().items()}
+            if state.quotas is not None
+            else {}
+        )
+        return rows, quotas, state.read_waiting()
+
+    async def _engine_figures(self) -> _EngineFigures:
+        loop = self._engine_loop
+        if loop is None or loop is asyncio.get_running_loop():
+            return self._copy_engine_figures()
+
+        async def copy() -> _EngineFigures:
+            return self._copy_engine_figures()
+
+        future = asyncio.run_coroutine_threadsafe(copy(), loop)
+        try:
+            copied = await asyncio.wait_for(asyncio.wrap_future(future), ENGINE_COPY_TIMEOUT_S)
+        except (TimeoutError, RuntimeError):
+            future.cancel()
+            self._stale.set(1)
+            return self._last_copy
+        self._stale.set(0)
+        self._last_copy = copied
+        return copied
 
     def _render_copy(
         self, rows: Sequence[DeviceRow], quotas: QuotaTable, waiting: _Waiting

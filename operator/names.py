@@ -66,3 +66,7 @@ DEVICE_INVENTORY_SHORT: Final = "dinv"
 #: The label on what the agent creates (its inventory, its node's Lease).
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_AGENT: Final = "vgpu-operator-agent"
+
+# --- Kubernetes' own labels ---
+#: Upstream's label on a namespace whose ResourceClaims may ask adminAccess.
+ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"

@@ -217,6 +217,46 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     help="requeueAfterSeconds of a Retry answer: when Kueue asks again (at least 2: the "
     "answer is set back to Pending before Kueue requeues the workload; docs/kueue.md).",
 )
+@click.option(
+    "--autoscale-instance-types",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Ask Karpenter for the nodes waiting GPU pods need: the instance types its "
+    "NodePools may use, with the cards of each (JSON; docs/autoscaling.md). Off without it.",
+)
+@click.option(
+    "--autoscale-interval",
+    "autoscale_interval_s",
+    type=Seconds(0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds between autoscaling rounds (a pod found waiting starts one sooner).",
+)
+@click.option(
+    "--autoscale-node-timeout",
+    "autoscale_node_timeout_s",
+    type=Seconds(1.0),
+    default=600.0,
+    show_default=True,
+    help="Seconds a NodeClaim may take to become a node with its inventory before it is "
+    "withdrawn (and its instance type not asked for again for as long).",
+)
+@click.option(
+    "--autoscale-scale-down-min-savings",
+    "autoscale_scale_down_min_savings",
+    type=click.FloatRange(min=0.0),
+    default=0.0,
+    show_default=True,
+    help="Give back a node whose pods would all fit elsewhere only when it saves at least "
+    "this much per hour (its offering's price in the instance types).",
+)
+@click.option(
+    "--autoscale-scale-down/--no-autoscale-scale-down",
+    default=True,
+    show_default=True,
+    help="Give back nodes of a NodePool whose pods would all fit elsewhere (their NodeClaim "
+    "deleted: Karpenter drains them, honouring PodDisruptionBudgets).",
+)
 def run(
     kubeconfig: Path | None,
     namespace: str,
@@ -252,6 +292,11 @@ def run(
     kueue_placeable_check: bool,
     kueue_hold_s: float,
     kueue_retry_after_s: int,
+    autoscale_instance_types: Path | None,
+    autoscale_interval_s: float,
+    autoscale_node_timeout_s: float,
+    autoscale_scale_down_min_savings: float,
+    autoscale_scale_down: bool,
 ) -> None:
     # Imported here so that `vgpu-operator --help` does not load Kopf.
     from vgpu_operator import logging as vgpu_logging
@@ -311,6 +356,17 @@ def run(
             hold_s=kueue_hold_s, retry_after_s=kueue_retry_after_s
         )
         if kueue_placeable_check
+        else None,
+        autoscale=operator_options.AutoscaleOptions(
+            instance_types=autoscale_instance_types,
+            interval_s=autoscale_interval_s,
+            node_timeout_s=autoscale_node_timeout_s,
+            cool_off_s=autoscale_node_timeout_s,
+            scale_down_min_savings=autoscale_scale_down_min_savings
+            if autoscale_scale_down
+            else None,
+        )
+        if autoscale_instance_types is not None
         else None,
     )
     runtime.run_forever(options)

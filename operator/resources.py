@@ -13,7 +13,7 @@ the API server enforces and the models the code validates with cannot drift apar
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Final
@@ -72,6 +72,20 @@ class MigInstance(_Wire):
     memory_mib: int | None = Field(None, alias="memoryMiB", ge=0)
     gpu_instance_id: int | None = Field(None, alias="gpuInstanceId", ge=0)
     compute_instance_id: int | None = Field(None, alias="computeInstanceId", ge=0)
+    placement_start: int | None = Field(
+        None,
+        alias="placementStart",
+        ge=0,
+        le=7,
+        description="The first memory slice its GPU instance holds (NVML's placement).",
+    )
+    placement_size: int | None = Field(
+        None,
+        alias="placementSize",
+        ge=1,
+        le=8,
+        description="How many memory slices its GPU instance holds.",
+    )
 
 
 class Link(_Wire):
@@ -226,6 +240,14 @@ def devices_from_status(
     registers it); pair scores follow HAMi's rules over the reported links (a pair
     whose two directions disagree scores 0).
     """
+    return devices_from_cards(status.devices, "status.devices")
+
+
+def devices_from_cards(
+    cards: Sequence[Device], where: str = "devices"
+) -> tuple[list[model.DeviceInfo], dict[str, dict[str, int]]]:
+    """``devices_from_status`` for a list of devices (an instance type's cards, too);
+    ``where`` names the list in an error."""
     devices = [
         model.DeviceInfo(
             id=d.uuid,
@@ -239,19 +261,19 @@ def devices_from_status(
             mode=d.mode.value,
             vendor=d.vendor,
         )
-        for d in status.devices
+        for d in cards
     ]
     p2p: dict[tuple[str, str], links.P2PLevel] = {}
     nvlinks: dict[tuple[str, str], int] = {}
-    for d in status.devices:
+    for d in cards:
         for link in d.links:
             p2p[(d.uuid, link.peer)] = link.p2p_level
             nvlinks[(d.uuid, link.peer)] = link.nvlinks
-    uuids = [d.uuid for d in status.devices]
+    uuids = [d.uuid for d in cards]
     try:
         scores = links.build_pair_scores(uuids, p2p, nvlinks)
     except ValueError as exc:
-        raise CodecError("status.devices", str(exc)) from None
+        raise CodecError(where, str(exc)) from None
     return devices, scores
 
 

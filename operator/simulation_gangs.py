@@ -15,7 +15,7 @@ from typing import Any
 
 from vgpu_operator import simulation_dra
 from vgpu_operator.errors import ScenarioError
-from vgpu_operator.scheduling.books import group_victims
+from vgpu_operator.scheduling.books import group_claims, group_victims
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
@@ -38,16 +38,19 @@ def check(scenario: Mapping[str, Any]) -> None:
 def load(scenario: Mapping[str, Any], state: ClusterState) -> None:
     """The groups whose members preemption may take one by one (``group_victims``):
     ``disruptionMode: single``, or none named (the API server's default, which a written
-    scenario may leave out)."""
+    scenario may leave out); and the groups' own claims (``group_claims``: a claim the
+    scenario holds, named by ``resourceClaimName``, is reserved for the group)."""
     for obj in scenario.get("podGroups") or []:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec")
         if not isinstance(spec, Mapping):
             continue  # refused with a reason when its members are decided
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
         if "disruptionMode" not in spec or group_victims.disrupted_one_by_one(obj):
-            state.books.single_groups.add(
-                f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-            )
+            state.books.single_groups.add(key)
+        shared = group_claims.read(obj)
+        if shared is not None:
+            state.books.group_claims[key] = shared
 
 
 def _specs(scenario: Mapping[str, Any]) -> dict[str, GroupSpec | str]:

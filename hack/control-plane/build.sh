@@ -30,6 +30,15 @@
 #                                            dir as kueue, kueue-crd and kueue-webhooks.yaml;
 #                                            print the bin dir (last line). Only the Kueue
 #                                            tests use it.
+#   hack/control-plane/build.sh karpenter
+#                                            ensure Karpenter's controller with its KWOK cloud
+#                                            provider (KARPENTER_VERSION) exists with its CRDs
+#                                            beside it (crd/: NodePool, NodeClaim, NodeOverlay
+#                                            and KWOKNodeClass, copied from its module's KWOK
+#                                            chart), linked
+#                                            into the bin dir as karpenter and karpenter-crd;
+#                                            print the bin dir (last line). Only the autoscaling
+#                                            tests use it.
 #
 # Each binary is cached outside the repository, per component and version:
 #   ${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-operator}/bin/<component>-<version>/<component>
@@ -88,7 +97,7 @@ if [[ "${1:-}" == "--print-path" && $# -eq 2 ]] && is_harness "$2"; then
     harness_path "$2"; printf '\n'
     exit 0
 fi
-BENCH=0 ONLY_HARNESS="" ONLY_OBSERVABILITY=0 ONLY_KUEUE=0
+BENCH=0 ONLY_HARNESS="" ONLY_OBSERVABILITY=0 ONLY_KUEUE=0 ONLY_KARPENTER=0
 if [[ "${1:-}" == "--bench" ]]; then
     BENCH=1
     shift
@@ -101,8 +110,11 @@ elif [[ "${1:-}" == "observability" ]]; then
 elif [[ "${1:-}" == "kueue" ]]; then
     ONLY_KUEUE=1
     shift
+elif [[ "${1:-}" == "karpenter" ]]; then
+    ONLY_KARPENTER=1
+    shift
 fi
-[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir | HARNESS | --print-path HARNESS | observability | kueue] (HARNESS: ${HARNESSES[*]})"
+[[ $# -eq 0 ]] || die "usage: $0 [--bench | --print-dir | HARNESS | --print-path HARNESS | observability | kueue | karpenter] (HARNESS: ${HARNESSES[*]})"
 
 # --- Go environment -------------------------------------------------------------------------------
 GO=${GO:-}
@@ -134,6 +146,7 @@ expected_version() {
         prometheus) printf 'prometheus, version %s ' "${PROMTOOL_VERSION#v}" ;;
         helm) printf 'Version:"%s"' "$HELM_VERSION" ;;
         kueue) printf 'kueue %s' "$KUEUE_VERSION" ;;
+        karpenter) printf 'karpenter %s' "$KARPENTER_VERSION" ;;
     esac
 }
 
@@ -146,6 +159,10 @@ version_output() { # <path> <component>
         # Kueue's manager has no version flag (it logs its version when it starts): the build
         # writes a stamp beside it, and the CRDs copied from the same module must be there too.
         kueue) [[ -s "$(dirname "$1")/crd/kueue.x-k8s.io_workloads.yaml" && -s "$(dirname "$1")/webhooks.yaml" ]] \
+            && cat "$1.version" 2>&1 ;;
+        # Neither has Karpenter (its version is only logged): a stamp, and its CRDs beside it.
+        karpenter) [[ -s "$(dirname "$1")/crd/karpenter.sh_nodeclaims.yaml" \
+            && -s "$(dirname "$1")/crd/karpenter.kwok.sh_kwoknodeclasses.yaml" ]] \
             && cat "$1.version" 2>&1 ;;
         *) "$1" --version 2>&1 ;;
     esac
@@ -181,6 +198,7 @@ component_version() {
         prometheus) printf '%s' "$PROMTOOL_VERSION" ;;
         helm) printf '%s' "$HELM_VERSION" ;;
         kueue) printf '%s' "$KUEUE_VERSION" ;;
+        karpenter) printf '%s' "$KARPENTER_VERSION" ;;
     esac
 }
 
@@ -314,6 +332,11 @@ build_component() { # <component>
             ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitCommit=module-$KUEUE_VERSION"
             pkg=sigs.k8s.io/kueue/cmd/kueue
             ;;
+        karpenter)
+            check_wrapper_version "$c" sigs.k8s.io/karpenter "$KARPENTER_VERSION"
+            ldflags="-s -w -X sigs.k8s.io/karpenter/pkg/operator.Version=$KARPENTER_VERSION"
+            pkg=sigs.k8s.io/karpenter/kwok
+            ;;
         *) die "unknown component $c" ;;
     esac
     go_build "$c" "$work" "$pkg" "$work/$c" "$ldflags" "$tags"
@@ -328,11 +351,27 @@ build_component() { # <component>
         chmod u+w "$work"/crd/*.yaml "$work/webhooks.yaml"
         expected_version kueue >"$work/$c.version"
     fi
+    if [[ "$c" == karpenter ]]; then
+        # NodePool, NodeClaim and NodeOverlay as the KWOK provider's chart installs them
+        # (the core's, with the provider's label rules) and its KWOKNodeClass: from the
+        # module just built (the same version), and the version stamp.
+        local moddir
+        moddir=$(cd "$work" && "$GO" list -m -f '{{.Dir}}' sigs.k8s.io/karpenter) \
+            || die "karpenter: module directory not found"
+        mkdir -p "$work/crd"
+        cp "$moddir"/kwok/charts/crds/*.yaml "$moddir"/kwok/apis/crds/*.yaml "$work/crd/"
+        chmod u+w "$work"/crd/*.yaml
+        expected_version karpenter >"$work/$c.version"
+    fi
     binary_ok "$work/$c" "$c" || die "$c: built binary does not report '$(expected_version "$c")': $(version_output "$work/$c" "$c" | head -n 3)"
     mkdir -p "$dir"
     if [[ "$c" == kueue ]]; then
         rm -rf "$dir/crd" && mv "$work/crd" "$dir/crd"
         mv -f "$work/webhooks.yaml" "$dir/webhooks.yaml"
+        mv -f "$work/$c.version" "$dest.version"
+    fi
+    if [[ "$c" == karpenter ]]; then
+        rm -rf "$dir/crd" && mv "$work/crd" "$dir/crd"
         mv -f "$work/$c.version" "$dest.version"
     fi
     mv -f "$work/$c" "$dest.tmp.$$" && mv -f "$dest.tmp.$$" "$dest"
@@ -424,7 +463,22 @@ build_kueue() {
     printf '%s\n' "$COMBINED"
 }
 
+# Karpenter's controller (its KWOK provider) and its CRDs, for the autoscaling tests only
+# (`make karpenter`, which `make test` runs), linked into the combined directory as
+# karpenter and karpenter-crd.
+build_karpenter() {
+    lock
+    local total=$SECONDS dir="$BIN_ROOT/karpenter-$KARPENTER_VERSION"
+    build_component karpenter
+    mkdir -p "$COMBINED"
+    link_into_combined karpenter "$dir/karpenter"
+    link_into_combined karpenter-crd "$dir/crd"
+    log "karpenter ready in $COMBINED ($((SECONDS - total))s)"
+    printf '%s\n' "$COMBINED"
+}
+
 if [[ -n "$ONLY_HARNESS" ]]; then build_harness "$ONLY_HARNESS"; exit; fi
 if (( ONLY_KUEUE )); then build_kueue; exit; fi
+if (( ONLY_KARPENTER )); then build_karpenter; exit; fi
 if (( ONLY_OBSERVABILITY )); then build_observability; exit; fi
 main "$@"; exit

@@ -88,6 +88,8 @@ def build_device(
                 memory_mib=None if m.memory_total_bytes is None else m.memory_total_bytes // MIB,
                 gpu_instance_id=m.gpu_instance_id,
                 compute_instance_id=m.compute_instance_id,
+                placement_start=m.placement_start,
+                placement_size=m.placement_size,
             )
             for m in gpu.mig_instances
         ),

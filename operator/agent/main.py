@@ -39,6 +39,7 @@ from vgpu_operator.agent.deviceplugin.allocation import (
 )
 from vgpu_operator.agent.deviceplugin.runner import PluginRunner
 from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin, StaleRead, cards_of
+from vgpu_operator.agent.dra import mig_prepare
 from vgpu_operator.agent.dra import shapes as dra_shapes
 from vgpu_operator.agent.dra import sysfs as dra_sysfs
 from vgpu_operator.agent.dra.health_stream import HealthStream
@@ -405,6 +406,10 @@ class Agent:
             await asyncio.wait_for(self._wake.wait(), timeout=delay_s)
         self._wake.clear()
 
+    def poll_now(self) -> None:
+        """Read the machine at once (the DRA driver destroyed MIG instances)."""
+        self._wake.set()
+
     async def _wake_on(self, stop: asyncio.Event) -> None:
         await stop.wait()
         self._wake.set()
@@ -614,6 +619,9 @@ async def run_dra_driver(
         backoff_max_s=settings.backoff_max_s,
         # Read back as often as the Lease is renewed (kubelet wipes slices when it starts).
         check_interval_s=settings.heartbeat_interval_s,
+        # MIG instances the claims' CDI specs record are the driver's; the others on a
+        # card (made before the agent started, or by someone else) leave its counters.
+        own_instances=lambda: mig_prepare.recorded_instances(Path(settings.cdi_dir)),
     )
 
     async def claim(namespace: str, name: str) -> ResourceClaim | None:
@@ -639,6 +647,8 @@ async def run_dra_driver(
         health.changed()
 
     agent.on_status = on_status
+    plugin.on_mig_prepared = publisher.refresh
+    plugin.on_mig_unprepared = agent.poll_now
 
     def on_config(config: nodeconfig.NodeConfig) -> None:
         publisher.set_defaults(_request_defaults(config))

@@ -269,18 +269,36 @@ class NvmlReader:
                 continue
             name = self._optional("nvmlDeviceGetName", mig)
             memory = self._optional("nvmlDeviceGetMemoryInfo", mig)
+            gpu_instance = _int_or_none(self._optional("nvmlDeviceGetGpuInstanceId", mig))
+            start, size = self._placement(handle, gpu_instance)
             instances.append(
                 MigInstanceReading(
                     uuid=_text(uuid),
                     profile=None if name is None else mig_profile_from_name(_text(name)),
                     memory_total_bytes=None if memory is None else int(memory.total),
-                    gpu_instance_id=_int_or_none(self._optional("nvmlDeviceGetGpuInstanceId", mig)),
+                    gpu_instance_id=gpu_instance,
                     compute_instance_id=_int_or_none(
                         self._optional("nvmlDeviceGetComputeInstanceId", mig)
                     ),
+                    placement_start=start,
+                    placement_size=size,
                 )
             )
         return tuple(instances)
+
+    def _placement(self, handle: Any, gpu_instance: int | None) -> tuple[int | None, int | None]:
+        """Where the GPU instance sits on the card (first memory slice, slices); (None,
+        None) where NVML cannot say (a driver without the call, an instance just gone)."""
+        if gpu_instance is None:
+            return None, None
+        found = self._optional("nvmlDeviceGetGpuInstanceById", handle, gpu_instance)
+        info = None if found is None else self._optional("nvmlGpuInstanceGetInfo", found)
+        placement = getattr(info, "placement", None)
+        start = _int_or_none(getattr(placement, "start", None))
+        size = _int_or_none(getattr(placement, "size", None))
+        if start is None or size is None or start < 0 or size < 1 or start + size > 8:
+            return None, None  # not a placement of the 8 memory slices we publish
+        return start, size
 
     def _driver_version(self) -> str | None:
         version = self._optional("nvmlSystemGetDriverVersion")

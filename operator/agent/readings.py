@@ -23,6 +23,9 @@ class MigInstanceReading:
     memory_total_bytes: int | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    #: Its GPU instance's placement on the card: the first memory slice and how many.
+    placement_start: int | None = None
+    placement_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

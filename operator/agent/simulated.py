@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 import uuid as uuid_lib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources as package_files
 from pathlib import Path
@@ -25,6 +25,7 @@ import structlog
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from vgpu_operator.agent import sim_mig
 from vgpu_operator.agent.nvml import NvmlReader
 from vgpu_operator.agent.readings import MIB, MachineReading
 from vgpu_operator.devices.links import P2PLevel
@@ -81,6 +82,8 @@ class SimMigInstance(_File):
     gpu_instance_id: int = Field(alias="gpuInstanceId", ge=0)
     compute_instance_id: int = Field(0, alias="computeInstanceId", ge=0)
     uuid: str | None = None
+    #: Its GPU instance's first memory slice; none: placed as NVML would (``sim_mig``).
+    placement_start: int | None = Field(None, alias="placementStart", ge=0, le=7)
 
 
 class SimCard(_File):
@@ -241,6 +244,13 @@ class _ComputeInstance:
     compute_instance_id: int
 
 
+class _PlacementStruct:
+    """pynvml's ``c_nvmlGpuInstancePlacement_t``: a start and a size."""
+
+    start: int = 0
+    size: int = 0
+
+
 @dataclass(slots=True)
 class _Card:
     index: int
@@ -258,6 +268,11 @@ class _Card:
     #: agent's MIG calls change them (until the file changes).
     gpu_instances: dict[int, str] = field(default_factory=dict)
     instances: list[SimMigInstance] = field(default_factory=list)
+    #: Each GPU instance's first memory slice (``sim_mig``: NVML's placement).
+    starts: dict[int, int] = field(default_factory=dict)
+
+    def placed(self) -> list[sim_mig.Placement]:
+        return [(s, sim_mig.size_of(self.gpu_instances[gi])) for gi, s in self.starts.items()]
 
 
 class SimulatedNvml:
@@ -335,6 +350,7 @@ class SimulatedNvml:
             "NVML_NVLINK_DEVICE_TYPE_SWITCH": 2,
             "NVML_TEMPERATURE_GPU": 0,
             "nvmlEventTypeXidCriticalError": _EVENT_XID_CRITICAL,
+            "c_nvmlGpuInstancePlacement_t": _PlacementStruct,
         }
         vars(module).update(constants)
         absent = set(self._machine.absent)
@@ -461,13 +477,39 @@ class SimulatedNvml:
 
     def nvmlDeviceCreateGpuInstance(self, handle: _Handle, profile: int) -> _GpuInstance:
         card = self._device_call("nvmlDeviceCreateGpuInstance", handle)
-        info = self.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+        name = self.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile).name
+        return self._place(card, name.removeprefix("MIG "), None)
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: _Handle, profile: int, placement: Any
+    ) -> _GpuInstance:
+        card = self._device_call("nvmlDeviceCreateGpuInstanceWithPlacement", handle)
+        name = self.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile).name
+        return self._place(card, name.removeprefix("MIG "), int(placement.start))
+
+    def _place(self, card: _Card, profile: str, start: int | None) -> _GpuInstance:
         used = sum(_slices(p) for p in card.gpu_instances.values())
-        if used + info.sliceCount > _COMPUTE_SLICES:
+        if start is None:
+            start = sim_mig.first_start(profile, card.placed())
+        if (
+            start is None
+            or used + _slices(profile) > _COMPUTE_SLICES
+            or not sim_mig.fits_at(profile, start, card.placed())
+        ):
             raise self._error(_ERROR_INSUFFICIENT_RESOURCES)
         gi = next(i for i in itertools.count(1) if i not in card.gpu_instances)
-        card.gpu_instances[gi] = info.name.removeprefix("MIG ")
+        card.gpu_instances[gi] = profile
+        card.starts[gi] = start
         return _GpuInstance(card.index, gi)
+
+    def nvmlGpuInstanceGetInfo(self, gpu_instance: _GpuInstance) -> SimpleNamespace:
+        card = self._cards[gpu_instance.index]
+        gi = gpu_instance.gpu_instance_id
+        if gi not in card.gpu_instances:
+            raise self._error(_ERROR_NOT_FOUND)
+        size = sim_mig.size_of(card.gpu_instances[gi])
+        placement = SimpleNamespace(start=card.starts[gi], size=size)
+        return SimpleNamespace(id=gi, placement=placement)
 
     def nvmlDeviceGetGpuInstanceById(self, handle: _Handle, gi: int) -> _GpuInstance:
         card = self._device_call("nvmlDeviceGetGpuInstanceById", handle)
@@ -525,6 +567,7 @@ class SimulatedNvml:
         if any(m.gpu_instance_id == gi for m in card.instances):
             raise self._error(_ERROR_IN_USE)
         card.gpu_instances.pop(gi, None)
+        card.starts.pop(gi, None)
 
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> SimpleNamespace:
         card = self._device_call("nvmlDeviceGetUtilizationRates", handle)
@@ -636,6 +679,7 @@ class SimulatedNvml:
             unsupported=frozenset(machine.unsupported + defaults.unsupported + gpu.unsupported),
             gpu_instances={m.gpu_instance_id: m.profile for m in gpu.mig_instances},
             instances=list(gpu.mig_instances),
+            starts=_starts(gpu.mig_instances),
         )
 
     def _card_uuid(self, index: int, gpu: SimGpu, machine: SimMachine) -> str:
@@ -687,6 +731,24 @@ def _attach_nvlinks(cards: list[_Card], nvlink: SimNvlink) -> None:
             raise ConfigError(
                 f"gpus[{card.index}]", f"{len(card.nvlinks)} NVLinks exceed {MAX_NVLINKS_PER_GPU}"
             )
+
+
+def _starts(instances: Iterable[SimMigInstance]) -> dict[int, int]:
+    """Each file instance's start: as the file says, else where NVML would place it
+    beside those placed before it (``sim_mig``); one that fits nowhere is refused."""
+    starts: dict[int, int] = {}
+    placed: list[sim_mig.Placement] = []
+    for m in instances:
+        start = m.placement_start
+        if start is None:
+            start = sim_mig.first_start(m.profile, placed)
+        if start is None or not sim_mig.fits_at(m.profile, start, placed):
+            raise ConfigError(
+                "migInstances", f"GPU instance {m.gpu_instance_id} ({m.profile}) fits at no start"
+            )
+        starts[m.gpu_instance_id] = start
+        placed.append((start, sim_mig.size_of(m.profile)))
+    return starts
 
 
 def _derived_uuid(node_name: str, machine_name: str, seed: str) -> str:

@@ -5,6 +5,11 @@
 (``claim_routing``) and the conversion of a DRA namespace's pods to claims
 (``claim_admission``). Before that, ``NotReady`` lets every pod through unchanged
 (the webhook's failurePolicy is Ignore: a pod waiting on us would wait for nothing).
+
+The webhook is served on the serving loop, apart from the scheduling loop (issue 44:
+no decision, however slow, may delay an answer): it reads the engine only through
+``AdmissionView``, which the scheduling thread replaces, never changes, and it makes its
+API requests with a client of its own loop.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -22,7 +27,9 @@ from vgpu_operator.kube import claims
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics, WebhookResult
 from vgpu_operator.scheduling.cycle import cluster
+from vgpu_operator.scheduling.dialects.annotation import admission as scheduling_admission
 from vgpu_operator.scheduling.dialects.claims import claim_admission, claim_routing
+from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.wire import Pod, meta_of
 
 log = structlog.get_logger("vgpu_operator.operator")
@@ -58,9 +65,12 @@ class PodAdmission:
     """See the module docstring."""
 
     def __init__(
-        self, state: cluster.ClusterState, api: ApiClient, metrics: OperatorMetrics
+        self,
+        view: Callable[[], scheduling_admission.AdmissionView],
+        api: ApiClient,
+        metrics: OperatorMetrics,
     ) -> None:
-        self.state = state
+        self.view = view
         self.api = api
         self.metrics = metrics
 
@@ -73,9 +83,10 @@ class PodAdmission:
         def answered(result: WebhookResult) -> None:
             self.metrics.webhook_answered(result, time.monotonic() - started)
 
-        result = self.state.admit(pod)
+        view = self.view()  # one view for the whole answer
+        result = view.admit(pod)
         if not result.handled:
-            routed = await self._route_by_claims(pod)
+            routed = await self._route_by_claims(pod, view.config.scheduler.scheduler_name)
             if routed.action is claim_routing.Action.REFUSE:
                 log.info("pod_denied", pod=cluster.pod_key(pod), reason=routed.message)
                 answered(WebhookResult.DENIED)
@@ -84,7 +95,7 @@ class PodAdmission:
                 answered(WebhookResult.MUTATED)
                 routed_pod = copy.deepcopy(pod)
                 routed_pod.setdefault("spec", {})["schedulerName"] = (
-                    self.state.config.scheduler.scheduler_name
+                    view.config.scheduler.scheduler_name
                 )
                 return AdmissionAnswer(pod=routed_pod)
             answered(WebhookResult.PASSED)
@@ -96,8 +107,8 @@ class PodAdmission:
             return AdmissionAnswer(allowed=False, message=result.message)
         mutated = cast(Pod, result.pod)  # the engine's admission returns the pod it was given
         namespace = str(meta_of(mutated).get("namespace") or "default")
-        if self.state.config.dra.converts(namespace):
-            converted = await self._to_claims(mutated, dry_run=dry_run)
+        if view.config.dra.converts(namespace):
+            converted = await self._to_claims(mutated, view.vendors, dry_run=dry_run)
             if isinstance(converted, str):
                 log.info("pod_denied", pod=cluster.pod_key(pod), reason=converted)
                 answered(WebhookResult.DENIED)
@@ -107,12 +118,11 @@ class PodAdmission:
         # kubectl prints the warnings to whoever created the pod (e.g. gpucores above 100).
         return AdmissionAnswer(pod=mutated, warnings=tuple(result.warnings))
 
-    async def _route_by_claims(self, pod: Pod) -> claim_routing.Routing:
+    async def _route_by_claims(self, pod: Pod, scheduler: str) -> claim_routing.Routing:
         """Where a pod naming ResourceClaims goes (``claim_routing``): the claims and
         templates it names are read (bounded in count and in time: the API server waits
         ``timeoutSeconds`` for the answer)."""
         refs = claim_routing.claim_refs(pod)
-        scheduler = self.state.config.scheduler.scheduler_name
         if not refs or claim_routing.settled_without_reading(pod, scheduler):
             return claim_routing.Routing(claim_routing.Action.PASS)
         too_many = claim_routing.too_many(refs)
@@ -130,13 +140,13 @@ class PodAdmission:
             )
         return claim_routing.route(pod, found, scheduler)
 
-    async def _to_claims(self, pod: Pod, *, dry_run: bool = False) -> Pod | str:
+    async def _to_claims(self, pod: Pod, vendors: Vendors, *, dry_run: bool = False) -> Pod | str:
         """A pod of a namespace on the DRA path: its GPU containers name claims made from
         templates (``claim_admission``), which are created first (in a dry run only
         validated: ``dryRun=All``). Returns the refusal's message when the request cannot
         be a claim or a template cannot be made."""
         try:
-            converted = claim_admission.convert(pod, self.state.vendors)
+            converted = claim_admission.convert(pod, vendors)
         except claim_admission.Unmappable as exc:
             return str(exc)
         if converted is None:

@@ -37,14 +37,18 @@ import structlog
 
 from vgpu_operator.control import placeable_check
 from vgpu_operator.control.options import PlaceableOptions
-from vgpu_operator.kube import watch_loop, workloads
+from vgpu_operator.kube import binding, claims, watch_loop, workloads
 from vgpu_operator.kube.requests import ApiClient, ApiError
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.wire import KubeObject, WatchEventType
 
 log = structlog.get_logger("vgpu_operator.admission_checks")
 
 #: How often holds are expired and Pending workloads looked at again.
 _TICK_S: Final = 1.0
+#: The most ResourceClaimTemplates read for one judgement (Kueue allows 8 pod sets; a
+#: pod names few claims).
+MAX_TEMPLATES: Final = 32
 
 
 def _rv(obj: Mapping[str, Any]) -> str:
@@ -203,8 +207,18 @@ class PlaceableController:
         wl = self._pending.get(wid)
         if wl is None or not self._decides() or self._answered.get(wid) == _rv(wl):
             return
+        try:
+            templates = await self._templates(wl)
+            group = await self._pod_group(wl)
+        except ApiError as exc:  # left pending: judged again at the next tick
+            log.warning("kueue_check_templates_unread", workload=wid, error=str(exc))
+            self._on_error("kueue_check")
+            return
+        wl = self._pending.get(wid)  # the read awaited: a newer version may have come
+        if wl is None or self._answered.get(wid) == _rv(wl):
+            return
         now = self._clock()
-        answer = self._check.judge(wl, now)
+        answer = self._check.judge(wl, now, templates, group)
         states = workloads.check_states(wl)
         ours = [n for n in sorted(self.checks) if states.get(n, {}).get("state") == "Pending"]
         retry = self._options.retry_after_s if answer.state == "Retry" else None
@@ -228,6 +242,40 @@ class PlaceableController:
         self._answered[wid] = _rv(wl)
         self._pending.pop(wid, None)
         log.info("kueue_check_answered", workload=wid, state=answer.state, message=answer.message)
+
+    async def _templates(self, wl: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """The ResourceClaimTemplates the workload's pod sets name (at most
+        ``MAX_TEMPLATES`` reads: a pod set names few; a workload naming more is judged
+        with the rest missing, and answered Retry saying which)."""
+        found: dict[str, dict[str, Any]] = {}
+        for key in placeable_check.templates_named(wl)[:MAX_TEMPLATES]:
+            namespace, _, name = key.partition("/")
+            template = await claims.read_template(self._api, namespace, name)
+            if template is not None:
+                found[key] = template
+        return found
+
+    async def _pod_group(self, wl: Mapping[str, Any]) -> str | None:
+        """The PodGroup the workload's pods name, read from its first pod (Kueue's pod
+        integration owns a workload by its pods): Kueue v0.17's Workload keeps no
+        ``schedulingGroup`` in its pod sets (its Pod type predates the field). None for
+        a workload owned by no pod (a Job's: its pod sets say it, or nothing does)."""
+        meta = wl.get("metadata") or {}
+        owners = meta.get("ownerReferences") or ()
+        pod = next((o for o in owners if isinstance(o, Mapping) and o.get("kind") == "Pod"), None)
+        if pod is None or not isinstance(pod.get("name"), str):
+            return None
+        namespace = str(meta.get("namespace") or "default")
+        try:
+            found = await binding.read_pod(self._api, namespace, pod["name"])
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            # An identity without ``get`` on pods (the check's own role alone): judged
+            # pod by pod, as before the check read groups.
+            log.warning("kueue_check_pod_unread", workload=placeable_check.workload_id(wl))
+            return None
+        return None if found is None else gangs.group_of(found)
 
     async def _tick(self) -> None:
         while True:

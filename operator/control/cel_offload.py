@@ -1,10 +1,13 @@
 """CEL selector verdicts computed off the event loop.
 
-The event loop that decides pods also answers the admission webhook and the health
-probes, so a selector's evaluation must not run long on it. The engine's
-``SelectorCache`` is set ``deferring``: a decision evaluates on the loop only a cheap,
-short selector under a small step bound (``claim_cel.INLINE_STEPS``); any other missing
-verdict makes the pod wait ("selector evaluation pending") and is queued. After each
+The scheduling loop (``scheduling_thread``) decides every pod one at a time, so a
+selector's evaluation must not run long on it: one tenant's selector would delay every
+other tenant's decisions (the webhook and the probes are served apart). The engine's
+``SelectorCache`` is set ``deferring``: a decision evaluates on the loop only a selector
+of the shapes this project writes (``scheduling/cel/claim_cel_shapes.py``: short conditions
+over the device's attributes and literals, whose work their text bounds), under a small
+step bound (``claim_cel.INLINE_STEPS``); any other missing verdict makes the pod wait
+("selector evaluation pending") and is queued. After each
 decision the worker calls ``decided``: the queued pairs go, one at a time, to a child
 process (``cel_process``) that evaluates each under the step bound
 (``claim_cel.MAX_STEPS``) and a wall deadline; past the deadline the process is killed
@@ -98,7 +101,8 @@ class OffLoopSelectors:
         self._cache = cache
         cache.deferring = True
         self._wake = wake
-        self._deadline_s = deadline_s
+        #: Wall time one verdict may take (``DEADLINE_S``).
+        self.deadline_s = deadline_s
         self._command = command
         #: Per namespace, in the order they are served (round-robin).
         self._queues: OrderedDict[str, _NamespaceQueue] = OrderedDict()
@@ -146,6 +150,16 @@ class OffLoopSelectors:
             self._after_drain.add(key)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain(), name="cel")
+
+    @property
+    def child_pid(self) -> int | None:
+        """The evaluator process's id while it runs (diagnostics, tests)."""
+        process = self._process
+        return None if process is None or process.returncode is not None else process.pid
+
+    def busy(self) -> bool:
+        """Whether pairs are being evaluated (a drain of the queues is running)."""
+        return self._task is not None and not self._task.done()
 
     def queued(self, namespace: str) -> int:
         """Pairs one namespace has waiting for the child."""
@@ -229,7 +243,7 @@ class OffLoopSelectors:
             assert process.stdout is not None
             process.stdin.write((json.dumps(request) + "\n").encode())
             await process.stdin.drain()
-            line = await asyncio.wait_for(process.stdout.readline(), self._deadline_s)
+            line = await asyncio.wait_for(process.stdout.readline(), self.deadline_s)
         except TimeoutError:
             self.timeouts += 1
             if self._was_starved(expression):
@@ -239,7 +253,7 @@ class OffLoopSelectors:
             self._starved.pop(expression, None)
             await self._stop_child()
             return claim_cel.CelTooCostly(
-                f"{claim_cel.shown(expression)} took longer than {self._deadline_s:g} s to "
+                f"{claim_cel.shown(expression)} took longer than {self.deadline_s:g} s to "
                 "evaluate on one device; make the selector cheaper (smaller list literals, "
                 "fewer nested all/exists/map/filter)"
             )
@@ -270,7 +284,7 @@ class OffLoopSelectors:
         working (and the expression has not been starved too often already)."""
         process = self._process
         used = None if process is None else process_cpu_s(process.pid)
-        if used is None or used - self._child_cpu_s >= STARVED_SHARE * self._deadline_s:
+        if used is None or used - self._child_cpu_s >= STARVED_SHARE * self.deadline_s:
             return False
         tries = self._starved.get(expression, 0)
         if tries >= STARVED_RETRIES:

@@ -37,6 +37,10 @@ log = structlog.get_logger("vgpu_operator.claim_binding")
 DEFAULT_SETTLE_S: Final = 1.0
 #: A pod of another scheduler with claims seen waiting this recently counts as active.
 RECENT_S: Final = 10.0
+#: How long a member's Binding waits for its group claim's allocation, which another
+#: member's decision is writing (``group_claims``), and how often it looks.
+GROUP_WAIT_S: Final = 30.0
+_GROUP_POLL_S: Final = 0.05
 
 
 class ClaimWriter(Protocol):
@@ -67,6 +71,7 @@ class ClaimWriter(Protocol):
 class ClaimBooksView(Protocol):
     def claim_object(self, key: str) -> Mapping[str, Any] | None: ...
     def over_committed(self, node: str, devices: Sequence[str]) -> list[str]: ...
+    def holds_claim(self, key: str) -> bool: ...
 
 
 class ClaimBinding:
@@ -98,6 +103,12 @@ class ClaimBinding:
         are released again)."""
         done: list[ClaimWrite] = []
         for write in writes:
+            if write.awaits_allocation:
+                waited = await self._await_group_allocation(write)
+                if waited is not None:
+                    await self.undo(done)
+                    return waited
+                continue
             claim = await self._claim_for(write)
             if isinstance(claim, str):
                 await self.undo(done)
@@ -148,6 +159,28 @@ class ClaimBinding:
             return f"ResourceClaim {write.key} changed since the decision"
         return claim
 
+    async def _await_group_allocation(self, write: ClaimWrite) -> str | None:
+        """Until the group claim another member's decision allocates shows, as the watch
+        has it, that allocation and the group in ``reservedFor``; None then, else why not
+        (the decision was given up, the claim went, or ``GROUP_WAIT_S`` passed)."""
+        deadline = self._clock() + GROUP_WAIT_S
+        while True:
+            claim = self._books.claim_object(write.key)
+            meta = meta_of(cast(ResourceClaim, claim)) if claim is not None else {}
+            if claim is None or meta.get("uid") != write.uid:
+                return f"ResourceClaim {write.key} is gone or was replaced"
+            status = claim.get("status") or {}
+            reserved = any(
+                r.get("uid") == write.consumer["uid"] for r in status.get("reservedFor") or ()
+            )
+            if status.get("allocation") and reserved:
+                return None
+            if not self._books.holds_claim(write.key):
+                return f"ResourceClaim {write.key}: the group member allocating it gave up"
+            if self._clock() >= deadline:
+                return f"ResourceClaim {write.key}: its allocation for the group did not come"
+            await self._sleep(_GROUP_POLL_S)
+
     async def _write_pod_status(self, writes: Sequence[ClaimWrite]) -> str | None:
         """The pod's ``extendedResourceClaimStatus``, as kube-scheduler writes it before
         the Binding: kubelet reads from it which container gets which request."""
@@ -162,8 +195,12 @@ class ClaimBinding:
 
     async def undo(self, writes: Sequence[ClaimWrite]) -> None:
         """Release what ``reserve`` wrote for a pod that is not bound; a special claim we
-        created is deleted (upstream's Unreserve does the same)."""
+        created is deleted (upstream's Unreserve does the same). A group claim stays: it is
+        the PodGroup's, its other members may use it already, and it is released when the
+        PodGroup goes (``group_claims``)."""
         for write in writes:
+            if write.awaits_allocation or write.consumer.get("resource") == "podgroups":
+                continue
             try:
                 if write.create is not None:
                     await self._writer.discard(write.namespace, write.name)

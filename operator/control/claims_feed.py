@@ -17,10 +17,11 @@ slice whose devices came out differently wakes the DRA path's pods, as any slice
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
 
+from vgpu_operator import names
 from vgpu_operator.control import pod_facts, queue, versions
 from vgpu_operator.scheduling.dialects.claims import taint_rules
 from vgpu_operator.wire import (
@@ -44,12 +45,17 @@ class ClaimInputs(Protocol):
     def remove_claim(self, key: str) -> None: ...
     def set_device_class(self, obj: Mapping[str, Any]) -> None: ...
     def remove_device_class(self, name: str) -> None: ...
+    def set_admin_namespaces(self, names: frozenset[str]) -> None: ...
     def quota_may_help(self, verdict: Any, namespace: str) -> bool: ...
     def on_claims_path(self, verdict: Any) -> bool: ...
 
 
 def _allocated(claim: ResourceClaim) -> bool:
     return bool(claim.get("status", {}).get("allocation"))
+
+
+#: The label upstream requires on a namespace whose claims ask adminAccess.
+ADMIN_ACCESS_LABEL: Final = names.ADMIN_ACCESS_LABEL
 
 
 class ClaimFeed:
@@ -67,6 +73,8 @@ class ClaimFeed:
         self._listed_slices: dict[str, Mapping[str, Any]] = {}
         self._rule_versions = versions.VersionLedger()
         self._rules: dict[str, taint_rules.TaintRule] = {}
+        #: Namespaces labelled for adminAccess (the watch selects only those).
+        self._admin_namespaces: set[str] = set()
 
     # --- slices ------------------------------------------------------------------------
     def slice_event(self, event_type: str | None, obj: ResourceSlice) -> None:
@@ -241,3 +249,27 @@ class ClaimFeed:
             self._engine.set_device_class(pod_facts.slim(by_name[name]))
         for name in result.remove:
             self._engine.remove_device_class(name)
+
+    # --- namespaces that allow adminAccess ----------------------------------------------
+    def admin_namespace_event(self, event_type: str | None, obj: KubeObject) -> None:
+        """A Namespace labelled ``resource.kubernetes.io/admin-access: "true"`` (the watch
+        selects only those: one that loses the label comes as DELETED)."""
+        name = name_of(obj)
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if event_type != "DELETED" and labels.get(ADMIN_ACCESS_LABEL) == "true":
+            self._admin_namespaces.add(name)
+        else:
+            self._admin_namespaces.discard(name)
+        self._set_admin_namespaces()
+
+    def admin_namespaces_listed(self, items: Iterable[KubeObject], version: str | None) -> None:
+        self._admin_namespaces = {
+            name_of(i)
+            for i in items
+            if ((i.get("metadata") or {}).get("labels") or {}).get(ADMIN_ACCESS_LABEL) == "true"
+        }
+        self._set_admin_namespaces()
+
+    def _set_admin_namespaces(self) -> None:
+        self._engine.set_admin_namespaces(frozenset(self._admin_namespaces))
+        self._wake_claim_pods(queue.ClusterEvent.CONFIG_CHANGED)

@@ -28,7 +28,7 @@ import structlog
 
 from vgpu_operator import config as device_config
 from vgpu_operator import names, node_leases, resources
-from vgpu_operator.control import pod_facts, queue, versions
+from vgpu_operator.control import pod_facts, queue, unbound, versions
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError, ConfigError
 from vgpu_operator.scheduling.books.changes import Freed
@@ -171,13 +171,21 @@ class StateFeed:
         self._budgets = versions.VersionLedger()
         self._config_version: int | None = None
         self._config_text_digest: str | None = None
-        #: Unbound live pods (any scheduler), with their fingerprint.
-        self._unbound: dict[PodKey, tuple[Pod, str]] = {}
+        #: Unbound live pods (any scheduler), with their fingerprint, indexed by group.
+        self._unbound = unbound.UnboundPods()
+        #: Bound live members of each PodGroup (they count toward its minCount).
+        self._bound_members = unbound.BoundMembers()
+        #: The priority a pod is queued with (a gang member's may be lowered by its
+        #: PodGroup: ``gang_runtime.PodGroupStore.queue_priority``).
+        self.queue_priority: Callable[[Pod], int] = pod_facts.priority_of
         #: Bound pods whose device plugin has not answered, and their nodes: the
         #: answer opens the node's allocation gate.
         self._allocating: dict[PodKey, str] = {}
         #: Called with a node whose allocation gate opened (the worker's Bindings wait).
         self.on_settled: Callable[[str], None] = lambda node: None
+        #: Called with a node that appeared or changed, before its waiting pods are woken
+        #: (the autoscaler holds the shares of the pods it planned there first).
+        self.on_node_changed: Callable[[str], None] = lambda node: None
         #: Pods with a Binding in flight or just written: key -> uid.
         self._binding: dict[PodKey, str] = {}
         #: Unbound pods of other schedulers that use ResourceClaims, and when one was last
@@ -297,8 +305,18 @@ class StateFeed:
         ]
 
     def unbound_pods(self) -> list[Pod]:
-        """Every unbound live pod, whichever scheduler it names (a gang's members)."""
+        """Every unbound live pod, whichever scheduler it names."""
         return [pod for pod, _ in self._unbound.values()]
+
+    def group_members(self, group: str) -> list[Pod]:
+        """The unbound live pods that name the PodGroup ``group``, whichever scheduler
+        they name: found through the index, not by a walk over every waiting pod."""
+        return self._unbound.members(group)
+
+    def bound_members(self, group: str) -> Mapping[PodKey, str]:
+        """The members of ``group`` bound (and live) that name this scheduler, and their
+        nodes, as the API says (a restarted operator counts them toward minCount)."""
+        return self._bound_members.of(group, self.scheduler_name)
 
     def held_for(self, key: PodKey) -> None:
         """Shares are now held for the waiting pod (a defragmentation plan's hold): it is
@@ -366,6 +384,7 @@ class StateFeed:
                 self._allocation_problems[key] = problems
         self._track_allocation(key, pod)
         self._note_other_allocator(key, pod)
+        self._bound_members.note(key, pod)
         self._note_bound_by_default(key, uid, pod, bound)
         if pod_facts.is_waiting_for_scheduler(pod):
             fingerprint = pod_facts.pod_fingerprint(pod)
@@ -376,7 +395,7 @@ class StateFeed:
                 if not self._queue.is_in_flight(key):
                     self._queue.remove(key)
             elif pod_facts.scheduler_name_of(pod) == self.scheduler_name:
-                added = self._queue.add(key, uid, pod_facts.priority_of(pod))
+                added = self._queue.add(key, uid, self.queue_priority(pod))
                 if not added and previous is not None and previous[1] != fingerprint:
                     if self._queue.is_unschedulable(key):
                         log.debug("pods_woken", cluster_event=queue.ClusterEvent.POD_CHANGED.value)
@@ -432,6 +451,7 @@ class StateFeed:
 
     def _forget_pod(self, key: PodKey) -> None:
         self._other_claim_pods.discard(key)
+        self._bound_members.discard(key)
         self._bound_by_default.pop(key, None)
         self._bound_by_default_taken.pop(key, None)
         self._engine.remove_pod(key)
@@ -711,7 +731,7 @@ class StateFeed:
         if self.scheduler_name != old_name:
             for key, (pod, _) in list(self._unbound.items()):
                 if pod_facts.scheduler_name_of(pod) == self.scheduler_name:
-                    self._queue.add(key, pod_facts.uid_of(pod), pod_facts.priority_of(pod))
+                    self._queue.add(key, pod_facts.uid_of(pod), self.queue_priority(pod))
                 elif not self._queue.is_in_flight(key):
                     self._queue.remove(key)
         woken = self._queue.wake_all()
@@ -758,6 +778,7 @@ class StateFeed:
                 return hint.node == node
             return self._engine.fits_now(hint, node, self._wall_clock())
 
+        self.on_node_changed(node)
         self._wake(event, helps, node=node)
 
     def _wake_for_quota(self, namespace: str) -> None:

@@ -25,9 +25,11 @@ from typing import Any
 import structlog
 
 from vgpu_operator.control import pod_facts
+from vgpu_operator.scheduling.books import group_claims as group_claims_module
 from vgpu_operator.scheduling.books import group_victims
+from vgpu_operator.scheduling.books.group_claims import GroupClaims
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
-from vgpu_operator.scheduling.gangs import gangs
+from vgpu_operator.scheduling.gangs import gang_preemption, gangs
 from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.timestamps import format_rfc3339
@@ -46,18 +48,43 @@ class PodGroupStore:
         self,
         on_change: Callable[[str], None] = lambda _: None,
         single_groups: set[str] | None = None,
+        group_claims: dict[str, GroupClaims] | None = None,
     ) -> None:
         self._groups: dict[str, KubeObject] = {}
         self._on_change = on_change
         #: The books' groups whose members preemption may take one by one
         #: (``group_victims``), kept here as PodGroups come and change.
         self.single_groups = single_groups if single_groups is not None else set()
+        #: The books' PodGroups that name claims of their own (``group_claims``).
+        self.group_claims = group_claims if group_claims is not None else {}
+        #: The priority of each PodGroup that names a class (its members are queued and
+        #: preempt with no more than it: ``gang_preemption.member_priority``).
+        self._priorities: dict[str, int] = {}
 
     def _note(self, key: str, obj: KubeObject | None) -> None:
         if obj is not None and group_victims.disrupted_one_by_one(obj):
             self.single_groups.add(key)
         else:
             self.single_groups.discard(key)
+        shared = None if obj is None else group_claims_module.read(obj)
+        if shared is None:
+            self.group_claims.pop(key, None)
+        else:
+            self.group_claims[key] = shared
+        priority = None if obj is None else gangs.class_priority(obj)
+        if priority is None:
+            self._priorities.pop(key, None)
+        else:
+            self._priorities[key] = priority
+
+    def queue_priority(self, pod: Pod) -> int:
+        """The priority the pod is queued with: its own, or its PodGroup's where that is
+        lower (a group may slow its members, never lift them)."""
+        own = pod_facts.priority_of(pod)
+        group = gangs.group_of(pod)
+        return gang_preemption.member_priority(
+            own, None if group is None else self._priorities.get(group)
+        )
 
     @staticmethod
     def key_of(obj: Mapping[str, Any]) -> str:
@@ -104,12 +131,16 @@ class GangRuntime:
     def __init__(
         self,
         engine: ClusterState,
-        unbound_pods: Callable[[], list[Pod]],
+        group_members: Callable[[str], list[Pod]],
         scheduler_name: Callable[[], str],
         groups: PodGroupStore,
+        bound_members: Callable[[str], Mapping[PodKey, str]] = lambda _: {},
     ) -> None:
         self.engine = engine
-        self._unbound_pods = unbound_pods
+        #: A group's unbound members, any scheduler (the feed's index by group).
+        self._group_members = group_members
+        #: A group's members the API says are bound to a node (ours, live).
+        self._bound_members = bound_members
         self._scheduler_name = scheduler_name
         self.groups = groups
         #: Per group, the members this runtime placed (bound or being bound), and where.
@@ -126,15 +157,14 @@ class GangRuntime:
         return self._gather(group)[0]
 
     def _gather(self, group: str) -> tuple[list[Pod], list[str]]:
-        """In one pass over the unbound pods: the group's pending members of this
-        scheduler not placed by us meanwhile, and every unbound member's schedulerName."""
+        """In one pass over the group's unbound members (found by the feed's index, not
+        by a walk over every waiting pod): the pending members of this scheduler not
+        placed by us meanwhile, and every unbound member's schedulerName."""
         ours = self._scheduler_name()
         placed = self._bound(group)
         pending: list[Pod] = []
         names: list[str] = []
-        for pod in self._unbound_pods():
-            if gangs.group_of(pod) != group:
-                continue
+        for pod in self._group_members(group):
             name = pod_facts.scheduler_name_of(pod)
             names.append(name)
             if name == ours and pod_key(pod) not in placed:
@@ -142,28 +172,40 @@ class GangRuntime:
         return pending, names
 
     def _bound(self, group: str) -> dict[PodKey, str]:
-        """Members placed here that the books still hold (a failed Binding's reservation
-        is rolled back, so that member is pending again)."""
+        """Members bound or being bound that the books hold: those placed here (a failed
+        Binding's reservation is rolled back, so that member is pending again) and those
+        the API says are bound. After a restart only the latter are known; they count
+        toward ``minCount`` as the members placed here did before it."""
+        books = self.engine.books.pods
         placed = self._placed.get(group, {})
-        held = {k: n for k, n in placed.items() if k in self.engine.books.pods}
+        held = {k: n for k, n in placed.items() if k in books}
         if held:
             self._placed[group] = held
         else:
             self._placed.pop(group, None)
-        return held
+        bound = {k: n for k, n in self._bound_members(group).items() if k in books}
+        return {**bound, **held}
 
-    def decide(self, group: str, now: float) -> GroupDecision:
+    def group_input(
+        self, group: str
+    ) -> tuple[GroupSpec | None, list[Pod], dict[PodKey, str], list[str]]:
+        """What a group is decided with: its spec (None: no PodGroup; ``GroupError`` when
+        it cannot be read), its pending members, those placed here, every member's
+        schedulerName (``decide``, and autoscaling's what-if)."""
         pending, names = self._gather(group)
         spec: GroupSpec | None = None
         obj = self.groups.get(group)
         if obj is not None:
-            try:
-                spec = gangs.read_pod_group(obj)
-            except GroupError as exc:
-                return gangs.refuse(self.engine, group, pending, str(exc))
+            spec = gangs.read_pod_group(obj)
             if spec.gang and self.groups.initially_scheduled(group):
                 spec = dataclasses.replace(spec, gang=False)  # later members, one by one
-        bound = self._bound(group)
+        return spec, pending, self._bound(group), names
+
+    def decide(self, group: str, now: float) -> GroupDecision:
+        try:
+            spec, pending, bound, names = self.group_input(group)
+        except GroupError as exc:
+            return gangs.refuse(self.engine, group, self._gather(group)[0], str(exc))
         out = gangs.decide_group(self.engine, spec, group, pending, bound, now, names)
         if out.placed:
             self._placed.setdefault(group, {}).update(out.nodes)

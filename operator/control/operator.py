@@ -1,8 +1,9 @@
 """The operator, assembled: the engine, its feed and watches, the queue, the worker, the
-reporter, leadership, the HTTP server and housekeeping, wired together and run.
+reporter, leadership and housekeeping, wired together and run on the scheduling loop.
 
-Kopf runs the process around it (``handlers/app.py``: start-up and clean-up call
-``start`` and ``stop``, the webhook calls ``admit_pod``, login and peering); nothing here
+Kopf runs the process around it (``handlers/app.py``: start-up and clean-up start and
+stop it on a thread of its own, ``control/scheduling_thread.py``; the webhook, login,
+peering and the HTTP server are served on Kopf's loop, apart from it); nothing here
 knows Kopf. The kinds the engine reads (Pods, Nodes, DeviceInventories, ResourceQuotas,
 PodDisruptionBudgets, the DRA kinds, cluster-wide; the node Leases in their namespace)
 and the device-config ConfigMap are watched by one list-then-watch loop each
@@ -11,7 +12,8 @@ feed: Kopf's per-event handler pipeline cost more than the decision itself in a 
 (``docs/architecture.md`` keeps that decision with its numbers). A failover's resync
 lists every kind again through the same loops and handlers.
 
-The webhook's answers are ``admission.PodAdmission``'s.
+The webhook's answers are ``admission.PodAdmission``'s, from the engine's
+``admission_view``.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ import structlog
 from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.control import (
-    admission,
     admission_checks,
+    autoscale_catalogue,
+    autoscaler,
     cel_offload,
     claim_binding,
     claims_feed,
@@ -38,24 +41,27 @@ from vgpu_operator.control import (
     defrag,
     feed,
     gang_runtime,
+    group_status,
     heap,
     leadership,
     placeable_check,
     pod_facts,
     queue,
     reporting,
-    serving,
+    scheduling_thread,
     template_collector,
     watching,
     webhook_tls,
     worker,
 )
-from vgpu_operator.control.options import OperatorOptions
+from vgpu_operator.control.options import AutoscaleOptions, OperatorOptions
+from vgpu_operator.errors import ConfigError
 from vgpu_operator.kube import (
     binder,
     claims,
     client,
     defrag_actions,
+    karpenter,
     listing,
     peering,
     pod_groups,
@@ -64,9 +70,11 @@ from vgpu_operator.kube import (
 )
 from vgpu_operator.kube import events as kube_events
 from vgpu_operator.kube.requests import ApiClient
-from vgpu_operator.metrics import DefragMetrics, OperatorMetrics
+from vgpu_operator.metrics import OperatorMetrics
 from vgpu_operator.scheduling.books.allocation_gate import GateMode
 from vgpu_operator.scheduling.cycle import cluster
+from vgpu_operator.scheduling.dialects.claims import claim_routing
+from vgpu_operator.scheduling.dialects.claims import claims as claim_reads
 from vgpu_operator.scheduling.pod_key import pod_key
 from vgpu_operator.wire import ConfigMap, KubeObject, Pod, WatchEventType, meta_of
 
@@ -78,6 +86,16 @@ _RESYNC_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 #: The longest the garbage collector stays off while the first listing comes in (the API
 #: server may not answer for a while; retries make garbage of their own).
 HEAP_HOLD_MAX_S = 120.0
+
+
+def _read_catalogue(settings: AutoscaleOptions) -> autoscale_catalogue.Catalogue:
+    """The instance types to autoscale with; a file that cannot be read is said in one
+    log line and gives none (every waiting pod is then told no instance type holds it)."""
+    try:
+        return autoscale_catalogue.read_catalogue(settings.instance_types)
+    except ConfigError as exc:
+        log.error("autoscale_instance_types_unreadable", error=str(exc))
+        return autoscale_catalogue.Catalogue(problems=(str(exc),))
 
 
 def make_identity() -> str:
@@ -104,9 +122,11 @@ class Operator:
         self.identity = identity
         self.priority = priority
         self.metrics = metrics
-        self.defrag_metrics = DefragMetrics(metrics)
+        self.defrag_metrics = metrics.defrag()
         #: Set once every task runs (``/readyz``).
         self.started = asyncio.Event()
+        #: Noted every second by the scheduling loop (``/healthz``, scheduling_thread).
+        self.heartbeat = scheduling_thread.Heartbeat()
         self.state = cluster.ClusterState(
             device_config.DeviceConfig(), inventory_timeout_s=options.inventory_timeout_s
         )
@@ -147,13 +167,32 @@ class Operator:
         )
         # Gangs: PodGroups watched, a group's members decided together (gang_runtime).
         self.pod_groups = gang_runtime.PodGroupStore(
-            on_change=self._wake_group, single_groups=self.state.books.single_groups
+            on_change=self._wake_group,
+            single_groups=self.state.books.single_groups,
+            group_claims=self.state.books.group_claims,
         )
         self.gangs = gang_runtime.GangRuntime(
             self.state,
-            self.feed.unbound_pods,
+            self.feed.group_members,
             lambda: self.feed.scheduler_name,
             self.pod_groups,
+            self.feed.bound_members,
+        )
+        #: Present with ``--autoscale-instance-types``: asks Karpenter for the nodes the
+        #: waiting pods need (docs/autoscaling.md).
+        self.autoscaler = (
+            autoscaler.Autoscaler(
+                self.state,
+                self.feed,
+                self.queue,
+                self.gangs,
+                karpenter.KubeKarpenter(api),
+                _read_catalogue(options.autoscale),
+                options.autoscale,
+                decides=lambda: self.is_leader() and self.synced,
+            )
+            if options.autoscale is not None
+            else None
         )
         self.worker = worker.SchedulingWorker(
             self.state,
@@ -178,11 +217,14 @@ class Operator:
                 other_allocator_seen=self.feed.other_allocator_seen,
             ),
             gangs=self.gangs,
-            write_group_condition=self._write_group_condition,
+            write_group_condition=group_status.GroupConditionWrites(self._write_group_condition),
+            autoscaling=self.autoscaler,
         )
         self.feed.on_settled = self.worker.node_settled
+        if self.autoscaler is not None:
+            self.feed.on_node_changed = self.autoscaler.node_changed
+        self.feed.queue_priority = self.pod_groups.queue_priority
         self.deferred.busy = self.worker.busy
-        self.admission = admission.PodAdmission(self.state, api, metrics)
         self.watches = watching.Watches(
             watch_loop.ApiSource(api),
             config=(
@@ -205,17 +247,9 @@ class Operator:
                 defrag_actions.KubeDefragActions(api, self.reporter),
                 self.defrag_metrics,
                 options.defrag,
-                decides=lambda: self._is_leader() and self.synced,
+                decides=lambda: self.is_leader() and self.synced,
             )
             if options.defrag is not None
-            else None
-        )
-        #: Present with a metrics port: ``/metrics``, ``/healthz``, ``/readyz``.
-        self.server = (
-            serving.HttpServer(
-                metrics, ready=self.started.is_set, leader=self._is_leader, live=self.healthy
-            )
-            if options.metrics_port is not None
             else None
         )
         self._opened_before = False
@@ -252,9 +286,10 @@ class Operator:
             self.state.quota_usage,
             waiting=self._queue_census,
             stranded=self._stranded_memory,
+            learned=self.state.learned_mix,
+            loop=asyncio.get_running_loop(),
         )
-        if self.server is not None and options.metrics_port is not None:
-            await self.server.start(options.metrics_addr, options.metrics_port)
+        self._spawn("heartbeat", self.heartbeat.run())
         heap.hold()
         self._spawn("watches", self.watches.run())
         self._spawn("heap", self._settle_heap_once_listed(), forever=False)
@@ -272,6 +307,8 @@ class Operator:
         self._spawn("scheduling worker", self.worker.run())
         if self.defrag is not None:
             self._spawn("defragmentation", self.defrag.run())
+        if self.autoscaler is not None:
+            self._spawn("autoscaler", self.autoscaler.run())
         if options.template_collection is not None:
             collector = template_collector.TemplateCollector(
                 template_collector.ApiTemplateStore(self.api), options.template_collection
@@ -279,7 +316,7 @@ class Operator:
             self._spawn(
                 "template collector",
                 collector.run(
-                    decides=lambda: self._is_leader() and self.synced,
+                    decides=lambda: self.is_leader() and self.synced,
                     on_error=lambda: self.metrics.api_error("template_collector"),
                 ),
             )
@@ -295,18 +332,16 @@ class Operator:
             priority=self.priority,
         )
 
-    async def admit_pod(self, pod: Pod, *, dry_run: bool = False) -> admission.AdmissionAnswer:
-        """What the mutating webhook answers for ``pod`` (``admission.PodAdmission``)."""
-        return await self.admission.admit_pod(pod, dry_run=dry_run)
-
     def _placeable_controller(self) -> admission_checks.PlaceableController:
         """Kueue's AdmissionCheck vgpu-operator.io/placeable on our books (docs/kueue.md)."""
         assert self.options.kueue_check is not None
         return admission_checks.PlaceableController(
             self.api,
-            placeable_check.PlaceableCheck(self.state, hold_s=self.options.kueue_check.hold_s),
+            placeable_check.PlaceableCheck(
+                self.state, hold_s=self.options.kueue_check.hold_s, pod_groups=self.pod_groups.get
+            ),
             self.options.kueue_check,
-            decides=lambda: self._is_leader() and self.synced,
+            decides=lambda: self.is_leader() and self.synced,
             on_released=self.feed.settle_releases,
             on_error=self.metrics.api_error,
         )
@@ -329,8 +364,6 @@ class Operator:
         self._tasks.clear()
         await self.selectors.close()
         self._forever.clear()
-        if self.server is not None:
-            await self.server.stop()
         await self.api.close()
         log.info("operator_stopped", identity=self.identity)
 
@@ -357,7 +390,8 @@ class Operator:
         """False once a background task (worker, watch, gate) has died: restart us."""
         return all(not task.done() for task in self._forever)
 
-    def _is_leader(self) -> bool:
+    def is_leader(self) -> bool:
+        """Whether this replica decides (the peering gate is open)."""
         return self.gate.is_open()
 
     @property
@@ -366,10 +400,12 @@ class Operator:
         return self.worker.synced.is_set()
 
     def _wake_group(self, group: str) -> None:
-        """A PodGroup changed (created, minCount lowered): its waiting members try again."""
-        for pod in self.feed.unbound_pods():
-            if gang_runtime.GangRuntime.group_of(pod) == group:
-                self.queue.wake_one(pod_key(pod))
+        """A PodGroup changed (created, minCount lowered, its class): its waiting members
+        take their priority from it and try again."""
+        for pod in self.feed.group_members(group):
+            key = pod_key(pod)
+            self.queue.set_priority(key, self.pod_groups.queue_priority(pod))
+            self.queue.wake_one(key)
 
     async def _write_group_condition(self, group: str, condition: Mapping[str, object]) -> None:
         namespace, _, name = group.partition("/")
@@ -480,7 +516,8 @@ class Operator:
             for node, holder in self.feed.check_gates():
                 # Its device plugin never answered: the node takes GPU pods again.
                 log.warning("allocation_gate_timed_out", node=node, pod=holder)
-            if self._is_leader():
+            if self.is_leader():
+                self.worker.check_nominations()  # holds that timed out with no decision
                 await self._report_not_routed()
             # Pods no event helped for --resync-interval are tried again anyway (the
             # watches keep the books current, kube/watch_loop.py: no relisting).
@@ -521,11 +558,15 @@ class Operator:
             uid = str(meta_of(pod).get("uid") or "")
             if uid in self._not_routed_reported:
                 continue
-            if not self._asks_for_gpu(pod):
+            classes = self._our_claim_classes(pod)
+            if not classes and not self._asks_for_gpu(pod):
                 continue  # not a GPU pod: the default scheduler's business
             self._not_routed_reported.add(uid)
-            wanted = pod_facts.extended_resources_of(pod)
-            message = reporting.not_routed_message(pod, wanted, self.feed.scheduler_name)
+            if classes:
+                message = reporting.not_routed_claims_message(classes, self.feed.scheduler_name)
+            else:
+                wanted = pod_facts.extended_resources_of(pod)
+                message = reporting.not_routed_message(pod, wanted, self.feed.scheduler_name)
             log.warning(
                 "gpu_pod_not_routed",
                 pod=cluster.pod_key(pod),
@@ -538,6 +579,19 @@ class Operator:
                 log.warning("event_write_failed", pod=cluster.pod_key(pod), error=str(exc))
                 self.metrics.api_error("report")
         self._not_routed_reported &= present
+
+    def _our_claim_classes(self, pod: Pod) -> set[str]:
+        """Our DeviceClasses the pod's claims ask for (the claims as the books hold them):
+        such a pod left to kube-scheduler waits forever, since only the operator may
+        allocate them (manifests/claim-policy.yaml)."""
+        keys = claim_reads.pod_claim_keys(pod)
+        objects = self.state.books.claims.objects
+        found: set[str] = set()
+        for key in keys if isinstance(keys, list) else ():
+            obj = objects.get(key)
+            if obj is not None:
+                found |= claim_routing.asks_our_classes(obj, claim_routing.CLAIM)
+        return found
 
     def _asks_for_gpu(self, pod: Pod) -> bool:
         """Whether the webhook would have taken the pod as a GPU pod, had it seen it

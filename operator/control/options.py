@@ -56,6 +56,34 @@ class DefragOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class AutoscaleOptions:
+    """Asking Karpenter for the nodes the waiting pods need (``control/autoscaler.py``)."""
+
+    #: The instance types the NodePools may use, with their cards (``autoscale_catalogue``).
+    instance_types: Path
+    #: Seconds between rounds (a pod found waiting also starts one).
+    interval_s: float = 5.0
+    #: A NodeClaim that has not become a node (its inventory read) by then is withdrawn.
+    node_timeout_s: float = 600.0
+    #: An instance type whose NodeClaim timed out or failed is not asked for this long.
+    cool_off_s: float = 600.0
+    #: The longest one round's search may take (seconds of CPU).
+    max_search_s: float = 0.25
+    #: New nodes are asked for once no new pod has been found waiting for ``batch_idle_s``,
+    #: or ``batch_max_s`` after the first (Karpenter's own batching window): pods created
+    #: together are planned together.
+    batch_idle_s: float = 1.0
+    batch_max_s: float = 10.0
+    #: Give back a node whose pods all fit elsewhere when it saves at least this much per
+    #: hour (the offering's price; None: never give a node back).
+    scale_down_min_savings: float | None = 0.0
+    #: A node younger than this (its NodeClaim's age) is not given back.
+    scale_down_after_s: float = 300.0
+    #: The most waiting pods one round plans for (the most important first).
+    max_pods: int = 256
+
+
+@dataclass(frozen=True, slots=True)
 class TemplateCollection:
     """The collection of webhook-made ResourceClaimTemplates no pod names
     (``control/template_collector``): a round every ``interval_s``; a template is kept
@@ -119,3 +147,9 @@ class OperatorOptions:
     #: Answer Kueue's AdmissionCheck ``vgpu-operator.io/placeable`` (None: off, the
     #: default; ``control/admission_checks``, docs/kueue.md).
     kueue_check: PlaceableOptions | None = None
+    #: Ask Karpenter for the nodes waiting pods need (None: off, the default;
+    #: docs/autoscaling.md).
+    autoscale: AutoscaleOptions | None = None
+    #: ``/healthz`` fails once the scheduling loop has not turned for this long
+    #: (``control/scheduling_thread``).
+    scheduling_stuck_after_s: float = 60.0

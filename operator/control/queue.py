@@ -163,6 +163,16 @@ class SchedulingQueue:
         self._to_active(key, entry)
         return True
 
+    def set_priority(self, key: PodKey, priority: int) -> None:
+        """Change a queued pod's priority (its PodGroup's came or changed); an active pod
+        takes its new place in the active queue, any other keeps its state."""
+        entry = self._entries.get(key)
+        if entry is None or entry.priority == priority:
+            return
+        entry.priority = priority
+        if entry.state is _State.ACTIVE:
+            self._to_active(key, entry)  # the old heap item is now stale
+
     def remove(self, key: PodKey) -> None:
         """Forget a pod (bound, deleted, no longer ours). Stale heap items are skipped."""
         entry = self._entries.pop(key, None)

@@ -9,7 +9,7 @@ them. The condition carries kube-scheduler's node-counting message
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 import structlog
@@ -19,6 +19,7 @@ from vgpu_operator.kube import conditions, events
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OtherReason
 from vgpu_operator.scheduling import status
+from vgpu_operator.scheduling.cycle import cluster
 from vgpu_operator.timestamps import format_rfc3339
 from vgpu_operator.wire import KubeObject, Pod, meta_of
 
@@ -33,6 +34,10 @@ REASON_PREEMPTING: Final = "Preempting"
 REASON_GATED: Final = "WaitingForAllocationGate"
 #: A preemption that would violate a PodDisruptionBudget, or whose eviction was refused.
 REASON_PREEMPTION_BLOCKED: Final = "PreemptionBlocked"
+#: A preemptor waits for its victims to leave (Normal Event), or its hold timed out
+#: before they did (Warning Event and condition).
+REASON_WAITING_FOR_VICTIMS: Final = "WaitingForPreemptedPods"
+REASON_NOMINATION_TIMED_OUT: Final = "NominationTimedOut"
 #: A GPU pod created while the webhook did not answer: it kept the default scheduler.
 REASON_NOT_ROUTED: Final = "NotRoutedToGpuScheduler"
 CONDITION_NOT_ROUTED: Final = "vgpu-operator.io/RoutedToGpuScheduler"
@@ -87,6 +92,19 @@ def not_routed_message(pod: Pod, resources: Iterable[str], scheduler: str) -> st
     )
 
 
+def not_routed_claims_message(classes: Iterable[str], scheduler: str) -> str:
+    """Why a pod whose claims ask for our DeviceClasses, left to kube-scheduler, waits."""
+    named = ", ".join(sorted(classes))
+    return (
+        f"The pod's ResourceClaims ask for DeviceClass {named}, but the pod was created while "
+        "the vgpu-operator webhook did not answer, so it kept schedulerName "
+        "default-scheduler: kube-scheduler may not allocate this driver's devices (the "
+        "namespace's GPU quota would not hold), so it waits forever (a pod's scheduler "
+        "cannot be changed after creation). Delete it so that its controller recreates it "
+        f"while the operator runs, or set schedulerName: {scheduler} in its template."
+    )
+
+
 def gate_wait_message(node: str, holder: str, held_s: float, opens_in_s: float) -> str:
     """Why a decided pod is not bound yet: its node's allocation gate is shut."""
     return (
@@ -107,6 +125,68 @@ def eviction_refused_message(node: str, victim: str, evicted: int) -> str:
         f"Preemption on node {node} stopped: the eviction of {victim} was refused (a "
         f"PodDisruptionBudget allows no disruption now); {before}. The pod is decided "
         "again after its backoff."
+    )
+
+
+#: The most victims a message names (a preemption may evict many).
+_NAMED_VICTIMS: Final = 5
+
+
+def _victims(keys: Sequence[str]) -> str:
+    shown = ", ".join(keys[:_NAMED_VICTIMS])
+    more = len(keys) - _NAMED_VICTIMS
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def preempting_condition_message(node: str, victims: int) -> str:
+    return (
+        f"{preempting_message(node, victims)}; the pod is bound there once they have left "
+        "(the room they free is held for it meanwhile)."
+    )
+
+
+def waiting_for_victims_message(wait: cluster.NominationWait) -> str:
+    """What a preemptor still waits for (its victims, or their claims' release)."""
+    if wait.victims:
+        left = f"{len(wait.victims)} still there: {_victims(wait.victims)}"
+        return f"Waiting on node {wait.node} for the pods preempted for it to leave ({left})."
+    return (
+        f"Waiting on node {wait.node} for the ResourceClaims of the pods preempted for it "
+        f"to be deallocated ({_victims(wait.claims)})."
+    )
+
+
+def nothing_to_evict_message(diagnosis: status.Diagnosis, node: str) -> str:
+    """A nomination with no victim: preemption found room that the node's own checks
+    refuse. Nothing is evicted; the pod waits for the cluster to change."""
+    return (
+        f"{diagnosis.message()} Preemption chose node {node} without any pod to evict, "
+        "but the pod does not fit there as it is: nothing is evicted, and the pod is "
+        "decided again when the cluster changes."
+    )
+
+
+def nomination_expired_message(expired: cluster.NominationWait) -> str:
+    """A preemptor's hold timed out before its victims left."""
+    left = (
+        f"{len(expired.victims)} still there: {_victims(expired.victims)}"
+        if expired.victims
+        else "their ResourceClaims were not deallocated"
+    )
+    return (
+        f"The pods preempted on node {expired.node} for this pod did not leave in time "
+        f"({left}); the room held for it there is given up, and the pod is decided again "
+        "(a victim that does not end, held by a finalizer, say, keeps its room)."
+    )
+
+
+def preemption_failed_message(node: str, victim: str | None, evicted: int, error: str) -> str:
+    """Why a preemption stopped: an eviction failed (not a budget's refusal)."""
+    before = "no pod was evicted" if not evicted else f"{evicted} evicted before it"
+    what = f"the eviction of {victim} failed" if victim else "it could not start"
+    return (
+        f"Preemption on node {node} stopped: {what} ({error}); {before}. The pod is "
+        "decided again after its backoff."
     )
 
 
@@ -135,6 +215,12 @@ class KubeReporter:
 
     async def unschedulable(self, pod: Pod, diagnosis: status.Diagnosis) -> None:
         await self._not_scheduled(pod, diagnosis.message(), failed_scheduling_message(diagnosis))
+
+    async def waits(self, pod: Pod, diagnosis: status.Diagnosis, note: str) -> None:
+        """Unschedulable here, and what it waits for (a node the autoscaler asked for)."""
+        await self._not_scheduled(
+            pod, f"{diagnosis.message()} {note}", f"{failed_scheduling_message(diagnosis)} {note}"
+        )
 
     async def rejected(self, pod: Pod, message: str) -> None:
         await self._not_scheduled(pod, message, message)
@@ -183,12 +269,44 @@ class KubeReporter:
         await self._write(write, ref, REASON_PREEMPTED)
 
     async def preempting(self, pod: Pod, node: str, victims: int) -> None:
+        """``PodScheduled=False`` saying the pod preempts, and a Normal Event."""
         ref = _pod_ref(pod)
-        message = preempting_message(node, victims)
-        write = self._events.record(
-            ref, REASON_PREEMPTING, message, self._clock(), events.TYPE_NORMAL
+        now = self._clock()
+        condition = conditions.unschedulable_condition(
+            pod, preempting_condition_message(node, victims), now
         )
+        if condition is not None:
+            await conditions.patch_pod_condition(self._api, ref.namespace, ref.name, condition)
+        message = preempting_message(node, victims)
+        write = self._events.record(ref, REASON_PREEMPTING, message, now, events.TYPE_NORMAL)
         await self._write(write, ref, REASON_PREEMPTING)
+
+    async def waiting_for_victims(self, pod: Pod, message: str) -> None:
+        """``PodScheduled=False`` (Unschedulable) and a Normal Event: the pod waits for
+        the pods preempted for it to leave."""
+        await self._told(pod, message, REASON_WAITING_FOR_VICTIMS, events.TYPE_NORMAL)
+
+    async def nomination_timed_out(self, pod: Pod, message: str) -> None:
+        """``PodScheduled=False`` (NominationTimedOut) and a Warning Event."""
+        reason = REASON_NOMINATION_TIMED_OUT
+        await self._told(pod, message, reason, events.TYPE_WARNING, condition_reason=reason)
+
+    async def _told(
+        self,
+        pod: Pod,
+        message: str,
+        event_reason: str,
+        event_type: str,
+        *,
+        condition_reason: str = conditions.REASON_UNSCHEDULABLE,
+    ) -> None:
+        ref = _pod_ref(pod)
+        now = self._clock()
+        condition = conditions.unschedulable_condition(pod, message, now, reason=condition_reason)
+        if condition is not None:
+            await conditions.patch_pod_condition(self._api, ref.namespace, ref.name, condition)
+        write = self._events.record(ref, event_reason, message, now, event_type)
+        await self._write(write, ref, event_reason)
 
     async def gated(self, pod: Pod, message: str) -> None:
         """``PodScheduled=False`` (reason WaitingForAllocationGate) and a Normal Event: the

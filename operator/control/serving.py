@@ -1,11 +1,13 @@
 """The operator's small HTTP server: ``/metrics``, ``/healthz``, ``/readyz``.
 
-It runs on the operator's own event loop (aiohttp), so a scrape reads the engine on the
-thread that changes it: the per-device figures need no lock and are exact at scrape time.
-``/healthz`` fails once a background task (the worker, a watch) has died, so that the
-kubelet restarts the process. ``/readyz`` answers 200 once the operator has started, on
-standby replicas too (they must be Ready for a rolling update to proceed); its body says
-whether this one is the leader.
+It runs on the serving loop (aiohttp), with the webhook, apart from the scheduling loop
+(``scheduling_thread``): no decision, however slow, delays a probe's answer. A scrape
+copies the engine's figures on the scheduling loop (``OperatorMetrics``).
+``/healthz`` fails when the process should be restarted (``live`` says why: a background
+task has died, or the scheduling loop has not turned for a minute), so that the kubelet
+restarts it. ``/readyz`` answers 200 once the operator has started, on standby replicas
+too (they must be Ready for a rolling update to proceed); its body says whether this one
+is the leader.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class HttpServer:
         *,
         ready: Callable[[], bool],
         leader: Callable[[], bool],
-        live: Callable[[], bool] = lambda: True,
+        live: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._metrics = metrics
         self._ready = ready
@@ -34,6 +36,7 @@ class HttpServer:
         self.port: int | None = None
 
     async def start(self, addr: str, port: int) -> None:
+        """Serve on ``addr:port``; raises OSError when the port cannot be bound."""
         app = web.Application()
         app.router.add_get("/metrics", self._serve_metrics)
         app.router.add_get("/healthz", self._serve_health)
@@ -55,8 +58,9 @@ class HttpServer:
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def _serve_health(self, request: web.Request) -> web.Response:
-        if not self._live():
-            return web.Response(status=503, text="a background task has stopped\n")
+        problem = self._live()
+        if problem is not None:
+            return web.Response(status=503, text=f"{problem}\n")
         return web.Response(text="ok\n")
 
     async def _serve_ready(self, request: web.Request) -> web.Response:

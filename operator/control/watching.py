@@ -77,7 +77,8 @@ def config_collection(namespace: str, config_map: str) -> Collection:
 
 def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[FeedKind[Any], ...]:
     """The DRA path's kinds: ResourceSlices, DeviceClasses, DeviceTaintRules (a cluster
-    that does not serve them has none) and ResourceClaims."""
+    that does not serve them has none), the Namespaces labelled for adminAccess (only
+    those) and ResourceClaims."""
     return (
         FeedKind(
             "slice",
@@ -96,6 +97,12 @@ def dra_kinds_of(claim_feed: claims_feed.ClaimFeed) -> tuple[FeedKind[Any], ...]
             Collection(claims.DEVICE_TAINT_RULES),
             claim_feed.rules_listed,
             claim_feed.rule_event,
+        ),
+        FeedKind(
+            "adminnamespace",
+            Collection(listing.NAMESPACES, label_selector=f"{claims_feed.ADMIN_ACCESS_LABEL}=true"),
+            claim_feed.admin_namespaces_listed,
+            claim_feed.admin_namespace_event,
         ),
         FeedKind(
             "claim",

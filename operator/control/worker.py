@@ -58,6 +58,8 @@ class EngineDecisions(Protocol):
     def bind_gate_open(self, node_name: str, key: PodKey, now: float) -> bool: ...
     def bind_gate_enabled(self) -> bool: ...
     def gate_holder(self, node_name: str, now: float) -> GateHolder | None: ...
+    def nomination_wait(self, key: PodKey) -> cluster.NominationWait | None: ...
+    def take_expired_nominations(self, now: float) -> list[cluster.NominationWait]: ...
 
 
 class SelectorsOffLoop(Protocol):
@@ -82,6 +84,17 @@ class Reporter(Protocol):
     async def adjusted(self, pod: Pod, message: str) -> None: ...
     async def gated(self, pod: Pod, message: str) -> None: ...
     async def preemption_blocked(self, pod: Pod, message: str) -> None: ...
+    async def waiting_for_victims(self, pod: Pod, message: str) -> None: ...
+    async def nomination_timed_out(self, pod: Pod, message: str) -> None: ...
+    async def waits(self, pod: Pod, diagnosis: status.Diagnosis, note: str) -> None: ...
+
+
+class Autoscaling(Protocol):
+    """The autoscaler's side (``autoscaler.Autoscaler``): what a waiting pod waits for,
+    and a nudge when a pod is found waiting."""
+
+    def note(self, key: PodKey) -> str | None: ...
+    def poke(self) -> None: ...
 
 
 class Preemptor(Protocol):
@@ -173,8 +186,11 @@ class SchedulingWorker:
         selectors: SelectorsOffLoop | None = None,
         gangs: gang_runtime.GangRuntime | None = None,
         write_group_condition: GroupConditionWriter | None = None,
+        autoscaling: Autoscaling | None = None,
     ) -> None:
         self._engine = engine
+        #: What pods wait for beyond the books (None: no autoscaling).
+        self._autoscaling = autoscaling
         #: Pods in a PodGroup are decided with their group (None: no gang support wired).
         self._gangs = gangs
         self._write_group_condition = write_group_condition
@@ -309,6 +325,7 @@ class SchedulingWorker:
             self._feed.settle_releases()
             if self._selectors is not None:
                 self._selectors.decided(key)  # verdicts it lacked: computed off the loop
+            self.check_nominations()  # holds the decision found timed out
         took_s = time.perf_counter() - started
         self._metrics.decided(took_s)
         if decision.victims and (pod.get("spec") or {}).get("resourceClaims"):
@@ -341,13 +358,15 @@ class SchedulingWorker:
         backoff_s = self._queue.park(
             key, hint=_hint_of(decision), reasons=reporting.condition_reasons(diagnosis)
         )
-        if self._reported.get(key) == (pod_facts.uid_of(pod), message):
-            log.debug("pod_unschedulable", pod=key, message=message, retry_after_s=backoff_s)
+        note = self._note(key) if decision.preemption_blocked is None else None
+        told = message if note is None else f"{message} {note}"
+        if self._reported.get(key) == (pod_facts.uid_of(pod), told):
+            log.debug("pod_unschedulable", pod=key, message=told, retry_after_s=backoff_s)
             return False
         log.info(
             "pod_unschedulable",
             pod=key,
-            message=message,
+            message=told,
             devices=diagnosis.device_counts(),
             retry_after_s=backoff_s,
             preemption_blocked=decision.preemption_blocked,
@@ -355,8 +374,27 @@ class SchedulingWorker:
         if decision.preemption_blocked is not None:
             self._report_once(key, pod, message, self._reporter.preemption_blocked(pod, message))
             return False
-        self._report_once(key, pod, message, self._reporter.unschedulable(pod, diagnosis))
+        self._report_waiting(key, pod, diagnosis, message)
         return False
+
+    def _note(self, key: PodKey) -> str | None:
+        """What the pod waits for beyond the books (the autoscaler's note), and a nudge to
+        the autoscaler: a pod was found waiting."""
+        if self._autoscaling is None:
+            return None
+        self._autoscaling.poke()
+        return self._autoscaling.note(key)
+
+    def _report_waiting(
+        self, key: PodKey, pod: Pod, diagnosis: status.Diagnosis, message: str
+    ) -> None:
+        """Tell a pod that fits nowhere why (``message``), and what it waits for."""
+        note = self._note(key)
+        if note is None:
+            self._report_once(key, pod, message, self._reporter.unschedulable(pod, diagnosis))
+            return
+        told = f"{message} {note}"
+        self._report_once(key, pod, told, self._reporter.waits(pod, diagnosis, note))
 
     def _decide_group(self, key: PodKey, pod: Pod, group: str, *, slot_held: bool) -> bool:
         """A PodGroup's members decided together (``gang_runtime``): those placed are bound
@@ -410,9 +448,7 @@ class SchedulingWorker:
             waits_for = hint if out.reason is not None else _hint_of(decision)
             self._metrics.attempt(Result.UNSCHEDULABLE)
             self._queue.park(decision.pod, hint=waits_for, reasons=(gang_runtime.WAIT_REASON,))
-            if self._reported.get(decision.pod) != (pod_facts.uid_of(member), message):
-                report = self._reporter.unschedulable(member, diagnosis)
-                self._report_once(decision.pod, member, message, report)
+            self._report_waiting(decision.pod, member, diagnosis, message)
         decided = {d.pod for d in (*out.placed, *out.preempting, *out.waiting)}
         if key not in decided:
             self._queue.retry_later(key)  # not among the group's pending members now
@@ -430,25 +466,77 @@ class SchedulingWorker:
 
     def _await_victims(self, key: PodKey, pod: Pod, decision: cluster.Decision, node: str) -> bool:
         """A preempting decision (evict its victims now) or a pod still waiting for the
-        victims of an earlier one: parked either way, woken when a victim is gone."""
-        self._metrics.attempt(Result.PREEMPTING)
+        victims of an earlier one: parked either way, woken when a victim is gone, and
+        told what it waits for (once per news). A nomination with nothing to wait for
+        (no victim, none left) is given up and the pod told why (``_nothing_to_evict``)."""
         diagnosis = decision.diagnosis or status.Diagnosis({}, 0)
+        wait = None if decision.victims else self._engine.nomination_wait(key)
+        if not decision.victims and (wait is None or not wait.waits):
+            return self._nothing_to_evict(key, pod, decision, node)
+        self._metrics.attempt(Result.PREEMPTING)
         backoff_s = self._queue.park(
             key,
             hint=queue.WaitsForVictims(node),
             reasons=reporting.condition_reasons(diagnosis),
         )
-        if not decision.victims:
+        if wait is not None:
             log.info("pod_waiting_for_victims", pod=key, node=node, retry_after_s=backoff_s)
+            message = reporting.waiting_for_victims_message(wait)
+            self._report_once(key, pod, message, self._reporter.waiting_for_victims(pod, message))
             return False
         log.info("pod_preempting", pod=key, node=node, victims=list(decision.victims))
         if self._preemptor is None:
             log.error("preemption_without_preemptor", pod=key)
             self._engine.cancel_preemption(key)
             self._feed.settle_releases()
+            message = f"scheduling failed: preemption on node {node} has no preemptor"
+            self._report_once(key, pod, message, self._reporter.failed(pod, message))
             return False
         self._spawn(f"preempt {key}", self._preempt(key, pod, node, decision))
         return False
+
+    def _nothing_to_evict(
+        self, key: PodKey, pod: Pod, decision: cluster.Decision, node: str
+    ) -> bool:
+        """A nomination that names no victim and waits for none: nothing would ever wake
+        the pod. The hold is given up; the pod waits for a change that may let it fit,
+        and is told so."""
+        self._engine.cancel_preemption(key)
+        self._feed.settle_releases()
+        self._metrics.attempt(Result.UNSCHEDULABLE)
+        diagnosis = decision.diagnosis or status.Diagnosis({}, 0)
+        message = reporting.nothing_to_evict_message(diagnosis, node)
+        backoff_s = self._queue.park(
+            key, hint=_hint_of(decision), reasons=reporting.condition_reasons(diagnosis)
+        )
+        log.warning("preemption_without_victims", pod=key, node=node, retry_after_s=backoff_s)
+        self._report_once(key, pod, message, self._reporter.preemption_blocked(pod, message))
+        return False
+
+    def check_nominations(self) -> None:
+        """Preemptors whose hold on their node timed out (their victims did not all leave
+        in time): each is told, its ``nominatedNodeName`` cleared, and decided again.
+        Called after each decision and by the operator's housekeeping."""
+        for expired in self._engine.take_expired_nominations(self._wall_clock()):
+            pod = self._feed.pending_pod(expired.pod)
+            if pod is None:
+                continue
+            victims = list(expired.victims)
+            log.warning("nomination_timed_out", pod=expired.pod, node=expired.node, victims=victims)
+            message = reporting.nomination_expired_message(expired)
+            self._report_once(
+                expired.pod, pod, message, self._reporter.nomination_timed_out(pod, message)
+            )
+            if self._preemptor is not None:
+                self._spawn(f"unnominate {expired.pod}", self._unnominate(pod))
+            self._queue.wake_one(expired.pod)
+
+    async def _unnominate(self, pod: Pod) -> None:
+        assert self._preemptor is not None
+        try:
+            await self._preemptor.nominate(pod, None)
+        except Exception as exc:  # the next decision nominates afresh if it preempts
+            log.warning("nomination_clear_failed", pod=cluster.pod_key(pod), error=str(exc))
 
     async def _preempt(self, key: PodKey, pod: Pod, node: str, decision: cluster.Decision) -> None:
         victims = decision.victims
@@ -457,6 +545,8 @@ class SchedulingWorker:
         refused: list[PodKey] = []
         evicted = 0
         ending = PreemptionResult.EVICTED
+        current: PodKey | None = None
+        failure = ""
         try:
             await preemptor.nominate(pod, node)
             await preemptor.preempting(pod, node, len(victims))
@@ -464,6 +554,7 @@ class SchedulingWorker:
             # refuses one (its budget changed since the engine read it), no other victim
             # has been evicted for nothing.
             for victim in victims:
+                current = victim
                 outcome = await preemptor.evict(victim, decision.victim_uids.get(victim, ""))
                 if outcome is EvictOutcome.REFUSED:
                     refused.append(victim)
@@ -479,6 +570,7 @@ class SchedulingWorker:
             self._metrics.api_error("evict")
             refused.append(PodKey(""))
             ending = PreemptionResult.ERROR
+            failure = str(exc) or type(exc).__name__
         if refused and ending is PreemptionResult.EVICTED:
             ending = PreemptionResult.REFUSED
         self._metrics.preemption(ending, len(victims))
@@ -500,7 +592,9 @@ class SchedulingWorker:
         named = [v for v in refused if v]
         if named:
             message = reporting.eviction_refused_message(node, named[0], evicted)
-            self._report(key, self._reporter.preemption_blocked(pod, message))
+        else:
+            message = reporting.preemption_failed_message(node, current, evicted, failure)
+        self._report(key, self._reporter.preemption_blocked(pod, message))
 
     async def _bind(
         self,

@@ -75,6 +75,12 @@ _GEOMETRY: Final = {
 }
 
 
+def geometry_of(compute_slices: int) -> tuple[int, tuple[int, ...]] | None:
+    """A profile's memory slices and the starts NVML allows it, by its compute slices
+    (None: no such profile on these cards)."""
+    return _GEOMETRY.get(compute_slices)
+
+
 def profiles_for(card_memory_mib: int) -> tuple[Profile, ...]:
     """The MIG profiles of an A100/H100 card of this memory, smallest first (HAMi v2.10's
     order: memory, then slices). Memory per slice is the card's eighth, rounded down to
@@ -115,6 +121,11 @@ class MigCardShape:
     memory_mib: int
     healthy: bool = True
     numa_node: int | None = None
+    #: Instances on the card that no claim of this driver holds (made before the agent
+    #: started, or by someone else): (first memory slice, memory slices, compute slices).
+    #: Their slices are taken out of the card's counters. None: one whose placement
+    #: cannot be read is there, so the card offers nothing.
+    taken: tuple[tuple[int, int, int], ...] | None = ()
 
     @property
     def name(self) -> str:
@@ -141,9 +152,18 @@ def instance_name(card_uuid: str, profile: str, start: int) -> str:
 
 
 def counter_set_wire(card: MigCardShape) -> dict[str, Any]:
-    """The card's ``sharedCounters`` entry."""
-    counters = {memory_counter(i): {"value": "1"} for i in range(MEMORY_SLICES)}
-    counters[COMPUTE_COUNTER] = {"value": str(COMPUTE_SLICES)}
+    """The card's ``sharedCounters`` entry: every memory slice and compute slice, less
+    those of the instances no claim holds (``taken``), so that no allocator gives a
+    placement over one."""
+    if card.taken is None:
+        held, compute = set(range(MEMORY_SLICES)), COMPUTE_SLICES
+    else:
+        held = {i for start, size, _ in card.taken for i in range(start, start + size)}
+        compute = sum(c for _, _, c in card.taken)
+    counters = {
+        memory_counter(i): {"value": "0" if i in held else "1"} for i in range(MEMORY_SLICES)
+    }
+    counters[COMPUTE_COUNTER] = {"value": str(max(COMPUTE_SLICES - compute, 0))}
     return {"name": card.counter_set, "counters": counters}
 
 

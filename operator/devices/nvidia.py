@@ -68,7 +68,11 @@ def mutate_container(config: NvidiaConfig, container: dict[str, Any], pod: dict[
     cores_present = _has(container, "limits", names_.cores) or _has(
         container, "requests", names_.cores
     )
-    if count_present and not cores_present:
+    # A count of 0 asks for nothing: no exclusive default is added (HAMi adds one, which
+    # ``vendor.container_request`` would then read as a share asked with no device).
+    requested = (resources.get("requests") or {}).get(names_.count)
+    asks_none = as_int(limits.get(names_.count, requested)) == 0
+    if count_present and not cores_present and not asks_none:
         pct_present = _has(container, "limits", names_.memory_percentage) or _has(
             container, "requests", names_.memory_percentage
         )

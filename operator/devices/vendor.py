@@ -19,6 +19,10 @@ from vgpu_operator.errors import CodecError
 
 _MAX_INT32 = 2**31 - 1
 _TRUE_WORDS = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+#: Go's strconv.ParseBool falsehood.
+_FALSE_WORDS = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+#: The card modes a vgpu-mode annotation may name (the card's mode must be in its text).
+CARD_MODES: Final = (model.MODE_HAMI_CORE, model.MODE_MIG, model.MODE_MPS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +162,27 @@ class CardFilter:
         return card_id not in self.nouse_uuids
 
 
+def card_filter_problem(spec: VendorSpec, annotations: Mapping[str, str]) -> str | None:
+    """Why the webhook must refuse the pod's card-filter annotations of this vendor (a
+    value HAMi would read as something else than written), naming the value and what is
+    allowed; None when they read as written."""
+    if spec.numa_bind_annotation is not None:
+        value = annotations.get(spec.numa_bind_annotation)
+        if value is not None and value.strip() not in _TRUE_WORDS | _FALSE_WORDS:
+            return (
+                f"annotation {spec.numa_bind_annotation}={value[:64]!r} is not a boolean: "
+                "write true or false"
+            )
+    if spec.mode_annotation is not None:
+        value = annotations.get(spec.mode_annotation)
+        if value is not None and not any(mode in value for mode in CARD_MODES):
+            return (
+                f"annotation {spec.mode_annotation}={value[:64]!r} names no card mode, so no "
+                f"card would match: write one or more of {', '.join(CARD_MODES)}"
+            )
+    return None
+
+
 def type_allowed(spec: VendorSpec, annotations: Mapping[str, str], card_type: str) -> bool:
     return CardFilter.read(spec, annotations).type_allowed(card_type)
 
@@ -229,6 +254,20 @@ def container_request(
         field = f"container {container.get('name', '')!r}: {names.count}"
         raise CodecError(field, "must not be negative", str(raw))
     if count == 0:
+        shares = [
+            n
+            for n in (names.memory, names.memory_percentage, names.cores)
+            if n and _raw(resources, n) is not _MISSING
+        ]
+        if shares:
+            # HAMi reads it as no request at all: the share asked would be ignored.
+            field = f"container {container.get('name', '')!r}: {names.count}"
+            raise CodecError(
+                field,
+                f"is 0 while the container asks {', '.join(shares)}: ask at least one "
+                f"device ({names.count}: 1) or remove {', '.join(shares)}",
+                str(raw),
+            )
         return None
     factor = config.effective_memory_factor
     memory = 0

@@ -7,6 +7,12 @@ process (tests of restarts and peering) without sharing state. Kopf does what it
 well and nothing per object: it stores nothing on the objects (no progress annotations,
 no finalizers) and watches none of the kinds the engine reads (``control/watching.py``
 does; ``docs/architecture.md`` says why).
+
+Kopf's loop is the serving loop: the webhook, peering, login and the HTTP server
+(``/metrics``, ``/healthz``, ``/readyz``) are answered here, and the operator runs on a
+thread of its own (``control/scheduling_thread.py``), so that no decision delays an
+answer. The webhook reads the engine through its ``admission_view`` only, and speaks to
+the API server with a client of this loop.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ import kopf
 import structlog
 
 from vgpu_operator.control import admission as answers
-from vgpu_operator.control import leadership, operator
+from vgpu_operator.control import leadership, operator, scheduling_thread, serving
 from vgpu_operator.control.operator import prepare_webhook_tls, tls_target
 from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.handlers import admission
+from vgpu_operator.kube import client
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics
 from vgpu_operator.wire import Pod
@@ -35,11 +42,15 @@ log = structlog.get_logger("vgpu_operator.operator")
 _CERT_FILE_CHECK_S = 5.0
 
 
+class ServingError(Exception):
+    """The HTTP server could not start (its port is taken); the message says what to do."""
+
+
 class OperatorApp:
     """The operator's process as Kopf sees it (created before Kopf starts): the
-    peering identity and priority Kopf is given, the metrics, and the operator, which
-    start-up assembles complete (``running``); until then the webhook answers
-    ``answers.NotReady``."""
+    peering identity and priority Kopf is given, the metrics and the HTTP server, and
+    the operator, which start-up assembles complete on the scheduling thread
+    (``running``); until then the webhook answers ``answers.NotReady``."""
 
     def __init__(self, options: OperatorOptions) -> None:
         self.options = options
@@ -50,43 +61,104 @@ class OperatorApp:
             else leadership.peering_priority(time.time())
         )
         self.metrics = OperatorMetrics()
-        self._phase: operator.Operator | answers.NotReady = answers.NotReady(self.metrics)
+        self._phase: answers.PodAdmission | answers.NotReady = answers.NotReady(self.metrics)
+        self._scheduling: scheduling_thread.SchedulingThread[operator.Operator] | None = None
+        #: The serving loop's own API client (the webhook's reads and writes, login).
+        self._api: ApiClient | None = None
+        #: Present with a metrics port: ``/metrics``, ``/healthz``, ``/readyz``.
+        self.server: serving.HttpServer | None = None
 
     @property
     def running(self) -> operator.Operator:
         """The operator, once start-up assembled it."""
-        phase = self._phase
-        if not isinstance(phase, operator.Operator):
+        scheduling = self._scheduling
+        if scheduling is None or scheduling.running is None:
             raise RuntimeError("the operator has not started")
-        return phase
+        return scheduling.running
+
+    @property
+    def scheduling_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop the operator decides on (None before start-up; tests, diagnostics)."""
+        return None if self._scheduling is None else self._scheduling.loop
 
     @property
     def synced(self) -> bool:
         """True once the operator holds a full picture and may decide."""
-        phase = self._phase
-        return isinstance(phase, operator.Operator) and phase.synced
+        return self._started() and self.running.synced
 
     async def on_startup(self, settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_kopf(settings, self.options)
-        running = await operator.Operator.assemble(
-            self.options, identity=self.identity, priority=self.priority, metrics=self.metrics
+        options = self.options
+        scheduling = scheduling_thread.SchedulingThread(
+            lambda: operator.Operator.assemble(
+                options, identity=self.identity, priority=self.priority, metrics=self.metrics
+            ),
+            stuck_after_s=options.scheduling_stuck_after_s,
+        )
+        self._scheduling = scheduling
+        running = await scheduling.start()
+        self._api = await client.create_api_client(options.kubeconfig)
+        self._phase = answers.PodAdmission(
+            lambda: running.state.admission_view, self._api, self.metrics
+        )
+
+    async def serve_http(self) -> None:
+        """Start ``/metrics``, ``/healthz``, ``/readyz`` on this loop, before Kopf starts:
+        a port that cannot be bound stops the process at once with one sentence
+        (``ServingError``), instead of a start-up retried forever."""
+        options = self.options
+        if options.metrics_port is None or self.server is not None:
+            return
+        server = serving.HttpServer(
+            self.metrics, ready=self._started, leader=self._leader, live=self._live
         )
         try:
-            await running.start()
-        except BaseException:
-            await running.stop()
-            raise
-        self._phase = running
+            await server.start(options.metrics_addr, options.metrics_port)
+        except OSError as exc:
+            log.error(
+                "metrics_port_unavailable",
+                addr=options.metrics_addr,
+                port=options.metrics_port,
+                error=str(exc),
+            )
+            raise ServingError(
+                f"cannot serve /metrics, /healthz and /readyz on "
+                f"{options.metrics_addr}:{options.metrics_port} ({exc}): another process "
+                "(another operator?) holds the port; stop it or give --metrics-port another"
+            ) from None
+        self.server = server
+
+    async def stop_http(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+
+    def _started(self) -> bool:
+        scheduling = self._scheduling
+        running = None if scheduling is None else scheduling.running
+        return running is not None and running.started.is_set()
+
+    def _leader(self) -> bool:
+        return self._started() and self.running.is_leader()
+
+    def _live(self) -> str | None:
+        scheduling = self._scheduling
+        return None if scheduling is None else scheduling.liveness()
 
     async def on_cleanup(self, **_: Any) -> None:
-        phase = self._phase
         self._phase = answers.NotReady(self.metrics)
-        if isinstance(phase, operator.Operator):
-            await phase.stop()
+        scheduling, self._scheduling = self._scheduling, None
+        if scheduling is not None:
+            await scheduling.stop()
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
 
     async def on_login(self, **_: Any) -> kopf.ConnectionInfo:
-        # Login runs after start-up (Kopf's order): the operator's client is the source.
-        return await connection_info(self.running.api, self.options.namespace)
+        # Login runs after start-up (Kopf's order): the serving loop's client is the source.
+        if self._api is None:
+            raise kopf.TemporaryError("the operator has not started", delay=1)
+        return await connection_info(self._api, self.options.namespace)
 
     async def on_pod_admission(
         self,
@@ -217,15 +289,24 @@ async def run(
     """Run Kopf with the app's registry until ``stop_flag`` is raised (or a signal)."""
     options = app.options
     await prepare_webhook_tls(options)
-    with contextlib.suppress(asyncio.CancelledError):
-        await kopf.operator(
-            registry=build_registry(app),
-            settings=kopf.OperatorSettings(),
-            clusterwide=True,
-            standalone=options.standalone,
-            peering_name=None if options.standalone else options.peering,
-            priority=app.priority,
-            identity=cast(Any, app.identity),
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
-        )
+    await app.serve_http()
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await _kopf_operator(app, stop_flag=stop_flag, ready_flag=ready_flag)
+    finally:
+        await app.stop_http()
+
+
+async def _kopf_operator(app: OperatorApp, *, stop_flag: Any, ready_flag: Any) -> None:
+    options = app.options
+    await kopf.operator(
+        registry=build_registry(app),
+        settings=kopf.OperatorSettings(),
+        clusterwide=True,
+        standalone=options.standalone,
+        peering_name=None if options.standalone else options.peering,
+        priority=app.priority,
+        identity=cast(Any, app.identity),
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )

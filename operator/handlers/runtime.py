@@ -11,8 +11,12 @@ from vgpu_operator.handlers import app as operator_app
 
 
 def run_forever(options: OperatorOptions) -> None:
-    """Run until SIGINT/SIGTERM (Kopf installs the signal handlers in the main thread)."""
-    asyncio.run(operator_app.run(operator_app.OperatorApp(options)))
+    """Run until SIGINT/SIGTERM (Kopf installs the signal handlers in the main thread).
+    A port that cannot be served ends the process at once, with its sentence."""
+    try:
+        asyncio.run(operator_app.run(operator_app.OperatorApp(options)))
+    except operator_app.ServingError as exc:
+        raise SystemExit(f"vgpu-operator: {exc}") from None
 
 
 class OperatorThread:

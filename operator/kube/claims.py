@@ -259,6 +259,11 @@ def templates_path(namespace: str | None = None) -> str:
     return f"{BASE}/namespaces/{quote(namespace)}/resourceclaimtemplates"
 
 
+async def read_template(api: ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """One ResourceClaimTemplate, or None when it does not exist."""
+    return await _get(api, f"{templates_path(namespace)}/{quote(name)}")
+
+
 async def ensure_template(
     api: ApiClient,
     template: Mapping[str, Any],

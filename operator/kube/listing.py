@@ -17,6 +17,7 @@ from vgpu_operator.wire import KubeObject, WatchEventType
 
 PODS: Final = "/api/v1/pods"
 NODES: Final = "/api/v1/nodes"
+NAMESPACES: Final = "/api/v1/namespaces"
 RESOURCE_QUOTAS: Final = "/api/v1/resourcequotas"
 POD_DISRUPTION_BUDGETS: Final = "/apis/policy/v1/poddisruptionbudgets"
 DEVICE_INVENTORIES: Final = (

@@ -146,6 +146,15 @@ class QuotaLedger:
         ]
         return min(set_limits, default=0)
 
+    def effective(self, namespace: str) -> dict[str, int]:
+        """The namespace's effective non-zero limit per managed resource."""
+        limits = (self.limit(namespace, resource) for resource in self._managed)
+        return {r: n for r, n in zip(self._managed, limits, strict=True) if n}
+
+    def limited_namespaces(self) -> list[str]:
+        """Namespaces with a quota that names a managed resource."""
+        return list(self._limits)
+
     # --- usage -------------------------------------------------------------------------
 
     def add_usage(self, namespace: str, pod_devices: model.PodDevices) -> None:

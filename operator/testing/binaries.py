@@ -81,6 +81,8 @@ TOOL_TARGETS: Final = {
     "toxiproxy": "control-plane-bench-bins",
     # Its CRDs (crd/) and webhook configurations (webhooks.yaml) lie beside the real binary.
     "kueue": "kueue",
+    # Its CRDs (crd/) lie beside the real binary.
+    "karpenter": "karpenter",
 }
 TOOLS: Final = tuple(TOOL_TARGETS)
 

@@ -56,7 +56,7 @@ from typing import Any, Self
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from vgpu_operator.testing import kueue
+from vgpu_operator.testing import karpenter, kueue
 from vgpu_operator.testing.binaries import Binaries, default_cache_dir, find_binaries, find_tool
 from vgpu_operator.testing.errors import JSON, ApiError, BinariesNotFoundError, ControlPlaneError
 from vgpu_operator.testing.kwok import (
@@ -151,6 +151,7 @@ class ControlPlane:
         self._scheduler: ChildProcess | None = None
         self._controller_manager: ChildProcess | None = None
         self._kueue: ChildProcess | None = None
+        self._karpenter: ChildProcess | None = None
         self._etcd_port = 0
         self._apiserver_port = 0
         self._kwok_port = 0
@@ -237,6 +238,7 @@ class ControlPlane:
             "kube-scheduler": self._scheduler,
             "kube-controller-manager": self._controller_manager,
             "kueue": self._kueue,
+            "karpenter": self._karpenter,
         }
         return {name: p.pgid for name, p in procs.items() if p is not None and p.alive()}
 
@@ -281,6 +283,7 @@ class ControlPlane:
         kube-apiserver, etcd) and remove the workdir."""
         with self._lock:
             for attr in (
+                "_karpenter",
                 "_kueue",
                 "_scheduler",
                 "_controller_manager",
@@ -456,6 +459,7 @@ class ControlPlane:
         *,
         frameworks: Sequence[str] = ("batch/job", "pod"),
         feature_gates: str = "VisibilityOnDemand=false",
+        device_class_mappings: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """Install Kueue's CRDs and webhook configurations and start its controller manager
         (``make kueue``; ``testing/kueue.py`` says how its webhooks and certificates are
@@ -499,6 +503,7 @@ class ControlPlane:
                         health_port=health_port,
                         cert_dir=cert_dir,
                         frameworks=frameworks,
+                        device_class_mappings=device_class_mappings or {},
                     )
                 )
             )
@@ -525,6 +530,46 @@ class ControlPlane:
             if self._kueue is not None:
                 self._kueue.stop()
                 self._kueue = None
+
+    def start_karpenter(
+        self,
+        instance_types: Path,
+        binary: Path | None = None,
+        *,
+        feature_gates: str | None = None,
+    ) -> None:
+        """Install Karpenter's CRDs and a KWOKNodeClass (``karpenter.NODE_CLASS``) and start
+        its controller with the KWOK provider and ``instance_types`` (``make karpenter``;
+        ``testing/karpenter.py`` says what it needs); returns once it is ready. The nodes it
+        makes are kwok's (annotated ``kwok.x-k8s.io/node: fake``): start kwok too."""
+        with self._lock:
+            if self._karpenter is not None:
+                return
+            karpenter_bin = binary or find_tool("karpenter")
+            beside = karpenter_bin.resolve().parent
+            crds = list(karpenter.crd_manifests(beside / "crd"))
+            for crd in crds:
+                self.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            for crd in crds:
+                self._wait_established(crd["metadata"]["name"])
+            health_port = free_port()
+            argv = karpenter.argv(
+                karpenter_bin, instance_types, health_port=health_port, feature_gates=feature_gates
+            )
+            self._karpenter = self._spawn("karpenter", argv, env=self.env())
+            self._wait_healthy(
+                "karpenter",
+                self._karpenter,
+                lambda: _http_ok(f"http://127.0.0.1:{health_port}/readyz", None),
+            )
+            self.create(karpenter.NODE_CLASSES, karpenter.node_class())
+
+    def stop_karpenter(self) -> None:
+        """Stop Karpenter (its CRDs and objects stay; the nodes it made stay too)."""
+        with self._lock:
+            if self._karpenter is not None:
+                self._karpenter.stop()
+                self._karpenter = None
 
     def _kueue_served(self) -> bool | None:
         for kind in ("clusterqueues", "workloads", "localqueues", "admissionchecks"):

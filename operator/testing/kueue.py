@@ -273,8 +273,17 @@ def configuration(
     cert_dir: Path,
     frameworks: Sequence[str] = ("batch/job", "pod"),
     transformations: Sequence[Mapping[str, Any]] = HAMI_TRANSFORMATIONS,
+    device_class_mappings: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """Kueue's Configuration (``config.kueue.x-k8s.io/v1beta2``) for one test cluster."""
+    """Kueue's Configuration (``config.kueue.x-k8s.io/v1beta2``) for one test cluster.
+    ``device_class_mappings``: resource name -> the DeviceClasses Kueue counts as it
+    (its ``DynamicResourceAllocation`` gate counts claims only through them)."""
+    resources: dict[str, Any] = {"transformations": [dict(t) for t in transformations]}
+    if device_class_mappings:
+        resources["deviceClassMappings"] = [
+            {"name": name, "deviceClassNames": list(classes)}
+            for name, classes in device_class_mappings.items()
+        ]
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -291,5 +300,5 @@ def configuration(
         },
         "integrations": {"frameworks": list(frameworks)},
         "managedJobsNamespaceSelector": copy.deepcopy(_SYSTEM_NAMESPACES),
-        "resources": {"transformations": [dict(t) for t in transformations]},
+        "resources": resources,
     }

@@ -8,6 +8,10 @@ arrival's claim made, the pod decided and its claim allocated at once, each depa
 pod and claim removed at once. The end-to-end bench measures the same trace against
 kube-scheduler's first-fit allocator (``docs/benchmarks.md``, "DRA"); this shows what
 the node and GPU policy change on the engine's side, in seconds instead of minutes.
+
+First it prints the trace's lower bound (``dra_churn_bound``): no policy strands less
+than that at its first refusal, and none places more claims before it; each policy's
+row says how far above the bound it strands.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,9 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.append(str(HERE))
 
+import dra_churn_bound  # noqa: E402
 from e2e.dra import (  # noqa: E402
+    CARDS_PER_NODE,
     CHURN_NODES,
     CHURN_STEPS,
     Card,
@@ -137,8 +144,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="binpack,spread,fragmentation")
     args = parser.parse_args()
+    found = dra_churn_bound.bound(trace(26, CHURN_STEPS), CHURN_NODES, CARDS_PER_NODE)
+    print(json.dumps({"bound": asdict(found)}), flush=True)
     for policy in args.policies.split(","):
-        print(json.dumps(churn(policy)), flush=True)
+        row = churn(policy)
+        if row["refused"] is not None:
+            row["above_bound_gib"] = round(row["stranded_gib"] - found.stranded_gib_at_least, 1)
+        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

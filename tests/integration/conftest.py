@@ -109,6 +109,12 @@ def kueue_binary() -> Path:
 
 
 @pytest.fixture(scope="session")
+def karpenter_binary() -> Path:
+    """Karpenter's controller with its KWOK provider, its CRDs beside it (`make karpenter`)."""
+    return _tool("karpenter")
+
+
+@pytest.fixture(scope="session")
 def helm() -> Path:
     """helm (`make observability-tools`), for the chart's tests."""
     return _tool("helm")

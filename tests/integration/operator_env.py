@@ -469,6 +469,30 @@ def cleanup_group(cp: ControlPlane, namespace: str) -> None:
         cp.delete(f"/api/v1/nodes/{name}")
 
 
+def no_pods_of_class(cp: ControlPlane, namespace: str, name: str, priority_class: str) -> None:
+    """The ResourceQuota docs/operations.md recommends for a critical class: no pod of
+    ``priority_class`` in ``namespace``, with the status its quota controller would write
+    (no controller manager runs here)."""
+    path = f"/api/v1/namespaces/{namespace}/resourcequotas"
+    hard = {"pods": "0"}
+    expression = {"scopeName": "PriorityClass", "operator": "In", "values": [priority_class]}
+    cp.create(
+        path,
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": name},
+            "spec": {"hard": hard, "scopeSelector": {"matchExpressions": [expression]}},
+        },
+    )
+    cp.request(
+        "PATCH",
+        f"{path}/{name}/status",
+        {"status": {"hard": hard, "used": {"pods": "0"}}},
+        content_type="application/merge-patch+json",
+    )
+
+
 def disruption_budget(
     cp: ControlPlane, namespace: str, name: str, labels: dict[str, str], allowed: int
 ) -> None:

@@ -140,7 +140,7 @@ def webhook_answers(plane: ControlPlane) -> bool:
 
 
 def healthz(operator: OperatorThread) -> bool:
-    server = operator.app.running.server
+    server = operator.app.server
     assert server is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as answer:
         return bool(answer.status == 200)

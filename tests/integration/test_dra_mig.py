@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from integration import operator_env as env
 from integration.dra_env import (
     RESOURCE,
@@ -24,12 +25,15 @@ from integration.dra_env import (
 from integration.test_agent import AgentThread, wait_for
 from integration.test_dra_alternatives import prepared_by_driver
 
+from vgpu_operator.agent.simulated import resolve_machine_path
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ControlPlane
 
-NODE = "node-a100-mig"  # a100-mig: card 0 in MIG mode (A100 40GB), card 1 shared
+NODE = "node-a100-mig"  # a100-mig with no instance: card 0 in MIG mode (A100 40GB), card 1 shared
+#: The bundled a100-mig as it is: card 0 holds a 3g, a 2g and a 1g before its agent starts.
+BUSY = "node-a100-mig-busy"
 SCHEDULER = "vgpu-dra-mig"
 #: The node's agent (its DRA driver), while the module's control plane runs.
 AGENTS: list[AgentThread] = []
@@ -44,10 +48,14 @@ def _mig_class(cp: ControlPlane) -> None:
 def cluster(
     control_plane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
+    work = tmp_path_factory.mktemp("dra-mig")
+    clear = yaml.safe_load(resolve_machine_path("a100-mig").read_text())
+    clear["gpus"][0]["migInstances"] = []
+    (work / "a100-mig-clear.yaml").write_text(yaml.safe_dump(clear))
     with dra_plane(
         control_plane_binaries,
-        tmp_path_factory.mktemp("dra-mig"),
-        {NODE: "a100-mig"},
+        work,
+        {NODE: str(work / "a100-mig-clear.yaml"), BUSY: "a100-mig"},
         split=4,
         before_scheduler=_mig_class,
         agents_out=AGENTS,
@@ -64,15 +72,20 @@ def operator(cluster: ControlPlane) -> Iterator[OperatorThread]:
         yield running
 
 
-def pool(cluster: ControlPlane) -> list[dict[str, Any]]:
+def pool(cluster: ControlPlane, node: str = NODE) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = cluster.request(
-        "GET", f"{SLICES}?fieldSelector=spec.nodeName%3D{NODE}"
+        "GET", f"{SLICES}?fieldSelector=spec.nodeName%3D{node}"
     )["items"]
     return items if len(items) == 3 else []
 
 
 def profile_pod(
-    cluster: ControlPlane, ns: str, name: str, profile: str, scheduler: str | None = None
+    cluster: ControlPlane,
+    ns: str,
+    name: str,
+    profile: str,
+    scheduler: str | None = None,
+    node: str = NODE,
 ) -> None:
     selector = f'device.attributes["{dra.DRIVER}"].profile == "{profile}"'
     create_claim_template(
@@ -82,7 +95,8 @@ def profile_pod(
         {"deviceClassName": dra_mig.MIG_CLASS, "selectors": [{"cel": {"expression": selector}}]},
     )
     cluster.create(
-        f"/api/v1/namespaces/{ns}/pods", claim_pod(name, template=name, scheduler=scheduler)
+        f"/api/v1/namespaces/{ns}/pods",
+        claim_pod(name, template=name, scheduler=scheduler, node=node),
     )
 
 
@@ -175,8 +189,7 @@ def test_the_engine_places_a_mig_claim_beside_kube_schedulers_and_the_driver_pre
     assert "CardMigTopologyInfeasible" in message
     claim = claim_of(cluster, ns, "engine-one")
     assert "consumedCapacity" not in claim["status"]["allocation"]["devices"]["results"][0]
-    (agent,) = AGENTS
-    assert prepared_by_driver(agent, claim) == ""
+    assert prepared_by_driver(AGENTS[0], claim) == ""
     # The engine's instances go: their counters come back, and the waiting 3g is placed
     # (at 4: the 4g still holds 0 to 3) without being created again.
     for pod in ("engine-one", "engine-two"):
@@ -207,7 +220,7 @@ def test_a_mig_pod_of_higher_priority_evicts_the_instances_in_its_way(
         "urgent",
         {"deviceClassName": dra_mig.MIG_CLASS, "selectors": [{"cel": {"expression": selector}}]},
     )
-    body = claim_pod("urgent", template="urgent", scheduler=SCHEDULER)
+    body = claim_pod("urgent", template="urgent", scheduler=SCHEDULER, node=NODE)
     body["spec"]["priorityClassName"] = "mig-urgent"
     cluster.create(f"/api/v1/namespaces/{ns}/pods", body)
 
@@ -220,3 +233,33 @@ def test_a_mig_pod_of_higher_priority_evicts_the_instances_in_its_way(
     wait_for("the 4g and the 3g pods evicted", gone, 90)
     seven = wait_for("the 7g placed", lambda: allocated_device(cluster, ns, "urgent"), 90)
     assert seven.endswith("-mig-7g-40gb-0")
+
+
+def test_instances_made_before_the_agent_started_are_taken_out_of_the_counters(
+    cluster: ControlPlane,
+) -> None:
+    """Issue 47 item 7: the busy node's card runs a 3g at 4, a 2g at 0 and a 1g at 2,
+    made before its agent started (no claim holds them). The agent reads their placements
+    from NVML into the inventory and publishes the card's counters without their slices:
+    memory slice 3 and one compute slice are left, so kube-scheduler's allocator gives a
+    1g at 3 and no second instance, where counting the card empty would have overlapped."""
+    slices = wait_for("the busy node's slices", lambda: pool(cluster, BUSY), timeout=60)
+    by_name = {s["metadata"]["name"]: s["spec"] for s in slices}
+    (counter_set,) = by_name[dra_mig.counters_slice_name(BUSY)]["sharedCounters"]
+    values = {name: c["value"] for name, c in counter_set["counters"].items()}
+    assert values["compute-slices"] == "1"
+    free = sorted(n for n, v in values.items() if n.startswith("memory-slice") and v == "1")
+    assert free == ["memory-slice-3"]
+    inventory = cluster.get(f"{env.INVENTORIES}/{BUSY}")
+    (card,) = [d for d in inventory["status"]["devices"] if d.get("mode") == "mig"]
+    placements = {
+        m["profile"]: (m["placementStart"], m["placementSize"]) for m in card["migInstances"]
+    }
+    assert placements == {"3g.20gb": (4, 4), "2g.10gb": (0, 2), "1g.5gb": (2, 1)}
+    ns = fresh_namespace(cluster, "mig-busy")
+    profile_pod(cluster, ns, "small", "1g.5gb", node=BUSY)
+    small = wait_for("the 1g instance", lambda: allocated_device(cluster, ns, "small"), 60)
+    assert small.endswith("-mig-1g-5gb-3")
+    profile_pod(cluster, ns, "more", "1g.5gb", node=BUSY)
+    wait_for("the second 1g to be refused", lambda: unschedulable(cluster, ns, "more"), 60)
+    assert allocated_device(cluster, ns, "more") is None

@@ -30,6 +30,7 @@ from integration.test_agent import wait_for
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.handlers.runtime import OperatorThread
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ApiError, ControlPlane
 
@@ -248,4 +249,65 @@ def test_a_claim_shared_by_two_low_pods_is_released_once_both_are_evicted(
         kept = get_pod(plane, ns, name)
         assert kept is not None
         assert kept["spec"].get("nodeName") == NODE
+    assert over_committed(plane) == []
+
+
+def _pod_group(plane: ControlPlane, ns: str, name: str, priority_class: str) -> dict[str, Any]:
+    body = {
+        "apiVersion": gangs.API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 1}},
+            "priorityClassName": priority_class,
+        },
+    }
+    made: dict[str, Any] = plane.create(
+        f"/apis/{gangs.API_VERSION}/namespaces/{ns}/podgroups", body
+    )
+    return made
+
+
+def test_a_pod_group_naming_a_class_its_namespace_may_not_use_preempts_nobody(
+    plane: ControlPlane, operator: OperatorThread, ns: str
+) -> None:
+    """Issue 44 item 2 on the DRA dialect: the namespace may run no ``urgent`` pod, a
+    PodGroup naming ``urgent`` is admitted all the same (priority 10000), and its member of
+    class ``batch`` (10) preempts nobody: members preempt with the lower of the group's and
+    their own priority. The same member in a group of its own class (``keep``, 100) does."""
+    env.no_pods_of_class(plane, ns, "no-urgent", "urgent")
+    template(plane, ns, "all-of-a-card", "44Gi")
+    template(plane, ns, "half-a-card", "20Gi")
+    names = [f"low-{i}" for i in range(4)]
+    for name in names:
+        create(plane, ns, name, "all-of-a-card", "batch")
+        wait_for(f"{name}'s claim", lambda n=name: claim_of(plane, ns, n), 60)
+    lifted = _pod_group(plane, ns, "lifted", "urgent")
+    assert lifted["spec"]["priority"] == CLASSES["urgent"]
+    body = claim_pod("member", template="half-a-card", scheduler=SCHEDULER)
+    body["spec"].update(priorityClassName="batch", schedulingGroup={"podGroupName": "lifted"})
+    plane.create(f"/api/v1/namespaces/{ns}/pods", body)
+
+    def told() -> str | None:
+        obj = get_pod(plane, ns, "member")
+        for condition in (obj or {}).get("status", {}).get("conditions") or []:
+            if condition["type"] == "PodScheduled" and condition.get("status") == "False":
+                return str(condition.get("message") or "") or None
+        return None
+
+    message = wait_for("the member's PodScheduled=False", told, 60)
+    assert f"pod group {ns}/lifted" in message
+    assert "preempted" not in message
+    for name in names:
+        kept = get_pod(plane, ns, name)
+        assert kept is not None
+        assert not kept["metadata"].get("deletionTimestamp")
+    assert "Preempting" not in reasons_of(plane, ns, "member")
+    # The same shape in a group whose class the member's own priority reaches preempts.
+    _pod_group(plane, ns, "fair", "keep")
+    body = claim_pod("fair-member", template="half-a-card", scheduler=SCHEDULER)
+    body["spec"].update(priorityClassName="keep", schedulingGroup={"podGroupName": "fair"})
+    plane.create(f"/api/v1/namespaces/{ns}/pods", body)
+    wait_for("one low pod to go", lambda: sum(get_pod(plane, ns, n) is None for n in names), 60)
+    wait_for("fair-member's claim", lambda: claim_of(plane, ns, "fair-member"), 60)
     assert over_committed(plane) == []

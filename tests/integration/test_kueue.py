@@ -76,6 +76,15 @@ def kueue_plane(control_plane_binaries: Binaries, kueue_binary: Path) -> Iterato
 def _queues(cp: ControlPlane, namespace: str, suffix: str = "") -> None:
     """A flavor, our check, two ClusterQueues (with and without it) and their LocalQueues
     (names ending in ``-suffix`` when given)."""
+    flavor_and_check(cp)
+    for base, checks in (("with-check", [{"name": CHECK}]), ("no-check", [])):
+        name = f"{base}-{suffix}" if suffix else base
+        # The cards' total: 4 x 24 GiB, in MiB as gpumem counts.
+        _queue_pair(cp, namespace, name, gpus=8, gpumem_mib=98304, checks=checks)
+
+
+def flavor_and_check(cp: ControlPlane) -> None:
+    """The ResourceFlavor ``cards`` and the AdmissionCheck of the manifest, once."""
     env.create_unless_present(
         cp,
         f"{KUEUE}/resourceflavors",
@@ -85,10 +94,6 @@ def _queues(cp: ControlPlane, namespace: str, suffix: str = "") -> None:
     for document in yaml.safe_load_all(MANIFEST.read_text()):
         if document and document["kind"] == "AdmissionCheck":
             env.create_unless_present(cp, f"{KUEUE}/admissionchecks", document)
-    for base, checks in (("with-check", [{"name": CHECK}]), ("no-check", [])):
-        name = f"{base}-{suffix}" if suffix else base
-        # The cards' total: 4 x 24 GiB, in MiB as gpumem counts.
-        _queue_pair(cp, namespace, name, gpus=8, gpumem_mib=98304, checks=checks)
 
 
 def _queue_pair(
@@ -100,18 +105,19 @@ def _queue_pair(
     gpumem_mib: int,
     checks: list[dict[str, str]],
     preemption: dict[str, str] | None = None,
+    extra: dict[str, str] | None = None,
 ) -> None:
-    """A ClusterQueue over the flavor ``cards`` (HAMi's transformed resources) with the
-    given checks, and its LocalQueue of the same name in ``namespace``."""
-    resources = [
-        {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
-        {"name": "nvidia.com/total-gpumem", "nominalQuota": str(gpumem_mib)},
-    ]
+    """A ClusterQueue over the flavor ``cards`` (HAMi's transformed resources, and the
+    ``extra`` resources' quotas) with the given checks, and its LocalQueue of the same
+    name in ``namespace``."""
+    quotas = {"nvidia.com/gpu": str(gpus), "nvidia.com/total-gpumem": str(gpumem_mib)}
+    quotas.update(extra or {})
+    resources = [{"name": name, "nominalQuota": quota} for name, quota in quotas.items()]
     spec: dict[str, Any] = {
         "namespaceSelector": {},
         "resourceGroups": [
             {
-                "coveredResources": ["nvidia.com/gpu", "nvidia.com/total-gpumem"],
+                "coveredResources": list(quotas),
                 "flavors": [{"name": "cards", "resources": resources}],
             }
         ],
@@ -430,15 +436,7 @@ def test_a_preempted_workloads_pods_leave_the_books(
     env.gpu_node(cp, f"{namespace}-n0", node_cards, group=namespace)
     queue = env.unique("prio")
     create_unless = env.create_unless_present
-    create_unless(
-        cp,
-        f"{KUEUE}/resourceflavors",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-         "metadata": {"name": "cards"}},
-    )  # fmt: skip
-    for document in yaml.safe_load_all(MANIFEST.read_text()):
-        if document and document["kind"] == "AdmissionCheck":
-            create_unless(cp, f"{KUEUE}/admissionchecks", document)
+    flavor_and_check(cp)
     for name, value in (("low", 10), ("high", 1000)):
         create_unless(
             cp,

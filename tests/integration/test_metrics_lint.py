@@ -64,7 +64,7 @@ def test_the_operator_endpoint_passes_promtool(
                 ),
             )
             env.wait_bound(cp, namespace, "p")
-            server = operator.app.running.server
+            server = operator.app.server
             assert server is not None
             assert server.port is not None
             exposition = _scrape(server.port)

@@ -13,19 +13,23 @@ from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.scheduling.gangs import gangs
 
 
-def _group(s: Setup, name: str, mode: str) -> None:
-    s.cp.create(
+def _group(s: Setup, name: str, mode: str = "single", priority_class: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulingPolicy": {"gang": {"minCount": 1}},
+        "disruptionMode": {mode: {}},
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    made: dict[str, Any] = s.cp.create(
         f"/apis/{gangs.API_VERSION}/namespaces/{s.namespace}/podgroups",
         {
             "apiVersion": gangs.API_VERSION,
             "kind": "PodGroup",
             "metadata": {"name": name},
-            "spec": {
-                "schedulingPolicy": {"gang": {"minCount": 1}},
-                "disruptionMode": {mode: {}},
-            },
+            "spec": spec,
         },
     )
+    return made
 
 
 def _member(s: Setup, name: str, group: str) -> dict[str, Any]:
@@ -50,3 +54,39 @@ def test_only_the_single_groups_member_is_evicted(setup: Setup, operator: Operat
     env.wait_bound(s.cp, s.namespace, "urgent")
     assert s.get("w0")["spec"]["nodeName"] == s.node("a")
     assert not s.get("w0")["metadata"].get("deletionTimestamp")
+
+
+def test_a_pod_group_naming_a_class_its_namespace_may_not_use_preempts_nobody(
+    setup: Setup,  # noqa: F811
+    operator: OperatorThread,  # noqa: F811
+) -> None:
+    """Issue 44 item 2 on the annotation dialect: the namespace may run no pod of the top
+    class, a PodGroup naming it is admitted all the same, and its priority-0 member
+    preempts nobody (members preempt with the lower of the group's and their own
+    priority). A member whose own class is the top one preempts, once the quota allows it."""
+    s = setup
+    top = s.classes[1000]
+    env.gpu_node(s.cp, s.node("a"), env.cards(s.node("a"), 1, memory_mib=40000), group=s.namespace)
+    s.running("batch", 0, gpumem=30000)
+    env.no_pods_of_class(s.cp, s.namespace, "no-top", top)
+    assert _group(s, "lifted", priority_class=top)["spec"]["priority"] == 1000
+    env.create_pod(s.cp, _member(s, "m0", "lifted"))  # class p0, 20000 MiB: no room
+
+    def told() -> str | None:
+        condition = env.condition(s.get("m0")) or {}
+        return condition.get("message") if condition.get("status") == "False" else None
+
+    message = env.wait_until("m0 to be told why it waits", told, 60)
+    assert f"pod group {s.namespace}/lifted" in message
+    assert "preempted" not in message
+    assert not s.get("batch")["metadata"].get("deletionTimestamp")
+    reasons = {e["reason"] for e in env.events_for(s.cp, s.namespace, "m0")}
+    assert "Preempting" not in reasons
+    # Without the quota, a member of the top class itself may preempt for its group.
+    s.cp.delete(f"/api/v1/namespaces/{s.namespace}/resourcequotas/no-top")
+    _group(s, "fair", priority_class=top)
+    member = _member(s, "f0", "fair")
+    member["spec"]["priorityClassName"] = top
+    env.create_pod(s.cp, member)
+    env.wait_until("batch to be evicted", lambda: not s.exists("batch"), 60)
+    env.wait_bound(s.cp, s.namespace, "f0")

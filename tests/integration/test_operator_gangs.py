@@ -55,6 +55,13 @@ def _group_condition(cp: ControlPlane, namespace: str, group: str) -> dict[str, 
     return None
 
 
+def _newest_group_condition(
+    cp: ControlPlane, namespace: str, group: str, text: str
+) -> dict[str, Any] | None:
+    cond = _group_condition(cp, namespace, group)
+    return cond if cond is not None and text in str(cond.get("message")) else None
+
+
 def test_a_gang_waits_whole_then_binds_together(
     control_plane: ControlPlane, namespace: str, scheduler: str, operator: None
 ) -> None:
@@ -81,9 +88,11 @@ def test_a_gang_waits_whole_then_binds_together(
             lambda i=i: re.search(r"2 of the 4 members", _message(cp, namespace, f"w{i}")),
             30,
         )
+    # The condition is written after the members are told, so an earlier attempt's (fewer
+    # members had arrived) may still stand for a moment: wait for the newest.
     cond = env.wait_until(
-        "the PodGroup's condition",
-        lambda: _group_condition(cp, namespace, "train"),
+        "the PodGroup's condition to name the four members",
+        lambda: _newest_group_condition(cp, namespace, "train", "2 of the 4 members"),
         30,
     )
     assert cond["status"] == "False"

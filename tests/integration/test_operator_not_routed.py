@@ -89,3 +89,38 @@ def test_a_gpu_pod_bound_without_the_gpu_scheduler_is_reported_once(
         assert events[0]["type"] == "Warning"
     finally:
         env.cleanup_group(cp, namespace)
+
+
+def test_a_pod_whose_claims_ask_our_classes_left_to_the_default_scheduler_is_reported(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """Issue 44: a pod naming a ResourceClaim of our DeviceClasses that missed the webhook
+    keeps default-scheduler, whose allocation the claim policy refuses: it looped on that
+    refusal and its owner was told nothing. It is reported as a GPU pod is."""
+    from integration import dra_env
+
+    from vgpu_operator.devices import dra
+
+    cp = control_plane
+    scheduler = env.new_scheduler(cp, namespace)
+    dra_env.create_claim(cp, namespace, "share", {"deviceClassName": dra.SHARED_CLASS})
+    pod = dra_env.claim_pod("claims", claim="share")
+    pod["metadata"]["namespace"] = namespace
+    pod["spec"]["nodeSelector"] = {env.TEST_LABEL: f"{namespace}-none"}
+    env.create_pod(cp, pod)  # no webhook runs: it keeps default-scheduler
+    try:
+        with OperatorThread(env.options(cp, namespace)):
+
+            def reported() -> dict[str, Any] | None:
+                found = env.get_pod(cp, namespace, "claims")
+                return dict(env.condition(found, reporting.CONDITION_NOT_ROUTED) or {}) or None
+
+            condition = env.wait_until("the not-routed condition", reported, 60)
+            events = env.wait_until(
+                "the not-routed Event", lambda: env.events_for(cp, namespace, "claims"), 30
+            )
+        assert f"DeviceClass {dra.SHARED_CLASS}" in condition["message"]
+        assert f"schedulerName: {scheduler}" in condition["message"]
+        assert [e["reason"] for e in events] == [reporting.REASON_NOT_ROUTED]
+    finally:
+        env.cleanup_group(cp, namespace)

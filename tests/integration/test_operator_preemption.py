@@ -255,3 +255,32 @@ def test_a_gang_preempts_when_the_whole_gang_then_fits(
     _gone(setup, "batch-1")
     for name in ("w0", "w1"):
         assert env.wait_bound(setup.cp, setup.namespace, name, 30)["spec"]["nodeName"]
+
+
+def test_a_preemptor_is_told_what_it_waits_for_and_when_its_hold_times_out(
+    setup: Setup, operator: OperatorThread
+) -> None:
+    """Issue 44: a preemptor waited without a word, and past its nomination's timeout its
+    hold was dropped silently. Its condition and Events now say that it preempts, and,
+    when its victim (kept by a finalizer) outlives the hold, that the hold timed out; its
+    nominatedNodeName is cleared and it is decided again."""
+    from vgpu_operator.control import reporting
+
+    operator.app.running.state.nomination_timeout_s = 3.0  # set before the preemption
+    cards = env.cards(setup.node("a"), 1, memory_mib=10000)
+    env.gpu_node(setup.cp, setup.node("a"), cards, group=setup.namespace)
+    setup.running("victim", 10, gpumem=6000, finalizer=True)
+    setup.create("urgent", 1000, gpumem=8000)
+    preempting = _event(setup, "urgent", reporting.REASON_PREEMPTING)
+    assert preempting["message"] == f"Preempting 1 pod on node {setup.node('a')}"
+    timed_out = _event(setup, "urgent", reporting.REASON_NOMINATION_TIMED_OUT)
+    assert timed_out["type"] == "Warning"
+    assert f"{setup.namespace}/victim" in timed_out["message"]
+    assert "did not leave in time" in timed_out["message"]
+    env.wait_until(
+        "urgent's nomination to be cleared",
+        lambda: setup.get("urgent")["status"].get("nominatedNodeName") is None,
+        30,
+    )
+    assert not setup.get("urgent")["spec"].get("nodeName")
+    assert setup.exists("victim")  # still terminating: nothing evicted again

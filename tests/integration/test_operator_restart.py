@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from integration import operator_env as env
 
+from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.controlplane import ControlPlane
 
 NODES = 5
@@ -229,3 +230,137 @@ def test_restarted_operator_rebuilds_usage_from_bound_pods(
         assert not env.get_pod(cp, group, "late")["spec"].get("nodeName")
     finally:
         second.stop()
+
+
+# --- a gang cut in two by the kill (issue 47 item 5) ----------------------------------------
+
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+
+
+def _stall(cp: ControlPlane, name: str, namespace: str, members: list[str]) -> None:
+    """A policy that refuses the Bindings of ``members`` and every write of a PodGroup's
+    status in ``namespace``: the operator binds the group's other members, its Bindings of
+    these fail (and are retried), and its PodGroup never says the group was scheduled, as
+    when the operator is killed between its first Bindings and the condition's write."""
+    listed = ", ".join(f"'{m}'" for m in members)
+    cp.create(
+        POLICIES,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods/binding"],
+                        },
+                        {
+                            "apiGroups": ["scheduling.k8s.io"],
+                            "apiVersions": ["*"],
+                            "operations": ["UPDATE"],
+                            "resources": ["podgroups/status"],
+                        },
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": f"object.metadata.namespace != '{namespace}' || "
+                        f"(object.kind == 'Binding' && !(object.metadata.name in [{listed}]))",
+                        "message": "stalled by the test",
+                    }
+                ],
+            },
+        },
+    )
+    cp.create(
+        BINDINGS,
+        {
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        },
+    )
+
+
+def _unstall(cp: ControlPlane, name: str) -> None:
+    cp.delete(f"{BINDINGS}/{name}")
+    cp.delete(f"{POLICIES}/{name}")
+
+
+def _scheduled(cp: ControlPlane, namespace: str, name: str) -> str | None:
+    group = cp.get(f"/apis/{gangs.API_VERSION}/namespaces/{namespace}/podgroups/{name}")
+    for condition in (group.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == gangs.INITIALLY_SCHEDULED:
+            return str(condition.get("status"))
+    return None
+
+
+def test_kill_with_part_of_a_gang_bound_and_the_restarted_operator_completes_it(
+    control_plane: ControlPlane, group: str, tmp_path: Path
+) -> None:
+    """A gang of four (minCount 4) on four cards: two members are bound when the operator
+    is killed, the other two and the PodGroup's condition not written. The restarted
+    process has placed no member itself; the two bound ones count toward minCount as they
+    did before (the API says they are bound, the books hold them), so the two pending ones
+    complete the group. Before this was counted, the group waited for four pending
+    members forever, two of them bound: a partly bound gang."""
+    cp = control_plane
+    scheduler = env.new_scheduler(cp, group)
+    node = f"{group}-gang"
+    cards = env.cards(node, 4, memory_mib=20000)
+    env.gpu_node(cp, node, cards, group=group)
+    cp.create(
+        f"/apis/{gangs.API_VERSION}/namespaces/{group}/podgroups",
+        {
+            "apiVersion": gangs.API_VERSION,
+            "kind": "PodGroup",
+            "metadata": {"name": "g"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}},
+        },
+    )
+    stall = env.unique("stall")
+    _stall(cp, stall, group, ["g-2", "g-3"])
+    log_path = tmp_path / "first.log"
+    first = OperatorProcess(cp, group, log_path)
+    first.start()
+    stalled = True
+    try:
+        first.wait_active()
+        for i in range(4):
+            pod = env.gpu_pod(group, f"g-{i}", scheduler=scheduler, group=group, gpumem=15000)
+            pod["spec"]["schedulingGroup"] = {"podGroupName": "g"}
+            env.create_pod(cp, pod)
+        for name in ("g-0", "g-1"):
+            env.wait_bound(cp, group, name, 60)
+        env.wait_until(
+            "a stalled member's Binding to fail",
+            lambda: b'"bind_failed"' in log_path.read_bytes(),
+            60,
+        )
+        first.kill()
+        _unstall(cp, stall)
+        stalled = False
+        for name in ("g-2", "g-3"):
+            assert not env.get_pod(cp, group, name)["spec"].get("nodeName")
+        assert _scheduled(cp, group, "g") != "True"
+        second = OperatorProcess(cp, group, tmp_path / "second.log")
+        second.start()
+        try:
+            for name in ("g-2", "g-3"):
+                env.wait_bound(cp, group, name, 60)
+            env.wait_until(
+                "the group's condition", lambda: _scheduled(cp, group, "g") == "True", 30
+            )
+        finally:
+            second.stop()
+    finally:
+        first.kill()
+        if stalled:
+            _unstall(cp, stall)
+    pods = [p for p in env.list_pods(cp, group) if p["metadata"]["name"].startswith("g-")]
+    usage = env.usage_by_card(pods)
+    assert sorted(usage) == sorted(c.uuid for c in cards)  # one member per card
+    assert all(shares == 1 and memory == 15000 for shares, memory, _ in usage.values())

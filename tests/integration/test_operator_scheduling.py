@@ -370,7 +370,7 @@ def test_metrics_show_the_booking_per_device(setup: Setup, operator: OperatorThr
     env.gpu_node(setup.cp, name, cards, group=setup.namespace)
     setup.create("p1", gpumem=12000, gpucores=25)
     env.wait_bound(setup.cp, setup.namespace, "p1")
-    server = operator.app.running.server
+    server = operator.app.server
     assert server is not None
     url = f"http://127.0.0.1:{server.port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:

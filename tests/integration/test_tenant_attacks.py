@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -458,7 +458,7 @@ Usage = dict[tuple[str, str], tuple[int, int, int]]  # (node, card) -> shares, M
 
 def gauges(stack: Stack) -> Usage:
     """The operator's per-card gauges, scraped from its /metrics endpoint."""
-    server = stack.operator.app.running.server
+    server = stack.operator.app.server
     assert server is not None
     assert server.port is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as resp:
@@ -1221,7 +1221,7 @@ def waiting(stack: Stack, tenant: Tenant, pod: str) -> str | None:
 
 def quota_memory(stack: Stack, namespace: str) -> int:
     """The GPU memory the operator books against the namespace's quota (MiB), scraped."""
-    server = stack.operator.app.running.server
+    server = stack.operator.app.server
     assert server is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as resp:
         text = resp.read().decode()
@@ -1262,6 +1262,24 @@ def test_10_turning_hami_core_off_in_a_claim_is_an_administrators_choice(
     assert "vgpu-operator.io/allow-hami-core-off=true" in message
     # hamiCore true, or another driver's config, is anyone's to write.
     tenant.request("POST", claims_path(tenant), claim_body("on", claim_spec(1024, hami_core=True)))
+    # A string is no boolean (issue 44: "false" was admitted and taken as on), anywhere.
+    for body in (
+        claim_body("text", claim_spec(1024, hami_core=cast(bool, "false"))),
+        dict(
+            template,
+            metadata={"name": "text"},
+            spec={"spec": claim_spec(1024, hami_core=cast(bool, "false"))},
+        ),
+    ):
+        where = claims_path(tenant) if body.get("kind") == "ResourceClaim" else templates
+        with allowing(stack, tenant.namespace, "vgpu-operator.io/allow-hami-core-off"):
+            message = tenant.refused(
+                lambda body=body, where=where: tenant.request("POST", where, body)
+            )
+        assert (
+            "hamiCore (an opaque config of the driver gpu.vgpu-operator.io) must be a boolean"
+            in message
+        )
     # Allowed by an administrator: booked as the whole card, in the books and the quota.
     with allowing(stack, tenant.namespace, "vgpu-operator.io/allow-hami-core-off"):
         tenant.request("POST", claims_path(tenant), off)
@@ -1347,43 +1365,42 @@ MERGE_PATCH = "application/merge-patch+json"
 def test_12_admin_access_is_an_administrators_and_books_nothing(
     stack: Stack, claims_tenant: Tenant, dra_node: str
 ) -> None:
-    from integration.dra_env import node_slice
-
-    from vgpu_operator.devices import dra
-
+    """adminAccess as upstream (issue 44): refused at creation outside a namespace an
+    administrator labelled; allocated by the operator inside one, on a card others hold,
+    consuming nothing; refused with a sentence once the label is gone."""
     tenant, cp = claims_tenant, stack.cp
     path = claims_path(tenant)
-    admin = claim_body("admin", claim_spec(card=None, admin_access=True))
+    admin = claim_body("admin", claim_spec(card=0, admin_access=True))
     message = tenant.refused(lambda: tenant.request("POST", path, admin))
     assert "admin-access" in message
-    with allowing(stack, tenant.namespace, "resource.kubernetes.io/admin-access"):
-        tenant.request("POST", path, admin)
-        # No allocator here gives adminAccess (the engine refuses it): the status an
-        # allocator would write, on the first card, consuming nothing.
-        found = node_slice(cp, dra_node)
-        assert found is not None
-        device = next(
-            d["name"] for d in found["spec"]["devices"] if d["attributes"]["index"]["int"] == 0
-        )
-        result = {
-            "request": "gpu",
-            "driver": dra.DRIVER,
-            "pool": dra_node,
-            "device": device,
-            "adminAccess": True,
-        }
-        cp.request(
-            "PATCH",
-            f"{path}/admin/status",
-            {"status": {"allocation": {"devices": {"results": [result]}}}},
-            content_type=MERGE_PATCH,
-        )
-    # The whole card is still free: a claim of all of it is placed there.
+    # The whole of card 0 held by an ordinary claim first.
     tenant.request("POST", path, claim_body("whole", claim_spec(DRA_CARD_MIB)))
     tenant.create_pod(claim_pod("whole", "whole", dra_node))
     env.wait_until("the whole card's allocation", lambda: allocated(stack, tenant, "whole"))
-    env.wait_until("the card booked", lambda: memory_on(stack, dra_node) == DRA_CARD_MIB, 30)
-    assert quota_memory(stack, tenant.namespace) == DRA_CARD_MIB
+    with allowing(stack, tenant.namespace, "resource.kubernetes.io/admin-access"):
+        tenant.request("POST", path, admin)
+        tenant.create_pod(claim_pod("admin", "admin", dra_node))
+        claim = env.wait_until(
+            "the admin claim's allocation", lambda: allocated(stack, tenant, "admin")
+        )
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["adminAccess"] is True
+        assert "consumedCapacity" not in result
+        whole = cp.get(f"{path}/whole")
+        assert result["device"] == whole["status"]["allocation"]["devices"]["results"][0]["device"]
+        # Nothing more is booked: the card and the quota count the whole claim only.
+        env.wait_until("the card booked", lambda: memory_on(stack, dra_node) == DRA_CARD_MIB, 30)
+        assert quota_memory(stack, tenant.namespace) == DRA_CARD_MIB
+        tenant.request(
+            "POST", path, claim_body("admin-later", claim_spec(card=0, admin_access=True))
+        )
+    # The label gone, a claim made while it was there is refused, saying why.
+    tenant.create_pod(claim_pod("admin-later", "admin-later", dra_node))
+    message = env.wait_until("the refusal", lambda: waiting(stack, tenant, "admin-later"), 60)
+    assert (
+        "asks adminAccess, which is allowed only in namespaces an administrator labelled" in message
+    )
+    assert f"namespace {tenant.namespace} is not" in message
 
 
 # --- 13. the GPU-pod policy for pods with claims --------------------------------------------
@@ -1518,7 +1535,7 @@ def test_14_a_claim_of_our_classes_is_allocated_by_the_operator_only(
 
 
 def _healthz(stack: Stack) -> bool:
-    server = stack.operator.app.running.server
+    server = stack.operator.app.server
     assert server is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as answer:
         return bool(answer.status == 200)

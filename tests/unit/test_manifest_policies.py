@@ -23,7 +23,12 @@ from vgpu_operator.scheduling.dialects.claims import claim_admission
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
 
-POLICY_FILES = ("allocation-record-policy.yaml", "gpu-pod-policy.yaml", "claim-policy.yaml")
+POLICY_FILES = (
+    "allocation-record-policy.yaml",
+    "gpu-pod-policy.yaml",
+    "claim-policy.yaml",
+    "pod-group-policy.yaml",
+)
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
@@ -136,13 +141,16 @@ def test_the_policies_are_installed_and_deny() -> None:
 def test_the_claim_policies_say_the_same_of_claims_and_templates() -> None:
     claims = _policy("claim-policy.yaml", "vgpu-claims")
     templates = _policy("claim-policy.yaml", "vgpu-claim-templates")
-    for name in ("labels", "allowHamiCoreOff", "allowAdminAccess", "hamiCoreOff", "adminAccess"):
+    for name in (
+        "labels", "allowHamiCoreOff", "allowAdminAccess", "hamiCoreOff", "hamiCoreNotBool",
+        "adminAccess",
+    ):  # fmt: skip
         on_claims = _words(_variable(claims, name))
         on_templates = _words(_variable(templates, name))
         assert on_templates == on_claims.replace(
             "has(object.spec.devices)", ("has(object.spec.spec) && has(object.spec.spec.devices)")
         ).replace("object.spec.devices", "object.spec.spec.devices"), name
-    assert templates["spec"]["validations"] == claims["spec"]["validations"][:2]
+    assert templates["spec"]["validations"] == claims["spec"]["validations"][:3]
     (rule,) = claims["spec"]["matchConstraints"]["resourceRules"]
     assert rule["resources"] == ["resourceclaims"]
     (rule,) = templates["spec"]["matchConstraints"]["resourceRules"]
@@ -154,6 +162,9 @@ def test_the_claim_policy_reads_hami_core_off_as_the_agent_and_the_books_do() ->
     assert f"c.opaque.driver == '{dra.DRIVER}'" in expression
     assert prepare.CONFIG_HAMI_CORE == claim_ledger.CONFIG_HAMI_CORE == "hamiCore"
     assert f"c.opaque.parameters.{prepare.CONFIG_HAMI_CORE} == false" in expression
+    # Anything but a boolean is refused (issue 44: a string "false" was taken as on).
+    not_bool = _variable(_policy("claim-policy.yaml", "vgpu-claims"), "hamiCoreNotBool")
+    assert f"type(c.opaque.parameters.{prepare.CONFIG_HAMI_CORE}) != bool" in not_bool
     # The same namespace label as CUDA_DISABLE_CONTROL on pods.
     assert _variable(_policy("claim-policy.yaml", "vgpu-claims"), "allowHamiCoreOff") == (
         _variable(_policy("gpu-pod-policy.yaml"), "allowHamiCoreOff")

@@ -191,3 +191,27 @@ def test_the_scrape_text_equals_the_generic_formatter_as_cards_change() -> None:
     assert b"GPU-4" not in after
     assert b'type="A100\\nfake 2"' in after
     assert b"fake 1" not in after
+
+
+def test_what_the_fragmentation_policy_has_learned_is_a_gauge_of_few_series() -> None:
+    """Issue 44: no metric showed what the fragmentation policy had learned."""
+    from vgpu_operator.scheduling.policies import fragmentation
+
+    mix = fragmentation.WorkloadMix(refresh_every=16)
+    for _ in range(400):  # a workload of fifth-of-a-card shares
+        mix.observe(("NVIDIA", 1, 0, 20, 20, 2.0, 8.0 * 2**30, ()))
+    learned = fragmentation.learned_shares(mix.classes)
+    assert len(learned) <= 48
+    assert abs(sum(learned.values()) - 1.0) < 1e-9
+    top = max(learned, key=lambda labels: learned[labels])
+    assert top == ("NVIDIA", "1", "20%", "20")
+    metrics = OperatorMetrics()
+    metrics.read_state_from(list, dict, learned=lambda: learned)
+    text = metrics.render()[0].decode()
+    line = (
+        'vgpu_operator_fragmentation_learned_share{cards="1",cores="20",memory="20%",'
+        'vendor="NVIDIA"}'
+    )
+    assert line in text
+    shapes = [s for s in text.splitlines() if s.startswith("vgpu_operator_fragmentation_learned")]
+    assert len(shapes) == len(learned)

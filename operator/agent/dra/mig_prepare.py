@@ -19,11 +19,12 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import structlog
 
-from vgpu_operator.agent.dra import prepare
+from vgpu_operator.agent.dra import cdi, prepare
 from vgpu_operator.agent.nvml import mig_profile_from_name
 from vgpu_operator.devices import dra, dra_mig
 
@@ -193,6 +194,13 @@ def created_of(spec: Mapping[str, Any]) -> list[Created]:
         except (ValueError, KeyError, TypeError):
             log.warning("mig_instance_annotation_unreadable", annotation=raw)
     return out
+
+
+def recorded_instances(cdi_dir: Path) -> frozenset[str]:
+    """The UUIDs of the MIG instances the prepared claims' CDI specs record: the driver's
+    own (their claims' allocations hold their counters)."""
+    specs = cdi.read_specs(cdi_dir, prepare.SPEC_FILE_PREFIX) if cdi_dir.is_dir() else {}
+    return frozenset(c.uuid for spec in specs.values() for c in created_of(spec))
 
 
 @dataclass(frozen=True, slots=True)

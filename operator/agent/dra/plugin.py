@@ -66,6 +66,11 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
         mig: tuple[MigSource, mig_prepare.MigMaker] | None = None,
     ) -> None:
         self.node = node
+        #: Told once a claim's MIG instances are made and recorded (the publisher reads
+        #: its own instances again), and once some are destroyed (the machine is read
+        #: again: until then the inventory still lists them).
+        self.on_mig_prepared: Callable[[], None] = lambda: None
+        self.on_mig_unprepared: Callable[[], None] = lambda: None
         #: MIG instances (partitionable devices): what is published, and who makes them.
         self._mig = mig
         self._cards = cards
@@ -171,6 +176,7 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
                 mig_prepare.prepare_mig, claim, self.node, published, maker
             )
             cdi.write_spec(self.cdi_dir, file_name, spec)
+            self.on_mig_prepared()
         log.info("claim_prepared", node=self.node, claim=f"{ref.namespace}/{ref.name}", mig=True)
         return dra_pb2.NodePrepareResourceResponse(
             devices=[
@@ -197,8 +203,11 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
                     if self._mig is not None:
                         # Its MIG instances go before its spec: the spec is their record.
                         spec = cdi.read_specs(self.cdi_dir, prepare.SPEC_FILE_PREFIX).get(file_name)
-                        for created in mig_prepare.created_of(spec or {}):
+                        made = mig_prepare.created_of(spec or {})
+                        for created in made:
                             await asyncio.to_thread(self._mig[1].destroy, created)
+                        if made:
+                            self.on_mig_unprepared()
                     removed = cdi.remove_spec(self.cdi_dir, file_name)
                     self._holdings().pop(file_name, None)
                     cdi.remove_cache_dir(Path(prepare.claim_cache_dir(self.settings, claim.uid)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 import structlog
@@ -60,8 +60,11 @@ class SlicePublisher:
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 60.0,
         check_interval_s: float = 30.0,
+        own_instances: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         self.node = node
+        #: The UUIDs of the MIG instances this driver made for claims (CDI records).
+        self._own_instances = own_instances
         self.store = store
         self.defaults = defaults
         self._pcie_root = pcie_root
@@ -94,6 +97,11 @@ class SlicePublisher:
         self._status = status
         self._rebuild()
 
+    def refresh(self) -> None:
+        """The driver's own MIG instances changed (a claim's were made): published again
+        with the counters they leave."""
+        self._rebuild()
+
     def set_defaults(self, defaults: shapes.RequestDefaults) -> None:
         if defaults != self.defaults:
             self.defaults = defaults
@@ -103,7 +111,7 @@ class SlicePublisher:
         if self._status is None:
             return
         self._cards = shapes.card_shapes(self._status, self.defaults, self._pcie_root)
-        self._mig_cards = shapes.mig_card_shapes(self._status)
+        self._mig_cards = shapes.mig_card_shapes(self._status, self._own_instances())
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -11,13 +11,17 @@ whose model has no known geometry is not published at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+import structlog
 
 from vgpu_operator import resources
 from vgpu_operator.agent import health
 from vgpu_operator.agent.dra.sysfs import sysfs_bus_id
 from vgpu_operator.devices import dra, dra_mig
+
+log = structlog.get_logger("vgpu_operator.dra")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +104,12 @@ def by_name(shapes: Iterable[dra.CardShape]) -> Mapping[str, dra.CardShape]:
     return {shape.name: shape for shape in shapes}
 
 
-def mig_card_shapes(status: resources.DeviceInventoryStatus) -> list[dra_mig.MigCardShape]:
-    """The MIG-mode cards to publish as partitionable devices, in index order."""
+def mig_card_shapes(
+    status: resources.DeviceInventoryStatus, own: Collection[str] = frozenset()
+) -> list[dra_mig.MigCardShape]:
+    """The MIG-mode cards to publish as partitionable devices, in index order. ``own``:
+    the UUIDs of the instances this driver made for claims (their claims' allocations
+    hold their counters); every other instance on a card is taken out of its counters."""
     return [
         dra_mig.MigCardShape(
             uuid=device.uuid,
@@ -111,7 +119,27 @@ def mig_card_shapes(status: resources.DeviceInventoryStatus) -> list[dra_mig.Mig
             memory_mib=device.memory_mib,
             healthy=device.health is resources.DeviceHealth.HEALTHY,
             numa_node=device.numa_node,
+            taken=taken_placements(device.mig_instances, own),
         )
         for device in sorted(status.devices, key=lambda d: d.index)
         if device.mode is resources.DeviceMode.MIG and dra_mig.has_geometry(device.model)
     ]
+
+
+def taken_placements(
+    instances: Iterable[resources.MigInstance], own: Collection[str]
+) -> tuple[tuple[int, int, int], ...] | None:
+    """(start, memory slices, compute slices) of each instance that is not ``own``; None
+    when one's placement or profile cannot be read (the card is then offered whole to
+    nobody: an unreadable instance never becomes free room)."""
+    taken = []
+    for instance in instances:
+        if instance.uuid in own:
+            continue
+        parsed = None if instance.profile is None else dra_mig.parse_profile(instance.profile)
+        start, size = instance.placement_start, instance.placement_size
+        if parsed is None or start is None or size is None:
+            log.warning("mig_instance_placement_unknown", instance=instance.uuid)
+            return None
+        taken.append((start, size, parsed[0]))
+    return tuple(taken)

@@ -2,7 +2,8 @@
 cards, the pods that hold shares and their allocations, DRA slices, claims and their
 ledger, the allocation gate, holds and nominations), the one read view and the one writer
 (``view``), the records they keep (``entries``, ``changes``), the ranking index, overlays
-for what-ifs (``overlay``) and what metrics read (``usage``).
+for what-ifs (``overlay``), what metrics read (``usage``), and the PodGroups' own claims
+(``group_claims``).
 
 The books import the dialects (to book what a pod holds) and never the cycle. Others use
 what ``__all__`` names.
@@ -26,6 +27,7 @@ from vgpu_operator.scheduling.books.entries import (
     PodEntry,
     is_dra_node,
 )
+from vgpu_operator.scheduling.books.group_claims import GroupClaims
 from vgpu_operator.scheduling.books.group_victims import disrupted_one_by_one, protected
 from vgpu_operator.scheduling.books.overlay import Overlay
 from vgpu_operator.scheduling.books.usage import (
@@ -53,6 +55,7 @@ __all__ = [
     "Freed",
     "GateHolder",
     "GateMode",
+    "GroupClaims",
     "NodeEntry",
     "Nomination",
     "Overlay",

@@ -20,13 +20,9 @@ from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.scheduling import node_annotations, node_basics
 from vgpu_operator.scheduling.books import changes, claim_books, node_register, pod_entries
 from vgpu_operator.scheduling.books.allocation_book import Allocations
-from vgpu_operator.scheduling.books.entries import (
-    NodeEntry,
-    Nomination,
-    PodEntry,
-    is_dra_node,
-)
+from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry, is_dra_node
 from vgpu_operator.scheduling.books.gate_book import GateBook
+from vgpu_operator.scheduling.books.group_claims import GroupClaims
 from vgpu_operator.scheduling.books.ranking import RankIndex
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import dra_pool
@@ -68,8 +64,12 @@ class Books:
         self._dirty: set[str] = set()
         self._budgets: dict[tuple[str, str], disruption.Budget] = {}
         self.single_groups: set[str] = set()  # PodGroups of disruptionMode single (group_victims)
-        #: Preemptors waiting for their victims, with the hold on the freed shares.
+        #: PodGroups that name claims of their own (``group_claims``), by namespace/name.
+        self.group_claims: dict[str, GroupClaims] = {}
+        #: Preemptors waiting for their victims (a hold on the freed shares), and those
+        #: whose hold timed out until the runtime takes them (``take_expired``).
         self._nominations: dict[PodKey, Nomination] = {}
+        self._expired: list[tuple[PodKey, Nomination]] = []
         #: Victims of a preemption whose deletion has not been seen yet.
         self._preempted: set[PodKey] = set()
         #: Bound pods' allocations as first seen, and those not believed or edited.
@@ -149,8 +149,7 @@ class Books:
 
     # --- the decision's writes ---------------------------------------------------------
     def pod_read(self, key: PodKey) -> object:
-        """The decision's read of a waiting pod (``pod_read``; kept here so that the
-        books drop it when the pod is bound or gone)."""
+        """A waiting pod's read (``pod_read``), dropped here when it is bound or gone."""
         return self._attempts.get(key)
 
     def keep_read(self, key: PodKey, read: object) -> None:
@@ -450,11 +449,15 @@ class Books:
     def expire_nominations(self, now: float) -> None:
         for key, nomination in list(self._nominations.items()):
             if nomination.until < now:
+                self._expired.append((key, nomination))
                 self.cancel_preemption(key)
 
+    def take_expired(self) -> list[tuple[PodKey, Nomination]]:
+        taken, self._expired = self._expired, []
+        return taken
+
     def take_freed(self) -> list[changes.Freed]:
-        """Room pods freed on nodes since the last call (``changes.FreedRoom``): where a
-        waiting pod may fit now."""
+        """Room freed on nodes since the last call (``changes.FreedRoom``): where to look."""
         return self._freed.take()
 
     def forget_freed(self, keys: Iterable[PodKey]) -> None:  # see FreedRoom.forget

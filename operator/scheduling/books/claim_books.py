@@ -27,7 +27,7 @@ from typing import Any
 from vgpu_operator import names
 from vgpu_operator.devices import dra, model
 from vgpu_operator.devices.dra import VENDOR
-from vgpu_operator.scheduling.books import claim_ledger
+from vgpu_operator.scheduling.books import claim_ledger, group_claims, group_victims
 from vgpu_operator.scheduling.books.claim_ledger import Decided, Hold
 from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.dialects.annotation import placement
@@ -64,8 +64,13 @@ class ClaimBooks:
         #: Bound pods that have not ended (uid -> key), and each one's uid by key.
         self._running: dict[str, PodKey] = {}
         self._running_uid: dict[PodKey, str] = {}
+        #: The PodGroup of each running member (a group claim is kept while one runs).
+        self._running_groups: dict[str, str] = {}
         #: Holds kept after their claim went (kept key -> the running pods keeping it).
         self._kept: dict[str, frozenset[str]] = {}
+        #: Namespaces an administrator labelled ``resource.kubernetes.io/admin-access:
+        #: "true"``: the only ones whose claims' adminAccess requests are allocated.
+        self.admin_namespaces: frozenset[str] = frozenset()
 
     @property
     def selector_cache(self) -> claim_cel.SelectorCache:
@@ -138,6 +143,7 @@ class ClaimBooks:
     def set_claim(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+        former = self._claim_objects.get(key)
         self._claim_objects[key] = obj
         current = self._claim_ledger.holds.get(key)
         read = claim_ledger.hold_from_claim(obj)
@@ -145,8 +151,9 @@ class ClaimBooks:
             return  # our status write is in flight: this copy is older than it
         if read is None:
             # The allocation went: its pods still reserved keep the hold (the copy says
-            # whom it is still reserved for; a pod unreserved with it is let go).
-            self._keep_or_drop(key, obj, obj)
+            # whom it is still reserved for; a pod unreserved with it is let go), and so
+            # do the running members of a group it was reserved for (its PodGroup went).
+            self._keep_or_drop(key, obj, obj, former)
         elif current is None or current.shares != read.shares or current.node != read.node:
             self._put_hold(read)
         elif current.decided is not Decided.NO:
@@ -158,13 +165,20 @@ class ClaimBooks:
         self._keep_or_drop(key, last, last)
 
     def _keep_or_drop(
-        self, key: str, held: Mapping[str, Any] | None, reserved: Mapping[str, Any] | None
+        self,
+        key: str,
+        held: Mapping[str, Any] | None,
+        reserved: Mapping[str, Any] | None,
+        former: Mapping[str, Any] | None = None,
     ) -> None:
         """The claim ``key`` no longer holds: its hold is kept, under its kept key, if a
         running pod the claim (copy ``reserved``) is reserved for uses it; else dropped.
         ``held`` is the copy the hold was read from (its uid names the kept hold)."""
         hold = self._claim_ledger.holds.get(key)
         keeping = claim_ledger.reserved_uids(reserved) & self._running.keys()
+        groups = group_claims.reserved_groups(reserved) | group_claims.reserved_groups(former)
+        if groups:  # a group claim: kept while a member of the group runs
+            keeping |= {uid for uid, group in self._running_groups.items() if group in groups}
         if hold is None or hold.decided is Decided.WRITING or not keeping:
             self._drop_hold(key)
             return
@@ -185,6 +199,9 @@ class ClaimBooks:
         if uid and bound and not ended:
             self._running[uid] = key
             self._running_uid[key] = uid
+            group = group_victims.group_key(pod)
+            if group is not None:
+                self._running_groups[uid] = group
 
     def pod_gone(self, key: PodKey) -> None:
         """The pod ended or is gone: the holds it alone kept go."""
@@ -192,6 +209,7 @@ class ClaimBooks:
         if uid is None:
             return
         self._running.pop(uid, None)
+        self._running_groups.pop(uid, None)
         for kept, pods in list(self._kept.items()):
             if uid not in pods:
                 continue
@@ -269,6 +287,14 @@ class ClaimBooks:
     def holds_claim(self, key: str) -> bool:
         """Whether the claim (or kept hold) ``key`` still holds shares."""
         return key in self._claim_ledger.holds
+
+    def decided_by_other(self, key: str, pod: str) -> Hold | None:
+        """The hold of claim ``key`` that another pod's decision is allocating (its
+        writes not back yet), or None: a group claim's later member uses it as it is."""
+        hold = self._claim_ledger.holds.get(key)
+        if hold is None or hold.decided is Decided.NO or hold.pod in ("", pod):
+            return None
+        return hold
 
     def claim_holds(self) -> dict[str, str]:
         """Claims that hold shares, and their nodes (for tests and status)."""

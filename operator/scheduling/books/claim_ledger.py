@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling.dialects.annotation import placement
-from vgpu_operator.scheduling.dialects.claims import claims
+from vgpu_operator.scheduling.dialects.claims import claim_configs, claims
 
 
 class Decided(enum.Enum):
@@ -112,7 +112,7 @@ class ClaimLedger:
         return [self.holds[k] for k in sorted(self.by_node.get(node, ())) if k in self.holds]
 
 
-CONFIG_HAMI_CORE: Final = claims.CONFIG_HAMI_CORE
+CONFIG_HAMI_CORE: Final = claim_configs.CONFIG_HAMI_CORE
 #: Joins a claim's key and uid in the key of a hold kept after the claim went.
 KEPT_MARK: Final = "#kept:"
 
@@ -129,7 +129,7 @@ def hami_core_off(allocation: Mapping[str, Any]) -> bool:
         (c for c in configs if isinstance(c, Mapping)),
         key=lambda c: 0 if c.get("source") == "FromClass" else 1,
     )
-    return claims.configs_turn_hami_core_off(ordered)
+    return claim_configs.turn_hami_core_off(ordered)
 
 
 def _without_admin_access(allocation: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -191,6 +191,8 @@ def decided_shares(node: str, picks: Sequence[Any]) -> tuple[claims.AllocatedSha
     """A decision's picks (``claim_fit.Pick``) as the shares its status will name."""
     out = []
     for pick in picks:
+        if pick.admin:
+            continue  # adminAccess consumes nothing (its status says adminAccess: true)
         capacity = pick.consumption.capacity
         out.append(
             claims.AllocatedShare(

@@ -10,6 +10,10 @@ live books' bookings, quota, nominations, change log and freed room (the queue's
 are never written, so a what-if cannot leave anything behind, and the books may change
 between two steps of a plan made in steps as long as the overlay holds no change then.
 Pods on the DRA path are not planned here (their holds live in the claims' part).
+
+Autoscaling's what-if (``autoscale``) also adds nodes that do not exist yet (``add_node``):
+entries built by the books' own code from the Node and inventory a new node of an instance
+type would have, walked, ranked and fitted like every other node, after all the live ones.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from typing import Any, TypeVar
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling import node_basics
-from vgpu_operator.scheduling.books import changes
+from vgpu_operator.scheduling.books import changes, pod_entries
 from vgpu_operator.scheduling.books.books import Books
 from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry
+from vgpu_operator.scheduling.books.group_claims import GroupClaims
 from vgpu_operator.scheduling.books.view import ClaimReads
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.mig import mig_records
@@ -91,12 +96,15 @@ class Overlay:
         self._reads: dict[PodKey, object] = {}
         #: The live nodes with the touched ones replaced, while the touched set holds.
         self._node_map: dict[str, NodeEntry] | None = None
+        #: Nodes that do not exist (``add_node``), kept in ``_nodes`` like touched copies.
+        self._added: set[str] = set()
 
     @property
     def empty(self) -> bool:
         """Whether the overlay holds no change (it reads as the live books)."""
         return not (
-            self._out
+            self._added
+            or self._out
             or self._in
             or self._nominations
             or self._nominations_gone
@@ -166,6 +174,10 @@ class Overlay:
     def single_groups(self) -> Collection[str]:
         return self._live.single_groups
 
+    @property
+    def group_claims(self) -> Mapping[str, GroupClaims]:
+        return self._live.group_claims
+
     def is_preempted(self, key: PodKey) -> bool:
         if key in self._preempted:
             return True
@@ -180,7 +192,38 @@ class Overlay:
         return any(v in pods for v in nomination.victims)
 
     def node_names(self) -> list[str]:
-        return self._live.node_names()
+        added = sorted(self._added, key=lambda name: self._nodes[name].order)
+        return [*self._live.node_names(), *added]
+
+    def add_node(self, entry: NodeEntry) -> None:
+        """A node that does not exist yet joins the what-if (autoscaling's): ``entry`` is
+        the books' own record of it, with no pod, ordered after every live node."""
+        if entry.name in self._live.nodes or entry.name in self._nodes:
+            raise ValueError(f"node {entry.name!r} is already in the books")
+        if entry.pods:
+            raise ValueError(f"a node added to a what-if starts empty ({entry.name!r})")
+        self._nodes[entry.name] = entry
+        self._added.add(entry.name)
+        self._node_map = None
+
+    def remove_node(self, name: str) -> None:
+        """Take back a node ``add_node`` added; it must hold no pod by then."""
+        node = self._nodes.get(name)
+        if name not in self._added or node is None:
+            raise ValueError(f"node {name!r} was not added to this what-if")
+        if node.pods:
+            raise ValueError(f"node {name!r} still holds pods")
+        del self._nodes[name]
+        self._added.discard(name)
+        self._node_map = None
+        self._settle()
+
+    def added_nodes(self) -> list[str]:
+        """The nodes ``add_node`` added and not removed, in their order."""
+        return sorted(self._added, key=lambda name: self._nodes[name].order)
+
+    def forget_freed(self, keys: Iterable[PodKey]) -> None:
+        """Nothing is freed on an overlay (the queue's hints are the live books')."""
 
     def refresh(self, node: NodeEntry) -> None:
         copy = self._nodes.get(node.name)
@@ -248,6 +291,8 @@ class Overlay:
         return self._live.fresh_cards(node, skip, self.pods if pods is None else pods)
 
     def mig_tables_of(self, node_name: str) -> mig_records.TableOf:
+        if node_name in self._added:
+            return pod_entries.mig_tables(self._nodes[node_name], self._live.vendors)
         return self._live.mig_tables_of(node_name)
 
     # --- the cycle's writes, kept here ----------------------------------------------

@@ -1,15 +1,28 @@
 """Kubernetes' CEL library for DRA's device selectors (``claim_cel``): quantities and
 semantic versions with their methods, and the string extension functions, each bounded
-in what it may build (``MAX_STRING``), as the Kubernetes API server bounds them."""
+in what it may build (``MAX_STRING``), as the Kubernetes API server bounds them.
+
+Each function that walks or builds strings or lists is charged to the evaluation's
+``Budget`` before it does the work, as cel-go's runtime cost charges it (a tenth of a
+step per character walked or built: ``replace`` and ``split`` their operand twice,
+``join`` its result twice, ``+`` both operands, ``contains`` the product of both
+lengths), plus a step per element a function builds: this interpreter makes an object per
+element, which costs about what a step does, where cel-go's cost model counts none. A
+``split("")`` of a million characters is thus refused before it builds a million strings
+(1.6 s of this interpreter), where only its steps were counted before."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from fractions import Fraction
 from typing import Any, Final, cast
 
 from celpy import celtypes
+from celpy import evaluation as celpy_evaluation
 
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
@@ -17,6 +30,43 @@ from vgpu_operator.errors import CodecError
 
 class CelBudgetExceeded(Exception):
     """Raised inside an evaluation that ran out of steps (becomes CelTooCostly)."""
+
+
+class Budget:
+    """What one evaluation may still spend, in steps: a parse-tree node visited is one,
+    a function's walk or build what ``charge`` says."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def spend(self, steps: int, what: str) -> None:
+        self.left -= steps
+        if self.left < 0:
+            raise CelBudgetExceeded(what)
+
+
+_BUDGET: ContextVar[Budget | None] = ContextVar("cel_budget", default=None)
+
+
+@contextlib.contextmanager
+def spending(budget: Budget) -> Iterator[Budget]:
+    """Charge the functions called meanwhile (in this thread) to ``budget``."""
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
+def charge(characters: int, elements: int, what: str) -> None:
+    """Charge the current evaluation a tenth of a step per character walked or built and
+    a step per element built, before the work is done (no budget: not evaluating)."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        steps = math.ceil(0.1 * characters) + elements
+        budget.spend(steps, f"ran out of its budget at {what}")
 
 
 # --- Kubernetes' quantity and semver types --------------------------------------------------
@@ -159,8 +209,9 @@ def _char_at(s: Any, i: Any) -> celtypes.StringType:
 
 def _index_of(s: Any, sub: Any, start: Any = 0) -> celtypes.IntType:
     if isinstance(s, list):  # Kubernetes' lists library: the first equal element
+        charge(0, len(s), f"indexOf, which would walk a list of {len(s)}")
         return celtypes.IntType(next((n for n, e in enumerate(s) if e == sub), -1))
-    text, needle, offset = _string(s, "indexOf"), _string(sub, "indexOf"), _index(start)
+    text, needle, offset = _walked(s, "indexOf"), _string(sub, "indexOf"), _index(start)
     if offset < 0:
         raise _out_of_range(offset)
     if needle == "":
@@ -172,9 +223,10 @@ def _index_of(s: Any, sub: Any, start: Any = 0) -> celtypes.IntType:
 
 def _last_index_of(s: Any, sub: Any, *start: Any) -> celtypes.IntType:
     if isinstance(s, list):
+        charge(0, len(s), f"lastIndexOf, which would walk a list of {len(s)}")
         found = [n for n, e in enumerate(s) if e == sub]
         return celtypes.IntType(found[-1] if found else -1)
-    text, needle = _string(s, "lastIndexOf"), _string(sub, "lastIndexOf")
+    text, needle = _walked(s, "lastIndexOf"), _string(sub, "lastIndexOf")
     if not start:
         if needle == "":
             return celtypes.IntType(len(text))
@@ -194,7 +246,7 @@ def _last_index_of(s: Any, sub: Any, *start: Any) -> celtypes.IntType:
 
 
 def _substring(s: Any, start: Any, *end: Any) -> celtypes.StringType:
-    text, first = _string(s, "substring"), _index(start)
+    text, first = _walked(s, "substring"), _index(start)
     last = _index(end[0]) if end else len(text)
     if first > last:
         raise ValueError(f"invalid substring range. start: {first}, end: {last}")
@@ -214,16 +266,23 @@ _GO_SPACE: Final = (
 )
 
 
+def _walked(s: Any, function: str) -> str:
+    """``s`` as a string, its walk charged (cel-go: a tenth of a step per character)."""
+    text = _string(s, function)
+    charge(len(text), 0, f"{function}, which would walk {len(text)} characters")
+    return text
+
+
 def _lower_ascii(s: Any) -> celtypes.StringType:
-    return celtypes.StringType(_string(s, "lowerAscii").translate(_TO_LOWER))
+    return celtypes.StringType(_walked(s, "lowerAscii").translate(_TO_LOWER))
 
 
 def _upper_ascii(s: Any) -> celtypes.StringType:
-    return celtypes.StringType(_string(s, "upperAscii").translate(_TO_UPPER))
+    return celtypes.StringType(_walked(s, "upperAscii").translate(_TO_UPPER))
 
 
 def _trim(s: Any) -> celtypes.StringType:
-    return celtypes.StringType(_string(s, "trim").strip(_GO_SPACE))
+    return celtypes.StringType(_walked(s, "trim").strip(_GO_SPACE))
 
 
 def _replace(s: Any, old: Any, new: Any, n: Any = -1) -> celtypes.StringType:
@@ -237,8 +296,11 @@ def _replace(s: Any, old: Any, new: Any, n: Any = -1) -> celtypes.StringType:
     times = text.count(before) if before else len(text) + 1
     if count >= 0:
         times = min(times, count)
-    if len(text) + times * max(0, len(after) - len(before)) > MAX_STRING:
+    size = len(text) + times * (len(after) - len(before))
+    if size > MAX_STRING:
         raise CelBudgetExceeded(f"replace would build more than {MAX_STRING} characters")
+    walked = f"replace, which would walk {len(text)} and build {size} characters"
+    charge(len(text) + size, 0, walked)
     return _text(text.replace(before, after, count))
 
 
@@ -246,6 +308,14 @@ def _split(s: Any, sep: Any, n: Any = -1) -> celtypes.ListType:
     text, separator, limit = _string(s, "split"), _string(sep, "split"), _index(n)
     if limit == 0:
         return celtypes.ListType()
+    pieces = len(text) if separator == "" else text.count(separator) + 1
+    if limit > 0:
+        pieces = min(pieces, limit)
+    charge(
+        2 * len(text),
+        pieces,
+        f"split, which would walk {len(text)} characters and build {pieces} strings of them",
+    )
     if separator == "":  # Go: into code points, the last one holding the rest
         parts = (
             list(text)
@@ -261,12 +331,73 @@ def _join(items: Any, sep: Any = "") -> celtypes.StringType:
     if not isinstance(items, list):
         raise TypeError("join needs a list of strings")
     separator = _string(sep, "join")
-    return _text(separator.join(_string(i, "join") for i in items))
+    parts = [_string(i, "join") for i in items]
+    size = sum(len(p) for p in parts) + len(separator) * max(0, len(parts) - 1)
+    if size > MAX_STRING:
+        raise CelBudgetExceeded(f"join would build more than {MAX_STRING} characters")
+    charge(2 * size, 0, f"join, which would build {size} characters")
+    return _text(separator.join(parts))
+
+
+# --- CEL's standard functions that walk or build, charged ------------------------------
+
+
+def _sized(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes, list, dict)) else 1
+
+
+def _concatenate(a: Any, b: Any) -> Any:
+    """``+``: a concatenation (strings, lists) is charged both operands, as cel-go's
+    runtime cost charges a string's; numbers add as celpy adds them."""
+    if isinstance(a, (str, list)) and isinstance(b, (str, list)):
+        size = _sized(a) + _sized(b)
+        if isinstance(a, str) and size > MAX_STRING:
+            raise CelBudgetExceeded(f"+ would build more than {MAX_STRING} characters")
+        elements = size if isinstance(a, list) else 0
+        charge(size, elements, f"+, which would build {size} characters or elements")
+    return a + b
+
+
+def _contains(s: Any, sub: Any) -> Any:
+    if isinstance(s, str) and isinstance(sub, str):
+        walk = math.ceil(0.1 * len(s)) * max(1, math.ceil(0.1 * len(sub)))
+        charge(0, walk, f"contains, which would walk {len(s)} characters")
+    return celpy_evaluation.function_contains(s, sub)
+
+
+def _starts_with(s: Any, prefix: Any) -> Any:
+    charge(_sized(prefix), 0, "startsWith")
+    return celpy_evaluation.function_startsWith(s, prefix)
+
+
+def _ends_with(s: Any, suffix: Any) -> Any:
+    charge(_sized(suffix), 0, "endsWith")
+    return celpy_evaluation.function_endsWith(s, suffix)
+
+
+def _matches(text: Any, pattern: Any) -> Any:
+    # cel-go: the walk of the text times a quarter of the pattern's length.
+    steps = math.ceil(0.1 * (1 + _sized(text))) * math.ceil(0.25 * _sized(pattern))
+    charge(0, steps, f"matches, which would walk {_sized(text)} characters")
+    return celpy_evaluation.function_matches(text, pattern)
+
+
+def _in(item: Any, container: Any) -> Any:
+    if isinstance(container, list):
+        charge(0, len(container), f"in, which would walk a list of {len(container)}")
+    return celpy_evaluation.operator_in(item, container)
 
 
 #: Kubernetes' CEL library beyond CEL's standard functions, as far as a device selector
-#: can use it: quantities, semantic versions, and the string extensions.
+#: can use it: quantities, semantic versions, and the string extensions; and CEL's own
+#: functions that walk or build, charged.
 FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
+    "_+_": _concatenate,
+    "_in_": _in,
+    "contains": _contains,
+    "startsWith": _starts_with,
+    "endsWith": _ends_with,
+    "matches": _matches,
     "quantity": _quantity,
     "isQuantity": _is_quantity,
     "semver": _semver,

@@ -22,7 +22,7 @@ later per device.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -32,13 +32,15 @@ from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, Evaluator
 
-from vgpu_operator.scheduling.cel import claim_cel_cost
+from vgpu_operator.scheduling.cel import claim_cel_cost, claim_cel_shapes
 from vgpu_operator.scheduling.cel.cel_functions import (
     FUNCTIONS,
     SUPPORTED,
+    Budget,
     CelBudgetExceeded,
     Quantity,
     Version,
+    spending,
 )
 
 
@@ -130,14 +132,15 @@ MAX_DEPTH: Final = 300
 #: of the interpreter. Past it the claim is refused; kube-scheduler's own bound is its
 #: runtime cost limit (1,000,000), which a slower interpreter cannot afford.
 MAX_STEPS: Final = 100_000
-#: Steps an evaluation on the scheduling loop may take (a few milliseconds); a selector
-#: that needs more is evaluated off the loop (``SelectorCache.deferring``).
+#: Steps an evaluation on the scheduling loop may take (a few milliseconds): a bound
+#: that the shapes evaluated there (``claim_cel_shapes``) stay far inside; a selector
+#: that needs more is evaluated off the loop from then on (``SelectorCache.deferring``).
 INLINE_STEPS: Final = 2_000
-#: Static cost below which a selector is tried on the loop at all.
+#: Static cost above which a selector is never tried on the loop, whatever its shape.
 INLINE_COST: Final = 2_000
 #: Longest expression compiled on the loop (parsing takes about 40 µs a character);
 #: a longer one is compiled, checked and evaluated off the loop.
-INLINE_LENGTH: Final = 512
+INLINE_LENGTH: Final = claim_cel_shapes.INLINE_LENGTH
 
 _ENV: Final = celpy.Environment()
 
@@ -163,35 +166,49 @@ def _depth(tree: Any) -> int:
     return deepest
 
 
-class _Steps:
-    __slots__ = ("left",)
-
-    def __init__(self, left: int) -> None:
-        self.left = left
-
-
 class _BoundedEvaluator(Evaluator):
-    """celpy's interpreter, counting the nodes it visits (macro bodies included)."""
+    """celpy's interpreter, charging a step per node it visits (macro bodies included) to
+    the evaluation's budget, which the string functions charge too (``cel_functions``)."""
 
-    def __init__(self, ast: Any, activation: Any, steps: _Steps) -> None:
+    def __init__(self, ast: Any, activation: Any, budget: Budget) -> None:
         super().__init__(ast, activation)
-        self._steps = steps
+        self._budget = budget
 
     def sub_evaluator(self, ast: Any) -> Evaluator:
-        return _BoundedEvaluator(ast, self.activation, self._steps)
+        return _BoundedEvaluator(ast, self.activation, self._budget)
 
     def _visit_tree(self, tree: Any) -> Any:
         # lark's Interpreter visits every node through here (``visit`` only the root).
-        steps = self._steps
-        steps.left -= 1
-        if steps.left < 0:
+        budget = self._budget
+        budget.left -= 1
+        if budget.left < 0:
             raise CelBudgetExceeded("ran out of evaluation steps")
         return super()._visit_tree(tree)
 
 
+#: The most characters of an expression a message quotes (a tenant's may be 10 KiB).
+SHOWN_LENGTH: Final = 80
+
+
 def shown(expression: str) -> str:
     """The expression as messages quote it (a long one cut)."""
-    return repr(expression if len(expression) <= 200 else expression[:200] + "...")
+    cut = len(expression) > SHOWN_LENGTH
+    return repr(expression[:SHOWN_LENGTH] + "..." if cut else expression)
+
+
+def refusal(where: str, exc: CelRuntimeError) -> str:
+    """The sentence that refuses a claim whose selector failed or ran out of bounds:
+    ``where`` names the claim and request, the error the selector and what to change."""
+    if isinstance(exc, CelTooCostly):
+        return f"{where}: {exc}"
+    return f"{where}: CEL runtime error: {exc}"
+
+
+def _advice(spent: str) -> str:
+    """What to change in a selector that ran out of its budget (``spent`` says where)."""
+    if "budget at" in spent or "would build" in spent:
+        return "build shorter strings and lists: fewer or smaller replace, split, join, +"
+    return "smaller list literals, fewer nested all/exists/map/filter"
 
 
 def _detail(exc: CELEvalError) -> str:
@@ -218,16 +235,16 @@ class Selector:
         fails on it (a missing attribute, a wrong type) or yields no bool, CelTooCostly
         when it takes more than ``steps`` evaluation steps."""
         try:
-            evaluator = _BoundedEvaluator(
-                self.program.ast, self.program.new_activation(), _Steps(steps)
-            )
-            result = evaluator.evaluate(activation(device))
+            with spending(Budget(steps)) as budget:
+                evaluator = _BoundedEvaluator(
+                    self.program.ast, self.program.new_activation(), budget
+                )
+                result = evaluator.evaluate(activation(device))
         except CelBudgetExceeded as exc:
             raise CelTooCostly(
-                f"{shown(self.expression)} {exc} (more than {steps} steps on device "
+                f"{shown(self.expression)} {exc} (more than {steps} steps on a device of "
                 f"{device.driver}): this scheduler evaluates CEL more slowly than "
-                "kube-scheduler; make the selector cheaper (smaller list literals, fewer "
-                "nested all/exists/map/filter)"
+                f"kube-scheduler; make the selector cheaper ({_advice(str(exc))})"
             ) from None
         except CELEvalError as exc:
             raise CelRuntimeError(f"{shown(self.expression)}: {_detail(exc)}") from None
@@ -277,14 +294,56 @@ def compile_selector(expression: str) -> Selector:
             f"the limit {claim_cel_cost.MAX_COST} (as the API server estimates it); use "
             "smaller list literals or fewer nested macros"
         )
-    # Each step is bounded in time (``matches`` is RE2's, linear; strings are capped at
-    # MAX_STRING), so the step bound bounds the evaluation.
-    off_loop = cost > INLINE_COST
+    # Only the shapes of ``claim_cel_shapes`` are evaluated on the scheduling loop: a
+    # step budget bounds the work of any other, not its time there.
+    off_loop = cost > INLINE_COST or not claim_cel_shapes.inline(tree)
     return Selector(expression, _ENV.program(tree, functions=FUNCTIONS), cost, off_loop)
 
 
 #: A verdict: selected or not, or the error the expression raised on the device.
 Verdict = bool | CelRuntimeError
+#: Where a request's selectors were written: its DeviceClass's name and how many of the
+#: selectors are the class's (they come first; the request's own follow).
+Written = tuple[str, int]
+
+
+def position(index: int, written: Written) -> str:
+    """How a message names a request's ``index``-th selector."""
+    class_name, of_class = written
+    if index < of_class:
+        return f"DeviceClass {class_name}'s selectors[{index}]"
+    return f"selectors[{index - of_class}]"
+
+
+def compile_all(
+    cache: SelectorCache, expressions: Sequence[str], written: Written
+) -> tuple[Selector, ...]:
+    """A request's selectors, compiled; CelRefused names the one refused."""
+    compiled = []
+    for index, expression in enumerate(expressions):
+        try:
+            compiled.append(cache.compile(expression))
+        except CelRefused as exc:
+            raise CelRefused(f"{position(index, written)}: {exc}") from None
+    return tuple(compiled)
+
+
+def all_select(
+    selectors: Sequence[Selector],
+    cache: SelectorCache,
+    key: Any,
+    view: DeviceView,
+    written: Written,
+) -> bool:
+    """Whether every selector selects the device. A CelRuntimeError (of the kind raised)
+    names the selector that failed; CelPending passes as the cache raises it."""
+    for index, selector in enumerate(selectors):
+        try:
+            if not cache.matches(selector, key, view):
+                return False
+        except CelRuntimeError as exc:
+            raise type(exc)(f"{position(index, written)} {exc}") from None
+    return True
 
 
 class SelectorCache:
@@ -342,8 +401,10 @@ class SelectorCache:
     def compile(self, expression: str) -> Selector:
         self._touch(expression)
         found = self._compiled.get(expression)
-        if found is None and self.deferring and len(expression) > INLINE_LENGTH:
-            # Checked and evaluated off the loop: a refusal comes back as its verdicts.
+        if found is None and self.deferring and not claim_cel_shapes.candidate(expression):
+            # Not even parsed on the loop (too long, or it calls what no inline shape
+            # calls): checked and evaluated off the loop, a refusal comes back as its
+            # verdicts.
             return Selector(expression, None, off_loop=True)
         if found is None:
             try:

@@ -24,9 +24,9 @@ from typing import Any
 from vgpu_operator import names
 from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling.books import group_claims
 from vgpu_operator.scheduling.books.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
-from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.cycle import node_gate
 from vgpu_operator.scheduling.cycle.fragmentation_order import Placer
 from vgpu_operator.scheduling.dialects.annotation import placement
@@ -61,10 +61,39 @@ class ClaimWrite:
     create: Mapping[str, Any] | None = None
     #: ``status.extendedResourceClaimStatus`` to write on the pod once the claim is.
     pod_status: Mapping[str, Any] | None = None
+    #: A group claim another member's decision is allocating: nothing to write, the
+    #: Binding waits until that allocation is (``group_claims``).
+    awaits_allocation: bool = False
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Sharing:
+    """The pod's group claims (``group_claims``): its PodGroup, the claims that are the
+    group's, and those another member's decision is allocating."""
+
+    group: group_claims.GroupClaims | None = None
+    keys: frozenset[str] = frozenset()
+    pinned: frozenset[str] = frozenset()
+
+    def consumer_of(self, key: str, own: Mapping[str, str]) -> Mapping[str, str]:
+        """Who the claim ``key`` is reserved for: the group for a group claim."""
+        return self.group.consumer() if self.group is not None and key in self.keys else own
+
+
+def _awaiting(claim: claims.Claim, consumer: Mapping[str, str]) -> ClaimWrite:
+    return ClaimWrite(
+        claim.namespace,
+        claim.name,
+        claim.uid,
+        claim.resource_version,
+        None,
+        consumer,
+        awaits_allocation=True,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +158,17 @@ class ClaimDialect:
                 self.view.claims.classes,
                 self.view.claims.selector_cache,
             )
+            group = group_claims.of_pod(pod, self.view.group_claims)
+            shared = frozenset() if group is None else group_claims.claim_keys(pod, group[1])
+            wanted, pinned = group_claims.pin_to_decided(wanted, shared, key, self.view.claims)
         except claims.Waiting as exc:
             diagnosis = Diagnosis({}, total, error=str(exc))
             return ClaimPlacement(None, diagnosis=diagnosis, waits_for_claims=True)
         except (claims.Refusal, CodecError) as exc:
             return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=str(exc)))
+        refused = _admin_access_refusal(wanted.pending, self.view.claims.admin_namespaces)
+        if refused is not None:
+            return ClaimPlacement(None, diagnosis=Diagnosis({}, total, error=refused))
         failures: dict[str, NodeFailure] = {}
         # Nodes unchanged since the verdict on this shape ruled them out stay ruled out
         # for the same reasons: only the others are fitted (as on the annotation path).
@@ -166,7 +201,8 @@ class ClaimDialect:
             judge = ClaimJudge(self, wanted)
             diagnosis = Diagnosis(failures, total)
             return ClaimPlacement(None, diagnosis=diagnosis, judge=judge, wanted=wanted)
-        return self._book(key, pod, job, wanted, found, scores, special)
+        sharing = Sharing(None if group is None else group[0], shared, pinned)
+        return self._book(key, pod, job, wanted, found, scores, special, sharing)
 
     def extended_resources(self) -> dict[str, str]:
         """Extended resource -> our DeviceClass serving it (``extended_claims``)."""
@@ -185,14 +221,21 @@ class ClaimDialect:
         found: tuple[NodeEntry, claim_fit.ClaimsOutcome],
         scores: dict[str, float],
         special: extended_claims.Special | None = None,
+        sharing: Sharing | None = None,
     ) -> ClaimPlacement:
-        """Hold what the pod gets on the node found, and say what to write on its claims."""
-        consumer = claim_wire.consumer(pod)
+        """Hold what the pod gets on the node found, and say what to write on its claims
+        (a group claim is reserved for the PodGroup, not the pod: ``group_claims``)."""
+        own = claim_wire.consumer(pod)
+        sharing = sharing or Sharing()
         node, outcome = found
         writes: list[ClaimWrite] = []
         decided: dict[str, tuple[str, list[claim_fit.Pick]]] = {}
         for claim in wanted.claims:
+            consumer = sharing.consumer_of(claim.key, own)
             reserved = any(r.get("uid") == consumer["uid"] for r in claim.reserved_for)
+            if claim.key in sharing.pinned:
+                writes.append(_awaiting(claim, consumer))
+                continue
             allocation = None
             if claim.allocated_node is None:
                 picks = outcome.picks[claim.key]
@@ -232,7 +275,7 @@ class ClaimDialect:
                 # Read by preemption once bound, before the bound copy comes back.
                 priority=preemption.priority_of(pod),
                 labels=dict((pod.get("metadata") or {}).get("labels") or {}),
-                uid=consumer["uid"],
+                uid=own["uid"],
             )
         )
         return ClaimPlacement(node.name, tuple(writes), None, outcome.card_scores, scores)
@@ -335,16 +378,13 @@ class ClaimDialect:
         mig = [c for c in wanted.pending if claim_mig.is_mig(c)]
         if mig:
             # MIG claims take instances by counters (``claim_mig``), the rest cards.
-            try:
-                placed = claim_mig.fit_mig_claims(
-                    job,
-                    mig,
-                    self.view.claims.mig_of(node.name),
-                    _less(self.view.claims.held_devices(node.name), released),
-                    self.view.claims.selector_cache,
-                )
-            except claim_cel.CelRuntimeError as exc:
-                return claim_fit.ClaimsOutcome(False, error=str(exc))
+            placed = claim_mig.fit_mig_claims(
+                job,
+                mig,
+                self.view.claims.mig_of(node.name),
+                _less(self.view.claims.held_devices(node.name), released),
+                self.view.claims.selector_cache,
+            )
             rest = [c for c in wanted.pending if not claim_mig.is_mig(c)]
             if not placed.ok or not rest:
                 return placed
@@ -479,3 +519,27 @@ def _less(held: Sequence[str], released: Sequence[str]) -> list[str]:
         else:
             out.append(name)
     return out
+
+
+def _admin_access_refusal(pending: Sequence[claims.Claim], allowed: frozenset[str]) -> str | None:
+    """Why a claim's adminAccess request is not allocated: upstream allows adminAccess
+    only in namespaces an administrator labelled for it (the API server refuses such a
+    claim elsewhere when it is made; one made before the label went is refused here)."""
+    for claim in pending:
+        requests = [r for choice in claim.choices for r in choice] or list(claim.requests)
+        admin = [r.name for r in requests if r.admin_access]
+        if not admin:
+            continue
+        if claim_mig.is_mig(claim):
+            return (
+                f"ResourceClaim {claim.key}, request {admin[0]!r} asks adminAccess, which this "
+                f"scheduler does not honour for DeviceClass {dra.MIG_CLASS}; remove it"
+            )
+        if claim.namespace not in allowed:
+            return (
+                f"ResourceClaim {claim.key}, request {admin[0]!r} asks adminAccess, which is "
+                f"allowed only in namespaces an administrator labelled "
+                f"{names.ADMIN_ACCESS_LABEL}=true, and namespace {claim.namespace} is not: "
+                "remove adminAccess, or ask an administrator for the label"
+            )
+    return None

@@ -10,6 +10,7 @@ the decision cycle (``decision.Cycle``), which reads the books through their vie
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator.config import DeviceConfig
@@ -22,8 +23,10 @@ from vgpu_operator.scheduling.books.entries import DeviceUsageRow
 from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.cycle import verdicts
 from vgpu_operator.scheduling.cycle.decision import AdmissionResult, Cycle, Decision, Settings
+from vgpu_operator.scheduling.dialects.annotation import admission
 from vgpu_operator.scheduling.dialects.claims import dra_pool
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.scheduling.policies import fragmentation
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
 
@@ -34,9 +37,26 @@ __all__ = [
     "ClusterState",
     "Decision",
     "DeviceUsageRow",
+    "NominationWait",
     "PodKey",
     "pod_key",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class NominationWait:
+    """A preemptor's nomination: its node, and the victims that have not left yet (and,
+    on the DRA path, their claims not released yet)."""
+
+    pod: PodKey
+    node: str
+    victims: tuple[PodKey, ...]
+    claims: tuple[str, ...] = ()
+
+    @property
+    def waits(self) -> bool:
+        """Whether anything is left to wait for."""
+        return bool(self.victims or self.claims)
 
 
 class ClusterState:
@@ -52,6 +72,8 @@ class ClusterState:
         self.books = Books(config, inventory_timeout_s, vendor_table)
         self.settings = Settings()
         self.cycle = Cycle(self.books, self.settings)
+        #: What the webhook reads, from another thread (``admission.AdmissionView``).
+        self.admission_view = self._new_admission_view()
 
     # --- the cycle -------------------------------------------------------------------
     def admit(self, pod: Mapping[str, Any]) -> AdmissionResult:
@@ -135,6 +157,18 @@ class ClusterState:
 
     def set_config(self, config: DeviceConfig) -> None:
         self.books.set_config(config)
+        self.admission_view = self._new_admission_view()
+
+    def _new_admission_view(self) -> admission.AdmissionView:
+        quota = self.books.quota
+        limits: dict[str, Mapping[str, int]] = {
+            ns: quota.effective(ns) for ns in quota.limited_namespaces()
+        }
+        return admission.AdmissionView(self.books.config, self.books.vendors, limits)
+
+    def _publish_limits(self, namespace: str) -> None:
+        # Replaced whole, never changed in place: the webhook's thread may be reading it.
+        self.admission_view.limits[namespace] = self.books.quota.effective(namespace)
 
     def set_node(self, node: Mapping[str, Any]) -> None:
         self.books.set_node(node)
@@ -176,11 +210,17 @@ class ClusterState:
     def remove_budget(self, namespace: str, name: str) -> None:
         self.books.remove_budget(namespace, name)
 
+    def set_admin_namespaces(self, names: frozenset[str]) -> None:
+        """The namespaces whose claims' adminAccess requests may be allocated."""
+        self.books.claims.admin_namespaces = names
+
     def set_quota(self, quota: Mapping[str, Any]) -> None:
         self.books.set_quota(quota)
+        self._publish_limits(str((quota.get("metadata") or {}).get("namespace") or "default"))
 
     def remove_quota(self, namespace: str, name: str) -> None:
         self.books.remove_quota(namespace, name)
+        self._publish_limits(namespace)
 
     def confirm(self, key: PodKey, now: float | None = None) -> None:
         self.books.confirm(key, now)
@@ -193,6 +233,31 @@ class ClusterState:
 
     def nominated_node(self, key: PodKey) -> str | None:
         return self.books.nominated_node(key)
+
+    def learned_mix(self) -> dict[fragmentation.ShapeLabels, float]:
+        """What the fragmentation policy has learned of the requests (for the metrics)."""
+        return fragmentation.learned_shares(self.cycle.placer.mix.classes)
+
+    def nomination_wait(self, key: PodKey) -> NominationWait | None:
+        """What the pod's nomination still waits for (None: it holds none)."""
+        nomination = self.books.nomination(key)
+        if nomination is None:
+            return None
+        pods = tuple(sorted(v for v in nomination.victims if v in self.books.pods))
+        held = sorted(k for k in nomination.claims if self.books.claims.holds_claim(k))
+        return NominationWait(key, nomination.node, pods, tuple(held))
+
+    def take_expired_nominations(self, now: float) -> list[NominationWait]:
+        """Preemptors whose hold on their node timed out (``nomination_timeout_s``) since
+        the last call, looked for now too, with the victims still there: the hold is
+        given up, the pods must be told and decided again."""
+        self.books.expire_nominations(now)
+        return [
+            NominationWait(
+                key, gone.node, tuple(sorted(v for v in gone.victims if v in self.books.pods))
+            )
+            for key, gone in self.books.take_expired()
+        ]
 
     def device_usage(self) -> list[DeviceUsageRow]:
         """Each card's booking, for metrics and the demo table."""
@@ -270,6 +335,10 @@ class ClusterState:
 
     def claim_object(self, key: str) -> Mapping[str, Any] | None:
         return self.books.claims.claim_object(key)
+
+    def holds_claim(self, key: str) -> bool:
+        """Whether the claim ``key`` holds shares (allocated, or a decision allocating it)."""
+        return self.books.claims.holds_claim(key)
 
     def over_committed(self, node: str, devices: Sequence[str]) -> list[str]:
         return self.books.claims.over_committed(node, devices)

@@ -6,7 +6,7 @@ Others use what ``__all__`` names.
 """
 
 from vgpu_operator.scheduling.defrag.defrag import plan, plan_steps, recheck
-from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
+from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks, WhatIf
 from vgpu_operator.scheduling.defrag.defrag_parts import (
     Move,
     Plan,
@@ -14,6 +14,9 @@ from vgpu_operator.scheduling.defrag.defrag_parts import (
     Report,
     controller_of,
     fragmentation,
+    mover_of,
+    replacement_pod,
+    scheduler_written,
 )
 
 __all__ = [
@@ -22,9 +25,13 @@ __all__ = [
     "Plan",
     "PlanOptions",
     "Report",
+    "WhatIf",
     "controller_of",
     "fragmentation",
+    "mover_of",
     "plan",
     "plan_steps",
     "recheck",
+    "replacement_pod",
+    "scheduler_written",
 ]

@@ -10,12 +10,14 @@ from vgpu_operator.scheduling.gangs.gangs import (
     REASON_SCHEDULER_ERROR,
     REASON_UNSCHEDULABLE,
     GroupDecision,
+    GroupEngine,
     GroupError,
     GroupSpec,
     decide_group,
     group_of,
     read_pod_group,
     refuse,
+    release,
 )
 
 __all__ = [
@@ -24,10 +26,12 @@ __all__ = [
     "REASON_SCHEDULER_ERROR",
     "REASON_UNSCHEDULABLE",
     "GroupDecision",
+    "GroupEngine",
     "GroupError",
     "GroupSpec",
     "decide_group",
     "group_of",
     "read_pod_group",
     "refuse",
+    "release",
 ]

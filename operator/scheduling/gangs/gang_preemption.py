@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.preemption import preemption
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +39,10 @@ def attempt(
     priority: int | None = None,
 ) -> Preempting | None:
     """Preempt for the gang if the whole gang (``need`` members) then fits; None when it
-    does not, with the books as before. ``priority``: the PodGroup's, which its members
-    preempt with (None: each member's own)."""
+    does not, with the books as before. ``priority``: the PodGroup's (None: no class
+    named); each member preempts with the lower of it and its own (``member_priority``)."""
     if priority is not None:
-        members = [{**m, "spec": {**(m.get("spec") or {}), "priority": priority}} for m in members]
+        members = [_with_priority(m, priority) for m in members]
     fitted: list[Decision] = []
     nominated: list[Decision] = []
     spare = len(members) - need
@@ -66,3 +67,23 @@ def attempt(
         return None
     victims = dict.fromkeys(v for d in nominated for v in d.victims)
     return Preempting(tuple(nominated), tuple(victims))
+
+
+def member_priority(own: int, group_priority: int | None) -> int:
+    """The priority a member preempts and is queued with: the lower of its own resolved
+    priority and its PodGroup's. The API server resolves a PodGroup's ``priority`` from
+    the class it names but no quota scoped to priority classes counts PodGroups, so a
+    tenant may name a class in a PodGroup that its pods may not use; taking the lower
+    value means a group can slow its members, never lift them past the administrator's
+    rules (upstream gives the members the group's priority: ``docs/gangs.md``)."""
+    return own if group_priority is None else min(own, group_priority)
+
+
+def _with_priority(pod: Mapping[str, Any], group_priority: int) -> Mapping[str, Any]:
+    """A copy of the member that preempts with the lower of its own priority and the
+    group's (a PodGroup never lifts its members: ``member_priority``)."""
+    own = preemption.priority_of(pod)
+    lowered = member_priority(own, group_priority)
+    if lowered == own:
+        return pod
+    return {**pod, "spec": {**(pod.get("spec") or {}), "priority": lowered}}

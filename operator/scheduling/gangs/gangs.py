@@ -21,15 +21,20 @@ the other domains out.
 
 Preemption is off while a gang's members are tried: a member may not evict for a group that
 will not fit whole (preemption by gangs is not built yet).
+
+The engine a group is decided on is ``GroupEngine``: the live ``ClusterState``, or
+autoscaling's what-if (``autoscale``), which decides a group the same way on an overlay of
+the books with nodes that do not exist yet (and never preempts).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+from vgpu_operator.scheduling.books.entries import NodeEntry
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gang_preemption
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
@@ -41,6 +46,27 @@ INITIALLY_SCHEDULED: Final = "PodGroupInitiallyScheduled"
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
 REASON_SCHEDULER_ERROR: Final = "SchedulerError"
 REASON_SCHEDULED: Final = "Scheduled"
+
+
+class GroupBooks(Protocol):
+    """What deciding a group reads of the books (``Books``, or a what-if's overlay)."""
+
+    @property
+    def nodes(self) -> Mapping[str, NodeEntry]: ...
+    def rerank(self) -> None: ...
+    def ranking(self, pod_node_policy: str | None) -> Iterable[tuple[float, int, str]]: ...
+    def forget_freed(self, keys: Iterable[PodKey]) -> None: ...
+
+
+class GroupEngine(Protocol):
+    """What deciding a group uses of the engine (``ClusterState``, or a what-if's)."""
+
+    preemption_enabled: bool
+
+    @property
+    def books(self) -> GroupBooks: ...
+    def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision: ...
+    def rollback(self, key: PodKey) -> None: ...
 
 
 class GroupError(ValueError):
@@ -58,7 +84,8 @@ class GroupSpec:
     #: ``disruptionMode: all``: the group is evicted (or moved) whole or not at all.
     disruption_all: bool = False
     #: ``priority`` of a PodGroup that names a ``priorityClassName`` (admission resolves
-    #: it from the class): the priority its members preempt with; None: each member's own.
+    #: it from the class); None: no class named. It can only lower its members'
+    #: priority, never lift it (``gang_preemption.member_priority``).
     priority: int | None = None
     #: ``preemptionPolicy: Never``: the group never preempts.
     never_preempts: bool = False
@@ -98,18 +125,27 @@ def read_pod_group(obj: Mapping[str, Any]) -> GroupSpec:
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
             raise GroupError(f"PodGroup {key}: gang.minCount must be a positive integer")
         min_count = raw
-    # The API server resolves ``priority`` even for a PodGroup that names no class (the
-    # default, 0): only a PodGroup that names a class overrides its members' own.
-    priority = spec.get("priority") if spec.get("priorityClassName") else None
     return GroupSpec(
         key,
         gang,
         min_count,
         _topology_key(key, spec),
         _disruption_all(spec),
-        priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
+        class_priority(obj),
         spec.get("preemptionPolicy") == "Never",
     )
+
+
+def class_priority(obj: Mapping[str, Any]) -> int | None:
+    """The ``priority`` of a PodGroup that names a ``priorityClassName``, or None. The API
+    server resolves ``priority`` even for a PodGroup that names no class (the default,
+    0): only a PodGroup that names a class bears on its members, and then only to lower
+    their priority (``gang_preemption.member_priority``)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping) or not spec.get("priorityClassName"):
+        return None
+    priority = spec.get("priority")
+    return priority if isinstance(priority, int) and not isinstance(priority, bool) else None
 
 
 def _topology_key(key: str, spec: Mapping[str, Any]) -> str | None:
@@ -161,7 +197,7 @@ class GroupDecision:
 
 
 def decide_group(
-    state: ClusterState,
+    state: GroupEngine,
     spec: GroupSpec | None,
     group: str,
     pending: Sequence[Mapping[str, Any]],
@@ -209,7 +245,12 @@ def decide_group(
     if not tried:
         reason = f"no node carries the label {spec.topology_key} of pod group {group}'s members"
         return refuse(state, group, members, reason, None)
-    if need > 0 and spec.topology_key is None and state.preemption_enabled:
+    if (
+        need > 0
+        and spec.topology_key is None
+        and state.preemption_enabled
+        and isinstance(state, ClusterState)
+    ):
         preempting = (
             None
             if spec.never_preempts
@@ -222,7 +263,7 @@ def decide_group(
 
 
 def _preempting(
-    state: ClusterState,
+    state: GroupEngine,
     group: str,
     members: Sequence[Mapping[str, Any]],
     need: int,
@@ -247,7 +288,7 @@ def _member_order(pod: Mapping[str, Any]) -> tuple[int, str]:
 
 
 def _input_problem(
-    state: ClusterState,
+    state: GroupEngine,
     spec: GroupSpec | None,
     group: str,
     members: Sequence[Mapping[str, Any]],
@@ -269,13 +310,13 @@ def _input_problem(
     return None
 
 
-def _label(state: ClusterState, node: str, key: str) -> str | None:
+def _label(state: GroupEngine, node: str, key: str) -> str | None:
     entry = state.books.nodes.get(node)
     return None if entry is None else entry.facts.labels.get(key)
 
 
 def _domains(
-    state: ClusterState, key: str | None, bound: Mapping[PodKey, str]
+    state: GroupEngine, key: str | None, bound: Mapping[PodKey, str]
 ) -> Iterator[str | None]:
     """The domains to try, best first (``None`` alone: no topology constraint), found as
     they are needed: the group usually fits in the first, the domain of the best-ranked
@@ -300,7 +341,7 @@ def _domains(
     yield from sorted(v for v in rest if v is not None)
 
 
-def _next_domain(state: ClusterState, key: str, tried: set[str]) -> str | None:
+def _next_domain(state: GroupEngine, key: str, tried: set[str]) -> str | None:
     view = state.books
     view.rerank()
     nodes = view.nodes
@@ -321,7 +362,7 @@ def _in_domain(pod: Mapping[str, Any], key: str | None, value: str | None) -> Ma
 
 
 def _attempt(
-    state: ClusterState,
+    state: GroupEngine,
     spec: GroupSpec,
     members: Sequence[Mapping[str, Any]],
     domain: str | None,
@@ -357,7 +398,7 @@ def _attempt(
     return placed, failed, len(placed)
 
 
-def release(state: ClusterState, keys: Sequence[PodKey]) -> None:
+def release(state: GroupEngine, keys: Sequence[PodKey]) -> None:
     """Give back the reservations of ``keys`` (an attempt that fell short, or members whose
     Binding failed), leaving no trace in the room the queue hears was freed: a rollback of
     a reservation frees nothing that was free before the attempt."""
@@ -386,12 +427,12 @@ def _unschedulable_reason(
     return f"pod group {group}: {best} of the {need} members it needs fit at once{where}{why}"
 
 
-def _wait(state: ClusterState, key: PodKey, reason: str) -> Decision:
+def _wait(state: GroupEngine, key: PodKey, reason: str) -> Decision:
     return Decision(key, False, diagnosis=Diagnosis({}, len(state.books.nodes), error=reason))
 
 
 def refuse(
-    state: ClusterState,
+    state: GroupEngine,
     group: str,
     members: Sequence[Mapping[str, Any]],
     reason: str,
@@ -404,7 +445,7 @@ def refuse(
 
 
 @contextmanager
-def _no_preemption(state: ClusterState) -> Iterator[None]:
+def _no_preemption(state: GroupEngine) -> Iterator[None]:
     before = state.preemption_enabled
     state.preemption_enabled = False
     try:

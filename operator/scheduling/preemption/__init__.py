@@ -8,7 +8,13 @@ annotation pods, ``cycle.claim_preemption`` for claims) until one walk serves bo
 (issue 45). Others use what ``__all__`` names.
 """
 
-from vgpu_operator.scheduling.preemption.disruption import Budget, blocking_budgets, covered
+from vgpu_operator.scheduling.preemption.disruption import (
+    Budget,
+    PodIdentity,
+    blocking_budgets,
+    covered,
+    split_by_violation,
+)
 from vgpu_operator.scheduling.preemption.preemption import (
     Candidate,
     Occupant,
@@ -27,6 +33,7 @@ __all__ = [
     "Budget",
     "Candidate",
     "Occupant",
+    "PodIdentity",
     "Victims",
     "blocked_message",
     "blocking_budgets",
@@ -37,5 +44,6 @@ __all__ = [
     "pick_node",
     "priority_of",
     "select_victims",
+    "split_by_violation",
     "victims_key",
 ]

@@ -34,7 +34,7 @@ def instance_uuids(backend: SimulatedBackend) -> set[str]:
 def test_prepare_creates_the_instance_and_unprepare_destroys_it(backend: SimulatedBackend) -> None:
     maker = mig_prepare.MigMaker(backend.nvml_module)
     before = instance_uuids(backend)
-    created = maker.create(MIG_CARD, "1g.5gb", 6)
+    created = maker.create(MIG_CARD, "1g.5gb", 3)
     assert created.uuid not in before
     assert instance_uuids(backend) == before | {created.uuid}
     device = mig_prepare.cdi_device("claim-uid", created)
@@ -63,7 +63,7 @@ def test_the_plugin_prepares_a_mig_claim_and_unprepares_it(
 ) -> None:
     card = dra_mig.MigCardShape(MIG_CARD, 0, "NVIDIA A100-SXM4-40GB", "NVIDIA-A100", 40960)
     published = mig_prepare.placements([card])
-    device = dra_mig.instance_name(MIG_CARD, "1g.5gb", 6)
+    device = dra_mig.instance_name(MIG_CARD, "1g.5gb", 3)
     assert device in published
     claim = {
         "metadata": {"namespace": "team-a", "name": "slice", "uid": "mig-uid"},
@@ -85,6 +85,9 @@ def test_the_plugin_prepares_a_mig_claim_and_unprepares_it(
     plugin = DraPlugin(
         "node-a", dict, claims, NodeSettings(), tmp_path / "cdi", mig=(lambda: published, maker)
     )
+    told: list[str] = []
+    plugin.on_mig_prepared = lambda: told.append("prepared")
+    plugin.on_mig_unprepared = lambda: told.append("unprepared")
     ref = dra_pb2.Claim(namespace="team-a", name="slice", uid="mig-uid")
     before = instance_uuids(backend)
 
@@ -108,3 +111,6 @@ def test_the_plugin_prepares_a_mig_claim_and_unprepares_it(
     asyncio.run(scenario())
     assert instance_uuids(backend) == before
     assert list((tmp_path / "cdi").iterdir()) == []
+    # The publisher reads its own instances again once they are recorded; the machine is
+    # read again once they are destroyed (the inventory lists them until then).
+    assert told == ["prepared", "unprepared"]

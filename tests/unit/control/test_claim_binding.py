@@ -26,6 +26,9 @@ class Books:
     def over_committed(self, node: str, devices: Sequence[str]) -> list[str]:
         return [d for d in devices if d in self.over]
 
+    def holds_claim(self, key: str) -> bool:
+        return key in self.claims
+
 
 class Writer:
     def __init__(self, outcome: WriteOutcome = WriteOutcome.WRITTEN) -> None:

@@ -60,7 +60,12 @@ def runtime(pods: list[Any], groups: list[dict[str, Any]], cards: int) -> GangRu
         node.gpu(f"GPU-{i}")
     store = PodGroupStore()
     asyncio.run(store.listed(groups, "1"))
-    return GangRuntime(cluster(node), lambda: pods, lambda: names.SCHEDULER_NAME, store)
+    return GangRuntime(
+        cluster(node),
+        lambda group: [p for p in pods if gangs.group_of(p) == group],
+        lambda: names.SCHEDULER_NAME,
+        store,
+    )
 
 
 def test_members_of_the_group_and_this_scheduler_only() -> None:
@@ -79,6 +84,36 @@ def test_placed_members_count_and_a_rolled_back_one_is_pending_again() -> None:
     assert [p["metadata"]["name"] for p in rt.members("ml/train")] == ["w1"]
     again = rt.decide("ml/train", 0.0)  # w0 counts toward minCount: w1 alone is placed
     assert [d.pod for d in again.placed] == ["ml/w1"]
+
+
+def test_after_a_restart_the_members_the_api_says_are_bound_count_toward_min_count() -> None:
+    """A fresh runtime (the operator restarted) has placed no member itself: the members
+    bound before the restart, which the books hold, count toward minCount as they did, so
+    the two pending members of a group of four complete it instead of waiting for four."""
+    bound = [member(f"w{i}") for i in range(2)]
+    for i, pod in enumerate(bound):
+        pod["spec"]["nodeName"] = "n"
+        pod["metadata"]["annotations"] = {
+            names.ASSIGNED_NODE: "n",
+            names.NVIDIA_DEVICES_ALLOCATED: f"GPU-{i},NVIDIA,1000,0:;",
+        }
+    pending = [member("w2"), member("w3")]
+    rt = runtime(pending, [pod_group("train", 4)], cards=4)
+    for pod in bound:
+        rt.engine.set_pod(pod)
+    waiting = rt.decide("ml/train", 0.0)  # nothing says w0 and w1 are bound: wait for 4
+    assert waiting.placed == ()
+    assert "minCount 4, 2 exist" in (waiting.reason or "")
+    rt = GangRuntime(
+        rt.engine,
+        lambda group: pending,
+        lambda: names.SCHEDULER_NAME,
+        rt.groups,
+        lambda group: {"ml/w0": "n", "ml/w1": "n", "ml/gone": "n"},  # gone: not in the books
+    )
+    out = rt.decide("ml/train", 0.0)
+    assert sorted(d.pod for d in out.placed) == ["ml/w2", "ml/w3"]
+    assert out.needed == 2
 
 
 def test_mixed_schedulers_and_a_bad_pod_group_are_refused() -> None:
@@ -113,3 +148,26 @@ def test_a_failed_decision_is_a_scheduler_error_on_the_pod_group() -> None:
     condition = error_condition("scheduling failed: boom", NOW)
     assert (condition["status"], condition["reason"]) == ("False", gangs.REASON_SCHEDULER_ERROR)
     assert condition["message"] == "scheduling failed: boom"
+
+
+def test_a_members_queue_priority_is_never_above_its_pod_groups() -> None:
+    store = PodGroupStore()
+    high = pod_group("lifted", 2)
+    high["spec"].update(priorityClassName="high", priority=100000)
+    low = pod_group("slowed", 2)
+    low["spec"].update(priorityClassName="low", priority=5)
+    unnamed = pod_group("plain", 2)
+    unnamed["spec"]["priority"] = 0  # the API server's default: no class named
+    asyncio.run(store.listed([high, low, unnamed], "1"))
+
+    def at(name: str, group: str, priority: int) -> Any:
+        pod = member(name, group)
+        pod["spec"]["priority"] = priority
+        return pod
+
+    assert store.queue_priority(at("a", "lifted", 0)) == 0
+    assert store.queue_priority(at("b", "slowed", 1000)) == 5
+    assert store.queue_priority(at("c", "plain", 1000)) == 1000
+    assert store.queue_priority(at("d", "missing", 10)) == 10
+    asyncio.run(store.event("DELETED", low))
+    assert store.queue_priority(at("b", "slowed", 1000)) == 1000

@@ -11,7 +11,7 @@ from vgpu_operator.metrics import OperatorMetrics, Result
 
 
 def test_endpoints_answer_from_the_callbacks() -> None:
-    state = {"ready": False, "leader": False, "live": True}
+    state: dict[str, bool] = {"ready": False, "leader": False, "live": True}
     metrics = OperatorMetrics()
     metrics.attempt(Result.SCHEDULED)
 
@@ -20,7 +20,7 @@ def test_endpoints_answer_from_the_callbacks() -> None:
             metrics,
             ready=lambda: state["ready"],
             leader=lambda: state["leader"],
-            live=lambda: state["live"],
+            live=lambda: None if state["live"] else "the scheduling loop has not turned",
         )
         await server.start("127.0.0.1", 0)
         seen: list[tuple[str, int, str]] = []
@@ -56,4 +56,5 @@ def test_endpoints_answer_from_the_callbacks() -> None:
     ]
     assert "standby" in seen[1][2]
     assert "leader" in seen[2][2]
+    assert "the scheduling loop has not turned" in seen[4][2]
     assert 'vgpu_operator_scheduling_attempts_total{result="scheduled"} 1.0' in seen[5][2]

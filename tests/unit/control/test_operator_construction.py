@@ -4,14 +4,15 @@ filled in by ``start``), and before start-up the webhook answers "not ready"."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
-from vgpu_operator.control.admission import NotReady
+from vgpu_operator.control.admission import NotReady, PodAdmission
 from vgpu_operator.control.operator import Operator
-from vgpu_operator.control.options import DefragOptions, OperatorOptions
+from vgpu_operator.control.options import AutoscaleOptions, DefragOptions, OperatorOptions
 from vgpu_operator.handlers.app import OperatorApp
 from vgpu_operator.metrics import OperatorMetrics
 
@@ -42,12 +43,17 @@ def _built(options: OperatorOptions, check: Any) -> None:
     "options",
     [
         OperatorOptions(standalone=True, metrics_port=None),
-        OperatorOptions(standalone=False, metrics_port=0, defrag=DefragOptions()),
+        OperatorOptions(
+            standalone=False,
+            metrics_port=0,
+            defrag=DefragOptions(),
+            autoscale=AutoscaleOptions(instance_types=Path("/nonexistent/instance-types.json")),
+        ),
     ],
     ids=["standalone-bare", "peering-with-everything"],
 )
 def test_every_part_exists_once_constructed(options: OperatorOptions) -> None:
-    optional = {"defrag": options.defrag, "server": options.metrics_port}
+    optional = {"defrag": options.defrag, "autoscaler": options.autoscale}
 
     async def check(built: Operator) -> None:
         missing = [
@@ -57,7 +63,7 @@ def test_every_part_exists_once_constructed(options: OperatorOptions) -> None:
         ]
         assert missing == []
         assert (built.defrag is None) == (options.defrag is None)
-        assert (built.server is None) == (options.metrics_port is None)
+        assert (built.autoscaler is None) == (options.autoscale is None)
         assert not built.started.is_set()
         assert not built.synced
 
@@ -72,7 +78,8 @@ def test_a_built_operator_answers_the_webhook_before_it_starts() -> None:
     }
 
     async def check(built: Operator) -> None:
-        answer = await built.admit_pod(pod)
+        answers = PodAdmission(lambda: built.state.admission_view, built.api, built.metrics)
+        answer = await answers.admit_pod(pod)
         assert answer.allowed
         assert answer.pod is None
         assert _webhook_answers(built.metrics, "passed") == 1

@@ -114,7 +114,7 @@ def test_judging_again_replaces_the_earlier_hold() -> None:
     assert check.judge(workload("first", 1, 20 * GIB), 1.0).state == "Ready"
 
 
-def test_pod_sets_without_devices_or_with_claims_are_passed() -> None:
+def test_pod_sets_without_devices_are_passed() -> None:
     state = cluster(make_node("n0").gpu("GPU-00", memory_mib=24 * GIB))
     check = PlaceableCheck(state)
     cpu_only = workload("cpu", 3, 0)
@@ -124,14 +124,6 @@ def test_pod_sets_without_devices_or_with_claims_are_passed() -> None:
     answer = check.judge(cpu_only, 0.0)
     assert answer.state == "Ready"
     assert "no devices" in answer.message
-    dra = workload("dra", 1, 0)
-    dra["spec"]["podSets"][0]["template"]["spec"] = {
-        "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
-        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}],
-    }
-    answer = check.judge(dra, 0.0)
-    assert answer.state == "Ready"
-    assert "ResourceClaims" in answer.message
     assert check.holding() == {}
 
 

@@ -46,6 +46,20 @@ def test_pods_come_out_by_priority_then_arrival(q: SchedulingQueue, clock: Manua
     assert [q.pop(), q.pop(), q.pop()] == ["ns/high", "ns/low", "ns/low2"]
 
 
+def test_a_new_priority_moves_an_active_pod_and_leaves_a_parked_one_parked(
+    q: SchedulingQueue, clock: ManualClock
+) -> None:
+    q.add("ns/member", "1", priority=100)
+    q.add("ns/other", "2", priority=50)
+    q.add("ns/parked", "3", priority=100)
+    assert q.pop() == "ns/member"
+    q.park("ns/member")
+    q.set_priority("ns/parked", 10)  # its PodGroup's class is lower: behind ns/other
+    q.set_priority("ns/member", 0)
+    assert q.parked_count == 1
+    assert [q.pop(), q.pop(), q.pop()] == ["ns/other", "ns/parked", None]
+
+
 def test_readding_same_pod_keeps_it_unschedulable(q: SchedulingQueue) -> None:
     q.add("ns/a", "uid-a")
     q.pop()

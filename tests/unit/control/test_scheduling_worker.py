@@ -24,7 +24,7 @@ from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics
 from vgpu_operator.scheduling.books.allocation_gate import GateHolder
-from vgpu_operator.scheduling.cycle.cluster import Decision
+from vgpu_operator.scheduling.cycle.cluster import Decision, NominationWait
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 
 SCHED = "vgpu-scheduler"
@@ -44,6 +44,9 @@ class Engine:
         #: How long the pod holding a shut node's gate has held it, and which pod it is.
         self.held_s = 12.0
         self.holder = "ns/holder"
+        #: Each preemptor's nomination, and those whose hold has timed out.
+        self.waits: dict[str, NominationWait] = {}
+        self.expired: list[NominationWait] = []
 
     def schedule(self, pod: Mapping[str, Any], now: float) -> Decision:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
@@ -61,6 +64,14 @@ class Engine:
 
     def cancel_preemption(self, key: str) -> None:
         self.cancelled.append(key)
+        self.waits.pop(key, None)
+
+    def nomination_wait(self, key: str) -> NominationWait | None:
+        return self.waits.get(key)
+
+    def take_expired_nominations(self, now: float) -> list[NominationWait]:
+        taken, self.expired = self.expired, []
+        return taken
 
     # What the feed calls:
     def set_pod(self, pod: Mapping[str, Any]) -> None:
@@ -165,6 +176,12 @@ class Reporter:
 
     async def preemption_blocked(self, pod: Mapping[str, Any], message: str) -> None:
         self.reports.append(("preemption_blocked", pod["metadata"]["name"], message))
+
+    async def waiting_for_victims(self, pod: Mapping[str, Any], message: str) -> None:
+        self.reports.append(("waiting_for_victims", pod["metadata"]["name"], message))
+
+    async def nomination_timed_out(self, pod: Mapping[str, Any], message: str) -> None:
+        self.reports.append(("nomination_timed_out", pod["metadata"]["name"], message))
 
 
 class Rig:
@@ -657,6 +674,7 @@ def test_each_waiting_pod_waits_with_the_hint_of_its_decision() -> None:
         rig.engine.decisions["ns/preempting"] = Decision(
             "ns/preempting", False, diagnosis=NO_MEMORY, nominated_node="n7"
         )
+        rig.engine.waits["ns/preempting"] = NominationWait("ns/preempting", "n7", ("ns/v",))
         rig.engine.decisions["ns/claim-not-made"] = Decision(
             "ns/claim-not-made",
             False,
@@ -933,12 +951,81 @@ def test_a_blocked_preemption_is_reported_once_per_message() -> None:
     assert rig.attempts("unschedulable") == 3
 
 
-def test_waiting_for_victims_is_parked_quietly() -> None:
-    rig, preemptor = run(Decision("ns/a", False, diagnosis=NO_MEMORY, nominated_node="n1"))
-    assert preemptor.log == []
-    assert rig.reporter.reports == []
+def test_waiting_for_victims_is_told_once_per_news() -> None:
+    """A pod whose earlier preemption's victims are still there waits for them, is told
+    which (its condition and an Event), and is not told again until one has left."""
+    waiting = Decision("ns/a", False, diagnosis=NO_MEMORY, nominated_node="n1")
+
+    async def scenario() -> tuple[Rig, Preemptor]:
+        rig, preemptor = rig_with_preemptor(waiting)
+        rig.add("a")
+        for left in (("ns/v1", "ns/v2"), ("ns/v1", "ns/v2"), ("ns/v2",)):
+            rig.engine.waits["ns/a"] = NominationWait("ns/a", "n1", left)
+            rig.queue.wake_all()
+            rig.clock.now += 60
+            rig.decide_next()
+            await settle(rig)
+        return rig, preemptor
+
+    rig, preemptor = asyncio.run(scenario())
+    assert preemptor.log == []  # nothing evicted again
+    told = [r for r in rig.reporter.reports if r[0] == "waiting_for_victims"]
+    assert [m for _, _, m in told] == [
+        "Waiting on node n1 for the pods preempted for it to leave (2 still there: ns/v1, ns/v2).",
+        "Waiting on node n1 for the pods preempted for it to leave (1 still there: ns/v2).",
+    ]
     assert rig.queue.parked_count == 1
+    assert rig.engine.cancelled == []
     assert rig.metrics.registry.get_sample_value("vgpu_operator_preemption_victims_count") == 0
+
+
+def test_a_nomination_with_no_victims_is_given_up_and_the_pod_told() -> None:
+    """Issue 44: a preemption that named no victim (its trial found room the node's own
+    check refuses) left the pod parked for a victim that would never leave, silently."""
+    no_victims = Decision("ns/a", False, diagnosis=NO_MEMORY, nominated_node="n1")
+    rig, preemptor = run(no_victims)
+    assert preemptor.log == []
+    assert rig.engine.cancelled == ["ns/a"]  # the hold is given up
+    ((kind, name, message),) = rig.reporter.reports
+    assert (kind, name) == ("preemption_blocked", "a")
+    assert message.startswith(NO_MEMORY.message())
+    assert "Preemption chose node n1 without any pod to evict" in message
+    assert rig.queue.parked_count == 1  # waits for a change, with its diagnosis's hint
+    assert rig.attempts("unschedulable") == 1
+    assert rig.attempts("preempting") == 0
+
+
+def test_a_nomination_past_its_timeout_is_told_unnominated_and_decided_again() -> None:
+    async def scenario() -> tuple[Rig, Preemptor]:
+        rig, preemptor = rig_with_preemptor(PREEMPTING)
+        rig.add("a")
+        rig.decide_next()
+        await settle(rig)
+        preemptor.log.clear()
+        assert rig.queue.parked_count == 1
+        # 300 s on, a victim is still there: the engine gave the hold up.
+        rig.engine.expired = [NominationWait("ns/a", "n1", ("ns/v2",))]
+        rig.worker.check_nominations()  # the operator's housekeeping
+        await settle(rig)
+        return rig, preemptor
+
+    rig, preemptor = asyncio.run(scenario())
+    told = [r for r in rig.reporter.reports if r[0] == "nomination_timed_out"]
+    assert len(told) == 1
+    assert "did not leave in time (1 still there: ns/v2)" in told[0][2]
+    assert preemptor.log == ["nominate a None"]
+    assert rig.queue.parked_count == 0
+    rig.clock.now += 60  # past its backoff
+    assert rig.queue.pop() == "ns/a"  # decided again
+
+
+def test_an_eviction_that_fails_is_told_not_only_logged() -> None:
+    rig, _ = run(PREEMPTING, v1=RuntimeError("apiserver down"))
+    (blocked,) = [r for r in rig.reporter.reports if r[0] == "preemption_blocked"]
+    assert blocked[2] == (
+        "Preemption on node n1 stopped: the eviction of ns/v1 failed (apiserver down); no "
+        "pod was evicted. The pod is decided again after its backoff."
+    )
 
 
 @pytest.mark.parametrize(("slice_s", "first_turn"), [(0.0, 1), (60.0, 10)])

@@ -802,3 +802,60 @@ def test_pods_bound_by_the_default_scheduler_are_handed_to_the_reporter_once(
     feed.pod_event("DELETED", _asking(pod("a", 4, scheduler=default, node="n1")))
     feed.pod_event("ADDED", _asking(pod("a", 5, scheduler=default, node="n1", uid="u2")))
     assert [p["metadata"]["uid"] for p in feed.take_bound_by_default()] == ["u2"]
+
+
+def _member(name: str, group: str, *, scheduler: str = SCHED, priority: int = 0) -> Any:
+    obj = pod(name, 1, scheduler=scheduler, uid=f"u-{name}")
+    obj["spec"]["schedulingGroup"] = {"podGroupName": group}
+    obj["spec"]["priority"] = priority
+    return obj
+
+
+def test_a_groups_members_are_found_by_the_index_whichever_scheduler(feed: StateFeed) -> None:
+    feed.pod_event("ADDED", _member("w0", "train"))
+    feed.pod_event("ADDED", _member("w1", "train", scheduler="default-scheduler"))
+    feed.pod_event("ADDED", _member("e0", "eval"))
+    feed.pod_event("ADDED", pod("plain", 1, uid="u-plain"))
+    assert [p["metadata"]["name"] for p in feed.group_members("ns/train")] == ["w0", "w1"]
+    # A member that changes groups, one that is bound, one that is deleted: the index
+    # follows the unbound pods exactly.
+    moved = _member("e0", "train")
+    moved["metadata"]["resourceVersion"] = "2"
+    feed.pod_event("MODIFIED", moved)
+    assert feed.group_members("ns/eval") == []
+    placed = _member("w0", "train")
+    placed["metadata"]["resourceVersion"] = "3"
+    placed["spec"]["nodeName"] = "n1"
+    placed["metadata"]["annotations"] = {names.ASSIGNED_NODE: "n1"}
+    feed.pod_event("MODIFIED", placed)
+    feed.pod_event("DELETED", _member("w1", "train", scheduler="default-scheduler"))
+    assert [p["metadata"]["name"] for p in feed.group_members("ns/train")] == ["e0"]
+
+
+def test_a_members_queue_priority_comes_from_the_hook(
+    feed: StateFeed, queue: SchedulingQueue
+) -> None:
+    feed.queue_priority = lambda p: 0 if p["metadata"]["name"] == "lowered" else 7
+    feed.pod_event("ADDED", _member("lowered", "train", priority=1000))
+    feed.pod_event("ADDED", _member("other", "eval", priority=1))
+    assert [queue.pop(), queue.pop()] == ["ns/other", "ns/lowered"]
+
+
+def test_a_groups_bound_live_members_of_this_scheduler_are_indexed(feed: StateFeed) -> None:
+    def bound_member(name: str, version: int, **kwargs: Any) -> Any:
+        obj = _member(name, "train", **kwargs)
+        obj["metadata"]["resourceVersion"] = str(version)
+        obj["spec"]["nodeName"] = "n1"
+        obj["status"] = {"phase": "Running"}
+        return obj
+
+    feed.pod_event("ADDED", bound_member("w0", 1))
+    feed.pod_event("ADDED", bound_member("w1", 1))
+    feed.pod_event("ADDED", bound_member("x0", 1, scheduler="default-scheduler"))
+    feed.pod_event("ADDED", _member("w2", "train"))  # pending: not bound
+    assert feed.bound_members("ns/train") == {"ns/w0": "n1", "ns/w1": "n1"}
+    done = bound_member("w1", 2)
+    done["status"]["phase"] = "Succeeded"
+    feed.pod_event("MODIFIED", done)
+    feed.pod_event("DELETED", bound_member("w0", 3))
+    assert feed.bound_members("ns/train") == {}

@@ -445,3 +445,56 @@ def test_unreadable_scoring_weights_are_refused() -> None:
     result = state().admit(pod)
     assert not result.allowed
     assert names.DEVICE_SCORING_WEIGHTS in result.message
+
+
+# --- issue 44, N14: values HAMi reads as something else than written -----------------------
+
+
+def test_a_count_of_zero_with_a_share_is_refused_naming_what_to_change() -> None:
+    pod = make_pod("p").container(gpu=0, gpumem=1000).obj()
+    result = state().admit(pod)
+    assert not result.allowed
+    assert "nvidia.com/gpu: is 0 while the container asks nvidia.com/gpumem" in result.message
+    assert "ask at least one device (nvidia.com/gpu: 1) or remove nvidia.com/gpumem" in (
+        result.message
+    )
+
+
+def test_a_count_of_zero_alone_asks_nothing_and_gets_no_default_share() -> None:
+    pod = make_pod("p").container(gpu=0).obj()
+    result = state().admit(pod)
+    assert result.allowed
+    assert GPUCORES not in limits(result.pod)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        (names.GPU_NUMA_BIND, "maybe", "nvidia.com/numa-bind='maybe' is not a boolean: write"),
+        (names.GPU_NUMA_BIND, "yes", "is not a boolean"),
+        (names.GPU_VGPU_MODE, "quantum", "nvidia.com/vgpu-mode='quantum' names no card mode"),
+    ],
+)
+def test_card_filter_annotations_that_read_as_something_else_are_refused(
+    key: str, value: str, words: str
+) -> None:
+    pod = make_pod("p").container(gpu=1).annotate(key, value).obj()
+    result = state().admit(pod)
+    assert not result.allowed
+    assert words in result.message
+    if key == names.GPU_VGPU_MODE:
+        assert "hami-core, mig, mps" in result.message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (names.GPU_NUMA_BIND, "true"),
+        (names.GPU_NUMA_BIND, "0"),
+        (names.GPU_VGPU_MODE, "hami-core"),
+        (names.GPU_VGPU_MODE, "mig,mps"),
+    ],
+)
+def test_card_filter_annotations_that_read_as_written_pass(key: str, value: str) -> None:
+    pod = make_pod("p").container(gpu=1).annotate(key, value).obj()
+    assert state().admit(pod).allowed

@@ -127,8 +127,14 @@ def test_the_slow_selector_runs_out_of_steps_with_a_sentence() -> None:
 
 def test_a_string_blown_up_by_replace_is_stopped() -> None:
     x = "x" * 200
+    # Refused as the API server refuses it: the third replace would walk 8,000,000
+    # characters (a cost of 1,600,000).
     expression = f'"{x}".replace("x", "{x}").replace("x", "{x}").replace("x", "{x}").size() > 0'
-    with pytest.raises(claim_cel.CelTooCostly):
+    with pytest.raises(claim_cel.CelRefused, match="estimated cost"):
+        claim_cel.compile_selector(expression)
+    # Two replaces are accepted, and stopped by the budget before building 8,000,000.
+    expression = f'"{x}".replace("x", "{x}").replace("x", "{x}").size() > 0'
+    with pytest.raises(claim_cel.CelTooCostly, match="replace"):
         claim_cel.compile_selector(expression).matches(DEVICE)
 
 
@@ -173,11 +179,13 @@ def test_a_costly_selector_waits_for_the_evaluator_and_is_queued_for_every_devic
 
 
 def test_a_selector_over_the_inline_step_bound_goes_off_the_loop() -> None:
-    # Cheap by its static cost (a literal costs nothing), yet each of its 250 literals
-    # is about ten steps of the interpreter.
-    expression = "[" + ",".join("0" for _ in range(250)) + "].size() > 0"
+    # Of an inline shape (``claim_cel_shapes``) and cheap by its static cost, yet its
+    # body of 15 conditions is about 150 steps, for each of the 32 elements.
+    expression = "[" + ",".join("0" for _ in range(32)) + "].all(x, "
+    expression += "&&".join("x==0" for _ in range(15)) + ")"
+    assert len(expression) <= claim_cel.INLINE_LENGTH
     selector = claim_cel.compile_selector(expression)
-    assert not selector.off_loop  # static cost within INLINE_COST
+    assert not selector.off_loop
     cache = deferring()
     compiled = cache.compile(expression)
     with pytest.raises(claim_cel.CelPending):

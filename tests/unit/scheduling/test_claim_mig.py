@@ -241,3 +241,18 @@ def test_instances_count_their_memory_in_the_namespace_quota() -> None:
     assert "ResourceQuotaNotFit" in decision.diagnosis.message()
     engine.rollback("ns/p-a")  # the 2g's hold goes, and its memory from the quota
     assert engine.schedule(pod("p-b", "b"), now=0).scheduled
+
+
+def test_a_claim_the_quota_refuses_is_told_the_quota_even_when_the_cards_are_full() -> None:
+    """Issue 44: with no room left and the quota refusing even the smallest instance, the
+    pod was told CardMigTopologyInfeasible first (room freed would not have helped)."""
+    engine = state()
+    engine.set_quota(resource_quota("ns", gpumem=42000))
+    assert placed(engine, "big", profile="7g.40gb") is not None  # the whole card
+    engine.set_claim(claim("small", profile="1g.5gb"))
+    decision = engine.schedule(pod("p-small", "small"), now=0)
+    assert not decision.scheduled
+    assert decision.diagnosis is not None
+    message = decision.diagnosis.message()
+    assert "ResourceQuotaNotFit" in message, message
+    assert "CardMigTopologyInfeasible" not in message, message

@@ -15,10 +15,10 @@ from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.policies import fragmentation, node_layer, policies
 
-HALF: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 0.0, 0.0)),)
+HALF: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 0.0, 0.0, ())),)
 WHOLE_AND_HALF: fragmentation.Classes = (
-    (0.5, ("", 1, 0, 100, 100, 0.0, 0.0)),
-    (0.5, ("", 1, 0, 50, 50, 0.0, 0.0)),
+    (0.5, ("", 1, 0, 100, 100, 0.0, 0.0, ())),
+    (0.5, ("", 1, 0, 50, 50, 0.0, 0.0, ())),
 )
 
 
@@ -50,14 +50,52 @@ def test_node_fragmentation_is_the_capacity_each_class_cannot_use() -> None:
 
 
 def test_a_node_without_cpu_for_a_class_strands_all_its_free_capacity_for_it() -> None:
-    cpu_heavy: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 8.0, 0.0)),)
+    cpu_heavy: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 8.0, 0.0, ())),)
     cards = [card("a", 0), card("b", 0)]
     assert fragmentation.node_fragmentation(cards, 4.0, 1e9, cpu_heavy) == pytest.approx(2.0)
-    assert fragmentation.node_fragmentation(cards, 16.0, 1e9, cpu_heavy) == 0.0
+    assert fragmentation.node_fragmentation(cards, 32.0, 1e9, cpu_heavy) == 0.0
+
+
+def test_cpu_or_memory_for_fewer_pods_than_the_cards_hold_strands_the_rest() -> None:
+    # Two free cards; whole-card pods of 8 cores: 8 cores run one of them, so the other
+    # card is stranded for the class; 16 cores run both.
+    whole: fragmentation.Classes = ((1.0, ("", 1, 0, 100, 100, 8.0, 0.0, ())),)
+    cards = [card("a", 0), card("b", 0)]
+    assert fragmentation.node_fragmentation(cards, 8.0, 1e9, whole) == pytest.approx(1.0)
+    assert fragmentation.node_fragmentation(cards, 16.0, 1e9, whole) == 0.0
+    # The same with memory: 2 GiB a pod, 2 GiB free.
+    ram_heavy: fragmentation.Classes = ((1.0, ("", 1, 0, 100, 100, 0.0, 2.0 * 2**30, ())),)
+    assert fragmentation.node_fragmentation(cards, 1e9, 2.0 * 2**30, ram_heavy) == pytest.approx(
+        1.0
+    )
+    # A pod that asks no GPU, placed where CPU is short, raises the measure for the class.
+    rise = fragmentation.placement_delta(cards, [], 16.0, 1e9, 8.0, 0.0, whole)
+    assert rise == pytest.approx(1.0)
+    # Shares: many pods a card, CPU only as a threshold (an 8-core half fits 8 cores).
+    halves: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 8.0, 0.0, ())),)
+    assert fragmentation.node_fragmentation(cards, 8.0, 1e9, halves) == 0.0
+
+
+def test_a_class_that_accepts_other_card_types_strands_the_whole_node() -> None:
+    # The cards are T4s: a class that asks for V100s can use none of them, so all their
+    # free capacity is stranded for it; one that accepts T4 uses them.
+    v100: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 0.0, 0.0, ("V100",))),)
+    t4: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 0.0, 0.0, ("V100", "T4"))),)
+    cards = [card("a", 0), card("b", 0)]
+    assert fragmentation.node_fragmentation(cards, 1e9, 1e9, v100) == pytest.approx(2.0)
+    assert fragmentation.node_fragmentation(cards, 1e9, 1e9, t4) == 0.0
+    # A pod placed there lowers the idle capacity the V100 class cannot use.
+    rise = fragmentation.placement_delta(cards, [("", 1, 0, 50, 50)], 1e9, 1e9, 0, 0, v100)
+    assert rise == pytest.approx(-0.5)
+    # A pod that accepts only V100s finds no card of its type: no room.
+    assert (
+        fragmentation.placement_delta(cards, [("", 1, 0, 50, 50)], 1e9, 1e9, 0, 0, t4, ("V100",))
+        is None
+    )
 
 
 def test_a_multi_card_class_strands_a_node_with_too_few_free_cards() -> None:
-    pair: fragmentation.Classes = ((1.0, ("", 2, 0, 100, 100, 0.0, 0.0)),)
+    pair: fragmentation.Classes = ((1.0, ("", 2, 0, 100, 100, 0.0, 0.0, ())),)
     assert fragmentation.node_fragmentation([card("a", 0), card("b", 50)], 1e9, 1e9, pair) == (
         pytest.approx(1.5)
     )
@@ -87,7 +125,7 @@ def test_the_mix_starts_from_the_prior_and_learns_the_requests_seen() -> None:
     mix = fragmentation.WorkloadMix(window=8, top=4, refresh_every=4, prior_weight=2.0)
     assert mix.version == 0
     assert sum(w for w, _k in mix.classes) == pytest.approx(1.0)
-    seen: fragmentation.Klass = ("NVIDIA", 1, 0, 30, 30, 1.0, 0.0)
+    seen: fragmentation.Klass = ("NVIDIA", 1, 0, 30, 30, 1.0, 0.0, ())
     for _ in range(3):
         mix.observe(seen)
     assert seen not in [k for _w, k in mix.classes]  # not until the refresh
@@ -96,7 +134,7 @@ def test_the_mix_starts_from_the_prior_and_learns_the_requests_seen() -> None:
     weights = {k: w for w, k in mix.classes}
     assert max(weights, key=lambda k: weights[k]) == seen
     # The window is bounded: eight other requests push it out entirely.
-    other: fragmentation.Klass = ("NVIDIA", 2, 0, 100, 100, 1.0, 0.0)
+    other: fragmentation.Klass = ("NVIDIA", 2, 0, 100, 100, 1.0, 0.0, ())
     for _ in range(8):
         mix.observe(other)
     assert seen not in [k for _w, k in mix.classes]
@@ -192,6 +230,20 @@ def test_the_job_carries_the_cycles_mix_for_the_card_order() -> None:
     job = getattr(read, "job", None)
     assert isinstance(job, placement.Job)
     assert job.mix is state.cycle.placer.mix  # type: ignore[attr-defined]
+
+
+def test_a_pods_card_types_are_part_of_its_class_in_the_mix() -> None:
+    (state,) = _two_nodes(DeviceConfig())
+    pod = (
+        make_pod("p", "ns")
+        .annotate(names.NODE_SCHEDULER_POLICY, "fragmentation")
+        .annotate(names.GPU_USE_TYPE, "t4,V100")
+        .container(gpu=1, cores=50, percentage=50)
+        .obj()
+    )
+    state.schedule(pod, 0.0)  # type: ignore[attr-defined]
+    mix = state.cycle.placer.mix  # type: ignore[attr-defined]
+    assert mix._recent[-1][7] == ("T4", "V100")
 
 
 def test_the_dra_path_walks_nodes_by_fragmentation_too() -> None:

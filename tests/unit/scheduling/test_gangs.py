@@ -301,22 +301,59 @@ def test_a_gang_does_not_preempt_when_it_would_still_not_fit_whole() -> None:
     assert len(state.schedule(single, 0).victims) == 1
 
 
-def test_the_pod_groups_priority_and_preemption_policy_count_for_its_members() -> None:
-    def low_member(name: str) -> dict[str, Any]:
-        pod = make_pod(name, "ml").container(gpu=1, gpumem=6000).spec("priority", 0).obj()
-        pod["spec"]["schedulingGroup"] = {"podGroupName": "train"}
-        return pod
+def _member_at(name: str, priority: int) -> dict[str, Any]:
+    pod = make_pod(name, "ml").container(gpu=1, gpumem=6000).spec("priority", priority).obj()
+    pod["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    return pod
 
-    members = [low_member("w0"), low_member("w1")]
+
+def test_a_pod_groups_priority_never_lifts_its_members() -> None:
+    """A PodGroup may name a class its namespace's pods may not use (no quota counts
+    PodGroups): its members still preempt with their own priority, here 0, and 0 preempts
+    nobody (issue 44, item 2)."""
+    members = [_member_at("w0", 0), _member_at("w1", 0)]
     plain = GroupSpec("ml/train", gang=True, min_count=2)
     assert decide_group(_two_busy_cards(), plain, "ml/train", members, {}, 0).preempting == ()
     defaulted = read_pod_group(pod_group("train", {"gang": {"minCount": 2}}, priority=0))
     assert defaulted.priority is None  # no class named: each member's own priority
-    urgent = read_pod_group(
+    lifted = read_pod_group(
         pod_group("train", {"gang": {"minCount": 2}}, priority=1000, priorityClassName="hi")
     )
-    assert urgent.priority == 1000
-    assert len(decide_group(_two_busy_cards(), urgent, "ml/train", members, {}, 0).preempting) == 2
+    assert lifted.priority == 1000
+    state = _two_busy_cards()
+    before = booked(state)
+    out = decide_group(state, lifted, "ml/train", members, {}, 0)
+    assert out.preempting == ()
+    assert out.placed == ()
+    assert booked(state) == before
+
+
+def test_a_pod_groups_lower_priority_lowers_its_members() -> None:
+    """Members of priority 1000 in a group that names a class of priority 1: the group's
+    is the lower, so they may not preempt the batch pods (priority 1) either."""
+    members = [_member_at("w0", 1000), _member_at("w1", 1000)]
+    own = GroupSpec("ml/train", gang=True, min_count=2)
+    assert len(decide_group(_two_busy_cards(), own, "ml/train", members, {}, 0).preempting) == 2
+    low = read_pod_group(
+        pod_group("train", {"gang": {"minCount": 2}}, priority=1, priorityClassName="lo")
+    )
+    assert decide_group(_two_busy_cards(), low, "ml/train", members, {}, 0).preempting == ()
+
+
+def test_members_preempt_with_the_lower_of_their_own_and_the_groups_priority() -> None:
+    """A group of priority 1000 whose members are 1000 preempts as before; a member's own
+    priority, where lower than the group's, is the one it preempts with."""
+    high = read_pod_group(
+        pod_group("train", {"gang": {"minCount": 2}}, priority=1000, priorityClassName="hi")
+    )
+    members = [_member_at("w0", 1000), _member_at("w1", 1000)]
+    assert len(decide_group(_two_busy_cards(), high, "ml/train", members, {}, 0).preempting) == 2
+    mixed = [_member_at("w0", 1000), _member_at("w1", 0)]
+    assert decide_group(_two_busy_cards(), high, "ml/train", mixed, {}, 0).preempting == ()
+
+
+def test_a_groups_never_policy_keeps_it_from_preempting() -> None:
+    members = [_member_at("w0", 1000), _member_at("w1", 1000)]
     never = read_pod_group(
         pod_group("train", {"gang": {"minCount": 2}}, priority=1000, preemptionPolicy="Never")
     )

@@ -15,6 +15,7 @@ from unit.scheduling.test_claim_preemption import bound_pod, engine, preemptor
 from vgpu_operator import simulation
 from vgpu_operator.control.gang_runtime import PodGroupStore
 from vgpu_operator.scheduling.books import group_victims
+from vgpu_operator.scheduling.gangs import gangs
 
 
 def _member_of_train(name: str, priority: int) -> dict[str, Any]:
@@ -89,3 +90,31 @@ def test_simulate_takes_a_member_alone_only_from_a_single_group(
     }
     decisions = simulation.simulate(scenario)["decisions"]
     assert [d.get("victims", []) for d in decisions] == [victims]
+
+
+@pytest.mark.parametrize(("own", "preempts"), [(0, False), (100, True)])
+def test_a_claim_gang_preempts_with_no_more_than_its_members_own_priority(
+    own: int, preempts: bool
+) -> None:
+    """The DRA dialect: a PodGroup naming a class of priority 100 whose member's own
+    priority is 0 preempts nobody (a group never lifts its members, issue 44); a member
+    whose own priority is 100 preempts as before."""
+    state = engine()
+    held = claim("c-low", "8Gi", allocated=True)
+    held["status"]["reservedFor"] = [{"resource": "pods", "name": "low", "uid": "uid-low"}]
+    state.set_claim(held)
+    state.set_pod(bound_pod("low", "c-low", 0))
+    member = preemptor(state, "w0", "6Gi", own, schedulingGroup={"podGroupName": "train"})
+    group = {
+        "metadata": {"name": "train", "namespace": "ns"},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 1}},
+            "priorityClassName": "high",
+            "priority": 100,
+        },
+    }
+    spec = gangs.read_pod_group(group)
+    out = gangs.decide_group(state, spec, "ns/train", [member], {}, now=0)
+    assert out.placed == ()
+    victims = [v for d in out.preempting for v in d.victims]
+    assert victims == (["ns/low"] if preempts else [])

@@ -228,6 +228,26 @@ def test_hold_ends_after_the_timeout_and_victims_may_be_chosen_again() -> None:
     assert again.victims == ("default/batch",)
 
 
+def test_what_a_nomination_waits_for_and_its_timeout_are_handed_to_the_runtime() -> None:
+    """Issue 44: a hold that timed out was dropped silently; the runtime now takes each
+    (once) with the victims still there, to tell the pod."""
+    state = full_card()
+    state.nomination_timeout_s = 10
+    state.schedule(URGENT, 0)
+    wait = state.nomination_wait("default/urgent")
+    assert wait is not None
+    assert (wait.node, wait.victims, wait.waits) == ("n", ("default/batch",), True)
+    assert state.take_expired_nominations(5) == []
+    (expired,) = state.take_expired_nominations(11)
+    assert (expired.pod, expired.node, expired.victims) == (
+        "default/urgent",
+        "n",
+        ("default/batch",),
+    )
+    assert state.nomination_wait("default/urgent") is None
+    assert state.take_expired_nominations(12) == []  # handed over once
+
+
 def test_no_preemption_unless_enabled() -> None:
     state = full_card()
     state.preemption_enabled = False

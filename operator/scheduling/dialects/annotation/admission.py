@@ -13,15 +13,41 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices.vendor import card_filter_problem
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.policies import policies
-from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import PodReads, Vendors
+
+
+class QuotaLimits(Protocol):
+    """The quota limits admission reads (``quota.QuotaLedger``, ``AdmissionView``)."""
+
+    def limit(self, namespace: str, resource: str) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionView:
+    """What the webhook reads of the books, safe to read on another thread than the one
+    that changes them (the webhook is served apart from the scheduling loop): the config
+    and the vendors, immutable and replaced whole when the config changes, and each
+    namespace's effective quota limits, each namespace's replaced whole when one of its
+    quotas changes (``limits.get`` is one atomic read; nothing here is iterated)."""
+
+    config: DeviceConfig
+    vendors: Vendors
+    #: namespace -> managed resource -> the effective limit (0 or absent: unlimited).
+    limits: dict[str, Mapping[str, int]] = field(default_factory=dict)
+
+    def limit(self, namespace: str, resource: str) -> int:
+        return self.limits.get(namespace, {}).get(resource, 0)
+
+    def admit(self, pod: Mapping[str, Any]) -> AdmissionResult:
+        return admit(pod, self.config, self.vendors, self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +81,7 @@ def bounded(message: str, limit: int = MESSAGE_LIMIT) -> str:
 
 
 def admit(
-    pod: Mapping[str, Any], config: DeviceConfig, vendors: Vendors, quota: QuotaLedger
+    pod: Mapping[str, Any], config: DeviceConfig, vendors: Vendors, quota: QuotaLimits
 ) -> AdmissionResult:
     """What the webhook answers for ``pod`` (see the module docstring); a refusal's
     message is bounded (``MESSAGE_LIMIT``)."""
@@ -66,7 +92,7 @@ def admit(
 
 
 def _admit(
-    pod: Mapping[str, Any], config: DeviceConfig, vendors: Vendors, quota: QuotaLedger
+    pod: Mapping[str, Any], config: DeviceConfig, vendors: Vendors, quota: QuotaLimits
 ) -> AdmissionResult:
     mutated: dict[str, Any] = copy.deepcopy(dict(pod))
     spec = mutated.setdefault("spec", {})
@@ -104,7 +130,11 @@ def _admit(
             unreadable = read.problems.get(word)
             if unreadable is not None:
                 return AdmissionResult(False, mutated, str(unreadable), handled=True)
-    problem = annotation_problem((mutated.get("metadata") or {}).get("annotations") or {})
+    annotations = (mutated.get("metadata") or {}).get("annotations") or {}
+    problem = annotation_problem(annotations) or next(
+        (p for w in sorted(wants) if (p := card_filter_problem(vendors.spec(w), annotations))),
+        None,
+    )
     if problem is not None:
         return AdmissionResult(False, mutated, problem, handled=True)
     for container in [*(spec.get("initContainers") or []), *containers]:
@@ -141,7 +171,7 @@ def annotation_problem(annotations: Mapping[str, Any]) -> str | None:
 
 
 def _over_quota(
-    pod: Mapping[str, Any], reads: PodReads, vendors: Vendors, quota: QuotaLedger
+    pod: Mapping[str, Any], reads: PodReads, vendors: Vendors, quota: QuotaLimits
 ) -> str:
     """A refusal when the pod's own demand exceeds a limit, whatever else is running.
 

@@ -4,7 +4,8 @@ DeviceTaintRules (``taint_rules``, ``claim_taints``), Fit of a pod's claims on o
 (``claim_fit``, with ``claim_variants`` and ``claim_best_fit``), MIG claims (``claim_mig``),
 the allocation as written (``claim_wire``), which pods go to this scheduler
 (``claim_routing``), the webhook's claim templates (``claim_admission``) and extended
-resources backed by DRA (``extended_claims``).
+resources backed by DRA (``extended_claims``), and what a claim's opaque configs of this
+driver say (``claim_configs``: ``hamiCore``).
 
 The walk that places claims (``cycle.claim_decision``) is in the cycle until one walk
 calls both dialects (issue 45). Others use what ``__all__`` names.
@@ -18,6 +19,11 @@ from vgpu_operator.scheduling.dialects.claims.claim_admission import (
     same_template,
 )
 from vgpu_operator.scheduling.dialects.claims.claim_best_fit import Want, tightest_first
+from vgpu_operator.scheduling.dialects.claims.claim_configs import (
+    CONFIG_HAMI_CORE,
+    hami_core_problem,
+    turn_hami_core_off,
+)
 from vgpu_operator.scheduling.dialects.claims.claim_fit import ClaimsOutcome, Pick, fit_claims
 from vgpu_operator.scheduling.dialects.claims.claim_mig import (
     MigNode,
@@ -41,7 +47,6 @@ from vgpu_operator.scheduling.dialects.claims.claim_routing import (
 )
 from vgpu_operator.scheduling.dialects.claims.claim_wire import allocation, consumer
 from vgpu_operator.scheduling.dialects.claims.claims import (
-    CONFIG_HAMI_CORE,
     AllocatedShare,
     Claim,
     DeviceClass,
@@ -49,7 +54,6 @@ from vgpu_operator.scheduling.dialects.claims.claims import (
     Refusal,
     Request,
     Waiting,
-    configs_turn_hami_core_off,
     read_allocated,
     read_pod_claims,
     uses_claims,
@@ -93,11 +97,11 @@ __all__ = [
     "asks",
     "asks_our_classes",
     "claim_refs",
-    "configs_turn_hami_core_off",
     "consumer",
     "convert",
     "fit_claims",
     "fit_mig_claims",
+    "hami_core_problem",
     "held_memory_mib",
     "is_mig",
     "made_by_webhook",
@@ -115,6 +119,7 @@ __all__ = [
     "tainted_slice",
     "tightest_first",
     "too_many",
+    "turn_hami_core_off",
     "uses_claims",
     "with_special",
     "without_extended",

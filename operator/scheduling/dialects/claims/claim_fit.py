@@ -44,6 +44,12 @@ class Pick:
     request: str
     device: dra_pool.PoolDevice
     consumption: claims.Consumption
+    #: An adminAccess request's device: shared with whoever holds it, consuming nothing.
+    admin: bool = False
+
+
+#: What an adminAccess request consumes of its device (nothing; upstream's rule).
+NOTHING: claims.Consumption = claims.Consumption({}, 0, 0, 0)
 
 
 @dataclass(slots=True)
@@ -189,6 +195,8 @@ class _Search:
                            banned)  # fmt: skip
         if isinstance(options, ClaimsOutcome):
             return options
+        if request.admin_access:
+            return self._admin(position, request, options, cards, distinct, taken)
         self.budget.left -= 1
         chosen = _fit_request(self.job, self.claim, request, options, self.pair_scores,
                               self.cordoned, self.layer, taken, self.pool, distinct)  # fmt: skip
@@ -223,6 +231,36 @@ class _Search:
             if not isinstance(again, ClaimsOutcome) or again.error is not None:
                 return again
         return rest
+
+    def _admin(
+        self,
+        position: int,
+        request: claims.Request,
+        options: Options,
+        cards: list[model.DeviceUsage],
+        distinct: Distinct,
+        taken: list[tuple[int, int]],
+    ) -> Found | ClaimsOutcome:
+        """An ``adminAccess`` request (upstream's semantics): the first ``count`` devices
+        its selectors, taints and constraints allow, in the node's card order, whatever
+        others hold of them; it consumes nothing and counts in no quota."""
+        eligible = {card.id for group in options.values() for card, _ in group}
+        picks: list[Pick] = []
+        for card in cards:
+            device = self.pool.devices.get(card.id)
+            if device is None or card.id not in eligible or not distinct.allows(device):
+                continue
+            distinct.note(device)
+            picks.append(Pick(request.name, device, NOTHING, admin=True))
+            if len(picks) == request.count:
+                break
+        if len(picks) < request.count:
+            return ClaimsOutcome(False, reasons=Counter({Reason.NODE_INSUFFICIENT_DEVICE: 1}))
+        now_seen = tuple(frozenset(values) for values in distinct.seen)
+        rest = self._from(position + 1, cards, now_seen, taken, frozenset())
+        if isinstance(rest, ClaimsOutcome):
+            return rest
+        return [*picks, *rest[0]], [0.0] * len(picks) + rest[1], rest[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +336,7 @@ def _options(
                 whole=claim.whole_devices,
             )
         except claim_cel.CelRuntimeError as exc:
-            return ClaimsOutcome(False, error=f"{where}: CEL runtime error: {exc}")
+            return ClaimsOutcome(False, error=claim_cel.refusal(where, exc))
         except claim_cel.CelPending as exc:
             # Go on through the cards: their missing verdicts are queued together.
             pending = exc

@@ -120,6 +120,31 @@ def held_memory_mib(node: MigNode, devices: Iterable[str]) -> int:
     return sum(by_name[d].memory_mib for d in devices if d in by_name)
 
 
+def _allowed(
+    claim: claims.Claim, request: claims.Request, node: MigNode, cache: claim_cel.SelectorCache
+) -> frozenset[str] | claim_fit.ClaimsOutcome:
+    """The instances the request's taints and selectors allow; or the outcome when a
+    selector fails or waits for its verdict (as in ``claim_fit``)."""
+    where = f"ResourceClaim {claim.key}, request {request.name!r}"
+    try:
+        return frozenset(
+            d.name
+            for d in node.pool.devices
+            if dra_pool.tolerated(node.devices[d.name].taints, request.tolerations)
+            and claim_cel.all_select(
+                request.selectors,
+                cache,
+                node.devices[d.name].key,
+                node.devices[d.name].view,
+                request.written,
+            )
+        )
+    except claim_cel.CelRuntimeError as exc:
+        return claim_fit.ClaimsOutcome(False, error=claim_cel.refusal(where, exc))
+    except claim_cel.CelPending as exc:
+        return claim_fit.ClaimsOutcome(False, error=f"{where}: selector evaluation pending: {exc}")
+
+
 def fit_mig_claims(
     job: placement.Job,
     pending: Sequence[claims.Claim],
@@ -129,8 +154,9 @@ def fit_mig_claims(
 ) -> claim_fit.ClaimsOutcome:
     """Instances for every MIG request of ``pending`` on this node, each within the
     namespace's quota (an instance counts its memory, as HAMi counts a MIG card's; the
-    picks' ``consumption.memory_mib`` carries it on to the pod's other claims). Raises
-    CelRuntimeError as ``claims.eligible`` does."""
+    picks' ``consumption.memory_mib`` carries it on to the pod's other claims). A
+    selector that fails, runs out of bounds or waits for its verdict is the outcome's
+    error, as in ``claim_fit``."""
     outcome = claim_fit.ClaimsOutcome(True)
     factor = job.memory_factors.get(dra.VENDOR, 1)
     limited = job.quota.has_limits(job.namespace)
@@ -145,16 +171,9 @@ def fit_mig_claims(
         picks: list[claim_fit.Pick] = []
         for request in claim.requests:
             ask = _ask(request)
-            allowed = frozenset(
-                d.name
-                for d in devices
-                if ask is not None
-                and dra_pool.tolerated(node.devices[d.name].taints, request.tolerations)
-                and all(
-                    cache.matches(s, node.devices[d.name].key, node.devices[d.name].view)
-                    for s in request.selectors
-                )
-            )
+            allowed = _allowed(claim, request, node, cache) if ask is not None else frozenset()
+            if isinstance(allowed, claim_fit.ClaimsOutcome):
+                return allowed
             if not allowed:
                 # Every placement ruled out by the request's selectors or capacity.
                 return claim_fit.ClaimsOutcome(
@@ -165,6 +184,15 @@ def fit_mig_claims(
             for _ in range(request.count):
                 chosen = mig_partitions.choose(ask, devices, counted)
                 if chosen is None:
+                    least = min((d.memory_mib for d in devices if ask.matches(d)), default=0)
+                    if limited and not job.quota.fits(
+                        job.namespace, dra.VENDOR, taken_mib + least, 0, factor
+                    ):
+                        # No room, and the quota refuses even the smallest instance the
+                        # request allows: room freed would not help, the quota would.
+                        return claim_fit.ClaimsOutcome(
+                            False, reasons=Counter({Reason.RESOURCE_QUOTA_NOT_FIT: 1})
+                        )
                     # HAMi v2.10's name: no card has room for the instance; per card.
                     cards = len({d.card for d in devices if d.name in allowed})
                     return claim_fit.ClaimsOutcome(

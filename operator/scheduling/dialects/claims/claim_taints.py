@@ -1,4 +1,4 @@
-"""Why a device a claim's request may not use was ruled out: its taints, or the rest.
+"""Why a device a claim's request may not use was ruled out: selectors, taints, capacity.
 
 ``claims.eligible`` answers only yes or no (the selectors, the device's taints against the
 request's tolerations, the capacity policy). A pod kept off a card because the card is
@@ -18,7 +18,9 @@ some device is eligible.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Final
 
+from vgpu_operator.devices import dra
 from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.dialects.claims import claims, dra_pool
 from vgpu_operator.scheduling.status import Reason
@@ -27,17 +29,37 @@ from vgpu_operator.scheduling.status import Reason
 def refusal(
     request: claims.Request, device: dra_pool.PoolDevice, cache: claim_cel.SelectorCache
 ) -> Reason:
-    """The reason to count for a device ``claims.eligible`` refused ``request``.
-    The selectors' verdicts are cached by then (eligible asked them first)."""
-    if dra_pool.tolerated(device.taints, request.tolerations):
+    """The reason to count for a device ``claims.eligible`` refused ``request``: its
+    selectors, an untolerated taint, or a capacity the device cannot give whatever it
+    holds (a request larger than the card: the card's memory or cores, as the
+    annotation path names it). The selectors' verdicts are cached by then (eligible asked
+    them first)."""
+    if not claim_cel.all_select(request.selectors, cache, device.key, device.view, request.written):
         return Reason.DEVICE_NOT_SELECTED
-    for selector in request.selectors:
-        if not cache.matches(selector, device.key, device.view):
-            return Reason.DEVICE_NOT_SELECTED
-    return Reason.DEVICE_UNTOLERATED_TAINT
+    if not dra_pool.tolerated(device.taints, request.tolerations):
+        return Reason.DEVICE_UNTOLERATED_TAINT
+    for asked, amount in request.capacity.items():
+        key = device.capacity_named(asked)
+        policy = None if key is None else device.capacity.get(key)
+        if policy is None or amount <= policy.value:
+            continue
+        if key == dra.MEMORY:
+            return Reason.CARD_INSUFFICIENT_MEMORY
+        if key == dra.CORES:
+            return Reason.CARD_INSUFFICIENT_CORE
+    return Reason.DEVICE_NOT_SELECTED
+
+
+#: What a device's selectors or capacity rule out for good (not the news next to taints).
+_RULED_OUT: Final = (
+    Reason.DEVICE_NOT_SELECTED,
+    Reason.CARD_INSUFFICIENT_MEMORY,
+    Reason.CARD_INSUFFICIENT_CORE,
+)
 
 
 def only_the_news(reasons: Counter[Reason]) -> None:
     """With no device eligible for a request: keep the tainted ones' count alone, if any."""
     if reasons.get(Reason.DEVICE_UNTOLERATED_TAINT):
-        reasons.pop(Reason.DEVICE_NOT_SELECTED, None)
+        for ruled_out in _RULED_OUT:
+            reasons.pop(ruled_out, None)

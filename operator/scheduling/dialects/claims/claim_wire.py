@@ -74,7 +74,9 @@ def allocation(
             "device": pick.device.name,
         }
         capacity = pick.consumption.capacity
-        if capacity is not None:
+        if pick.admin:
+            result["adminAccess"] = True  # upstream: no consumedCapacity, no shareID
+        elif capacity is not None:
             result["consumedCapacity"] = {k: quantity_text(v, k) for k, v in capacity.items()}
             result["shareID"] = share_id(claim.uid, position, pick.request, pick.device.name)
         request = named[pick.request]

@@ -17,6 +17,7 @@ rounding, ``dra_pool.CapacityPolicy``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -26,7 +27,7 @@ from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.cel import claim_cel
-from vgpu_operator.scheduling.dialects.claims import dra_pool
+from vgpu_operator.scheduling.dialects.claims import claim_configs, dra_pool
 
 #: The DeviceClasses whose claims the engine allocates (manifests/dra-deviceclasses.yaml).
 OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS, dra.MIG_CLASS})
@@ -69,25 +70,6 @@ class DeviceClass:
         )
 
 
-#: The opaque config key that turns HAMi-core off for a claim (``agent.dra.prepare``).
-CONFIG_HAMI_CORE: Final = "hamiCore"
-
-
-def configs_turn_hami_core_off(configs: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether opaque configs of this driver, in precedence order (the class's first, the
-    claim's after: a later one wins, as ``agent.dra.prepare`` reads them), say
-    ``hamiCore: false``."""
-    on = True
-    for config in configs:
-        opaque = config.get("opaque")
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != dra.DRIVER:
-            continue
-        parameters = opaque.get("parameters")
-        if isinstance(parameters, Mapping) and CONFIG_HAMI_CORE in parameters:
-            on = parameters[CONFIG_HAMI_CORE] is not False
-    return not on
-
-
 @dataclass(frozen=True, slots=True)
 class Request:
     """One request of a claim (``exactly``), or one alternative of a ``firstAvailable``
@@ -99,6 +81,10 @@ class Request:
     selectors: tuple[claim_cel.Selector, ...]
     capacity: Mapping[str, Fraction]
     tolerations: tuple[Mapping[str, Any], ...]
+    #: Where ``selectors`` were written (the DeviceClass's come first).
+    written: claim_cel.Written = ("", 0)
+    #: ``adminAccess``: devices shared with whoever holds them, consuming nothing.
+    admin_access: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,9 +213,7 @@ def read_claim(
     choices = tuple(_read_request(r, where, classes, cache) for r in devices.get("requests") or ())
     if not choices:
         raise Refusal(f"{where} requests no device")
-    combinations = 1
-    for choice in choices:
-        combinations *= len(choice)
+    combinations = math.prod(len(choice) for choice in choices)
     if combinations > MAX_VARIANTS:
         raise Refusal(
             f"{where}: its firstAvailable alternatives make {combinations} combinations, "
@@ -259,6 +243,8 @@ def read_claim(
             )
         (matches if match else distincts).append((covered, str(match or distinct)))
     own = tuple(c for c in devices.get("config") or () if isinstance(c, Mapping))
+    if (problem := claim_configs.hami_core_problem(own)) is not None:
+        raise Refusal(f"{where}: {problem}")
     from_classes = [
         c
         for r in {r.device_class: r for c in choices for r in c}.values()
@@ -276,7 +262,7 @@ def read_claim(
         choices=choices if any(len(c) > 1 or "/" in c[0].name for c in choices) else (),
         config=own,
         reserved_for=reserved,
-        whole_devices=configs_turn_hami_core_off([*from_classes, *own]),
+        whole_devices=claim_configs.turn_hami_core_off([*from_classes, *own]),
     )
 
 
@@ -372,8 +358,6 @@ def _read_exactly(
             f"{where}: {what} asks allocationMode {mode}; this scheduler "
             "allocates ExactCount requests (give a count)"
         )
-    if exactly.get("adminAccess"):
-        raise Refusal(f"{where}: {what} asks adminAccess, which this scheduler refuses")
     count = exactly.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise Refusal(f"{where}: {what} has count {count!r}")
@@ -385,10 +369,11 @@ def _read_exactly(
             if isinstance(s, Mapping)
         ),
     ]
+    written = (class_name, len(device_class.selectors))
     try:
-        selectors = tuple(cache.compile(e) for e in expressions)
+        selectors = claim_cel.compile_all(cache, expressions, written)
     except claim_cel.CelRefused as exc:
-        raise Refusal(f"{where}: {what}: {exc}") from None
+        raise Refusal(f"{where}: {what}, {exc}") from None
     requested = (exactly.get("capacity") or {}).get("requests") or {}
     capacity = {str(k): _quantity(v, f"{where}.{name}.capacity.{k}") for k, v in requested.items()}
     return Request(
@@ -398,6 +383,8 @@ def _read_exactly(
         selectors,
         capacity,
         tuple(t for t in exactly.get("tolerations") or () if isinstance(t, Mapping)),
+        written,
+        exactly.get("adminAccess") is True,
     )
 
 
@@ -501,10 +488,9 @@ def eligible(
     (a selector says no, a taint is not tolerated, a capacity it names is missing, or the
     rounded amount breaks the device's request policy). ``whole``: the claim takes each
     device whole (HAMi-core off), every capacity consumed to its value, whatever it asked.
-    Raises CelRuntimeError."""
-    for selector in request.selectors:
-        if not cache.matches(selector, device.key, device.view):
-            return None
+    Raises CelRuntimeError naming the selector."""
+    if not claim_cel.all_select(request.selectors, cache, device.key, device.view, request.written):
+        return None
     if not dra_pool.tolerated(device.taints, request.tolerations):
         return None
     # The rest depends only on the request's capacities and the device's capacity shape
