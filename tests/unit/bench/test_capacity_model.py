@@ -64,7 +64,8 @@ def test_lines_fitted_on_some_sizes_predict_the_held_out_ones() -> None:
     per_pod = model.lines["CPU per bound pod: kube-apiserver"]
     assert (per_pod.intercept, per_pod.slope) == (pytest.approx(1.0), 0.0)
     assert model.lines["RSS per bound pod: kube-apiserver"].intercept == pytest.approx(0.01)
-    assert model.checks and all(c.within for c in model.checks)
+    assert model.checks
+    assert all(c.within for c in model.checks)
     assert {c.nodes for c in model.checks} == {1000, 8000}
     assert {c.quantity for c in model.checks} >= set(capacity.HEADLINE)
 
@@ -109,6 +110,7 @@ def test_the_ladder_stops_counting_a_size_where_a_burst_left_pods_unbound() -> N
     lines = ladder.section([good, bad], None, [], facts, held_out=[])
     text = "\n".join(lines)
     assert "**1,000 nodes**" in text
-    assert "| 2,000 |" in text and "| NO |" in text
+    assert "| 2,000 |" in text
+    assert "| NO |" in text
     # One size held: too few to fit a model on.
     assert "## Capacity model" not in text
