@@ -41,7 +41,7 @@ def simulate(
         scenario = simulation.read_scenario(scenario_file)
         at = time.time() if now is None else now
         if check_expect:
-            result = simulation.simulate(scenario, now=at, use_index=not reference)
+            result = simulation.simulate(scenario, at, not reference, scores)
         else:
             simulation_stream.write(scenario, sys.stdout, at, not reference, scores)
     except ScenarioError as exc:

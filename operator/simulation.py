@@ -10,7 +10,6 @@ left waiting because their room is scattered over cards), and ``expect`` (checke
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import struct
@@ -20,14 +19,13 @@ from typing import Any, Final
 
 import yaml
 
-from vgpu_operator import simulation_dra, simulation_gangs
+from vgpu_operator import simulation_dra, simulation_gangs, simulation_replay
 from vgpu_operator.config import load_config
 from vgpu_operator.devices import codec, mig_allocations
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.errors import CodecError, ConfigError, ScenarioError
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.defrag import defrag
-from vgpu_operator.scheduling.gangs import gangs
 
 #: The ``defrag`` section's keys and the options they set.
 _DEFRAG_METHODS = ("auto", "exact", "heuristic")
@@ -236,42 +234,18 @@ def _placed_by(pod: Mapping[str, Any], scheduler: str) -> Mapping[str, Any]:
 
 
 def simulate(
-    scenario: Mapping[str, Any], now: float = 0.0, use_index: bool = True
+    scenario: Mapping[str, Any], now: float = 0.0, use_index: bool = True, scores: bool = True
 ) -> dict[str, Any]:
-    """Place the scenario's pending pods in order; return ``{"decisions": [...]}``."""
+    """Place the scenario's pending pods in order (``simulation_replay.Replay``, the one
+    path: ``simulation_stream.write`` writes the same document as it goes); return
+    ``{"decisions": [...]}`` with ``podGroups``, ``defrag`` and ``warnings`` where there
+    are any."""
     state = build_state(scenario, use_index)
-    decisions = []
-    groups: dict[str, Any] = {}  # a PodGroup's members are decided with its first
-    for pod in scenario.get("pods") or []:
-        if (pod.get("spec") or {}).get("nodeName"):
-            continue
-        group = gangs.group_of(pod)
-        if group is not None:
-            if group not in groups:
-                outcome, members = simulation_gangs.decide(scenario, state, group, now)
-                decisions += [{**render(d, p), "podGroup": group} for p, d in members]
-                groups[group] = simulation_gangs.render(outcome, members)
-            continue
-        pod = simulation_dra.with_template_claims(scenario, pod, state)
-        decision = state.schedule(pod, now, explain=True)
-        for victim in decision.victims:
-            state.remove_pod(victim)  # in a simulation, victims leave at once
-        if decision.victims and simulation_dra.release_victims(decision, state):
-            # On the DRA path the preemptor's claims are allocated once the victims'
-            # claims are released: decided again, it shows where they go.
-            after = state.schedule(pod, now, explain=True)
-            if after.scheduled:
-                decision = dataclasses.replace(
-                    after, victims=decision.victims, victim_uids=decision.victim_uids
-                )
-        if decision.scheduled:
-            simulation_dra.write_claims(decision, state)
-        if decision.scheduled or decision.victims:
-            state.confirm(decision.pod)
-        decisions.append(render(decision, pod))
+    replay = simulation_replay.Replay(scenario, state, now, scores)
+    decisions = [rendered(item) for item in replay]
     out: dict[str, Any] = {"decisions": decisions}
-    if groups:
-        out["podGroups"] = list(groups.values())
+    if replay.groups:
+        out["podGroups"] = replay.groups
     if "defrag" in scenario:
         out["defrag"] = _defragment(scenario, state, decisions, now)
     warnings = state.node_layer_problems()
@@ -343,6 +317,15 @@ defragment = _defragment
 def _key(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+def rendered(item: simulation_replay.Replayed, reasons: bool = True) -> dict[str, Any]:
+    """One replayed pod's decision as ``simulate`` prints it (``render``), with the
+    PodGroup it was decided with."""
+    out = render(item.decision, item.pod, reasons)
+    if item.group is not None:
+        out["podGroup"] = item.group
+    return out
 
 
 def render(decision: Decision, pod: Mapping[str, Any], reasons: bool = True) -> dict[str, Any]:

@@ -1,10 +1,14 @@
 """``simulate`` streamed: each decision written as it is made, not gathered first.
 
+Only how the document is written differs from ``simulation.simulate``: both take the
+decisions from one replay (``simulation_replay.Replay``: gangs, DRA claims, preemption),
+and the document is the same.
+
 A replay of a large trace (the FGD replay: 10,771 pods on 1,213 nodes) made a list of
 every decision and then one JSON document of hundreds of MB; here each decision is
 rendered and written at once, so memory stays flat and output starts at the first pod.
 The document is the same JSON object ``simulation.simulate`` returns (``decisions``,
-then ``defrag`` and ``warnings``), one decision per line. ``scores=False`` leaves out
+then ``podGroups``, ``defrag`` and ``warnings``), one decision per line. ``scores=False`` leaves out
 each scheduled pod's score on every other node (``Decision.node_scores``), which costs
 a Fit on every node per pod: a replay asks where pods went, not how every node scored.
 """
@@ -15,7 +19,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
-from vgpu_operator import simulation, simulation_dra
+from vgpu_operator import simulation, simulation_replay
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure
 
@@ -66,20 +70,11 @@ def decisions(
     now: float = 0.0,
     scores: bool = True,
 ) -> Iterator[tuple[Mapping[str, Any], Decision]]:
-    """The scenario's pending pods placed in order on ``state`` (``simulation.build_state``),
-    as ``simulation.simulate`` places them; each pod with its decision, as it is made."""
-    for pod in scenario.get("pods") or []:
-        if (pod.get("spec") or {}).get("nodeName"):
-            continue
-        pod = simulation_dra.with_template_claims(scenario, pod, state)
-        decision = state.schedule(pod, now, explain=scores)
-        for victim in decision.victims:
-            state.remove_pod(victim)  # in a simulation, victims leave at once
-        if decision.scheduled:
-            simulation_dra.write_claims(decision, state)
-        if decision.scheduled or decision.victims:
-            state.confirm(decision.pod)
-        yield pod, decision
+    """The scenario's pending pods decided in order on ``state`` (``simulation.build_state``)
+    by the one path (``simulation_replay.Replay``); each pod with its decision, as it is
+    made."""
+    for item in simulation_replay.Replay(scenario, state, now, scores):
+        yield item.pod, item.decision
 
 
 def write(
@@ -89,7 +84,8 @@ def write(
     use_index: bool = True,
     scores: bool = True,
 ) -> None:
-    """Simulate and write the result to ``out`` as it goes. Everything that can refuse the
+    """Simulate and write the result to ``out`` as it goes: the document
+    ``simulation.simulate`` returns, from the same replay. Everything that can refuse the
     scenario is checked before the first line (nothing is written for a bad one)."""
     state = simulation.build_state(scenario, use_index)
     if "defrag" in scenario:
@@ -98,15 +94,19 @@ def write(
     placed: list[dict[str, Any]] = []
     first = True
     reasons = ReasonsText()
-    for pod, decision in decisions(scenario, state, now, scores):
-        rendered = simulation.render(decision, pod, reasons=False)
+    replay = simulation_replay.Replay(scenario, state, now, scores)
+    for item in replay:
+        rendered = simulation.rendered(item, reasons=False)
         line = json.dumps(rendered)
-        if rendered["reasons"] == {} and decision.diagnosis is not None and not decision.victims:
-            line = line.replace(_HOLE, '"reasons": ' + reasons.of(decision.diagnosis), 1)
+        diagnosis = item.decision.diagnosis
+        if rendered["reasons"] == {} and diagnosis is not None and not item.decision.victims:
+            line = line.replace(_HOLE, '"reasons": ' + reasons.of(diagnosis), 1)
         out.write(("\n" if first else ",\n") + line)
         first = False
         placed.append({"pod": rendered["pod"], "scheduled": rendered["scheduled"]})
     out.write("\n]")
+    if replay.groups:
+        out.write(',\n"podGroups": ' + json.dumps(replay.groups))
     if "defrag" in scenario:
         plans = simulation.defragment(scenario, state, placed, now)
         out.write(',\n"defrag": ' + json.dumps(plans))

@@ -27,7 +27,7 @@ from typing import Any, Final, Protocol, cast
 import structlog
 
 from vgpu_operator.kube.claims import WriteOutcome
-from vgpu_operator.scheduling.cycle.claim_decision import ClaimWrite
+from vgpu_operator.scheduling.cycle import ClaimWrite
 from vgpu_operator.wire import ResourceClaim, meta_of
 
 log = structlog.get_logger("vgpu_operator.claim_binding")

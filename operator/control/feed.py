@@ -6,8 +6,8 @@ ConfigMap into calls on the engine (``ClusterState``), and decides which pods wa
 scheduling queue and which cluster events wake unschedulable pods (the queueing hints,
 ``docs/queueing.md``): each event is weighed against each distinct hint the waiting pods
 hold, and wakes a pod only where the engine says the event lets it fit. It is
-synchronous and does no I/O, so the Kopf handlers around it stay thin and it can be
-tested with a fake engine.
+synchronous and does no I/O: the watch loops (``kube/watch_loop.py``, one per kind, run by
+``watching``) hand it each listing and event, and it can be tested without them.
 
 Two rules keep the books right while a Binding is being written:
 - an older, unbound copy of a pod being bound (or just bound) never reaches the engine,
@@ -258,8 +258,9 @@ class StateFeed:
 
     # --- every kind -----------------------------------------------------------------------
     def _event(self, kind: _Kind[_K, _S], event_type: str | None, obj: _S) -> None:
-        """A watch event (``None`` for Kopf's initial listing, ADDED, MODIFIED, DELETED),
-        applied unless the ledger has seen a newer version of the object."""
+        """A watch event (ADDED, MODIFIED, DELETED; ``None``: the object applied as it is,
+        as a caller that has no event type gives it), applied unless the ledger has seen
+        a newer version of the object."""
         key = kind.key(obj)
         version = versions.version_of(obj)
         if event_type == "DELETED":

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from vgpu_operator import names
-from vgpu_operator.devices import catalog
+from vgpu_operator.devices import catalog, vendor
 from vgpu_operator.devices.vendor import VendorSpec
 
 
@@ -54,7 +54,10 @@ def _vendor_rows(spec: VendorSpec) -> Iterable[NodeAnnotation]:
 
 _COMMON_ROWS: Final = (
     NodeAnnotation(
-        names.NODE_DEVICE_CORDON, "placement", True, "cordoned cards: uncordoning frees them"
+        names.NODE_DEVICE_CORDON,
+        "cordoned_cards",
+        True,
+        "cordoned cards: uncordoning frees them",
     ),
     NodeAnnotation(
         names.NODE_LOCK,
@@ -92,3 +95,14 @@ def declared(annotations: Mapping[str, object], keys: frozenset[str]) -> dict[st
     """The declared keys of a Node's annotations (string values only: the API server
     stores nothing else, and a stray value must not reach a parser)."""
     return {k: v for k, v in annotations.items() if k in keys and isinstance(v, str)}
+
+
+def cordoned_cards(
+    annotations: Mapping[str, str], inventory: frozenset[str] = frozenset()
+) -> frozenset[str]:
+    """The cards of a node no pod may take: those ``hami.io/device-cordon`` names (read
+    here, and nowhere else) and those its DeviceInventory cordons (``inventory``)."""
+    marked = annotations.get(names.NODE_DEVICE_CORDON)
+    if not marked:
+        return inventory
+    return inventory | frozenset(vendor.split_list(marked))

@@ -1,7 +1,7 @@
 """The DRA path's verdict reuse decides exactly as fitting every node afresh.
 
 A pod on the DRA path that fits nowhere keeps a verdict; at its next attempt only the
-nodes changed since are fitted again, the others keep their failure (``claim_verdicts``).
+nodes changed since are fitted again, the others keep their failure (the pod's verdict).
 Two engines run the same steps on generated DRA clusters (``dra_preemption_cases``):
 one keeps verdicts, the other fits every node every time. Steps: the preemptor tried
 again (its preemption then cancelled, or its hold rolled back), running pods ending and

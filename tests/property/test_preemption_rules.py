@@ -16,7 +16,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from vgpu_operator import simulation
-from vgpu_operator.scheduling.cycle import removal_trial
+from vgpu_operator.scheduling.cycle import annotation_freeing
 
 MEMORY = 10000
 CORES = 100
@@ -145,6 +145,6 @@ def test_incremental_trials_choose_as_fresh_ones_would(scenario: Json) -> None:
     def fresh(trial: Any, removed: frozenset[str]) -> Any:
         return trial.fresh_cards(removed)
 
-    with mock.patch.object(removal_trial.RemovalTrial, "cards_without", fresh):
+    with mock.patch.object(annotation_freeing.AnnotationFreeing, "cards_without", fresh):
         slow = simulation.simulate(scenario)
     assert fast == slow

@@ -3,7 +3,7 @@
 Pods of both dialects arrive (each DRA pod with its own claim), are decided and bound as
 the runtime binds them (annotations on the pod; allocation and reservedFor on the
 claim), and end or are deleted (a DRA pod's claim with it); what-ifs run in between: a
-victim trial (``RemovalTrial``) and a defragmentation what-if (``WhatIf``: pods out, a
+victim trial (preemption's ``Trial``) and a defragmentation what-if (``WhatIf``: pods out, a
 replacement placed). After every step the books equal a recount, books built afresh from
 the objects as the API server holds them, and every node's usage kept pod by pod equals
 a rebuild; a what-if leaves the live books as they were.
@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from vgpu_operator import simulation_dra
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, model
+from vgpu_operator.scheduling.cycle import preempting
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
-from vgpu_operator.scheduling.cycle.removal_trial import RemovalTrial
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks, WhatIf
 from vgpu_operator.scheduling.dialects.annotation import placement
 
@@ -204,7 +204,9 @@ class World:
         node = self.state.books.nodes[self.pods[victim]["spec"]["nodeName"]]
         pod = make_pod("trial", victim.split("/")[0]).container(gpu=1, gpumem=8192).obj()
         job = placement.Job.from_pod(pod, self.state.config, self.state.vendors, self.state.quota)
-        RemovalTrial(self.state.books, node, job, 0.0).outcome(frozenset({victim}))
+        annotations = self.state.cycle.annotations
+        trial = preempting.Trial(self.state.books, annotations, node, job, 0.0)
+        trial.outcome(frozenset({victim}))
 
     def replan(self, step: Replan) -> None:
         """A defragmentation what-if: a pod taken out, a replacement placed, all undone."""

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from vgpu_operator import simulation
 from vgpu_operator.cli import main
 
 NOW = "1700000000"
@@ -182,12 +183,40 @@ expect:
     assert _decisions(result)["default/p"]["node"] == "node-a"
 
 
-@pytest.mark.parametrize("path", sorted(DATA.glob("*.json"))[:5], ids=lambda p: p.name)
-def test_suite_files_run_through_the_cli(path: Path) -> None:
+#: Every scenario file under tests/scenarios/.
+SCENARIOS = sorted(
+    p for pattern in ("*.json", "*.yaml", "*.yml") for p in DATA.parent.rglob(pattern)
+)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: str(p.relative_to(DATA.parent)))
+def test_the_command_decides_every_scenario_as_the_library_does(path: Path) -> None:
+    """One path decides a scenario (issue 45): the command, streamed or with ``--check``,
+    prints the document ``simulation.simulate`` returns (gangs, claims, preemption,
+    defragmentation plans and all)."""
+    scenario = simulation.read_scenario(path)
+    library = json.loads(json.dumps(simulation.simulate(scenario, now=float(NOW))))
+
+    streamed = CliRunner().invoke(main, ["simulate", str(path), "--now", NOW])
+    checked = CliRunner().invoke(main, ["simulate", str(path), "--now", NOW, "--check"])
+
+    assert streamed.exit_code == 0, streamed.output
+    assert json.loads(streamed.stdout) == library
+    assert checked.exit_code in (0, 1), checked.output  # 1: an expectation not met
+    assert json.loads(checked.stdout) == library
+
+
+def test_a_gang_that_cannot_fit_whole_binds_none_through_the_command() -> None:
+    """The command once decided each member of a PodGroup alone (the streamed path knew
+    no gangs) and bound two of a gang of three that cannot fit whole."""
+    path = DATA / "gangs-05-three-that-cannot-fit-whole.json"
+
     result = CliRunner().invoke(main, ["simulate", str(path), "--now", NOW])
 
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["decisions"]
+    document = json.loads(result.stdout)
+    assert [d["scheduled"] for d in document["decisions"]] == [False, False, False]
+    assert document["podGroups"][0]["placed"] == []
 
 
 Mutation = Callable[[Scenario], None]

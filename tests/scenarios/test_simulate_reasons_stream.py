@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from vgpu_operator import simulation, simulation_stream
-from vgpu_operator.scheduling.cycle import decision
+from vgpu_operator.scheduling.cycle import preempting
 
 Scenario = dict[str, Any]
 
@@ -105,13 +105,13 @@ def test_preemption_tries_no_node_when_nobody_is_lower(
 ) -> None:
     """``placed``: the priority of the pod already on the card (the preemptor has 0)."""
     made: list[object] = []
-    real = decision.RemovalTrial
+    real = preempting.Trial
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         made.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(decision, "RemovalTrial", counted)
+    monkeypatch.setattr(preempting, "Trial", counted)
     scenario: Scenario = {
         "name": "nobody lower",
         "config": {"nvidia": {"memoryFactor": 1}},
@@ -127,7 +127,7 @@ def test_preemption_tries_no_node_when_nobody_is_lower(
 @pytest.mark.parametrize("policy", ["binpack", "spread", "fragmentation"])
 def test_pods_that_want_no_device_go_where_the_reference_walk_puts_them(policy: str) -> None:
     """A pod that asks no GPU is fitted in the reference's key order up to the first fit
-    (``reference_walk.find_in_key_order``): the same node as fitting every node."""
+    (``reference_walk.in_key_order``): the same node as fitting every node."""
     nodes = []
     for i in range(7):
         node = _node(f"node-{i}", i % 3, 10000)

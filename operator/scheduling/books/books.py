@@ -166,9 +166,13 @@ class Books:
         self._nominations[key] = nomination
         self._preempted.update(nomination.victims)
 
-    def release_decided(self, key: PodKey) -> None:
-        """A DRA decision given up: the holds it made go (``claim_books``)."""
-        self.claims.release_decided(key)
+    def take_decided(self, key: PodKey) -> tuple[object, ...]:
+        """A DRA decision given up: the holds it made go; ``restore_decided`` puts them
+        back (a preemptor that still waits for its victims: ``claim_books``)."""
+        return self.claims.take_decided(key)
+
+    def restore_decided(self, key: PodKey, taken: tuple[object, ...]) -> None:
+        self.claims.restore_decided(key, taken)
 
     def hold_decided(
         self, pod: PodKey, node: str, decided: Mapping[str, tuple[str, Sequence[Any]]]
@@ -515,7 +519,7 @@ class Books:
         if is_dra_node(node):
             # The node's agent offers its cards as DRA devices (a ResourceSlice; it runs no
             # device plugin there): a card is never a device-plugin share at the same time.
-            # Its cards are the slice's devices, for claims only (``claim_decision``).
+            # Its cards are the slice's devices, for claims only (``cycle.claims_plugin``).
             pool = self.claims.pool_of(node.name)
             devices = [] if pool is None else list(pool.cards)
             scores = {} if pool is None else dict(dra_pool.pair_scores(pool, node.inventory_scores))

@@ -370,6 +370,26 @@ class ClaimBooks:
                     Hold(hold.key, hold.namespace, hold.node, hold.shares, Decided.WRITTEN)
                 )
 
+    def take_decided(self, pod: str) -> tuple[object, ...]:
+        """``release_decided``, returning the holds it dropped (for ``restore_decided``)."""
+        ledger = self._claim_ledger
+        if pod not in ledger.decided_for:
+            return ()  # no decision of its holds claims (every annotation pod)
+        holds = (ledger.holds.get(k) for k in ledger.decided_for[pod])
+        taken = tuple(
+            h for h in holds if h is not None and h.decided is not Decided.NO and h.pod == pod
+        )
+        self.release_decided(pod)
+        return tuple(h for h in taken if h.key not in ledger.holds)
+
+    def restore_decided(self, pod: str, taken: Sequence[object]) -> None:
+        """Put back the holds ``take_decided`` dropped (those no claim holds since)."""
+        holds = [h for h in taken if isinstance(h, Hold) and h.key not in self._claim_ledger.holds]
+        for hold in holds:
+            self._put_hold(hold)
+        if holds:
+            self._claim_ledger.decided_for[pod] = [h.key for h in holds]
+
     def release_decided(self, pod: str) -> None:
         """The decision is given up: its holds go, unless the claim came back allocated
         meanwhile (then its status holds the shares)."""

@@ -5,7 +5,7 @@ one by one as any pod; ``all``, the whole group or none. Evicting a whole group 
 yet (``docs/gangs.md``), so a member of an ``all`` group, or of a group whose PodGroup the
 operator has not read (absent, not yet listed), is never a victim: "none" is always allowed.
 The PodGroup store keeps ``Books.single_groups`` (the groups read as ``single``); both
-dialects' victim searches (``decision``, ``claim_preemption``) ask ``protected``.
+dialects' victim search (``cycle.preempting``) asks ``protected``.
 """
 
 from __future__ import annotations

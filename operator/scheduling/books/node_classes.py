@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vgpu_operator import names
-from vgpu_operator.devices import vendor
+from vgpu_operator.scheduling import node_annotations
 from vgpu_operator.scheduling.books.entries import NodeEntry
 from vgpu_operator.scheduling.books.view import BooksView
 from vgpu_operator.scheduling.dialects.annotation import card_classes, card_groups
@@ -88,8 +87,8 @@ class NodeClasses:
         made = record.profile_by_ids if with_ids else record.profile
         if made is None:
             node = record.node
-            cordoned = node.inventory_cordoned | frozenset(
-                vendor.split_list(node.facts.annotations.get(names.NODE_DEVICE_CORDON))
+            cordoned = node_annotations.cordoned_cards(
+                node.facts.annotations, node.inventory_cordoned
             )
             made = card_classes.profile(node.cards, cordoned, node.layer, with_ids=with_ids)
             if with_ids:

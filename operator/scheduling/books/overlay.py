@@ -370,7 +370,11 @@ class Overlay:
         self.pop_nomination(key)
         self._reads.pop(key, None)
 
-    def release_decided(self, key: PodKey) -> None:
+    def take_decided(self, key: PodKey) -> tuple[object, ...]:
+        """No claim is held on an overlay."""
+        return ()
+
+    def restore_decided(self, key: PodKey, taken: tuple[object, ...]) -> None:
         """No claim is held on an overlay."""
 
     def hold_decided(

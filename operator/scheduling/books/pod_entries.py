@@ -1,5 +1,7 @@
-"""Reading a bound pod into its books entry: what it shares, its allocation's devices,
-and its MIG instances in the engine's terms (``Books.set_pod``)."""
+"""The one maker of the books' pod entries (``PodEntry``): a bound pod read into its entry
+(what it shares, its allocation's devices, its MIG instances in the engine's terms:
+``Books.set_pod``), and a decision's reservation or a preemptor's hold, of either dialect
+(``reservation``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model
 from vgpu_operator.scheduling import node_basics
-from vgpu_operator.scheduling.books import group_victims, init_release
+from vgpu_operator.scheduling.books import allocation_gate, group_victims, init_release
 from vgpu_operator.scheduling.books.allocation_book import Allocations
 from vgpu_operator.scheduling.books.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.books.gate_book import GateBook
@@ -164,6 +166,39 @@ def bound_entry(
         init_done=init_done,
         allocating_since=allocating_since,
         source=source,
+    )
+
+
+def reservation(
+    key: PodKey,
+    job: placement.Job,
+    pod: Mapping[str, Any],
+    node: str,
+    devices: Mapping[str, model.PodSingleDevice],
+    *,
+    binding: bool = False,
+    uid: str = "",
+) -> PodEntry:
+    """What a decision holds on ``node`` for a pod not bound yet (either dialect): its
+    placement until its Binding, or a preemptor's shares until its victims are gone.
+    ``devices``: the annotation dialect's (a claims pod holds through its claims, none of
+    its own); ``binding``: its Binding follows now and says bind-phase allocating, so once
+    bound the node's gate is shut, timed from the Binding's answer (``confirm``), not from
+    this decision. ``uid``: the pod's, which its claims name (preemption reads it once the
+    pod is bound, before the bound copy comes back)."""
+    held = {v: single for v, single in devices.items() if any(single)}
+    return PodEntry(
+        key=key,
+        namespace=job.namespace,
+        node=node,
+        requests=job.resources,
+        devices=held,
+        bookings=placement.collapse(held, job.init_count),
+        reserved=True,
+        priority=preemption.priority_of(pod),
+        labels=dict((pod.get("metadata") or {}).get("labels") or {}),
+        uid=uid,
+        allocating_since=allocation_gate.UNTIMED if binding and held else None,
     )
 
 

@@ -2,11 +2,11 @@
 little the pod's placement would raise their fragmentation (``fragmentation``).
 
 Both dialects walk nodes this way when the pod's node policy (its annotation, else the
-ConfigMap's) is ``fragmentation``: the annotation path in ``Cycle.find``, the DRA path in
-``claim_decision``. The measure only orders: each node is still gated and fitted in full
-in that order, and the first that fits wins, so every rule of the other policies (node
-gate, quota, NUMA, type, topology) holds unchanged. Nodes the estimate finds no room on
-are tried last, in the ranking's order.
+ConfigMap's) is ``fragmentation``: each dialect's node order (``annotation_plugin``,
+``claims_plugin``) for the one walk (``walk``). The measure only orders: each node is
+still gated and fitted in full in that order, and the first that fits wins, so every
+rule of the other policies (node gate, quota, NUMA, type, topology) holds unchanged.
+Nodes the estimate finds no room on are tried last, in the ranking's order.
 
 Cost: each node's rise is cached per node state (its ``Summary``, replaced whenever its
 cards change, and its CPU and memory in use), per pod shape and per mix version, so a

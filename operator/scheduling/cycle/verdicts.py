@@ -28,11 +28,14 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from vgpu_operator.scheduling.dialects.annotation import card_classes, card_groups, placement
 from vgpu_operator.scheduling.policies import node_layer
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason, nodes_message
+
+if TYPE_CHECKING:
+    from vgpu_operator.scheduling.cycle.plugin import Fit
 
 
 class JudgedBooks(Protocol):
@@ -61,7 +64,7 @@ class JudgedBooks(Protocol):
 
 class NodeJudge(Protocol):
     """How a dialect other than the annotation path's judges one node for a shape (the
-    DRA path's: ``claim_decision.ClaimJudge``); its gate is part of it."""
+    claims dialect's, ``decision._Judge`` over ``claims_plugin``); its gate is part of it."""
 
     def judge(self, name: str, job: placement.Job, now: float) -> NodeFailure | None: ...
 
@@ -70,7 +73,7 @@ class NodeJudge(Protocol):
 _GATE_KEYS: dict[tuple[object, ...], tuple[object, ...]] = {}
 
 
-def failure_of(outcome: placement.Outcome) -> NodeFailure:
+def failure_of(outcome: Fit) -> NodeFailure:
     """The diagnosis entry of a Fit that failed."""
     refused_by = {r: frozenset(keys) for r, keys in outcome.refused_by.items()}
     return NodeFailure(dict(outcome.reasons), refused_by, dict(outcome.allowed_reasons))
@@ -259,7 +262,7 @@ class Verdict:
         self,
         books: JudgedBooks,
         now: float,
-        tried: Mapping[str, placement.Outcome],
+        tried: Mapping[str, Fit],
         changed: set[str] | None,
         judged: Mapping[str, NodeFailure] | None = None,
     ) -> None:
@@ -290,7 +293,7 @@ class Verdict:
         books: JudgedBooks,
         name: str,
         now: float,
-        tried: Mapping[str, placement.Outcome],
+        tried: Mapping[str, Fit],
         judged: Mapping[str, NodeFailure],
     ) -> NodeFailure | None:
         outcome = tried.get(name)
@@ -305,7 +308,7 @@ class Verdict:
         books: JudgedBooks,
         name: str,
         now: float,
-        tried: Mapping[str, placement.Outcome],
+        tried: Mapping[str, Fit],
         judged: Mapping[str, NodeFailure],
     ) -> bool:
         """One changed node judged again; whether its judgement changed."""
@@ -332,7 +335,7 @@ class Verdict:
         self,
         books: JudgedBooks,
         now: float,
-        tried: Mapping[str, placement.Outcome],
+        tried: Mapping[str, Fit],
         judged: Mapping[str, NodeFailure],
     ) -> None:
         """Every node judged afresh (as ``_judge_again`` does one), the tallies counted

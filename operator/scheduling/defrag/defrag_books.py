@@ -1,7 +1,8 @@
 """The books as defragmentation reads and changes them, and a what-if on an overlay.
 
 The planner (``defrag``) reads each node's cards and pods, the disruption budgets, a pod
-admitted and parsed into a Job, a Fit "as if these pods had left" (``RemovalTrial``), and
+admitted and parsed into a Job, a Fit "as if these pods had left" (preemption's ``Trial``,
+through the annotation dialect's one fit), and
 tries plans: pods taken out, their replacements placed by the decision cycle, a hold on
 the shares a waiting pod gets (preemption's nomination). All through the books' view
 (``view.BooksView``) and the cycle's public members.
@@ -19,15 +20,15 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from vgpu_operator import names
-from vgpu_operator.devices import model, vendor
+from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError
+from vgpu_operator.scheduling import node_annotations
 from vgpu_operator.scheduling.books.entries import PodEntry
 from vgpu_operator.scheduling.books.overlay import Overlay
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.cycle.decision import Cycle, Decision, Settings
-from vgpu_operator.scheduling.cycle.removal_trial import RemovalTrial
+from vgpu_operator.scheduling.cycle.preempting import Chosen, Trial
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.preemption import disruption, preemption
@@ -103,8 +104,7 @@ class DefragBooks:
         entry = self.view.nodes.get(node)
         if entry is None:
             return frozenset()
-        marked = entry.facts.annotations.get(names.NODE_DEVICE_CORDON)
-        return entry.inventory_cordoned | frozenset(vendor.split_list(marked))
+        return node_annotations.cordoned_cards(entry.facts.annotations, entry.inventory_cordoned)
 
     def own_scheduler(self) -> str:
         """The name this operator schedules under (``scheduler.schedulerName``)."""
@@ -141,7 +141,7 @@ class DefragBooks:
         """Whether the node's own checks (taints, selector, CPU, heartbeat...) let the pod
         in, whatever its cards hold."""
         entry = self.view.nodes.get(node)
-        return entry is not None and self.cycle.node_gate_of(entry, job, now) is None
+        return entry is not None and self.cycle.annotations.gate(entry, job, now) is None
 
     def fits_somewhere(self, job: placement.Job, now: float) -> bool:
         """Whether the pod fits on some node as the books stand (no plan is needed)."""
@@ -152,7 +152,8 @@ class DefragBooks:
     ) -> placement.Outcome:
         """The pod's Fit on ``node`` as if ``leaving`` (pods of that node) had left."""
         entry = self.view.nodes[node]
-        return RemovalTrial(self.view, entry, job, now).outcome(leaving)
+        outcome = Trial(self.view, self.cycle.annotations, entry, job, now).outcome(leaving)
+        return outcome if outcome is not None else placement.Outcome(False)
 
     # --- changes --------------------------------------------------------------------------
     def take_out(self, key: PodKey) -> PodEntry | None:
@@ -204,8 +205,8 @@ class DefragBooks:
             return None
         pods = self.view.pods
         on_node = frozenset(k for k in leaving if k in pods and pods[k].node == node)
-        outcome = RemovalTrial(self.view, target, job, now).outcome(on_node)
-        if not outcome.ok:
+        outcome = Trial(self.view, self.cycle.annotations, target, job, now).outcome(on_node)
+        if outcome is None or not outcome.ok:
             return None
         entries = sorted(
             (pods[k] for k in leaving if k in pods),
@@ -215,16 +216,9 @@ class DefragBooks:
             tuple(preemption.Occupant(e.key, e.priority, e.started, e.labels) for e in entries),
             0,
         )
-        subject = attempt.subject
-        return self.cycle.nominate(
-            key,
-            job,
-            subject,
-            preemption.Candidate(node, victims),
-            outcome,
-            Diagnosis({}, len(self.view.nodes)),
-            now,
-        )
+        chosen = Chosen(preemption.Candidate(node, victims), outcome, frozenset[str]())
+        diagnosis = Diagnosis({}, len(self.view.nodes))
+        return self.cycle.nominate(self.cycle.annotations, key, job, chosen, diagnosis, now)
 
     def release(self, key: PodKey, victims: frozenset[PodKey]) -> None:
         """Give up a hold: the shares go back, and the pods it waited for that are still

@@ -3,9 +3,9 @@ over an abstract "does the preemptor fit with these pods removed" (``preemption`
 eligible victims, the fewest victims, the node picked) and PodDisruptionBudgets as it reads
 them (``disruption``).
 
-The candidate loops that call these rules are in the cycle (``cycle.decision`` for
-annotation pods, ``cycle.claim_preemption`` for claims) until one walk serves both
-(issue 45). Others use what ``__all__`` names.
+The one candidate loop that calls these rules over the books, for every dialect, is in
+the cycle (``cycle.preempting``: trials through the dialect's own fit, the victim search,
+the nomination check). Others use what ``__all__`` names.
 """
 
 from vgpu_operator.scheduling.preemption.disruption import (

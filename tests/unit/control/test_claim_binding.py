@@ -10,7 +10,7 @@ from typing import Any
 
 from vgpu_operator.control.claim_binding import ClaimBinding
 from vgpu_operator.kube.claims import WriteOutcome
-from vgpu_operator.scheduling.cycle.claim_decision import ClaimWrite
+from vgpu_operator.scheduling.cycle import ClaimWrite
 
 ALLOCATION = {"devices": {"results": [{"device": "gpu-a"}]}}
 

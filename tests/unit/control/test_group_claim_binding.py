@@ -11,7 +11,7 @@ from typing import Any
 from unit.control.test_claim_binding import ALLOCATION, Books, Writer
 
 from vgpu_operator.control.claim_binding import ClaimBinding
-from vgpu_operator.scheduling.cycle.claim_decision import ClaimWrite
+from vgpu_operator.scheduling.cycle import ClaimWrite
 
 GROUP = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "train", "uid": "g"}
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model, vendor
-from vgpu_operator.scheduling import node_basics
+from vgpu_operator.scheduling import node_annotations, node_basics
 from vgpu_operator.scheduling.dialects.annotation import fit
 from vgpu_operator.scheduling.mig import mig
 from vgpu_operator.scheduling.policies import fragmentation, node_layer, policies
@@ -173,6 +173,11 @@ class Outcome:
     @classmethod
     def rejected(cls, reasons: Mapping[Reason, int]) -> Outcome:
         return cls(False, {}, Counter(reasons))
+
+    @property
+    def error(self) -> None:
+        """A Fit on annotations does not fail otherwise than by its reasons."""
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,9 +426,7 @@ def fit_pod(
     configuration layer: its GPU policy and card restrictions.
     """
     policy = job.policy_on(layer)
-    cordoned = cordoned | frozenset(
-        vendor.split_list(node.annotations.get(names.NODE_DEVICE_CORDON))
-    )
+    cordoned = node_annotations.cordoned_cards(node.annotations, cordoned)
     per_vendor: dict[str, list[list[model.ContainerDevice]]] = {}
     chosen_scores: dict[str, list[tuple[float, ...]]] = {}
     containers = (*job.init_requests, *job.app_requests)

@@ -7,8 +7,9 @@ the allocation as written (``claim_wire``), which pods go to this scheduler
 resources backed by DRA (``extended_claims``), and what a claim's opaque configs of this
 driver say (``claim_configs``: ``hamiCore``).
 
-The walk that places claims (``cycle.claim_decision``) is in the cycle until one walk
-calls both dialects (issue 45). Others use what ``__all__`` names.
+The cycle calls this dialect at fixed points (``cycle.claims_plugin``: its request, node
+order, fit on one node, what a victim's removal frees, its reservation), as it calls the
+annotation dialect, through one walk. Others use what ``__all__`` names.
 """
 
 from vgpu_operator.scheduling.dialects.claims.claim_admission import (

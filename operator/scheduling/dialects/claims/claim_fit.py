@@ -65,6 +65,11 @@ class ClaimsOutcome:
     #: Per chosen device, its score as the request's card order saw it.
     card_scores: tuple[float, ...] = ()
 
+    @property
+    def allowed_reasons(self) -> dict[Reason, int]:
+        """The claims' fit keeps no reasons of cards the UUID restrictions allow."""
+        return {}
+
     def as_placement(self) -> placement.Outcome:
         """The outcome in the annotation path's terms (for the diagnosis)."""
         return placement.Outcome(self.ok, {}, Counter(self.reasons), self.refused_by)

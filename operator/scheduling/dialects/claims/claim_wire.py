@@ -8,18 +8,45 @@ a node selector naming the node.
 
 The share ID is derived from the claim's uid and the result's place (a UUID, version 5):
 unique per claim and device, and the same when the same decision is written again (a
-retried write does not mint a new one). ``consumer`` is the ``reservedFor`` entry of a pod.
+retried write does not mint a new one). ``consumer`` is the ``reservedFor`` entry of a pod;
+``ClaimWrite`` what the runtime writes on one claim before a pod's Binding.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
 from vgpu_operator.devices import dra
 from vgpu_operator.scheduling.dialects.claims import claim_fit, claims
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWrite:
+    """What to write on one claim before the pod's Binding."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    #: ``status.allocation`` to write; None when the claim is allocated already.
+    allocation: Mapping[str, Any] | None
+    consumer: Mapping[str, str]
+    #: The claim to create first: the pod's special claim (``extended_claims``).
+    create: Mapping[str, Any] | None = None
+    #: ``status.extendedResourceClaimStatus`` to write on the pod once the claim is.
+    pod_status: Mapping[str, Any] | None = None
+    #: A group claim another member's decision is allocating: nothing to write, the
+    #: Binding waits until that allocation is (``group_claims``).
+    awaits_allocation: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
 
 #: The namespace of the share IDs' UUIDs.
 _SHARE_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, f"shares.{dra.DRIVER}")
