@@ -66,9 +66,12 @@ class AnnotationPlugin:
         """Whether the walk follows the books' index (else every node in key order)."""
         return self.settings.use_index and job.wants_devices
 
-    def order(self, request: placement.Job, only: set[str] | None) -> Iterable[NodeEntry]:
-        """The ranking, best first (``only``: those nodes, in the ranking's order); where
-        the index does not rank (see the module docstring), every node in its key order,
+    def order(
+        self, request: placement.Job, only: set[str] | None, rule_out: bool = True
+    ) -> Iterable[NodeEntry]:
+        """The ranking, best first (``only``: those nodes, in the ranking's order), less
+        the nodes whose summary rules the pod out unless ``rule_out`` is False; where the
+        index does not rank (see the module docstring), every node in its key order,
         where the first that fits is the one the reference path's full walk takes."""
         job, view = request, self.view
         if not self.indexed(job):
@@ -84,6 +87,9 @@ class AnnotationPlugin:
         if self.placer.walks_nodes(job, view.config.scheduler.node_scheduler_policy):
             log = view.change_log if only is None else None
             walk = self.placer.order(job, walk, view.nodes, log)
+        if not rule_out:
+            nodes = view.nodes
+            return (nodes[name] for _score, _order, name in walk)
         return _may_fit(view, walk, job)
 
     def gate(
