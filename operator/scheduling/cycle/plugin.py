@@ -178,9 +178,9 @@ class Plugin(Protocol[R, F]):
     ) -> Iterable[NodeEntry]:
         """The nodes in the order the walk visits them, without those known in O(1) not
         to fit (the diagnosis judges them); ``only``: those that may fit (a verdict's
-        changed nodes), in the same order. ``rule_out`` False: keep those too (the walk
-        judges every node by classes, which is exact: a node the O(1) rule-out left out
-        would only be judged again, by the verdict's refresh)."""
+        changed nodes), in the same order. ``rule_out`` False: the walk judges the nodes
+        it visits by classes (exact), and a node the O(1) rule-out left out is judged
+        again by the verdict's refresh: leave out fewer, or none."""
         ...
 
     def fit(self, node: NodeEntry, request: R, now: float, room: Room | None = None) -> F:

@@ -53,10 +53,10 @@ def find(
     failures go. Raises ``Unfit``."""
     found: tuple[NodeEntry, F] | None = None
     settled = False
-    # A node the judge rules out goes into ``judged`` at the cost of the O(1) rule-out
-    # (its group's or its card classes' judgement, both kept per node change), where a
-    # node the rule-out left out would be judged again by the verdict's refresh: with a
-    # judge, the order keeps every node.
+    # A node the judge rules out goes into ``judged`` (its group's or its card classes'
+    # judgement, kept per node change), where a node the O(1) rule-out left out would be
+    # judged again by the verdict's refresh: with a judge, the order leaves nodes out only
+    # while a fit may be near (``AnnotationPlugin.order``).
     by_classes = judge is not None and judged is not None
     for node in plugin.order(request, only, rule_out=not by_classes):
         name = node.name
