@@ -7,8 +7,15 @@
 - No class in ``operator/scheduling/`` (its sub-packages included) inherits from another
   class of ours, unless the base is an enum, an error, a Protocol, a NamedTuple or a
   TypedDict.
-- In ``operator/scheduling/`` (its sub-packages included): no function over
-  ``MAX_FUNCTION_LINES`` lines, no module over ``MAX_MODULE_LINES`` lines.
+- Anywhere in ``operator/``: no function over ``MAX_FUNCTION_LINES`` lines, no module over
+  ``MAX_MODULE_LINES`` lines (issue 45).
+- A public class name (a module-level class not starting with ``_``) is defined in one
+  module of ``operator/`` only, the wire shapes of ``operator/wire.py`` aside: a newcomer
+  who reads ``Verdict`` knows which one (issue 45).
+- Vendor words stay in ``operator/devices/``: no string outside it (docstrings aside)
+  holds a vendor's resource name or annotation key (``nvidia.com/gpu``,
+  ``hami.io/node-dcu-register``); the code elsewhere asks the vendor table
+  (``devices.catalog``), so adding a vendor touches ``devices/`` only (issue 45).
 
 Generated stubs (``*_pb2.py``) are not checked. Findings listed in
 ``hack/structure-baseline.txt`` (``path: rule: text``, no line numbers) are the debt left
@@ -22,12 +29,26 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "vgpu_operator"
+#: The modules of typed wire shapes (the API's objects as TypedDicts), whose names follow
+#: the API's kinds and so may repeat a class name used elsewhere.
+WIRE_SHAPES = frozenset({"wire.py"})
+#: The folder vendor words belong in.
+VENDOR_HOME = "devices"
+#: A resource name or annotation key (``prefix/name``) that names a vendor or its device
+#: kind: the vendors HAMi serves (their domains and HAMi's per-vendor keys).
+VENDOR_WORD = re.compile(
+    r"[\w.-]*(nvidia|hygon|dcu|cambricon|mlu|huawei|ascend|metax|iluvatar|mthreads|enflame"
+    r"|kunlun)[\w.-]*/|/[\w.-]*(nvidia|hygon|dcu|cambricon|mlu|ascend|metax|iluvatar"
+    r"|mthreads|enflame|kunlun)",
+    re.IGNORECASE,
+)
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 600
 #: Private names the standard library makes public (namedtuple, sys, os).
@@ -165,6 +186,44 @@ def sizes(tree: ast.Module, shown: str, source: str) -> Iterator[Finding]:
                 yield Finding("function-lines", shown, node.lineno, text, f"{length} lines")
 
 
+def class_names(trees: dict[str, ast.Module]) -> Iterator[Finding]:
+    """Each definition of a public module-level class name that another module (the wire
+    shapes aside) defines too."""
+    defined: dict[str, list[tuple[str, int]]] = {}
+    for shown, tree in trees.items():
+        if Path(shown).name in WIRE_SHAPES:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append((shown, node.lineno))
+    for name, places in sorted(defined.items()):
+        if len(places) < 2:
+            continue
+        for shown, line in places:
+            others = ", ".join(p for p, _ in places if p != shown)
+            yield Finding("class-name", shown, line, f"{name} also in {others}")
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the docstring constants (prose may give a vendor's name as an example)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def vendor_words(tree: ast.Module, shown: str) -> Iterator[Finding]:
+    docs = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            found = VENDOR_WORD.search(node.value)
+            if found:
+                yield Finding("vendor-word", shown, node.lineno, repr(node.value[:60]))
+
+
 def check(root: Path) -> list[Finding]:
     package = root / "operator"
     trees = {
@@ -178,10 +237,22 @@ def check(root: Path) -> list[Finding]:
     findings: list[Finding] = []
     for path, (source, tree) in trees.items():
         shown = str(path.relative_to(root))
+        parts = path.relative_to(package).parts
         findings.extend(private_reaches(path, tree, shown))
-        if path.relative_to(package).parts[0] == "scheduling":  # and its sub-packages
+        findings.extend(sizes(tree, shown, source))
+        if parts[0] == "scheduling":  # and its sub-packages
             findings.extend(inheritance(tree, shown, index))
-            findings.extend(sizes(tree, shown, source))
+        if parts[0] != VENDOR_HOME and not path.name.endswith("_pb2_grpc.py"):
+            findings.extend(vendor_words(tree, shown))
+    findings.extend(
+        class_names(
+            {
+                str(path.relative_to(root)): tree
+                for path, (_source, tree) in trees.items()
+                if not path.name.endswith("_pb2_grpc.py")
+            }
+        )
+    )
     return findings
 
 
@@ -220,7 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-RULES = ("private-reach", "private-import", "inherits", "module-lines", "function-lines")
+RULES = (
+    "private-reach",
+    "private-import",
+    "inherits",
+    "module-lines",
+    "function-lines",
+    "class-name",
+    "vendor-word",
+)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from integration import operator_env as env  # noqa: E402
 
 from vgpu_operator import names  # noqa: E402
+from vgpu_operator.devices import nvidia  # noqa: E402
 from vgpu_operator.testing.controlplane import ControlPlane  # noqa: E402
 
 NS = "bench"
@@ -87,7 +88,7 @@ def make_bound_pods(cp: ControlPlane, count: int, nodes: int) -> None:
         pod["spec"]["nodeName"] = node
         pod["metadata"]["annotations"] = {
             names.ASSIGNED_NODE: node,
-            names.NVIDIA_DEVICES_ALLOCATED: f"{card},NVIDIA,4000,0:;",
+            nvidia.ALLOCATED_ANNOTATION: f"{card},NVIDIA,4000,0:;",
             names.BIND_PHASE: "success",
         }
         env.create_pod(cp, pod)

@@ -53,7 +53,8 @@ class MigGeometryConfig(_Section):
 
 
 class VendorConfig(_Section):
-    """Resource names and defaults shared by every vendor section."""
+    """Resource names and defaults shared by every vendor section. Each vendor's own
+    section type (in ``devices/``, its row of the vendor table) names its resources."""
 
     resource_count_name: str = Field(alias="resourceCountName")
     resource_memory_name: str = Field(alias="resourceMemoryName")
@@ -74,28 +75,6 @@ class VendorConfig(_Section):
     def effective_memory_factor(self) -> int:
         """HAMi reads a memoryFactor of 0 as 1."""
         return max(self.memory_factor, 1)
-
-
-class NvidiaConfig(VendorConfig):
-    resource_count_name: str = Field("nvidia.com/gpu", alias="resourceCountName")
-    resource_memory_name: str = Field("nvidia.com/gpumem", alias="resourceMemoryName")
-    resource_memory_percentage_name: str = Field(
-        "nvidia.com/gpumem-percentage", alias="resourceMemoryPercentageName"
-    )
-    resource_core_name: str = Field("nvidia.com/gpucores", alias="resourceCoreName")
-    resource_priority_name: str = Field("nvidia.com/priority", alias="resourcePriorityName")
-    overwrite_env: bool = Field(False, alias="overwriteEnv")
-    gpu_core_policy: Literal["default", "force", "disable"] = Field(
-        "default", alias="gpuCorePolicy"
-    )
-    runtime_class_name: str = Field("", alias="runtimeClassName")
-
-
-class HygonConfig(VendorConfig):
-    resource_count_name: str = Field("hygon.com/dcunum", alias="resourceCountName")
-    resource_memory_name: str = Field("hygon.com/dcumem", alias="resourceMemoryName")
-    resource_memory_percentage_name: str = Field("", alias="resourceMemoryPercentageName")
-    resource_core_name: str = Field("hygon.com/dcucores", alias="resourceCoreName")
 
 
 class SchedulerConfig(_Section):
@@ -150,14 +129,12 @@ class NodeOverride(_Section):
 
 
 class DeviceConfig(_Section):
-    """The whole file. The two vendors HAMi's chart configures have typed sections; any
-    other vendor's section is kept as given and read with its spec's config type
-    (``section``), so a vendor added to the table needs no field here."""
+    """The whole file. Each vendor's section is kept as given and read with its spec's
+    config type (``section``), so a vendor added to the table needs no field here;
+    ``devices.catalog.load_config`` checks every vendor's section when the file is read."""
 
     model_config = ConfigDict(populate_by_name=True, extra="allow", frozen=True)
 
-    nvidia: NvidiaConfig = NvidiaConfig()
-    hygon: HygonConfig = HygonConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     node_config: tuple[NodeOverride, ...] = Field((), alias="nodeconfig")
     dra: DraConfig = DraConfig()
@@ -202,21 +179,30 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc) or "<root>"
 
 
-def load_config(data: Mapping[str, Any] | None) -> DeviceConfig:
-    """Validate a parsed device config; a bad value raises ConfigError naming its field."""
+#: The vendors' section types by key (``devices.catalog.vendor_sections``).
+Sections = Mapping[str, type[VendorConfig]]
+
+
+def load_config(data: Mapping[str, Any] | None, sections: Sections | None = None) -> DeviceConfig:
+    """Validate a parsed device config, the vendor ``sections`` named included (the whole
+    table's: ``devices.catalog.load_config``); a bad value raises ConfigError naming its
+    field."""
     try:
-        return DeviceConfig.model_validate(dict(data or {}))
+        config = DeviceConfig.model_validate(dict(data or {}))
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(_field_path(first["loc"]), first["msg"]) from exc
+    for key, config_type in (sections or {}).items():
+        config.section(key, config_type)
+    return config
 
 
-def load_config_yaml(text: str) -> DeviceConfig:
-    """Parse ``device-config.yaml`` text (YAML or JSON)."""
+def load_config_yaml(text: str, sections: Sections | None = None) -> DeviceConfig:
+    """Parse ``device-config.yaml`` text (YAML or JSON); ``sections`` as in ``load_config``."""
     try:
         data = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
         raise ConfigError("device-config.yaml", f"not valid YAML: {exc}") from exc
     if data is not None and not isinstance(data, Mapping):
         raise ConfigError("device-config.yaml", "must be a mapping of sections")
-    return load_config(data)
+    return load_config(data, sections)

@@ -1,4 +1,6 @@
-"""Wire vocabulary: annotation keys, resource names and API groups, in one place.
+"""Wire vocabulary: annotation keys, resource names and API groups, in one place; each
+vendor's own words (its resource names, its annotation keys) are in ``devices/``, its
+row of the vendor table.
 
 HAMi's keys are kept byte-for-byte so that pods and nodes written for HAMi work unchanged.
 """
@@ -13,42 +15,24 @@ DEFAULT_SCHEDULER: Final = "default-scheduler"
 #: Pod phases after which a pod's containers never run again (its devices are free).
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
-# --- Node annotations (written by device plugins / our agent, or by administrators) ---
-NODE_NVIDIA_REGISTER: Final = "hami.io/node-nvidia-register"
-NODE_NVIDIA_SCORE: Final = "hami.io/node-nvidia-score"
+# --- Node annotations (written by device plugins / our agent, or by administrators; the
+# vendors' own registration keys are in ``devices/``) ---
 NODE_HANDSHAKE: Final = "hami.io/node-handshake"
 NODE_DEVICE_CORDON: Final = "hami.io/device-cordon"
 NODE_LOCK: Final = "hami.io/mutex.lock"
 
-# --- Pod annotations written by the scheduler ---
+# --- Pod annotations written by the scheduler (the vendors' allocation keys: ``devices/``) ---
 ASSIGNED_NODE: Final = "hami.io/vgpu-node"
 ASSIGNED_TIME: Final = "hami.io/vgpu-time"
 BIND_PHASE: Final = "hami.io/bind-phase"
 BIND_TIME: Final = "hami.io/bind-time"
-NVIDIA_DEVICES_TO_ALLOCATE: Final = "hami.io/vgpu-devices-to-allocate"
-NVIDIA_DEVICES_ALLOCATED: Final = "hami.io/vgpu-devices-allocated"
 #: HAMi v2.10: the MIG instance (profile and placement) of each allocated MIG device.
 MIG_ALLOCATIONS: Final = "hami.io/vgpu-mig-allocations"
 
-# --- Pod annotations written by users ---
-GPU_USE_TYPE: Final = "nvidia.com/use-gputype"
-GPU_NOUSE_TYPE: Final = "nvidia.com/nouse-gputype"
-GPU_USE_UUID: Final = "nvidia.com/use-gpuuuid"
-GPU_NOUSE_UUID: Final = "nvidia.com/nouse-gpuuuid"
-GPU_NUMA_BIND: Final = "nvidia.com/numa-bind"
-GPU_VGPU_MODE: Final = "nvidia.com/vgpu-mode"
+# --- Pod annotations written by users (the vendors' own: ``devices/``) ---
 NODE_SCHEDULER_POLICY: Final = "hami.io/node-scheduler-policy"
 GPU_SCHEDULER_POLICY: Final = "hami.io/gpu-scheduler-policy"
 DEVICE_SCORING_WEIGHTS: Final = "hami.io/device-scoring-weights"
-
-# --- Hygon DCU (the second vendor) ---
-HYGON_USE_TYPE: Final = "hygon.com/use-dcutype"
-HYGON_NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
-HYGON_USE_UUID: Final = "hygon.com/use-gpuuuid"
-HYGON_NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
-NODE_HYGON_REGISTER: Final = "hami.io/node-dcu-register"
-HYGON_DEVICES_TO_ALLOCATE: Final = "hami.io/dcu-devices-to-allocate"
-HYGON_DEVICES_ALLOCATED: Final = "hami.io/dcu-devices-allocated"
 
 # --- Environment variables injected by admission ---
 ENV_TASK_PRIORITY: Final = "CUDA_TASK_PRIORITY"

@@ -3,15 +3,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from vgpu_operator.cli_options import kubeconfig_option, logging_options
-from vgpu_operator.cli_types import ConfigMapKey, KubeName, OwnerKind, Seconds
+from vgpu_operator.cli_options import (
+    device_config_options,
+    kubeconfig_option,
+    logging_options,
+    plan_options,
+)
+from vgpu_operator.cli_types import KubeName, Seconds
 
 if TYPE_CHECKING:
+    from vgpu_operator.control.options import AutoscaleOptions, OperatorOptions, WebhookOptions
     from vgpu_operator.scheduling.defrag.defrag import Report
 
 #: Shown in ``--help``; the full story is in control/operator.py and docs/architecture.md.
@@ -21,27 +28,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
 
 @click.command("run", help=_RUN_HELP)
 @kubeconfig_option
-@click.option(
-    "--namespace",
-    type=KubeName("namespace", label=True),
-    default="vgpu-operator",
-    show_default=True,
-    help="Namespace of the device-config ConfigMap.",
-)
-@click.option(
-    "--config-map",
-    type=KubeName("ConfigMap name"),
-    default="vgpu-device-config",
-    show_default=True,
-    help="Name of the device-config ConfigMap.",
-)
-@click.option(
-    "--config-key",
-    type=ConfigMapKey(),
-    default="device-config.yaml",
-    show_default=True,
-    help="Key of the ConfigMap holding device-config.yaml.",
-)
+@device_config_options
 @click.option(
     "--peering",
     type=KubeName("ClusterKopfPeering name"),
@@ -166,25 +153,7 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     show_default=True,
     help="Seconds between looks for pods blocked by fragmentation.",
 )
-@click.option(
-    "--defrag-max-evictions",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="The most pods one plan evicts.",
-)
-@click.option(
-    "--defrag-allow-bare-pods",
-    is_flag=True,
-    help="Move pods no controller recreates too (their owner must create them again).",
-)
-@click.option(
-    "--defrag-owner-kind",
-    "defrag_owner_kinds",
-    type=OwnerKind(),
-    multiple=True,
-    help="Another controller kind whose pods may move (Kind or group/Kind); repeatable.",
-)
+@plan_options("defrag-")
 @click.option(
     "--defrag-step-timeout",
     "defrag_step_timeout_s",
@@ -257,119 +226,101 @@ device-config ConfigMap, and bind pending pods that use our schedulerName."""
     help="Give back nodes of a NodePool whose pods would all fit elsewhere (their NodeClaim "
     "deleted: Karpenter drains them, honouring PodDisruptionBudgets).",
 )
-def run(
-    kubeconfig: Path | None,
-    namespace: str,
-    config_map: str,
-    config_key: str,
-    peering: str,
-    standalone: bool,
-    priority: int | None,
-    metrics_port: int,
-    log_format: str,
-    log_level: str,
-    inventory_timeout_s: float,
-    resync_interval_s: float,
-    allocation_gate: str,
-    allocation_gate_timeout_s: float,
-    max_binds_in_flight: int,
-    scheduled_events: bool,
-    webhook_port: int | None,
-    webhook_addr: str,
-    webhook_cert: Path | None,
-    webhook_key: Path | None,
-    webhook_ca: Path | None,
-    webhook_tls_secret: str | None,
-    webhook_service: str,
-    webhook_configuration: str,
-    webhook_tls_dir: Path,
-    defrag: bool,
-    defrag_interval_s: float,
-    defrag_max_evictions: int,
-    defrag_allow_bare_pods: bool,
-    defrag_owner_kinds: tuple[str, ...],
-    defrag_step_timeout_s: float,
-    kueue_placeable_check: bool,
-    kueue_hold_s: float,
-    kueue_retry_after_s: int,
-    autoscale_instance_types: Path | None,
-    autoscale_interval_s: float,
-    autoscale_node_timeout_s: float,
-    autoscale_scale_down_min_savings: float,
-    autoscale_scale_down: bool,
-) -> None:
+def run(**flags: Any) -> None:
     # Imported here so that `vgpu-operator --help` does not load Kopf.
     from vgpu_operator import logging as vgpu_logging
-    from vgpu_operator.control import options as operator_options
     from vgpu_operator.handlers import runtime
+
+    options = _operator_options(flags)
+    vgpu_logging.configure(flags["log_format"], flags["log_level"])
+    runtime.run_forever(options)
+
+
+def _operator_options(flags: Mapping[str, Any]) -> OperatorOptions:
+    """The operator's options from ``run``'s flags (named as its parameters); a flag that
+    goes with another missing, or one that excludes another given, is a usage error."""
+    from vgpu_operator.control import options as operator_options
     from vgpu_operator.scheduling.books.allocation_gate import GateMode
 
-    has_files = webhook_cert is not None and webhook_key is not None
-    if webhook_port is not None and not has_files and webhook_tls_secret is None:
+    return operator_options.OperatorOptions(
+        kubeconfig=flags["kubeconfig"],
+        namespace=flags["namespace"],
+        config_map=flags["config_map"],
+        config_key=flags["config_key"],
+        peering=flags["peering"],
+        standalone=flags["standalone"],
+        priority=flags["priority"],
+        metrics_port=None if flags["metrics_port"] < 0 else flags["metrics_port"],
+        log_format=flags["log_format"],
+        log_level=flags["log_level"],
+        inventory_timeout_s=flags["inventory_timeout_s"] or None,
+        resync_interval_s=flags["resync_interval_s"],
+        allocation_gate=GateMode(flags["allocation_gate"]),
+        allocation_gate_timeout_s=flags["allocation_gate_timeout_s"],
+        max_binds_in_flight=flags["max_binds_in_flight"],
+        scheduled_events=flags["scheduled_events"],
+        webhook=_webhook_options(flags),
+        defrag=operator_options.DefragOptions(
+            interval_s=flags["defrag_interval_s"],
+            max_evictions=flags["defrag_max_evictions"],
+            allow_bare_pods=flags["defrag_allow_bare_pods"],
+            owner_kinds=frozenset(flags["defrag_owner_kinds"]),
+            step_timeout_s=flags["defrag_step_timeout_s"],
+        )
+        if flags["defrag"]
+        else None,
+        kueue_check=operator_options.PlaceableOptions(
+            hold_s=flags["kueue_hold_s"], retry_after_s=flags["kueue_retry_after_s"]
+        )
+        if flags["kueue_placeable_check"]
+        else None,
+        autoscale=_autoscale_options(flags),
+    )
+
+
+def _autoscale_options(flags: Mapping[str, Any]) -> AutoscaleOptions | None:
+    """Autoscaling's options (None without ``--autoscale-instance-types``)."""
+    from vgpu_operator.control import options as operator_options
+
+    if flags["autoscale_instance_types"] is None:
+        return None
+    return operator_options.AutoscaleOptions(
+        instance_types=flags["autoscale_instance_types"],
+        interval_s=flags["autoscale_interval_s"],
+        node_timeout_s=flags["autoscale_node_timeout_s"],
+        cool_off_s=flags["autoscale_node_timeout_s"],
+        scale_down_min_savings=flags["autoscale_scale_down_min_savings"]
+        if flags["autoscale_scale_down"]
+        else None,
+    )
+
+
+def _webhook_options(flags: Mapping[str, Any]) -> WebhookOptions | None:
+    """The webhook's options (None without ``--webhook-port``): its certificate from files
+    or from a Secret, never both."""
+    from vgpu_operator.control import options as operator_options
+
+    cert, key, secret = flags["webhook_cert"], flags["webhook_key"], flags["webhook_tls_secret"]
+    has_files = cert is not None and key is not None
+    if flags["webhook_port"] is not None and not has_files and secret is None:
         raise click.UsageError(
             "--webhook-port needs --webhook-cert and --webhook-key, or --webhook-tls-secret"
         )
-    if webhook_tls_secret is not None and (webhook_cert or webhook_key):
+    if secret is not None and (cert or key):
         raise click.UsageError("--webhook-tls-secret excludes --webhook-cert/--webhook-key")
-    vgpu_logging.configure(log_format, log_level)  # type: ignore[arg-type]
-    webhook = None
-    if webhook_port is not None:
-        webhook = operator_options.WebhookOptions(
-            port=webhook_port,
-            addr=webhook_addr,
-            certfile=webhook_cert,
-            pkeyfile=webhook_key,
-            cafile=webhook_ca,
-            tls_secret=webhook_tls_secret,
-            service=webhook_service,
-            configuration=webhook_configuration or None,
-            tls_dir=webhook_tls_dir,
-        )
-    options = operator_options.OperatorOptions(
-        kubeconfig=kubeconfig,
-        namespace=namespace,
-        config_map=config_map,
-        config_key=config_key,
-        peering=peering,
-        standalone=standalone,
-        priority=priority,
-        metrics_port=None if metrics_port < 0 else metrics_port,
-        log_format=log_format,  # type: ignore[arg-type]
-        log_level=log_level,
-        inventory_timeout_s=inventory_timeout_s or None,
-        resync_interval_s=resync_interval_s,
-        allocation_gate=GateMode(allocation_gate),
-        allocation_gate_timeout_s=allocation_gate_timeout_s,
-        max_binds_in_flight=max_binds_in_flight,
-        scheduled_events=scheduled_events,
-        webhook=webhook,
-        defrag=operator_options.DefragOptions(
-            interval_s=defrag_interval_s,
-            max_evictions=defrag_max_evictions,
-            allow_bare_pods=defrag_allow_bare_pods,
-            owner_kinds=frozenset(defrag_owner_kinds),
-            step_timeout_s=defrag_step_timeout_s,
-        )
-        if defrag
-        else None,
-        kueue_check=operator_options.PlaceableOptions(
-            hold_s=kueue_hold_s, retry_after_s=kueue_retry_after_s
-        )
-        if kueue_placeable_check
-        else None,
-        autoscale=operator_options.AutoscaleOptions(
-            instance_types=autoscale_instance_types,
-            interval_s=autoscale_interval_s,
-            node_timeout_s=autoscale_node_timeout_s,
-            cool_off_s=autoscale_node_timeout_s,
-            scale_down_min_savings=autoscale_scale_down_min_savings
-            if autoscale_scale_down
-            else None,
-        )
-        if autoscale_instance_types is not None
-        else None,
+    if flags["webhook_port"] is None:
+        return None
+    return operator_options.WebhookOptions(
+        port=flags["webhook_port"],
+        addr=flags["webhook_addr"],
+        certfile=cert,
+        pkeyfile=key,
+        cafile=flags["webhook_ca"],
+        tls_secret=secret,
+        service=flags["webhook_service"],
+        configuration=flags["webhook_configuration"] or None,
+        tls_dir=flags["webhook_tls_dir"],
     )
-    runtime.run_forever(options)
 
 
 # --- vgpu-operator defrag plan --------------------------------------------------------------
@@ -385,35 +336,8 @@ def defrag_group() -> None:
 
 @defrag_group.command("plan")
 @kubeconfig_option
-@click.option(
-    "--namespace",
-    type=KubeName("namespace", label=True),
-    default="vgpu-operator",
-    show_default=True,
-)
-@click.option(
-    "--config-map", type=KubeName("ConfigMap name"), default="vgpu-device-config", show_default=True
-)
-@click.option("--config-key", type=ConfigMapKey(), default="device-config.yaml", show_default=True)
-@click.option(
-    "--max-evictions",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="The most pods one plan evicts.",
-)
-@click.option(
-    "--allow-bare-pods",
-    is_flag=True,
-    help="Move pods no controller recreates too (their owner must create them again).",
-)
-@click.option(
-    "--owner-kind",
-    "owner_kinds",
-    type=OwnerKind(),
-    multiple=True,
-    help="Another controller kind whose pods may move (Kind or group/Kind); repeatable.",
-)
+@device_config_options
+@plan_options("")
 @click.option(
     "--method",
     type=click.Choice(["auto", "exact", "heuristic"]),
@@ -501,6 +425,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "plans": [p.to_json() for p in report.plans],
         "fragmented": list(report.fragmented),
         "unplanned": dict(report.unplanned),
+        **({"groupsLeft": dict(report.groups_left)} if report.groups_left else {}),
     }
 
 
@@ -538,4 +463,7 @@ def report_table(report: Report) -> str:
         lines.append("Waiting for scattered room, without a plan:")
         for pod, why in sorted(report.unplanned.items()):
             lines.append(f"  {pod}: {why}")
+    if report.groups_left:
+        lines.append("Pod groups left alone:")
+        lines.extend(f"  {why}" for _group, why in sorted(report.groups_left.items()))
     return "\n".join(lines).rstrip("\n")

@@ -133,7 +133,7 @@ class Device(_Wire):
     links: tuple[Link, ...] = Field((), description="One entry per peer card.")
 
 
-class Summary(_Wire):
+class InventorySummary(_Wire):
     """Totals for kubectl get (printer columns need plain JSONPath)."""
 
     gpu_count: int = Field(alias="gpuCount", ge=0)
@@ -180,7 +180,7 @@ class DeviceInventoryStatus(_Wire):
         max_length=plausibility.MAX_DEVICES,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["uuid"]},
     )
-    summary: Summary
+    summary: InventorySummary
     conditions: tuple[Condition, ...] = Field(
         (),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},

@@ -20,8 +20,8 @@ from typing import Any, Final
 import yaml
 
 from vgpu_operator import simulation_dra, simulation_gangs, simulation_replay
-from vgpu_operator.config import load_config
 from vgpu_operator.devices import codec, mig_allocations
+from vgpu_operator.devices.catalog import load_config
 from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.errors import CodecError, ConfigError, ScenarioError
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
@@ -307,6 +307,7 @@ def _defragment(
         "plans": [p.to_json() for p in report.plans],
         "fragmented": list(report.fragmented),
         "unplanned": dict(report.unplanned),
+        **({"groupsLeft": dict(report.groups_left)} if report.groups_left else {}),
     }
 
 

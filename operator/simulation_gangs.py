@@ -15,7 +15,7 @@ from typing import Any
 
 from vgpu_operator import simulation_dra
 from vgpu_operator.errors import ScenarioError
-from vgpu_operator.scheduling.books import group_claims, group_victims
+from vgpu_operator.scheduling.books import group_claims
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
@@ -36,9 +36,9 @@ def check(scenario: Mapping[str, Any]) -> None:
 
 
 def load(scenario: Mapping[str, Any], state: ClusterState) -> None:
-    """The groups whose members preemption may take one by one (``group_victims``):
-    ``disruptionMode: single``, or none named (the API server's default, which a written
-    scenario may leave out); and the groups' own claims (``group_claims``: a claim the
+    """How preemption weighs the groups' members (``group_victims``: one by one for
+    ``disruptionMode: single`` or none named, the API server's default, else the whole
+    group; their class's priority); and the groups' own claims (``group_claims``: a claim the
     scenario holds, named by ``resourceClaimName``, is reserved for the group)."""
     for obj in scenario.get("podGroups") or []:
         meta = obj.get("metadata") or {}
@@ -46,8 +46,10 @@ def load(scenario: Mapping[str, Any], state: ClusterState) -> None:
         if not isinstance(spec, Mapping):
             continue  # refused with a reason when its members are decided
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-        if "disruptionMode" not in spec or group_victims.disrupted_one_by_one(obj):
-            state.books.single_groups.add(key)
+        if "disruptionMode" not in spec:
+            # The API server's default, which a written scenario may leave out.
+            obj = {**obj, "spec": {**spec, "disruptionMode": {"single": {}}}}
+        state.books.groups.note(key, obj)
         shared = group_claims.read(obj)
         if shared is not None:
             state.books.group_claims[key] = shared

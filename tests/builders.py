@@ -13,7 +13,7 @@ from typing import Any, Self
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, dra, model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 A100_40 = "NVIDIA A100-SXM4-40GB"
@@ -209,7 +209,7 @@ class PodBuilder:
         self._status["phase"] = "Running"
         if allocated is not None:
             self._meta["annotations"][names.ASSIGNED_NODE] = node
-            self._meta["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = allocated
+            self._meta["annotations"][nvidia.ALLOCATED_ANNOTATION] = allocated
         return self
 
     def phase(self, phase: str) -> Self:
@@ -291,7 +291,7 @@ def pod_awaiting_devices(
     single = tuple(
         tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entry) for entry in entries
     )
-    value = codec.encode_pod_single_device(single, names.NVIDIA_DEVICES_TO_ALLOCATE)
+    value = codec.encode_pod_single_device(single, nvidia.TO_ALLOCATE_ANNOTATION)
     return {
         "metadata": {
             "namespace": "ns",
@@ -300,7 +300,7 @@ def pod_awaiting_devices(
             "creationTimestamp": created,
             "annotations": {
                 names.ASSIGNED_NODE: node,
-                names.NVIDIA_DEVICES_TO_ALLOCATE: value,
+                nvidia.TO_ALLOCATE_ANNOTATION: value,
                 names.BIND_PHASE: "allocating",
             },
         },
@@ -314,3 +314,119 @@ def pod_awaiting_devices(
         },
         "status": {"phase": "Pending"},
     }
+
+
+# --- DRA objects ---------------------------------------------------------------------------
+
+
+def dra_node(name: str, labels: Mapping[str, str] | None = None) -> Json:
+    """A Node on the DRA path (its cards are its slice's: ``dra.slice_wire``)."""
+    base = {"kubernetes.io/hostname": name, dra.NODE_PATH_LABEL: dra.PATH_DRA}
+    return {"metadata": {"name": name, "labels": {**base, **(labels or {})}}}
+
+
+def dra_cards(node: str, memory_mib: int, slots: int, count: int = 2) -> list[dra.CardShape]:
+    """``count`` L40S cards of ``memory_mib`` each, ``slots`` shares per card."""
+    return [
+        dra.CardShape(
+            f"GPU-{node}-{i}", i, "L40S", "NVIDIA-L40S", memory_mib, 100, slots, "hami-core"
+        )
+        for i in range(count)
+    ]
+
+
+def shared_claim(name: str, namespace: str, memory_mib: int, uid: str | None = None) -> Json:
+    """A ResourceClaim of the shared class asking one card's ``memory_mib``."""
+    request = {
+        "deviceClassName": dra.SHARED_CLASS,
+        "capacity": {"requests": {"memory": f"{memory_mib}Mi"}},
+    }
+    return {
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            "uid": uid or f"uid-claim-{name}",
+            "resourceVersion": "1",
+        },
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+    }
+
+
+def books_readings(state: ClusterState) -> Any:
+    """What the books say through their public readers (usage, quota, the pods and
+    claims holding shares, the kept holds): what a what-if must leave as it was and a
+    recount must find again."""
+    return (
+        state.device_usage(),
+        state.quota_usage(),
+        state.holding_pods(),
+        state.claim_holds(),
+        state.kept_holds(),
+    )
+
+
+def claim_status(
+    pool: str,
+    device: str,
+    *,
+    request: str = "gpu",
+    consumed: Mapping[str, str] | None = None,
+    pinned: bool = False,
+    reserved_for: Sequence[str] = (),
+) -> Json:
+    """A claim's status: our driver's allocation of ``device`` in ``pool`` (the node) for
+    ``request``, consuming ``consumed``; with ``pinned``, the node selector naming the
+    node; reserved for the pods ``reserved_for`` (their uids ``uid-<name>``)."""
+    result: Json = {"request": request, "driver": dra.DRIVER, "pool": pool, "device": device}
+    if consumed is not None:
+        result["consumedCapacity"] = dict(consumed)
+    allocation: Json = {"devices": {"results": [result]}}
+    if pinned:
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pool]}]}
+        allocation["nodeSelector"] = {"nodeSelectorTerms": [term]}
+    status: Json = {"allocation": allocation}
+    if reserved_for:
+        status["reservedFor"] = [
+            {"resource": "pods", "name": n, "uid": f"uid-{n}"} for n in reserved_for
+        ]
+    return status
+
+
+def claim_pod(name: str, namespace: str, claim: str) -> Json:
+    """A pending pod whose one container uses the claim ``claim`` (as request ``gpu``)."""
+    return {
+        "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}"},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def books_from(
+    nodes: Sequence[Json],
+    inventories: Mapping[str, Sequence[model.DeviceInfo]],
+    slices: Sequence[Json] = (),
+    claims: Sequence[Json] = (),
+    pods: Sequence[Json] = (),
+    quotas: Sequence[Json] = (),
+) -> ClusterState:
+    """Books built from the API's objects as they are now (no reservation in them), the
+    DeviceClasses of the driver included: what a restarted operator would hold."""
+    state = ClusterState(DeviceConfig())
+    for device_class in dra.device_classes():
+        state.set_device_class(device_class)
+    for node in nodes:
+        state.set_node(node)
+    for name, cards in inventories.items():
+        state.set_inventory(name, cards, {}, heartbeat=None)
+    for item in slices:
+        state.set_slice(item)
+    for quota in quotas:
+        state.set_quota(quota)
+    for claim in claims:
+        state.set_claim(claim)
+    for pod in pods:
+        state.set_pod(pod)
+    return state

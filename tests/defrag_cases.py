@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from itertools import combinations, permutations
 from typing import Any
 
+from builders import books_readings, make_node
+
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.defrag import defrag
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
@@ -44,7 +46,7 @@ _OWNERS = (
 def allocation(entries: Sequence[tuple[str, int, int]]) -> str:
     """The allocation annotation of a one-container pod on ``(card, MiB, cores)``."""
     single = (tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entries),)
-    return codec.encode_pod_single_device(single, names.NVIDIA_DEVICES_ALLOCATED)
+    return codec.encode_pod_single_device(single, nvidia.ALLOCATED_ANNOTATION)
 
 
 def running_pod(
@@ -74,7 +76,7 @@ def running_pod(
         "annotations": {
             **(annotations or {}),
             names.ASSIGNED_NODE: node,
-            names.NVIDIA_DEVICES_ALLOCATED: allocation([(card, memory_mib, cores)]),
+            nvidia.ALLOCATED_ANNOTATION: allocation([(card, memory_mib, cores)]),
         },
     }
     api_version, kind = owner
@@ -280,3 +282,29 @@ def exhaustive_best(case: Case, max_evictions: int) -> tuple[int, int] | None:
         if best is not None:
             return size, best
     return None
+
+
+def books_fingerprint(state: ClusterState) -> Any:
+    """What planning must leave as it was: the books' readings, drift and nominations."""
+    return (
+        books_readings(state),
+        state.drifted_nodes(),
+        {k: state.nominated_node(k) for k in state.holding_pods()},
+    )
+
+
+def two_half_full_cards(keeper: str = "q6") -> tuple[list[Any], list[Json]]:
+    """Node a: two 16 GiB cards with 10 GiB and 8 GiB used (6 and 8 free); node b: one
+    card with 10 GiB free beside a pod (``keeper``) that matters more than the waiting
+    ones. The node builders and the running pods."""
+    gib = 1024
+    nodes = [
+        make_node("a").gpu("GPU-a0", memory_mib=16 * gib).gpu("GPU-a1", memory_mib=16 * gib),
+        make_node("b").gpu("GPU-b0", memory_mib=16 * gib),
+    ]
+    pods = [
+        running_pod("p10", "a", "GPU-a0", 10 * gib),
+        running_pod("p8", "a", "GPU-a1", 8 * gib),
+        running_pod(keeper, "b", "GPU-b0", 6 * gib, priority=100),
+    ]
+    return nodes, pods

@@ -6,7 +6,8 @@ that full cards, filter collisions and quota limits come up in most examples.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -15,8 +16,9 @@ from hypothesis import strategies as st
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig, load_config
-from vgpu_operator.devices import model
+from vgpu_operator.devices import model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
+from vgpu_operator.scheduling.status import Diagnosis
 
 A10 = "NVIDIA A10"
 
@@ -57,6 +59,15 @@ class NodeSpec:
     #: The node configuration layer: policy and card-restriction annotations.
     annotations: tuple[tuple[str, str], ...] = ()
 
+    def node(self) -> Json:
+        """The Node object: a slot per card, 110 pods, the annotations."""
+        builder = make_node(self.name).allocatable(gpus=str(len(self.cards)), pods="110")
+        if self.unschedulable:
+            builder.unschedulable()
+        for key, value in self.annotations:
+            builder.annotate(key, value)
+        return builder.obj()[0]
+
 
 @dataclass(frozen=True)
 class ClusterSpec:
@@ -70,12 +81,7 @@ class ClusterSpec:
         state = ClusterState(self.config)
         state.use_index = use_index
         for spec in self.nodes:
-            builder = make_node(spec.name).allocatable(gpus=str(len(spec.cards)), pods="110")
-            if spec.unschedulable:
-                builder.unschedulable()
-            for key, value in spec.annotations:
-                builder.annotate(key, value)
-            state.set_node(builder.obj()[0])
+            state.set_node(spec.node())
             state.set_inventory(spec.name, spec.cards, {}, heartbeat=0.0)
         for quota in self.quotas:
             state.set_quota(quota)
@@ -116,8 +122,8 @@ def node_layers(draw: st.DrawFn) -> tuple[tuple[str, str], ...]:
     choices = (
         (names.NODE_SCHEDULER_POLICY, ("binpack", "spread", "packed")),
         (names.GPU_SCHEDULER_POLICY, ("binpack", "spread", "topology-aware", "fastest")),
-        (names.GPU_USE_TYPE, ("A100", "H100,T4")),
-        (names.GPU_NOUSE_TYPE, ("T4",)),
+        (nvidia.USE_TYPE_ANNOTATION, ("A100", "H100,T4")),
+        (nvidia.NOUSE_TYPE_ANNOTATION, ("T4",)),
     )
     out = []
     for key, values in choices:
@@ -178,14 +184,14 @@ def pods(draw: st.DrawFn, name: str, uuids: Sequence[str]) -> Json:
         gpu, gpumem, percentage, cores = draw(_CONTAINER)
         builder.container(gpu, gpumem, cores, percentage)
     optional: list[tuple[str, st.SearchStrategy[str]]] = [
-        (names.GPU_USE_TYPE, st.sampled_from(_TYPES)),
-        (names.GPU_NOUSE_TYPE, st.sampled_from(_TYPES)),
-        (names.GPU_USE_UUID, _uuid_list(uuids)),
-        (names.GPU_NOUSE_UUID, _uuid_list(uuids)),
+        (nvidia.USE_TYPE_ANNOTATION, st.sampled_from(_TYPES)),
+        (nvidia.NOUSE_TYPE_ANNOTATION, st.sampled_from(_TYPES)),
+        (nvidia.USE_UUID_ANNOTATION, _uuid_list(uuids)),
+        (nvidia.NOUSE_UUID_ANNOTATION, _uuid_list(uuids)),
         (names.GPU_SCHEDULER_POLICY, st.sampled_from(_GPU_POLICIES)),
         (names.NODE_SCHEDULER_POLICY, st.sampled_from(("binpack", "spread"))),
-        (names.GPU_NUMA_BIND, st.just("true")),
-        (names.GPU_VGPU_MODE, st.sampled_from(("hami-core", "mig"))),
+        (nvidia.NUMA_BIND_ANNOTATION, st.just("true")),
+        (nvidia.MODE_ANNOTATION, st.sampled_from(("hami-core", "mig"))),
     ]
     for key, values in optional:
         if draw(st.integers(0, 6)) == 0:
@@ -293,10 +299,44 @@ class Replay:
 # --- changes to a cluster, as the stateful property tests apply them ---------------------
 
 
+#: What a ``NodeChange`` does to a node (``change_node``).
+NODE_CHANGES: tuple[str, ...] = (
+    "cordon",
+    "uncordon",
+    "taint",
+    "untaint",
+    "label",
+    "unlabel",
+    "restrict",
+    "unrestrict",
+)
+
+
 @dataclass(frozen=True)
 class NodeChange:
     node: int
-    what: str  # cordon, uncordon, taint, untaint, label, unlabel, restrict, unrestrict
+    what: str  # one of NODE_CHANGES
+
+
+def change_node(node: Json, what: str) -> None:
+    """Apply one of ``NODE_CHANGES`` to a Node object, in place."""
+    meta, spec = node["metadata"], node.setdefault("spec", {})
+    labels = meta.setdefault("labels", {})
+    annotations = meta.setdefault("annotations", {})
+    if what in ("cordon", "uncordon"):
+        spec["unschedulable"] = what == "cordon"
+    elif what == "taint":
+        spec["taints"] = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+    elif what == "untaint":
+        spec["taints"] = []
+    elif what == "label":
+        labels["zone"] = "b"
+    elif what == "unlabel":
+        labels.pop("zone", None)
+    elif what == "restrict":
+        annotations[nvidia.USE_TYPE_ANNOTATION] = "H100"
+    else:
+        annotations.pop(nvidia.USE_TYPE_ANNOTATION, None)
 
 
 @dataclass(frozen=True)
@@ -304,6 +344,18 @@ class CardChange:
     node: int
     card: int
     what: str  # fail, heal, cordon, uncordon
+
+
+def change_card(cards: list[model.DeviceInfo], cordoned: set[str], index: int, what: str) -> None:
+    """Apply a ``CardChange`` to a node's cards (health) or its cordoned set, in place."""
+    at = index % len(cards)
+    card = cards[at]
+    if what in ("fail", "heal"):
+        cards[at] = dataclasses.replace(card, health=what == "heal")
+    elif what == "cordon":
+        cordoned.add(card.id)
+    else:
+        cordoned.discard(card.id)
 
 
 @dataclass(frozen=True)
@@ -339,21 +391,37 @@ def simple_pods(draw: st.DrawFn, name: str, uuids: list[str]) -> dict[str, objec
     else:
         builder.container(gpu, gpumem, cores, percentage)
     choices = [
-        (names.GPU_USE_TYPE, st.sampled_from(("A100", "T4", "H100", "A10", "A100,T4"))),
-        (names.GPU_NOUSE_TYPE, st.sampled_from(("A100", "T4"))),
+        (nvidia.USE_TYPE_ANNOTATION, st.sampled_from(("A100", "T4", "H100", "A10", "A100,T4"))),
+        (nvidia.NOUSE_TYPE_ANNOTATION, st.sampled_from(("A100", "T4"))),
         (
-            names.GPU_USE_UUID,
+            nvidia.USE_UUID_ANNOTATION,
             st.lists(st.sampled_from([*uuids, "GPU-none"]), min_size=1, max_size=3).map(",".join),
         ),
         (
-            names.GPU_NOUSE_UUID,
+            nvidia.NOUSE_UUID_ANNOTATION,
             st.lists(st.sampled_from([*uuids, "GPU-none"]), min_size=1, max_size=2).map(",".join),
         ),
         (names.GPU_SCHEDULER_POLICY, st.sampled_from(_SIMPLE_GPU_POLICIES)),
-        (names.GPU_VGPU_MODE, st.sampled_from(("hami-core", "mig"))),
+        (nvidia.MODE_ANNOTATION, st.sampled_from(("hami-core", "mig"))),
     ]
     for key, values in choices:
         # The GPU policy often: mutex and the exclusive-core check read what a card holds.
         if draw(st.integers(0, 1 if key == names.GPU_SCHEDULER_POLICY else 4)) == 0:
             builder.annotate(key, draw(values))
     return builder.obj()
+
+
+def comparable(decision: Decision | None, diagnosis_parts: Callable[[Diagnosis], Any]) -> Any:
+    """What two engines must agree on in a decision; of its diagnosis, ``diagnosis_parts``."""
+    if decision is None:
+        return None
+    diagnosis = decision.diagnosis
+    return (
+        decision.pod,
+        decision.scheduled,
+        decision.node,
+        dict(decision.devices),
+        dict(decision.annotations),
+        None if diagnosis is None else diagnosis_parts(diagnosis),
+        decision.rejected,
+    )

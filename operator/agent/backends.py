@@ -6,7 +6,8 @@ from typing import Any, Protocol
 
 from vgpu_operator.agent.nvml import NvmlReader
 from vgpu_operator.agent.readings import MachineReading
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.errors import ConfigError
 
 SIM_PREFIX = "sim:"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from collections.abc import Callable
 
@@ -42,3 +44,10 @@ class Backoff:
     def reset(self) -> None:
         """A success: the next failure waits ``initial_s`` again."""
         self._failures = 0
+
+
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or less when ``stop`` is set meanwhile: the pause of every agent
+    loop between two tries or two polls, which a shutdown must not sit out."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)

@@ -57,7 +57,7 @@ from vgpu_operator.errors import ConfigError
     "--write-hami-annotations/--no-write-hami-annotations",
     default=False,
     show_default=True,
-    help="Also write hami.io/node-nvidia-register and -score on the Node.",
+    help=f"Also write {nvidia.REGISTER_ANNOTATION} and -score on the Node.",
 )
 @click.option("--device-split-count", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option(
@@ -168,7 +168,8 @@ def agent_command(
     from vgpu_operator import logging as vgpu_logging
     from vgpu_operator.agent.backends import backend_from_spec
     from vgpu_operator.agent.inventory import RegistrationOptions
-    from vgpu_operator.agent.main import AgentSettings, run_agent
+    from vgpu_operator.agent.main import run_agent
+    from vgpu_operator.agent.settings import AgentSettings
 
     vgpu_logging.configure(cast(vgpu_logging.LogFormat, log_format), log_level)
     try:

@@ -20,7 +20,7 @@ from vgpu_operator.agent import nodeconfig
 from vgpu_operator.agent.backoff import Backoff
 from vgpu_operator.agent.inventory import RegistrationOptions
 from vgpu_operator.agent.nodeconfig import NodeConfig
-from vgpu_operator.config import load_config_yaml
+from vgpu_operator.devices.catalog import load_config_yaml
 from vgpu_operator.errors import ConfigError
 from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.kube.watch_loop import ApiSource, Collection, WatchLoop

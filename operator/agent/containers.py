@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator import names
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.errors import CodecError
 from vgpu_operator.wire import Pod, meta_of
 
@@ -44,7 +44,7 @@ def _entries(annotations: Mapping[str, str], key: str) -> model.PodSingleDevice 
 
 def _card(uuid: str) -> str | None:
     try:
-        return codec.split_mig_uuid(uuid, names.NVIDIA_DEVICES_ALLOCATED)[0]
+        return codec.split_mig_uuid(uuid, nvidia.ALLOCATED_ANNOTATION)[0]
     except CodecError:
         return None
 
@@ -70,10 +70,10 @@ def container_cards(pods: Iterable[Pod], node: str) -> set[ContainerCard]:
         ):
             continue
         annotations = meta.get("annotations") or {}
-        allocated = _entries(annotations, names.NVIDIA_DEVICES_ALLOCATED)
+        allocated = _entries(annotations, nvidia.ALLOCATED_ANNOTATION)
         if not allocated:
             continue
-        to_allocate = _entries(annotations, names.NVIDIA_DEVICES_TO_ALLOCATE) or ()
+        to_allocate = _entries(annotations, nvidia.TO_ALLOCATE_ANNOTATION) or ()
         inits = list(spec.get("initContainers") or [])
         containers = [*inits, *(spec.get("containers") or [])]
         for position, (container, entry) in enumerate(zip(containers, allocated, strict=False)):

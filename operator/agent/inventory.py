@@ -103,10 +103,10 @@ def _link(peer: GpuReading, link: LinkReading) -> resources.Link:
     )
 
 
-def summarise(devices: Sequence[resources.Device]) -> resources.Summary:
+def summarise(devices: Sequence[resources.Device]) -> resources.InventorySummary:
     """The totals shown by ``kubectl get dinv``."""
     models = list(dict.fromkeys(d.model for d in devices))
-    return resources.Summary(
+    return resources.InventorySummary(
         gpu_count=len(devices),
         healthy_count=sum(d.health is resources.DeviceHealth.HEALTHY for d in devices),
         model=", ".join(models),

@@ -20,7 +20,7 @@ from vgpu_operator import names
 from vgpu_operator.agent.inventory import RegistrationOptions
 from vgpu_operator.agent.readings import MachineReading
 from vgpu_operator.config import DeviceConfig, NodeOverride
-from vgpu_operator.devices import model
+from vgpu_operator.devices import model, nvidia
 from vgpu_operator.scheduling.mig import mig
 from vgpu_operator.scheduling.vendors import geometry_table
 
@@ -69,8 +69,8 @@ def from_flags(registration: RegistrationOptions) -> NodeConfig:
 
 def resolve(config: DeviceConfig, node: str, flags: RegistrationOptions) -> NodeConfig:
     """This node's settings: its ``nodeconfig`` entry over the nvidia section over flags."""
-    nvidia = config.nvidia
-    explicit = nvidia.model_fields_set
+    section = nvidia.section(config)
+    explicit = section.model_fields_set
     override = config.node_override(node) or NodeOverride(name=node)
 
     def pick(name: str, entry: float | None, section: float, flag: float) -> float:
@@ -83,20 +83,20 @@ def resolve(config: DeviceConfig, node: str, flags: RegistrationOptions) -> Node
             pick(
                 "device_split_count",
                 override.device_split_count,
-                nvidia.device_split_count,
+                section.device_split_count,
                 flags.split_count,
             )
         ),
         memory_scaling=pick(
             "device_memory_scaling",
             override.device_memory_scaling,
-            nvidia.device_memory_scaling,
+            section.device_memory_scaling,
             flags.memory_scaling,
         ),
         core_scaling=pick(
             "device_core_scaling",
             override.device_core_scaling,
-            nvidia.device_core_scaling,
+            section.device_core_scaling,
             flags.core_scaling,
         ),
     )
@@ -120,12 +120,12 @@ def resolve(config: DeviceConfig, node: str, flags: RegistrationOptions) -> Node
         filter_indices=frozenset(override.filter_devices.index),
         operating_mode=mode,
         mig_strategy=strategy,
-        core_policy=nvidia.gpu_core_policy,
-        mig_geometries=geometry_table(config.nvidia),
+        core_policy=section.gpu_core_policy,
+        mig_geometries=geometry_table(section),
         ignored=tuple(ignored),
         schedulers=config.scheduler.trusted_names(),
-        default_memory_mib=nvidia.default_memory,
-        default_cores=nvidia.default_cores,
+        default_memory_mib=section.default_memory,
+        default_cores=section.default_cores,
     )
 
 

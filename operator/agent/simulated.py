@@ -13,32 +13,30 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-import uuid as uuid_lib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from importlib import resources as package_files
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import structlog
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from vgpu_operator.agent import sim_mig
 from vgpu_operator.agent.nvml import NvmlReader
 from vgpu_operator.agent.readings import MIB, MachineReading
+from vgpu_operator.agent.sim_cards import (
+    MAX_NVLINKS_PER_GPU,
+    ServedCard,
+    mig_uuid,
+    served_cards,
+    slices,
+)
+from vgpu_operator.agent.sim_machine import SimMachine, SimMigInstance, load_machine
 from vgpu_operator.devices.links import P2PLevel
 from vgpu_operator.errors import ConfigError
 
 log = structlog.get_logger(__name__)
 
-_T = TypeVar("_T")
-
-#: NVML's per-card link limit (nvml.h NVML_NVLINK_MAX_LINKS).
-MAX_NVLINKS_PER_GPU: Final = 36
-#: Prefix for a bundled machine in ``--backend sim:NAME``.
-_BUNDLED_SUFFIXES: Final = (".yaml", ".json")
 
 # nvmlReturn_t values the simulation raises, and other nvml.h constants it serves.
 _ERROR_INVALID_ARGUMENT: Final = 2
@@ -64,154 +62,6 @@ _NVML_LEVELS: Final = {
     P2PLevel.SAME_CPU: 40,
     P2PLevel.CROSS_CPU: 50,
 }
-_UUID_NAMESPACE: Final = uuid_lib.UUID("6f0c2b1e-7a4d-4c38-9a51-2f1f0d0e5a17")
-
-
-# --- The file format ------------------------------------------------------------------
-
-
-class _File(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
-
-
-class SimMigInstance(_File):
-    """A MIG instance on a card with MIG enabled."""
-
-    profile: str = Field(min_length=1)
-    memory_mib: int = Field(alias="memoryMiB", ge=0)
-    gpu_instance_id: int = Field(alias="gpuInstanceId", ge=0)
-    compute_instance_id: int = Field(0, alias="computeInstanceId", ge=0)
-    uuid: str | None = None
-    #: Its GPU instance's first memory slice; none: placed as NVML would (``sim_mig``).
-    placement_start: int | None = Field(None, alias="placementStart", ge=0, le=7)
-
-
-class SimCard(_File):
-    """Fields a card may set; ``defaults`` holds the same fields for every card."""
-
-    name: str | None = None
-    memory_mib: int | None = Field(None, alias="memoryMiB", ge=0)
-    numa_node: int | None = Field(None, alias="numaNode", ge=0)
-    memory_used_mib: int | None = Field(None, alias="memoryUsedMiB", ge=0)
-    utilization: float | None = Field(None, ge=0, le=1)
-    temperature_celsius: float | None = Field(None, alias="temperatureC")
-    power_watts: float | None = Field(None, alias="powerW", ge=0)
-    unsupported: tuple[str, ...] = ()
-
-
-class SimGpu(SimCard):
-    """One card. Its NVML index is its position in the list."""
-
-    uuid: str | None = None
-    pci_bus_id: str | None = Field(None, alias="pciBusId")
-    mig_mode: bool | None = Field(False, alias="migMode")
-    mig_instances: tuple[SimMigInstance, ...] = Field((), alias="migInstances")
-    xid: tuple[int, ...] = Field((), description="Critical XIDs this card raises.")
-    lost: bool = Field(False, description="The card fell off the bus.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_xid(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("xid"), int):
-            return {**data, "xid": [data["xid"]]}
-        return data
-
-
-class PcieRule(_File):
-    """Every pair among ``gpus`` shares this PCIe ancestor (later rules win)."""
-
-    gpus: tuple[int, ...] = Field(min_length=2)
-    level: P2PLevel
-
-
-class DirectNvlinks(_File):
-    """Every pair among ``gpus`` is joined by ``links`` NVLinks (a bridge, a mesh)."""
-
-    gpus: tuple[int, ...] = Field(min_length=2)
-    links: int = Field(ge=1)
-
-
-class NvswitchFabric(_File):
-    """Cards attached to one NVSwitch fabric with ``linksPerGpu`` links each."""
-
-    gpus: tuple[int, ...] = Field(min_length=1)
-    links_per_gpu: int = Field(alias="linksPerGpu", ge=1)
-
-
-class SimNvlink(_File):
-    direct: tuple[DirectNvlinks, ...] = ()
-    switches: tuple[NvswitchFabric, ...] = ()
-
-
-class SimMachine(_File):
-    """A whole machine file."""
-
-    name: str = Field(min_length=1)
-    description: str = ""
-    driver_version: str | None = Field("550.90.07", alias="driverVersion")
-    cuda_version: str | None = Field("12.4", alias="cudaVersion", pattern=r"^\d+\.\d+$")
-    defaults: SimCard = SimCard()
-    gpus: tuple[SimGpu, ...] = ()
-    pcie: tuple[PcieRule, ...] = ()
-    nvlink: SimNvlink = SimNvlink()
-    unsupported: tuple[str, ...] = Field((), description="Calls answering NOT_SUPPORTED.")
-    absent: tuple[str, ...] = Field((), description="Calls missing from the binding.")
-
-    @model_validator(mode="after")
-    def _check(self) -> SimMachine:
-        count = len(self.gpus)
-        rules: list[tuple[str, Sequence[int]]] = [("pcie", r.gpus) for r in self.pcie]
-        rules += [("nvlink.direct", r.gpus) for r in self.nvlink.direct]
-        rules += [("nvlink.switches", r.gpus) for r in self.nvlink.switches]
-        for where, indices in rules:
-            bad = [i for i in indices if not 0 <= i < count]
-            if bad:
-                raise ValueError(f"{where}: GPU indices {bad} are not in 0..{count - 1}")
-        for index, gpu in enumerate(self.gpus):
-            if (gpu.name or self.defaults.name) is None:
-                raise ValueError(f"gpus[{index}]: no name here or in defaults")
-            if (gpu.memory_mib if gpu.memory_mib is not None else self.defaults.memory_mib) is None:
-                raise ValueError(f"gpus[{index}]: no memoryMiB here or in defaults")
-        return self
-
-
-def load_machine(path: Path) -> SimMachine:
-    """Parse a machine file; ``ConfigError`` names the file and the bad field."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(str(path), f"cannot read machine file: {exc}") from None
-    try:
-        return SimMachine.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"{path}:{where}", first["msg"]) from None
-
-
-def bundled_machines() -> list[str]:
-    """Names of the machines shipped with the package (``sim:NAME``)."""
-    folder = package_files.files("vgpu_operator.agent") / "machines"
-    return sorted(
-        entry.name.rsplit(".", 1)[0]
-        for entry in folder.iterdir()
-        if entry.name.endswith(_BUNDLED_SUFFIXES)
-    )
-
-
-def resolve_machine_path(spec: str) -> Path:
-    """A path to a machine file, or the name of a bundled machine (``h100-sxm-8``)."""
-    path = Path(spec)
-    if path.exists():
-        return path
-    folder = package_files.files("vgpu_operator.agent") / "machines"
-    for suffix in _BUNDLED_SUFFIXES:
-        candidate = folder / f"{spec}{suffix}"
-        if candidate.is_file():
-            return Path(str(candidate))
-    raise ConfigError(
-        "backend", f"no machine file {spec!r} (bundled: {', '.join(bundled_machines())})"
-    )
 
 
 # --- The pynvml-shaped simulation ---------------------------------------------------
@@ -251,30 +101,6 @@ class _PlacementStruct:
     size: int = 0
 
 
-@dataclass(slots=True)
-class _Card:
-    index: int
-    uuid: str
-    name: str
-    memory_mib: int
-    bus_id: str
-    numa_node: int | None
-    gpu: SimGpu
-    telemetry: SimCard
-    unsupported: frozenset[str]
-    nvlinks: list[tuple[str, bool]] = field(default_factory=list)  # (remote bus, to switch)
-    #: MIG: every GPU instance (id -> profile), and the instances with a compute
-    #: instance, which are the MIG devices NVML lists. Start as the file says; the
-    #: agent's MIG calls change them (until the file changes).
-    gpu_instances: dict[int, str] = field(default_factory=dict)
-    instances: list[SimMigInstance] = field(default_factory=list)
-    #: Each GPU instance's first memory slice (``sim_mig``: NVML's placement).
-    starts: dict[int, int] = field(default_factory=dict)
-
-    def placed(self) -> list[sim_mig.Placement]:
-        return [(s, sim_mig.size_of(self.gpu_instances[gi])) for gi, s in self.starts.items()]
-
-
 class SimulatedNvml:
     """Serves one ``SimMachine`` through the subset of pynvml that NvmlReader uses.
 
@@ -302,14 +128,13 @@ class SimulatedNvml:
         self._changed = threading.Condition()
         self._emitted: set[tuple[str, int]] = set()
         self._machine = machine
-        self._cards: list[_Card] = []
+        self._cards: list[ServedCard] = []
         self._pcie: dict[tuple[int, int], P2PLevel] = {}
         self.update(machine)
 
     def update(self, machine: SimMachine) -> None:
         """Serve a new version of the machine (the file changed)."""
-        cards = [self._card(index, gpu, machine) for index, gpu in enumerate(machine.gpus)]
-        _attach_nvlinks(cards, machine.nvlink)
+        cards = served_cards(machine, self._node_name, self._pinned_uuids)
         pcie = {
             (a, b): rule.level
             for rule in machine.pcie
@@ -399,7 +224,7 @@ class SimulatedNvml:
             if pinned is not None and self._pinned_uuids:
                 return pinned
             # Unpinned, a MIG instance follows its card's (per-node) UUID.
-            return _mig_uuid(card.uuid, handle.mig_slot)
+            return mig_uuid(card.uuid, handle.mig_slot)
         return card.uuid
 
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
@@ -487,13 +312,13 @@ class SimulatedNvml:
         name = self.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile).name
         return self._place(card, name.removeprefix("MIG "), int(placement.start))
 
-    def _place(self, card: _Card, profile: str, start: int | None) -> _GpuInstance:
-        used = sum(_slices(p) for p in card.gpu_instances.values())
+    def _place(self, card: ServedCard, profile: str, start: int | None) -> _GpuInstance:
+        used = sum(slices(p) for p in card.gpu_instances.values())
         if start is None:
             start = sim_mig.first_start(profile, card.placed())
         if (
             start is None
-            or used + _slices(profile) > _COMPUTE_SLICES
+            or used + slices(profile) > _COMPUTE_SLICES
             or not sim_mig.fits_at(profile, start, card.placed())
         ):
             raise self._error(_ERROR_INSUFFICIENT_RESOURCES)
@@ -534,14 +359,14 @@ class SimulatedNvml:
             raise self._error(_ERROR_NOT_FOUND)
         if any(m.gpu_instance_id == gi for m in card.instances):
             raise self._error(_ERROR_INSUFFICIENT_RESOURCES)
-        eighths = next(e for s, e in _GI_PROFILES.values() if s == _slices(name))
+        eighths = next(e for s, e in _GI_PROFILES.values() if s == slices(name))
         card.instances.append(
             SimMigInstance(
                 profile=name,
                 memory_mib=eighths * (card.memory_mib // 8) - 256,
                 gpu_instance_id=gi,
                 compute_instance_id=0,
-                uuid=_mig_uuid(card.uuid, f"gi{gi}"),
+                uuid=mig_uuid(card.uuid, f"gi{gi}"),
             )
         )
         return _ComputeInstance(card.index, gi, 0)
@@ -658,42 +483,11 @@ class SimulatedNvml:
 
     # --- plumbing -------------------------------------------------------------------
 
-    def _card(self, index: int, gpu: SimGpu, machine: SimMachine) -> _Card:
-        defaults = machine.defaults
-        memory_mib = gpu.memory_mib if gpu.memory_mib is not None else defaults.memory_mib
-        telemetry = SimCard(
-            memory_used_mib=_first(gpu.memory_used_mib, defaults.memory_used_mib),
-            utilization=_first(gpu.utilization, defaults.utilization),
-            temperature_celsius=_first(gpu.temperature_celsius, defaults.temperature_celsius),
-            power_watts=_first(gpu.power_watts, defaults.power_watts),
-        )
-        return _Card(
-            index=index,
-            uuid=self._card_uuid(index, gpu, machine),
-            name=gpu.name or defaults.name or "",
-            memory_mib=memory_mib or 0,
-            bus_id=gpu.pci_bus_id or f"00000000:{0x18 + 0x10 * index:02X}:00.0",
-            numa_node=_first(gpu.numa_node, defaults.numa_node),
-            gpu=gpu,
-            telemetry=telemetry,
-            unsupported=frozenset(machine.unsupported + defaults.unsupported + gpu.unsupported),
-            gpu_instances={m.gpu_instance_id: m.profile for m in gpu.mig_instances},
-            instances=list(gpu.mig_instances),
-            starts=_starts(gpu.mig_instances),
-        )
-
-    def _card_uuid(self, index: int, gpu: SimGpu, machine: SimMachine) -> str:
-        if gpu.uuid is not None and self._pinned_uuids:
-            return gpu.uuid
-        # The pinned UUID (else the card's index) tells the cards of one machine apart.
-        seed = gpu.uuid if gpu.uuid is not None else str(index)
-        return _derived_uuid(self._node_name, machine.name, seed)
-
     def _system_call(self, name: str) -> None:
         if name in self._machine.unsupported:
             raise self._error(_ERROR_NOT_SUPPORTED)
 
-    def _device_call(self, name: str, handle: _Handle) -> _Card:
+    def _device_call(self, name: str, handle: _Handle) -> ServedCard:
         if not isinstance(handle, _Handle) or not 0 <= handle.index < len(self._cards):
             raise self._error(_ERROR_INVALID_ARGUMENT)
         card = self._cards[handle.index]
@@ -703,70 +497,14 @@ class SimulatedNvml:
             raise self._error(_ERROR_NOT_SUPPORTED)
         return card
 
-    def _mig(self, card: _Card, handle: _Handle) -> SimMigInstance:
+    def _mig(self, card: ServedCard, handle: _Handle) -> SimMigInstance:
         assert handle.mig_slot is not None
         return card.instances[handle.mig_slot]
 
-    def _link(self, card: _Card, link: int) -> tuple[str, bool]:
+    def _link(self, card: ServedCard, link: int) -> tuple[str, bool]:
         if not 0 <= link < len(card.nvlinks):
             raise self._error(_ERROR_INVALID_ARGUMENT)
         return card.nvlinks[link]
-
-
-def _attach_nvlinks(cards: list[_Card], nvlink: SimNvlink) -> None:
-    for rule in nvlink.direct:
-        for a, b in itertools.permutations(rule.gpus, 2):
-            cards[a].nvlinks.extend([(cards[b].bus_id, False)] * rule.links)
-    for number, fabric in enumerate(nvlink.switches):
-        # One address per fabric stands for its switches: what matters to the reader is
-        # which cards reach the same ones. PCI domain 0xFFFF keeps it apart from the cards.
-        switch_bus_id = f"0000FFFF:{number:02X}:00.0"
-        for index in fabric.gpus:
-            cards[index].nvlinks.extend([(switch_bus_id, True)] * fabric.links_per_gpu)
-    bus_ids = [card.bus_id.lower() for card in cards]
-    if len(set(bus_ids)) != len(bus_ids):
-        raise ConfigError("gpus", f"PCI bus ids repeat: {bus_ids}")
-    for card in cards:
-        if len(card.nvlinks) > MAX_NVLINKS_PER_GPU:
-            raise ConfigError(
-                f"gpus[{card.index}]", f"{len(card.nvlinks)} NVLinks exceed {MAX_NVLINKS_PER_GPU}"
-            )
-
-
-def _starts(instances: Iterable[SimMigInstance]) -> dict[int, int]:
-    """Each file instance's start: as the file says, else where NVML would place it
-    beside those placed before it (``sim_mig``); one that fits nowhere is refused."""
-    starts: dict[int, int] = {}
-    placed: list[sim_mig.Placement] = []
-    for m in instances:
-        start = m.placement_start
-        if start is None:
-            start = sim_mig.first_start(m.profile, placed)
-        if start is None or not sim_mig.fits_at(m.profile, start, placed):
-            raise ConfigError(
-                "migInstances", f"GPU instance {m.gpu_instance_id} ({m.profile}) fits at no start"
-            )
-        starts[m.gpu_instance_id] = start
-        placed.append((start, sim_mig.size_of(m.profile)))
-    return starts
-
-
-def _derived_uuid(node_name: str, machine_name: str, seed: str) -> str:
-    return "GPU-" + str(uuid_lib.uuid5(_UUID_NAMESPACE, f"{node_name}/{machine_name}/{seed}"))
-
-
-def _mig_uuid(gpu_uuid: str, key: int | str) -> str:
-    return "MIG-" + str(uuid_lib.uuid5(_UUID_NAMESPACE, f"{gpu_uuid}/mig/{key}"))
-
-
-def _slices(profile: str) -> int:
-    """``3g.20gb`` -> 3."""
-    head = profile.split("g.", 1)[0]
-    return int(head) if head.isdigit() else 0
-
-
-def _first(*values: _T | None) -> _T | None:
-    return next((v for v in values if v is not None), None)
 
 
 # --- The backend --------------------------------------------------------------------

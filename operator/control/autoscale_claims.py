@@ -102,7 +102,7 @@ def claim_manifest(option: NodeOption, pool: Mapping[str, Any], name: str) -> di
 
 
 @dataclass(frozen=True, slots=True)
-class Claim:
+class NodeClaimFacts:
     """What the autoscaler reads of a NodeClaim."""
 
     name: str
@@ -130,7 +130,7 @@ class Claim:
         )
 
 
-def read_claim(obj: Mapping[str, Any]) -> Claim | None:
+def read_claim(obj: Mapping[str, Any]) -> NodeClaimFacts | None:
     """A NodeClaim object as the autoscaler reads it (None: no name)."""
     meta = obj.get("metadata") or {}
     name = meta.get("name")
@@ -148,7 +148,7 @@ def read_claim(obj: Mapping[str, Any]) -> Claim | None:
         if kind == "Launched" and state == "False":
             failure = str(condition.get("message") or condition.get("reason") or "not launched")
         initialized = initialized or (kind == "Initialized" and state == "True")
-    return Claim(
+    return NodeClaimFacts(
         name=name,
         ours=labels.get(OWNED_LABEL) == "true",
         pool=labels.get(NODE_POOL_LABEL),

@@ -30,7 +30,7 @@ from vgpu_operator.scheduling.books import NodeEntry
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class ShrinkCandidate:
     """A node that may be given back: its claim, and what removing it saves per hour."""
 
     node: str
@@ -55,18 +55,18 @@ def price_of(node: NodeEntry, types: Mapping[str, InstanceType]) -> float | None
 
 def candidates(
     nodes: Iterable[NodeEntry],
-    claims: Sequence[autoscale_claims.Claim],
+    claims: Sequence[autoscale_claims.NodeClaimFacts],
     types: Sequence[InstanceType],
     *,
     now: float,
     after_s: float,
     min_savings: float,
     busy: frozenset[str],
-) -> list[Candidate]:
+) -> list[ShrinkCandidate]:
     """The nodes that may be given back, the most expensive first (see the module)."""
     by_node = {c.node: c for c in claims if c.node and not c.deleting}
     kinds = {t.name: t for t in types}
-    found: list[Candidate] = []
+    found: list[ShrinkCandidate] = []
     for node in nodes:
         claim = by_node.get(node.name)
         if claim is None or node.name in busy or not node.pods:
@@ -78,6 +78,6 @@ def candidates(
         price = price_of(node, kinds)
         if price is None or price < min_savings:
             continue
-        found.append(Candidate(node.name, claim.name, price))
+        found.append(ShrinkCandidate(node.name, claim.name, price))
     found.sort(key=lambda c: (-c.price, c.node))
     return found

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final
 
 from vgpu_operator.control import gang_runtime
+from vgpu_operator.devices import catalog
 from vgpu_operator.scheduling import preemption
 from vgpu_operator.scheduling.autoscale.whatif import Unit
 from vgpu_operator.scheduling.gangs import GroupError
@@ -30,8 +31,9 @@ from vgpu_operator.wire import Pod, meta_of
 #: Resources every instance type has (a pod asking only for these and listed ones is
 #: Karpenter's to serve).
 STANDARD_RESOURCES: Final = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
-#: Annotation domains of the scheduler's own rules (card types, UUIDs, NUMA, policies).
-_OWN_DOMAINS: Final = ("nvidia.com/", "hami.io/", "vgpu-operator.io/")
+#: Annotation domains of the scheduler's own rules (card types, UUIDs, NUMA, policies):
+#: the vendors' (``nvidia.com/``...), HAMi's and ours.
+_OWN_DOMAINS: Final = (*catalog.annotation_domains(), "hami.io/", "vgpu-operator.io/")
 
 
 def karpenter_serves(pod: Mapping[str, Any], listed: Collection[str]) -> bool:

@@ -70,7 +70,7 @@ class KarpenterApi(Protocol):
 
 
 @dataclass
-class Request:
+class NodeClaimRequest:
     """A NodeClaim this operator asked for, and the pods planned on it, in plan order."""
 
     claim: str
@@ -89,9 +89,9 @@ class _Round:
 
     pools: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     options: list[catalogue.NodeOption] = field(default_factory=list)
-    claims: dict[str, autoscale_claims.Claim] = field(default_factory=dict)
+    claims: dict[str, autoscale_claims.NodeClaimFacts] = field(default_factory=dict)
     #: Every NodeClaim, Karpenter's own too.
-    every: list[autoscale_claims.Claim] = field(default_factory=list)
+    every: list[autoscale_claims.NodeClaimFacts] = field(default_factory=list)
 
 
 class Autoscaler:
@@ -124,8 +124,8 @@ class Autoscaler:
         self._wall_clock = wall_clock
         self._cpu_clock = cpu_clock
         self._sleep = sleep
-        self._budget = search.Budget(max_seconds=settings.max_search_s)
-        self.requests: dict[str, Request] = {}
+        self._budget = search.SearchBudget(max_seconds=settings.max_search_s)
+        self.requests: dict[str, NodeClaimRequest] = {}
         #: Per pod, what it is told it waits for (``note``), and the claim it is nominated to.
         self._notes: dict[PodKey, str] = {}
         self._nominated: dict[PodKey, str] = {}
@@ -141,7 +141,7 @@ class Autoscaler:
         self._withdrawn: dict[PodKey, tuple[str, float]] = {}
         #: When each unit not planned yet was first found waiting (the batching window).
         self._first_seen: dict[str, float] = {}
-        self.last_plan: search.Plan | None = None
+        self.last_plan: search.ScalePlan | None = None
         for problem in types.problems:
             log.warning("autoscale_instance_type_refused", problem=problem)
 
@@ -182,7 +182,7 @@ class Autoscaler:
             except Exception as exc:  # an API error: next round
                 log.warning("autoscale_round_failed", error=str(exc))
 
-    async def round(self) -> search.Plan | None:
+    async def round(self) -> search.ScalePlan | None:
         now = self._wall_clock()
         read = await self._read(now)
         await self._follow(read, now)
@@ -328,7 +328,7 @@ class Autoscaler:
                 # A claim of ours from before a restart: its pods are those nominated to it.
                 asked = seen.created if seen.created is not None else now
                 pods = tuple(k for k, n in self._nominated_from_pods().items() if n == name)
-                self.requests[name] = Request(name, options[seen.option_key], asked, pods)
+                self.requests[name] = NodeClaimRequest(name, options[seen.option_key], asked, pods)
         for name, request in list(self.requests.items()):
             claim = read.claims.get(name)
             why = self._withdrawal(request, claim, now)
@@ -355,7 +355,7 @@ class Autoscaler:
         return joined
 
     def _withdrawal(
-        self, request: Request, claim: autoscale_claims.Claim | None, now: float
+        self, request: NodeClaimRequest, claim: autoscale_claims.NodeClaimFacts | None, now: float
     ) -> str | None:
         kind = request.option.instance_type.name
         if request.arrived is not None or request.claim in self._joined():
@@ -371,7 +371,7 @@ class Autoscaler:
             )
         return None
 
-    async def _withdraw(self, request: Request, why: str) -> None:
+    async def _withdraw(self, request: NodeClaimRequest, why: str) -> None:
         """Delete a claim that failed (its instance type cools off) and tell its pods."""
         del self.requests[request.claim]
         self._cooling[request.option.key] = self._wall_clock() + self._settings.cool_off_s
@@ -388,7 +388,7 @@ class Autoscaler:
             self._notes[pod] = message
             self._queue.wake_one(pod)
 
-    def _arrive(self, request: Request, node: str, now: float) -> None:
+    def _arrive(self, request: NodeClaimRequest, node: str, now: float) -> None:
         """The claim's node is in the books with its inventory: the shares of its pods
         are held there in the plan's order and the pods woken (the worker binds them). A
         pod the node does not take yet (Karpenter's own taint until it registers the
@@ -419,7 +419,7 @@ class Autoscaler:
     # --- carrying out a plan ----------------------------------------------------------------
     async def _carry_out(
         self,
-        plan: search.Plan,
+        plan: search.ScalePlan,
         units: Sequence[Any],
         left: Mapping[PodKey, str],
         read: _Round,
@@ -446,7 +446,7 @@ class Autoscaler:
             if not claim:
                 continue
             names[slot.name] = claim
-            self.requests[claim] = Request(claim, slot.option, now)
+            self.requests[claim] = NodeClaimRequest(claim, slot.option, now)
             log.info(
                 "autoscale_claim_created",
                 claim=claim,
@@ -545,7 +545,7 @@ class Autoscaler:
 
 def _with_claims_counted(
     options: Sequence[catalogue.NodeOption],
-    claims: Sequence[autoscale_claims.Claim],
+    claims: Sequence[autoscale_claims.NodeClaimFacts],
     types: Catalogue,
 ) -> list[catalogue.NodeOption]:
     """The options with each NodePool's use counted from its claims too (whoever made

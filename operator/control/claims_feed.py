@@ -87,10 +87,7 @@ class ClaimFeed:
 
     def slices_listed(self, items: Iterable[ResourceSlice], version: str | None) -> None:
         by_name = {name_of(i): i for i in items}
-        result = self._slices.reconcile(
-            {k: versions.version_of(v) for k, v in by_name.items()},
-            versions.parse_version(version),
-        )
+        result = self._slices.reconcile_listing(by_name, version)
         for name in result.apply:
             self._apply_slice(name, by_name[name])
         for name in result.remove:
@@ -126,10 +123,7 @@ class ClaimFeed:
 
     def rules_listed(self, items: Iterable[KubeObject], version: str | None) -> None:
         by_name = {name_of(i): i for i in items}
-        result = self._rule_versions.reconcile(
-            {k: versions.version_of(v) for k, v in by_name.items()},
-            versions.parse_version(version),
-        )
+        result = self._rule_versions.reconcile_listing(by_name, version)
         changed = False
         for name in result.apply:
             changed |= self._put_rule(name, taint_rules.read_rule(by_name[name]))
@@ -198,10 +192,7 @@ class ClaimFeed:
 
     def claims_listed(self, items: Iterable[ResourceClaim], version: str | None) -> None:
         by_key = {namespaced_name_of(i): i for i in items}
-        result = self._claims.reconcile(
-            {k: versions.version_of(v) for k, v in by_key.items()},
-            versions.parse_version(version),
-        )
+        result = self._claims.reconcile_listing(by_key, version)
         for key in result.apply:
             self._apply_claim(key, by_key[key])
         for key in result.remove:
@@ -241,10 +232,7 @@ class ClaimFeed:
 
     def classes_listed(self, items: Iterable[DeviceClass], version: str | None) -> None:
         by_name = {name_of(i): i for i in items}
-        result = self._classes.reconcile(
-            {k: versions.version_of(v) for k, v in by_name.items()},
-            versions.parse_version(version),
-        )
+        result = self._classes.reconcile_listing(by_name, version)
         for name in result.apply:
             self._engine.set_device_class(pod_facts.slim(by_name[name]))
         for name in result.remove:

@@ -108,7 +108,7 @@ class _Stop(Exception):
         self.message = message
 
 
-class Outcome(enum.Enum):
+class PlanOutcome(enum.Enum):
     DONE = "done"
     STOPPED = "stopped"
 
@@ -206,7 +206,7 @@ class DefragRunner:
                 # Listing the pods failed (a plan's own errors stop the plan): next round.
                 log.warning("defrag_round_failed", error=str(exc))
 
-    async def round(self) -> Outcome | None:
+    async def round(self) -> PlanOutcome | None:
         """One look for a pod blocked by fragmentation; carries out at most one plan."""
         waiting = self._feed.waiting_for(self._feed.scheduler_name)
         if not waiting or not await self._any_fragmented(waiting):
@@ -287,7 +287,7 @@ class DefragRunner:
                 return True
         return False
 
-    async def carry_out(self, carrying: _Carrying) -> Outcome:
+    async def carry_out(self, carrying: _Carrying) -> PlanOutcome:
         plan = carrying.plan
         self._metrics.plan_started()
         log.info(
@@ -308,19 +308,19 @@ class DefragRunner:
             await self._until_bound(plan)
         except _Stop as stop:
             await self._stop(carrying, stop)
-            return Outcome.STOPPED
+            return PlanOutcome.STOPPED
         except asyncio.CancelledError:
             self._books.release(plan.pod, plan.moved)
             raise
         except Exception as exc:
             await self._stop(carrying, _Stop(DefragFailure.API_ERROR, f"API error: {exc}"))
-            return Outcome.STOPPED
+            return PlanOutcome.STOPPED
         self._books.release(plan.pod, plan.moved)
         self._metrics.plan_succeeded()
         log.info("defrag_done", pod=plan.pod, node=plan.node, moved=carrying.done)
         message = f"Room made on node {plan.node} by moving {carrying.done} of {plan.evictions}"
         await self._quietly(carrying.pod, DONE, message, warning=False)
-        return Outcome.DONE
+        return PlanOutcome.DONE
 
     async def _move(self, carrying: _Carrying, move: defrag.Move) -> None:
         plan = carrying.plan

@@ -26,8 +26,8 @@ import structlog
 
 from vgpu_operator.control import pod_facts
 from vgpu_operator.scheduling.books import group_claims as group_claims_module
-from vgpu_operator.scheduling.books import group_victims
 from vgpu_operator.scheduling.books.group_claims import GroupClaims
+from vgpu_operator.scheduling.books.group_victims import PodGroups
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.gangs import gang_preemption, gangs
 from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
@@ -47,44 +47,32 @@ class PodGroupStore:
     def __init__(
         self,
         on_change: Callable[[str], None] = lambda _: None,
-        single_groups: set[str] | None = None,
+        groups: PodGroups | None = None,
         group_claims: dict[str, GroupClaims] | None = None,
     ) -> None:
         self._groups: dict[str, KubeObject] = {}
         self._on_change = on_change
-        #: The books' groups whose members preemption may take one by one
-        #: (``group_victims``), kept here as PodGroups come and change.
-        self.single_groups = single_groups if single_groups is not None else set()
+        #: The books' PodGroups: how preemption weighs their members (``group_victims``)
+        #: and their priorities, kept here as PodGroups come and change.
+        self.rules = groups if groups is not None else PodGroups()
         #: The books' PodGroups that name claims of their own (``group_claims``).
         self.group_claims = group_claims if group_claims is not None else {}
-        #: The priority of each PodGroup that names a class (its members are queued and
-        #: preempt with no more than it: ``gang_preemption.member_priority``).
-        self._priorities: dict[str, int] = {}
 
     def _note(self, key: str, obj: KubeObject | None) -> None:
-        if obj is not None and group_victims.disrupted_one_by_one(obj):
-            self.single_groups.add(key)
-        else:
-            self.single_groups.discard(key)
+        self.rules.note(key, obj)
         shared = None if obj is None else group_claims_module.read(obj)
         if shared is None:
             self.group_claims.pop(key, None)
         else:
             self.group_claims[key] = shared
-        priority = None if obj is None else gangs.class_priority(obj)
-        if priority is None:
-            self._priorities.pop(key, None)
-        else:
-            self._priorities[key] = priority
 
     def queue_priority(self, pod: Pod) -> int:
         """The priority the pod is queued with: its own, or its PodGroup's where that is
         lower (a group may slow its members, never lift them)."""
         own = pod_facts.priority_of(pod)
         group = gangs.group_of(pod)
-        return gang_preemption.member_priority(
-            own, None if group is None else self._priorities.get(group)
-        )
+        rule = None if group is None else self.rules.rule(group)
+        return gang_preemption.member_priority(own, None if rule is None else rule.priority)
 
     @staticmethod
     def key_of(obj: Mapping[str, Any]) -> str:

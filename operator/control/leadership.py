@@ -20,7 +20,7 @@ import datetime
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import structlog
 
@@ -32,6 +32,23 @@ log = structlog.get_logger("vgpu_operator.leadership")
 _PRIORITY_EPOCH_S: Final = 4_102_444_800
 #: Kopf assumes this lifetime for peers that do not state theirs.
 DEFAULT_LIFETIME_S: Final = 60
+
+
+class Gate(Protocol):
+    """Whether this replica may decide (peering), with a count of openings."""
+
+    def is_open(self) -> bool: ...
+    async def wait_open(self) -> int: ...
+
+
+class AlwaysOpen:
+    """The gate of a standalone operator."""
+
+    def is_open(self) -> bool:
+        return True
+
+    async def wait_open(self) -> int:
+        return 1
 
 
 def peering_priority(started_at_s: float, rng: random.Random | None = None) -> int:
@@ -64,7 +81,7 @@ def is_active(
 
 
 class PeeringGate:
-    """Follows the peering object (``worker.Gate``); ``run`` polls it until cancelled."""
+    """Follows the peering object (a ``Gate``); ``run`` polls it until cancelled."""
 
     def __init__(
         self,

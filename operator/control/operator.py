@@ -29,7 +29,6 @@ from typing import Any, cast
 import structlog
 
 from vgpu_operator import config as device_config
-from vgpu_operator import names
 from vgpu_operator.control import (
     admission_checks,
     autoscale_catalogue,
@@ -44,8 +43,8 @@ from vgpu_operator.control import (
     group_status,
     heap,
     leadership,
+    not_routed,
     placeable_check,
-    pod_facts,
     queue,
     reporting,
     scheduling_thread,
@@ -73,10 +72,8 @@ from vgpu_operator.kube.requests import ApiClient
 from vgpu_operator.metrics import OperatorMetrics
 from vgpu_operator.scheduling.books.allocation_gate import GateMode
 from vgpu_operator.scheduling.cycle import cluster
-from vgpu_operator.scheduling.dialects.claims import claim_routing
-from vgpu_operator.scheduling.dialects.claims import claims as claim_reads
 from vgpu_operator.scheduling.pod_key import pod_key
-from vgpu_operator.wire import ConfigMap, KubeObject, Pod, WatchEventType, meta_of
+from vgpu_operator.wire import ConfigMap, KubeObject, WatchEventType, meta_of
 
 log = structlog.get_logger("vgpu_operator.operator")
 
@@ -127,6 +124,22 @@ class Operator:
         self.started = asyncio.Event()
         #: Noted every second by the scheduling loop (``/healthz``, scheduling_thread).
         self.heartbeat = scheduling_thread.Heartbeat()
+        self._assemble_engine(options, api, identity, priority)
+        self._assemble_worker(options, api)
+        self._assemble_watches(options, api)
+        self._opened_before = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._forever: list[asyncio.Task[None]] = []  # must run as long as the process
+        self._resync_lock = asyncio.Lock()
+        #: GPU pods left to the default scheduler (the webhook was down), told once each.
+        self._not_routed = not_routed.NotRoutedReporter(
+            self.state, self.feed, self.reporter, metrics
+        )
+
+    def _assemble_engine(
+        self, options: OperatorOptions, api: ApiClient, identity: str, priority: int
+    ) -> None:
+        """The engine, its queue and feeds, the reporter and the leadership gate."""
         self.state = cluster.ClusterState(
             device_config.DeviceConfig(), inventory_timeout_s=options.inventory_timeout_s
         )
@@ -158,17 +171,20 @@ class Operator:
             scheduled_events=options.scheduled_events,
             deferred=self.deferred,
         )
-        self.gate: worker.Gate = (
-            worker.AlwaysOpen()
+        self.gate: leadership.Gate = (
+            leadership.AlwaysOpen()
             if options.standalone
             else leadership.PeeringGate(
-                self._read_peering, identity, priority, on_change=metrics.leadership
+                self._read_peering, identity, priority, on_change=self.metrics.leadership
             )
         )
+
+    def _assemble_worker(self, options: OperatorOptions, api: ApiClient) -> None:
+        """The gangs and the scheduling worker, and the hooks the feed calls on them."""
         # Gangs: PodGroups watched, a group's members decided together (gang_runtime).
         self.pod_groups = gang_runtime.PodGroupStore(
             on_change=self._wake_group,
-            single_groups=self.state.books.single_groups,
+            groups=self.state.books.groups,
             group_claims=self.state.books.group_claims,
         )
         self.gangs = gang_runtime.GangRuntime(
@@ -205,7 +221,7 @@ class Operator:
                 else None,
             ),
             self.reporter,
-            metrics,
+            self.metrics,
             resync=self._sync_for_opening,
             gate=self.gate,
             preemptor=preemptor.KubePreemptor(api, self.reporter),
@@ -225,6 +241,9 @@ class Operator:
             self.feed.on_node_changed = self.autoscaler.node_changed
         self.feed.queue_priority = self.pod_groups.queue_priority
         self.deferred.busy = self.worker.busy
+
+    def _assemble_watches(self, options: OperatorOptions, api: ApiClient) -> None:
+        """One list-then-watch loop per kind (``watching``), and defragmentation."""
         self.watches = watching.Watches(
             watch_loop.ApiSource(api),
             config=(
@@ -234,7 +253,7 @@ class Operator:
             state_feed=self.feed,
             claim_feed=self.claim_feed,
             report_warnings=self._report_warnings,
-            on_error=metrics.api_error,
+            on_error=self.metrics.api_error,
             before_pods=(
                 ("podgroup", watch_loop.Collection(pod_groups.POD_GROUPS), self.pod_groups),
             ),
@@ -252,12 +271,6 @@ class Operator:
             if options.defrag is not None
             else None
         )
-        self._opened_before = False
-        self._tasks: list[asyncio.Task[None]] = []
-        self._forever: list[asyncio.Task[None]] = []  # must run as long as the process
-        self._resync_lock = asyncio.Lock()
-        #: uids of GPU pods already reported as left to the default scheduler.
-        self._not_routed_reported: set[str] = set()
 
     @classmethod
     async def assemble(
@@ -295,7 +308,7 @@ class Operator:
         self._spawn("heap", self._settle_heap_once_listed(), forever=False)
         webhook = options.webhook
         if webhook is not None and webhook.tls_secret is not None:
-            tls = webhook_tls.SelfManagedTls(tls_target(options))
+            tls = webhook_tls.SelfManagedTls(webhook_tls.tls_target(options))
             self._spawn(
                 "webhook tls",
                 tls.keep_fresh(
@@ -518,7 +531,7 @@ class Operator:
                 log.warning("allocation_gate_timed_out", node=node, pod=holder)
             if self.is_leader():
                 self.worker.check_nominations()  # holds that timed out with no decision
-                await self._report_not_routed()
+                await self._not_routed.report()
             # Pods no event helped for --resync-interval are tried again anyway (the
             # watches keep the books current, kube/watch_loop.py: no relisting).
             flushed = self.queue.flush()
@@ -535,73 +548,6 @@ class Operator:
         waiting = self.queue.keys()
         pending = (self.feed.pending_pod(key) for key in waiting)
         return self.state.stranded_memory_mib(pod for pod in pending if pod is not None)
-
-    async def _report_not_routed(self) -> None:
-        """GPU pods created while the webhook was down keep ``default-scheduler``: unbound,
-        they would wait forever; bound by kube-scheduler (or by their creator), they fail
-        at Allocate, as no share was booked for them. Tell their owners (once per pod) how
-        to fix them.
-
-        They cannot be adopted: a pod's scheduler name is immutable.
-        """
-        waiting = self.feed.waiting_for(names.DEFAULT_SCHEDULER)
-        present = {str(meta_of(pod).get("uid") or "") for pod in waiting}
-        # Each bound pod is handed out once (the feed); one reported while it waited (in
-        # the set still: it is pruned below) or before a restart (its condition) is not
-        # reported again.
-        bound = [
-            pod
-            for pod in self.feed.take_bound_by_default()
-            if pod_facts.condition_of(pod, reporting.CONDITION_NOT_ROUTED) is None
-        ]
-        for pod in [*waiting, *bound]:
-            uid = str(meta_of(pod).get("uid") or "")
-            if uid in self._not_routed_reported:
-                continue
-            classes = self._our_claim_classes(pod)
-            if not classes and not self._asks_for_gpu(pod):
-                continue  # not a GPU pod: the default scheduler's business
-            self._not_routed_reported.add(uid)
-            if classes:
-                message = reporting.not_routed_claims_message(classes, self.feed.scheduler_name)
-            else:
-                wanted = pod_facts.extended_resources_of(pod)
-                message = reporting.not_routed_message(pod, wanted, self.feed.scheduler_name)
-            log.warning(
-                "gpu_pod_not_routed",
-                pod=cluster.pod_key(pod),
-                node=pod_facts.node_name_of(pod),
-            )
-            self.metrics.not_routed()
-            try:
-                await self.reporter.not_routed(pod, message)
-            except Exception as exc:
-                log.warning("event_write_failed", pod=cluster.pod_key(pod), error=str(exc))
-                self.metrics.api_error("report")
-        self._not_routed_reported &= present
-
-    def _our_claim_classes(self, pod: Pod) -> set[str]:
-        """Our DeviceClasses the pod's claims ask for (the claims as the books hold them):
-        such a pod left to kube-scheduler waits forever, since only the operator may
-        allocate them (manifests/claim-policy.yaml)."""
-        keys = claim_reads.pod_claim_keys(pod)
-        objects = self.state.books.claims.objects
-        found: set[str] = set()
-        for key in keys if isinstance(keys, list) else ():
-            obj = objects.get(key)
-            if obj is not None:
-                found |= claim_routing.asks_our_classes(obj, claim_routing.CLAIM)
-        return found
-
-    def _asks_for_gpu(self, pod: Pod) -> bool:
-        """Whether the webhook would have taken the pod as a GPU pod, had it seen it
-        (a bound pod is one the webhook passes unchanged: asked as if unbound)."""
-        spec = {
-            k: v
-            for k, v in (pod.get("spec") or {}).items()
-            if k not in ("nodeName", "schedulerName")
-        }
-        return self.state.admit({**pod, "spec": spec}).handled
 
     async def _read_peering(self) -> Mapping[str, Any] | None:
         return await listing.get_object(
@@ -622,36 +568,3 @@ class _ConfigHandler:
 
     async def event(self, event_type: WatchEventType, obj: KubeObject) -> None:
         await self._operator.on_config(event_type, cast(ConfigMap, obj))
-
-
-def tls_target(options: OperatorOptions) -> webhook_tls.TlsTarget:
-    """Where self-managed webhook TLS keeps its certificates (``--webhook-tls-secret``)."""
-    webhook = options.webhook
-    assert webhook is not None
-    assert webhook.tls_secret is not None
-    return webhook_tls.TlsTarget(
-        namespace=options.namespace,
-        secret=webhook.tls_secret,
-        service=webhook.service,
-        configuration=webhook.configuration,
-        directory=webhook.tls_dir,
-    )
-
-
-async def prepare_webhook_tls(options: OperatorOptions) -> None:
-    """Before Kopf starts its webhook server: the certificate files must exist."""
-    if options.webhook is None or options.webhook.tls_secret is None:
-        return
-    tls = webhook_tls.SelfManagedTls(tls_target(options))
-    delays = iter(_RESYNC_RETRY_S)
-    async with client.api_client(options.kubeconfig) as api:
-        while True:
-            try:
-                await tls.sync(api)
-                return
-            except Exception as exc:
-                delay = next(delays, None)
-                if delay is None:
-                    raise
-                log.warning("webhook_tls_sync_failed", error=str(exc), retry_after_s=delay)
-                await asyncio.sleep(delay)

@@ -45,6 +45,7 @@ from typing import Any, Final, Literal, cast
 
 from vgpu_operator import names
 from vgpu_operator.control import pod_facts
+from vgpu_operator.devices import catalog
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.dialects.claims import claims
 from vgpu_operator.scheduling.gangs import gangs
@@ -60,7 +61,7 @@ DEFAULT_HOLD_S: Final = 30.0
 #: never shares a key with a real one.
 HOLD_PREFIX: Final = "#placeable/"
 #: The resources that make a pod set ours to judge (any vendor's devices).
-_DEVICE_PREFIXES: Final = ("nvidia.com/", "hygon.com/")
+_DEVICE_PREFIXES: Final = catalog.resource_prefixes()
 
 State = Literal["Ready", "Retry"]
 
@@ -69,7 +70,7 @@ State = Literal["Ready", "Retry"]
 HOLD_CLAIM_PREFIX: Final = "#placeable."
 
 
-class Refused(Exception):
+class NotPlaceable(Exception):
     """A pod set that cannot be placed now (or read): the Retry's message."""
 
 
@@ -231,7 +232,7 @@ class PlaceableCheck:
             for group, members in groups.items():
                 for pod_set, node in self._place_group(group, members, now, hold):
                     placed.setdefault(pod_set, []).append(node)
-        except Refused as exc:
+        except NotPlaceable as exc:
             self._undo(hold)
             return Answer("Retry", str(exc), {})
         if hold.keys:
@@ -256,7 +257,7 @@ class PlaceableCheck:
                 self._engine.cancel_preemption(key)
                 self._engine.rollback(key)
                 why = _reason(decision)
-                raise Refused(
+                raise NotPlaceable(
                     f"pod set {pod_set}: pod {index + 1} of {len(pods)} fits on no node now: {why}"
                 )
             hold.keys.append(key)
@@ -272,18 +273,18 @@ class PlaceableCheck:
         where = f"pod group {group} (pod set{'s' if len(sets) > 1 else ''} {', '.join(sets)})"
         obj = self._pod_groups(group)
         if obj is None:
-            raise Refused(f"{where}: PodGroup {group} does not exist")
+            raise NotPlaceable(f"{where}: PodGroup {group} does not exist")
         try:
             spec = gangs.read_pod_group(obj)
         except gangs.GroupError as exc:
-            raise Refused(f"{where}: {exc}") from None
+            raise NotPlaceable(f"{where}: {exc}") from None
         # Every pod of the workload, at once, never by preemption: the check's promise.
         whole = replace(spec, gang=True, min_count=len(members), never_preempts=True)
         pods = [pod for _, pod in members]
         out = gangs.decide_group(self._engine, whole, group, pods, {}, now)
         if len(out.placed) < len(members):
             gangs.release(self._engine, [d.pod for d in out.placed])
-            raise Refused(f"{where}: {out.reason or 'not every member fits at once'}")
+            raise NotPlaceable(f"{where}: {out.reason or 'not every member fits at once'}")
         set_of = {pod_key(pod): pod_set for pod_set, pod in members}
         hold.keys.extend(d.pod for d in out.placed)
         return [(set_of[d.pod], d.node or "") for d in out.placed]
@@ -306,7 +307,9 @@ class PlaceableCheck:
             template_key = f"{namespace}/{entry['resourceClaimTemplateName']}"
             template = templates.get(template_key)
             if template is None:
-                raise Refused(f"pod set {pod_set}: ResourceClaimTemplate {template_key} not found")
+                raise NotPlaceable(
+                    f"pod set {pod_set}: ResourceClaimTemplate {template_key} not found"
+                )
             held = str(meta["name"]).removeprefix(HOLD_PREFIX).replace("/", ".")
             name = f"{HOLD_CLAIM_PREFIX}{held}.{entry.get('name')}"
             spec = (template.get("spec") or {}).get("spec") or {}

@@ -195,7 +195,8 @@ def _pod_ref(pod: Pod) -> events.ObjectRef:
 
 
 class KubeReporter:
-    """Writes conditions and Events for the worker (``worker.Reporter``)."""
+    """Writes conditions and Events for the worker (``worker.Reporter``; its Bindings'
+    part is ``binding_writes.BindingNews``)."""
 
     def __init__(
         self,
@@ -375,5 +376,5 @@ class KubeReporter:
         # The Event we meant to bump has expired: start a new series.
         self._events.recreate(write, ref, reason)
         fresh = self._events.record(ref, reason, write.message, self._clock(), write.event_type)
-        if fresh.action is events.Action.CREATE:
+        if fresh.action is events.EventWriteAction.CREATE:
             await events.write_event(self._api, fresh)

@@ -4,8 +4,10 @@
 (``watching.kinds_of``: Nodes, DeviceInventories, node Leases, ResourceQuotas,
 PodDisruptionBudgets, Pods) and hands each listing to a ``StateFeed`` over a fresh
 ``ClusterState``, exactly as the operator's own listings are handed over: the same
-checks (a refused inventory, an unreadable annotation) give the same books. It only
-reads (get and list).
+checks (a refused inventory, an unreadable annotation) give the same books; and the
+PodGroups, through the operator's store (how defragmentation may move their members),
+where the API serves them and the identity may list them (else their members are read
+as of a PodGroup not read, which no plan moves). It only reads (get and list).
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from dataclasses import dataclass
 from typing import cast
 
 from vgpu_operator import config as device_config
-from vgpu_operator.control import feed, queue, watching
-from vgpu_operator.kube import listing
-from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.control import feed, gang_runtime, queue, watching
+from vgpu_operator.kube import listing, pod_groups
+from vgpu_operator.kube.requests import ApiClient, ApiError
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.wire import ConfigMap, Pod
 
@@ -69,4 +71,12 @@ async def read_cluster(
         kind.on_listed(listed.items, listed.resource_version)
         if kind.name == "pod":
             pods = cast(list[Pod], listed.items)
+    try:
+        groups = await listing.list_all(api, pod_groups.POD_GROUPS)
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise
+    else:
+        store = gang_runtime.PodGroupStore(groups=state.books.groups)
+        await store.listed(groups.items, groups.resource_version)
     return Snapshot(state, state_feed, pods)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 
 def parse_version(value: object) -> int | None:
@@ -30,6 +31,10 @@ def version_of(obj: Mapping[str, object]) -> int | None:
     if not isinstance(meta, Mapping):
         return None
     return parse_version(meta.get("resourceVersion"))
+
+
+#: A ledger's key: a name, or ``namespace/name`` (a ``PodKey`` for pods).
+_Key = TypeVar("_Key", bound=str)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +108,15 @@ class VersionLedger:
             gone.append(key)
         self._prune_tombstones(list_version)
         return Reconciliation(apply=apply, remove=tuple(gone))
+
+    def reconcile_listing(
+        self, by_key: Mapping[_Key, Mapping[str, object]], list_version: str | None
+    ) -> Reconciliation:
+        """``reconcile`` for a listing as the API server gives it: the objects by key and
+        the list's ``resourceVersion`` (versions read from the objects' metadata)."""
+        return self.reconcile(
+            {key: version_of(obj) for key, obj in by_key.items()}, parse_version(list_version)
+        )
 
     def _prune_tombstones(self, list_version: int | None) -> None:
         # A tombstone older than the listing before this one can no longer be undercut by

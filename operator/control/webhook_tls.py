@@ -25,7 +25,9 @@ from typing import Any, Final
 
 import structlog
 
+from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.kube import certs, requests
+from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.requests import ApiClient
 
 log = structlog.get_logger("vgpu_operator.webhook_tls")
@@ -204,3 +206,40 @@ def _write(path: Path, content: bytes, mode: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "wb") as handle:
         handle.write(content)
+
+
+#: Waits between tries to make the certificate files before Kopf starts (then it fails).
+_PREPARE_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+def tls_target(options: OperatorOptions) -> TlsTarget:
+    """Where self-managed webhook TLS keeps its certificates (``--webhook-tls-secret``)."""
+    webhook = options.webhook
+    assert webhook is not None
+    assert webhook.tls_secret is not None
+    return TlsTarget(
+        namespace=options.namespace,
+        secret=webhook.tls_secret,
+        service=webhook.service,
+        configuration=webhook.configuration,
+        directory=webhook.tls_dir,
+    )
+
+
+async def prepare_webhook_tls(options: OperatorOptions) -> None:
+    """Before Kopf starts its webhook server: the certificate files must exist."""
+    if options.webhook is None or options.webhook.tls_secret is None:
+        return
+    tls = SelfManagedTls(tls_target(options))
+    delays = iter(_PREPARE_RETRY_S)
+    async with api_client(options.kubeconfig) as api:
+        while True:
+            try:
+                await tls.sync(api)
+                return
+            except Exception as exc:
+                delay = next(delays, None)
+                if delay is None:
+                    raise
+                log.warning("webhook_tls_sync_failed", error=str(exc), retry_after_s=delay)
+                await asyncio.sleep(delay)

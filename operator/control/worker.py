@@ -35,10 +35,19 @@ from typing import Protocol
 
 import structlog
 
-from vgpu_operator.control import claim_binding, feed, gang_runtime, pod_facts, queue, reporting
-from vgpu_operator.kube.binding import BindOutcome
-from vgpu_operator.kube.eviction import EvictOutcome
-from vgpu_operator.metrics import OperatorMetrics, OtherReason, PreemptionResult, Result
+from vgpu_operator.control import (
+    claim_binding,
+    evictions,
+    feed,
+    gang_runtime,
+    pod_facts,
+    queue,
+    reporting,
+)
+from vgpu_operator.control.binding_writes import GATE_REPORT_AFTER_S, Binder, BindingWrites
+from vgpu_operator.control.evictions import Preemptor
+from vgpu_operator.control.leadership import AlwaysOpen, Gate
+from vgpu_operator.metrics import OperatorMetrics, OtherReason, Result
 from vgpu_operator.scheduling import status
 from vgpu_operator.scheduling.books.allocation_gate import GateHolder
 from vgpu_operator.scheduling.cycle import cluster
@@ -68,12 +77,6 @@ class SelectorsOffLoop(Protocol):
     def decided(self, key: PodKey) -> None: ...
 
 
-class Binder(Protocol):
-    async def bind(self, pod: Pod, node: str, annotations: Mapping[str, str]) -> BindOutcome: ...
-
-    async def read_pod(self, namespace: str, name: str) -> Pod | None: ...
-
-
 class Reporter(Protocol):
     """Tells the pod's owner what happened (conditions, Events)."""
 
@@ -97,22 +100,6 @@ class Autoscaling(Protocol):
     def poke(self) -> None: ...
 
 
-class Preemptor(Protocol):
-    """Preemption's writes: evictions and the preemptor's ``nominatedNodeName``."""
-
-    async def evict(self, victim: PodKey, uid: str) -> EvictOutcome: ...
-    async def nominate(self, pod: Pod, node: str | None) -> None: ...
-    async def preempted(self, victim: PodKey, preemptor: Pod, node: str) -> None: ...
-    async def preempting(self, pod: Pod, node: str, victims: int) -> None: ...
-
-
-class Gate(Protocol):
-    """Whether this replica may decide (peering), with a count of openings."""
-
-    def is_open(self) -> bool: ...
-    async def wait_open(self) -> int: ...
-
-
 #: Writes a PodGroup's condition (``kube.pod_groups``), given ``namespace/name``.
 GroupConditionWriter = Callable[[str, Mapping[str, object]], Awaitable[None]]
 
@@ -121,35 +108,12 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class AlwaysOpen:
-    """The gate of a standalone operator."""
-
-    def is_open(self) -> bool:
-        return True
-
-    async def wait_open(self) -> int:
-        return 1
-
-
 #: How long the worker decides back to back before the loop serves anything else. One
 #: decision per turn of the loop left the Bindings in flight refilled one per turn while
 #: answers, watch events and Events also wanted turns: in a 1,000-pod backlog they fell
 #: from 64 to a handful again and again (the API server then waits for us). A few
 #: milliseconds of decisions at once keep them near the bound.
 DECIDING_SLICE_S = 0.005
-
-#: Reading back a pod whose Binding's answer was lost: first retry, and the longest wait.
-_REREAD_INITIAL_S = 0.5
-_REREAD_MAX_S = 5.0
-
-#: A Binding that has waited this long for its node's allocation gate, held this long by
-#: one pod, is shown on its pod (condition and Event): plugins that answer in a second or
-#: two keep a burst quiet, one that does not answer is seen.
-GATE_REPORT_AFTER_S = 5.0
-
-
-def _holds_devices(decision: cluster.Decision) -> bool:
-    return any(any(single) for single in decision.devices.values())
 
 
 def _hint_of(decision: cluster.Decision) -> Hashable | None:
@@ -196,7 +160,6 @@ class SchedulingWorker:
         self._write_group_condition = write_group_condition
         self._feed = state_feed
         self._queue = pods_queue
-        self._binder = binder
         self._reporter = reporter
         self._metrics = metrics
         self._resync = resync
@@ -204,13 +167,8 @@ class SchedulingWorker:
         self._preemptor = preemptor
         self._clock = clock
         self._wall_clock = wall_clock
-        self._gate_report_after_s = gate_report_after_s
-        #: The DRA path's writes before a Binding (None: no pod here uses claims).
-        self._claims = claims
         #: Where CEL verdicts a decision lacked are computed (None: all on the loop).
         self._selectors = selectors
-        self._bind_slots = asyncio.Semaphore(max_binds_in_flight)
-        self._binds_in_flight = 0
         self._wakeup = asyncio.Event()
         self._synced_opening = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -218,9 +176,21 @@ class SchedulingWorker:
         #: Per waiting pod, the message last reported (its condition and Event), with the
         #: pod's uid: a new pod under an old name has been told nothing yet.
         self._reported: dict[PodKey, tuple[str, str]] = {}
-        #: Bindings waiting for their node's allocation gate, and the one being written.
-        self._gate_waiters: dict[str, list[asyncio.Future[None]]] = {}
-        self._binding_on: dict[str, PodKey] = {}
+        self._binds = BindingWrites(
+            engine,
+            state_feed,
+            pods_queue,
+            binder,
+            reporter,
+            metrics,
+            report=self._report,
+            report_running=self._reports.get,
+            max_in_flight=max_binds_in_flight,
+            clock=clock,
+            wall_clock=wall_clock,
+            gate_report_after_s=gate_report_after_s,
+            claims=claims,
+        )
         self.synced = asyncio.Event()
 
     def poke(self) -> None:
@@ -229,12 +199,12 @@ class SchedulingWorker:
 
     @property
     def binds_in_flight(self) -> int:
-        return self._binds_in_flight
+        return self._binds.in_flight
 
     def busy(self) -> bool:
         """Whether a Binding is being written or a pod is ready to decide (writes that
         may wait, ``deferred.DeferredWrites``, wait for this to be False)."""
-        return self._binds_in_flight > 0 or self._queue.has_ready()
+        return self._binds.in_flight > 0 or self._queue.has_ready()
 
     # --- the loop -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -245,7 +215,7 @@ class SchedulingWorker:
                 await self._ensure_active_and_synced()
                 # Hold a bind slot before deciding: the Binding task takes it over (and
                 # a free slot is taken without yielding to the loop).
-                await self._bind_slots.acquire()
+                await self._binds.slots.acquire()
                 handed_over = False
                 try:
                     key = self._queue.pop()
@@ -256,7 +226,7 @@ class SchedulingWorker:
                     handed_over = self._decide(key, slot_held=True)
                 finally:
                     if not handed_over:
-                        self._bind_slots.release()
+                        self._binds.slots.release()
                 if time.perf_counter() - slice_started >= DECIDING_SLICE_S:
                     # Let watch events, Binding answers and webhooks in between.
                     await asyncio.sleep(0)
@@ -333,7 +303,9 @@ class SchedulingWorker:
         if decision.scheduled and decision.node:
             self._reported.pop(key, None)
             self._feed.binding_started(key, str(meta_of(pod).get("uid") or ""))
-            self._spawn(f"bind {key}", self._bind(key, pod, decision.node, decision, slot_held))
+            self._spawn(
+                f"bind {key}", self._binds.bind(key, pod, decision.node, decision, slot_held)
+            )
             return True
         if decision.nominated_node is not None:
             return self._await_victims(key, pod, decision, decision.nominated_node)
@@ -429,7 +401,7 @@ class SchedulingWorker:
             handed_over = handed_over or held
             self._reported.pop(decision.pod, None)
             self._feed.binding_started(decision.pod, pod_facts.uid_of(member))
-            bind = self._bind(decision.pod, member, decision.node, decision, held)
+            bind = self._binds.bind(decision.pod, member, decision.node, decision, held)
             self._spawn(f"bind {decision.pod}", bind)
         for decision in out.preempting:  # the group fits whole once their victims leave
             member = self._feed.pending_pod(decision.pod)
@@ -539,304 +511,25 @@ class SchedulingWorker:
             log.warning("nomination_clear_failed", pod=cluster.pod_key(pod), error=str(exc))
 
     async def _preempt(self, key: PodKey, pod: Pod, node: str, decision: cluster.Decision) -> None:
-        victims = decision.victims
+        """Evict the decision's victims (``evictions``); where one is refused or the API
+        fails, give the hold back: the next attempt sees the budgets and victims as they
+        are, and the pod is told why."""
         preemptor = self._preemptor
         assert preemptor is not None
-        refused: list[PodKey] = []
-        evicted = 0
-        ending = PreemptionResult.EVICTED
-        current: PodKey | None = None
-        failure = ""
-        try:
-            await preemptor.nominate(pod, node)
-            await preemptor.preempting(pod, node, len(victims))
-            # The engine lists the victims a budget covers first: if the Eviction API
-            # refuses one (its budget changed since the engine read it), no other victim
-            # has been evicted for nothing.
-            for victim in victims:
-                current = victim
-                outcome = await preemptor.evict(victim, decision.victim_uids.get(victim, ""))
-                if outcome is EvictOutcome.REFUSED:
-                    refused.append(victim)
-                    break
-                log.info("pod_preempted", pod=victim, by=key, node=node, outcome=outcome.value)
-                if outcome is EvictOutcome.EVICTED:
-                    evicted += 1
-                    await preemptor.preempted(victim, pod, node)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("preemption_failed", pod=key, node=node, error=str(exc))
-            self._metrics.api_error("evict")
-            refused.append(PodKey(""))
-            ending = PreemptionResult.ERROR
-            failure = str(exc) or type(exc).__name__
-        if refused and ending is PreemptionResult.EVICTED:
-            ending = PreemptionResult.REFUSED
-        self._metrics.preemption(ending, len(victims))
-        if not refused:
+        message = await evictions.evict_victims(preemptor, self._metrics, key, pod, node, decision)
+        if message is None:
             return
-        # Give the hold back; the next attempt sees the budgets and victims as they are.
-        log.warning(
-            "preemption_refused",
-            pod=key,
-            node=node,
-            refused=[v for v in refused if v],
-            evicted=evicted,
-        )
         self._engine.cancel_preemption(key)
         self._feed.settle_releases()
         with contextlib.suppress(Exception):
             await preemptor.nominate(pod, None)
         self._queue.retry_later(key)
-        named = [v for v in refused if v]
-        if named:
-            message = reporting.eviction_refused_message(node, named[0], evicted)
-        else:
-            message = reporting.preemption_failed_message(node, current, evicted, failure)
         self._report(key, self._reporter.preemption_blocked(pod, message))
-
-    async def _bind(
-        self,
-        key: PodKey,
-        pod: Pod,
-        node: str,
-        decision: cluster.Decision,
-        slot_held: bool,
-    ) -> None:
-        # Without the allocation gate nothing asks a node's Bindings to go one at a time:
-        # the books already keep decisions apart, so they are all written at once.
-        gated = self._engine.bind_gate_enabled() and _holds_devices(decision)
-        if gated and not self._gate_passable(node, key):
-            # Wait for the node's previous GPU pod to get its devices without holding a
-            # bind slot: other nodes' Bindings go on meanwhile.
-            if slot_held:
-                self._bind_slots.release()
-                slot_held = False
-            try:
-                await self._await_gate(node, key, pod)
-            except asyncio.CancelledError:
-                self._engine.rollback(key)
-                self._feed.binding_failed(key)
-                raise
-        if gated:
-            self._binding_on[node] = key
-        reporting_now = self._reports.get(key)
-        if reporting_now is not None and not reporting_now.done():
-            # The Binding sets PodScheduled True; a report still being written (the gate's
-            # wait, say) lands first, or its False would stay on the bound pod.
-            await asyncio.wait([reporting_now])
-        if not slot_held:
-            await self._bind_slots.acquire()
-        self._binds_in_flight += 1
-        try:
-            await self._bind_once(key, pod, node, decision)
-        finally:
-            self._binds_in_flight -= 1
-            self._bind_slots.release()
-            if gated and self._binding_on.get(node) == key:
-                del self._binding_on[node]
-                # Bound: the gate stays shut until the plugin answers (the feed says
-                # so). Not bound: the next pod decided onto the node may try now.
-                self.node_settled(node)
-
-    # --- the allocation gate ----------------------------------------------------------------
-    def _gate_passable(self, node: str, key: PodKey) -> bool:
-        writing = self._binding_on.get(node)
-        if writing is not None and writing != key:
-            return False
-        return self._engine.bind_gate_open(node, key, self._wall_clock())
-
-    async def _await_gate(self, node: str, key: PodKey, pod: Pod) -> None:
-        """Wait, in decision order, until the pod may be bound on ``node``; a wait longer
-        than ``gate_report_after_s`` is shown on the pod (``_report_gated``), and shown
-        again when another pod comes to hold the gate meanwhile (the first holder timed
-        out or answered and an earlier waiter took the gate): the condition must not go
-        on naming a holder that has long let go."""
-        self._metrics.attempt(Result.GATED)
-        log.debug("binding_waits_for_allocation_gate", pod=key, node=node)
-        loop = asyncio.get_running_loop()
-        report_at: float | None = self._clock() + self._gate_report_after_s
-        told: str | None = None  # the holder the pod's condition names
-        while not self._gate_passable(node, key):
-            turn: asyncio.Future[None] = loop.create_future()
-            self._gate_waiters.setdefault(node, []).append(turn)
-            try:
-                timeout = None if report_at is None else max(0.0, report_at - self._clock())
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(turn), timeout)
-                due = report_at is not None and self._clock() >= report_at
-                # Once told, every settling of the node (a holder answered or timed out)
-                # is a look at who holds the gate now.
-                if (due or (told is not None and turn.done())) and not self._gate_passable(
-                    node, key
-                ):
-                    report_at, told = self._report_gated(key, node, pod, told)
-            finally:
-                waiters = self._gate_waiters.get(node)
-                if waiters is not None and turn in waiters:
-                    waiters.remove(turn)
-
-    def _report_gated(
-        self, key: PodKey, node: str, pod: Pod, told: str | None
-    ) -> tuple[float | None, str | None]:
-        """The pod's Binding has waited long for the node's gate. If the pod holding it has
-        held it long too (its plugin is slow or silent), and the pod was not told about
-        that holder already, say who, for how long, and when the gate opens at the latest
-        (a condition, an Event, a log line). In a burst whose holders answer promptly
-        nothing is written (the waits are the queue's). Returns when to look next (None:
-        at the node's next settling) and the holder the pod has been told about."""
-        after = self._gate_report_after_s
-        holder = self._engine.gate_holder(node, self._wall_clock())
-        if holder is None or holder.held_s < after:
-            held = 0.0 if holder is None else holder.held_s
-            return self._clock() + max(after - held, 0.05), told
-        if holder.pod == told:
-            return None, told
-        message = reporting.gate_wait_message(node, holder.pod, holder.held_s, holder.opens_in_s)
-        log.info(
-            "binding_waits_for_allocation_gate",
-            pod=key,
-            node=node,
-            holder=holder.pod,
-            held_s=round(holder.held_s, 1),
-        )
-        self._report(key, self._reporter.gated(pod, message))
-        return None, holder.pod
 
     def node_settled(self, node: str) -> None:
         """The node's previous GPU pod has its devices (or gave up, or timed out): the
         Bindings waiting for it check again, the earliest first."""
-        for turn in self._gate_waiters.pop(node, []):
-            if not turn.done():
-                turn.set_result(None)
-
-    async def _bind_once(
-        self, key: PodKey, pod: Pod, node: str, decision: cluster.Decision
-    ) -> None:
-        started = self._clock()
-        if decision.claim_writes and not await self._reserve_claims(key, node, decision):
-            return
-        try:
-            outcome = await self._binder.bind(pod, node, decision.annotations)
-        except asyncio.CancelledError:
-            self._engine.rollback(key)
-            self._feed.binding_failed(key)
-            raise
-        except Exception as exc:
-            self._metrics.api_error("bind")
-            log.warning("bind_answer_lost", pod=key, node=node, error=str(exc))
-            # The Binding may have been written before the answer was lost: the books
-            # keep its shares until the pod itself says (freeing them now could give
-            # the card to another pod while this one lands on it).
-            read_back = await self._outcome_from_the_pod(key, pod, node)
-            if read_back is None:
-                if decision.claim_writes and self._claims is not None:
-                    await self._claims.undo(decision.claim_writes)
-                self._engine.rollback(key)
-                self._feed.binding_failed(key)
-                self._metrics.attempt(Result.ERROR)
-                backoff_s = self._queue.retry_later(key)
-                log.warning("bind_failed", pod=key, node=node, retry_after_s=backoff_s)
-                return
-            outcome = read_back
-        finally:
-            self._metrics.bind_finished(self._clock() - started)
-        if outcome is BindOutcome.BOUND:
-            # The node's allocation gate is timed from here, on our own clock.
-            self._engine.confirm(key, self._wall_clock())
-            self._feed.binding_succeeded(key)
-            self._metrics.attempt(Result.SCHEDULED)
-            created = pod_facts.created_at(pod)
-            if created is not None:
-                self._metrics.bound_after(time.time() - created)
-            # One line per pod at info would cost more than the decision in a burst.
-            log.debug("pod_bound", pod=key, node=node)
-            self._report(key, self._bound_news(pod, node, decision.warnings))
-            return
-        if decision.claim_writes and self._claims is not None:
-            await self._claims.undo(decision.claim_writes)
-        self._engine.rollback(key)
-        self._feed.binding_failed(key)
-        if outcome is BindOutcome.GONE:
-            self._queue.remove(key)
-            log.info("pod_gone_before_bind", pod=key, node=node)
-            return
-        self._metrics.attempt(Result.BIND_CONFLICT)
-        await self._reread_after_conflict(key, pod, node)
-
-    async def _reserve_claims(self, key: PodKey, node: str, decision: cluster.Decision) -> bool:
-        """The DRA path: write the pod's claims (``claim_binding``) before its Binding.
-        False: not written (a conflict, another allocator took a device, an API error);
-        the decision is given up and the pod tried again after its backoff."""
-        problem: str | None = "no claim writer is configured"
-        if self._claims is not None:
-            try:
-                problem = await self._claims.reserve(key, node, decision.claim_writes)
-            except asyncio.CancelledError:
-                self._engine.rollback(key)
-                self._feed.binding_failed(key)
-                raise
-            except Exception as exc:
-                self._metrics.api_error("claim")
-                problem = str(exc)
-        if problem is None:
-            return True
-        self._engine.rollback(key)
-        self._feed.binding_failed(key)
-        self._metrics.attempt(Result.BIND_CONFLICT)
-        backoff_s = self._queue.retry_later(key)
-        log.info(
-            "claims_not_reserved", pod=key, node=node, problem=problem, retry_after_s=backoff_s
-        )
-        return False
-
-    async def _outcome_from_the_pod(self, key: PodKey, pod: Pod, node: str) -> BindOutcome | None:
-        """What a Binding whose answer was lost did, read from the pod: BOUND (here, by
-        it), CONFLICT (bound elsewhere, or deleting), GONE, or None (still unbound: it was
-        not written). Reads until the API server answers; a drain cancels it."""
-        meta = meta_of(pod)
-        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-        uid = meta.get("uid")
-        delay = _REREAD_INITIAL_S
-        while True:
-            try:
-                fresh = await self._binder.read_pod(namespace, name)
-                break
-            except Exception as exc:
-                self._metrics.api_error("pod_read")
-                log.warning("bind_outcome_unknown", pod=key, node=node, error=str(exc))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _REREAD_MAX_S)
-        if fresh is None or (uid and meta_of(fresh).get("uid") != uid):
-            return BindOutcome.GONE
-        bound_to = (fresh.get("spec") or {}).get("nodeName")
-        if not bound_to:
-            return None
-        if bound_to == node:
-            return BindOutcome.BOUND
-        return BindOutcome.CONFLICT
-
-    async def _reread_after_conflict(self, key: PodKey, pod: Pod, node: str) -> None:
-        meta = meta_of(pod)
-        try:
-            fresh = await self._binder.read_pod(str(meta.get("namespace")), str(meta.get("name")))
-        except Exception as exc:
-            log.warning("pod_reread_failed", pod=key, error=str(exc))
-            self._metrics.api_error("pod_read")
-            self._queue.retry_later(key)
-            return
-        if fresh is None:
-            self._feed.pod_event("DELETED", pod)
-            self._queue.remove(key)
-            return
-        self._feed.pod_event("MODIFIED", fresh)
-        bound_to = (fresh.get("spec") or {}).get("nodeName")
-        log.info("bind_conflict", pod=key, node=node, bound_to=bound_to)
-        if self._feed.pending_pod(key) is not None:
-            self._queue.retry_later(key)
-        elif self._queue.is_in_flight(key):
-            self._queue.remove(key)
+        self._binds.node_settled(node)
 
     # --- background work ----------------------------------------------------------------
     def _spawn(self, name: str, coro: Awaitable[None]) -> asyncio.Task[None]:
@@ -847,13 +540,6 @@ class SchedulingWorker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    async def _bound_news(self, pod: Pod, node: str, warnings: tuple[str, ...]) -> None:
-        """One report (one per pod runs at a time): the Scheduled Event, then what the
-        engine adjusted in the request."""
-        await self._reporter.scheduled(pod, node)
-        for warning in warnings:
-            await self._reporter.adjusted(pod, warning)
 
     def _report_once(self, key: PodKey, pod: Pod, message: str, coro: Awaitable[None]) -> None:
         """Report why the pod waits unless that message is what it was last told: the

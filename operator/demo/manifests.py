@@ -11,7 +11,7 @@ import yaml
 
 from vgpu_operator.demo.settings import CONFIG_FILE_NAME, DemoError, Json
 from vgpu_operator.testing.controlplane import (
-    ApiError,
+    AdminRequestError,
     ControlPlane,
 )
 
@@ -107,7 +107,7 @@ def apply_manifest(cp: ControlPlane, manifest: Manifest) -> None:
     """Create the object; one that exists already is left as it is."""
     try:
         cp.create(manifest.collection_path(), manifest.body)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status != 409:
             raise DemoError(
                 f"{manifest.source.name}: {manifest.kind} {manifest.name}: {exc}"

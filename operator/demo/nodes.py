@@ -14,13 +14,14 @@ from typing import Any, Final
 from vgpu_operator import resources
 from vgpu_operator.agent.backends import backend_from_spec
 from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings, KubeletStandIn
-from vgpu_operator.agent.main import AgentSettings, run_agent
+from vgpu_operator.agent.main import run_agent
+from vgpu_operator.agent.settings import AgentSettings
 from vgpu_operator.demo.settings import CRDS, INVENTORIES, DemoError, Json, wait_for
 from vgpu_operator.devices import dra, nvidia
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.pods import pods_on_node
 from vgpu_operator.testing.controlplane import (
-    ApiError,
+    AdminRequestError,
     ControlPlane,
 )
 from vgpu_operator.wire import Pod
@@ -75,12 +76,12 @@ class CardFacts:
 
 
 @dataclass(frozen=True, slots=True)
-class _MachineSummary:
+class MachineSummary:
     gpus: int
     healthy: int
 
 
-def _read_machine(node: DemoNode) -> _MachineSummary:
+def _read_machine(node: DemoNode) -> MachineSummary:
     """What the node's agent will report once settled: the card count (the Node's
     ``nvidia.com/gpu`` capacity) and how many stay healthy after the machine's health
     events (a simulated XID shows up as an event, not in the first reading)."""
@@ -94,7 +95,7 @@ def _read_machine(node: DemoNode) -> _MachineSummary:
     finally:
         backend.close()
     present = [gpu for gpu in reading.gpus if gpu.present]
-    return _MachineSummary(len(present), sum(1 for gpu in present if gpu.healthy))
+    return MachineSummary(len(present), sum(1 for gpu in present if gpu.healthy))
 
 
 def install_crd(cp: ControlPlane, timeout_s: float = 30.0) -> None:
@@ -102,21 +103,21 @@ def install_crd(cp: ControlPlane, timeout_s: float = 30.0) -> None:
     crd = resources.render_crd()
     try:
         cp.create(CRDS, crd)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status != 409:
             raise
 
     def served() -> bool:
         try:
             cp.get(INVENTORIES)
-        except ApiError:
+        except AdminRequestError:
             return False
         return True
 
     wait_for("the DeviceInventory API", served, timeout_s)
 
 
-def create_nodes(cp: ControlPlane, nodes: Sequence[DemoNode]) -> dict[str, _MachineSummary]:
+def create_nodes(cp: ControlPlane, nodes: Sequence[DemoNode]) -> dict[str, MachineSummary]:
     """A KWOK node per machine, with ``nvidia.com/gpu`` capacity = its card count."""
     machines = {}
     for node in nodes:
@@ -256,7 +257,7 @@ class AgentFleet:
 
 
 def wait_for_inventories(
-    cp: ControlPlane, machines: Mapping[str, _MachineSummary], fleet: AgentFleet, timeout_s: float
+    cp: ControlPlane, machines: Mapping[str, MachineSummary], fleet: AgentFleet, timeout_s: float
 ) -> list[Json]:
     """Wait until every node's DeviceInventory reports all of its cards, and as many
     healthy ones as the machine shows."""

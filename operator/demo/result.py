@@ -124,7 +124,7 @@ def _pod_key(obj: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class ExamplesSnapshot:
     """The example pods as the API server has them, and their latest FailedScheduling
     Event texts ("ns/name" -> message)."""
 
@@ -147,7 +147,7 @@ def _event_time(event: Mapping[str, Any]) -> str:
     return str(event.get("lastTimestamp") or event.get("eventTime") or "")
 
 
-def read_snapshot(cp: ControlPlane, keys: Sequence[str]) -> Snapshot:
+def read_snapshot(cp: ControlPlane, keys: Sequence[str]) -> ExamplesSnapshot:
     """One listing of pods and Events per namespace of ``keys``."""
     wanted = set(keys)
     pods: dict[str, Json] = {}
@@ -164,7 +164,7 @@ def read_snapshot(cp: ControlPlane, keys: Sequence[str]) -> Snapshot:
             if key not in latest or _event_time(event) >= _event_time(latest[key]):
                 latest[key] = event
     messages = {key: str(event.get("message") or "") for key, event in latest.items()}
-    return Snapshot(pods, messages)
+    return ExamplesSnapshot(pods, messages)
 
 
 def read_preempted(cp: ControlPlane, namespaces: Sequence[str]) -> tuple[PreemptedPod, ...]:
@@ -184,7 +184,7 @@ def read_preempted(cp: ControlPlane, namespaces: Sequence[str]) -> tuple[Preempt
     return tuple(pod for _, pod in sorted(found, key=lambda item: item[0]))
 
 
-def awaiting_devices(snapshot: Snapshot) -> list[str]:
+def awaiting_devices(snapshot: ExamplesSnapshot) -> list[str]:
     """Bound pods whose device plugin has not answered yet (``bind-phase`` allocating)."""
     return sorted(
         key
@@ -211,7 +211,7 @@ def wait_for_allocations(
 
 def wait_for_decisions(
     cp: ControlPlane, keys: Sequence[str], operator: OperatorProcess, timeout_s: float
-) -> Snapshot:
+) -> ExamplesSnapshot:
     """Poll until every pod is decided or ``timeout_s`` passes; the last reading."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -226,7 +226,7 @@ def _grants(pod: Mapping[str, Any]) -> tuple[GpuGrant, ...]:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
         devices = codec.decode_pod_devices(
-            annotations, {nvidia.COMMON_WORD: names.NVIDIA_DEVICES_ALLOCATED}
+            annotations, {nvidia.COMMON_WORD: nvidia.ALLOCATED_ANNOTATION}
         )
     except CodecError as exc:
         raise DemoError(f"{_pod_key(pod)}: unreadable allocation: {exc}") from exc
@@ -248,7 +248,7 @@ def _grants(pod: Mapping[str, Any]) -> tuple[GpuGrant, ...]:
 
 def collect_result(
     keys: Sequence[str],
-    snapshot: Snapshot,
+    snapshot: ExamplesSnapshot,
     cards: Mapping[str, CardFacts],
     timings_s: Mapping[str, float],
 ) -> DemoResult:

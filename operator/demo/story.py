@@ -26,7 +26,9 @@ from vgpu_operator.demo.manifests import (
 from vgpu_operator.demo.nodes import (
     DEMO_NODES,
     AgentFleet,
+    CardFacts,
     DemoNode,
+    MachineSummary,
     cards_from_inventories,
     create_nodes,
     install_crd,
@@ -117,6 +119,83 @@ def _wait_for_interrupt(cp: ControlPlane, operator: OperatorProcess, say: Say) -
             time.sleep(1)
 
 
+def _read_examples(source: Path) -> tuple[list[Manifest], list[Manifest], list[list[Manifest]]]:
+    """The setup (the device config), the examples and the preemption story's steps,
+    every kind checked before anything starts."""
+    config_file, files = example_files(source)
+    if not files:
+        raise DemoError(f"no *.yaml manifests in {source}")
+    setup = load_manifests(config_file) if config_file is not None else []
+    examples = [m for path in files for m in load_manifests(path)]
+    story = [load_manifests(path) for path in story_files(source)]
+    for manifest in (*setup, *examples, *(m for step in story for m in step)):
+        manifest.collection_path()  # refuse an unsupported kind before starting anything
+    return setup, examples, story
+
+
+@dataclasses.dataclass(frozen=True)
+class _Examples:
+    source: Path
+    examples: Sequence[Manifest]
+    story: Sequence[Sequence[Manifest]]
+
+
+def _decide_examples(
+    cp: ControlPlane,
+    operator: OperatorProcess,
+    given: _Examples,
+    fleet: AgentFleet,
+    cards: Mapping[str, CardFacts],
+    clock: _Clock,
+    say: Say,
+    timeout_s: float,
+) -> DemoResult:
+    """Apply the examples one pod at a time, play the preemption story, and read what
+    the operator decided (the pods preempted, the containers' settings, what waits)."""
+    source, examples, story = given.source, given.examples, given.story
+    keys = []
+    say(f"applying {len(examples)} objects from {source}, each pod once the")
+    say("previous one is decided (so the table reads the same on every run)...")
+    for manifest in examples:
+        apply_manifest(cp, manifest)
+        if manifest.kind == "Pod":
+            keys.append(f"{manifest.namespace}/{manifest.name}")
+            wait_for_decisions(cp, keys[-1:], operator, timeout_s)
+    snapshot = wait_for_decisions(cp, keys, operator, timeout_s)
+    clock.lap("scheduling")
+    if story:
+        say(f"preemption: {len(story)} steps from {source / PREEMPTION_DIR}...")
+        keys += play_story(cp, story, operator, timeout_s)
+        clock.lap("preemption")
+    preempted = read_preempted(cp, [key.split("/", 1)[0] for key in keys])
+    gone = {f"{p.namespace}/{p.name}" for p in preempted}
+    keys = [key for key in keys if key not in gone]
+    unsettled = wait_for_allocations(cp, keys, operator, timeout_s=20)
+    snapshot = read_snapshot(cp, keys)
+    result = collect_result(keys, snapshot, cards, clock.phases)
+    containers = tuple(s for s in fleet.container_settings() if s.pod in set(keys))
+    result = dataclasses.replace(
+        result,
+        preempted=preempted,
+        containers=containers,
+        unsettled=tuple(unsettled),
+    )
+    return result
+
+
+def _cards_reported(
+    cp: ControlPlane, machines: Mapping[str, MachineSummary], fleet: AgentFleet, say: Say
+) -> dict[str, CardFacts]:
+    """The cards the node agents report, once every node's inventory is there."""
+    inventories = wait_for_inventories(cp, machines, fleet, timeout_s=60)
+    cards = cards_from_inventories(inventories)
+    total = sum(m.gpus for m in machines.values())
+    say(f"{len(machines)} GPU nodes ready, {total} GPUs reported by the node agents:")
+    for line in render_nodes(cards):
+        say(line)
+    return cards
+
+
 @dataclasses.dataclass(frozen=True)
 class RunningDemo:
     """The demo cluster once every pod is decided, for ``run_demo``'s ``while_running``."""
@@ -149,14 +228,7 @@ def run_demo(
     test scrapes it then); ``agent_metrics_ports`` serves agents' metrics.
     """
     source = examples_dir if examples_dir is not None else default_examples_dir()
-    config_file, files = example_files(source)
-    if not files:
-        raise DemoError(f"no *.yaml manifests in {source}")
-    setup = load_manifests(config_file) if config_file is not None else []
-    examples = [m for path in files for m in load_manifests(path)]
-    story = [load_manifests(path) for path in story_files(source)]
-    for manifest in (*setup, *examples, *(m for step in story for m in step)):
-        manifest.collection_path()  # refuse an unsupported kind before starting anything
+    setup, examples, story = _read_examples(source)
     clock = _Clock()
     say("starting the control plane (etcd, kube-apiserver, KWOK)...")
     with ControlPlane(kwok=True, binaries=binaries) as cp:
@@ -177,43 +249,21 @@ def run_demo(
         )
         fleet.start()
         try:
-            inventories = wait_for_inventories(cp, machines, fleet, timeout_s=60)
-            cards = cards_from_inventories(inventories)
-            total = sum(m.gpus for m in machines.values())
-            say(f"{len(machines)} GPU nodes ready, {total} GPUs reported by the node agents:")
-            for line in render_nodes(cards):
-                say(line)
+            cards = _cards_reported(cp, machines, fleet, say)
             clock.lap("nodes and agents")
             say("starting the operator...")
             with _running_operator(cp, say, startup_timeout_s=60) as operator:
                 say("operator ready")
                 clock.lap("operator start")
-                keys = []
-                say(f"applying {len(examples)} objects from {source}, each pod once the")
-                say("previous one is decided (so the table reads the same on every run)...")
-                for manifest in examples:
-                    apply_manifest(cp, manifest)
-                    if manifest.kind == "Pod":
-                        keys.append(f"{manifest.namespace}/{manifest.name}")
-                        wait_for_decisions(cp, keys[-1:], operator, timeout_s)
-                snapshot = wait_for_decisions(cp, keys, operator, timeout_s)
-                clock.lap("scheduling")
-                if story:
-                    say(f"preemption: {len(story)} steps from {source / PREEMPTION_DIR}...")
-                    keys += play_story(cp, story, operator, timeout_s)
-                    clock.lap("preemption")
-                preempted = read_preempted(cp, [key.split("/", 1)[0] for key in keys])
-                gone = {f"{p.namespace}/{p.name}" for p in preempted}
-                keys = [key for key in keys if key not in gone]
-                unsettled = wait_for_allocations(cp, keys, operator, timeout_s=20)
-                snapshot = read_snapshot(cp, keys)
-                result = collect_result(keys, snapshot, cards, clock.phases)
-                containers = tuple(s for s in fleet.container_settings() if s.pod in set(keys))
-                result = dataclasses.replace(
-                    result,
-                    preempted=preempted,
-                    containers=containers,
-                    unsettled=tuple(unsettled),
+                result = _decide_examples(
+                    cp,
+                    operator,
+                    _Examples(source, examples, story),
+                    fleet,
+                    cards,
+                    clock,
+                    say,
+                    timeout_s,
                 )
                 dra_shown = run_dra_claim(cp, say, timeout_s)
                 clock.lap("dra claim")

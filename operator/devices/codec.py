@@ -24,22 +24,13 @@ keys are ignored, and numbers must be integers in the Go field's range.
 from __future__ import annotations
 
 import enum
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from vgpu_operator import errors, names
-from vgpu_operator.devices import model, quantity
-
-# Go integer ranges of the fields HAMi declares as int32 / int / uint.
-_INT32_MIN: Final = -(2**31)
-_INT32_MAX: Final = 2**31 - 1
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
-_UINT64_MAX: Final = 2**64 - 1
-_UINT32_MAX: Final = 2**32 - 1
+from vgpu_operator.devices import go_wire, model, nvidia, quantity
 
 # Separators of the colon forms (HAMi's OneContainerMultiDeviceSplitSymbol and
 # OnePodMultiContainerSplitSymbol); ',' separates the fields of one entry.
@@ -51,13 +42,6 @@ _LEGACY_FIELDS_OLD: Final = 7
 _LEGACY_FIELDS: Final = 9
 _POD_DEVICE_MIN_FIELDS: Final = 4
 
-# Go's strconv.ParseInt with base 10: an optional sign and ASCII digits, nothing else
-# (Python's int() would also take spaces, underscores and non-ASCII digits).
-_GO_INT_RE: Final = re.compile(r"[+-]?[0-9]+")
-_UNSIGNED_RE: Final = re.compile(r"[0-9]+")
-_GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-
 _MIG_UUID_RE: Final = re.compile(r"([^\[\]]+)\[([0-9]+)-([0-9]+)\]")
 
 
@@ -68,97 +52,6 @@ class BindPhase(enum.StrEnum):
     ALLOCATING = "allocating"
     SUCCESS = "success"
     FAILED = "failed"
-
-
-# --- scalar parsing --------------------------------------------------------------------
-
-
-def _parse_go_int(text: str, field: str, what: str, low: int, high: int) -> int:
-    if _GO_INT_RE.fullmatch(text) is None:
-        raise errors.CodecError(field, f"{what} is not an integer: {text!r}", text)
-    number = int(text)
-    if not low <= number <= high:
-        raise errors.CodecError(field, f"{what} {number} is out of range [{low}, {high}]", text)
-    return number
-
-
-def _parse_go_bool(text: str, field: str, what: str) -> bool:
-    if text in _GO_TRUE:
-        return True
-    if text in _GO_FALSE:
-        return False
-    raise errors.CodecError(field, f"{what} is not a boolean: {text!r}", text)
-
-
-def _forbid_separators(text: str, separators: str, field: str, what: str) -> None:
-    bad = [s for s in separators if s in text]
-    if bad:
-        raise errors.CodecError(field, f"{what} {text!r} contains separator {bad[0]!r}", text)
-
-
-# --- JSON as Go reads it ---------------------------------------------------------------
-
-
-def _reject_constant(name: str) -> Any:
-    # Python's json accepts NaN/Infinity; Go's does not, and neither fits an integer field.
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _load_json(value: str, field: str) -> Any:
-    try:
-        return json.loads(value, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise errors.CodecError(field, f"invalid JSON: {exc}", value) from exc
-
-
-def _dump_json_like_go(data: Any) -> str:
-    """Compact JSON escaped as Go's json.Marshal escapes it (HTML-safe, U+2028/9)."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    for raw, escaped in (
-        ("&", "\\u0026"),
-        ("<", "\\u003c"),
-        (">", "\\u003e"),
-        ("\u2028", "\\u2028"),
-        ("\u2029", "\\u2029"),
-    ):
-        text = text.replace(raw, escaped)
-    return text
-
-
-def _json_int(raw: Any, field: str, what: str, low: int, high: int) -> int:
-    # bool is an int subclass in Python, but `true` never fits a Go integer field.
-    if isinstance(raw, bool) or not isinstance(raw, int):
-        raise errors.CodecError(field, f"{what} must be an integer, got {raw!r}")
-    if not low <= raw <= high:
-        raise errors.CodecError(field, f"{what} {raw} is out of range [{low}, {high}]")
-    return raw
-
-
-def _json_str(raw: Any, field: str, what: str) -> str:
-    if not isinstance(raw, str):
-        raise errors.CodecError(field, f"{what} must be a string, got {raw!r}")
-    return raw
-
-
-def _json_bool(raw: Any, field: str, what: str) -> bool:
-    if not isinstance(raw, bool):
-        raise errors.CodecError(field, f"{what} must be a boolean, got {raw!r}")
-    return raw
-
-
-def _go_fields(obj: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
-    """Pick HAMi's fields out of a JSON object as Go does: keys match case-insensitively,
-    a later key overrides an earlier one, ``null`` leaves the field unset."""
-    wanted = {name.lower(): name for name in known}
-    picked: dict[str, Any] = {}
-    for key, raw in obj.items():
-        name = wanted.get(key.lower())
-        if name is None:
-            continue
-        # Go leaves a field untouched when it reads null into it.
-        if raw is not None:
-            picked[name] = raw
-    return picked
 
 
 # --- node register: hami.io/node-nvidia-register ---------------------------------------
@@ -178,7 +71,7 @@ _DEVICE_JSON_FIELDS: Final = (
 
 
 def decode_node_devices(
-    value: str, field: str = names.NODE_NVIDIA_REGISTER, vendor: str = "NVIDIA"
+    value: str, field: str = nvidia.REGISTER_ANNOTATION, vendor: str = "NVIDIA"
 ) -> list[model.DeviceInfo]:
     """Decode a node's register annotation, JSON or legacy colon form.
 
@@ -196,7 +89,7 @@ def decode_node_devices(
 
 
 def _decode_node_devices_json(value: str, field: str, vendor: str) -> list[model.DeviceInfo]:
-    entries = _load_json(value, field)
+    entries = go_wire.load_json(value, field)
     if not isinstance(entries, list):
         raise errors.CodecError(field, "expected a JSON list of devices", value)
     devices: list[model.DeviceInfo] = []
@@ -204,24 +97,40 @@ def _decode_node_devices_json(value: str, field: str, vendor: str) -> list[model
         where = f"device {position}"
         if not isinstance(entry, dict):
             raise errors.CodecError(field, f"{where} must be a JSON object, got {entry!r}")
-        raw = _go_fields(entry, _DEVICE_JSON_FIELDS)
+        raw = go_wire.go_fields(entry, _DEVICE_JSON_FIELDS)
         devices.append(
             model.DeviceInfo(
-                id=_json_str(raw.get("id", ""), field, f"{where} id"),
-                index=_json_int(raw.get("index", 0), field, f"{where} index", 0, _UINT64_MAX),
-                count=_json_int(
-                    raw.get("count", 0), field, f"{where} count", _INT32_MIN, _INT32_MAX
+                id=go_wire.json_str(raw.get("id", ""), field, f"{where} id"),
+                index=go_wire.json_int(
+                    raw.get("index", 0), field, f"{where} index", 0, go_wire.UINT64_MAX
                 ),
-                memory_mib=_json_int(
-                    raw.get("devmem", 0), field, f"{where} devmem", _INT32_MIN, _INT32_MAX
+                count=go_wire.json_int(
+                    raw.get("count", 0),
+                    field,
+                    f"{where} count",
+                    go_wire.INT32_MIN,
+                    go_wire.INT32_MAX,
                 ),
-                cores=_json_int(
-                    raw.get("devcore", 0), field, f"{where} devcore", _INT32_MIN, _INT32_MAX
+                memory_mib=go_wire.json_int(
+                    raw.get("devmem", 0),
+                    field,
+                    f"{where} devmem",
+                    go_wire.INT32_MIN,
+                    go_wire.INT32_MAX,
                 ),
-                type=_json_str(raw.get("type", ""), field, f"{where} type"),
-                numa=_json_int(raw.get("numa", 0), field, f"{where} numa", _INT64_MIN, _INT64_MAX),
-                health=_json_bool(raw.get("health", False), field, f"{where} health"),
-                mode=_json_str(raw.get("mode", ""), field, f"{where} mode"),
+                cores=go_wire.json_int(
+                    raw.get("devcore", 0),
+                    field,
+                    f"{where} devcore",
+                    go_wire.INT32_MIN,
+                    go_wire.INT32_MAX,
+                ),
+                type=go_wire.json_str(raw.get("type", ""), field, f"{where} type"),
+                numa=go_wire.json_int(
+                    raw.get("numa", 0), field, f"{where} numa", go_wire.INT64_MIN, go_wire.INT64_MAX
+                ),
+                health=go_wire.json_bool(raw.get("health", False), field, f"{where} health"),
+                mode=go_wire.json_str(raw.get("mode", ""), field, f"{where} mode"),
                 vendor=vendor,
                 mig_profiles=_decode_mig_profiles(
                     raw.get("migProfiles", []), field, f"{where} migProfiles"
@@ -245,7 +154,7 @@ def _decode_mig_profiles(raw: Any, field: str, where: str) -> tuple[model.MigPro
         at = f"{where}[{position}]"
         if not isinstance(entry, dict):
             raise errors.CodecError(field, f"{at} must be a JSON object, got {entry!r}")
-        fields = _go_fields(entry, _MIG_PROFILE_JSON_FIELDS)
+        fields = go_wire.go_fields(entry, _MIG_PROFILE_JSON_FIELDS)
         placements = fields.get("placements", [])
         if not isinstance(placements, list):
             raise errors.CodecError(field, f"{at} placements must be a JSON list")
@@ -253,26 +162,40 @@ def _decode_mig_profiles(raw: Any, field: str, where: str) -> tuple[model.MigPro
         for k, spot in enumerate(placements):
             if not isinstance(spot, dict):
                 raise errors.CodecError(field, f"{at} placement {k} must be a JSON object")
-            place = _go_fields(spot, _MIG_PLACEMENT_JSON_FIELDS)
+            place = go_wire.go_fields(spot, _MIG_PLACEMENT_JSON_FIELDS)
             spots.append(
                 (
-                    _json_int(
-                        place.get("start", 0), field, f"{at} placement {k} start", 0, _UINT32_MAX
+                    go_wire.json_int(
+                        place.get("start", 0),
+                        field,
+                        f"{at} placement {k} start",
+                        0,
+                        go_wire.UINT32_MAX,
                     ),
-                    _json_int(
-                        place.get("size", 0), field, f"{at} placement {k} size", 0, _UINT32_MAX
+                    go_wire.json_int(
+                        place.get("size", 0),
+                        field,
+                        f"{at} placement {k} size",
+                        0,
+                        go_wire.UINT32_MAX,
                     ),
                 )
             )
         profiles.append(
             model.MigProfile(
-                name=_json_str(fields.get("name", ""), field, f"{at} name"),
-                memory_mib=_json_int(
-                    fields.get("memoryMB", 0), field, f"{at} memoryMB", _INT32_MIN, _INT32_MAX
+                name=go_wire.json_str(fields.get("name", ""), field, f"{at} name"),
+                memory_mib=go_wire.json_int(
+                    fields.get("memoryMB", 0),
+                    field,
+                    f"{at} memoryMB",
+                    go_wire.INT32_MIN,
+                    go_wire.INT32_MAX,
                 ),
-                cores=_json_int(fields.get("core", 0), field, f"{at} core", _INT32_MIN, _INT32_MAX),
-                slice_count=_json_int(
-                    fields.get("sliceCount", 0), field, f"{at} sliceCount", 0, _UINT32_MAX
+                cores=go_wire.json_int(
+                    fields.get("core", 0), field, f"{at} core", go_wire.INT32_MIN, go_wire.INT32_MAX
+                ),
+                slice_count=go_wire.json_int(
+                    fields.get("sliceCount", 0), field, f"{at} sliceCount", 0, go_wire.UINT32_MAX
                 ),
                 placements=tuple(spots),
             )
@@ -295,20 +218,26 @@ def _decode_node_devices_legacy(value: str, field: str, vendor: str) -> list[mod
         where = f"device {items[0]!r}"
         index, mode = 0, model.MODE_HAMI_CORE
         if len(items) == _LEGACY_FIELDS:
-            index = _parse_go_int(items[7], field, f"{where} index", 0, _INT64_MAX)
+            index = go_wire.parse_go_int(items[7], field, f"{where} index", 0, go_wire.INT64_MAX)
             mode = items[8]
         devices.append(
             model.DeviceInfo(
                 id=items[0],
                 index=index,
-                count=_parse_go_int(items[1], field, f"{where} count", _INT32_MIN, _INT32_MAX),
-                memory_mib=_parse_go_int(
-                    items[2], field, f"{where} devmem", _INT32_MIN, _INT32_MAX
+                count=go_wire.parse_go_int(
+                    items[1], field, f"{where} count", go_wire.INT32_MIN, go_wire.INT32_MAX
                 ),
-                cores=_parse_go_int(items[3], field, f"{where} devcore", _INT32_MIN, _INT32_MAX),
+                memory_mib=go_wire.parse_go_int(
+                    items[2], field, f"{where} devmem", go_wire.INT32_MIN, go_wire.INT32_MAX
+                ),
+                cores=go_wire.parse_go_int(
+                    items[3], field, f"{where} devcore", go_wire.INT32_MIN, go_wire.INT32_MAX
+                ),
                 type=items[4],
-                numa=_parse_go_int(items[5], field, f"{where} numa", _INT64_MIN, _INT64_MAX),
-                health=_parse_go_bool(items[6], field, f"{where} health"),
+                numa=go_wire.parse_go_int(
+                    items[5], field, f"{where} numa", go_wire.INT64_MIN, go_wire.INT64_MAX
+                ),
+                health=go_wire.parse_go_bool(items[6], field, f"{where} health"),
                 mode=mode,
                 vendor=vendor,
             )
@@ -319,18 +248,18 @@ def _decode_node_devices_legacy(value: str, field: str, vendor: str) -> list[mod
 def _check_device_ranges(device: model.DeviceInfo, field: str) -> None:
     where = f"device {device.id!r}"
     for what, number, low, high in (
-        ("index", device.index, 0, _UINT64_MAX),
-        ("count", device.count, _INT32_MIN, _INT32_MAX),
-        ("devmem", device.memory_mib, _INT32_MIN, _INT32_MAX),
-        ("devcore", device.cores, _INT32_MIN, _INT32_MAX),
-        ("numa", device.numa, _INT64_MIN, _INT64_MAX),
+        ("index", device.index, 0, go_wire.UINT64_MAX),
+        ("count", device.count, go_wire.INT32_MIN, go_wire.INT32_MAX),
+        ("devmem", device.memory_mib, go_wire.INT32_MIN, go_wire.INT32_MAX),
+        ("devcore", device.cores, go_wire.INT32_MIN, go_wire.INT32_MAX),
+        ("numa", device.numa, go_wire.INT64_MIN, go_wire.INT64_MAX),
     ):
         if not low <= number <= high:
             raise errors.CodecError(field, f"{where} {what} {number} is out of range")
 
 
 def encode_node_devices_json(
-    devices: Iterable[model.DeviceInfo], field: str = names.NODE_NVIDIA_REGISTER
+    devices: Iterable[model.DeviceInfo], field: str = nvidia.REGISTER_ANNOTATION
 ) -> str:
     """Encode cards as HAMi's ``MarshalNodeDevices`` does.
 
@@ -364,11 +293,11 @@ def encode_node_devices_json(
             "health": device.health,
         }
         entries.append({key: raw for key, raw in full.items() if raw})
-    return _dump_json_like_go(entries)
+    return go_wire.dump_json_like_go(entries)
 
 
 def encode_node_devices_legacy(
-    devices: Iterable[model.DeviceInfo], field: str = names.NODE_NVIDIA_REGISTER
+    devices: Iterable[model.DeviceInfo], field: str = nvidia.REGISTER_ANNOTATION
 ) -> str:
     """Encode cards in the 9-field colon form of HAMi's ``EncodeNodeDevices``.
 
@@ -379,10 +308,10 @@ def encode_node_devices_legacy(
     parts: list[str] = []
     for device in devices:
         _check_device_ranges(device, field)
-        if device.index > _INT64_MAX:
+        if device.index > go_wire.INT64_MAX:
             raise errors.CodecError(field, f"index {device.index} does not fit the colon form")
         for what, text in (("id", device.id), ("type", device.type), ("mode", device.mode)):
-            _forbid_separators(text, FIELD_SEPARATOR + DEVICE_SEPARATOR, field, what)
+            go_wire.forbid_separators(text, FIELD_SEPARATOR + DEVICE_SEPARATOR, field, what)
         health = "true" if device.health else "false"
         parts.append(
             f"{device.id},{device.count},{device.memory_mib},{device.cores},{device.type},"
@@ -400,14 +329,14 @@ def encode_node_devices_legacy(
 
 
 def decode_pair_scores(
-    value: str, field: str = names.NODE_NVIDIA_SCORE
+    value: str, field: str = nvidia.SCORE_ANNOTATION
 ) -> dict[str, dict[str, int]]:
     """Decode topology scores: card UUID -> peer UUID -> score.
 
     When a UUID appears more than once, its first entry wins (as HAMi's lookup does).
     A ``null`` list is empty; ``null`` entries are skipped.
     """
-    entries = _load_json(value, field)
+    entries = go_wire.load_json(value, field)
     if entries is None:
         return {}
     if not isinstance(entries, list):
@@ -419,14 +348,18 @@ def decode_pair_scores(
             continue
         if not isinstance(entry, dict):
             raise errors.CodecError(field, f"{where} must be a JSON object, got {entry!r}")
-        raw = _go_fields(entry, ("uuid", "score"))
-        uuid = _json_str(raw.get("uuid", ""), field, f"{where} uuid")
+        raw = go_wire.go_fields(entry, ("uuid", "score"))
+        uuid = go_wire.json_str(raw.get("uuid", ""), field, f"{where} uuid")
         peers = raw.get("score", {})
         if not isinstance(peers, dict):
             raise errors.CodecError(field, f"{where} score must be a JSON object")
         decoded = {
-            peer: _json_int(
-                0 if n is None else n, field, f"{where} score {peer!r}", _INT64_MIN, _INT64_MAX
+            peer: go_wire.json_int(
+                0 if n is None else n,
+                field,
+                f"{where} score {peer!r}",
+                go_wire.INT64_MIN,
+                go_wire.INT64_MAX,
             )
             for peer, n in peers.items()
         }
@@ -435,14 +368,14 @@ def decode_pair_scores(
 
 
 def encode_pair_scores(
-    scores: Mapping[str, Mapping[str, int]], field: str = names.NODE_NVIDIA_SCORE
+    scores: Mapping[str, Mapping[str, int]], field: str = nvidia.SCORE_ANNOTATION
 ) -> str:
     """Encode topology scores as the device plugin writes them (peers sorted, as Go
     sorts map keys; empty values left out, as ``omitempty`` does)."""
     entries: list[dict[str, Any]] = []
     for uuid, peers in scores.items():
         for peer, n in peers.items():
-            if not _INT64_MIN <= n <= _INT64_MAX:
+            if not go_wire.INT64_MIN <= n <= go_wire.INT64_MAX:
                 raise errors.CodecError(field, f"score {uuid!r}->{peer!r} {n} is out of range")
         entry: dict[str, Any] = {}
         if uuid:
@@ -450,14 +383,14 @@ def encode_pair_scores(
         if peers:
             entry["score"] = dict(sorted(peers.items()))
         entries.append(entry)
-    return _dump_json_like_go(entries)
+    return go_wire.dump_json_like_go(entries)
 
 
 # --- pod devices: hami.io/vgpu-devices-{to-allocate,allocated} -------------------------
 
 
 def encode_pod_single_device(
-    pd: model.PodSingleDevice, field: str = names.NVIDIA_DEVICES_ALLOCATED
+    pd: model.PodSingleDevice, field: str = nvidia.ALLOCATED_ANNOTATION
 ) -> str:
     """Encode one vendor's allocation of a pod (HAMi's ``EncodePodSingleDevice``).
 
@@ -470,11 +403,11 @@ def encode_pod_single_device(
             for what, text in (("uuid", device.uuid), ("type", device.vendor)):
                 if text == "":
                     raise errors.CodecError(field, f"device {what} is empty")
-                _forbid_separators(
+                go_wire.forbid_separators(
                     text, FIELD_SEPARATOR + DEVICE_SEPARATOR + CONTAINER_SEPARATOR, field, what
                 )
             for what, number in (("usedmem", device.memory_mib), ("usedcores", device.cores)):
-                if not 0 <= number <= _INT32_MAX:
+                if not 0 <= number <= go_wire.INT32_MAX:
                     raise errors.CodecError(field, f"{what} {number} is out of range")
             out.append(
                 f"{device.uuid},{device.vendor},{device.memory_mib},{device.cores}"
@@ -516,8 +449,12 @@ def _decode_container_devices(part: str, field: str) -> model.ContainerDevices:
                 uuid=uuid,
                 vendor=vendor,
                 # Negative usage is rejected (newer HAMi does too): it would credit capacity.
-                memory_mib=_parse_go_int(items[2], field, f"{uuid} usedmem", 0, _INT32_MAX),
-                cores=_parse_go_int(items[3], field, f"{uuid} usedcores", 0, _INT32_MAX),
+                memory_mib=go_wire.parse_go_int(
+                    items[2], field, f"{uuid} usedmem", 0, go_wire.INT32_MAX
+                ),
+                cores=go_wire.parse_go_int(
+                    items[3], field, f"{uuid} usedcores", 0, go_wire.INT32_MAX
+                ),
             )
         )
     return tuple(devices)
@@ -529,7 +466,7 @@ def decode_pod_devices(
     """Decode a pod's allocation for every vendor whose annotation is present.
 
     ``keys`` maps a vendor's common word to its annotation key, e.g.
-    ``{"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED}``.
+    ``{"NVIDIA": nvidia.ALLOCATED_ANNOTATION}``.
     """
     return {
         vendor: decode_pod_single_device(annotations[key], key)
@@ -556,7 +493,7 @@ def encode_pod_devices(pod_devices: model.PodDevices, keys: Mapping[str, str]) -
 
 
 def split_mig_uuid(
-    uuid: str, field: str = names.NVIDIA_DEVICES_ALLOCATED
+    uuid: str, field: str = nvidia.ALLOCATED_ANNOTATION
 ) -> tuple[str, tuple[int, int] | None]:
     """``GPU-a0[1-3]`` -> ``("GPU-a0", (1, 3))`` (geometry, slot); no brackets -> None."""
     if "[" not in uuid and "]" not in uuid:
@@ -568,7 +505,7 @@ def split_mig_uuid(
 
 
 def join_mig_uuid(
-    base: str, geometry: int, slot: int, field: str = names.NVIDIA_DEVICES_ALLOCATED
+    base: str, geometry: int, slot: int, field: str = nvidia.ALLOCATED_ANNOTATION
 ) -> str:
     """``("GPU-a0", 1, 3)`` -> ``GPU-a0[1-3]``, the inverse of ``split_mig_uuid``."""
     if base == "" or "[" in base or "]" in base:
@@ -590,9 +527,9 @@ def encode_vgpu_time(ts: float, field: str = names.ASSIGNED_TIME) -> str:
 
 def decode_vgpu_time(value: str, field: str = names.ASSIGNED_TIME) -> int:
     """Read ``hami.io/vgpu-time`` or ``hami.io/bind-time``: non-negative Unix seconds."""
-    if _UNSIGNED_RE.fullmatch(value) is None:
+    if go_wire.UNSIGNED_RE.fullmatch(value) is None:
         raise errors.CodecError(field, "not a Unix time in whole seconds", value)
-    return _parse_go_int(value, field, "time", 0, _INT64_MAX)
+    return go_wire.parse_go_int(value, field, "time", 0, go_wire.INT64_MAX)
 
 
 def decode_bind_phase(value: str, field: str = names.BIND_PHASE) -> BindPhase:

@@ -2,17 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal
+
+from pydantic import Field
 
 from vgpu_operator import names
-from vgpu_operator.config import NvidiaConfig, VendorConfig
+from vgpu_operator.config import DeviceConfig, VendorConfig
 from vgpu_operator.devices import vendor
 from vgpu_operator.devices.quantity import as_int
 
 COMMON_WORD: Final = "NVIDIA"
+#: Its section of ``device-config.yaml``.
+CONFIG_KEY: Final = "nvidia"
+
+# HAMi's NVIDIA keys, byte for byte: the Node's registration and link scores (written by
+# the device plugin, our agent), the allocation the scheduler writes on a pod, and the
+# card restrictions a pod or a Node may carry.
+REGISTER_ANNOTATION: Final = "hami.io/node-nvidia-register"
+SCORE_ANNOTATION: Final = "hami.io/node-nvidia-score"
+TO_ALLOCATE_ANNOTATION: Final = "hami.io/vgpu-devices-to-allocate"
+ALLOCATED_ANNOTATION: Final = "hami.io/vgpu-devices-allocated"
+USE_TYPE_ANNOTATION: Final = "nvidia.com/use-gputype"
+NOUSE_TYPE_ANNOTATION: Final = "nvidia.com/nouse-gputype"
+USE_UUID_ANNOTATION: Final = "nvidia.com/use-gpuuuid"
+NOUSE_UUID_ANNOTATION: Final = "nvidia.com/nouse-gpuuuid"
+NUMA_BIND_ANNOTATION: Final = "nvidia.com/numa-bind"
+MODE_ANNOTATION: Final = "nvidia.com/vgpu-mode"
+#: Where its resources are named (the Kueue check knows a device pod by it).
+RESOURCE_PREFIX: Final = "nvidia.com/"
 #: The count resource its device plugins advertise unless the device config names another
-#: (``resourceCountName``; the config's own default).
-COUNT_RESOURCE: Final = NvidiaConfig.model_fields["resource_count_name"].default
+#: (``resourceCountName``), and the other resources of HAMi's chart (its defaults).
+COUNT_RESOURCE: Final = f"{RESOURCE_PREFIX}gpu"
+MEMORY_RESOURCE: Final = f"{RESOURCE_PREFIX}gpumem"
+MEMORY_PERCENTAGE_RESOURCE: Final = f"{RESOURCE_PREFIX}gpumem-percentage"
+CORES_RESOURCE: Final = f"{RESOURCE_PREFIX}gpucores"
+PRIORITY_RESOURCE: Final = f"{RESOURCE_PREFIX}priority"
+#: Kueue's guide counts a pod's memory and cores over all its cards as these (its
+#: ResourceTransformation multiplies the per-card figures by the count; docs/kueue.md).
+TOTAL_MEMORY_RESOURCE: Final = f"{RESOURCE_PREFIX}total-gpumem"
+TOTAL_CORES_RESOURCE: Final = f"{RESOURCE_PREFIX}total-gpucores"
 #: The node label NVIDIA's GPU feature discovery sets on GPU nodes (the demo's nodes carry
 #: it, as real ones do).
 GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
@@ -20,6 +48,31 @@ GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
 MIG_TAINT_KEY: Final = "nvidia.com/mig"
 #: Which cards a container sees (the container toolkit reads it).
 VISIBLE_DEVICES_ENV: Final = names.ENV_VISIBLE_DEVICES
+
+
+class NvidiaConfig(VendorConfig):
+    """The ``nvidia`` section of ``device-config.yaml`` (HAMi's chart's keys and defaults)."""
+
+    resource_count_name: str = Field(COUNT_RESOURCE, alias="resourceCountName")
+    resource_memory_name: str = Field(MEMORY_RESOURCE, alias="resourceMemoryName")
+    resource_memory_percentage_name: str = Field(
+        MEMORY_PERCENTAGE_RESOURCE, alias="resourceMemoryPercentageName"
+    )
+    resource_core_name: str = Field(CORES_RESOURCE, alias="resourceCoreName")
+    resource_priority_name: str = Field(PRIORITY_RESOURCE, alias="resourcePriorityName")
+    overwrite_env: bool = Field(False, alias="overwriteEnv")
+    gpu_core_policy: Literal["default", "force", "disable"] = Field(
+        "default", alias="gpuCorePolicy"
+    )
+    runtime_class_name: str = Field("", alias="runtimeClassName")
+
+
+def section(config: DeviceConfig) -> NvidiaConfig:
+    """The device config's ``nvidia`` section (its defaults where the file has none);
+    raises ``ConfigError`` naming the bad field."""
+    read = config.section(CONFIG_KEY, NvidiaConfig)
+    assert isinstance(read, NvidiaConfig)
+    return read
 
 
 def _env_append(container: dict[str, Any], name: str, value: str) -> None:
@@ -106,19 +159,19 @@ def _mutate(config: VendorConfig, container: dict[str, Any], pod: dict[str, Any]
 
 SPEC: Final = vendor.VendorSpec(
     common_word=COMMON_WORD,
-    config_key="nvidia",
+    config_key=CONFIG_KEY,
     config_type=NvidiaConfig,
     type_marker="NVIDIA",
-    register_annotation=names.NODE_NVIDIA_REGISTER,
-    score_annotation=names.NODE_NVIDIA_SCORE,
-    to_allocate_annotation=names.NVIDIA_DEVICES_TO_ALLOCATE,
-    allocated_annotation=names.NVIDIA_DEVICES_ALLOCATED,
-    use_type_annotation=names.GPU_USE_TYPE,
-    nouse_type_annotation=names.GPU_NOUSE_TYPE,
-    use_uuid_annotation=names.GPU_USE_UUID,
-    nouse_uuid_annotation=names.GPU_NOUSE_UUID,
-    mode_annotation=names.GPU_VGPU_MODE,
-    numa_bind_annotation=names.GPU_NUMA_BIND,
+    register_annotation=REGISTER_ANNOTATION,
+    score_annotation=SCORE_ANNOTATION,
+    to_allocate_annotation=TO_ALLOCATE_ANNOTATION,
+    allocated_annotation=ALLOCATED_ANNOTATION,
+    use_type_annotation=USE_TYPE_ANNOTATION,
+    nouse_type_annotation=NOUSE_TYPE_ANNOTATION,
+    use_uuid_annotation=USE_UUID_ANNOTATION,
+    nouse_uuid_annotation=NOUSE_UUID_ANNOTATION,
+    mode_annotation=MODE_ANNOTATION,
+    numa_bind_annotation=NUMA_BIND_ANNOTATION,
     supports_mig=True,
     supports_topology=True,
     mutate=_mutate,

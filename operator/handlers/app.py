@@ -28,8 +28,8 @@ import structlog
 
 from vgpu_operator.control import admission as answers
 from vgpu_operator.control import leadership, operator, scheduling_thread, serving
-from vgpu_operator.control.operator import prepare_webhook_tls, tls_target
 from vgpu_operator.control.options import OperatorOptions
+from vgpu_operator.control.webhook_tls import prepare_webhook_tls, tls_target
 from vgpu_operator.handlers import admission
 from vgpu_operator.kube import client
 from vgpu_operator.kube.requests import ApiClient

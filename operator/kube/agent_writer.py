@@ -1,4 +1,4 @@
-"""The API calls of the node agent, over one ApiClient (``agent.main.AgentWriter``)."""
+"""The API calls of the node agent, over one ApiClient (``agent.inventory_loop.AgentWriter``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from vgpu_operator.kube import inventory, node_lease
 from vgpu_operator.wire import DeviceInventory
 
 
-class AgentWriter:
+class KubeAgentWriter:
     """The node's inventory, its Lease (the heartbeat) and HAMi's node annotations."""
 
     def __init__(self, api: client.ApiClient) -> None:

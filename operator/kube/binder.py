@@ -1,4 +1,4 @@
-"""The Binding writer: ``worker.Binder`` over the API.
+"""The Binding writer: ``binding_writes.Binder`` over the API.
 
 A placed pod's Binding carries the allocation annotations; with ``hami-lock`` a GPU pod's
 Binding is preceded by HAMi's node lock (``node_lock``), released again if it fails.
@@ -19,7 +19,7 @@ log = structlog.get_logger("vgpu_operator.operator")
 
 
 class KubeBinder:
-    """``worker.Binder`` over the API. With ``lock_timeout_s`` (``hami-lock``) a GPU pod's
+    """``binding_writes.Binder`` over the API. With ``lock_timeout_s`` (``hami-lock``) a GPU pod's
     Binding is preceded by HAMi's node lock, released again if the Binding fails."""
 
     def __init__(self, api: ApiClient, lock_timeout_s: float | None = None) -> None:

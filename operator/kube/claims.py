@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final, cast
 from urllib.parse import quote
 
@@ -156,10 +156,7 @@ async def release(
     """Undo a reservation whose pod was not bound: the pod leaves ``reservedFor``, and the
     allocation goes too when ``deallocate`` (we made it, and no other pod holds it)."""
     path = claim_path(namespace, name)
-    for _attempt in range(5):
-        current = await _get(api, path)
-        if current is None:
-            return
+    async for current in _fresh_copies(api, path):
         status = current.get("status") or {}
         reserved = [r for r in status.get("reservedFor") or () if r.get("uid") != consumer_uid]
         body: dict[str, Any] = {
@@ -174,6 +171,16 @@ async def release(
         except ApiError as exc:
             if exc.status != 409:
                 raise
+
+
+async def _fresh_copies(api: ApiClient, path: str) -> AsyncIterator[dict[str, Any]]:
+    """The object as the API server has it now, read again for each of five tries (a
+    try that meets a conflict reads it anew); none once it is gone."""
+    for _attempt in range(5):
+        current = await _get(api, path)
+        if current is None:
+            return
+        yield current
 
 
 async def _get(api: ApiClient, path: str) -> dict[str, Any] | None:
@@ -208,10 +215,7 @@ async def discard_claim(api: ApiClient, namespace: str, name: str) -> None:
     allocation and reservations and our finalizer go first (nothing else removes the
     finalizer of a claim whose pod never ran), then the claim."""
     path = claim_path(namespace, name)
-    for _attempt in range(5):
-        current = await _get(api, path)
-        if current is None:
-            return
+    async for current in _fresh_copies(api, path):
         meta = current.get("metadata") or {}
         version = meta.get("resourceVersion")
         try:

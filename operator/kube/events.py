@@ -63,7 +63,7 @@ class ObjectRef:
         return ref
 
 
-class Action(enum.Enum):
+class EventWriteAction(enum.Enum):
     CREATE = "create"
     UPDATE = "update"
 
@@ -79,7 +79,7 @@ class SeriesPatch(TypedDict):
 class EventWrite:
     """One write the recorder must make: a new Event, or a count bump of an old one."""
 
-    action: Action
+    action: EventWriteAction
     namespace: str
     name: str
     #: The new Event, or the merge patch that moves a series on.
@@ -128,7 +128,9 @@ class EventAggregator:
         if series is not None and series.message == message:
             series.count += 1
             patch: SeriesPatch = {"count": series.count, "lastTimestamp": stamp}
-            return EventWrite(Action.UPDATE, ref.namespace, series.name, patch, message, event_type)
+            return EventWrite(
+                EventWriteAction.UPDATE, ref.namespace, series.name, patch, message, event_type
+            )
         self._serial += 1
         name = f"{ref.name}.{int(now.timestamp() * 1e9):x}{self._serial:x}"[:253]
         self._series[key] = _Series(name=name, message=message, count=1, first_timestamp=stamp)
@@ -148,7 +150,7 @@ class EventAggregator:
             "reportingComponent": self._component,
             "reportingInstance": self._instance,
         }
-        return EventWrite(Action.CREATE, ref.namespace, name, body, message, event_type)
+        return EventWrite(EventWriteAction.CREATE, ref.namespace, name, body, message, event_type)
 
     def recreate(self, write: EventWrite, ref: ObjectRef, reason: str) -> None:
         """Forget a series whose Event vanished (expired), so the next record creates."""
@@ -172,7 +174,7 @@ async def write_event(api: client.ApiClient, write: EventWrite) -> bool:
     """Apply one write; False when an Event to update no longer exists."""
     base = f"/api/v1/namespaces/{write.namespace}/events"
     try:
-        if write.action is Action.CREATE:
+        if write.action is EventWriteAction.CREATE:
             await requests.request_json(api, "POST", base, body=write.body)
         else:
             await requests.request_json(
@@ -183,7 +185,7 @@ async def write_event(api: client.ApiClient, write: EventWrite) -> bool:
                 content_type=requests.MERGE_PATCH,
             )
     except requests.ApiError as exc:
-        if exc.status == 404 and write.action is Action.UPDATE:
+        if exc.status == 404 and write.action is EventWriteAction.UPDATE:
             return False
         raise
     return True

@@ -1,4 +1,4 @@
-"""The preemptor: ``worker.Preemptor`` over the API (Evictions, ``nominatedNodeName``)
+"""The preemptor: ``control.evictions.Preemptor`` over the API (Evictions, ``nominatedNodeName``)
 and the Events that tell both sides, written by whoever reports for the operator."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class PreemptionNews(Protocol):
 
 
 class KubePreemptor:
-    """``worker.Preemptor`` over the API: Evictions, nominatedNodeName, and the Events."""
+    """``control.evictions.Preemptor`` over the API: Evictions, nominatedNodeName, Events."""
 
     def __init__(self, api: ApiClient, news: PreemptionNews) -> None:
         self._api = api

@@ -18,7 +18,7 @@ class BinariesNotFoundError(ControlPlaneError):
     """kube-apiserver, etcd or kwok is missing; ``make control-plane-bins`` builds them."""
 
 
-class ApiError(ControlPlaneError):
+class AdminRequestError(ControlPlaneError):
     """A request made with :meth:`ControlPlane.request` got an unexpected HTTP status."""
 
     def __init__(self, method: str, path: str, status: int, body: str) -> None:

@@ -23,16 +23,22 @@ import base64
 import copy
 import datetime
 import ipaddress
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from vgpu_operator.devices import nvidia
+from vgpu_operator.testing.errors import JSON, AdminRequestError
+from vgpu_operator.testing.pki import write_private
+from vgpu_operator.testing.processes import free_port
 
 NAMESPACE: Final = "kueue-system"
 SERVICE: Final = "kueue-webhook-service"
@@ -55,16 +61,16 @@ _KEPT_PATHS: Final = ("kueue-x-k8s-io", "-batch-v1-job", "--v1-pod")
 #: cores times the number of cards, as one total each.
 HAMI_TRANSFORMATIONS: Final = (
     {
-        "input": "nvidia.com/gpucores",
+        "input": nvidia.CORES_RESOURCE,
         "strategy": "Replace",
-        "multiplyBy": "nvidia.com/gpu",
-        "outputs": {"nvidia.com/total-gpucores": "1"},
+        "multiplyBy": nvidia.COUNT_RESOURCE,
+        "outputs": {nvidia.TOTAL_CORES_RESOURCE: "1"},
     },
     {
-        "input": "nvidia.com/gpumem",
+        "input": nvidia.MEMORY_RESOURCE,
         "strategy": "Replace",
-        "multiplyBy": "nvidia.com/gpu",
-        "outputs": {"nvidia.com/total-gpumem": "1"},
+        "multiplyBy": nvidia.COUNT_RESOURCE,
+        "outputs": {nvidia.TOTAL_MEMORY_RESOURCE: "1"},
     },
 )
 _SYSTEM_NAMESPACES: Final = {
@@ -302,3 +308,80 @@ def configuration(
         "managedJobsNamespaceSelector": copy.deepcopy(_SYSTEM_NAMESPACES),
         "resources": resources,
     }
+
+
+class KueueApi(Protocol):
+    """The control plane's calls that installing Kueue makes (``ControlPlane``)."""
+
+    def get(self, path: str) -> JSON: ...
+    def create(self, path: str, body: Mapping[str, Any]) -> JSON: ...
+    def ensure_namespace(self, name: str) -> JSON: ...
+    def wait_established(self, crd: str, timeout: float = 60.0) -> None: ...
+
+
+def install(
+    api: KueueApi,
+    workdir: Path,
+    kueue_bin: Path,
+    *,
+    frameworks: Sequence[str],
+    feature_gates: str,
+    device_class_mappings: Mapping[str, Sequence[str]],
+) -> tuple[list[str], int]:
+    """Kueue's certificates (under ``workdir``), Secret, CRDs and webhook configurations
+    on the API server, and its configuration file: the controller manager's command line
+    and the port its readiness is served on."""
+    beside = kueue_bin.resolve().parent
+    beside = kueue_bin.resolve().parent
+    certs = make_certs()
+    cert_dir = workdir / "kueue-certs"
+    cert_dir.mkdir(mode=0o700, exist_ok=True)
+    (cert_dir / "tls.crt").write_bytes(certs.cert_pem)
+    write_private(cert_dir / "tls.key", certs.key_pem)
+    webhook_port, health_port = free_port(), free_port()
+    api.ensure_namespace(NAMESPACE)
+    secrets = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+    api.create(secrets, secret_manifest(certs))
+    crds = list(crd_manifests(beside / "crd", webhook_port, certs.ca_pem))
+    for crd in crds:
+        api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    for crd in crds:
+        api.wait_established(crd["metadata"]["name"])
+    for config in webhook_manifests(beside / "webhooks.yaml", webhook_port, certs.ca_pem):
+        plural = (
+            "mutatingwebhookconfigurations"
+            if config["kind"] == "MutatingWebhookConfiguration"
+            else "validatingwebhookconfigurations"
+        )
+        api.create(f"/apis/admissionregistration.k8s.io/v1/{plural}", config)
+    config_path = workdir / "kueue-config.yaml"
+    config_path.write_text(
+        json.dumps(
+            configuration(
+                webhook_port=webhook_port,
+                health_port=health_port,
+                cert_dir=cert_dir,
+                frameworks=frameworks,
+                device_class_mappings=device_class_mappings,
+            )
+        )
+    )
+    argv = [
+        str(kueue_bin),
+        f"--config={config_path}",
+        f"--feature-gates={feature_gates}",
+        f"--visibility-server-port={free_port()}",
+        "--zap-log-level=2",
+    ]
+    return argv, health_port
+
+
+def served(api: KueueApi) -> bool | None:
+    for kind in ("clusterqueues", "workloads", "localqueues", "admissionchecks"):
+        try:
+            api.get(f"/apis/kueue.x-k8s.io/v1beta2/{kind}?limit=1")
+        except AdminRequestError as exc:
+            if exc.status in (404, 429, 503):
+                return None
+            raise
+    return True

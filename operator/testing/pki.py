@@ -6,6 +6,7 @@ import base64
 import datetime
 import ipaddress
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,3 +141,53 @@ class Pki:
     sa_pub: Path
     admin: ClientCredentials | None = None
     extra: dict[str, ClientCredentials] = field(default_factory=dict)
+
+
+def cluster_pki(workdir: Path, service_ip_range: str) -> Pki:
+    """A new CA, kube-apiserver's serving certificate and the service-account key pair,
+    under ``workdir/pki`` (the admin's credentials are issued by the caller)."""
+    pki_dir = workdir / "pki"
+    pki_dir.mkdir(mode=0o700)
+    ca = CertificateAuthority("vgpu-test-ca", datetime.timedelta(days=30))
+    ca_pem = pem_cert(ca.cert)
+    ca_path = pki_dir / "ca.crt"
+    ca_path.write_bytes(ca_pem)
+    service_ip = str(next(ipaddress.ip_network(service_ip_range).hosts()))
+    cert, key = ca.issue(
+        "kube-apiserver",
+        server=True,
+        dns_names=(
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ),
+        ip_addresses=("127.0.0.1", service_ip),
+    )
+    serving_cert, serving_key = pki_dir / "apiserver.crt", pki_dir / "apiserver.key"
+    serving_cert.write_bytes(cert)
+    write_private(serving_key, key)
+    sa = ec.generate_private_key(ec.SECP256R1())
+    sa_key, sa_pub = pki_dir / "sa.key", pki_dir / "sa.pub"
+    write_private(sa_key, pem_key(sa))
+    sa_pub.write_bytes(
+        sa.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return Pki(
+        ca=ca,
+        ca_path=ca_path,
+        ca_pem=ca_pem,
+        serving_cert=serving_cert,
+        serving_key=serving_key,
+        sa_key=sa_key,
+        sa_pub=sa_pub,
+    )
+
+
+def write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)

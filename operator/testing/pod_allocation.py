@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vgpu_operator import names
 from vgpu_operator.devices import codec, nvidia
 
 
@@ -15,7 +14,7 @@ def nvidia_devices(pod: Mapping[str, Any]) -> list[tuple[str, int, int]]:
     empty when the pod carries no allocation (tests hand in what they read, untyped)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     devices = codec.decode_pod_devices(
-        annotations, {nvidia.COMMON_WORD: names.NVIDIA_DEVICES_ALLOCATED}
+        annotations, {nvidia.COMMON_WORD: nvidia.ALLOCATED_ANNOTATION}
     )
     return [
         (device.uuid, device.memory_mib, device.cores)

@@ -7,10 +7,13 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Final
@@ -227,3 +230,26 @@ def wait_until(
         if time.monotonic() > deadline:
             raise ControlPlaneError(f"timed out after {timeout:.0f}s: {what}{last_error}")
         time.sleep(interval)
+
+
+def insecure_ssl() -> ssl.SSLContext:
+    """For the health checks of kube-scheduler and kube-controller-manager, which serve on
+    loopback with a certificate they made themselves at start."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def http_ok(url: str, context: ssl.SSLContext | None, must_contain: bytes = b"") -> bool:
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    try:
+        with opener.open(url, timeout=5) as resp:
+            return bool(resp.status == 200 and must_contain in resp.read())
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return False
+    except OSError:
+        return False

@@ -36,6 +36,7 @@ from e2e.dra import (  # noqa: E402
     Shape,
     churn_cards,
     claim_spec,
+    free_cards,
     stranded_for,
     stranded_gib,
     trace,
@@ -44,7 +45,6 @@ from e2e.dra import (  # noqa: E402
 from vgpu_operator import simulation_dra  # noqa: E402
 from vgpu_operator.config import load_config  # noqa: E402
 from vgpu_operator.devices import dra  # noqa: E402
-from vgpu_operator.devices.quantity import parse_quantity  # noqa: E402
 from vgpu_operator.scheduling.cycle.cluster import ClusterState  # noqa: E402
 
 NAMESPACE = "churn"
@@ -68,25 +68,7 @@ def engine(policy: str) -> tuple[ClusterState, list[dict[str, Any]]]:
 
 
 def cards_now(slices: list[dict[str, Any]], claims: dict[str, Any]) -> list[Card]:
-    used = dra.recount(list(claims.values()))
-    out = []
-    for item in slices:
-        node = item["spec"]["nodeName"]
-        for device in item["spec"]["devices"]:
-            capacity = {k: parse_quantity(v["value"], k) for k, v in device["capacity"].items()}
-            taken = used.get((node, device["name"]))
-            island = int(device["attributes"][dra.ATTR_NVLINK_ISLAND]["int"])
-            out.append(
-                Card(
-                    node,
-                    device["name"],
-                    island,
-                    capacity[dra.MEMORY] - (taken.memory_bytes if taken else 0),
-                    capacity[dra.CORES] - (taken.cores if taken else 0),
-                    capacity[dra.SHARES] - (taken.shares if taken else 0),
-                )
-            )
-    return out
+    return free_cards(slices, list(claims.values()))
 
 
 def churn(policy: str, seed: int = 26) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from vgpu_operator import names
 from vgpu_operator.control.feed import StateFeed
 from vgpu_operator.control.gang_runtime import GangRuntime, PodGroupStore
 from vgpu_operator.control.queue import SchedulingQueue
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.scheduling.gangs.gangs import GroupSpec
@@ -70,7 +71,7 @@ CASES: tuple[tuple[str, list[Any], str | None, bool], ...] = (
     ("4-pod gang in one rack of 100 nodes", _members("rack", 1, 8192, 20), RACK, True),
     (
         "4-pod gang whose 4th member fits nowhere (3 reserved, rolled back)",
-        _members("short", 1, 8192, 20, **{names.GPU_USE_TYPE: "B200"}),
+        _members("short", 1, 8192, 20, **{nvidia.USE_TYPE_ANNOTATION: "B200"}),
         None,
         False,
     ),
@@ -137,7 +138,7 @@ INDEX_RUNS = 2_000
 
 
 def _member(name: str, group: str, fits: bool) -> Any:
-    annotations = {} if fits else {names.GPU_USE_TYPE: "B200"}  # no such card: it waits
+    annotations = {} if fits else {nvidia.USE_TYPE_ANNOTATION: "B200"}  # no such card: it waits
     pod = _pending(name, 1, 8192, 20, **annotations)
     pod["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
     pod["spec"].update(schedulerName=names.SCHEDULER_NAME, schedulingGroup={"podGroupName": group})

@@ -17,24 +17,23 @@ import os
 import sys
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from vgpu_operator import names
-from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model
-from vgpu_operator.scheduling.cycle.cluster import ClusterState
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.append(str(HERE))
+
+from bench_scheduling import _node  # noqa: E402
+
+from vgpu_operator import names  # noqa: E402
+from vgpu_operator.config import DeviceConfig  # noqa: E402
+from vgpu_operator.devices import codec, model, nvidia  # noqa: E402
+from vgpu_operator.scheduling.cycle.cluster import ClusterState  # noqa: E402
 
 NODES = 1000
 PODS = 10_000
 POD_MIB = 4000
-
-
-def _node(name: str) -> dict[str, Any]:
-    allocatable = {"cpu": "128", "memory": "1Ti", "pods": "250", "nvidia.com/gpu": "80"}
-    return {
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]},
-    }
 
 
 def _cards(index: int) -> list[model.DeviceInfo]:
@@ -72,7 +71,7 @@ def _bound_pods(nodes: int, pods: int) -> Iterator[dict[str, Any]]:
                 "uid": f"uid-{serial}",
                 "annotations": {
                     names.ASSIGNED_NODE: node,
-                    names.NVIDIA_DEVICES_ALLOCATED: codec.encode_pod_single_device(devices),
+                    nvidia.ALLOCATED_ANNOTATION: codec.encode_pod_single_device(devices),
                 },
             },
             "spec": {

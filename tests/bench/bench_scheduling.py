@@ -27,7 +27,7 @@ from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.dialects.annotation import placement
 
@@ -95,7 +95,7 @@ def _running_pods(
                     "namespace": "running",
                     "annotations": {
                         names.ASSIGNED_NODE: node,
-                        names.NVIDIA_DEVICES_ALLOCATED: allocated,
+                        nvidia.ALLOCATED_ANNOTATION: allocated,
                     },
                 },
                 "spec": {
@@ -175,7 +175,7 @@ class Case:
 
 #: The last ones show the costly paths: a whole-node job that few half-loaded nodes can
 #: take (most nodes pass the summary and are fitted in full), and pods that fit nowhere.
-_B200 = {names.GPU_USE_TYPE: "B200"}
+_B200 = {nvidia.USE_TYPE_ANNOTATION: "B200"}
 CASES: tuple[Case, ...] = (
     Case("1 GPU 8 GiB 20 cores", _pending("one-gpu", 1, 8192, 20), RUNS, True, AIM_P99_MS),
     Case("2 GPUs 8 GiB 20 cores", _pending("two-gpu", 2, 8192, 20), RUNS, True, AIM_P99_MS),

@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,18 +75,6 @@ def kubeconfig_env(control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch)
     return control_plane.kubeconfig_path
 
 
-@pytest.fixture(scope="session")
-def kubectl() -> Path:
-    """The kubectl built beside the control plane (same version as kube-apiserver)."""
-    return _tool("kubectl")
-
-
-@pytest.fixture(scope="session")
-def promtool() -> Path:
-    """Prometheus's promtool, for `promtool check metrics`."""
-    return _tool("promtool")
-
-
 def _tool(name: str) -> Path:
     try:
         return find_tool(name)
@@ -96,25 +85,21 @@ def _tool(name: str) -> Path:
     pytest.skip(f"{problem}\n(set {REQUIRE_ENV}=1 to fail instead of skipping)")
 
 
-@pytest.fixture(scope="session")
-def prometheus() -> Path:
-    """The Prometheus server of promtool's release (`make observability-tools`)."""
-    return _tool("prometheus")
+def _tool_fixture(name: str, tool: str, doc: str) -> Any:
+    """The session fixture ``name``: the path of ``tool``, built beside the control plane;
+    a test needing a tool that is not built is skipped, or fails where the control plane
+    is required."""
+
+    def path() -> Path:
+        return _tool(tool)
+
+    path.__doc__ = doc
+    return pytest.fixture(scope="session", name=name)(path)
 
 
-@pytest.fixture(scope="session")
-def kueue_binary() -> Path:
-    """Kueue's controller manager, its CRDs and webhooks beside it (`make kueue`)."""
-    return _tool("kueue")
-
-
-@pytest.fixture(scope="session")
-def karpenter_binary() -> Path:
-    """Karpenter's controller with its KWOK provider, its CRDs beside it (`make karpenter`)."""
-    return _tool("karpenter")
-
-
-@pytest.fixture(scope="session")
-def helm() -> Path:
-    """helm (`make observability-tools`), for the chart's tests."""
-    return _tool("helm")
+kubectl = _tool_fixture("kubectl", "kubectl", "kubectl, of kube-apiserver's version.")
+promtool = _tool_fixture("promtool", "promtool", "promtool, for `promtool check metrics`.")
+prometheus = _tool_fixture("prometheus", "prometheus", "Prometheus (`make observability-tools`).")
+helm = _tool_fixture("helm", "helm", "helm (`make observability-tools`), for the chart's tests.")
+kueue_binary = _tool_fixture("kueue_binary", "kueue", "Kueue, its CRDs and webhooks beside it.")
+karpenter_binary = _tool_fixture("karpenter_binary", "karpenter", "Karpenter, its CRDs beside it.")

@@ -14,8 +14,9 @@ import yaml
 from integration import operator_env as env
 from integration.test_agent import AgentThread, quick_settings, wait_for
 
-from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.devices import dra
+from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
 from vgpu_operator.testing.controlplane import ControlPlane
 
@@ -139,6 +140,48 @@ def claim_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
+def exactly(
+    capacity: Mapping[str, str] | None,
+    *,
+    selector: str | None = None,
+    count: int | None = None,
+    device_class: str = dra.SHARED_CLASS,
+    tolerate_unhealthy: bool = False,
+) -> dict[str, Any]:
+    """One request's ``exactly``: the class, the ``capacity`` asked of each device, a CEL
+    ``selector``, a ``count``, and a toleration of the unhealthy-card taint."""
+    out: dict[str, Any] = {"deviceClassName": device_class}
+    if count is not None:
+        out["count"] = count
+    if capacity is not None:
+        out["capacity"] = {"requests": dict(capacity)}
+    if selector is not None:
+        out["selectors"] = [{"cel": {"expression": selector}}]
+    if tolerate_unhealthy:
+        out["tolerations"] = [{"key": dra.UNHEALTHY_TAINT_KEY, "operator": "Exists"}]
+    return out
+
+
+def scheduling_news(plane: ControlPlane, namespace: str, name: str) -> tuple[bool, str | None]:
+    """Whether the pod is bound, and its PodScheduled=False message if it has one."""
+    obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    if obj["spec"].get("nodeName"):
+        return True, None
+    for condition in obj.get("status", {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition.get("status") == "False":
+            return False, str(condition.get("message", ""))
+    return False, None
+
+
+def unschedulable_message(plane: ControlPlane, namespace: str, pod: str) -> str | None:
+    """The PodScheduled=False message of a pod the scheduler found unschedulable, if any."""
+    obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+    for condition in obj.get("status", {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            return str(condition.get("message", ""))
+    return None
+
+
 def one_request(exactly: Mapping[str, Any]) -> dict[str, Any]:
     """A claim's ``spec``: one request ``gpu`` for exactly this (class, capacity, ...)."""
     return {"devices": {"requests": [{"name": "gpu", "exactly": dict(exactly)}]}}
@@ -172,3 +215,16 @@ def create_claim_template(
             "spec": {"spec": one_request(exactly)},
         },
     )
+
+
+@contextlib.contextmanager
+def dra_operator(
+    plane: ControlPlane, namespace: str, scheduler: str, config: str = ""
+) -> Iterator[OperatorThread]:
+    """The operator, running as ``scheduler`` with its device config (``config``: more
+    lines of its ``scheduler:`` section) in ``namespace``; no inventory timeout (the DRA
+    tests' nodes report through their slices)."""
+    plane.ensure_namespace(namespace)
+    env.put_config_map(plane, namespace, env.config_text(scheduler, config))
+    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+        yield running

@@ -26,9 +26,10 @@ import yaml
 from integration.test_agent import AgentThread, quick_settings
 
 from vgpu_operator.agent import inventory as agent_inventory
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.testing import karpenter
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 ZONE = "test-zone-a"
 
@@ -175,7 +176,7 @@ class NodeAgents:
         while not self._stop.wait(0.2):
             try:
                 self._look()
-            except (ApiError, OSError) as exc:
+            except (AdminRequestError, OSError) as exc:
                 self.errors.append(str(exc))
 
     def _look(self) -> None:

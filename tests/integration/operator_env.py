@@ -24,7 +24,7 @@ from vgpu_operator import names, node_leases
 from vgpu_operator.control.options import OperatorOptions
 from vgpu_operator.scheduling.books.allocation_gate import GateMode
 from vgpu_operator.testing import pod_allocation
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 from vgpu_operator.timestamps import format_rfc3339
 
 T = TypeVar("T")
@@ -65,17 +65,17 @@ def create_unless_present(cp: ControlPlane, path: str, body: Mapping[str, Any]) 
     """Create the object; None when one of its name exists already (409), left as it is."""
     try:
         return cp.create(path, body)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status != 409:
             raise
     return None
 
 
-def refusal(call: Callable[[], object]) -> ApiError | None:
+def refusal(call: Callable[[], object]) -> AdminRequestError | None:
     """The API server's refusal of a write, or None when it took it."""
     try:
         call()
-    except ApiError as exc:
+    except AdminRequestError as exc:
         return exc
     return None
 
@@ -98,7 +98,7 @@ def install_crd(cp: ControlPlane) -> None:
 def _served(cp: ControlPlane) -> bool:
     try:
         cp.get(INVENTORIES)
-    except ApiError:
+    except AdminRequestError:
         return False
     return True
 
@@ -179,7 +179,7 @@ def renew_lease(cp: ControlPlane, node: str, renewed: datetime.datetime | None =
     spec = node_leases.renewal_spec(node, moment, 120)
     try:
         return cp.patch(node_leases.lease_path(node), {"spec": spec})
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status != 404:
             raise
     uid = str(cp.get(f"/api/v1/nodes/{node}")["metadata"]["uid"])

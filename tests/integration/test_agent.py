@@ -26,11 +26,13 @@ import yaml
 
 from vgpu_operator import names, node_leases, resources
 from vgpu_operator.agent.inventory import RegistrationOptions
-from vgpu_operator.agent.main import AgentSettings, run_agent
+from vgpu_operator.agent.main import run_agent
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
-from vgpu_operator.devices import codec
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.agent.settings import AgentSettings
+from vgpu_operator.agent.sim_machine import resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
+from vgpu_operator.devices import codec, nvidia
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 T = TypeVar("T")
 
@@ -45,7 +47,7 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0) ->
     while time.monotonic() < deadline:
         try:
             value = check()
-        except ApiError as exc:  # e.g. 404 before the first write, 503 while restarting
+        except AdminRequestError as exc:  # e.g. 404 before the first write, 503 while restarting
             last_error, value = exc, None
         except OSError as exc:
             last_error, value = exc, None
@@ -62,7 +64,7 @@ def crd(control_plane: ControlPlane) -> dict[str, Any]:
     name = manifest["metadata"]["name"]
     try:
         control_plane.create(CRD_PATH, manifest)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status != 409:
             raise
         current = control_plane.get(f"{CRD_PATH}/{name}")
@@ -208,7 +210,7 @@ def renewed_at(control_plane: ControlPlane, name: str) -> float | None:
     """When the node's Lease was last renewed, or None while there is none."""
     try:
         return node_leases.read_renewal(control_plane.get(node_leases.lease_path(name)))
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status == 404:
             return None
         raise
@@ -338,7 +340,7 @@ def test_a_deleted_lease_is_created_again(control_plane: ControlPlane, node: Age
     def recreated() -> str | None:
         try:
             uid = str(control_plane.get(node_leases.lease_path(name))["metadata"]["uid"])
-        except ApiError:
+        except AdminRequestError:
             return None
         return uid if uid != first else None
 
@@ -403,13 +405,13 @@ def test_hami_annotations_let_hami_read_the_node(
 
     def annotated() -> dict[str, str] | None:
         annotations = control_plane.get(f"/api/v1/nodes/{name}")["metadata"].get("annotations", {})
-        return annotations if names.NODE_NVIDIA_SCORE in annotations else None
+        return annotations if nvidia.SCORE_ANNOTATION in annotations else None
 
     annotations = wait_for("HAMi's annotations", annotated)
-    devices = codec.decode_node_devices(annotations[names.NODE_NVIDIA_REGISTER])
+    devices = codec.decode_node_devices(annotations[nvidia.REGISTER_ANNOTATION])
     assert len(devices) == 16
     assert {d.type for d in devices} == {"NVIDIA H100 80GB HBM3"}
-    scores = codec.decode_pair_scores(annotations[names.NODE_NVIDIA_SCORE])
+    scores = codec.decode_pair_scores(annotations[nvidia.SCORE_ANNOTATION])
     assert scores[devices[0].id][devices[1].id] == 40 + 1800
     assert scores[devices[0].id][devices[8].id] == 10
     assert annotations[names.NODE_HANDSHAKE].startswith("Reported_")
@@ -524,7 +526,7 @@ def test_an_inventory_naming_another_node_is_refused_by_the_api_server(
         "devices": [],
         "summary": {"gpuCount": 0, "healthyCount": 0, "totalMemoryMiB": 0},
     }
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(AdminRequestError) as refused:
         control_plane.patch(
             f"{INVENTORIES}/{name}-evil/status",
             {"status": status},

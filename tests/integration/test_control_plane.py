@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from vgpu_operator.testing.controlplane import (
-    ApiError,
+    AdminRequestError,
     Binaries,
     ControlPlane,
     fake_gpu_node_manifest,
@@ -157,7 +157,7 @@ def test_bound_pod_becomes_running_and_is_deleted(
         def gone() -> bool:
             try:
                 control_plane.get(f"{pods}/bound")
-            except ApiError as exc:
+            except AdminRequestError as exc:
                 return exc.status == 404
             return False
 

@@ -40,8 +40,8 @@ from integration.test_agent import (
 )
 
 from vgpu_operator import names
-from vgpu_operator.agent.simulated import resolve_machine_path
-from vgpu_operator.devices import codec, model
+from vgpu_operator.agent.sim_machine import resolve_machine_path
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.testing.controlplane import ControlPlane
 
 HARNESS = "deviceplugin-conformance"
@@ -232,11 +232,11 @@ def bound_pod(
     )
     annotations = (
         {
-            names.NVIDIA_DEVICES_ALLOCATED: codec.encode_pod_single_device(
-                single, names.NVIDIA_DEVICES_ALLOCATED
+            nvidia.ALLOCATED_ANNOTATION: codec.encode_pod_single_device(
+                single, nvidia.ALLOCATED_ANNOTATION
             ),
-            names.NVIDIA_DEVICES_TO_ALLOCATE: codec.encode_pod_single_device(
-                single, names.NVIDIA_DEVICES_TO_ALLOCATE
+            nvidia.TO_ALLOCATE_ANNOTATION: codec.encode_pod_single_device(
+                single, nvidia.TO_ALLOCATE_ANNOTATION
             ),
             names.BIND_PHASE: "allocating",
             names.ASSIGNED_NODE: node,

@@ -50,7 +50,7 @@ from vgpu_operator.devices import dra
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 from vgpu_operator.testing.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -200,7 +200,7 @@ def operator(
             def routed() -> bool | None:
                 try:
                     made = plane.create(f"/api/v1/namespaces/{HAMI_NS}/pods?dryRun=All", probe)
-                except ApiError:
+                except AdminRequestError:
                     return None
                 return True if made["spec"].get("schedulerName") == SCHEDULER else None
 
@@ -267,7 +267,7 @@ def bound_claim(cp: ControlPlane, ns: str, pod: str) -> dict[str, Any] | None:
 
 
 def refusal(cp: ControlPlane, ns: str, pod: dict[str, Any]) -> str:
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(AdminRequestError) as refused:
         cp.create(f"/api/v1/namespaces/{ns}/pods", pod)
     assert refused.value.status in (400, 403), refused.value.body
     return refused.value.body
@@ -324,7 +324,7 @@ def test_a_server_side_dry_run_makes_no_template(
         f"/api/v1/namespaces/{HAMI_NS}/pods?dryRun=All", hami_pod("dry", memory=shape)
     )
     template = made["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
-    with pytest.raises(ApiError) as missing:
+    with pytest.raises(AdminRequestError) as missing:
         plane.get(f"{RESOURCE}/namespaces/{HAMI_NS}/resourceclaimtemplates/{template}")
     assert missing.value.status == 404
     # The same pod for real makes it.
@@ -441,7 +441,7 @@ def test_the_device_count_quota_refuses_claims_past_the_count(
     wait_for("the quota's status", counted, 60)
     for i in range(4):
         make_claim(plane, ns, f"share-{i}")
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(AdminRequestError) as refused:
         make_claim(plane, ns, "share-4")
     assert refused.value.status == 403
     assert "exceeded quota" in refused.value.body
@@ -502,7 +502,7 @@ def test_a_template_no_pod_names_is_collected(
         def collected() -> bool | None:
             try:
                 plane.get(f"{templates}/{gone_template}")
-            except ApiError as exc:
+            except AdminRequestError as exc:
                 return True if exc.status == 404 else None
             return None
 

@@ -35,8 +35,14 @@ from typing import Any
 
 import grpc
 import pytest
-from integration import operator_env as env
-from integration.dra_env import RESOURCE, claim_pod, dra_plane, fresh_namespace
+from integration.dra_env import (
+    RESOURCE,
+    claim_pod,
+    dra_operator,
+    dra_plane,
+    fresh_namespace,
+    scheduling_news,
+)
 from integration.test_agent import AgentThread, wait_for
 
 from vgpu_operator.agent.dra import dra_pb2, dra_pb2_grpc, kubelet_standin
@@ -150,14 +156,12 @@ def plane(
 
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-alternatives-config"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(
+    with dra_operator(
         plane,
-        namespace,
-        env.config_text(SCHEDULER, "  gpuSchedulerPolicy: spread\n  nodeSchedulerPolicy: spread\n"),
-    )
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+        "vgpu-dra-alternatives-config",
+        SCHEDULER,
+        "  gpuSchedulerPolicy: spread\n  nodeSchedulerPolicy: spread\n",
+    ) as running:
         yield running
 
 
@@ -165,14 +169,11 @@ ALLOCATED, REFUSED, EARLIER = "allocated", "refused", "earlier"
 
 
 def outcome(plane: ControlPlane, namespace: str, name: str) -> str | None:
-    obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    if obj["spec"].get("nodeName"):
+    bound, message = scheduling_news(plane, namespace, name)
+    if bound:
         return ALLOCATED
-    for condition in obj.get("status", {}).get("conditions") or []:
-        if condition["type"] == "PodScheduled" and condition.get("status") == "False":
-            message = str(condition.get("message", ""))
-            if "does not exist" not in message and "waiting for" not in message:
-                return REFUSED
+    if message is not None and "does not exist" not in message and "waiting for" not in message:
+        return REFUSED
     return None
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import pytest
 from integration import dra_env
 from integration import operator_env as env
-from integration.dra_env import claim_pod, create_claim, dra_plane
+from integration.dra_env import claim_pod, create_claim, dra_plane, scheduling_news
 from integration.test_agent import wait_for
 from integration.test_operator_webhook import make_pki
 
@@ -31,7 +31,7 @@ from vgpu_operator.devices import dra
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 from vgpu_operator.testing.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -133,7 +133,7 @@ def webhook_answers(plane: ControlPlane) -> bool:
     }
     try:
         made = plane.create(f"/api/v1/namespaces/{WEBHOOKED}/pods?dryRun=All", probe)
-    except ApiError:
+    except AdminRequestError:
         return False
     # Routed to us: the webhook answered (a pod it never saw keeps default-scheduler).
     return bool(made["spec"].get("schedulerName") not in (None, "default-scheduler"))
@@ -166,14 +166,11 @@ def pod(plane: ControlPlane, namespace: str, name: str, claim_name: str, *, ours
 
 def outcome(plane: ControlPlane, namespace: str, name: str) -> str | None:
     """ALLOCATED once bound, REFUSED once its PodScheduled condition says a refusal."""
-    obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    if obj["spec"].get("nodeName"):
+    bound, message = scheduling_news(plane, namespace, name)
+    if bound:
         return ALLOCATED
-    for condition in obj.get("status", {}).get("conditions") or []:
-        if condition["type"] == "PodScheduled" and condition.get("status") == "False":
-            message = str(condition.get("message", ""))
-            if any(marker in message for marker in REFUSAL_MARKERS):
-                return REFUSED
+    if message is not None and any(marker in message for marker in REFUSAL_MARKERS):
+        return REFUSED
     return None
 
 

@@ -32,7 +32,7 @@ from integration.dra_env import RESOURCE, dra_agent, node_slice
 from integration.test_agent import AgentThread, rewrite, wait_for
 from integration.test_deviceplugin_conformance import Kubelet, require_harness
 
-from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.devices import dra
 from vgpu_operator.testing.controlplane import ControlPlane
 

@@ -24,9 +24,12 @@ from integration.dra_env import (
     claim_pod,
     create_claim,
     create_claim_template,
+    dra_operator,
     dra_plane,
+    exactly,
     fresh_namespace,
     node_slice,
+    scheduling_news,
 )
 from integration.test_agent import wait_for
 
@@ -35,7 +38,7 @@ from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -57,16 +60,8 @@ def plane(
 
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-engine-config"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(
-        plane,
-        namespace,
-        env.config_text(
-            SCHEDULER, "  gpuSchedulerPolicy: binpack\n  nodeSchedulerPolicy: binpack\n"
-        ),
-    )
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+    policies = "  gpuSchedulerPolicy: binpack\n  nodeSchedulerPolicy: binpack\n"
+    with dra_operator(plane, "vgpu-dra-engine-config", SCHEDULER, policies) as running:
         yield running
 
 
@@ -107,12 +102,8 @@ def template(
     selector: str | None = None,
     count: int = 1,
 ) -> None:
-    exactly: dict[str, Any] = {"deviceClassName": dra.SHARED_CLASS, "count": count}
-    if capacity is not None:
-        exactly["capacity"] = {"requests": capacity}
-    if selector is not None:
-        exactly["selectors"] = [{"cel": {"expression": selector}}]
-    create_claim_template(plane, namespace, name, exactly)
+    asked = exactly(capacity, selector=selector, count=count)
+    create_claim_template(plane, namespace, name, asked)
 
 
 def pod(
@@ -153,14 +144,8 @@ def pending_message(
 ) -> str | None:
     """The pod's PodScheduled=False message, once it contains ``containing`` (the first
     attempt may still wait for its claim to be made)."""
-    obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    if obj["spec"].get("nodeName"):
-        return None
-    for condition in obj.get("status", {}).get("conditions") or []:
-        if condition["type"] == "PodScheduled" and condition.get("status") == "False":
-            message = str(condition.get("message", ""))
-            return message if containing in message else None
-    return None
+    _, message = scheduling_news(plane, namespace, name)
+    return message if message is not None and containing in message else None
 
 
 def card(index: int) -> str:
@@ -323,10 +308,7 @@ def test_a_restarted_operator_rebuilds_the_books_from_the_claims(
     template(plane, ns, "most", {"memory": "40Gi"}, selector=card(2))
     pod(plane, ns, "held", template_name="most", node="dra-one")
     wait_for("the first claim", lambda: claim_of(plane, ns, "held"), 60)
-    namespace = "vgpu-dra-engine-restart"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(plane, namespace, env.config_text(f"{SCHEDULER}-2"))
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as fresh:
+    with dra_operator(plane, "vgpu-dra-engine-restart", f"{SCHEDULER}-2") as fresh:
         wait_for("the new operator's books", lambda: fresh.app.synced or None, 60)
         state = fresh.app.running.state
         assert state is not None
@@ -412,7 +394,7 @@ def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
             def created() -> dict[str, Any] | None:
                 try:
                     return plane.create(f"/api/v1/namespaces/{ns}/pods", hami_pod)
-                except ApiError as exc:  # the webhook server may not answer yet
+                except AdminRequestError as exc:  # the webhook server may not answer yet
                     if exc.status == 409:
                         return plane.get(f"/api/v1/namespaces/{ns}/pods/hami")
                     return None

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import yaml
-from integration import operator_env as env
 from integration.dra_env import (
     RESOURCE,
     TOLERATE_KWOK,
     dra_agent,
+    dra_operator,
     dra_plane,
     fresh_namespace,
     node_slice,
@@ -38,7 +38,7 @@ from vgpu_operator.kube.client import api_client
 from vgpu_operator.scheduling.dialects.claims import extended_claims
 from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -73,10 +73,7 @@ def plane(
 
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-extended-config"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(plane, namespace, env.config_text(SCHEDULER))
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+    with dra_operator(plane, "vgpu-dra-extended-config", SCHEDULER) as running:
         yield running
 
 
@@ -328,7 +325,7 @@ def test_a_special_claim_made_for_a_pod_not_bound_is_deleted_again(
             await kube_claims.discard_claim(api, ns, name)
 
     asyncio.run(made_then_discarded())
-    with pytest.raises(ApiError) as gone:
+    with pytest.raises(AdminRequestError) as gone:
         plane.get(path)
     assert gone.value.status == 404
     written_status = plane.get(f"/api/v1/namespaces/{ns}/pods/unbound")["status"]

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from integration import operator_env as env
 from integration.dra_env import (
     CLAIM_CONTROLLERS,
     RESOURCE,
     claim_pod,
     create_claim_template,
+    dra_operator,
     dra_plane,
     fresh_namespace,
 )
@@ -33,7 +33,7 @@ from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.scheduling.books import group_claims
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -56,17 +56,14 @@ def plane(
 
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-group-claims-config"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(plane, namespace, env.config_text(SCHEDULER))
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+    with dra_operator(plane, "vgpu-dra-group-claims-config", SCHEDULER) as running:
         yield running
 
 
 def _get(plane: ControlPlane, path: str) -> dict[str, Any] | None:
     try:
         return plane.get(path)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status == 404:
             return None
         raise

@@ -23,24 +23,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration import operator_env as env
 from integration.dra_env import (
     CLAIM_CONTROLLERS,
     RESOURCE,
     claim_pod,
     create_claim_template,
     dra_agent,
+    dra_operator,
     dra_plane,
     fresh_namespace,
     node_slice,
 )
 from integration.test_agent import AgentThread, rewrite, wait_for
 
-from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.devices import dra
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -67,10 +67,7 @@ def plane(
 
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-health-config"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(plane, namespace, env.config_text(SCHEDULER, ""))
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+    with dra_operator(plane, "vgpu-dra-health-config", SCHEDULER) as running:
         yield running
 
 
@@ -182,7 +179,7 @@ def evicted(plane: ControlPlane, namespace: str, name: str) -> bool:
     """Whether the pod is gone or going (deleted, or marked a disruption target)."""
     try:
         obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    except ApiError as exc:
+    except AdminRequestError as exc:
         return exc.status == 404
     if obj["metadata"].get("deletionTimestamp"):
         return True

@@ -19,13 +19,15 @@ from integration.dra_env import (
     SLICES,
     claim_pod,
     create_claim_template,
+    dra_operator,
     dra_plane,
     fresh_namespace,
+    unschedulable_message,
 )
 from integration.test_agent import AgentThread, wait_for
 from integration.test_dra_alternatives import prepared_by_driver
 
-from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.binaries import Binaries
@@ -65,10 +67,7 @@ def cluster(
 
 @pytest.fixture(scope="module")
 def operator(cluster: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-mig-config"
-    cluster.ensure_namespace(namespace)
-    env.put_config_map(cluster, namespace, env.config_text(SCHEDULER, ""))
-    with OperatorThread(env.options(cluster, namespace, inventory_timeout_s=None)) as running:
+    with dra_operator(cluster, "vgpu-dra-mig-config", SCHEDULER) as running:
         yield running
 
 
@@ -115,12 +114,13 @@ def allocated_device(cluster: ControlPlane, ns: str, pod: str) -> str | None:
     return str(result["device"])
 
 
-def unschedulable(cluster: ControlPlane, ns: str, pod: str) -> str | None:
-    obj = cluster.get(f"/api/v1/namespaces/{ns}/pods/{pod}")
-    for condition in obj.get("status", {}).get("conditions") or []:
-        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
-            return str(condition.get("message", ""))
-    return None
+def earlier_namespace(cluster: ControlPlane) -> str:
+    """The namespace of the tests before (``mig-...``): the later tests go on from there."""
+    return next(
+        n["metadata"]["name"]
+        for n in cluster.get("/api/v1/namespaces")["items"]
+        if n["metadata"]["name"].startswith("mig")
+    )
 
 
 def test_the_mig_card_is_published_as_counters_and_placements(cluster: ControlPlane) -> None:
@@ -148,7 +148,7 @@ def test_kube_scheduler_never_gives_overlapping_instances(cluster: ControlPlane)
     assert three.endswith("-mig-3g-20gb-4")  # 3g at 0 overlaps the 4g: only 4 is left
     # Every memory slice is now held: no 1g fits, whatever its start.
     profile_pod(cluster, ns, "one", "1g.5gb")
-    wait_for("the 1g pod to be refused", lambda: unschedulable(cluster, ns, "one"), 60)
+    wait_for("the 1g pod to be refused", lambda: unschedulable_message(cluster, ns, "one"), 60)
     assert allocated_device(cluster, ns, "one") is None
 
 
@@ -163,11 +163,7 @@ def test_the_engine_places_a_mig_claim_beside_kube_schedulers_and_the_driver_pre
 ) -> None:
     # After the test above: kube-scheduler's 4g at 0 and 3g at 4 hold the card; the 1g
     # pod waits. Both go but the 4g: memory slices 4 to 7 are free again.
-    ns = next(
-        n["metadata"]["name"]
-        for n in cluster.get("/api/v1/namespaces")["items"]
-        if n["metadata"]["name"].startswith("mig")
-    )
+    ns = earlier_namespace(cluster)
     for pod in ("three", "one"):
         cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}?gracePeriodSeconds=0")
 
@@ -185,7 +181,9 @@ def test_the_engine_places_a_mig_claim_beside_kube_schedulers_and_the_driver_pre
     assert two.endswith("-mig-2g-10gb-4")  # the only 2g left beside the 4g and the 1g
     # Nothing is left for a 3g: the engine says so on the pod, and allocates nothing.
     profile_pod(cluster, ns, "engine-three", "3g.20gb", scheduler=SCHEDULER)
-    message = wait_for("the 3g refused", lambda: unschedulable(cluster, ns, "engine-three"), 60)
+    message = wait_for(
+        "the 3g refused", lambda: unschedulable_message(cluster, ns, "engine-three"), 60
+    )
     assert "CardMigTopologyInfeasible" in message
     claim = claim_of(cluster, ns, "engine-one")
     assert "consumedCapacity" not in claim["status"]["allocation"]["devices"]["results"][0]
@@ -204,11 +202,7 @@ def test_a_mig_pod_of_higher_priority_evicts_the_instances_in_its_way(
     # After the test above: kube-scheduler's 4g at 0 and the engine's 3g at 4 hold the
     # card, both pods of priority 0. A 7g of priority 1000 needs the card whole: both go,
     # and once the claim controller has released their claims the 7g is allocated.
-    ns = next(
-        n["metadata"]["name"]
-        for n in cluster.get("/api/v1/namespaces")["items"]
-        if n["metadata"]["name"].startswith("mig")
-    )
+    ns = earlier_namespace(cluster)
     cluster.create(
         "/apis/scheduling.k8s.io/v1/priorityclasses",
         {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": "mig-urgent"}, "value": 1000},
@@ -261,5 +255,5 @@ def test_instances_made_before_the_agent_started_are_taken_out_of_the_counters(
     small = wait_for("the 1g instance", lambda: allocated_device(cluster, ns, "small"), 60)
     assert small.endswith("-mig-1g-5gb-3")
     profile_pod(cluster, ns, "more", "1g.5gb", node=BUSY)
-    wait_for("the second 1g to be refused", lambda: unschedulable(cluster, ns, "more"), 60)
+    wait_for("the second 1g to be refused", lambda: unschedulable_message(cluster, ns, "more"), 60)
     assert allocated_device(cluster, ns, "more") is None

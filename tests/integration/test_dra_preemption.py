@@ -21,6 +21,7 @@ from integration.dra_env import (
     claim_pod,
     create_claim,
     create_claim_template,
+    dra_operator,
     dra_plane,
     fresh_namespace,
     node_slice,
@@ -32,7 +33,7 @@ from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -58,10 +59,7 @@ def plane(
 
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane) -> Iterator[OperatorThread]:
-    namespace = "vgpu-dra-preempt-config"
-    plane.ensure_namespace(namespace)
-    env.put_config_map(plane, namespace, env.config_text(SCHEDULER))
-    with OperatorThread(env.options(plane, namespace, inventory_timeout_s=None)) as running:
+    with dra_operator(plane, "vgpu-dra-preempt-config", SCHEDULER) as running:
         yield running
 
 
@@ -86,7 +84,7 @@ def create(
 def get_pod(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
     try:
         return plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    except ApiError as exc:
+    except AdminRequestError as exc:
         if exc.status == 404:
             return None
         raise
@@ -149,15 +147,21 @@ def ns(plane: ControlPlane) -> Iterator[str]:
     wait_for("the test's claims to be released", released, 60)
 
 
-def test_a_high_priority_claim_evicts_the_low_one_in_its_way_and_is_bound_after(
-    plane: ControlPlane, operator: OperatorThread, ns: str
-) -> None:
+def three_cards_kept(plane: ControlPlane, ns: str) -> None:
+    """The templates ``most-of-a-card`` (40 GiB) and ``half-a-card`` (20 GiB), and three
+    pods worth keeping holding 40 GiB of three cards."""
     template(plane, ns, "most-of-a-card", "40Gi")
     template(plane, ns, "half-a-card", "20Gi")
-    # Every card holds 40 GiB of 45 GiB: three pods worth keeping and one batch pod.
     for name in ("keep-a", "keep-b", "keep-c"):
         create(plane, ns, name, "most-of-a-card", "keep")
         wait_for(f"{name}'s claim", lambda n=name: claim_of(plane, ns, n), 60)
+
+
+def test_a_high_priority_claim_evicts_the_low_one_in_its_way_and_is_bound_after(
+    plane: ControlPlane, operator: OperatorThread, ns: str
+) -> None:
+    # Every card holds 40 GiB of 45 GiB: three pods worth keeping and one batch pod.
+    three_cards_kept(plane, ns)
     create(plane, ns, "batch", "most-of-a-card", "batch")
     batch_claim = wait_for("batch's claim", lambda: claim_of(plane, ns, "batch"), 60)
     batch_device = device_of(batch_claim)
@@ -218,11 +222,7 @@ def test_an_equal_priority_pod_evicts_nobody_and_waits(
 def test_a_claim_shared_by_two_low_pods_is_released_once_both_are_evicted(
     plane: ControlPlane, operator: OperatorThread, ns: str
 ) -> None:
-    template(plane, ns, "most-of-a-card", "40Gi")
-    template(plane, ns, "half-a-card", "20Gi")
-    for name in ("keep-a", "keep-b", "keep-c"):
-        create(plane, ns, name, "most-of-a-card", "keep")
-        wait_for(f"{name}'s claim", lambda n=name: claim_of(plane, ns, n), 60)
+    three_cards_kept(plane, ns)
     # The fourth card: one claim of 40 GiB shared by two batch pods.
     shared = {"deviceClassName": dra.SHARED_CLASS, "capacity": {"requests": {"memory": "40Gi"}}}
     create_claim(plane, ns, "pair", shared)
@@ -311,3 +311,44 @@ def test_a_pod_group_naming_a_class_its_namespace_may_not_use_preempts_nobody(
     wait_for("one low pod to go", lambda: sum(get_pod(plane, ns, n) is None for n in names), 60)
     wait_for("fair-member's claim", lambda: claim_of(plane, ns, "fair-member"), 60)
     assert over_committed(plane) == []
+
+
+def test_an_urgent_claim_evicts_an_all_group_whole_and_binds(
+    plane: ControlPlane, operator: OperatorThread, ns: str
+) -> None:
+    """Issue 47 item 1 / issue 44 item 3 on the DRA dialect: two ``batch`` members of a
+    ``disruptionMode: all`` gang hold a whole card each, two ``keep`` pods the other two;
+    the urgent pod's claim fits once one card frees: the group (of lower priority than the
+    ``keep`` pods) goes whole, both members, and the urgent pod is bound after."""
+    template(plane, ns, "all-of-a-card", "44Gi")
+    template(plane, ns, "half-a-card", "20Gi")
+    for name in ("keep-a", "keep-b"):
+        create(plane, ns, name, "all-of-a-card", "keep")
+        wait_for(f"{name}'s claim", lambda n=name: claim_of(plane, ns, n), 60)
+    group = {
+        "apiVersion": gangs.API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": "whole"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}}},
+    }
+    plane.create(f"/apis/{gangs.API_VERSION}/namespaces/{ns}/podgroups", group)
+    members = ("w0", "w1")
+    for name in members:
+        body = claim_pod(name, template="all-of-a-card", scheduler=SCHEDULER)
+        body["spec"].update(priorityClassName="batch", schedulingGroup={"podGroupName": "whole"})
+        plane.create(f"/api/v1/namespaces/{ns}/pods", body)
+    for name in members:
+        wait_for(f"{name}'s claim", lambda n=name: claim_of(plane, ns, n), 60)
+
+    create(plane, ns, "urgent", "half-a-card", "urgent")
+    for name in members:
+        wait_for(f"{name} to be gone", lambda n=name: get_pod(plane, ns, n) is None, 60)
+    wait_for("urgent's claim", lambda: claim_of(plane, ns, "urgent"), 60)
+    for name in ("keep-a", "keep-b"):
+        kept = get_pod(plane, ns, name)
+        assert kept is not None
+        assert not kept["metadata"].get("deletionTimestamp")
+    assert over_committed(plane) == []
+    wait_for("the Preempting event", lambda: "Preempting" in reasons_of(plane, ns, "urgent"), 30)
+    for name in members:
+        wait_for(f"{name}'s Event", lambda n=name: "Preempted" in reasons_of(plane, ns, n), 30)

@@ -24,8 +24,10 @@ from integration.dra_env import (
     create_claim_template,
     dra_agent,
     dra_plane,
+    exactly,
     fresh_namespace,
     node_slice,
+    unschedulable_message,
 )
 from integration.test_agent import wait_for
 
@@ -62,14 +64,13 @@ def claim_template(
     device_class: str = dra.SHARED_CLASS,
     tolerate_unhealthy: bool = False,
 ) -> None:
-    exactly: dict[str, Any] = {"deviceClassName": device_class}
-    if capacity is not None:
-        exactly["capacity"] = {"requests": capacity}
-    if selector is not None:
-        exactly["selectors"] = [{"cel": {"expression": selector}}]
-    if tolerate_unhealthy:
-        exactly["tolerations"] = [{"key": dra.UNHEALTHY_TAINT_KEY, "operator": "Exists"}]
-    create_claim_template(plane, namespace, name, exactly)
+    asked = exactly(
+        capacity,
+        selector=selector,
+        device_class=device_class,
+        tolerate_unhealthy=tolerate_unhealthy,
+    )
+    create_claim_template(plane, namespace, name, asked)
 
 
 def pod_with_template(
@@ -98,14 +99,6 @@ def only_result(claim: dict[str, Any]) -> dict[str, Any]:
     assert len(results) == 1, results
     result: dict[str, Any] = results[0]
     return result
-
-
-def unschedulable_message(plane: ControlPlane, namespace: str, pod: str) -> str | None:
-    obj = plane.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
-    for condition in obj.get("status", {}).get("conditions") or []:
-        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
-            return str(condition.get("message", ""))
-    return None
 
 
 def card_index(node: str, index: int) -> str:

@@ -22,6 +22,7 @@ from integration import test_operator_webhook as webhook_tests
 from integration.test_operator_webhook import Webhooked
 
 from vgpu_operator import names
+from vgpu_operator.devices import nvidia
 from vgpu_operator.devices.quantity import parse_quantity
 
 # The webhook test module's fixture: an operator with its webhook wired into the API server.
@@ -223,7 +224,7 @@ class _Run:
     def register(self, text: str) -> None:
         self.w.cp.patch(
             f"/api/v1/nodes/{self.garbage_node}",
-            {"metadata": {"annotations": {names.NODE_NVIDIA_REGISTER: text}}},
+            {"metadata": {"annotations": {nvidia.REGISTER_ANNOTATION: text}}},
         )
 
 

@@ -21,6 +21,7 @@ import pytest
 from integration import operator_env as env
 
 from vgpu_operator import names
+from vgpu_operator.devices import nvidia
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.controlplane import ControlPlane
 
@@ -47,15 +48,15 @@ ANNOTATIONS: Final = (
     {names.DEVICE_SCORING_WEIGHTS: "slot=lots"},
     {names.GPU_SCHEDULER_POLICY: "binpak,,%%"},
     {names.NODE_SCHEDULER_POLICY: "\x00"},
-    {names.GPU_USE_TYPE: "," * 50},
-    {names.GPU_USE_UUID: "GPU-nope"},
-    {names.GPU_NUMA_BIND: "maybe"},
+    {nvidia.USE_TYPE_ANNOTATION: "," * 50},
+    {nvidia.USE_UUID_ANNOTATION: "GPU-nope"},
+    {nvidia.NUMA_BIND_ANNOTATION: "maybe"},
 )
 #: Node annotations that must be reported and ignored.
 NODE_ANNOTATIONS: Final = (
-    {names.NODE_NVIDIA_REGISTER: "[{]"},
+    {nvidia.REGISTER_ANNOTATION: "[{]"},
     {
-        names.NODE_NVIDIA_REGISTER: '[{"id":"GPU-forged","index":0,"count":10,"devmem":900000000,'
+        nvidia.REGISTER_ANNOTATION: '[{"id":"GPU-forged","index":0,"count":10,"devmem":900000000,'
         '"devcore":100,"type":"NVIDIA-H100","numa":0,"mode":"hami-core","health":true}]'
     },
     {names.GPU_SCHEDULER_POLICY: "fastest"},

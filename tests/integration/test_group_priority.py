@@ -25,7 +25,7 @@ from integration import operator_env as env
 from integration.test_tenant_attacks import Refused, Tenant, aggregate_cluster_role, make_tenant
 
 from vgpu_operator.scheduling.gangs import gangs
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -181,6 +181,6 @@ def test_the_pod_group_policy_refuses_a_class_the_namespaces_quota_allows_no_pod
         for path, name in reversed(made):
             try:
                 space.cp.delete(f"{path}/{name}")
-            except ApiError as exc:
+            except AdminRequestError as exc:
                 if exc.status != 404:
                     raise

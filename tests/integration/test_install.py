@@ -29,7 +29,7 @@ from integration.test_agent import AgentThread, quick_settings
 from integration.test_operator_webhook import _free_port
 
 from vgpu_operator import names, node_leases
-from vgpu_operator.agent.simulated import resolve_machine_path
+from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.control.options import OperatorOptions, WebhookOptions
 from vgpu_operator.devices.dra import CardShape
 from vgpu_operator.handlers.runtime import OperatorThread
@@ -37,7 +37,7 @@ from vgpu_operator.kube import certs
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.node_lease import renew_node_lease
 from vgpu_operator.kube.requests import ApiError as KubeApiError
-from vgpu_operator.testing.controlplane import ApiError, Binaries, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, Binaries, ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -49,15 +49,16 @@ ROLES = "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"
 
 
 def readme_install_commands() -> list[str]:
-    """The kubectl lines of the first console block under "Installing in a cluster"."""
+    """The kubectl lines of the first console block under "Installing in a cluster" that
+    applies something (the blocks before it put kubectl on PATH)."""
     text = README.read_text()
     section = text.split("## Installing in a cluster", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```console\n(.*?)```", section, re.S)
-    assert block, "the README's install section has no console block"
-    lines = [line.split(" #", 1)[0].strip() for line in block.group(1).splitlines()]
-    commands = [line for line in lines if line.startswith("kubectl ")]
-    assert commands, "the README's install block names no kubectl command"
-    return commands
+    for block in re.findall(r"```console\n(.*?)```", section, re.S):
+        lines = [line.split(" #", 1)[0].strip() for line in block.splitlines()]
+        commands = [line for line in lines if line.startswith("kubectl ")]
+        if any(command.startswith("kubectl apply ") for command in commands):
+            return commands
+    raise AssertionError("the README's install section has no console block with kubectl apply")
 
 
 @dataclass
@@ -240,7 +241,7 @@ def test_a_reapply_keeps_the_administrators_device_config(installed: Cluster) ->
 def _served(cp: ControlPlane, path: str) -> bool:
     try:
         cp.get(path)
-    except ApiError:
+    except AdminRequestError:
         return False
     return True
 
@@ -271,7 +272,7 @@ def test_the_agent_reports_its_own_node_on_its_own_token(
         def reported() -> dict[str, Any] | None:
             try:
                 obj = cp.get(f"{INVENTORIES}/{node}")
-            except ApiError:
+            except AdminRequestError:
                 return None
             return obj if (obj.get("status") or {}).get("devices") else None
 
@@ -310,7 +311,7 @@ def test_the_agent_reports_its_own_node_on_its_own_token(
 def _renewal(cp: ControlPlane, node: str) -> float | None:
     try:
         return node_leases.read_renewal(cp.get(node_leases.lease_path(node)))
-    except ApiError:
+    except AdminRequestError:
         return None
 
 
@@ -455,7 +456,7 @@ def test_the_agent_renews_only_its_own_nodes_lease(
     message = _refused_write(kubeconfig, node_b)  # the create, after a 404 on the patch
     assert "vgpu-agent-own-node" in message
     assert f"may write only its own node, not {node_b}" in message
-    with pytest.raises(ApiError):
+    with pytest.raises(AdminRequestError):
         cp.get(node_leases.lease_path(node_b))
     before = env.renew_lease(cp, node_b)  # node B's Lease, renewed by its own agent
     message = _refused_write(kubeconfig, node_b)
@@ -812,7 +813,7 @@ def test_the_operator_preempts_on_its_own_token(
 def _exists(cp: ControlPlane, path: str) -> bool:
     try:
         return bool(cp.get(f"{path}/vgpu-operator"))
-    except ApiError:
+    except AdminRequestError:
         return False
 
 

@@ -31,10 +31,11 @@ from typing import Any
 import pytest
 import yaml
 from integration import operator_env as env
-from integration.test_operator_webhook import make_pki
+from integration.test_operator_webhook import Pki, make_pki
 
-from vgpu_operator import names, node_leases
-from vgpu_operator.control.options import PlaceableOptions, WebhookOptions
+from vgpu_operator import node_leases
+from vgpu_operator.control.options import OperatorOptions, PlaceableOptions, WebhookOptions
+from vgpu_operator.devices import nvidia
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import client as kube_client
@@ -42,7 +43,7 @@ from vgpu_operator.kube import listing, workloads
 from vgpu_operator.kube.requests import ApiError as RequestsApiError
 from vgpu_operator.testing import kueue
 from vgpu_operator.testing.binaries import Binaries
-from vgpu_operator.testing.controlplane import KWOK_STAGES, ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import KWOK_STAGES, AdminRequestError, ControlPlane
 from vgpu_operator.testing.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -156,7 +157,7 @@ def _our_webhook(cp: ControlPlane, namespace: str, scheduler: str, port: int, ca
     def webhook_answers() -> bool:
         try:
             cp.create(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", probe)
-        except ApiError:
+        except AdminRequestError:
             return False
         return True
 
@@ -193,39 +194,51 @@ def _true(obj: dict[str, Any], kind: str) -> bool:
     )
 
 
-def _check_state(wl: dict[str, Any]) -> dict[str, Any]:
+def _check_state(wl: dict[str, Any], name: str = CHECK) -> dict[str, Any]:
+    """The Workload's state of the admission check ``name`` (``{}``: none yet)."""
     for state in (wl.get("status") or {}).get("admissionChecks") or ():
-        if state.get("name") == CHECK:
+        if state.get("name") == name:
             return dict(state)
     return {}
+
+
+def _our_namespace(cp: ControlPlane, prefix: str) -> tuple[str, str]:
+    """A fresh namespace holding a device config that names a fresh scheduler
+    (``env.new_scheduler``; the node Leases' namespace made): the namespace and the
+    scheduler."""
+    namespace = env.unique(prefix)
+    cp.ensure_namespace(namespace)
+    cp.ensure_namespace(node_leases.NAMESPACE)
+    return namespace, env.new_scheduler(cp, namespace)
+
+
+def _checking_operator(
+    cp: ControlPlane, namespace: str, tmp_path: Path
+) -> tuple[Pki, int, OperatorOptions]:
+    """The options of an operator serving the webhook (its PKI and port) and answering
+    Kueue's check."""
+    pki, port = make_pki(tmp_path), free_port()
+    webhook = WebhookOptions(
+        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
+    )
+    options = env.options(
+        cp, namespace, webhook=webhook, kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2)
+    )
+    return pki, port, options
 
 
 def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
     kueue_plane: ControlPlane, tmp_path: Path
 ) -> None:
     cp = kueue_plane
-    namespace = env.unique("team")
-    cp.ensure_namespace(namespace)
-    cp.ensure_namespace(node_leases.NAMESPACE)
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    namespace, scheduler = _our_namespace(cp, "team")
     node_cards = {}
     for n in range(2):
         name = f"{namespace}-n{n}"
         node_cards[name] = env.cards(f"{namespace}-{n}", 2, memory_mib=24 * GIB)
         env.gpu_node(cp, name, node_cards[name], group=namespace)
     _queues(cp, namespace)
-    pki, port = make_pki(tmp_path), free_port()
-    webhook = WebhookOptions(
-        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
-    )
-    options = env.options(
-        cp,
-        namespace,
-        webhook=webhook,
-        kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2),
-    )
+    pki, port, options = _checking_operator(cp, namespace, tmp_path)
     with OperatorThread(options):
         _our_webhook(cp, namespace, scheduler, port, pki.ca.read_bytes())
         # 5 GiB on each card, outside Kueue (no queue): 19 GiB free per card.
@@ -236,7 +249,7 @@ def test_four_pods_of_20_gib_wait_in_the_queue_not_on_the_nodes(
                     namespace, f"small-{card.uuid.lower()}", scheduler=scheduler,
                     group=namespace, gpumem=5 * GIB,
                 )  # fmt: skip
-                pod["metadata"]["annotations"] = {names.GPU_USE_UUID: card.uuid}
+                pod["metadata"]["annotations"] = {nvidia.USE_UUID_ANNOTATION: card.uuid}
                 env.create_pod(cp, pod)
                 small.append(pod["metadata"]["name"])
         for name in small:
@@ -407,16 +420,9 @@ def test_the_manifests_role_is_enough_for_the_check(kueue_plane: ControlPlane) -
     asyncio.run(as_the_check())
     got = cp.get(f"{KUEUE}/admissionchecks/{check}")
     assert any(c["type"] == "Active" and c["status"] == "True" for c in got["status"]["conditions"])
-    state = _check_state_named(cp.get(f"{KUEUE}/namespaces/{namespace}/workloads/w"), check)
+    state = _check_state(cp.get(f"{KUEUE}/namespaces/{namespace}/workloads/w"), check)
     assert state["state"] == "Retry"
     assert state["message"] == "no room"
-
-
-def _check_state_named(wl: dict[str, Any], name: str) -> dict[str, Any]:
-    for state in (wl.get("status") or {}).get("admissionChecks") or ():
-        if state.get("name") == name:
-            return dict(state)
-    return {}
 
 
 def test_a_preempted_workloads_pods_leave_the_books(
@@ -426,12 +432,7 @@ def test_a_preempted_workloads_pods_leave_the_books(
     ClusterQueue: the low group's pods are deleted and end, are released from the books,
     and the high group is then answered Ready, admitted and bound to the same cards."""
     cp = kueue_plane
-    namespace = env.unique("prio")
-    cp.ensure_namespace(namespace)
-    cp.ensure_namespace(node_leases.NAMESPACE)
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    namespace, scheduler = _our_namespace(cp, "prio")
     node_cards = env.cards(namespace, 2, memory_mib=24 * GIB)
     env.gpu_node(cp, f"{namespace}-n0", node_cards, group=namespace)
     queue = env.unique("prio")
@@ -501,22 +502,11 @@ def test_a_job_is_admitted_when_its_pods_fit_and_its_pods_are_ours(
     the node's cards."""
     cp = kueue_plane
     cp.start_controller_manager(["job-controller"])
-    namespace = env.unique("job")
-    cp.ensure_namespace(namespace)
-    cp.ensure_namespace(node_leases.NAMESPACE)
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    namespace, scheduler = _our_namespace(cp, "job")
     node_cards = env.cards(namespace, 2, memory_mib=24 * GIB)
     env.gpu_node(cp, f"{namespace}-n0", node_cards, group=namespace)
     _queues(cp, namespace, suffix=namespace)
-    pki, port = make_pki(tmp_path), free_port()
-    webhook = WebhookOptions(
-        port=port, addr="127.0.0.1", certfile=pki.cert, pkeyfile=pki.key, cafile=pki.ca
-    )
-    options = env.options(
-        cp, namespace, webhook=webhook, kueue_check=PlaceableOptions(hold_s=30, retry_after_s=2)
-    )
+    pki, port, options = _checking_operator(cp, namespace, tmp_path)
     with OperatorThread(options):
         _our_webhook(cp, namespace, scheduler, port, pki.ca.read_bytes())
         limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(20 * GIB)}

@@ -118,8 +118,7 @@ def setup(plane: ControlPlane) -> Iterator[tuple[str, str]]:
     """The queue and the operator's scheduler name, with the operator running."""
     plane.ensure_namespace(NAMESPACE)
     plane.ensure_namespace(node_leases.NAMESPACE)
-    scheduler = env.unique("sched")
-    env.put_config_map(plane, NAMESPACE, env.config_text(scheduler))
+    scheduler = env.new_scheduler(plane, NAMESPACE)
     queue = _queue(plane)
     options = env.options(
         plane,

@@ -41,9 +41,7 @@ def test_the_operator_endpoint_passes_promtool(
     control_plane: ControlPlane, namespace: str, promtool: Path
 ) -> None:
     cp = control_plane
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(cp, namespace)
     node = f"{namespace}-m"
     env.gpu_node(cp, node, env.cards(node, 2), group=namespace)
     cp.create(

@@ -15,6 +15,7 @@ import pytest
 from integration import operator_env as env
 
 from vgpu_operator import names
+from vgpu_operator.devices import nvidia
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.controlplane import ControlPlane
 
@@ -56,7 +57,7 @@ def test_node_type_restriction_steers_pods_until_lifted(
         restricted,
         env.cards(restricted, 1, memory_mib=20000),
         group=namespace,
-        annotations={names.GPU_USE_TYPE: "H100"},
+        annotations={nvidia.USE_TYPE_ANNOTATION: "H100"},
     )
     env.gpu_node(control_plane, free, env.cards(free, 1, memory_mib=20000), group=namespace)
 
@@ -71,7 +72,8 @@ def test_node_type_restriction_steers_pods_until_lifted(
 
     # Lifting the restriction wakes the waiting pod, which takes the node's card.
     control_plane.patch(
-        f"/api/v1/nodes/{restricted}", {"metadata": {"annotations": {names.GPU_USE_TYPE: None}}}
+        f"/api/v1/nodes/{restricted}",
+        {"metadata": {"annotations": {nvidia.USE_TYPE_ANNOTATION: None}}},
     )
     second = env.wait_bound(control_plane, namespace, "second", 30)
     assert second["spec"]["nodeName"] == restricted

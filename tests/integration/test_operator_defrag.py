@@ -38,7 +38,7 @@ from integration.test_install import token_kubeconfig
 from vgpu_operator.cli import main
 from vgpu_operator.control.options import DefragOptions
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 Json = dict[str, Any]
 USE_UUID = "nvidia.com/use-gpuuuid"
@@ -138,7 +138,7 @@ class ReplicaSetStandIn:
         while not self._stop.wait(0.2):
             try:
                 self.reconcile()
-            except (ApiError, OSError):
+            except (AdminRequestError, OSError):
                 continue  # the next round reads the cluster again
 
 
@@ -171,9 +171,11 @@ class Setup:
         env.create_pod(self.cp, self.pod(name, gpumem, card=card))
         return env.wait_bound(self.cp, self.namespace, name, 30)
 
-    def replica_set(self, name: str, gpumem: int) -> Json:
+    def replica_set(self, name: str, gpumem: int, group: str | None = None) -> Json:
         template = self.pod(name, gpumem)
         template["metadata"] = {"labels": {"app": name}}
+        if group is not None:
+            template["spec"]["schedulingGroup"] = {"podGroupName": group}
         self.replica_sets.create(name, template)
         pod = self.replica_sets.live_pod_of(name)
         return env.wait_bound(self.cp, self.namespace, pod["metadata"]["name"], 30)
@@ -185,7 +187,7 @@ class Setup:
     def exists(self, name: str) -> bool:
         try:
             env.get_pod(self.cp, self.namespace, name)
-        except ApiError as exc:
+        except AdminRequestError as exc:
             if exc.status == 404:
                 return False
             raise
@@ -194,8 +196,9 @@ class Setup:
     def budget(self, name: str, labels: dict[str, str], allowed: int) -> None:
         env.disruption_budget(self.cp, self.namespace, name, labels, allowed)
 
-    def scatter(self) -> tuple[Json, Json]:
-        """The cluster of the module docstring; returns web's pod and db's pod."""
+    def scatter(self, db_group: str | None = None) -> tuple[Json, Json]:
+        """The cluster of the module docstring; returns web's pod and db's pod (a member
+        of PodGroup ``db_group`` if named)."""
         a0, a1 = (c.uuid for c in self.a)
         (b0,) = (c.uuid for c in self.b)
         self.bound("keeper", 6000, card=b0)
@@ -203,7 +206,7 @@ class Setup:
         self.bound("fill-a1", 16000, card=a1)
         web = self.replica_set("web", 10000)  # a0: the only card with room
         self.delete("fill-a1")
-        db = self.replica_set("db", 8000)  # a1: a0 has 6000 left
+        db = self.replica_set("db", 8000, db_group)  # a1: a0 has 6000 left
         self.delete("fill-b")
         assert env.allocation(web) == [(a0, 10000, 0)]
         assert env.allocation(db) == [(a1, 8000, 0)]
@@ -212,9 +215,7 @@ class Setup:
 
 @pytest.fixture
 def setup(control_plane: ControlPlane, namespace: str) -> Iterator[Setup]:
-    env.install_crd(control_plane)
-    scheduler = env.unique("sched")
-    env.put_config_map(control_plane, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(control_plane, namespace)
     a = env.cards(f"{namespace}-a", 2, memory_mib=16000)
     b = env.cards(f"{namespace}-b", 1, memory_mib=16000)
     env.gpu_node(control_plane, f"{namespace}-a", a, group=namespace)
@@ -348,6 +349,43 @@ def test_defrag_plan_prints_the_plan_with_a_read_only_identity(
     path = f"/api/v1/namespaces/{setup.namespace}/pods/{db['metadata']['name']}/eviction"
     assert _status_as(setup.cp, token, "POST", path, eviction) == 403
     assert _status_as(setup.cp, token, "GET", f"/api/v1/namespaces/{setup.namespace}/pods") == 200
+
+
+@pytest.mark.parametrize("mode", ["all", "single"])
+def test_defrag_plan_moves_a_single_groups_member_and_leaves_an_all_group(
+    setup: Setup, tmp_path: Path, mode: str
+) -> None:
+    """Issue 47 item 2 on the live server, with the read-only identity: db's pod (the
+    cheapest move) is a member of PodGroup ``db``; ``single``, it moves; ``all``, the
+    group is left alone (web's pod moves instead) and the report says so."""
+    api = "/apis/scheduling.k8s.io/v1beta1"
+    setup.cp.create(
+        f"{api}/namespaces/{setup.namespace}/podgroups",
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "db"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}, "disruptionMode": {mode: {}}},
+        },
+    )
+    with _operator(setup, defrag=False):
+        web, db = setup.scatter(db_group="db")
+        env.create_pod(setup.cp, setup.pod("waiting", 12000))
+        _event(setup, "waiting", "FailedScheduling")
+    kubeconfig = _reader_kubeconfig(setup, tmp_path / "reader.yaml")
+    args = ["defrag", "plan", "--kubeconfig", str(kubeconfig), "--namespace", setup.namespace]
+    result = CliRunner().invoke(main, [*args, "--config-map", env.CONFIG_MAP, "-o", "json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    (plan,) = [p for p in report["plans"] if p["pod"] == f"{setup.namespace}/waiting"]
+    moved = db if mode == "single" else web
+    key = f"{setup.namespace}/{moved['metadata']['name']}"
+    assert [m["pod"] for m in plan["moves"]] == [key]
+    left = report.get("groupsLeft", {})
+    if mode == "all":
+        assert "disruptionMode all, moved whole or not at all" in left[f"{setup.namespace}/db"]
+    else:
+        assert left == {}
 
 
 def _status_as(cp: ControlPlane, token: str, method: str, path: str, body: Any = None) -> int:

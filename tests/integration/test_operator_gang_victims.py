@@ -1,21 +1,28 @@
-"""Members of PodGroups as preemption victims, against a real API server (issue 36): a
-member of a ``disruptionMode: single`` group may be evicted alone; a member of an ``all``
-group is not (evicting a whole group is not built: "not at all")."""
+"""Members of PodGroups as preemption victims, against a real API server (issues 36, 44,
+47): a member of a ``disruptionMode: single`` group may be evicted alone; an ``all`` group
+is evicted whole (every member, on every node) or not at all, and shields no card."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from integration import operator_env as env
-from integration.test_operator_preemption import Setup, operator, setup  # noqa: F401
+from integration.test_operator_preemption import (  # noqa: F401
+    PRIORITY_CLASSES,
+    Setup,
+    operator,
+    setup,
+)
 
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.scheduling.gangs import gangs
 
 
-def _group(s: Setup, name: str, mode: str = "single", priority_class: str = "") -> dict[str, Any]:
+def _group(
+    s: Setup, name: str, mode: str = "single", priority_class: str = "", min_count: int = 1
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "schedulingPolicy": {"gang": {"minCount": 1}},
+        "schedulingPolicy": {"gang": {"minCount": min_count}},
         "disruptionMode": {mode: {}},
     }
     if priority_class:
@@ -32,28 +39,81 @@ def _group(s: Setup, name: str, mode: str = "single", priority_class: str = "") 
     return made
 
 
-def _member(s: Setup, name: str, group: str) -> dict[str, Any]:
-    pod = env.gpu_pod(s.namespace, name, scheduler=s.scheduler, group=s.namespace, gpumem=20000)
+def _member(s: Setup, name: str, group: str, gpumem: int = 20000) -> dict[str, Any]:
+    pod = env.gpu_pod(s.namespace, name, scheduler=s.scheduler, group=s.namespace, gpumem=gpumem)
     pod["spec"]["priorityClassName"] = s.classes[0]
     pod["spec"]["schedulingGroup"] = {"podGroupName": group}
     return pod
 
 
-def test_only_the_single_groups_member_is_evicted(setup: Setup, operator: OperatorThread) -> None:  # noqa: F811
+def test_a_single_groups_member_goes_rather_than_a_whole_group(
+    setup: Setup,  # noqa: F811
+    operator: OperatorThread,  # noqa: F811
+) -> None:
+    """The card is full with an ``all`` group of two and a ``single`` group's member, all
+    of one priority: the urgent pod takes one member's room, and the cheapest choice is
+    the single group's member alone (one victim), not the whole group (two)."""
     s = setup
-    env.gpu_node(s.cp, s.node("a"), env.cards(s.node("a"), 1, memory_mib=40000), group=s.namespace)
-    _group(s, "whole", "all")
+    env.gpu_node(s.cp, s.node("a"), env.cards(s.node("a"), 1, memory_mib=60000), group=s.namespace)
+    _group(s, "whole", "all", min_count=2)
     _group(s, "loose", "single")
-    env.create_pod(s.cp, _member(s, "w0", "whole"))
-    env.create_pod(s.cp, _member(s, "l0", "loose"))
-    env.wait_bound(s.cp, s.namespace, "w0")
-    env.wait_bound(s.cp, s.namespace, "l0")
-    # The card is full; an urgent pod may take only the single group's member's room.
+    for name, group in (("w0", "whole"), ("w1", "whole"), ("l0", "loose")):
+        env.create_pod(s.cp, _member(s, name, group))
+    for name in ("w0", "w1", "l0"):
+        env.wait_bound(s.cp, s.namespace, name)
     s.create("urgent", 1000, gpumem=20000)
     env.wait_until("l0 to be evicted", lambda: not s.exists("l0"), 60)
     env.wait_bound(s.cp, s.namespace, "urgent")
-    assert s.get("w0")["spec"]["nodeName"] == s.node("a")
-    assert not s.get("w0")["metadata"].get("deletionTimestamp")
+    for name in ("w0", "w1"):
+        assert s.get(name)["spec"]["nodeName"] == s.node("a")
+        assert not s.get(name)["metadata"].get("deletionTimestamp")
+
+
+def test_an_urgent_pod_evicts_an_all_group_whole_and_binds(
+    setup: Setup,  # noqa: F811
+    operator: OperatorThread,  # noqa: F811
+) -> None:
+    """Issue 47 item 1 / issue 44 item 3: two priority-0 members of an ``all`` gang, one
+    on each node, fill both cards; a priority-100000 pod that needs one card's room
+    evicts the group whole (the member on the other node too), binds, and both sides are
+    told by Events."""
+    s = setup
+    top = f"{s.namespace}-p100000"
+    s.cp.create(
+        PRIORITY_CLASSES,
+        {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": top}, "value": 100000},
+    )
+    try:
+        for suffix in ("a", "b"):
+            cards = env.cards(s.node(suffix), 1, memory_mib=40000)
+            env.gpu_node(s.cp, s.node(suffix), cards, group=s.namespace)
+        _group(s, "whole", "all", min_count=2)
+        for name in ("w0", "w1"):
+            env.create_pod(s.cp, _member(s, name, "whole", gpumem=30000))
+        nodes = {env.wait_bound(s.cp, s.namespace, n)["spec"]["nodeName"] for n in ("w0", "w1")}
+        assert nodes == {s.node("a"), s.node("b")}
+        urgent = env.gpu_pod(
+            s.namespace, "urgent", scheduler=s.scheduler, group=s.namespace, gpumem=30000
+        )
+        urgent["spec"]["priorityClassName"] = top
+        env.create_pod(s.cp, urgent)
+        for name in ("w0", "w1"):
+            env.wait_until(f"{name} to be evicted", lambda n=name: not s.exists(n), 60)
+        bound = env.wait_bound(s.cp, s.namespace, "urgent", 60)
+        assert bound["spec"]["nodeName"] in nodes
+
+        def reasons(name: str) -> set[str]:
+            return {e["reason"] for e in env.events_for(s.cp, s.namespace, name)}
+
+        env.wait_until("the Events", lambda: "Preempting" in reasons("urgent"), 30)
+        for name in ("w0", "w1"):
+            env.wait_until(f"{name}'s Event", lambda n=name: "Preempted" in reasons(n), 30)
+        preempting = [
+            e for e in env.events_for(s.cp, s.namespace, "urgent") if e["reason"] == "Preempting"
+        ]
+        assert preempting[0]["message"].startswith("Preempting 2 pods on node ")
+    finally:
+        s.cp.delete(f"{PRIORITY_CLASSES}/{top}")
 
 
 def test_a_pod_group_naming_a_class_its_namespace_may_not_use_preempts_nobody(

@@ -19,9 +19,7 @@ from vgpu_operator.testing.controlplane import ControlPlane
 
 @pytest.fixture
 def scheduler(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
-    env.install_crd(control_plane)
-    name = env.unique("sched")
-    env.put_config_map(control_plane, namespace, env.config_text(name))
+    name = env.new_scheduler(control_plane, namespace)
     yield name
     env.cleanup_group(control_plane, namespace)
 

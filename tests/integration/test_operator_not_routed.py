@@ -20,6 +20,20 @@ def _default_scheduler_pod(namespace: str, name: str, limits: dict[str, str]) ->
     return pod
 
 
+def _report_of(
+    cp: ControlPlane, namespace: str, pod: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The not-routed condition on ``pod`` and its Events, once both are written."""
+
+    def reported() -> dict[str, Any] | None:
+        found = env.get_pod(cp, namespace, pod)
+        return dict(env.condition(found, reporting.CONDITION_NOT_ROUTED) or {}) or None
+
+    condition = env.wait_until("the not-routed condition", reported, 60)
+    events = env.wait_until("the not-routed Event", lambda: env.events_for(cp, namespace, pod), 30)
+    return condition, events
+
+
 def test_a_gpu_pod_left_to_the_default_scheduler_is_reported_with_the_fix(
     control_plane: ControlPlane, namespace: str
 ) -> None:
@@ -32,15 +46,7 @@ def test_a_gpu_pod_left_to_the_default_scheduler_is_reported_with_the_fix(
     env.create_pod(cp, cpu)
     try:
         with OperatorThread(env.options(cp, namespace)) as operator:
-
-            def reported() -> dict[str, Any] | None:
-                pod = env.get_pod(cp, namespace, "gpu")
-                return dict(env.condition(pod, reporting.CONDITION_NOT_ROUTED) or {}) or None
-
-            condition = env.wait_until("the not-routed condition", reported, 60)
-            events = env.wait_until(
-                "the not-routed Event", lambda: env.events_for(cp, namespace, "gpu"), 30
-            )
+            condition, events = _report_of(cp, namespace, "gpu")
             metric = operator.app.metrics.registry.get_sample_value(
                 "vgpu_operator_gpu_pods_not_routed_total"
             )
@@ -74,15 +80,7 @@ def test_a_gpu_pod_bound_without_the_gpu_scheduler_is_reported_once(
     env.create_pod(cp, bound)
     try:
         with OperatorThread(env.options(cp, namespace)):
-
-            def reported() -> dict[str, Any] | None:
-                pod = env.get_pod(cp, namespace, "bound")
-                return dict(env.condition(pod, reporting.CONDITION_NOT_ROUTED) or {}) or None
-
-            condition = env.wait_until("the not-routed condition", reported, 60)
-            events = env.wait_until(
-                "the not-routed Event", lambda: env.events_for(cp, namespace, "bound"), 30
-            )
+            condition, events = _report_of(cp, namespace, "bound")
         assert condition["status"] == "False"
         assert "nvidia.com/gpu" in condition["message"]
         assert [e["reason"] for e in events] == [reporting.REASON_NOT_ROUTED]
@@ -110,15 +108,7 @@ def test_a_pod_whose_claims_ask_our_classes_left_to_the_default_scheduler_is_rep
     env.create_pod(cp, pod)  # no webhook runs: it keeps default-scheduler
     try:
         with OperatorThread(env.options(cp, namespace)):
-
-            def reported() -> dict[str, Any] | None:
-                found = env.get_pod(cp, namespace, "claims")
-                return dict(env.condition(found, reporting.CONDITION_NOT_ROUTED) or {}) or None
-
-            condition = env.wait_until("the not-routed condition", reported, 60)
-            events = env.wait_until(
-                "the not-routed Event", lambda: env.events_for(cp, namespace, "claims"), 30
-            )
+            condition, events = _report_of(cp, namespace, "claims")
         assert f"DeviceClass {dra.SHARED_CLASS}" in condition["message"]
         assert f"schedulerName: {scheduler}" in condition["message"]
         assert [e["reason"] for e in events] == [reporting.REASON_NOT_ROUTED]

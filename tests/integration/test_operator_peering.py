@@ -20,7 +20,7 @@ from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.metrics import Result
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 PEERING_MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "peering.yaml"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -35,7 +35,7 @@ def _install_peering_crds(cp: ControlPlane) -> None:
     def served() -> bool:
         try:
             cp.get(PEERINGS)
-        except ApiError:
+        except AdminRequestError:
             return False
         return True
 
@@ -170,7 +170,7 @@ def test_a_standby_answers_the_webhook_from_current_quotas(
             def attempt() -> str | None:
                 try:
                     cp.create(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", pod("p", memory))
-                except ApiError as exc:
+                except AdminRequestError as exc:
                     return exc.body if "exceeding resource quota" in exc.body else None
                 return None
 

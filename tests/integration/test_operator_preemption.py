@@ -17,7 +17,7 @@ import pytest
 from integration import operator_env as env
 
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 HOLD = "vgpu-test/hold"
@@ -68,7 +68,7 @@ class Setup:
     def exists(self, name: str) -> bool:
         try:
             self.get(name)
-        except ApiError as exc:
+        except AdminRequestError as exc:
             if exc.status == 404:
                 return False
             raise
@@ -83,9 +83,7 @@ class Setup:
 
 @pytest.fixture
 def setup(control_plane: ControlPlane, namespace: str) -> Iterator[Setup]:
-    env.install_crd(control_plane)
-    scheduler = env.unique("sched")
-    env.put_config_map(control_plane, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(control_plane, namespace)
     classes = {}
     for value in (0, 10, 100, 1000):
         name = f"{namespace}-p{value}"

@@ -18,6 +18,7 @@ import pytest
 from integration import operator_env as env
 
 from vgpu_operator import names
+from vgpu_operator.devices import nvidia
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.testing.controlplane import ControlPlane, fake_gpu_node_manifest
 
@@ -45,9 +46,7 @@ class Setup:
 
 @pytest.fixture
 def setup(control_plane: ControlPlane, namespace: str) -> Iterator[Setup]:
-    env.install_crd(control_plane)
-    scheduler = env.unique("sched")
-    env.put_config_map(control_plane, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(control_plane, namespace)
     yield Setup(control_plane, namespace, scheduler)
     env.cleanup_group(control_plane, namespace)
 
@@ -106,7 +105,7 @@ def test_node_with_only_hami_annotations_is_used(setup: Setup, operator: Operato
         cards,
         group=setup.namespace,
         inventory=False,
-        annotations={names.NODE_NVIDIA_REGISTER: env.hami_register_annotation(cards)},
+        annotations={nvidia.REGISTER_ANNOTATION: env.hami_register_annotation(cards)},
     )
     setup.create("p1", gpumem=4000)
     pod = env.wait_bound(setup.cp, setup.namespace, "p1")
@@ -254,7 +253,7 @@ def test_cordoned_device_is_skipped(setup: Setup, operator: OperatorThread) -> N
 def test_node_whose_gpus_vanish_is_not_offered(setup: Setup, operator: OperatorThread) -> None:
     name = setup.node("v")
     cards = env.cards(name, 1)
-    register = {names.NODE_NVIDIA_REGISTER: env.hami_register_annotation(cards)}
+    register = {nvidia.REGISTER_ANNOTATION: env.hami_register_annotation(cards)}
     env.gpu_node(
         setup.cp, name, cards, group=setup.namespace, inventory=False, annotations=register
     )

@@ -10,7 +10,7 @@ import pytest
 from integration import operator_env as env
 
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def scheduler(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
 def _api_up(cp: ControlPlane) -> bool:
     try:
         cp.get("/api/v1/namespaces/default")
-    except (ApiError, OSError):
+    except (AdminRequestError, OSError):
         return False
     return True
 

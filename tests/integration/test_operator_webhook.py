@@ -20,7 +20,7 @@ from vgpu_operator import names
 from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 from vgpu_operator.testing.pki import CertificateAuthority, pem_cert
 from vgpu_operator.testing.processes import free_port as _free_port
 
@@ -58,9 +58,7 @@ class Webhooked:
 @pytest.fixture
 def webhooked(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[Webhooked]:
     cp = control_plane
-    env.install_crd(cp)
-    scheduler = env.unique("sched")
-    env.put_config_map(cp, namespace, env.config_text(scheduler))
+    scheduler = env.new_scheduler(cp, namespace)
     pki = make_pki(tmp_path)
     port = _free_port()
     webhook = WebhookOptions(
@@ -91,7 +89,7 @@ def _wait_webhook_serving(cp: ControlPlane, namespace: str) -> None:
     def reachable() -> bool:
         try:
             cp.create(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", probe)
-        except ApiError:
+        except AdminRequestError:
             return False
         return True
 
@@ -145,7 +143,7 @@ def test_pod_over_its_namespace_quota_is_refused(webhooked: Webhooked) -> None:
     pod = env.plain_pod(
         w.namespace, "too-big", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}
     )
-    with pytest.raises(ApiError) as denied:
+    with pytest.raises(AdminRequestError) as denied:
         env.create_pod(w.cp, pod)
     assert denied.value.status == 403
     assert "quota" in str(denied.value).lower()
@@ -156,7 +154,7 @@ def test_memory_in_bytes_is_refused_naming_the_unit(webhooked: Webhooked, gpumem
     pod = env.plain_pod(
         webhooked.namespace, "bytes", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": gpumem}
     )
-    with pytest.raises(ApiError) as denied:
+    with pytest.raises(AdminRequestError) as denied:
         env.create_pod(webhooked.cp, pod)
     assert denied.value.status == 403
     message = str(denied.value)
@@ -168,7 +166,7 @@ def test_memory_in_bytes_is_refused_naming_the_unit(webhooked: Webhooked, gpumem
 def test_unreadable_scoring_weights_are_refused(webhooked: Webhooked) -> None:
     pod = env.plain_pod(webhooked.namespace, "weights", {"nvidia.com/gpu": "1"})
     pod["metadata"]["annotations"] = {names.DEVICE_SCORING_WEIGHTS: "slot=lots"}
-    with pytest.raises(ApiError) as denied:
+    with pytest.raises(AdminRequestError) as denied:
         env.create_pod(webhooked.cp, pod)
     assert denied.value.status == 403
     assert names.DEVICE_SCORING_WEIGHTS in str(denied.value)

@@ -46,15 +46,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings, KubeletStandIn
 from vgpu_operator.agent.inventory import RegistrationOptions
-from vgpu_operator.agent.main import AgentSettings, run_agent
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.main import run_agent
+from vgpu_operator.agent.settings import AgentSettings
+from vgpu_operator.agent.sim_machine import resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.control.options import WebhookOptions
+from vgpu_operator.devices import nvidia
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube.client import api_client
 from vgpu_operator.kube.pods import pods_on_node
 from vgpu_operator.scheduling.books.allocation_gate import GateMode
-from vgpu_operator.testing.controlplane import ApiError, Binaries, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, Binaries, ControlPlane
 
 Json = dict[str, Any]
 NAMESPACE = "vgpu-operator"
@@ -399,7 +402,7 @@ def stack(
 def _gone(cp: ControlPlane, namespace: str, name: str) -> bool:
     try:
         env.get_pod(cp, namespace, name)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         return exc.status == 404
     return False
 
@@ -407,7 +410,7 @@ def _gone(cp: ControlPlane, namespace: str, name: str) -> bool:
 def _reported(cp: ControlPlane, node: str) -> bool:
     try:
         inventory = cp.get(f"{env.INVENTORIES}/{node}")
-    except ApiError:
+    except AdminRequestError:
         return False
     return len((inventory.get("status") or {}).get("devices") or []) == 4
 
@@ -533,7 +536,7 @@ def wait_received(stack: Stack, rig: NodeRig, pod: str) -> ContainerSettings:
     def received() -> ContainerSettings | None:
         try:
             uid = env.get_pod(stack.cp, stack.tenant.namespace, pod)["metadata"]["uid"]
-        except ApiError:
+        except AdminRequestError:
             return None
         return next((r for r in rig.received() if r.pod == key and r.uid == uid), None)
 
@@ -544,7 +547,7 @@ def events_of(cp: ControlPlane, namespace: str, name: str) -> list[Json]:
     """The Events of the pod now named ``name`` (not of earlier pods of that name)."""
     try:
         uid = env.get_pod(cp, namespace, name)["metadata"]["uid"]
-    except ApiError:
+    except AdminRequestError:
         return []
     return [e for e in env.events_for(cp, namespace, name) if e["involvedObject"].get("uid") == uid]
 
@@ -555,8 +558,8 @@ def allocation_patch(node: str, card: str, memory: int = CARD_MIB, cores: int = 
         names.ASSIGNED_NODE: node,
         names.BIND_PHASE: "allocating",
         names.BIND_TIME: "4102444800",  # 2100-01-01
-        names.NVIDIA_DEVICES_TO_ALLOCATE: entry,
-        names.NVIDIA_DEVICES_ALLOCATED: entry,
+        nvidia.TO_ALLOCATE_ANNOTATION: entry,
+        nvidia.ALLOCATED_ANNOTATION: entry,
     }
 
 
@@ -656,8 +659,8 @@ def test_2_a_tenant_cannot_edit_its_allocation_to_overcommit_or_beat_the_quota(
         card = first.envs["NVIDIA_VISIBLE_DEVICES"]
         small = f"{card},NVIDIA,1,0:;"
         for patch, kind in (
-            ({"metadata": {"annotations": {names.NVIDIA_DEVICES_ALLOCATED: small}}}, "merge"),
-            ({"metadata": {"annotations": {names.NVIDIA_DEVICES_ALLOCATED: None}}}, "merge"),
+            ({"metadata": {"annotations": {nvidia.ALLOCATED_ANNOTATION: small}}}, "merge"),
+            ({"metadata": {"annotations": {nvidia.ALLOCATED_ANNOTATION: None}}}, "merge"),
             (
                 [
                     {
@@ -671,7 +674,7 @@ def test_2_a_tenant_cannot_edit_its_allocation_to_overcommit_or_beat_the_quota(
             message = tenant.refused(lambda p=patch, k=kind: tenant.patch_pod("big", p, k))
             assert "hami.io/vgpu-devices-allocated" in message
         held = env.get_pod(cp, tenant.namespace, "big")["metadata"]["annotations"]
-        assert held[names.NVIDIA_DEVICES_ALLOCATED].startswith(f"{card},NVIDIA,40000,")
+        assert held[nvidia.ALLOCATED_ANNOTATION].startswith(f"{card},NVIDIA,40000,")
 
         # A second 40000 MiB pod: the quota (50000) holds it back.
         tenant.create_pod(gpu_pod("second", node=node, gpumem=40000))
@@ -703,7 +706,7 @@ def test_3_a_cpu_only_pod_cannot_squat_a_node(stack: Stack, tenant: Tenant) -> N
             "annotations": {
                 names.ASSIGNED_NODE: node,
                 names.BIND_PHASE: "success",
-                names.NVIDIA_DEVICES_ALLOCATED: squat,
+                nvidia.ALLOCATED_ANNOTATION: squat,
             },
         },
         "spec": {
@@ -717,7 +720,7 @@ def test_3_a_cpu_only_pod_cannot_squat_a_node(stack: Stack, tenant: Tenant) -> N
     # applies to it), and adding the record afterwards is refused too.
     del pod["metadata"]["annotations"]
     tenant.create_pod(pod)
-    patch = {"metadata": {"annotations": {names.NVIDIA_DEVICES_ALLOCATED: squat}}}
+    patch = {"metadata": {"annotations": {nvidia.ALLOCATED_ANNOTATION: squat}}}
     tenant.refused(lambda: tenant.patch_pod("squatter", patch))
     # The node's GPU pods are placed as if it were not there.
     tenant.create_pod(gpu_pod("next", node=node, gpumem=40000))
@@ -1351,7 +1354,7 @@ def test_11_a_claim_cannot_be_pulled_from_under_its_running_pod(
 def _claim_gone(cp: ControlPlane, path: str) -> bool:
     try:
         cp.get(path)
-    except ApiError as exc:
+    except AdminRequestError as exc:
         return exc.status == 404
     return False
 

@@ -25,7 +25,7 @@ from vgpu_operator.control.options import WebhookOptions
 from vgpu_operator.handlers.app import WEBHOOK_ID
 from vgpu_operator.handlers.runtime import OperatorThread
 from vgpu_operator.kube import certs
-from vgpu_operator.testing.controlplane import ApiError, ControlPlane
+from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
 SECRET = "webhook-tls"
 
@@ -46,7 +46,7 @@ class SelfSigned:
     def secret_tls(self) -> certs.WebhookTls | None:
         try:
             secret = self.cp.get(self.secret_path)
-        except ApiError:
+        except AdminRequestError:
             return None
         data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
         return certs.WebhookTls.from_secret_data(data)
@@ -106,7 +106,7 @@ def _routed(s: SelfSigned, name: str) -> bool:
         pod = s.cp.create(
             f"/api/v1/namespaces/{s.namespace}/pods?dryRun=All", _gpu_pod(s.namespace, name)
         )
-    except ApiError:
+    except AdminRequestError:
         return False  # failurePolicy Fail: not reachable or not trusted (yet)
     return bool(pod["spec"].get("schedulerName") == s.scheduler)
 

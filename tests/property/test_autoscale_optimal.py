@@ -76,7 +76,7 @@ def _brute_force(books: Books, units: Sequence[Unit], most: int) -> tuple[int, f
     return None
 
 
-def _check_complete(plan: search.Plan, units: Sequence[Unit]) -> None:
+def _check_complete(plan: search.ScalePlan, units: Sequence[Unit]) -> None:
     nodes = {s.name for s in plan.new}
     for unit in units:
         if unit.key in plan.unplaceable:
@@ -112,10 +112,12 @@ def test_large_queues_ask_for_at_most_one_node_more_than_the_fewest(seed: int) -
     rng = random.Random(seed)
     units = queue(rng, 16)
     books = cluster().books
-    tight = search.Budget(max_trials=4, max_placements=0)
+    tight = search.SearchBudget(max_trials=4, max_placements=0)
     quick = search.plan(books, units, OPTIONS, now=0.0, budget=tight)
     _check_complete(quick, units)
-    thorough = search.plan(books, units, OPTIONS, now=0.0, budget=search.Budget(max_trials=5000))
+    thorough = search.plan(
+        books, units, OPTIONS, now=0.0, budget=search.SearchBudget(max_trials=5000)
+    )
     _check_complete(thorough, units)
     assert set(quick.unplaceable) == set(thorough.unplaceable)
     assert thorough.optimal

@@ -20,12 +20,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 NODES = ("n0", "n1", "n2")
 CARD_MEMORY = 16000
-ALLOCATED = {"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED}
+ALLOCATED = {"NVIDIA": nvidia.ALLOCATED_ANNOTATION}
 
 
 def _cards(node: str, healthy: frozenset[int]) -> list[model.DeviceInfo]:

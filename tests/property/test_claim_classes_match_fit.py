@@ -15,6 +15,7 @@ import random
 from typing import Any
 
 import pytest
+from builders import claim_status
 
 from vgpu_operator import simulation
 from vgpu_operator.devices import dra
@@ -59,25 +60,14 @@ def _cards(
 
 def _held(node: str, card: str, memory_gib: int, cores: int, number: int) -> tuple[Json, Json]:
     name = f"held-{number}"
-    result = {
-        "request": "gpu",
-        "driver": dra.DRIVER,
-        "pool": node,
-        "device": card.lower(),
-        "consumedCapacity": {"memory": f"{memory_gib}Gi", "cores": str(cores), "shares": "1"},
-    }
-    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    consumed = {"memory": f"{memory_gib}Gi", "cores": str(cores), "shares": "1"}
+    status = claim_status(node, card.lower(), consumed=consumed, pinned=True)
+    status["reservedFor"] = [{"resource": "pods", "name": name, "uid": f"uid-p-{name}"}]
     exactly = {"deviceClassName": dra.SHARED_CLASS, "capacity": {"requests": {"memory": "1Gi"}}}
     claim = {
         "metadata": {"namespace": "ns", "name": name, "uid": f"uid-{name}"},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-        "status": {
-            "allocation": {
-                "devices": {"results": [result]},
-                "nodeSelector": {"nodeSelectorTerms": terms},
-            },
-            "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-p-{name}"}],
-        },
+        "status": status,
     }
     pod = {
         "metadata": {"namespace": "ns", "name": name, "uid": f"uid-p-{name}"},

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vgpu_operator import errors, names
-from vgpu_operator.devices import codec, model
+from vgpu_operator import errors
+from vgpu_operator.devices import codec, hygon, model, nvidia
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -75,14 +75,14 @@ def test_pair_scores_round_trip(scores: dict[str, dict[str, int]]) -> None:
 @settings(deadline=None)
 @given(pod_single_devices())
 def test_pod_single_device_round_trips(pd: model.PodSingleDevice) -> None:
-    key = names.NVIDIA_DEVICES_ALLOCATED
+    key = nvidia.ALLOCATED_ANNOTATION
     assert codec.decode_pod_single_device(codec.encode_pod_single_device(pd), key) == pd
 
 
 @settings(deadline=None)
 @given(st.dictionaries(st.sampled_from(["NVIDIA", "DCU"]), pod_single_devices()))
 def test_pod_devices_round_trip(pod_devices: dict[str, model.PodSingleDevice]) -> None:
-    keys = {"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED, "DCU": names.HYGON_DEVICES_ALLOCATED}
+    keys = {"NVIDIA": nvidia.ALLOCATED_ANNOTATION, "DCU": hygon.ALLOCATED_ANNOTATION}
     encoded = codec.encode_pod_devices(pod_devices, keys)
     assert codec.decode_pod_devices(encoded, keys) == pod_devices
 
@@ -112,7 +112,7 @@ def _decoders() -> list[Callable[[str], object]]:
     return [
         codec.decode_node_devices,
         codec.decode_pair_scores,
-        lambda v: codec.decode_pod_single_device(v, names.NVIDIA_DEVICES_ALLOCATED),
+        lambda v: codec.decode_pod_single_device(v, nvidia.ALLOCATED_ANNOTATION),
         codec.split_mig_uuid,
         codec.decode_vgpu_time,
         codec.decode_bind_phase,

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from defrag_cases import Case, cases, exhaustive_best
+from defrag_cases import Case, books_fingerprint, cases, exhaustive_best
 
 from vgpu_operator.devices import codec
 from vgpu_operator.scheduling.defrag import defrag
@@ -72,23 +72,13 @@ def _check_no_overcommit(case: Case, plan: defrag.Plan) -> None:
         assert slots[card] <= count, (card, plan)
 
 
-def _books(state: Any) -> Any:
-    return (
-        state.device_usage(),
-        state.quota_usage(),
-        state.holding_pods(),
-        state.drifted_nodes(),
-        {k: state.nominated_node(k) for k in state.holding_pods()},
-    )
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"seed{c.seed}")
 def test_exact_plan_is_as_cheap_as_every_set_and_order_tried(case: Case) -> None:
     options = defrag.PlanOptions(max_evictions=MAX_EVICTIONS)
     state = case.state()
-    before = _books(state)
+    before = books_fingerprint(state)
     report = defrag.plan(state, [case.waiting], case.running, 0.0, options, exact=True)
-    assert _books(state) == before, "planning changed the books"
+    assert books_fingerprint(state) == before, "planning changed the books"
     best = exhaustive_best(case, MAX_EVICTIONS)
     found = (report.plans[0].evictions, report.plans[0].memory_mib) if report.plans else None
     assert found == best
@@ -101,9 +91,9 @@ def test_exact_plan_is_as_cheap_as_every_set_and_order_tried(case: Case) -> None
 def test_heuristic_plans_keep_the_rules_and_cost_no_less_than_exact(case: Case) -> None:
     options = defrag.PlanOptions(max_evictions=MAX_EVICTIONS)
     state = case.state()
-    before = _books(state)
+    before = books_fingerprint(state)
     heuristic = defrag.plan(state, [case.waiting], case.running, 0.0, options, exact=False)
-    assert _books(state) == before, "planning changed the books"
+    assert books_fingerprint(state) == before, "planning changed the books"
     if not heuristic.plans:
         return
     plan = heuristic.plans[0]

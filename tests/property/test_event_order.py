@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from builders import Json, bound, make_node
+from builders import Json, bound
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import ClusterSpec, Replay, Scenario, scenarios
@@ -40,10 +40,7 @@ class Event:
 def _events(spec: ClusterSpec, pods: list[Json]) -> list[Event]:
     events: list[Event] = []
     for node in spec.nodes:
-        builder = make_node(node.name).allocatable(gpus=str(len(node.cards)), pods="110")
-        if node.unschedulable:
-            builder.unschedulable()
-        events.append(Event("node", node.name, builder.obj()[0]))
+        events.append(Event("node", node.name, node.node()))
         events.append(Event("inventory", node.name, node.cards))
     events.extend(Event("quota", q["metadata"]["namespace"], q) for q in spec.quotas)
     events.extend(Event("pod", p["metadata"]["name"], p) for p in pods)

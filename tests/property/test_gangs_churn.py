@@ -19,15 +19,24 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
-from builders import Json, bound, make_node, make_pod
+from builders import (
+    Json,
+    books_from,
+    books_readings,
+    bound,
+    claim_pod,
+    dra_cards,
+    dra_node,
+    make_node,
+    make_pod,
+    shared_claim,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vgpu_operator import simulation_dra
-from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gangs
@@ -97,13 +106,6 @@ steps = st.lists(
 )
 
 
-def _cards(node: str) -> list[dra.CardShape]:
-    return [
-        dra.CardShape(f"GPU-{node}-{i}", i, "L40S", "NVIDIA-L40S", 16384, 100, 8, "hami-core")
-        for i in range(2)
-    ]
-
-
 @dataclass
 class Gang:
     spec: GroupSpec
@@ -131,28 +133,16 @@ class World:
             self.nodes.append(node)
             self.inventories[name] = cards
         for name, island in DRA_NODES:
-            labels = {"kubernetes.io/hostname": name, dra.NODE_PATH_LABEL: dra.PATH_DRA}
-            self.nodes.append({"metadata": {"name": name, "labels": {**labels, ISLAND: island}}})
-            self.slices.append(dict(dra.slice_wire(name, _cards(name), 1, None)))
+            self.nodes.append(dra_node(name, {ISLAND: island}))
+            self.slices.append(dict(dra.slice_wire(name, dra_cards(name, 16384, 8), 1, None)))
         self.state = self.fresh()
 
     def fresh(self) -> ClusterState:
         """Books built from the objects as they are now (no reservation in them)."""
-        state = ClusterState(DeviceConfig())
-        for device_class in dra.device_classes():
-            state.set_device_class(device_class)
-        for node in self.nodes:
-            state.set_node(node)
-        for name, cards in self.inventories.items():
-            state.set_inventory(name, cards, {}, heartbeat=None)
-        for item in self.slices:
-            state.set_slice(item)
-        for claim in self.claims.values():
-            state.set_claim(claim)
-        for gang in self.gangs.values():
-            for pod in gang.pods.values():
-                state.set_pod(pod)
-        return state
+        pods = [pod for gang in self.gangs.values() for pod in gang.pods.values()]
+        return books_from(
+            self.nodes, self.inventories, self.slices, list(self.claims.values()), pods
+        )
 
     # --- the objects ---------------------------------------------------------------------
     def member(self, group: str, step: Arrive) -> Json:
@@ -161,29 +151,10 @@ class World:
         memory, cores = SHAPES[step.shape]
         if step.dra:
             claim_name = f"c{self.serial}"
-            request = {
-                "deviceClassName": dra.SHARED_CLASS,
-                "capacity": {"requests": {"memory": f"{memory}Mi"}},
-            }
-            claim = {
-                "metadata": {
-                    "namespace": NAMESPACE,
-                    "name": claim_name,
-                    "uid": f"uid-c-{name}",
-                    "resourceVersion": "1",
-                },
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
-            }
+            claim = shared_claim(claim_name, NAMESPACE, memory, uid=f"uid-c-{name}")
             self.claims[f"{NAMESPACE}/{claim_name}"] = claim
             self.state.set_claim(claim)
-            pod: Json = {
-                "metadata": {"namespace": NAMESPACE, "name": name, "uid": f"uid-{name}"},
-                "spec": {
-                    "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
-                    "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
-                },
-                "status": {"phase": "Pending"},
-            }
+            pod = claim_pod(name, NAMESPACE, claim_name)
         else:
             pod = make_pod(name, NAMESPACE).container(gpu=1, gpumem=memory, cores=cores).obj()
             pod["metadata"]["uid"] = f"uid-{name}"
@@ -289,7 +260,7 @@ class World:
     # --- checks ---------------------------------------------------------------------------
     def check(self, step: Step) -> None:
         assert self.state.drifted_nodes() == []
-        assert snapshot(self.state) == snapshot(self.fresh()), f"after {step}"
+        assert books_readings(self.state) == books_readings(self.fresh()), f"after {step}"
         holding = set(self.state.holding_pods()) | set(self.state.claim_holds().values())
         for group, gang in self.gangs.items():
             waiting = {f"{NAMESPACE}/{p['metadata']['name']}" for p in self.pending(gang)}
@@ -303,15 +274,6 @@ def _shape_of(pod: Json) -> Arrive:
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
     memory = int(limits["nvidia.com/gpumem"])
     return Arrive(1, 1, [m for m, _ in SHAPES].index(memory), False, False, 1)
-
-
-def snapshot(state: ClusterState) -> Any:
-    return (
-        state.device_usage(),
-        state.holding_pods(),
-        state.claim_holds(),
-        state.kept_holds(),
-    )
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -15,7 +15,7 @@ from hypothesis import given
 from strategies import Replay, Scenario, Schedule, annotations_of, scenarios
 
 from vgpu_operator import names
-from vgpu_operator.devices import model
+from vgpu_operator.devices import model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import Decision
 
 Usage = dict[str, list[int]]  # card id -> [slots, memory MiB, cores]
@@ -108,12 +108,12 @@ def assert_placement_honours_pod(
     single = decision.devices.get("NVIDIA", ())
     if single:
         assert len(single) == len(containers)
-    use_types = [t.upper() for t in _items(annotations.get(names.GPU_USE_TYPE))]
-    nouse_types = [t.upper() for t in _items(annotations.get(names.GPU_NOUSE_TYPE))]
-    use_ids = _items(annotations.get(names.GPU_USE_UUID))
-    nouse_ids = _items(annotations.get(names.GPU_NOUSE_UUID))
-    mode = annotations.get(names.GPU_VGPU_MODE)
-    numa_bind = annotations.get(names.GPU_NUMA_BIND) == "true"
+    use_types = [t.upper() for t in _items(annotations.get(nvidia.USE_TYPE_ANNOTATION))]
+    nouse_types = [t.upper() for t in _items(annotations.get(nvidia.NOUSE_TYPE_ANNOTATION))]
+    use_ids = _items(annotations.get(nvidia.USE_UUID_ANNOTATION))
+    nouse_ids = _items(annotations.get(nvidia.NOUSE_UUID_ANNOTATION))
+    mode = annotations.get(nvidia.MODE_ANNOTATION)
+    numa_bind = annotations.get(nvidia.NUMA_BIND_ANNOTATION) == "true"
     mutex = "mutex" in _items(annotations.get(names.GPU_SCHEDULER_POLICY))
     for position, container in enumerate(containers):
         count, memory, percent, cores = expected_request(container)

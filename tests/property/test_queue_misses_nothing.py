@@ -13,26 +13,27 @@ event that freed room for it, or by the one that changed its node.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import datetime
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from builders import Json, make_node, resource_quota
+from builders import Json, resource_quota
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import (
     NAMESPACES,
+    NODE_CHANGES,
     CardChange,
     ClusterSpec,
     NodeChange,
     QuotaChange,
     Tick,
+    change_card,
+    change_node,
     clusters,
     pods,
 )
 
-from vgpu_operator import names
 from vgpu_operator.control import feed as feed_module
 from vgpu_operator.control import queue as queue_module
 from vgpu_operator.devices import model
@@ -64,17 +65,7 @@ class End:
 
 Step = Arrive | Work | End | NodeChange | CardChange | QuotaChange | Tick
 
-_NODE_WHAT = (
-    "appear",
-    "cordon",
-    "uncordon",
-    "taint",
-    "untaint",
-    "label",
-    "unlabel",
-    "restrict",
-    "unrestrict",
-)
+_NODE_WHAT = ("appear", *NODE_CHANGES)
 
 
 @st.composite
@@ -149,12 +140,7 @@ class Cluster:
         if name in self.nodes:
             return
         spec = next(n for n in self.spec.nodes if n.name == name)
-        builder = make_node(name).allocatable(gpus=str(len(spec.cards)), pods="110")
-        if spec.unschedulable:
-            builder.unschedulable()
-        for key, value in spec.annotations:
-            builder.annotate(key, value)
-        self.nodes[name] = builder.obj()[0]
+        self.nodes[name] = spec.node()
         self._send_node(name)
         self._send_inventory(name)
 
@@ -271,34 +257,11 @@ class Cluster:
         if what == "appear" or name not in self.nodes:
             self._appear(name)
             return
-        node = self.nodes[name]
-        meta, spec = node["metadata"], node["spec"]
-        if what in ("cordon", "uncordon"):
-            spec["unschedulable"] = what == "cordon"
-        elif what == "taint":
-            spec["taints"] = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
-        elif what == "untaint":
-            spec["taints"] = []
-        elif what == "label":
-            meta["labels"]["zone"] = "b"
-        elif what == "unlabel":
-            meta["labels"].pop("zone", None)
-        elif what == "restrict":
-            meta["annotations"][names.GPU_USE_TYPE] = "H100"
-        else:
-            meta["annotations"].pop(names.GPU_USE_TYPE, None)
+        change_node(self.nodes[name], what)
         self._send_node(name)
 
     def _change_card(self, name: str, index: int, what: str) -> None:
-        cards = self.cards[name]
-        at = index % len(cards)
-        card = cards[at]
-        if what in ("fail", "heal"):
-            cards[at] = dataclasses.replace(card, health=what == "heal")
-        elif what == "cordon":
-            self.cordoned[name].add(card.id)
-        else:
-            self.cordoned[name].discard(card.id)
+        change_card(self.cards[name], self.cordoned[name], index, what)
         self._send_inventory(name)
 
     # --- the oracle -------------------------------------------------------------------

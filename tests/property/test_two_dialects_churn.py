@@ -13,14 +13,24 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
 
-from builders import Json, bound, make_node, make_pod, resource_quota
+from builders import (
+    Json,
+    books_from,
+    books_readings,
+    bound,
+    claim_pod,
+    dra_cards,
+    dra_node,
+    make_node,
+    make_pod,
+    resource_quota,
+    shared_claim,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vgpu_operator import simulation_dra
-from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling.cycle import preempting
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
@@ -71,40 +81,6 @@ steps = st.lists(
 )
 
 
-def _claim(name: str, namespace: str, memory_mib: int) -> Json:
-    request = {
-        "deviceClassName": dra.SHARED_CLASS,
-        "capacity": {"requests": {"memory": f"{memory_mib}Mi"}},
-    }
-    return {
-        "metadata": {
-            "namespace": namespace,
-            "name": name,
-            "uid": f"uid-claim-{name}",
-            "resourceVersion": "1",
-        },
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
-    }
-
-
-def _dra_pod(name: str, namespace: str, claim: str) -> Json:
-    return {
-        "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}"},
-        "spec": {
-            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-        },
-        "status": {"phase": "Pending"},
-    }
-
-
-def _cards(node: str) -> list[dra.CardShape]:
-    return [
-        dra.CardShape(f"GPU-{node}-{i}", i, "L40S", "NVIDIA-L40S", 8192, 100, 4, "hami-core")
-        for i in range(2)
-    ]
-
-
 @dataclass
 class World:
     """The API server's objects, and the engine fed from them."""
@@ -124,29 +100,21 @@ class World:
             self.nodes.append(node)
             self.inventories[name] = cards
         for name in DRA_NODES:
-            labels = {"kubernetes.io/hostname": name, dra.NODE_PATH_LABEL: dra.PATH_DRA}
-            self.nodes.append({"metadata": {"name": name, "labels": labels}})
-            self.slices.append(dict(dra.slice_wire(name, _cards(name), 1, None)))
+            self.nodes.append(dra_node(name))
+            self.slices.append(dict(dra.slice_wire(name, dra_cards(name, 8192, 4), 1, None)))
         self.state = self.fresh()
         self.state.preemption_enabled = True
 
     def fresh(self) -> ClusterState:
         """Books built from the objects as they are now."""
-        state = ClusterState(DeviceConfig())
-        for device_class in dra.device_classes():
-            state.set_device_class(device_class)
-        for node in self.nodes:
-            state.set_node(node)
-        for name, cards in self.inventories.items():
-            state.set_inventory(name, cards, {}, heartbeat=None)
-        for item in self.slices:
-            state.set_slice(item)
-        state.set_quota(self.quota)
-        for claim in self.claims.values():
-            state.set_claim(claim)
-        for pod in self.pods.values():
-            state.set_pod(pod)
-        return state
+        return books_from(
+            self.nodes,
+            self.inventories,
+            self.slices,
+            list(self.claims.values()),
+            list(self.pods.values()),
+            [self.quota],
+        )
 
     def bound_keys(self) -> list[str]:
         return sorted(k for k, p in self.pods.items() if p["spec"].get("nodeName"))
@@ -157,10 +125,10 @@ class World:
         name = f"p{self.serial}"
         key = f"{step.namespace}/{name}"
         if step.dra:
-            claim = _claim(f"c{self.serial}", step.namespace, step.memory_mib)
+            claim = shared_claim(f"c{self.serial}", step.namespace, step.memory_mib)
             self.claims[f"{step.namespace}/c{self.serial}"] = claim
             self.state.set_claim(claim)
-            pod = _dra_pod(name, step.namespace, f"c{self.serial}")
+            pod = claim_pod(name, step.namespace, f"c{self.serial}")
         else:
             builder = make_pod(name, step.namespace).container(gpu=1, gpumem=step.memory_mib)
             pod = builder.obj()
@@ -223,32 +191,21 @@ class World:
                 assert node.cards == books.view.fresh_cards(node, frozenset())
 
 
-def snapshot(state: ClusterState) -> Any:
-    """What the books say, through their public readers."""
-    return (
-        state.device_usage(),
-        state.quota_usage(),
-        state.holding_pods(),
-        state.claim_holds(),
-        state.kept_holds(),
-    )
-
-
 @settings(max_examples=60, deadline=None)
 @given(steps)
 def test_books_equal_a_recount_and_what_ifs_leave_them_equal(plan: list[Step]) -> None:
     world = World()
     for step in plan:
-        before = snapshot(world.state)
+        before = books_readings(world.state)
         if isinstance(step, Arrive):
             world.arrive(step)
         elif isinstance(step, End):
             world.end(step)
         elif isinstance(step, Trial):
             world.trial(step)
-            assert snapshot(world.state) == before, "a victim trial changed the books"
+            assert books_readings(world.state) == before, "a victim trial changed the books"
         else:
             world.replan(step)
-            assert snapshot(world.state) == before, "a what-if changed the books"
+            assert books_readings(world.state) == before, "a what-if changed the books"
         assert world.state.drifted_nodes() == []
-        assert snapshot(world.state) == snapshot(world.fresh()), f"after {step}"
+        assert books_readings(world.state) == books_readings(world.fresh()), f"after {step}"

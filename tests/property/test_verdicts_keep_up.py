@@ -13,25 +13,29 @@ Every decision must be the same, diagnosis message included.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from builders import Json, bound, make_node, resource_quota
+from builders import Json, bound, resource_quota
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import (
     NAMESPACES,
+    NODE_CHANGES,
     CardChange,
     ClusterSpec,
     NodeChange,
     QuotaChange,
     Tick,
+    change_card,
+    change_node,
     clusters,
+    comparable,
     pods,
 )
 
 from vgpu_operator import names
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 
 TIMEOUT_S = 60.0
@@ -73,12 +77,12 @@ class Kin:
 _KIN_ANNOTATIONS = (
     ("example.com/rollout", ("1", "2")),
     ("example.com/rollout", ("1", "2")),
-    (names.GPU_USE_TYPE, ("H100", "A100")),
-    (names.GPU_NOUSE_TYPE, ("H100", "A100")),
+    (nvidia.USE_TYPE_ANNOTATION, ("H100", "A100")),
+    (nvidia.NOUSE_TYPE_ANNOTATION, ("H100", "A100")),
     (names.GPU_SCHEDULER_POLICY, ("binpack", "spread")),
     (names.NODE_SCHEDULER_POLICY, ("binpack", "spread")),
-    (names.GPU_VGPU_MODE, ("hami-core", "mig")),
-    (names.GPU_NUMA_BIND, ("true",)),
+    (nvidia.MODE_ANNOTATION, ("hami-core", "mig")),
+    (nvidia.NUMA_BIND_ANNOTATION, ("true",)),
 )
 
 
@@ -94,17 +98,6 @@ class Beat:
 
 
 Step = Schedule | Retry | Twin | Kin | Release | NodeChange | CardChange | QuotaChange | Tick | Beat
-
-_NODE_WHAT = (
-    "cordon",
-    "uncordon",
-    "taint",
-    "untaint",
-    "label",
-    "unlabel",
-    "restrict",
-    "unrestrict",
-)
 
 
 @st.composite
@@ -128,7 +121,7 @@ def steps(draw: st.DrawFn, spec: ClusterSpec) -> list[Step]:
             how = draw(st.sampled_from(("succeeded", "remove")))
             out.append(Release(draw(st.integers(0, 20)), how))
         elif kind == 7:
-            out.append(NodeChange(draw(st.integers(0, 3)), draw(st.sampled_from(_NODE_WHAT))))
+            out.append(NodeChange(draw(st.integers(0, 3)), draw(st.sampled_from(NODE_CHANGES))))
         elif kind == 8:
             out.append(
                 CardChange(
@@ -174,12 +167,7 @@ class Driver:
         state.use_index = use_index
         driver = cls(spec, state)
         for node in spec.nodes:
-            builder = make_node(node.name).allocatable(gpus=str(len(node.cards)), pods="110")
-            if node.unschedulable:
-                builder.unschedulable()
-            for key, value in node.annotations:
-                builder.annotate(key, value)
-            driver.nodes[node.name] = builder.obj()[0]
+            driver.nodes[node.name] = node.node()
             driver.cards[node.name] = list(node.cards)
             driver.cordoned[node.name] = set()
             state.set_node(driver.nodes[node.name])
@@ -250,60 +238,22 @@ class Driver:
 
     def _change_node(self, name: str, what: str) -> None:
         node = copy.deepcopy(self.nodes[name])
-        meta, spec = node["metadata"], node.setdefault("spec", {})
-        labels = meta.setdefault("labels", {})
-        annotations = meta.setdefault("annotations", {})
-        if what in ("cordon", "uncordon"):
-            spec["unschedulable"] = what == "cordon"
-        elif what == "taint":
-            spec["taints"] = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
-        elif what == "untaint":
-            spec["taints"] = []
-        elif what == "label":
-            labels["zone"] = "b"
-        elif what == "unlabel":
-            labels.pop("zone", None)
-        elif what == "restrict":
-            annotations[names.GPU_USE_TYPE] = "H100"
-        else:
-            annotations.pop(names.GPU_USE_TYPE, None)
+        change_node(node, what)
         self.nodes[name] = node
         self.state.set_node(node)
 
     def _change_card(self, name: str, index: int, what: str) -> None:
         cards = self.cards[name]
-        card = cards[index % len(cards)]
-        if what in ("fail", "heal"):
-            cards[index % len(cards)] = dataclasses.replace(card, health=what == "heal")
-        elif what == "cordon":
-            self.cordoned[name].add(card.id)
-        else:
-            self.cordoned[name].discard(card.id)
+        change_card(cards, self.cordoned[name], index, what)
         heartbeat = self.state.cycle.judged.heartbeat(name)
         self.state.set_inventory(
             name, cards, {}, heartbeat=heartbeat, cordoned=sorted(self.cordoned[name])
         )
 
 
-def comparable(decision: Decision | None) -> Any:
-    if decision is None:
-        return None
-    diagnosis = decision.diagnosis
-    return (
-        decision.pod,
-        decision.scheduled,
-        decision.node,
-        dict(decision.devices),
-        dict(decision.annotations),
-        None
-        if diagnosis is None
-        else (
-            diagnosis.to_json(),
-            diagnosis.message(),
-            diagnosis.device_counts(),
-            diagnosis.main_reasons(),
-        ),
-        decision.rejected,
+def _same_decision(decision: Decision | None) -> Any:
+    return comparable(
+        decision, lambda d: (d.to_json(), d.message(), d.device_counts(), d.main_reasons())
     )
 
 
@@ -322,5 +272,5 @@ def test_verdicts_decide_as_a_fresh_search(run: tuple[ClusterSpec, list[Step]]) 
     for position, step in enumerate(plan):
         fast = indexed.apply(step)
         slow = reference.apply(step)
-        assert comparable(fast) == comparable(slow), f"step {position}: {step}"
+        assert _same_decision(fast) == _same_decision(slow), f"step {position}: {step}"
         assert indexed.state.device_usage() == reference.state.device_usage()

@@ -11,7 +11,7 @@ import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from click.testing import CliRunner, Result
@@ -24,6 +24,20 @@ DATA = Path(__file__).resolve().parent / "data"
 Scenario = dict[str, Any]
 
 
+#: node-a's one card, as a scenario (and HAMi's register annotation) lists it.
+_CARD: Final = {
+    "id": "GPU-a0",
+    "index": 0,
+    "count": 10,
+    "devmem": 10240,
+    "devcore": 100,
+    "type": "NVIDIA A10",
+    "numa": 0,
+    "health": True,
+    "mode": "hami-core",
+}
+
+
 def _base() -> Scenario:
     """One 10240 MiB card, a 4096 MiB pod that fits and a 20000 MiB pod that does not."""
     return {
@@ -32,19 +46,7 @@ def _base() -> Scenario:
         "nodes": [
             {
                 "metadata": {"name": "node-a", "annotations": {}},
-                "devices": [
-                    {
-                        "id": "GPU-a0",
-                        "index": 0,
-                        "count": 10,
-                        "devmem": 10240,
-                        "devcore": 100,
-                        "type": "NVIDIA A10",
-                        "numa": 0,
-                        "health": True,
-                        "mode": "hami-core",
-                    }
-                ],
+                "devices": [dict(_CARD)],
             }
         ],
         "pods": [
@@ -265,21 +267,7 @@ def _defrag(section: Any) -> Mutation:
     return mutate
 
 
-_REGISTER_JSON_BAD_COUNT = json.dumps(
-    [
-        {
-            "id": "GPU-a0",
-            "index": 0,
-            "count": "ten",
-            "devmem": 10240,
-            "devcore": 100,
-            "type": "NVIDIA A10",
-            "numa": 0,
-            "health": True,
-            "mode": "hami-core",
-        }
-    ]
-)
+_REGISTER_JSON_BAD_COUNT = json.dumps([{**_CARD, "count": "ten"}])
 
 
 @pytest.mark.parametrize(

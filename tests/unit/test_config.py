@@ -7,30 +7,33 @@ from typing import Any
 import pytest
 from builders import card_uuids, cluster, make_node, make_pod
 
-from vgpu_operator.config import DeviceConfig, load_config, load_config_yaml
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import nvidia
+from vgpu_operator.devices.catalog import load_config, load_config_yaml
 from vgpu_operator.errors import ConfigError
 
 
 def test_defaults_are_seed_003s() -> None:
-    nvidia = load_config({}).nvidia
+    section = nvidia.section(load_config({}))
     assert (
-        nvidia.device_memory_scaling,
-        nvidia.device_split_count,
-        nvidia.default_memory,
-        nvidia.default_cores,
-        nvidia.default_gpu_num,
-        nvidia.memory_factor,
+        section.device_memory_scaling,
+        section.device_split_count,
+        section.default_memory,
+        section.default_cores,
+        section.default_gpu_num,
+        section.memory_factor,
     ) == (1.0, 10, 0, 0, 1, 1)
 
 
 def test_default_resource_names_and_policies() -> None:
     config = load_config({})
+    section = nvidia.section(config)
     assert (
-        config.nvidia.resource_count_name,
-        config.nvidia.resource_memory_name,
-        config.nvidia.resource_memory_percentage_name,
-        config.nvidia.resource_core_name,
-        config.nvidia.resource_priority_name,
+        section.resource_count_name,
+        section.resource_memory_name,
+        section.resource_memory_percentage_name,
+        section.resource_core_name,
+        section.resource_priority_name,
     ) == (
         "nvidia.com/gpu",
         "nvidia.com/gpumem",
@@ -40,8 +43,8 @@ def test_default_resource_names_and_policies() -> None:
     )
     assert config.scheduler.node_scheduler_policy == "binpack"
     assert config.scheduler.gpu_scheduler_policy == "spread"
-    assert config.nvidia.gpu_core_policy == "default"
-    assert not config.nvidia.overwrite_env
+    assert section.gpu_core_policy == "default"
+    assert not section.overwrite_env
 
 
 def test_empty_yaml_gives_defaults() -> None:
@@ -68,15 +71,16 @@ cambricon:
   resourceCountName: cambricon.com/mlu
 """
     )
-    nvidia = config.nvidia
-    assert (nvidia.device_split_count, nvidia.device_memory_scaling) == (4, 1.5)
-    assert (nvidia.default_memory, nvidia.default_cores, nvidia.default_gpu_num) == (2048, 20, 2)
-    assert nvidia.effective_memory_factor == 1024
-    assert nvidia.known_mig_geometries[0].models == ("A100-SXM4-40GB",)
+    section = nvidia.section(config)
+    assert (section.device_split_count, section.device_memory_scaling) == (4, 1.5)
+    assert (section.default_memory, section.default_cores, section.default_gpu_num) == (2048, 20, 2)
+    assert section.effective_memory_factor == 1024
+    assert section.known_mig_geometries[0].models == ("A100-SXM4-40GB",)
 
 
 def test_memory_factor_zero_reads_as_one() -> None:
-    assert load_config({"nvidia": {"memoryFactor": 0}}).nvidia.effective_memory_factor == 1
+    config = load_config({"nvidia": {"memoryFactor": 0}})
+    assert nvidia.section(config).effective_memory_factor == 1
 
 
 @pytest.mark.parametrize(

@@ -225,7 +225,7 @@ def statuses(draw: st.DrawFn) -> resources.DeviceInventoryStatus:
         node_name="node-a",
         heartbeat=datetime(2025, 1, 1, tzinfo=UTC),
         devices=tuple(devices),
-        summary=resources.Summary(gpu_count=count, healthy_count=0, total_memory_mib=0),
+        summary=resources.InventorySummary(gpu_count=count, healthy_count=0, total_memory_mib=0),
         driver_version=draw(st.none() | st.just("550.1")),
     )
 

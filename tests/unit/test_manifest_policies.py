@@ -14,9 +14,9 @@ import yaml
 
 from vgpu_operator import names
 from vgpu_operator.agent.dra import prepare
-from vgpu_operator.config import DeviceConfig, load_config_yaml
-from vgpu_operator.devices import dra
-from vgpu_operator.devices.catalog import VENDOR_TABLE
+from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import dra, nvidia
+from vgpu_operator.devices.catalog import VENDOR_TABLE, load_config_yaml
 from vgpu_operator.scheduling.books import claim_ledger
 from vgpu_operator.scheduling.dialects.claims import claim_admission
 
@@ -73,7 +73,7 @@ def test_the_allocation_record_names_every_key_the_books_and_the_plugin_read() -
 def test_the_agent_writes_the_same_two_keys_in_both_policies() -> None:
     record = _quoted(_variable(_policy("allocation-record-policy.yaml"), "agentKeys"))
     own_pods = _quoted(_variable(_policy("agent-device-plugin.yaml"), "agentKeys"))
-    assert record == own_pods == {names.BIND_PHASE, names.NVIDIA_DEVICES_TO_ALLOCATE}
+    assert record == own_pods == {names.BIND_PHASE, nvidia.TO_ALLOCATE_ANNOTATION}
 
 
 def test_the_gpu_pod_policy_names_the_device_configs_scheduler() -> None:
@@ -216,4 +216,10 @@ def test_the_shipped_device_config_is_the_built_in_one_and_the_administrators() 
     kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
     assert "device-config.yaml" not in kustomization["resources"]
     config_map = next(d for d in _docs("device-config.yaml") if d["kind"] == "ConfigMap")
-    assert load_config_yaml(config_map["data"]["device-config.yaml"]) == DeviceConfig()
+    shipped = load_config_yaml(config_map["data"]["device-config.yaml"])
+    built_in = DeviceConfig()
+    vendors = set(shipped.model_extra or {})
+    assert shipped.model_dump(exclude=vendors) == built_in.model_dump()
+    for spec in VENDOR_TABLE:  # each vendor's section as the engine reads it
+        key, read_as = spec.config_key, spec.config_type
+        assert shipped.section(key, read_as) == built_in.section(key, read_as)

@@ -26,7 +26,7 @@ from vgpu_operator.agent import hamicore, mig
 from vgpu_operator.agent.deviceplugin import allocation, server
 from vgpu_operator.agent.deviceplugin.kubelet_standin import ContainerSettings, KubeletStandIn
 from vgpu_operator.agent.deviceplugin.runner import PluginRunner
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.wire import Pod
 
 NAME: Final = "device plugin: Allocate a share"
@@ -38,7 +38,7 @@ def share_pod(node: str, card_uuid: str, memory_mib: int, cores: int) -> dict[st
     """A pod bound to ``node`` whose one container the scheduler gave ``memory_mib`` and
     ``cores`` % of the card, waiting for its device plugin."""
     entry = ((model.ContainerDevice(card_uuid, "NVIDIA", memory_mib, cores),),)
-    allocated = codec.encode_pod_single_device(entry, names.NVIDIA_DEVICES_TO_ALLOCATE)
+    allocated = codec.encode_pod_single_device(entry, nvidia.TO_ALLOCATE_ANNOTATION)
     return {
         "metadata": {
             "namespace": "gpu-check",
@@ -46,8 +46,8 @@ def share_pod(node: str, card_uuid: str, memory_mib: int, cores: int) -> dict[st
             "uid": str(uuid.uuid4()),
             "creationTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "annotations": {
-                names.NVIDIA_DEVICES_TO_ALLOCATE: allocated,
-                names.NVIDIA_DEVICES_ALLOCATED: allocated,
+                nvidia.TO_ALLOCATE_ANNOTATION: allocated,
+                nvidia.ALLOCATED_ANNOTATION: allocated,
                 names.BIND_PHASE: codec.BindPhase.ALLOCATING.value,
                 # The scheduler names the node it placed the pod on; the plugin checks it.
                 names.ASSIGNED_NODE: node,

@@ -21,15 +21,15 @@ from gpu_check.outcome import CheckResult, failed, passed, skipped
 from vgpu_operator import resources
 from vgpu_operator.agent.dra import shapes, sysfs
 from vgpu_operator.config import DeviceConfig
-from vgpu_operator.devices import dra
+from vgpu_operator.devices import dra, nvidia
 
 NAME: Final = "DRA: the ResourceSlice"
 
 
 def _defaults() -> shapes.RequestDefaults:
     """What a claim naming no amount consumes under the default device config."""
-    nvidia = DeviceConfig().nvidia
-    return shapes.RequestDefaults(memory_mib=nvidia.default_memory, cores=nvidia.default_cores)
+    section = nvidia.section(DeviceConfig())
+    return shapes.RequestDefaults(memory_mib=section.default_memory, cores=section.default_cores)
 
 
 def _attribute(device: Mapping[str, Any], name: str) -> Any:

@@ -93,7 +93,7 @@ class ContainerGrant:
 def card_of(uuid: str) -> str:
     """An allocation entry's card: ``GPU-a[1-3]`` (a MIG instance of it) -> ``GPU-a``."""
     try:
-        return codec.split_mig_uuid(uuid, names.NVIDIA_DEVICES_TO_ALLOCATE)[0]
+        return codec.split_mig_uuid(uuid, nvidia.TO_ALLOCATE_ANNOTATION)[0]
     except CodecError as exc:
         raise AllocationError(str(exc)) from None
 
@@ -126,11 +126,11 @@ def _init_cards(pod: Pod, annotations: Mapping[str, str], position: int) -> set[
     still what the container gets. The init containers' cards are read from the full
     allocation, since their entries to allocate are consumed by now.
     """
-    raw = annotations.get(names.NVIDIA_DEVICES_ALLOCATED)
+    raw = annotations.get(nvidia.ALLOCATED_ANNOTATION)
     if not raw:
         return set()
     try:
-        allocated = codec.decode_pod_single_device(raw, names.NVIDIA_DEVICES_ALLOCATED)
+        allocated = codec.decode_pod_single_device(raw, nvidia.ALLOCATED_ANNOTATION)
     except CodecError:
         return set()
     inits = (pod.get("spec") or {}).get("initContainers") or []
@@ -170,11 +170,11 @@ def allocate(
     meta = meta_of(pod)
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     where = f"pod {meta.get('namespace')}/{meta.get('name')}"
-    raw = annotations.get(names.NVIDIA_DEVICES_TO_ALLOCATE)
+    raw = annotations.get(nvidia.TO_ALLOCATE_ANNOTATION)
     if raw is None:
-        raise AllocationError(f"{where} has no {names.NVIDIA_DEVICES_TO_ALLOCATE} annotation")
+        raise AllocationError(f"{where} has no {nvidia.TO_ALLOCATE_ANNOTATION} annotation")
     try:
-        entries = list(codec.decode_pod_single_device(raw, names.NVIDIA_DEVICES_TO_ALLOCATE))
+        entries = list(codec.decode_pod_single_device(raw, nvidia.TO_ALLOCATE_ANNOTATION))
     except CodecError as exc:
         raise AllocationError(f"{where}: unreadable allocation: {exc}") from None
     position = next((i for i, entry in enumerate(entries) if entry), None)
@@ -209,8 +209,8 @@ def allocate(
     visible = tuple(_visible(d.uuid, mig, where, name) for d in devices)
     entries[position] = ()
     patch = {
-        names.NVIDIA_DEVICES_TO_ALLOCATE: codec.encode_pod_single_device(
-            tuple(entries), names.NVIDIA_DEVICES_TO_ALLOCATE
+        nvidia.TO_ALLOCATE_ANNOTATION: codec.encode_pod_single_device(
+            tuple(entries), nvidia.TO_ALLOCATE_ANNOTATION
         )
     }
     if not any(entries):
@@ -222,7 +222,7 @@ def allocate(
 def _visible(uuid: str, mig: MigDevices | None, where: str, container: str) -> str:
     """What NVIDIA_VISIBLE_DEVICES names for one entry: the card, or its MIG device."""
     try:
-        card, instance = codec.split_mig_uuid(uuid, names.NVIDIA_DEVICES_TO_ALLOCATE)
+        card, instance = codec.split_mig_uuid(uuid, nvidia.TO_ALLOCATE_ANNOTATION)
     except CodecError as exc:
         raise AllocationError(f"{where}: {exc}") from None
     if instance is None:

@@ -21,7 +21,7 @@ from typing import Final
 
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 from vgpu_operator.errors import CodecError
 from vgpu_operator.wire import Pod, meta_of
 
@@ -42,11 +42,11 @@ class AmbiguousAllocation(AllocationError):
 def next_entry(pod: Pod) -> model.ContainerDevices | None:
     """The pod's next allocation entry still to hand out, or None."""
     annotations = meta_of(pod).get("annotations") or {}
-    raw = annotations.get(names.NVIDIA_DEVICES_TO_ALLOCATE)
+    raw = annotations.get(nvidia.TO_ALLOCATE_ANNOTATION)
     if not raw:
         return None
     try:
-        entries = codec.decode_pod_single_device(raw, names.NVIDIA_DEVICES_TO_ALLOCATE)
+        entries = codec.decode_pod_single_device(raw, nvidia.TO_ALLOCATE_ANNOTATION)
     except CodecError:
         return None
     return next((entry for entry in entries if entry), None)

@@ -17,7 +17,7 @@ from typing import Final
 import grpc
 import structlog
 
-from vgpu_operator.agent.backoff import Backoff
+from vgpu_operator.agent.backoff import Backoff, wait_or_stop
 from vgpu_operator.agent.deviceplugin import server
 from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin
 
@@ -90,16 +90,14 @@ class PluginRunner:
                     log.info("registered", resource=self.plugin.resource, socket=str(self.socket))
                     return identity
             delay = self._backoff.next_delay_s()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+            await wait_or_stop(stop, delay)
         return None
 
     async def _watch(self, kubelet_identity: tuple[int, int], stop: asyncio.Event) -> None:
         """Return when kubelet restarted (its socket changed) or wiped ours."""
         kubelet = self.directory / KUBELET_SOCKET
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.poll_s)
+            await wait_or_stop(stop, self.poll_s)
             if _identity(kubelet) != kubelet_identity or not self.socket.exists():
                 log.info("kubelet_restarted", directory=str(self.directory))
                 return

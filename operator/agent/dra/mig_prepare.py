@@ -260,15 +260,7 @@ def prepare_mig(
             made.append(created)
             device = cdi_device(allocation.uid, created)
             devices.append(device)
-            answer.append(
-                prepare.PreparedDevice(
-                    requests=(share.request.split("/", 1)[0],),
-                    pool=share.pool,
-                    device=share.device,
-                    share_id=share.share_id,
-                    cdi_ids=(f"{prepare.CDI_KIND}={device['name']}",),
-                )
-            )
+            answer.append(prepare.prepared_device(share, device["name"]))
     except prepare.PrepareError:
         for created in made:
             maker.destroy(created)

@@ -16,7 +16,7 @@ calls are idempotent, so a kubelet or agent restart may repeat them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -82,9 +82,9 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
         self._lock = asyncio.Lock()
         #: Spec file name -> what that prepared claim holds; read from the CDI directory
         #: at the first call (the claims prepared before an agent restart).
-        self._held: dict[str, tuple[prepare.Hold, ...]] | None = None
+        self._held: dict[str, tuple[prepare.CardHold, ...]] | None = None
 
-    def _holdings(self) -> dict[str, tuple[prepare.Hold, ...]]:
+    def _holdings(self) -> dict[str, tuple[prepare.CardHold, ...]]:
         if self._held is None:
             specs = cdi.read_specs(self.cdi_dir, prepare.SPEC_FILE_PREFIX)
             self._held = {name: prepare.holds_of(spec) for name, spec in specs.items()}
@@ -131,18 +131,7 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
             log.error("prepare_failed", node=self.node, claim=where, error=repr(exc))
             return dra_pb2.NodePrepareResourceResponse(error=f"claim {where}: {exc}")
         log.info("claim_prepared", node=self.node, claim=where, devices=len(prepared.devices))
-        return dra_pb2.NodePrepareResourceResponse(
-            devices=[
-                dra_pb2.Device(
-                    request_names=list(d.requests),
-                    pool_name=d.pool,
-                    device_name=d.device,
-                    cdi_device_ids=list(d.cdi_ids),
-                    share_id=d.share_id,
-                )
-                for d in prepared.devices
-            ]
-        )
+        return _prepared(prepared.devices)
 
     async def _prepare_mig(
         self,
@@ -158,13 +147,7 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
         if existing is not None and mig_prepare.created_of(existing):
             spec = existing
             devices = tuple(
-                prepare.PreparedDevice(
-                    requests=(share.request.split("/", 1)[0],),
-                    pool=share.pool,
-                    device=share.device,
-                    share_id=share.share_id,
-                    cdi_ids=(f"{prepare.CDI_KIND}={d['name']}",),
-                )
+                prepare.prepared_device(share, d["name"])
                 for share, d in zip(
                     dra.read_allocation(claim, dra.DRIVER, self.node).shares,
                     existing.get("devices") or [],
@@ -178,18 +161,7 @@ class DraPlugin(dra_pb2_grpc.DRAPluginServicer):
             cdi.write_spec(self.cdi_dir, file_name, spec)
             self.on_mig_prepared()
         log.info("claim_prepared", node=self.node, claim=f"{ref.namespace}/{ref.name}", mig=True)
-        return dra_pb2.NodePrepareResourceResponse(
-            devices=[
-                dra_pb2.Device(
-                    request_names=list(d.requests),
-                    pool_name=d.pool,
-                    device_name=d.device,
-                    cdi_device_ids=list(d.cdi_ids),
-                    share_id=d.share_id,
-                )
-                for d in devices
-            ]
-        )
+        return _prepared(devices)
 
     async def NodeUnprepareResources(
         self, request: dra_pb2.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext
@@ -282,3 +254,21 @@ async def serve_dra(
 async def serve_registration(registration: Registration, socket_path: str) -> grpc.aio.Server:
     add = pluginregistration_pb2_grpc.add_RegistrationServicer_to_server
     return await serve_unix(lambda server: add(registration, server), socket_path)  # type: ignore[no-untyped-call]
+
+
+def _prepared(
+    devices: Iterable[prepare.PreparedDevice],
+) -> dra_pb2.NodePrepareResourceResponse:
+    """kubelet's answer for a claim prepared: each device, its requests and CDI ids."""
+    return dra_pb2.NodePrepareResourceResponse(
+        devices=[
+            dra_pb2.Device(
+                request_names=list(d.requests),
+                pool_name=d.pool,
+                device_name=d.device,
+                cdi_device_ids=list(d.cdi_ids),
+                share_id=d.share_id,
+            )
+            for d in devices
+        ]
+    )

@@ -71,8 +71,20 @@ class PreparedDevice:
     cdi_ids: tuple[str, ...]
 
 
+def prepared_device(share: dra.Share, cdi_name: str) -> PreparedDevice:
+    """What kubelet is told of one allocated share, handed over as the CDI device
+    ``cdi_name``: the request it serves (a subrequest answers for its request)."""
+    return PreparedDevice(
+        requests=(share.request.split("/", 1)[0],),
+        pool=share.pool,
+        device=share.device,
+        share_id=share.share_id,
+        cdi_ids=(f"{CDI_KIND}={cdi_name}",),
+    )
+
+
 @dataclass(frozen=True, slots=True)
-class Hold:
+class CardHold:
     """What one prepared device of a claim takes of one card."""
 
     device: str
@@ -101,7 +113,7 @@ class Prepared:
     devices: tuple[PreparedDevice, ...]
     #: The host directory to create for the claim's HAMi-core cache ("" for none).
     cache_dir: str
-    holds: tuple[Hold, ...] = ()
+    holds: tuple[CardHold, ...] = ()
 
 
 #: Every spec file of this driver starts so.
@@ -153,7 +165,7 @@ def prepare(
     devices: list[dict[str, Any]] = []
     prepared: list[PreparedDevice] = []
     cores: list[int] = []
-    holds: list[Hold] = []
+    holds: list[CardHold] = []
     for position, share in enumerate(allocation.shares):
         card = cards.get(share.device)
         if card is None:
@@ -166,7 +178,7 @@ def prepare(
         visible.append(card.uuid)
         cores.append(core_share)
         taken = 1 if share.shares is None else int(-(-share.shares // 1))
-        holds.append(Hold(share.device, memory_mib, core_share, taken))
+        holds.append(CardHold(share.device, memory_mib, core_share, taken))
         cdi_name = _CDI_NAME_UNSAFE.sub("-", f"{allocation.uid}-{position}")
         devices.append(
             {
@@ -177,15 +189,7 @@ def prepare(
                 },
             }
         )
-        prepared.append(
-            PreparedDevice(
-                requests=(share.request.split("/", 1)[0],),
-                pool=share.pool,
-                device=share.device,
-                share_id=share.share_id,
-                cdi_ids=(f"{CDI_KIND}={cdi_name}",),
-            )
-        )
+        prepared.append(prepared_device(share, cdi_name))
     cache_dir = claim_cache_dir(settings, allocation.uid)
     spec = {
         "cdiVersion": CDI_VERSION,
@@ -198,26 +202,26 @@ def prepare(
     return Prepared(allocation.uid, spec, tuple(prepared), cache_dir, tuple(holds))
 
 
-def check_room(
-    where: str,
-    wanted: Iterable[Hold],
-    held: Iterable[Hold],
-    cards: Mapping[str, dra.CardShape],
-) -> None:
-    """Refuse ``wanted`` when, with what the node's other prepared claims ``held``, it
-    would take more memory, cores or shares of a card than the card has."""
+def _per_card(holds: Iterable[CardHold]) -> dict[str, list[int]]:
+    """Per card (its device name), the memory, cores and shares ``holds`` take of it."""
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for hold in held:
+    for hold in holds:
         total = totals[hold.device]
         total[0] += hold.memory_mib
         total[1] += hold.cores
         total[2] += hold.shares
-    mine: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for hold in wanted:
-        total = mine[hold.device]
-        total[0] += hold.memory_mib
-        total[1] += hold.cores
-        total[2] += hold.shares
+    return totals
+
+
+def check_room(
+    where: str,
+    wanted: Iterable[CardHold],
+    held: Iterable[CardHold],
+    cards: Mapping[str, dra.CardShape],
+) -> None:
+    """Refuse ``wanted`` when, with what the node's other prepared claims ``held``, it
+    would take more memory, cores or shares of a card than the card has."""
+    totals, mine = _per_card(held), _per_card(wanted)
     for device, (memory, cores, shares) in mine.items():
         card = cards.get(device)
         if card is None:
@@ -237,7 +241,7 @@ def check_room(
                 )
 
 
-def holds_of(spec: Mapping[str, Any]) -> tuple[Hold, ...]:
+def holds_of(spec: Mapping[str, Any]) -> tuple[CardHold, ...]:
     """What a CDI spec this driver wrote records as held (unreadable records: none)."""
     holds = []
     for device in spec.get("devices") or []:
@@ -245,7 +249,7 @@ def holds_of(spec: Mapping[str, Any]) -> tuple[Hold, ...]:
         try:
             record = json.loads(raw) if isinstance(raw, str) else {}
             holds.append(
-                Hold(
+                CardHold(
                     str(record["device"]),
                     int(record["memoryMiB"]),
                     int(record["cores"]),

@@ -17,7 +17,6 @@ unregistered, which is what happens when the agent's DaemonSet goes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
@@ -25,7 +24,7 @@ from typing import Protocol
 import structlog
 
 from vgpu_operator import resources
-from vgpu_operator.agent.backoff import Backoff
+from vgpu_operator.agent.backoff import Backoff, wait_or_stop
 from vgpu_operator.agent.dra import mig_prepare, shapes
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.wire import OwnerReference, ResourceSlice
@@ -138,8 +137,7 @@ class SlicePublisher:
                         error=str(exc),
                         retry_in_s=round(delay, 3),
                     )
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), timeout=delay)
+                    await wait_or_stop(stop, delay)
                     self._wake.set()
                 else:
                     self._backoff.reset()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import structlog
 
+from vgpu_operator.agent.backoff import wait_or_stop
 from vgpu_operator.agent.dra import health_stream
 from vgpu_operator.agent.dra import plugin as dra_plugin
 from vgpu_operator.agent.dra.health_stream import HealthStream
@@ -84,8 +85,7 @@ class DraRunner:
 
     async def _watch(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.poll_s)
+            await wait_or_stop(stop, self.poll_s)
             if not (self.dra_socket.exists() and self.registration_socket.exists()):
                 log.info("dra_socket_removed", driver=self.driver)
                 return

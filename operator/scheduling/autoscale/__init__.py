@@ -20,17 +20,17 @@ from vgpu_operator.scheduling.autoscale.catalogue import (
     options,
     read_node_pool,
 )
-from vgpu_operator.scheduling.autoscale.search import Budget, Plan, plan
+from vgpu_operator.scheduling.autoscale.search import ScalePlan, SearchBudget, plan
 from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit
 
 __all__ = [
-    "Budget",
     "InstanceType",
     "NodeOption",
     "NodePool",
     "NodePoolError",
     "Offering",
-    "Plan",
+    "ScalePlan",
+    "SearchBudget",
     "Slot",
     "Unit",
     "options",

@@ -20,7 +20,7 @@ unit is placed. The search:
    cheapest first, each within the NodePools' limits and with room enough, is tried; the
    first that holds the queue is the answer, fewest then cheapest. A budget of trials (and
    of seconds, where a clock is given) bounds it; spent, the incumbent is the answer
-   (``Plan.optimal`` False).
+   (``ScalePlan.optimal`` False).
 
 A trial places the units in their order by the walk; for a small queue that does not all
 fit so, it also tries every assignment of the pods to the nodes (``assign``), so that
@@ -50,7 +50,7 @@ _NO_OPTION = "no instance type a NodePool allows holds it"
 
 
 @dataclass(frozen=True, slots=True)
-class Budget:
+class SearchBudget:
     """How much one search may do."""
 
     #: Trials (each places the whole queue) after the first per-option ones.
@@ -66,7 +66,7 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class ScalePlan:
     """The new nodes to ask for, where each pod would go, and what no node would hold."""
 
     new: tuple[Slot, ...] = ()
@@ -113,7 +113,7 @@ class _Search:
         options: Sequence[NodeOption],
         requested: Sequence[Slot],
         now: float,
-        budget: Budget,
+        budget: SearchBudget,
         clock: Callable[[], float] | None,
     ) -> None:
         self.live = live
@@ -199,9 +199,9 @@ def plan(
     requested: Sequence[Slot] = (),
     *,
     now: float,
-    budget: Budget = Budget(),
+    budget: SearchBudget = SearchBudget(),
     clock: Callable[[], float] | None = None,
-) -> Plan:
+) -> ScalePlan:
     """The new nodes (of ``options``) on which, with the nodes ``requested`` before, the
     decision cycle places every unit of ``units`` that some node would hold; see the
     module docstring. ``clock`` bounds the search in seconds too (None: trials only)."""
@@ -227,11 +227,11 @@ def _plan(
     where: Mapping[PodKey, str],
     unplaceable: Mapping[str, str],
     optimal: bool,
-) -> Plan:
+) -> ScalePlan:
     new = tuple(Slot(f"{NEW_NODE_PREFIX}{i}", o) for i, o in enumerate(chosen))
     used = set(where.values())
     unused = tuple(s.name for s in search.requested if s.name not in used)
-    return Plan(new, dict(where), dict(unplaceable), unused, optimal, search.trials)
+    return ScalePlan(new, dict(where), dict(unplaceable), unused, optimal, search.trials)
 
 
 def _unpinned(unit: Unit) -> Unit:

@@ -5,11 +5,12 @@ not card memory or cores, so a pod with a share (``nvidia.com/gpumem``...) fits 
 in it and its node is never emptied. Here the defragmentation planner's rules and what-if
 (``defrag``) decide, on an overlay of the books: every pod of the node must be one a plan
 may move (``defrag.mover_of``: this scheduler's, recreated by its controller, no member of
-a PodGroup, not already leaving), evicting them all must pass the PodDisruptionBudgets, and
-each one's replacement (``defrag.replacement_pod``: unbound, what the scheduler wrote
-removed) must be placed by the decision cycle on another node, the most demanding first,
-the node itself ruled out by a ``matchFields`` term on its name (as the taint Karpenter
-puts on a node it removes rules it out live). Nothing reaches the live books.
+a PodGroup but a ``single`` one's, not already leaving), evicting them all must pass the
+PodDisruptionBudgets, and each one's replacement (``defrag.replacement_pod``: unbound,
+what the scheduler wrote removed) must be placed by the decision cycle on another node,
+the most demanding first, the node itself ruled out by a ``matchFields`` term on its
+name (as the taint Karpenter puts on a node it removes rules it out live), a group
+member's within its group's topology domain. Nothing reaches the live books.
 """
 
 from __future__ import annotations
@@ -90,5 +91,7 @@ def empty_node(
             decision = what_if.place(replacement, now)
             if not decision.scheduled or decision.node is None:
                 return f"pod {mover.key} fits on no other node"
+            if not defrag.stays_in_domain(books, mover, decision.node):
+                return f"pod {mover.key} fits on no other node of its pod group's domain"
             moves[mover.key] = decision.node
     return Emptying(node, moves)

@@ -28,7 +28,12 @@ from vgpu_operator.scheduling.books.entries import (
     is_dra_node,
 )
 from vgpu_operator.scheduling.books.group_claims import GroupClaims
-from vgpu_operator.scheduling.books.group_victims import disrupted_one_by_one, protected
+from vgpu_operator.scheduling.books.group_victims import (
+    GroupRule,
+    PodGroups,
+    disrupted_one_by_one,
+    member_priority,
+)
 from vgpu_operator.scheduling.books.overlay import Overlay
 from vgpu_operator.scheduling.books.usage import (
     device_usage,
@@ -56,10 +61,12 @@ __all__ = [
     "GateHolder",
     "GateMode",
     "GroupClaims",
+    "GroupRule",
     "NodeEntry",
     "Nomination",
     "Overlay",
     "PodEntry",
+    "PodGroups",
     "bookings",
     "device_usage",
     "disrupted_one_by_one",
@@ -68,9 +75,9 @@ __all__ = [
     "holding_pods",
     "is_dra_node",
     "lock_holder",
+    "member_priority",
     "node_layer_problems",
     "node_warnings",
-    "protected",
     "quota_usage",
     "register_errors",
     "scheduler_of",

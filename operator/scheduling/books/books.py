@@ -1,11 +1,11 @@
 """The books: the cluster as the engine knows it, held by ``Books`` as parts.
 
 Nodes and their cards (inventories or register annotations), the pods that hold shares,
-reservations and preemptors' holds, quotas, budgets and PodGroups of disruptionMode single,
-with parts of their own: ranking index (``ranking``), allocation gate (``gate_book``), bound
-pods' allocations (``allocation_book``), DRA inputs (``claim_books``). Readers use the view
-(``view.BooksView``); the decision cycle writes through ``add_pod``/``drop_pod`` and the
-nomination methods. Pure and synchronous."""
+reservations and preemptors' holds, quotas, budgets, with parts of their own: ranking index
+(``ranking``), allocation gate (``gate_book``), bound pods' allocations
+(``allocation_book``), DRA inputs (``claim_books``), PodGroups (``group_victims``). Readers
+use the view (``view.BooksView``); the decision cycle writes through ``add_pod``/``drop_pod``
+and the nomination methods. Pure and synchronous."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from vgpu_operator.scheduling.books.allocation_book import Allocations
 from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry, is_dra_node
 from vgpu_operator.scheduling.books.gate_book import GateBook
 from vgpu_operator.scheduling.books.group_claims import GroupClaims
+from vgpu_operator.scheduling.books.group_victims import PodGroups
+from vgpu_operator.scheduling.books.nominations import Nominations
 from vgpu_operator.scheduling.books.ranking import RankIndex
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import dra_pool
@@ -63,15 +65,12 @@ class Books:
         self._rank = RankIndex()
         self._dirty: set[str] = set()
         self._budgets: dict[tuple[str, str], disruption.Budget] = {}
-        self.single_groups: set[str] = set()  # PodGroups of disruptionMode single (group_victims)
+        self.groups = PodGroups()  # rules and members as preemption weighs them
         #: PodGroups that name claims of their own (``group_claims``), by namespace/name.
         self.group_claims: dict[str, GroupClaims] = {}
-        #: Preemptors waiting for their victims (a hold on the freed shares), and those
-        #: whose hold timed out until the runtime takes them (``take_expired``).
-        self._nominations: dict[PodKey, Nomination] = {}
-        self._expired: list[tuple[PodKey, Nomination]] = []
-        #: Victims of a preemption whose deletion has not been seen yet.
-        self._preempted: set[PodKey] = set()
+        #: Preemptors waiting for their victims (a hold on the freed shares), the victims
+        #: marked, and the holds that timed out until the runtime takes them.
+        self._nominations = Nominations()
         #: Bound pods' allocations as first seen, and those not believed or edited.
         self._allocations = Allocations(self._record_keys())
         #: Bumped when what admission and parsing depend on changes (config, quota limits);
@@ -136,11 +135,10 @@ class Books:
 
     def is_preempted(self, key: PodKey) -> bool:
         """Whether the pod is a victim of a preemption or plan under way."""
-        return key in self._preempted
+        return self._nominations.is_preempted(key)
 
     def ranking(self, pod_node_policy: str | None) -> Sequence[tuple[float, int, str]]:
-        """The ranked nodes (those with a free card) a pod with this node policy walks,
-        best first: (key, order, name). Call ``rerank`` first."""
+        """The nodes with a free card, best first: (key, order, name); ``rerank`` first."""
         return self._rank.ranking(pod_node_policy)
 
     def rank_entry(self, name: str, pod_node_policy: str | None) -> tuple[float, int, str] | None:
@@ -159,30 +157,26 @@ class Books:
         return self._nominations.get(key)
 
     def pop_nomination(self, key: PodKey) -> Nomination | None:
-        return self._nominations.pop(key, None)
+        return self._nominations.pop(key)
 
     def nominate(self, key: PodKey, nomination: Nomination) -> None:
         """Hold a preemptor's nomination; its victims may not be chosen again meanwhile."""
-        self._nominations[key] = nomination
-        self._preempted.update(nomination.victims)
+        self._nominations.add(key, nomination)
 
     def take_decided(self, key: PodKey) -> tuple[object, ...]:
-        """A DRA decision given up: the holds it made go; ``restore_decided`` puts them
-        back (a preemptor that still waits for its victims: ``claim_books``)."""
+        """A DRA decision given up: its holds go (``claim_books``; ``restore_decided``)."""
         return self.claims.take_decided(key)
 
     def restore_decided(self, key: PodKey, taken: tuple[object, ...]) -> None:
         self.claims.restore_decided(key, taken)
 
-    def hold_decided(
-        self, pod: PodKey, node: str, decided: Mapping[str, tuple[str, Sequence[Any]]]
-    ) -> None:
+    def hold_decided(self, pod: PodKey, node: str, decided: Mapping[str, Any]) -> None:
         """Hold what a DRA decision allocates until its claims come back (``claim_books``)."""
         self.claims.hold_decided(pod, node, decided)
 
     def unmark_preempted(self, keys: Iterable[PodKey]) -> None:
         """Let these pods be chosen again (a hold given up)."""
-        self._preempted.difference_update(keys)
+        self._nominations.unmark(keys)
 
     def set_config(self, config: DeviceConfig) -> None:
         self._epoch += 1
@@ -302,7 +296,7 @@ class Books:
             return
         clean = previous is not None and self._is_clean(previous.node)
         self.drop_pod(key)
-        self._nominations.pop(key, None)
+        self._nominations.pop(key)
         self._allocations.clear(key)
         if node is not None or phase in names.TERMINAL_PHASES:
             self._attempts.pop(key, None)  # no longer waiting: its parse is done with
@@ -359,8 +353,7 @@ class Books:
         self.claims.release_decided(key)
         self._attempts.pop(key, None)
         self.drop_pod(key)
-        self._nominations.pop(key, None)
-        self._preempted.discard(key)
+        self._nominations.gone(key)
         self._allocations.forget(key)
         self.gate.forget(key)
 
@@ -401,7 +394,7 @@ class Books:
             entry.reserved = False
             if entry.allocating_since is not None and now is not None:
                 self.gate.time(entry, self._nodes.get(entry.node or ""), now)
-        self._nominations.pop(key, None)
+        self._nominations.pop(key)
         self.claims.settle_decided(key)
 
     def rollback(self, key: PodKey) -> None:
@@ -413,14 +406,12 @@ class Books:
     def cancel_preemption(self, key: PodKey) -> None:
         """Give up a preemptor's hold (an eviction was refused): its victims that are
         still running may be chosen again by a later decision."""
-        nomination = self._nominations.pop(key, None)
-        if nomination is None:
+        if self._nominations.cancel(key) is None:
             return
         entry = self._pods.get(key)
         if entry is not None and entry.reserved:
             self.drop_pod(key)
         self.claims.release_decided(key)  # a DRA preemptor's hold on the freed shares
-        self._preempted.difference_update(nomination.victims)
 
     def nominated_node(self, key: PodKey) -> str | None:
         nomination = self._nominations.get(key)
@@ -448,17 +439,18 @@ class Books:
         return cards
 
     def victims_remain(self, nomination: Nomination) -> bool:
-        return any(v in self._pods for v in nomination.victims)
+        return bool(nomination.remaining(self._pods))
 
     def expire_nominations(self, now: float) -> None:
-        for key, nomination in list(self._nominations.items()):
-            if nomination.until < now:
-                self._expired.append((key, nomination))
-                self.cancel_preemption(key)
+        for key in self._nominations.expire(now):
+            self.cancel_preemption(key)
 
     def take_expired(self) -> list[tuple[PodKey, Nomination]]:
-        taken, self._expired = self._expired, []
-        return taken
+        return self._nominations.take_expired()
+
+    def awaited_on(self, node: str) -> frozenset[PodKey]:
+        """The victims the nominations on ``node`` wait for (``nominations``)."""
+        return self._nominations.awaited_on(node)
 
     def take_freed(self) -> list[changes.Freed]:
         """Room freed on nodes since the last call (``changes.FreedRoom``): where to look."""
@@ -472,6 +464,7 @@ class Books:
 
     def add_pod(self, entry: PodEntry) -> None:
         self._pods[entry.key] = entry
+        self.groups.joined(entry)
         self._freed.came(entry.key, entry.node, (entry.bookings, entry.requests))
         self._quota.add_sums(entry.namespace, entry.quota_sums)
         node = self._nodes.get(entry.node or "")
@@ -485,6 +478,7 @@ class Books:
         entry = self._pods.pop(key, None)
         if entry is None:
             return
+        self.groups.left(entry)
         if entry.node is not None:
             self._freed.left(key, entry.node, entry.namespace, (entry.bookings, entry.requests))
         self._quota.remove_sums(entry.namespace, entry.quota_sums)

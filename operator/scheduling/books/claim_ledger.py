@@ -188,7 +188,7 @@ def same_node_shares(shares: Iterable[claims.AllocatedShare], node: str) -> bool
 
 
 def decided_shares(node: str, picks: Sequence[Any]) -> tuple[claims.AllocatedShare, ...]:
-    """A decision's picks (``claim_fit.Pick``) as the shares its status will name."""
+    """A decision's picks (``claim_fit.DevicePick``) as the shares its status will name."""
     out = []
     for pick in picks:
         if pick.admin:

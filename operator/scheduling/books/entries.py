@@ -114,6 +114,14 @@ class Nomination:
     #: waits until they no longer hold (the claim controller deallocates them).
     claims: frozenset[str] = frozenset()
 
+    def remaining(self, pods: Mapping[PodKey, PodEntry]) -> list[PodKey]:
+        """The victims on its node still there, in key order: what the preemptor waits
+        for. Victims elsewhere (the members of a PodGroup evicted whole on other nodes)
+        leave too, but their room is not the preemptor's: it does not wait for them (and
+        no news of their node would wake it)."""
+        node = self.node
+        return sorted(v for v in self.victims if (e := pods.get(v)) is not None and e.node == node)
+
 
 def is_dra_node(node: NodeEntry) -> bool:
     """Whether the node's cards are offered as DRA devices (its label says so)."""

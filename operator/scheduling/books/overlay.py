@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from vgpu_operator.config import DeviceConfig
@@ -30,6 +30,7 @@ from vgpu_operator.scheduling.books import changes, pod_entries
 from vgpu_operator.scheduling.books.books import Books
 from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry
 from vgpu_operator.scheduling.books.group_claims import GroupClaims
+from vgpu_operator.scheduling.books.group_victims import PodGroups
 from vgpu_operator.scheduling.books.view import ClaimReads
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.mig import mig_records
@@ -171,8 +172,8 @@ class Overlay:
         return self._live.budgets()
 
     @property
-    def single_groups(self) -> Collection[str]:
-        return self._live.single_groups
+    def groups(self) -> PodGroups:
+        return self._live.groups
 
     @property
     def group_claims(self) -> Mapping[str, GroupClaims]:
@@ -188,8 +189,13 @@ class Overlay:
         return None if nomination is None else nomination.node
 
     def victims_remain(self, nomination: Nomination) -> bool:
-        pods = self.pods
-        return any(v in pods for v in nomination.victims)
+        return bool(nomination.remaining(self.pods))
+
+    def awaited_on(self, node: str) -> frozenset[PodKey]:
+        """The live books' (also where the overlay gave a nomination up: what may not be
+        counted on stays so) and the overlay's own."""
+        own = {v for n in self._nominations.values() if n.node == node for v in n.victims}
+        return self._live.awaited_on(node) | own
 
     def node_names(self) -> list[str]:
         added = sorted(self._added, key=lambda name: self._nodes[name].order)

@@ -197,6 +197,8 @@ def reservation(
         reserved=True,
         priority=preemption.priority_of(pod),
         labels=dict((pod.get("metadata") or {}).get("labels") or {}),
+        in_group=bool((pod.get("spec") or {}).get("schedulingGroup")),
+        group=group_victims.group_key(pod),
         uid=uid,
         allocating_since=allocation_gate.UNTIMED if binding and held else None,
     )

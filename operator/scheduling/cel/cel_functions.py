@@ -3,7 +3,7 @@ semantic versions with their methods, and the string extension functions, each b
 in what it may build (``MAX_STRING``), as the Kubernetes API server bounds them.
 
 Each function that walks or builds strings or lists is charged to the evaluation's
-``Budget`` before it does the work, as cel-go's runtime cost charges it (a tenth of a
+``CostBudget`` before it does the work, as cel-go's runtime cost charges it (a tenth of a
 step per character walked or built: ``replace`` and ``split`` their operand twice,
 ``join`` its result twice, ``+`` both operands, ``contains`` the product of both
 lengths), plus a step per element a function builds: this interpreter makes an object per
@@ -32,7 +32,7 @@ class CelBudgetExceeded(Exception):
     """Raised inside an evaluation that ran out of steps (becomes CelTooCostly)."""
 
 
-class Budget:
+class CostBudget:
     """What one evaluation may still spend, in steps: a parse-tree node visited is one,
     a function's walk or build what ``charge`` says."""
 
@@ -47,11 +47,11 @@ class Budget:
             raise CelBudgetExceeded(what)
 
 
-_BUDGET: ContextVar[Budget | None] = ContextVar("cel_budget", default=None)
+_BUDGET: ContextVar[CostBudget | None] = ContextVar("cel_budget", default=None)
 
 
 @contextlib.contextmanager
-def spending(budget: Budget) -> Iterator[Budget]:
+def spending(budget: CostBudget) -> Iterator[CostBudget]:
     """Charge the functions called meanwhile (in this thread) to ``budget``."""
     token = _BUDGET.set(budget)
     try:

@@ -36,8 +36,8 @@ from vgpu_operator.scheduling.cel import claim_cel_cost, claim_cel_shapes
 from vgpu_operator.scheduling.cel.cel_functions import (
     FUNCTIONS,
     SUPPORTED,
-    Budget,
     CelBudgetExceeded,
+    CostBudget,
     Quantity,
     Version,
     spending,
@@ -170,7 +170,7 @@ class _BoundedEvaluator(Evaluator):
     """celpy's interpreter, charging a step per node it visits (macro bodies included) to
     the evaluation's budget, which the string functions charge too (``cel_functions``)."""
 
-    def __init__(self, ast: Any, activation: Any, budget: Budget) -> None:
+    def __init__(self, ast: Any, activation: Any, budget: CostBudget) -> None:
         super().__init__(ast, activation)
         self._budget = budget
 
@@ -235,7 +235,7 @@ class Selector:
         fails on it (a missing attribute, a wrong type) or yields no bool, CelTooCostly
         when it takes more than ``steps`` evaluation steps."""
         try:
-            with spending(Budget(steps)) as budget:
+            with spending(CostBudget(steps)) as budget:
                 evaluator = _BoundedEvaluator(
                     self.program.ast, self.program.new_activation(), budget
                 )

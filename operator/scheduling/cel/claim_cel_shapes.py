@@ -88,8 +88,14 @@ def _name(tree: lark.Tree[Any]) -> str:
 
 def _literal(tree: lark.Tree[Any]) -> bool:
     """Whether the subtree is a literal and nothing else (through pass-through nodes)."""
+    return _only(tree, "literal")
+
+
+def _only(tree: lark.Tree[Any], kind: str) -> bool:
+    """Whether the subtree is a node of ``kind`` and nothing else (through pass-through
+    nodes: conditions and single-child rules)."""
     node = tree
-    while node.data != "literal":
+    while node.data != kind:
         children = _subtrees(node)
         if len(children) != 1 or node.data not in _CONDITIONS | _SINGLE_CHILD:
             return False
@@ -174,10 +180,4 @@ def _list_node(tree: lark.Tree[Any]) -> lark.Tree[Any]:
 
 def _is_list_literal(tree: lark.Tree[Any]) -> bool:
     """Whether the subtree is a list literal and nothing else."""
-    node = tree
-    while node.data != "list_lit":
-        children = _subtrees(node)
-        if len(children) != 1 or node.data not in _CONDITIONS | _SINGLE_CHILD:
-            return False
-        node = children[0]
-    return True
+    return _only(tree, "list_lit")

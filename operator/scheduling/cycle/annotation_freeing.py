@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling.books.entries import NodeEntry
 from vgpu_operator.scheduling.books.view import BooksView
-from vgpu_operator.scheduling.cycle.plugin import Room, Unit, holders_by_card
+from vgpu_operator.scheduling.cycle.plugin import Holding, Room, holders_by_card
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey
 
@@ -41,8 +41,8 @@ class AnnotationFreeing:
     def fitted(self, removed: frozenset[PodKey], room: Room) -> None:
         self._fitted = (removed, room.cards)
 
-    def units(self) -> Mapping[str, Sequence[Unit]]:
-        out: dict[str, list[Unit]] = {}
+    def units(self) -> Mapping[str, Sequence[Holding]]:
+        out: dict[str, list[Holding]] = {}
         pods = self._view.pods
         for key in sorted(self._node.pods):
             entry = pods.get(key)
@@ -51,7 +51,7 @@ class AnnotationFreeing:
             for bookings in entry.bookings.values():
                 for b in bookings:
                     out.setdefault(b.uuid, []).append(
-                        Unit(frozenset({key}), b.memory_mib, b.cores, b.slots)
+                        Holding(frozenset({key}), b.memory_mib, b.cores, b.slots)
                     )
         return out
 

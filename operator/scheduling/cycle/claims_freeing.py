@@ -19,7 +19,7 @@ from vgpu_operator.devices import dra
 from vgpu_operator.scheduling.books import claim_ledger
 from vgpu_operator.scheduling.books.entries import NodeEntry
 from vgpu_operator.scheduling.books.view import BooksView
-from vgpu_operator.scheduling.cycle.plugin import Room, Unit, holders_by_card
+from vgpu_operator.scheduling.cycle.plugin import Holding, Room, holders_by_card
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey
 
@@ -67,7 +67,7 @@ class ClaimsFreeing:
         mig = view.claims.mig_of(node.name)
         #: Each MIG instance's card: its holders stand in the way on that card.
         self._mig_cards = {} if mig is None else {d.name: d.card for d in mig.pool.devices}
-        self._units: dict[str, list[Unit]] | None = None
+        self._units: dict[str, list[Holding]] | None = None
         self._holders: Mapping[str, frozenset[PodKey]] | None = None
 
     def freed(self, removed: frozenset[PodKey]) -> list[HeldClaim]:
@@ -90,12 +90,12 @@ class ClaimsFreeing:
         """Each room is made afresh from the node's cards (a claim's release is a few
         bookings)."""
 
-    def units(self) -> Mapping[str, Sequence[Unit]]:
+    def units(self) -> Mapping[str, Sequence[Holding]]:
         """Per card, what each held claim has on it, kept by its holders; a MIG instance
         is a unit of no room on its card (its holders stand in the way there)."""
         if self._units is not None:
             return self._units
-        out: dict[str, list[Unit]] = {}
+        out: dict[str, list[Holding]] = {}
         for held in self.held:
             on: dict[str, list[placement.Booking]] = {}
             for booking in held.bookings:
@@ -104,11 +104,11 @@ class ClaimsFreeing:
                 memory = sum(b.memory_mib for b in bookings)
                 cores = sum(b.cores for b in bookings)
                 slots = sum(b.slots for b in bookings)
-                out.setdefault(card, []).append(Unit(held.holders, memory, cores, slots))
+                out.setdefault(card, []).append(Holding(held.holders, memory, cores, slots))
             for device in held.devices:
                 mig_card = self._mig_cards.get(device)
                 if mig_card is not None:
-                    out.setdefault(mig_card.lower(), []).append(Unit(held.holders, 0, 0, 0))
+                    out.setdefault(mig_card.lower(), []).append(Holding(held.holders, 0, 0, 0))
         self._units = out
         return out
 

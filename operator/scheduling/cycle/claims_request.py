@@ -96,7 +96,7 @@ def read_request(
     if extended_claims.asks(pod, resources):
         try:
             special = extended_claims.special(pod, resources, objects, view.vendors)
-        except extended_claims.Refusal as exc:
+        except extended_claims.ExtendedRefusal as exc:
             return Unread(str(exc))
         pod, objects = extended_claims.with_special(pod, objects, special)
     try:

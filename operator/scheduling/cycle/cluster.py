@@ -243,7 +243,7 @@ class ClusterState:
         nomination = self.books.nomination(key)
         if nomination is None:
             return None
-        pods = tuple(sorted(v for v in nomination.victims if v in self.books.pods))
+        pods = tuple(nomination.remaining(self.books.pods))
         held = sorted(k for k in nomination.claims if self.books.claims.holds_claim(k))
         return NominationWait(key, nomination.node, pods, tuple(held))
 
@@ -253,9 +253,7 @@ class ClusterState:
         given up, the pods must be told and decided again."""
         self.books.expire_nominations(now)
         return [
-            NominationWait(
-                key, gone.node, tuple(sorted(v for v in gone.victims if v in self.books.pods))
-            )
+            NominationWait(key, gone.node, tuple(gone.remaining(self.books.pods)))
             for key, gone in self.books.take_expired()
         ]
 

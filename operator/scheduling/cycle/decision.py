@@ -320,7 +320,8 @@ class Cycle:
         victims = chosen.candidate.victims
         node = self.view.nodes[chosen.candidate.node]
         until = now + self.settings.nomination_timeout_s
-        self.books.nominate(key, Nomination(node.name, victims.keys, until, chosen.claims))
+        awaited = victims.keys | chosen.spare  # the pods leaving anyway too
+        self.books.nominate(key, Nomination(node.name, awaited, until, chosen.claims))
         reserved = plugin.reserve(key, request, node, chosen.fit, now, nominated=True)
         ordered = preempting.eviction_order(victims, self.view.budgets())
         pods = self.view.pods

@@ -60,7 +60,7 @@ F = TypeVar("F", bound=Fit)  # a dialect's fit
 
 
 @dataclass(frozen=True, slots=True)
-class Unit:
+class Holding:
     """Something one card holds that the removal of pods releases: the shares of one pod
     (annotations) or of one claim (claims), released only when every one of ``holders``
     has left (a claim shared by several pods). Empty ``holders``: no removal releases it."""
@@ -85,7 +85,7 @@ class Room:
     instances: Sequence[str] = ()
 
 
-def holders_by_card(units: Mapping[str, Sequence[Unit]]) -> dict[str, frozenset[PodKey]]:
+def holders_by_card(units: Mapping[str, Sequence[Holding]]) -> dict[str, frozenset[PodKey]]:
     """Per card, the holders of its units."""
     out: dict[str, set[PodKey]] = {}
     for card, on_card in units.items():
@@ -121,7 +121,7 @@ class Freeing(Protocol):
         from it."""
         ...
 
-    def units(self) -> Mapping[str, Sequence[Unit]]:
+    def units(self) -> Mapping[str, Sequence[Holding]]:
         """Per card, what each removal may release there (and who keeps it)."""
         ...
 

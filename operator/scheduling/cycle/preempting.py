@@ -16,7 +16,8 @@ they run over the books through a dialect (``plugin.Plugin``):
   all go), also the same walk over each card's holders alone, the best of them (see its
   docstring), with a card's victims bounded by arithmetic first for a request of one card.
 - ``choose``: the candidate loop over the nodes, the choice, and the fresh trial of the
-  chosen victims before anyone is evicted.
+  chosen victims before anyone is evicted. Who may be a victim, and which pods go only
+  together (a PodGroup evicted whole, its members on any node), is ``victim_sets``'s.
 - ``waits_for_victims``: the one nomination check (a preemptor waits while a victim of its
   nomination runs or a claim they held still holds).
 """
@@ -27,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from vgpu_operator.scheduling.books import group_victims
 from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination
 from vgpu_operator.scheduling.books.view import BooksView
-from vgpu_operator.scheduling.cycle.plugin import Fit, Plugin, Unit
+from vgpu_operator.scheduling.cycle.plugin import Fit, Holding, Plugin
+from vgpu_operator.scheduling.cycle.victim_sets import Occupancy
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.preemption import disruption, preemption
 from vgpu_operator.scheduling.status import Code, Diagnosis
@@ -44,18 +45,31 @@ class Trial(Generic[R, F]):
     docstring); the books are read only."""
 
     def __init__(
-        self, view: BooksView, plugin: Plugin[R, F], node: NodeEntry, request: R, now: float
+        self,
+        view: BooksView,
+        plugin: Plugin[R, F],
+        node: NodeEntry,
+        request: R,
+        now: float,
+        spare: frozenset[PodKey] = frozenset(),
     ) -> None:
         self.view = view
         self.plugin = plugin
         self.node = node
         self.request = request
         self.now = now
+        #: Pods of the node leaving anyway (``victim_sets.Occupancy.spare``): every trial
+        #: counts them gone.
+        self.spare = spare
         self.freeing = plugin.freeing(node, request, now)
 
     def outcome(self, removed: frozenset[PodKey], only: str | None = None) -> F | None:
         """The fit once ``removed`` left (``only``: on that card alone); None when what
-        they free cannot be read off the cards."""
+        they free cannot be read off the cards. Pods of ``removed`` on other nodes (a
+        whole group's members) free nothing here."""
+        if not removed <= self.node.pods:
+            removed = removed & frozenset(self.node.pods)
+        removed |= self.spare
         room = self.freeing.room(removed, only)
         if room is None:
             return None
@@ -68,7 +82,7 @@ class Trial(Generic[R, F]):
         fit = self.outcome(removed)
         return fit is not None and fit.ok
 
-    def units(self) -> Mapping[str, Sequence[Unit]]:
+    def units(self) -> Mapping[str, Sequence[Holding]]:
         """Per card, what removals may release there."""
         return self.freeing.units()
 
@@ -126,21 +140,6 @@ class Trial(Generic[R, F]):
         return self.freeing.holders_by_card()
 
 
-def occupants(view: BooksView, node: NodeEntry) -> list[preemption.Occupant]:
-    """The pods on the node preemption may weigh: bound, not terminating, not a
-    reservation, not a victim of a preemption under way, not a member of a PodGroup that
-    may be disrupted only whole (``group_victims``)."""
-    entries = (view.pods[k] for k in sorted(node.pods) if k in view.pods)
-    return [
-        preemption.Occupant(e.key, e.priority, e.started, e.labels)
-        for e in entries
-        if not e.deleting
-        and not e.reserved
-        and not view.is_preempted(e.key)
-        and not group_victims.protected(e, view.single_groups)
-    ]
-
-
 def awaits_earlier_victims(view: BooksView, pod: Mapping[str, Any], priority: int) -> bool:
     """kube-scheduler's ``PodEligibleToPreemptOthers``: a pod already nominated to a node
     where a lower-priority pod is terminating waits for it instead of preempting again
@@ -169,6 +168,8 @@ class Chosen(Generic[F]):
     candidate: preemption.Candidate
     fit: F
     claims: frozenset[str]
+    #: Pods of the node leaving anyway that the preemptor counts on (it waits for them).
+    spare: frozenset[PodKey] = frozenset()
 
 
 def choose(
@@ -180,7 +181,8 @@ def choose(
     now: float,
 ) -> Chosen[F] | str | None:
     """The node and victims DefaultPreemption chooses, or a sentence when every choice
-    would evict a pod its budget protects (nothing is evicted), or None.
+    would evict a pod its budget protects, or only a whole group not of lower priority
+    would make room (nothing is evicted), or None.
 
     Unlike kube-scheduler, which deletes its victims, ours leave through the Eviction API,
     which refuses an eviction a PodDisruptionBudget does not allow: a choice that violates
@@ -189,28 +191,59 @@ def choose(
     priority = preemption.priority_of(pod)
     if awaits_earlier_victims(view, pod, priority):
         return None
-    if not any(e.priority < priority for e in view.pods.values()):
-        return None  # nobody to evict: spare a removal trial on every node (a replay)
+    groups = view.groups
+    if not any(groups.priority(e) < priority for e in view.pods.values()):
+        # Nobody to evict (nor a whole group to name: only one with a member of lower
+        # priority is, ``victim_sets``): spare a removal trial on every node (a replay).
+        return None
     budgets = view.budgets()
+    nodes = [
+        node
+        for node in sorted(view.nodes.values(), key=lambda n: n.order)
+        if (failure := diagnosis.node_failures.get(node.name)) is not None
+        and failure.code is Code.UNSCHEDULABLE  # else no release can fix what rules it out
+    ]
     search = _Search(view, plugin, request, priority, budgets, now)
-    for node in sorted(view.nodes.values(), key=lambda n: n.order):
-        failure = diagnosis.node_failures.get(node.name)
-        if failure is None or failure.code is not Code.UNSCHEDULABLE:
-            continue  # no release can fix what rules this node out
+    for node in nodes:
         if search.visit(node):
             break
     chosen = preemption.pick_node(search.candidates)
     if chosen is None:
-        return None
+        return _shielded(search, nodes)
     if chosen.victims.budget_violations:
-        return preemption.blocked_message(chosen, budgets)
+        # kube-scheduler's count spends a budget on the pods its walk put back too; the
+        # Eviction API counts only the victims: a choice it lets through is made.
+        recounted = _recounted(chosen.victims, budgets)
+        if recounted is None or recounted.budget_violations:
+            return preemption.blocked_message(chosen, budgets)
     trial = search.trials[chosen.node]
     fit = trial.outcome(chosen.victims.keys)
     # The search found that the pod fits once the victims leave; a fresh trial that
     # disagrees would be an engine bug, and must not evict anyone.
     if fit is None or not fit.ok:
         return None
-    return Chosen(chosen, fit, trial.freeing.freed_claims(chosen.victims.keys))
+    gone = chosen.victims.keys | trial.spare
+    return Chosen(chosen, fit, trial.freeing.freed_claims(gone), trial.spare)
+
+
+def _shielded(search: _Search[R, F], nodes: Sequence[NodeEntry]) -> str | None:
+    """No candidate: where a whole group not of lower priority than the preemptor stood
+    in the way, whether evicting it would have made room (the sentence that says so), so
+    that the preemptor does not wait silently behind it."""
+    if not search.occupancy.shielded:
+        return None
+    lifted = _Search(
+        search.view, search.plugin, search.request, search.priority, search.budgets, search.now
+    )
+    lifted.occupancy = Occupancy(search.view, search.priority, lift=True)
+    where = search.occupancy.shielded_nodes
+    for node in nodes:
+        if node.name in where and lifted.visit(node):
+            break
+    chosen = preemption.pick_node(lifted.candidates)
+    if chosen is None:
+        return None
+    return preemption.shielded_message(chosen, search.priority, lifted.occupancy.shielded)
 
 
 class _Search(Generic[R, F]):
@@ -237,14 +270,26 @@ class _Search(Generic[R, F]):
         #: Nodes left out as beaten: each counts as a candidate (it would have been one,
         #: no better than the best), so that the search stops as kube-scheduler's does.
         self.outdone = 0
+        #: Who may be a victim, and the whole groups (``victim_sets``).
+        self.occupancy = Occupancy(view, priority)
 
     def visit(self, node: NodeEntry) -> bool:
         """Weigh one node; whether the search has enough candidates to stop."""
-        weighed = occupants(self.view, node)
-        if not any(o.priority < self.priority for o in weighed):
+        occupancy = self.occupancy
+        weighed = occupancy.on(node)
+        spare = occupancy.spare(node)
+        lower = any(occupancy.unit_priority(o) < self.priority for o in weighed)
+        if not lower and not spare:
             return False
-        trial = Trial(self.view, self.plugin, node, self.request, self.now)
-        victims, skipped = select_victims(trial, self.priority, weighed, self.budgets, self.beaten)
+        trial = Trial(self.view, self.plugin, node, self.request, self.now, spare)
+        victims: preemption.Victims | None = None
+        skipped = False
+        if spare and trial.fits(frozenset()):
+            victims = preemption.Victims((), 0)  # room enough once those leaving are gone
+        elif lower:
+            victims, skipped = select_victims(
+                trial, self.priority, weighed, self.budgets, occupancy, self.beaten
+            )
         if victims is None:
             self.outdone += skipped
         else:
@@ -262,33 +307,36 @@ def select_victims(
     priority: int,
     weighed: Sequence[preemption.Occupant],
     budgets: Sequence[disruption.Budget],
+    occupancy: Occupancy,
     beaten: tuple[int, int] | None = None,
 ) -> tuple[preemption.Victims | None, bool]:
     """The victims on one node, and whether a card was left out as beaten.
 
-    kube-scheduler's walk (``preemption.select_victims``) over every lower-priority pod;
-    where the dialect's shares are kept together by several pods
-    (``Plugin.per_card_victims``), also the same walk over the holders of each card alone,
-    the best of them by ``pick_node``'s order, with the budget violations their own
-    eviction makes (``_recounted``). Why each card too: the walk puts the most important
-    pods back first wherever their shares are, so it may keep a pod whose card alone would
-    have made room and evict several pods of another card instead, or leave only choices a
-    budget forbids where another card's holders were allowed. Restricted to one card's
-    holders, the walk frees that card; it costs about one more fit per pod.
+    kube-scheduler's walk (``preemption.select_victims``) over every lower-priority victim
+    set (a pod, or a whole group: ``victim_sets``); where the dialect's shares are kept
+    together by several pods (``Plugin.per_card_victims``), also the same walk over the
+    holders of each card alone, the best of them by ``pick_node``'s order, with the budget
+    violations their own eviction makes (``_recounted``). Why each card too: the walk puts
+    the most important pods back first wherever their shares are, so it may keep a pod
+    whose card alone would have made room and evict several pods of another card instead,
+    or leave only choices a budget forbids where another card's holders were allowed.
+    Restricted to one card's holders, the walk frees that card; it costs about one more
+    fit per pod.
 
     ``beaten``: the (violations, most important victim's priority) of the best choice on
     another node so far: for a pod that asks one card, a card whose victims could only be
     worse (``Trial.least_top``) is not walked, and none whose victims cannot make room."""
+    whole = occupancy.whole
     if not trial.plugin.per_card_victims:
-        return preemption.select_victims(priority, weighed, budgets, trial.fits), False
+        return preemption.select_victims(priority, weighed, budgets, trial.fits, whole), False
     want = trial.plugin.one_card(trial.request)
     best = None
     if want is None:
         best = _recounted(
-            preemption.select_victims(priority, weighed, budgets, trial.fits), budgets
+            preemption.select_victims(priority, weighed, budgets, trial.fits, whole), budgets
         )
     by_key = {o.key: o for o in weighed}
-    freeable = {o.key: o.priority for o in weighed if o.priority < priority}
+    freeable = occupancy.freeable(weighed)
     walks: list[tuple[int, str, frozenset[PodKey]]] = []
     skipped = False
     for card, holders in trial.holders_by_card().items():
@@ -306,9 +354,9 @@ def select_victims(
         if not alone or (want is None and len(alone) == len(weighed)):
             continue
         if want is not None:
-            found = _card_walk(trial, card, alone, priority, budgets)
+            found = _card_walk(trial, card, alone, priority, budgets, occupancy)
         else:
-            found = preemption.select_victims(priority, alone, budgets, trial.fits)
+            found = preemption.select_victims(priority, alone, budgets, trial.fits, whole)
         found = _recounted(found, budgets)
         if found is not None and (
             best is None or preemption.victims_key(found) < preemption.victims_key(best)
@@ -318,7 +366,7 @@ def select_victims(
         # No card alone makes room: what stands in the way may be the node's CPU or
         # memory, which pods holding no card free too.
         best = _recounted(
-            preemption.select_victims(priority, weighed, budgets, trial.fits), budgets
+            preemption.select_victims(priority, weighed, budgets, trial.fits, whole), budgets
         )
     return best, skipped
 
@@ -329,6 +377,7 @@ def _card_walk(
     alone: Sequence[preemption.Occupant],
     priority: int,
     budgets: Sequence[disruption.Budget],
+    occupancy: Occupancy,
 ) -> preemption.Victims | None:
     """kube-scheduler's walk over one card's holders for a pod that asks one card: the
     fit on that card alone, with every lower-priority holder gone, says whether the card
@@ -337,7 +386,7 @@ def _card_walk(
     slots than that is refused by arithmetic, and only the others are fitted (on that
     card alone). The chosen victims are fitted again on the whole node before anyone is
     evicted (``choose``)."""
-    lower = frozenset(o.key for o in alone if o.priority < priority)
+    lower = occupancy.lower_sets(alone)
     if not lower:
         return None
     fit = trial.outcome(lower, only=card)
@@ -354,7 +403,7 @@ def _card_walk(
         again = trial.outcome(removed, only=card)
         return again is not None and again.ok
 
-    return preemption.select_victims(priority, alone, budgets, fits)
+    return preemption.select_victims(priority, alone, budgets, fits, occupancy.whole)
 
 
 def _recounted(

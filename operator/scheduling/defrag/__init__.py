@@ -17,6 +17,7 @@ from vgpu_operator.scheduling.defrag.defrag_parts import (
     mover_of,
     replacement_pod,
     scheduler_written,
+    stays_in_domain,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "recheck",
     "replacement_pod",
     "scheduler_written",
+    "stays_in_domain",
 ]

@@ -56,6 +56,7 @@ from vgpu_operator.scheduling.cycle.decision import Decision
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks, WhatIf
 from vgpu_operator.scheduling.defrag.defrag_parts import (
     Candidates,
+    FragmentationVerdict,
     Move,
     Mover,
     Plan,
@@ -63,15 +64,16 @@ from vgpu_operator.scheduling.defrag.defrag_parts import (
     Replacement,
     Report,
     Running,
-    Verdict,
     controller_of,
     fragmentation,
+    left_alone,
     movers,
     pod_shape,
     replacement_pod,
     replacement_rule,
     rooms,
     scheduler_written,
+    stays_in_domain,
 )
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
@@ -79,13 +81,13 @@ from vgpu_operator.scheduling.preemption import disruption, preemption
 
 #: The planner, and its vocabulary (``defrag_parts``), as callers import them from here.
 __all__ = [
+    "FragmentationVerdict",
     "Move",
     "Mover",
     "Plan",
     "PlanOptions",
     "Replacement",
     "Report",
-    "Verdict",
     "controller_of",
     "fragmentation",
     "movers",
@@ -244,8 +246,9 @@ class _Search:
             else:
                 whatif.take_out(mover.key)
                 decision = whatif.place(twin, now)
-            if not decision.scheduled or decision.node is None:
-                whatif.undo_to(mark)
+            to = decision.node if decision.scheduled else None
+            if not (to and stays_in_domain(self.books, mover, to)):
+                whatif.undo_to(mark)  # no room; or out of its PodGroup's topology domain
                 return None
             moves.append(_move(mover, decision))
         if not keep:
@@ -514,13 +517,13 @@ def plan_steps(
                     f"no plan of at most {options.max_evictions} evictions of pods that "
                     "their controllers recreate, of lower or equal priority, within the "
                     "disruption budgets"
-                )
+                ) + left_alone(candidates.groups_left)
                 continue
             plans.append(found)
             candidates.spend(m.pod for m in found.moves)
             if limit is not None and len(plans) >= limit:
                 break
-    return Report(tuple(plans), tuple(fragmented), unplanned)
+    return Report(tuple(plans), tuple(fragmented), unplanned, dict(candidates.groups_left))
 
 
 def replay(

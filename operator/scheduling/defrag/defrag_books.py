@@ -24,6 +24,7 @@ from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import node_annotations
 from vgpu_operator.scheduling.books.entries import PodEntry
+from vgpu_operator.scheduling.books.group_victims import GroupRule
 from vgpu_operator.scheduling.books.overlay import Overlay
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
@@ -105,6 +106,15 @@ class DefragBooks:
         if entry is None:
             return frozenset()
         return node_annotations.cordoned_cards(entry.facts.annotations, entry.inventory_cordoned)
+
+    def node_label(self, node: str, key: str) -> str | None:
+        """The node's label ``key`` (a PodGroup's topology domain), None if it has none."""
+        entry = self.view.nodes.get(node)
+        return None if entry is None else entry.facts.labels.get(key)
+
+    def group_rule(self, group: str) -> GroupRule | None:
+        """The PodGroup as the books read it (``group_victims``), None when not read."""
+        return self.view.groups.rule(group)
 
     def own_scheduler(self) -> str:
         """The name this operator schedules under (``scheduler.schedulerName``)."""

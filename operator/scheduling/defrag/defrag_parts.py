@@ -14,6 +14,7 @@ from typing import Any, Final
 from vgpu_operator import names
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling.books import allocation_trust
+from vgpu_operator.scheduling.books.entries import PodEntry
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 from vgpu_operator.scheduling.dialects.annotation import placement
@@ -86,6 +87,9 @@ class Mover:
     owner: Owner | None
     replacement: Replacement
     pod: Mapping[str, Any] = field(repr=False, compare=False)
+    #: A PodGroup member's topology domain (node label, value): its replacement must land
+    #: on a node of the same value, or the plan is not made (``stays_in_domain``).
+    domain: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +155,7 @@ class Plan:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class FragmentationVerdict:
     """Nodes that admit the pod and hold room enough for it, pooled over the cards it may
     use; the smallest shortfall on its best cards first."""
 
@@ -166,6 +170,8 @@ class Report:
     plans: tuple[Plan, ...]
     fragmented: tuple[PodKey, ...]
     unplanned: Mapping[PodKey, str]
+    #: PodGroups whose members on the nodes looked at were left alone, and why.
+    groups_left: Mapping[str, str] = field(default_factory=dict)
 
 
 # --- who may move -------------------------------------------------------------------------
@@ -202,16 +208,27 @@ def rule_for(owner: Owner | None, options: PlanOptions) -> Replacement | None:
 
 
 def mover_of(
-    books: DefragBooks, key: PodKey, pod: Mapping[str, Any], options: PlanOptions
+    books: DefragBooks,
+    key: PodKey,
+    pod: Mapping[str, Any],
+    options: PlanOptions,
+    left: dict[str, str] | None = None,
 ) -> Mover | None:
     """The pod (``key`` is its ``pod_key``) as a plan may move it, or None (a pod object
     whose uid differs from the books' is not trusted to describe it). The books' entry is
-    read first: it rules out most pods before their object is."""
+    read first: it rules out most pods before their object is. ``left``: where a PodGroup
+    member may not move alone, its group and why (``group_hold``) are noted there."""
     entry = books.entry(key)
     if entry is None or entry.node is None or entry.reserved or entry.deleting:
         return None
+    domain: tuple[str, str] | None = None
     if entry.in_group:
-        return None  # a gang's member: moved with its whole group or not at all
+        held = group_hold(books, entry)
+        if not isinstance(held, tuple):
+            if held and left is not None and entry.group is not None:
+                left[entry.group] = held
+            return None
+        domain = held or None
     if books.is_claimed(key):
         return None  # already leaving for a preemption or another plan
     meta = pod.get("metadata") or {}
@@ -241,7 +258,44 @@ def mover_of(
         owner=owner,
         replacement=rule,
         pod=pod,
+        domain=domain,
     )
+
+
+def group_hold(books: DefragBooks, entry: PodEntry) -> str | tuple[str, str] | tuple[()]:
+    """Whether a PodGroup's member may move alone: a sentence saying why not (its group
+    is moved whole or not at all: ``disruptionMode: all``, or a PodGroup not read; or a
+    topology domain the member's node is not in), else its domain (node label, value) that
+    its replacement must stay in, or ``()`` for none. A ``single`` group's member may move
+    as any pod: its group stays whole (its replacement comes back as a member) and in its
+    domain. Defragmentation does not move a whole group (``docs/gangs.md``)."""
+    group = entry.group
+    rule = None if group is None else books.group_rule(group)
+    if group is None or rule is None:
+        return f"pod group {group}: its PodGroup is not read; moved whole or not at all"
+    if not rule.one_by_one:
+        return (
+            f"pod group {group}: disruptionMode all, moved whole or not at all "
+            "(defragmentation does not move a whole group)"
+        )
+    if rule.domain_key is None:
+        return ()
+    value = books.node_label(entry.node or "", rule.domain_key) if rule.domain_key else None
+    if value is None:
+        return f"pod group {group}: its topology domain cannot be read on node {entry.node}"
+    return (rule.domain_key, value)
+
+
+def left_alone(groups_left: Mapping[str, str]) -> str:
+    """The PodGroups left alone, for a pod's "no plan" sentence (three named at most)."""
+    named = sorted(groups_left.values())
+    more = f"; and {len(named) - 3} more pod groups" if len(named) > 3 else ""
+    return "".join(f"; left alone: {why}" for why in named[:3]) + more
+
+
+def stays_in_domain(books: DefragBooks, mover: Mover, node: str) -> bool:
+    """Whether a replacement on ``node`` keeps the mover's PodGroup in its domain."""
+    return mover.domain is None or books.node_label(node, mover.domain[0]) == mover.domain[1]
 
 
 #: The running pods' objects: a list, or a mapping by ``pod_key`` (which spares the planner
@@ -273,13 +327,16 @@ class Candidates:
         self.twins: dict[PodKey, dict[str, Any]] = {}
         #: Each mover's shape (``pod_shape``), read once per call.
         self.shapes: dict[PodKey, str] = {}
+        #: PodGroups whose members met were left alone, and why (``group_hold``).
+        self.groups_left: dict[str, str] = {}
 
     def on(self, node: str) -> list[Mover]:
         made = self._on.get(node)
         if made is None:
             books, options, running = self._books, self._options, self._running
             pods = ((k, running.get(k)) for k in books.keys_on(node))
-            found = (mover_of(books, k, p, options) for k, p in pods if p is not None)
+            left = self.groups_left
+            found = (mover_of(books, k, p, options, left) for k, p in pods if p is not None)
             made = self._on[node] = [m for m in found if m is not None]
             self._by_key.update((m.key, m) for m in made)
         return [m for m in made if m.key not in self._spent_keys]
@@ -360,7 +417,7 @@ def replacement_pod(pod: Mapping[str, Any], written: frozenset[str]) -> dict[str
 
 
 @dataclass(frozen=True, slots=True)
-class Room:
+class Headroom:
     """What a node's usable cards offer a pod: the memory its best cards lack (a lower
     bound on what a plan must move off the node), and whether its free shares, pooled,
     would hold the pod."""
@@ -371,7 +428,7 @@ class Room:
 
 def room_of(
     job: placement.Job, cards: Sequence[model.DeviceUsage], cordoned: frozenset[str]
-) -> Room | None:
+) -> Headroom | None:
     """None when the node's usable cards could not hold the pod even empty."""
     shortfall = 0
     pooled = True
@@ -424,13 +481,13 @@ def room_of(
             and sum(max(0, c.total_cores - c.used_cores) for c in usable) >= cores
             and sum(max(0, c.count - c.used) for c in usable) >= slots
         )
-    return Room(shortfall, pooled)
+    return Headroom(shortfall, pooled)
 
 
-def rooms(books: DefragBooks, job: placement.Job, now: float) -> list[tuple[Room, int, str]]:
+def rooms(books: DefragBooks, job: placement.Job, now: float) -> list[tuple[Headroom, int, str]]:
     """Every node that admits the pod and whose usable cards could hold it, with its
     room and its order."""
-    found: list[tuple[Room, int, str]] = []
+    found: list[tuple[Headroom, int, str]] = []
     for order, name in enumerate(books.node_names()):
         if not books.node_admits(name, job, now):
             continue
@@ -440,13 +497,15 @@ def rooms(books: DefragBooks, job: placement.Job, now: float) -> list[tuple[Room
     return found
 
 
-def fragmentation(books: DefragBooks, job: placement.Job, now: float) -> Verdict | None:
+def fragmentation(
+    books: DefragBooks, job: placement.Job, now: float
+) -> FragmentationVerdict | None:
     """Whether a pod that fits nowhere is blocked by fragmentation: the nodes that admit
     it and whose free shares, pooled over its usable cards, would hold it."""
     if not job.wants_devices:
         return None
     pooled = sorted((r.shortfall_mib, o, n) for r, o, n in rooms(books, job, now) if r.pooled)
-    return Verdict(tuple(name for *_, name in pooled)) if pooled else None
+    return FragmentationVerdict(tuple(name for *_, name in pooled)) if pooled else None
 
 
 # --- the search ---------------------------------------------------------------------------

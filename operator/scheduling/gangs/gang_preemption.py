@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vgpu_operator.scheduling.books import group_victims
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.preemption import preemption
 
@@ -70,13 +71,14 @@ def attempt(
 
 
 def member_priority(own: int, group_priority: int | None) -> int:
-    """The priority a member preempts and is queued with: the lower of its own resolved
-    priority and its PodGroup's. The API server resolves a PodGroup's ``priority`` from
-    the class it names but no quota scoped to priority classes counts PodGroups, so a
-    tenant may name a class in a PodGroup that its pods may not use; taking the lower
-    value means a group can slow its members, never lift them past the administrator's
-    rules (upstream gives the members the group's priority: ``docs/gangs.md``)."""
-    return own if group_priority is None else min(own, group_priority)
+    """The priority a member preempts, is queued and is weighed as a victim with: the
+    lower of its own resolved priority and its PodGroup's. The API server resolves a
+    PodGroup's ``priority`` from the class it names but no quota scoped to priority
+    classes counts PodGroups, so a tenant may name a class in a PodGroup that its pods may
+    not use; taking the lower value means a group can slow its members, never lift them
+    past the administrator's rules (upstream gives the members the group's priority:
+    ``docs/gangs.md``; ``group_victims.member_priority``)."""
+    return group_victims.member_priority(own, group_priority)
 
 
 def _with_priority(pod: Mapping[str, Any], group_priority: int) -> Mapping[str, Any]:

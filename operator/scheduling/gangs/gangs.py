@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from vgpu_operator.scheduling.books import group_victims
 from vgpu_operator.scheduling.books.entries import NodeEntry
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gang_preemption
@@ -137,15 +138,9 @@ def read_pod_group(obj: Mapping[str, Any]) -> GroupSpec:
 
 
 def class_priority(obj: Mapping[str, Any]) -> int | None:
-    """The ``priority`` of a PodGroup that names a ``priorityClassName``, or None. The API
-    server resolves ``priority`` even for a PodGroup that names no class (the default,
-    0): only a PodGroup that names a class bears on its members, and then only to lower
-    their priority (``gang_preemption.member_priority``)."""
-    spec = obj.get("spec")
-    if not isinstance(spec, Mapping) or not spec.get("priorityClassName"):
-        return None
-    priority = spec.get("priority")
-    return priority if isinstance(priority, int) and not isinstance(priority, bool) else None
+    """The ``priority`` of a PodGroup that names a ``priorityClassName``, or None
+    (``group_victims.class_priority``)."""
+    return group_victims.class_priority(obj)
 
 
 def _topology_key(key: str, spec: Mapping[str, Any]) -> str | None:

@@ -19,6 +19,7 @@ from vgpu_operator.scheduling.preemption.preemption import (
     Candidate,
     Occupant,
     Victims,
+    Whole,
     blocked_message,
     candidate_limit,
     eligible,
@@ -26,6 +27,7 @@ from vgpu_operator.scheduling.preemption.preemption import (
     pick_node,
     priority_of,
     select_victims,
+    shielded_message,
     victims_key,
 )
 
@@ -35,6 +37,7 @@ __all__ = [
     "Occupant",
     "PodIdentity",
     "Victims",
+    "Whole",
     "blocked_message",
     "blocking_budgets",
     "candidate_limit",
@@ -44,6 +47,7 @@ __all__ = [
     "pick_node",
     "priority_of",
     "select_victims",
+    "shielded_message",
     "split_by_violation",
     "victims_key",
 ]

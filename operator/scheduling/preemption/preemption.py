@@ -9,7 +9,10 @@ removed" callable, so that the rules read as kube-scheduler states them
   preemptor still does not fit the node is no candidate; otherwise put pods back one by
   one, most important first (higher priority, then earlier start), those whose eviction
   would violate a PodDisruptionBudget before the others, keeping each back whenever the
-  preemptor still fits. What stays out are the victims.
+  preemptor still fits. What stays out are the victims. A pod that may go only with its
+  whole group (a PodGroup of ``disruptionMode: all``) is one victim set with every other
+  member, on any node: taken out and put back together, weighed as its most important
+  member, each member counted (and its budgets spent) as a victim.
 - ``pick_node``: among candidates, fewest budget violations; then the lowest priority of
   the most important victim; then the smallest sum of priorities; then the fewest
   victims; then the latest start among the most important victims; then node order.
@@ -42,6 +45,8 @@ class Occupant:
     priority: int
     started: float | None  # epoch seconds of status.startTime; None: not started yet
     labels: Mapping[str, str]
+    #: The PodGroup (``namespace/name``) it is evicted only with, whole; None: alone.
+    group: str | None = None
 
     @property
     def namespace(self) -> str:
@@ -85,33 +90,80 @@ def eligible(pod: Mapping[str, Any]) -> bool:
     return (pod.get("spec") or {}).get("preemptionPolicy") != "Never"
 
 
+#: Per PodGroup evicted only whole, every member the books hold (on any node).
+Whole = Mapping[str, Sequence[Occupant]]
+
+
 def select_victims(
     preemptor_priority: int,
     occupants: Sequence[Occupant],
     budgets: Sequence[disruption.Budget],
     fits_without: Callable[[frozenset[PodKey]], bool],
+    whole: Whole | None = None,
 ) -> Victims | None:
     """The victims on one node, or None when evicting every lower-priority pod would
-    still not make room. ``fits_without(keys)``: the preemptor fits once ``keys`` leave."""
-    potential = sorted((p for p in occupants if p.priority < preemptor_priority), key=importance)
-    removed = {p.key for p in potential}
+    still not make room. ``fits_without(keys)``: the preemptor fits once ``keys`` leave
+    (members of a whole group on other nodes among them). ``whole``: the members of each
+    group an occupant names (``Occupant.group``)."""
+    potential = [
+        u for u in _units(occupants, whole or {}) if _unit_priority(u) < preemptor_priority
+    ]
+    potential.sort(key=_unit_importance)
+    removed = {p.key for unit in potential for p in unit}
     if not potential or not fits_without(frozenset(removed)):
         return None
-    identities = [disruption.PodIdentity(p.namespace, p.name, p.labels) for p in potential]
-    violating, others = disruption.split_by_violation(identities, budgets)
+    flat = [p for unit in potential for p in unit]
+    violating_members, _ = disruption.split_by_violation([identity(p) for p in flat], budgets)
+    violates = set(violating_members)
+    counts: list[int] = []
+    start = 0
+    for unit in potential:
+        counts.append(sum(1 for i in range(start, start + len(unit)) if i in violates))
+        start += len(unit)
+    order = [i for i in range(len(potential)) if counts[i]]
+    order += [i for i in range(len(potential)) if not counts[i]]
     victims: list[Occupant] = []
     violations = 0
-    for group, violates in ((violating, True), (others, False)):
-        for position in group:
-            pod = potential[position]
-            removed.discard(pod.key)
-            if fits_without(frozenset(removed)):
-                continue  # reprieved: the preemptor fits with this pod staying
-            removed.add(pod.key)
-            victims.append(pod)
-            violations += violates
+    for index in order:
+        unit = potential[index]
+        keys = {p.key for p in unit}
+        removed -= keys
+        if fits_without(frozenset(removed)):
+            continue  # reprieved: the preemptor fits with this pod (or group) staying
+        removed |= keys
+        victims.extend(unit)
+        violations += counts[index]
     victims.sort(key=importance)
     return Victims(tuple(victims), violations)
+
+
+def _units(occupants: Sequence[Occupant], whole: Whole) -> list[tuple[Occupant, ...]]:
+    """The occupants as victim sets: a pod alone, or every member of a whole group."""
+    units: list[tuple[Occupant, ...]] = []
+    seen: set[str] = set()
+    for pod in occupants:
+        if pod.group is None:
+            units.append((pod,))
+        elif pod.group not in seen:
+            seen.add(pod.group)
+            members = whole.get(pod.group)
+            if not members:
+                members = [o for o in occupants if o.group == pod.group]
+            units.append(tuple(sorted(members, key=importance)))
+    return units
+
+
+def _unit_priority(unit: Sequence[Occupant]) -> int:
+    return max(p.priority for p in unit)
+
+
+def _unit_importance(unit: Sequence[Occupant]) -> tuple[int, int, float, str]:
+    """Most important first: its most important member's priority; then, among sets of
+    that priority, the larger first (it would cost more victims: put back first, it is
+    kept where a smaller one makes room); then that member's earlier start (a pod alone:
+    as ``importance``), then the key for a stable order."""
+    first = unit[0]  # members are sorted by importance
+    return (-first.priority, -len(unit), first.start_rank, first.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,14 +211,45 @@ def identity(pod: Occupant) -> disruption.PodIdentity:
 
 
 def blocked_message(chosen: Candidate, budgets: Sequence[disruption.Budget]) -> str:
-    """Why a preemption is not made: the victims its budgets protect."""
-    blocked = disruption.blocking_budgets([identity(p) for p in chosen.victims.pods], budgets)
-    named = ", ".join(
-        f"{pod.namespace}/{pod.name} (PodDisruptionBudget {budget.namespace}/{budget.name})"
-        for pod, budget in blocked[:3]
-    )
-    more = f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
+    """Why a preemption is not made: the victims its budgets protect (a whole group's
+    member named with its group)."""
+    pods = chosen.victims.pods
+    blocked = disruption.blocking_budgets([identity(p) for p in pods], budgets)
+    groups = {p.key: p.group for p in pods}
+    named: list[str] = []
+    told: set[str] = set()
+    for pod, budget in blocked:
+        group = groups.get(PodKey(f"{pod.namespace}/{pod.name}"))
+        if group is not None and group in told:
+            continue
+        where = f"PodDisruptionBudget {budget.namespace}/{budget.name}"
+        if group is None:
+            named.append(f"{pod.namespace}/{pod.name} ({where})")
+            continue
+        told.add(group)
+        count = sum(1 for p in pods if p.group == group)
+        named.append(
+            f"pod group {group} ({count} member{'s' if count != 1 else ''}; "
+            f"{where} protects its member {pod.namespace}/{pod.name})"
+        )
+    shown = ", ".join(named[:3])
+    more = f" and {len(named) - 3} more" if len(named) > 3 else ""
     return (
-        f"Preemption would have to evict {named}{more} on node {chosen.node}, which "
+        f"Preemption would have to evict {shown}{more} on node {chosen.node}, which "
         "the budget does not allow now; no pod was evicted."
+    )
+
+
+def shielded_message(chosen: Candidate, priority: int, shielded: Mapping[str, int]) -> str | None:
+    """Why a preemption is not made although the node has room once a whole group goes:
+    the group (of ``shielded``: group -> its priority as a victim) is not of lower
+    priority than the preemptor (``priority``)."""
+    group = next((p.group for p in chosen.victims.pods if p.group in shielded), None)
+    if group is None:
+        return None
+    count = sum(1 for p in chosen.victims.pods if p.group == group)
+    return (
+        f"Preemption would have to evict pod group {group} ({count} "
+        f"member{'s' if count != 1 else ''}) on node {chosen.node}, whose priority "
+        f"{shielded[group]} is not lower than this pod's {priority}; no pod was evicted."
     )

@@ -14,7 +14,7 @@ from e2e import cpu, runs
 from e2e.api import Api, gather_limited
 from e2e.workloads import NOBODY, pod
 from vgpu_operator import names
-from vgpu_operator.devices import codec
+from vgpu_operator.devices import codec, nvidia
 from vgpu_operator.devices.model import ContainerDevice
 
 
@@ -30,8 +30,8 @@ def _allocation(
         names.ASSIGNED_TIME: now,
         names.BIND_PHASE: phase.value,
         names.BIND_TIME: now,
-        names.NVIDIA_DEVICES_TO_ALLOCATE: encoded,
-        names.NVIDIA_DEVICES_ALLOCATED: encoded,
+        nvidia.TO_ALLOCATE_ANNOTATION: encoded,
+        nvidia.ALLOCATED_ANNOTATION: encoded,
     }
 
 

@@ -166,15 +166,23 @@ class Card:
 
 def cards_now(cp: ControlPlane, nodes: Sequence[str]) -> list[Card]:
     """Every card of ``nodes`` with what is free on it, by a recount of every claim."""
-    used = dra.recount(cp.get(f"{RESOURCE}/resourceclaims")["items"])
     wanted = set(nodes)
+    slices = cp.get(f"{RESOURCE}/resourceslices")["items"]
+    return free_cards(
+        [s for s in slices if s["spec"]["nodeName"] in wanted],
+        cp.get(f"{RESOURCE}/resourceclaims")["items"],
+    )
+
+
+def free_cards(slices: Sequence[Mapping[str, Any]], claims: Sequence[Any]) -> list[Card]:
+    """Every card of ``slices`` with what ``claims`` (a recount of them) leave free on it:
+    the one count the live bench and the engine-only replay both make."""
+    used = dra.recount(list(claims))
     out = []
-    for item in cp.get(f"{RESOURCE}/resourceslices")["items"]:
+    for item in slices:
         node = item["spec"]["nodeName"]
-        if node not in wanted:
-            continue
         for device in item["spec"]["devices"]:
-            capacity = {k: parse_quantity(v["value"]) for k, v in device["capacity"].items()}
+            capacity = {k: parse_quantity(v["value"], k) for k, v in device["capacity"].items()}
             taken = used.get((node, device["name"]))
             island = int(device["attributes"][dra.ATTR_NVLINK_ISLAND]["int"])
             out.append(
@@ -277,6 +285,7 @@ def churn(
     live: list[str] = []
     placed = pairs = linked = pairs_with_a_free_link = 0
     started = time.monotonic()
+    refused: Shape | None = None
     for number, (kind, value) in enumerate(steps):
         if kind == "leave":
             if live:
@@ -293,19 +302,8 @@ def churn(
             pod_body(name, "churn", ours, {"resourceClaimTemplateName": shape.name}),
         )
         if _outcome(cp, namespace, name) == "refused":
-            cards = cards_now(cp, nodes)
-            slivers, free = stranded_gib(cards)
-            return {
-                "placed_before_refusal": placed,
-                "refused": shape.name,
-                "stranded_gib": round(stranded_for(cards, shape), 1),
-                "slivers_gib": round(slivers, 1),
-                "free_gib": round(free, 1),
-                "pairs_placed": pairs,
-                "pairs_with_a_free_link": pairs_with_a_free_link,
-                "pairs_linked": linked,
-                "seconds": round(time.monotonic() - started, 1),
-            }
+            refused = shape
+            break
         placed += 1
         live.append(name)
         if shape.count == 2:
@@ -313,11 +311,13 @@ def churn(
             pairs_with_a_free_link += free_link
             if free_link:
                 linked += _on_a_link(cp, namespace, name)
-    slivers, free = stranded_gib(cards_now(cp, nodes))
+    # At the first refusal (the trace's end if none): what the cards hold then.
+    cards = cards_now(cp, nodes)
+    slivers, free = stranded_gib(cards)
     return {
         "placed_before_refusal": placed,
-        "refused": None,
-        "stranded_gib": 0.0,
+        "refused": refused.name if refused else None,
+        "stranded_gib": round(stranded_for(cards, refused), 1) if refused else 0.0,
         "slivers_gib": round(slivers, 1),
         "free_gib": round(free, 1),
         "pairs_placed": pairs,

@@ -22,8 +22,9 @@ from e2e.api import Api, ApiError, Json, gather_limited
 from vgpu_operator import names, node_leases, resources
 from vgpu_operator.agent import health, inventory
 from vgpu_operator.agent.nvml import NvmlReader
-from vgpu_operator.agent.simulated import SimMachine, SimulatedNvml, load_machine
-from vgpu_operator.agent.simulated import resolve_machine_path as bundled_path
+from vgpu_operator.agent.sim_machine import SimMachine, load_machine
+from vgpu_operator.agent.sim_machine import resolve_machine_path as bundled_path
+from vgpu_operator.agent.simulated import SimulatedNvml
 from vgpu_operator.testing.controlplane import fake_gpu_node_manifest
 
 HERE = Path(__file__).resolve().parent

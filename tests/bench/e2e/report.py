@@ -9,7 +9,7 @@ profiles (py-spy) taken by hand, which the bench does not take itself.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,73 +225,70 @@ def split_section(cluster: Cluster) -> list[str]:
     ]
 
 
+def _table(header: str, rows: Iterable[str]) -> str:
+    """A Markdown table: ``header`` (its cells between bars), its rule, the rows."""
+    return "\n".join([header, "|" + "---|" * (header.count("|") - 1), *rows])
+
+
 def steady_table(cluster: Cluster) -> str:
-    lines = [
-        "| arrivals/s | placed by | arrived/s (bench) | pods | placed | binds/s | p50 / p99 s "
-        "(watch) | p50 / p99 s (timestamps) | p50 / p99 s (histogram) | CPU ms/pod | check |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in cluster.results:
-        if r.kind != "steady":
-            continue
-        lines.append(
+    def row(r: Result) -> str:
+        return (
             f"| {r.extra.get('rate')} | {r.scheduler} | {_created(r)} | {r.pods} | {r.placed} | "
             f"{_f(r.pods_per_s)} | "
             f"{_f(r.watch_p50_s, 2)} / {_f(r.watch_p99_s, 2)} | {_f(r.stamp_p50_s, 0)} / "
             f"{_f(r.stamp_p99_s, 0)} | {_f(r.hist_p50_s, 2)} / {_f(r.hist_p99_s, 2)} | "
             f"{_f(r.cpu_ms_per_pod)} | {'ok' if r.check_ok else 'FAILED'} |"
         )
-    return "\n".join(lines)
+
+    return _table(
+        "| arrivals/s | placed by | arrived/s (bench) | pods | placed | binds/s | p50 / p99 s "
+        "(watch) | p50 / p99 s (timestamps) | p50 / p99 s (histogram) | CPU ms/pod | check |",
+        (row(r) for r in cluster.results if r.kind == "steady"),
+    )
 
 
 def fault_table(cluster: Cluster) -> str:
-    lines = [
-        "| fault | pods | placed | fault lasted s | pods bound during it | longest pause in "
-        "binding s | first bind after it s | burst took s | check |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in cluster.results:
-        if r.kind != "fault":
-            continue
-        lines.append(
+    def row(r: Result) -> str:
+        return (
             f"| {r.what} | {r.pods} | {r.placed} | {_f(r.extra.get('fault_s'))} | "
             f"{r.extra.get('bound_during', '-')} | {_f(r.extra.get('pause_s'), 2)} | "
             f"{_f(r.extra.get('recover_s'), 2)} | {_f(r.duration_s)} | "
             f"{'ok' if r.check_ok and r.completed else 'FAILED'}: {r.check} |"
         )
-    return "\n".join(lines)
+
+    return _table(
+        "| fault | pods | placed | fault lasted s | pods bound during it | longest pause in "
+        "binding s | first bind after it s | burst took s | check |",
+        (row(r) for r in cluster.results if r.kind == "fault"),
+    )
 
 
 def gate_table(cluster: Cluster) -> str:
-    lines = [
-        "| allocation gate | nodes | pods | placed | seconds | binds per node per second "
-        "| p50 / p99 s (watch) | check |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in cluster.results:
-        if r.kind != "gate":
-            continue
-        lines.append(
+    def row(r: Result) -> str:
+        return (
             f"| {r.extra.get('gate')} | {r.extra.get('nodes')} | {r.pods} | {r.placed} | "
             f"{_f(r.duration_s)} | {_f(r.extra.get('binds_per_node_s'), 2)} | "
             f"{_f(r.watch_p50_s, 2)} / {_f(r.watch_p99_s, 2)} | "
             f"{'ok' if r.check_ok and r.completed else 'FAILED'} |"
         )
-    return "\n".join(lines)
+
+    return _table(
+        "| allocation gate | nodes | pods | placed | seconds | binds per node per second "
+        "| p50 / p99 s (watch) | check |",
+        (row(r) for r in cluster.results if r.kind == "gate"),
+    )
 
 
 def writes_table(cluster: Cluster) -> str:
-    lines = [
-        "| run | placed by | own writes per placed pod | every client's writes per placed pod |",
-        "|---|---|---|---|",
-    ]
-    for r in cluster.results:
-        if r.kind not in THROUGHPUT_KINDS or not r.writes:
-            continue
+    def row(r: Result) -> str:
         own = ", ".join(f"{k} {v:.2f}" for k, v in r.writes.items())
         every = ", ".join(f"{k} {v:.2f}" for k, v in (r.extra.get("all_writes") or {}).items())
-        lines.append(f"| {_label(r)} | {r.scheduler} | {own} | {every} |")
-    return "\n".join(lines)
+        return f"| {_label(r)} | {r.scheduler} | {own} | {every} |"
+
+    return _table(
+        "| run | placed by | own writes per placed pod | every client's writes per placed pod |",
+        (row(r) for r in cluster.results if r.kind in THROUGHPUT_KINDS and r.writes),
+    )
 
 
 def plots(clusters: Sequence[Cluster], folder: Path, load: str = "") -> list[str]:

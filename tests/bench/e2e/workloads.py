@@ -8,6 +8,7 @@ from typing import Final
 
 from e2e.api import Json
 from vgpu_operator import names
+from vgpu_operator.devices import nvidia
 
 OPERATOR_SCHEDULER: Final = names.SCHEDULER_NAME
 KUBE_SCHEDULER: Final = "default-scheduler"
@@ -88,9 +89,9 @@ def selected(models: list[str], uuids: list[str]) -> Callable[[str, int], Json]:
     def make(ns: str, i: int) -> Json:
         limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "10"}
         if i % 4 == 3:
-            choice = {names.GPU_USE_UUID: uuids[(i // 4) % len(uuids)]}
+            choice = {nvidia.USE_UUID_ANNOTATION: uuids[(i // 4) % len(uuids)]}
         else:
-            choice = {names.GPU_USE_TYPE: models[i % len(models)]}
+            choice = {nvidia.USE_TYPE_ANNOTATION: models[i % len(models)]}
         return pod(
             ns, f"sel-{i:05d}", scheduler=OPERATOR_SCHEDULER, limits=limits, annotations=choice
         )

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
 
-from vgpu_operator.agent import nvml, simulated
+from vgpu_operator.agent import nvml, sim_machine, simulated
 
 
 def real_pynvml() -> ModuleType:
@@ -15,7 +15,9 @@ def real_pynvml() -> ModuleType:
     return module
 
 
-def fake_pynvml(machine: dict[str, Any] | simulated.SimMachine, node: str = "node-a") -> ModuleType:
+def fake_pynvml(
+    machine: dict[str, Any] | sim_machine.SimMachine, node: str = "node-a"
+) -> ModuleType:
     """A module shaped like the real ``pynvml``: the binding's own constants and error
     classes, with every function answered from ``machine`` (no driver needed).
 
@@ -24,8 +26,8 @@ def fake_pynvml(machine: dict[str, Any] | simulated.SimMachine, node: str = "nod
     real = real_pynvml()
     parsed = (
         machine
-        if isinstance(machine, simulated.SimMachine)
-        else simulated.SimMachine.model_validate(machine)
+        if isinstance(machine, sim_machine.SimMachine)
+        else sim_machine.SimMachine.model_validate(machine)
     )
     sim = simulated.SimulatedNvml(parsed, node, error=real.NVMLError)
     fake = ModuleType("pynvml")

@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from vgpu_operator.agent.sim_machine import resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
+
 # Tests are imported with --import-mode=importlib, which puts nothing on sys.path; the
 # fakes next to this file are made importable the way tests/conftest.py does for builders.
 _HERE = str(Path(__file__).resolve().parent)
@@ -34,3 +37,12 @@ def write_machine(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture
+def backend() -> SimulatedBackend:
+    """The simulated A100 with MIG (``a100-mig``) as node-a's backend, opened; a test
+    module may name another ``backend`` of its own."""
+    opened = SimulatedBackend(resolve_machine_path("a100-mig"), "node-a")
+    opened.open()
+    return opened

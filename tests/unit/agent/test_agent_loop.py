@@ -18,9 +18,11 @@ import pytest
 from agent_fakes import FakeClock
 
 from vgpu_operator import names
-from vgpu_operator.agent.main import Agent, AgentSettings
+from vgpu_operator.agent.inventory_loop import Agent
 from vgpu_operator.agent.metrics import AgentMetrics, Operation
 from vgpu_operator.agent.readings import MIB, GpuReading, LinkReading, MachineReading
+from vgpu_operator.agent.settings import AgentSettings
+from vgpu_operator.devices import nvidia
 from vgpu_operator.devices.links import P2PLevel
 from vgpu_operator.kube.inventory import CrdMissingError, NodeNotFoundError
 from vgpu_operator.kube.node_lease import LeaseNamespaceMissingError
@@ -342,11 +344,11 @@ def test_hami_annotations_are_written_when_changed_and_handshake_always(clock: F
     step(agent)
     assert writer.kinds() == ["ensure", "status", "annotations", "lease"]
     first = writer.calls[-2][1]
-    register = json.loads(first[names.NODE_NVIDIA_REGISTER])
+    register = json.loads(first[nvidia.REGISTER_ANNOTATION])
     assert [d["id"] for d in register] == ["GPU-0", "GPU-1"]
     assert register[0]["type"] == "NVIDIA L4"
     assert register[0]["health"] is True
-    scores = json.loads(first[names.NODE_NVIDIA_SCORE])
+    scores = json.loads(first[nvidia.SCORE_ANNOTATION])
     assert scores[0] == {"uuid": "GPU-0", "score": {"GPU-1": 30}}
     assert first[names.NODE_HANDSHAKE].startswith("Reported_")
 
@@ -357,8 +359,8 @@ def test_hami_annotations_are_written_when_changed_and_handshake_always(clock: F
 
     clock.advance(1)
     step(agent)  # a card failed: the register annotation changes, the scores do not
-    assert set(writer.calls[-1][1]) == {names.NODE_HANDSHAKE, names.NODE_NVIDIA_REGISTER}
-    register = json.loads(writer.calls[-1][1][names.NODE_NVIDIA_REGISTER])
+    assert set(writer.calls[-1][1]) == {names.NODE_HANDSHAKE, nvidia.REGISTER_ANNOTATION}
+    register = json.loads(writer.calls[-1][1][nvidia.REGISTER_ANNOTATION])
     assert "health" not in register[1]  # HAMi leaves false out
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin import allocation
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError, NodeSettings
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, model, nvidia
 
 GPU = "nvidia.com/gpu"
 
@@ -32,7 +32,7 @@ def pod(
     single = tuple(
         tuple(model.ContainerDevice(u, "NVIDIA", m, c) for u, m, c in entry) for entry in entries
     )
-    value = codec.encode_pod_single_device(single, names.NVIDIA_DEVICES_TO_ALLOCATE)
+    value = codec.encode_pod_single_device(single, nvidia.TO_ALLOCATE_ANNOTATION)
     spec: dict[str, Any] = {"containers": containers}
     if inits:
         spec["initContainers"] = inits
@@ -41,7 +41,7 @@ def pod(
             "namespace": "ns",
             "name": "p",
             "uid": "u1",
-            "annotations": {names.NVIDIA_DEVICES_TO_ALLOCATE: value},
+            "annotations": {nvidia.TO_ALLOCATE_ANNOTATION: value},
         },
         "spec": spec,
     }
@@ -90,7 +90,7 @@ def test_init_containers_come_first() -> None:
 def with_full_allocation(p: dict[str, Any]) -> dict[str, Any]:
     """The pod as the operator binds it: the full allocation beside the entries to hand out."""
     annotations = p["metadata"]["annotations"]
-    annotations[names.NVIDIA_DEVICES_ALLOCATED] = annotations[names.NVIDIA_DEVICES_TO_ALLOCATE]
+    annotations[nvidia.ALLOCATED_ANNOTATION] = annotations[nvidia.TO_ALLOCATE_ANNOTATION]
     return p
 
 
@@ -200,10 +200,10 @@ def test_kubelet_ids_on_another_card_than_the_mig_entrys_are_refused() -> None:
 
 def test_missing_or_garbage_annotation_is_an_error() -> None:
     p = pod([[("GPU-a", 1000, 10)]], [container("main")])
-    p["metadata"]["annotations"][names.NVIDIA_DEVICES_TO_ALLOCATE] = "GPU-a,NVIDIA,x,y:;"
+    p["metadata"]["annotations"][nvidia.TO_ALLOCATE_ANNOTATION] = "GPU-a,NVIDIA,x,y:;"
     with pytest.raises(AllocationError, match="unreadable"):
         allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings())
-    del p["metadata"]["annotations"][names.NVIDIA_DEVICES_TO_ALLOCATE]
+    del p["metadata"]["annotations"][nvidia.TO_ALLOCATE_ANNOTATION]
     with pytest.raises(AllocationError, match="has no"):
         allocation.allocate(p, ["GPU-a-0"], GPU, NodeSettings())
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vgpu_operator import names
 from vgpu_operator.agent.containers import ContainerCard, container_cards
+from vgpu_operator.devices import nvidia
 
 NODE = "gpu-1"
 
@@ -20,9 +20,9 @@ def pod(
     inits: list[dict[str, Any]] | None = None,
     containers: tuple[str, ...] = ("main",),
 ) -> dict[str, Any]:
-    annotations = {names.NVIDIA_DEVICES_ALLOCATED: allocated}
+    annotations = {nvidia.ALLOCATED_ANNOTATION: allocated}
     if to_allocate is not None:
-        annotations[names.NVIDIA_DEVICES_TO_ALLOCATE] = to_allocate
+        annotations[nvidia.TO_ALLOCATE_ANNOTATION] = to_allocate
     return {
         "metadata": {"namespace": "team", "name": name, "annotations": annotations},
         "spec": {

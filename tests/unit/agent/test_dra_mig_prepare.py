@@ -13,17 +13,10 @@ import pytest
 from vgpu_operator.agent.deviceplugin.allocation import NodeSettings
 from vgpu_operator.agent.dra import dra_pb2, mig_prepare, prepare
 from vgpu_operator.agent.dra.plugin import DraPlugin
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.devices import dra, dra_mig
 
 MIG_CARD = "GPU-3a9d1f70-2b4c-4e55-8f10-a1000000d000"
-
-
-@pytest.fixture
-def backend() -> SimulatedBackend:
-    opened = SimulatedBackend(resolve_machine_path("a100-mig"), "node-a")
-    opened.open()
-    return opened
 
 
 def instance_uuids(backend: SimulatedBackend) -> set[str]:

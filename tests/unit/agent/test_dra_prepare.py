@@ -244,19 +244,19 @@ def test_plugin_prepare_and_unprepare_are_idempotent(tmp_path: Path) -> None:
 
 def test_each_cdi_device_records_what_it_holds() -> None:
     done = prepare.prepare(claim(result(consumed=TEN_GIB_QUARTER)), NODE, CARDS, SETTINGS)
-    assert done.holds == (prepare.Hold(UUID.lower(), 10240, 25, 1),)
+    assert done.holds == (prepare.CardHold(UUID.lower(), 10240, 25, 1),)
     assert prepare.holds_of(done.spec) == done.holds
     assert prepare.holds_of({"devices": [{"annotations": {prepare.HOLDS_ANNOTATION: "["}}]}) == ()
 
 
 def test_check_room_refuses_what_would_over_commit_a_card() -> None:
     card_name = UUID.lower()
-    held = [prepare.Hold(card_name, 40960, 50, 1), prepare.Hold("gpu-ffff", 81920, 100, 10)]
-    prepare.check_room("claim a/b", [prepare.Hold(card_name, 40960, 50, 1)], held, CARDS)
+    held = [prepare.CardHold(card_name, 40960, 50, 1), prepare.CardHold("gpu-ffff", 81920, 100, 10)]
+    prepare.check_room("claim a/b", [prepare.CardHold(card_name, 40960, 50, 1)], held, CARDS)
     for wanted, what in (
-        (prepare.Hold(card_name, 40961, 0, 1), "81920 MiB of memory"),
-        (prepare.Hold(card_name, 1, 51, 1), "100 cores"),
-        (prepare.Hold(card_name, 1, 0, 10), "10 shares"),
+        (prepare.CardHold(card_name, 40961, 0, 1), "81920 MiB of memory"),
+        (prepare.CardHold(card_name, 1, 51, 1), "100 cores"),
+        (prepare.CardHold(card_name, 1, 0, 10), "10 shares"),
     ):
         with pytest.raises(prepare.PrepareError, match=f"has {what} and the claims prepared"):
             prepare.check_room("claim a/b", [wanted], held, CARDS)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from vgpu_operator.agent import main
-from vgpu_operator.agent.main import AgentSettings
+from vgpu_operator.agent.settings import AgentSettings
 from vgpu_operator.devices import dra
 
 

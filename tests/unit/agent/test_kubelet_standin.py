@@ -12,6 +12,7 @@ from vgpu_operator import names
 from vgpu_operator.agent.deviceplugin.kubelet_standin import KubeletStandIn, requested
 from vgpu_operator.agent.deviceplugin.runner import PluginRunner
 from vgpu_operator.agent.deviceplugin.server import Card, GpuDevicePlugin
+from vgpu_operator.devices import nvidia
 
 CARDS = [Card("GPU-a", 4, True), Card("GPU-b", 4, True)]
 
@@ -116,7 +117,7 @@ def test_an_init_containers_devices_are_handed_on_as_kubelet_does(tmp_path: Path
     layout = [[("GPU-a", 1000, 10)], [("GPU-b", 2000, 20)]]
     pod = bound_pod("init", layout, "2026-01-01T00:00:01Z")
     annotations = pod["metadata"]["annotations"]
-    annotations[names.NVIDIA_DEVICES_ALLOCATED] = annotations[names.NVIDIA_DEVICES_TO_ALLOCATE]
+    annotations[nvidia.ALLOCATED_ANNOTATION] = annotations[nvidia.TO_ALLOCATE_ANNOTATION]
     init, app = pod["spec"]["containers"]
     init["name"], app["name"] = "setup", "main"
     pod["spec"]["initContainers"] = [init]

@@ -10,7 +10,7 @@ import pytest
 
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError
 from vgpu_operator.agent.mig import Instance, MigInstances, instance_for_slot
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.devices import model
 
 MIG_CARD = "GPU-3a9d1f70-2b4c-4e55-8f10-a1000000d000"
@@ -24,13 +24,6 @@ A100 = (
     ),
     (model.MigTemplate("1g.5gb", 5120, 14, 7),),
 )
-
-
-@pytest.fixture
-def backend() -> SimulatedBackend:
-    opened = SimulatedBackend(resolve_machine_path("a100-mig"), "node-a")
-    opened.open()
-    return opened
 
 
 def instances(backend: SimulatedBackend) -> MigInstances:

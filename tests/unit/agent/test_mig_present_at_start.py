@@ -15,7 +15,7 @@ from unit.agent.test_simulated_machines import read_machine, status_of
 
 from vgpu_operator import resources
 from vgpu_operator.agent.dra import cdi, mig_prepare, prepare, shapes
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.devices import dra_mig
 
 MIG_CARD = "GPU-3a9d1f70-2b4c-4e55-8f10-a1000000d000"
@@ -85,13 +85,6 @@ def test_the_driver_knows_its_own_instances_from_the_cdi_specs(tmp_path: Path) -
     (tmp_path / f"{prepare.SPEC_FILE_PREFIX}broken.json").write_text(json.dumps([1]))
     assert mig_prepare.recorded_instances(tmp_path) == frozenset({OURS})
     assert mig_prepare.recorded_instances(tmp_path / "missing") == frozenset()
-
-
-@pytest.fixture
-def backend() -> SimulatedBackend:
-    opened = SimulatedBackend(resolve_machine_path("a100-mig"), "node-a")
-    opened.open()
-    return opened
 
 
 def test_the_simulated_card_places_instances_where_nvml_would(backend: SimulatedBackend) -> None:

@@ -7,18 +7,11 @@ import pytest
 
 from vgpu_operator.agent.deviceplugin.allocation import AllocationError
 from vgpu_operator.agent.mig import MigInstances
-from vgpu_operator.agent.simulated import SimulatedBackend, resolve_machine_path
+from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.devices import model
 
 MIG_CARD = "GPU-3a9d1f70-2b4c-4e55-8f10-a1000000d000"
 WHOLE_CARD = "GPU-3a9d1f70-2b4c-4e55-8f10-a1000000d001"
-
-
-@pytest.fixture
-def backend() -> SimulatedBackend:
-    opened = SimulatedBackend(resolve_machine_path("a100-mig"), "node-a")
-    opened.open()
-    return opened
 
 
 def instances_on(backend: SimulatedBackend, uuid: str) -> list[str]:

@@ -11,7 +11,7 @@ from agent_fakes import fake_pynvml, machine_dict, nvml_error
 
 from vgpu_operator.agent import health, nvml
 from vgpu_operator.agent.readings import MIB
-from vgpu_operator.agent.simulated import SimMachine
+from vgpu_operator.agent.sim_machine import SimMachine
 from vgpu_operator.devices.links import P2PLevel
 
 

@@ -15,7 +15,7 @@ import yaml
 from agent_fakes import fake_pynvml, machine_dict
 
 from vgpu_operator import resources
-from vgpu_operator.agent import health, inventory, nvml, simulated
+from vgpu_operator.agent import health, inventory, nvml, sim_machine, simulated
 from vgpu_operator.agent.readings import MachineReading
 from vgpu_operator.errors import ConfigError
 
@@ -120,7 +120,7 @@ EXPECTED = {
 
 def read_machine(name: str, node: str = "node-a") -> MachineReading:
     """Read a bundled machine through the real binding's shapes, health events included."""
-    machine = simulated.load_machine(simulated.resolve_machine_path(name))
+    machine = sim_machine.load_machine(sim_machine.resolve_machine_path(name))
     module = fake_pynvml(machine, node)
     reader = nvml.NvmlReader(module, numa_from_bus_id=module.simulation.sysfs_numa_node)
     reader.open()
@@ -142,7 +142,7 @@ def status_of(reading: MachineReading) -> resources.DeviceInventoryStatus:
 
 
 def test_every_bundled_machine_has_expectations() -> None:
-    assert set(simulated.bundled_machines()) == set(EXPECTED)
+    assert set(sim_machine.bundled_machines()) == set(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -204,7 +204,7 @@ def test_uuids_a_file_leaves_out_differ_per_node() -> None:
     body = machine_dict(2)
     for gpu in body["gpus"]:
         del gpu["uuid"]
-    machine = simulated.SimMachine.model_validate(body)
+    machine = sim_machine.SimMachine.model_validate(body)
     first = nvml.NvmlReader(fake_pynvml(machine, "node-a"), numa_from_bus_id=lambda b: None)
     second = nvml.NvmlReader(fake_pynvml(machine, "node-b"), numa_from_bus_id=lambda b: None)
     first.open()
@@ -218,7 +218,7 @@ def test_uuids_a_file_leaves_out_differ_per_node() -> None:
     assert [g.uuid for g in first.read().gpus] == a
 
 
-def _card_and_mig_uuids(machine: simulated.SimMachine, node: str, *, pinned: bool) -> list[str]:
+def _card_and_mig_uuids(machine: sim_machine.SimMachine, node: str, *, pinned: bool) -> list[str]:
     sim = simulated.SimulatedNvml(machine, node, pinned_uuids=pinned)
     reader = nvml.NvmlReader(sim.module(), numa_from_bus_id=sim.sysfs_numa_node)
     reader.open()
@@ -226,9 +226,9 @@ def _card_and_mig_uuids(machine: simulated.SimMachine, node: str, *, pinned: boo
     return [g.uuid for g in gpus] + [m.uuid for g in gpus for m in g.mig_instances]
 
 
-@pytest.mark.parametrize("name", simulated.bundled_machines())
+@pytest.mark.parametrize("name", sim_machine.bundled_machines())
 def test_pinned_uuids_can_be_derived_per_node(name: str) -> None:
-    machine = simulated.load_machine(simulated.resolve_machine_path(name))
+    machine = sim_machine.load_machine(sim_machine.resolve_machine_path(name))
     kept = _card_and_mig_uuids(machine, "node-a", pinned=True)
     a = _card_and_mig_uuids(machine, "node-a", pinned=False)
     b = _card_and_mig_uuids(machine, "node-b", pinned=False)
@@ -266,7 +266,7 @@ def test_malformed_machine_file_is_rejected_naming_the_field(
     body = machine_dict(2)
     body.update(change)
     with pytest.raises(ConfigError) as caught:
-        simulated.load_machine(write_machine(body))
+        sim_machine.load_machine(write_machine(body))
     assert field in str(caught.value)
 
 
@@ -279,23 +279,23 @@ def test_too_many_nvlinks_on_one_card_is_rejected() -> None:
         },
     )
     with pytest.raises(ConfigError, match="exceed 36"):
-        simulated.SimulatedNvml(simulated.SimMachine.model_validate(body))
+        simulated.SimulatedNvml(sim_machine.SimMachine.model_validate(body))
 
 
 def test_repeated_bus_ids_are_rejected() -> None:
     body = machine_dict(2)
     body["gpus"][1]["pciBusId"] = body["gpus"][0]["pciBusId"]
     with pytest.raises(ConfigError, match="repeat"):
-        simulated.SimulatedNvml(simulated.SimMachine.model_validate(body))
+        simulated.SimulatedNvml(sim_machine.SimMachine.model_validate(body))
 
 
 def test_unknown_bundled_machine_lists_the_known_ones() -> None:
     with pytest.raises(ConfigError, match="h100-sxm-8"):
-        simulated.resolve_machine_path("no-such-machine")
+        sim_machine.resolve_machine_path("no-such-machine")
 
 
 def test_absent_calls_are_missing_from_the_module() -> None:
-    machine = simulated.SimMachine.model_validate(
+    machine = sim_machine.SimMachine.model_validate(
         machine_dict(1, absent=["nvmlDeviceGetNumaNodeId"])
     )
     module = simulated.SimulatedNvml(machine).module()
@@ -350,6 +350,6 @@ def test_backend_keeps_the_last_good_machine_when_the_file_breaks(
 
 
 def test_backend_reports_its_source() -> None:
-    backend = simulated.SimulatedBackend(simulated.resolve_machine_path("t4-legacy"), "n")
+    backend = simulated.SimulatedBackend(sim_machine.resolve_machine_path("t4-legacy"), "n")
     assert backend.description.startswith("sim:")
     assert backend.description.endswith("t4-legacy.yaml")

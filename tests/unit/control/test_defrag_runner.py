@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from builders import make_node
-from defrag_cases import running_pod
+from defrag_cases import running_pod, two_half_full_cards
 
 from vgpu_operator.control import defrag, feed, queue
 from vgpu_operator.control.options import DefragOptions
@@ -144,15 +144,7 @@ def world(extra_node: bool = False) -> World:
     """Node a: 6 and 8 GiB free on two cards; node b (and c): 10 GiB free beside a pod
     that stays; a 12 GiB pod waits."""
     state = ClusterState(feed.device_config.DeviceConfig())
-    nodes = [
-        make_node("a").gpu("GPU-a0", memory_mib=16 * GIB).gpu("GPU-a1", memory_mib=16 * GIB),
-        make_node("b").gpu("GPU-b0", memory_mib=16 * GIB),
-    ]
-    pods = [
-        running_pod("p10", "a", "GPU-a0", 10 * GIB),
-        running_pod("p8", "a", "GPU-a1", 8 * GIB),
-        running_pod("keeper", "b", "GPU-b0", 6 * GIB, priority=100),
-    ]
+    nodes, pods = two_half_full_cards(keeper="keeper")
     if extra_node:
         nodes.append(make_node("c").gpu("GPU-c0", memory_mib=16 * GIB))
     for node, name in zip(nodes, "abc", strict=False):
@@ -190,7 +182,7 @@ def test_a_plan_moves_the_pod_and_the_waiting_pod_binds_where_room_was_made() ->
     w = world()
     metrics = OperatorMetrics()
     outcome = asyncio.run(runner(w, DefragMetrics(metrics)).round())
-    assert outcome is defrag.Outcome.DONE
+    assert outcome is defrag.PlanOutcome.DONE
     assert w.evicted == ["default/p8"]
     (replacement,) = [p for k, p in w.pods.items() if k.startswith("default/p8-r")]
     assert replacement["spec"]["nodeName"] == "b"
@@ -238,7 +230,7 @@ def test_a_refused_eviction_stops_the_plan_and_gives_the_hold_back() -> None:
     w.refuse.add("default/p8")
     metrics = OperatorMetrics()
     outcome = asyncio.run(runner(w, DefragMetrics(metrics)).round())
-    assert outcome is defrag.Outcome.STOPPED
+    assert outcome is defrag.PlanOutcome.STOPPED
     assert w.evicted == []
     assert w.nominated == [("default/w", "a"), ("default/w", None)]
     assert (("default/w", defrag.STOPPED, True)) in w.events
@@ -260,7 +252,7 @@ def test_a_replacement_bound_elsewhere_than_planned_stops_the_plan() -> None:
     w.intruder = pending("intruder", 10 * GIB)
     w.intruder["spec"]["nodeSelector"] = {"kubernetes.io/hostname": planned}
     outcome = asyncio.run(run.round())
-    assert outcome is defrag.Outcome.STOPPED
+    assert outcome is defrag.PlanOutcome.STOPPED
     replacement = next(p for k, p in w.pods.items() if k.startswith("default/p8-r"))
     assert replacement["spec"]["nodeName"] == report_target[planned]
     assert sample(metrics, "failures", reason="misplaced") == 1
@@ -284,7 +276,7 @@ def test_a_move_that_takes_too_long_stops_the_plan() -> None:
     run = runner(w, DefragMetrics(metrics), step_timeout_s=30.0)
     run._sleep = never
     outcome = asyncio.run(run.round())
-    assert outcome is defrag.Outcome.STOPPED
+    assert outcome is defrag.PlanOutcome.STOPPED
     assert sample(metrics, "failures", reason="timeout") == 1
     assert not DefragBooks(w.state).is_nominated("default/w")
 
@@ -310,7 +302,7 @@ def test_a_replica_that_no_longer_decides_stops_after_the_move_under_way() -> No
     run = runner(w, DefragMetrics(metrics))
     run._decides = lambda: not w.evicted  # leadership moves right after the eviction
     outcome = asyncio.run(run.round())
-    assert outcome is defrag.Outcome.STOPPED
+    assert outcome is defrag.PlanOutcome.STOPPED
     assert sample(metrics, "failures", reason="hold_lost") == 1
 
 
@@ -343,7 +335,7 @@ def test_decisions_run_while_the_plan_is_made() -> None:
 
     outcome, _ = asyncio.run(both())
     assert seen == [([], [])]
-    assert outcome is defrag.Outcome.DONE
+    assert outcome is defrag.PlanOutcome.DONE
     assert w.evicted == ["default/p8"]
 
 

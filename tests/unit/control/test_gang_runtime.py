@@ -16,6 +16,7 @@ from vgpu_operator.control.gang_runtime import (
     error_condition,
     group_condition,
 )
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.gangs import gangs
 
 NOW = datetime.datetime(2026, 11, 28, tzinfo=datetime.UTC)
@@ -95,7 +96,7 @@ def test_after_a_restart_the_members_the_api_says_are_bound_count_toward_min_cou
         pod["spec"]["nodeName"] = "n"
         pod["metadata"]["annotations"] = {
             names.ASSIGNED_NODE: "n",
-            names.NVIDIA_DEVICES_ALLOCATED: f"GPU-{i},NVIDIA,1000,0:;",
+            nvidia.ALLOCATED_ANNOTATION: f"GPU-{i},NVIDIA,1000,0:;",
         }
     pending = [member("w2"), member("w3")]
     rt = runtime(pending, [pod_group("train", 4)], cards=4)

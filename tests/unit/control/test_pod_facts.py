@@ -8,6 +8,7 @@ import pytest
 
 from vgpu_operator import names
 from vgpu_operator.control import pod_facts
+from vgpu_operator.devices import nvidia
 
 
 def pod(**parts: Any) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def test_pod_fingerprint_ignores_status_but_not_annotations() -> None:
     base = pod_facts.pod_fingerprint(pod())
     with_condition = pod(status={"conditions": [{"type": "PodScheduled", "status": "False"}]})
     assert pod_facts.pod_fingerprint(with_condition) == base
-    annotated = pod(metadata={"annotations": {names.GPU_USE_TYPE: "A100"}})
+    annotated = pod(metadata={"annotations": {nvidia.USE_TYPE_ANNOTATION: "A100"}})
     assert pod_facts.pod_fingerprint(annotated) != base
 
 
@@ -91,7 +92,7 @@ def node(**status: Any) -> dict[str, Any]:
         ),
         pytest.param(lambda n: n["metadata"]["labels"].update(c="d"), True, id="label"),
         pytest.param(
-            lambda n: n["metadata"]["annotations"].update({names.NODE_NVIDIA_REGISTER: "[]"}),
+            lambda n: n["metadata"]["annotations"].update({nvidia.REGISTER_ANNOTATION: "[]"}),
             True,
             id="hami-register",
         ),

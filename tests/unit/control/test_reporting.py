@@ -83,7 +83,7 @@ def test_repeated_event_bumps_the_count_of_one_event() -> None:
     aggregator = events.EventAggregator("op-1")
     first = aggregator.record(REF, "FailedScheduling", "no room", T0)
     again = aggregator.record(REF, "FailedScheduling", "no room", T1)
-    assert first.action is events.Action.CREATE
+    assert first.action is events.EventWriteAction.CREATE
     assert first.body["involvedObject"] == {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -93,7 +93,7 @@ def test_repeated_event_bumps_the_count_of_one_event() -> None:
     }
     assert first.body["type"] == "Warning"
     assert first.body["reportingInstance"] == "op-1"
-    assert again.action is events.Action.UPDATE
+    assert again.action is events.EventWriteAction.UPDATE
     assert again.name == first.name
     assert again.body == {"count": 2, "lastTimestamp": "2030-01-02T03:04:35Z"}
 
@@ -102,7 +102,7 @@ def test_new_message_starts_a_new_event() -> None:
     aggregator = events.EventAggregator("op-1")
     first = aggregator.record(REF, "FailedScheduling", "no room", T0)
     other = aggregator.record(REF, "FailedScheduling", "still no room, differently", T1)
-    assert other.action is events.Action.CREATE
+    assert other.action is events.EventWriteAction.CREATE
     assert other.name != first.name
 
 
@@ -111,7 +111,10 @@ def test_forgotten_pod_starts_afresh() -> None:
     aggregator.record(REF, "FailedScheduling", "no room", T0)
     aggregator.forget("ns", "p")
     assert len(aggregator) == 0
-    assert aggregator.record(REF, "FailedScheduling", "no room", T1).action is events.Action.CREATE
+    assert (
+        aggregator.record(REF, "FailedScheduling", "no room", T1).action
+        is events.EventWriteAction.CREATE
+    )
 
 
 def test_forgetting_one_pod_keeps_the_others_series() -> None:
@@ -123,8 +126,11 @@ def test_forgetting_one_pod_keeps_the_others_series() -> None:
     aggregator.forget("ns", "p")
     assert len(aggregator) == 1
     again = aggregator.record(other, "FailedScheduling", "no room", T1)
-    assert again.action is events.Action.UPDATE
-    assert aggregator.record(REF, "Preempting", "evicting", T1).action is events.Action.CREATE
+    assert again.action is events.EventWriteAction.UPDATE
+    assert (
+        aggregator.record(REF, "Preempting", "evicting", T1).action
+        is events.EventWriteAction.CREATE
+    )
 
 
 def test_long_message_is_cut_to_the_api_limit() -> None:

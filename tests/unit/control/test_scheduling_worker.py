@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ from vgpu_operator.control import worker as worker_module
 from vgpu_operator.control.feed import StateFeed
 from vgpu_operator.control.queue import OWN_CHANGE_ONLY, Refused, SchedulingQueue, WaitsForVictims
 from vgpu_operator.control.worker import SchedulingWorker
-from vgpu_operator.devices import model
+from vgpu_operator.devices import model, nvidia
 from vgpu_operator.kube.binding import BindOutcome
 from vgpu_operator.kube.eviction import EvictOutcome
 from vgpu_operator.metrics import OperatorMetrics
@@ -28,7 +29,7 @@ from vgpu_operator.scheduling.cycle.cluster import Decision, NominationWait
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 
 SCHED = "vgpu-scheduler"
-ANNOTATIONS = {names.ASSIGNED_NODE: "n1", names.NVIDIA_DEVICES_ALLOCATED: "GPU-0,NVIDIA,1000,0:;"}
+ANNOTATIONS = {names.ASSIGNED_NODE: "n1", nvidia.ALLOCATED_ANNOTATION: "GPU-0,NVIDIA,1000,0:;"}
 NO_MEMORY = Diagnosis({"n1": NodeFailure({Reason.CARD_INSUFFICIENT_MEMORY: 2})}, 1)
 
 
@@ -153,45 +154,51 @@ class Binder:
 
 
 class Reporter:
+    """Records each report as ``(what, pod name, detail)``: one method per method of
+    ``worker.Reporter``, all alike (``REPORTS``)."""
+
     def __init__(self) -> None:
         self.reports: list[tuple[str, str, Any]] = []
 
-    async def unschedulable(self, pod: Mapping[str, Any], diagnosis: Diagnosis) -> None:
-        self.reports.append(("unschedulable", pod["metadata"]["name"], diagnosis))
+    async def _record(self, what: str, pod: Mapping[str, Any], detail: Any) -> None:
+        self.reports.append((what, pod["metadata"]["name"], detail))
 
-    async def rejected(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("rejected", pod["metadata"]["name"], message))
 
-    async def failed(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("failed", pod["metadata"]["name"], message))
-
-    async def adjusted(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("adjusted", pod["metadata"]["name"], message))
-
-    async def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
-        self.reports.append(("scheduled", pod["metadata"]["name"], node))
-
-    async def gated(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("gated", pod["metadata"]["name"], message))
-
-    async def preemption_blocked(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("preemption_blocked", pod["metadata"]["name"], message))
-
-    async def waiting_for_victims(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("waiting_for_victims", pod["metadata"]["name"], message))
-
-    async def nomination_timed_out(self, pod: Mapping[str, Any], message: str) -> None:
-        self.reports.append(("nomination_timed_out", pod["metadata"]["name"], message))
+REPORTS = (
+    "unschedulable",
+    "rejected",
+    "failed",
+    "adjusted",
+    "scheduled",
+    "gated",
+    "preemption_blocked",
+    "waiting_for_victims",
+    "nomination_timed_out",
+)
+for _what in REPORTS:
+    setattr(Reporter, _what, functools.partialmethod(Reporter._record, _what))
 
 
 class Rig:
-    def __init__(self, max_binds: int = 4, gate_report_after_s: float = 60.0) -> None:
+    """A worker over fakes; a test that needs another binder, reporter, gate or
+    preemptor hands it in."""
+
+    def __init__(
+        self,
+        max_binds: int = 4,
+        gate_report_after_s: float = 60.0,
+        *,
+        binder: Any = None,
+        reporter: Any = None,
+        gate: Any = None,
+        preemptor: Any = None,
+    ) -> None:
         self.clock = ManualClock()
         self.engine = Engine()
         self.queue = SchedulingQueue(clock=self.clock, notify=lambda: self.worker.poke())
         self.feed = StateFeed(self.engine, self.queue)
-        self.binder = Binder()
-        self.reporter = Reporter()
+        self.binder = Binder() if binder is None else binder
+        self.reporter = Reporter() if reporter is None else reporter
         self.metrics = OperatorMetrics()
         self.resyncs = 0
         self.worker = SchedulingWorker(
@@ -202,6 +209,8 @@ class Rig:
             self.reporter,
             self.metrics,
             resync=self._resync,
+            gate=gate,
+            preemptor=preemptor,
             max_binds_in_flight=max_binds,
             clock=self.clock,
             wall_clock=lambda: 1_000.0,
@@ -390,9 +399,8 @@ def test_a_gate_report_being_written_lands_before_the_binding() -> None:
             order.append("report written")
 
     async def scenario() -> Rig:
-        rig = Rig(gate_report_after_s=0.0)
         reporter = SlowReporter()
-        rig.worker._reporter = reporter
+        rig = Rig(gate_report_after_s=0.0, reporter=reporter)
         rig.engine.shut.add("n1")
         rig.engine.decisions["ns/a"] = Decision(
             "ns/a", True, "n1", devices=gpu, annotations=ANNOTATIONS
@@ -520,9 +528,7 @@ def test_a_lost_answer_keeps_the_booking_until_the_pod_says_it_was_bound() -> No
     handed to another pod meanwhile) and the pod counts as bound."""
 
     async def scenario() -> Rig:
-        rig = Rig()
-        rig.binder = FlakyReads(pod("a", 2, node="n1"), failures=1)
-        rig.worker._binder = rig.binder
+        rig = Rig(binder=FlakyReads(pod("a", 2, node="n1"), failures=1))
         rig.add("a")
         rig.decide_next()
         await asyncio.sleep(0.2)  # the first read fails: nothing is rolled back
@@ -539,9 +545,7 @@ def test_a_lost_answer_keeps_the_booking_until_the_pod_says_it_was_bound() -> No
 
 def test_a_lost_answer_for_a_pod_bound_elsewhere_rolls_back_and_rereads() -> None:
     async def scenario() -> Rig:
-        rig = Rig()
-        rig.binder = FlakyReads(pod("a", 2, node="n2"), failures=0)
-        rig.worker._binder = rig.binder
+        rig = Rig(binder=FlakyReads(pod("a", 2, node="n2"), failures=0))
         rig.add("a")
         rig.decide_next()
         await settle(rig)
@@ -640,9 +644,7 @@ def test_a_report_that_failed_is_written_again_on_the_next_attempt() -> None:
             await super().unschedulable(pod, diagnosis)
 
     async def scenario() -> Rig:
-        rig = Rig()
-        rig.reporter = Failing()
-        rig.worker._reporter = rig.reporter
+        rig = Rig(reporter=Failing())
         rig.engine.decisions["ns/a"] = Decision("ns/a", False, diagnosis=NO_MEMORY)
         rig.add("a")
         for _ in range(2):
@@ -759,9 +761,8 @@ async def _until(condition: Any, timeout_s: float = 2.0) -> None:
 
 def test_worker_decides_only_while_open_and_resyncs_after_each_opening() -> None:
     async def scenario() -> Rig:
-        rig = Rig()
         gate = ToggleGate()
-        rig.worker._gate = gate
+        rig = Rig(gate=gate)
         rig.add("a")
         task = asyncio.create_task(rig.worker.run())
         await asyncio.sleep(0.01)
@@ -841,9 +842,8 @@ class Preemptor:
 
 
 def rig_with_preemptor(decision: Decision) -> tuple[Rig, Preemptor]:
-    rig = Rig()
     preemptor = Preemptor()
-    rig.worker._preemptor = preemptor  # the worker reads it per preemption
+    rig = Rig(preemptor=preemptor)
     rig.engine.decisions["ns/a"] = decision
     return rig, preemptor
 

@@ -13,7 +13,7 @@ from vgpu_operator import config as device_config
 from vgpu_operator import names
 from vgpu_operator.control.feed import ConfigOutcome, StateFeed
 from vgpu_operator.control.queue import OWN_CHANGE_ONLY, Refused, SchedulingQueue, WaitsForVictims
-from vgpu_operator.devices import model
+from vgpu_operator.devices import model, nvidia
 from vgpu_operator.scheduling.books.changes import Freed
 
 SCHED = "vgpu-scheduler"
@@ -350,7 +350,7 @@ def test_a_pod_whose_request_cannot_be_read_waits_for_its_own_edit(
     feed.node_event("MODIFIED", node("n1", 2))
     feed.quota_event("ADDED", quota(1, "1000"))
     assert queue.is_unschedulable("ns/w")
-    feed.pod_event("MODIFIED", pod("w", 2, annotations={names.GPU_USE_TYPE: "A100"}))
+    feed.pod_event("MODIFIED", pod("w", 2, annotations={nvidia.USE_TYPE_ANNOTATION: "A100"}))
     assert not queue.is_unschedulable("ns/w")
 
 
@@ -368,7 +368,7 @@ def test_own_status_update_does_not_wake_a_parked_pod(
 def test_edited_pod_is_woken(feed: StateFeed, queue: SchedulingQueue) -> None:
     feed.pod_event("ADDED", pod("w", 1))
     park(queue, "ns/w")
-    feed.pod_event("MODIFIED", pod("w", 2, annotations={names.GPU_USE_TYPE: "A100"}))
+    feed.pod_event("MODIFIED", pod("w", 2, annotations={nvidia.USE_TYPE_ANNOTATION: "A100"}))
     assert queue.parked_count == 0
 
 
@@ -416,15 +416,15 @@ def test_unreadable_node_annotations_are_reported_once_per_change(feed: StateFee
     # ...fixing it says nothing, and breaking it again is reported again.
     feed.node_event("MODIFIED", _annotated("n1", 3, {names.NODE_SCHEDULER_POLICY: "spread"}))
     assert feed.take_warnings() == []
-    feed.node_event("MODIFIED", _annotated("n1", 4, {names.GPU_USE_TYPE: "bad-2"}))
-    assert [w.message for w in feed.take_warnings()] == [f"{names.GPU_USE_TYPE} unreadable"]
+    feed.node_event("MODIFIED", _annotated("n1", 4, {nvidia.USE_TYPE_ANNOTATION: "bad-2"}))
+    assert [w.message for w in feed.take_warnings()] == [f"{nvidia.USE_TYPE_ANNOTATION} unreadable"]
 
 
 def test_node_restriction_change_wakes_parked_pods(feed: StateFeed, queue: SchedulingQueue) -> None:
-    feed.node_event("ADDED", _annotated("n1", 1, {names.GPU_USE_TYPE: "A100"}))
+    feed.node_event("ADDED", _annotated("n1", 1, {nvidia.USE_TYPE_ANNOTATION: "A100"}))
     feed.pod_event("ADDED", pod("w", 1))
     park(queue, "ns/w")
-    feed.node_event("MODIFIED", _annotated("n1", 2, {names.GPU_USE_TYPE: "A100,H100"}))
+    feed.node_event("MODIFIED", _annotated("n1", 2, {nvidia.USE_TYPE_ANNOTATION: "A100,H100"}))
     assert queue.parked_count == 0
 
 
@@ -732,11 +732,11 @@ def test_invalid_config_is_refused_and_the_last_good_stays(
     assert bad.error is not None
     assert bad.error.field == "nvidia.deviceSplitCount"
     assert engine.config is not None
-    assert engine.config.nvidia.device_split_count == 4
+    assert nvidia.section(engine.config).device_split_count == 4
     again = feed.config_event("MODIFIED", config_map("nvidia:\n  deviceSplitCount: 0\n", 3))
     assert again.outcome is ConfigOutcome.UNCHANGED  # reported once per bad text
     assert feed.config_event("DELETED", config_map("", 4)).outcome is ConfigOutcome.KEPT
-    assert feed.config.nvidia.device_split_count == 4
+    assert nvidia.section(feed.config).device_split_count == 4
 
 
 def test_config_without_the_key_is_refused(feed: StateFeed) -> None:

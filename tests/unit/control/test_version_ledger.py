@@ -68,6 +68,20 @@ def test_reconcile_applies_newer_and_removes_vanished() -> None:
     assert not ledger.accept_update("vanished", 7)
 
 
+def test_a_listing_of_objects_is_read_for_its_versions() -> None:
+    """The objects' resourceVersions and the list's own, as the API server gives them."""
+    ledger = VersionLedger()
+    ledger.accept_update("old", 5)
+    ledger.accept_update("gone", 6)
+    listed = {
+        "old": {"metadata": {"name": "old", "resourceVersion": "5"}},
+        "new": {"metadata": {"name": "new", "resourceVersion": "9"}},
+    }
+    result = ledger.reconcile_listing(listed, "20")
+    assert result.apply == ("new",)
+    assert result.remove == ("gone",)
+
+
 def test_listing_does_not_resurrect_an_object_deleted_by_a_later_event() -> None:
     ledger = VersionLedger()
     ledger.accept_update("a", 5)

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from vgpu_operator import errors, names
-from vgpu_operator.devices import codec, model
+from vgpu_operator.devices import codec, hygon, model, nvidia
 
 A100_ID = "GPU-0e6b3b2a-5c1d-4f7e-9a10-1c2d3e4f5a60"
 A40_A = "GPU-03f69c50-207a-2038-9b45-23cac89cb67d"
@@ -131,7 +131,7 @@ def test_decode_node_devices_good_input_decodes(
 
 def test_decode_node_devices_vendor_is_stamped_on_every_card() -> None:
     decoded = codec.decode_node_devices(
-        '[{"id":"DCU-0","health":true}]', field=names.NODE_HYGON_REGISTER, vendor="DCU"
+        '[{"id":"DCU-0","health":true}]', field=hygon.REGISTER_ANNOTATION, vendor="DCU"
     )
     assert [d.vendor for d in decoded] == ["DCU"]
 
@@ -187,13 +187,13 @@ def test_decode_node_devices_vendor_is_stamped_on_every_card() -> None:
 def test_decode_node_devices_malformed_raises_codec_error_naming_key(value: str) -> None:
     with pytest.raises(errors.CodecError) as caught:
         codec.decode_node_devices(value)
-    assert caught.value.field == names.NODE_NVIDIA_REGISTER
+    assert caught.value.field == nvidia.REGISTER_ANNOTATION
 
 
 def test_decode_node_devices_error_names_given_field() -> None:
     with pytest.raises(errors.CodecError) as caught:
-        codec.decode_node_devices("garbage", field=names.NODE_HYGON_REGISTER)
-    assert caught.value.field == names.NODE_HYGON_REGISTER
+        codec.decode_node_devices("garbage", field=hygon.REGISTER_ANNOTATION)
+    assert caught.value.field == hygon.REGISTER_ANNOTATION
 
 
 def test_encode_node_devices_json_matches_hami_marshal() -> None:
@@ -261,7 +261,7 @@ def test_encode_node_devices_legacy_unrepresentable_raises(
 ) -> None:
     with pytest.raises(errors.CodecError) as caught:
         codec.encode_node_devices_legacy(devices)
-    assert caught.value.field == names.NODE_NVIDIA_REGISTER
+    assert caught.value.field == nvidia.REGISTER_ANNOTATION
 
 
 # --- pair scores -----------------------------------------------------------------------
@@ -311,7 +311,7 @@ def test_decode_pair_scores_good_input_decodes(
 def test_decode_pair_scores_malformed_raises_codec_error_naming_key(value: str) -> None:
     with pytest.raises(errors.CodecError) as caught:
         codec.decode_pair_scores(value)
-    assert caught.value.field == names.NODE_NVIDIA_SCORE
+    assert caught.value.field == nvidia.SCORE_ANNOTATION
 
 
 def test_encode_pair_scores_sorts_peers_and_omits_empty() -> None:
@@ -362,7 +362,7 @@ def test_encode_pod_single_device_spec_example() -> None:
 def test_decode_pod_single_device_good_input_decodes(
     value: str, expected: model.PodSingleDevice
 ) -> None:
-    assert codec.decode_pod_single_device(value, names.NVIDIA_DEVICES_ALLOCATED) == expected
+    assert codec.decode_pod_single_device(value, nvidia.ALLOCATED_ANNOTATION) == expected
 
 
 @pytest.mark.parametrize(
@@ -380,8 +380,8 @@ def test_decode_pod_single_device_good_input_decodes(
 )
 def test_decode_pod_single_device_malformed_raises_codec_error_naming_key(value: str) -> None:
     with pytest.raises(errors.CodecError) as caught:
-        codec.decode_pod_single_device(value, names.NVIDIA_DEVICES_TO_ALLOCATE)
-    assert caught.value.field == names.NVIDIA_DEVICES_TO_ALLOCATE
+        codec.decode_pod_single_device(value, nvidia.TO_ALLOCATE_ANNOTATION)
+    assert caught.value.field == nvidia.TO_ALLOCATE_ANNOTATION
 
 
 @pytest.mark.parametrize(
@@ -396,30 +396,30 @@ def test_decode_pod_single_device_malformed_raises_codec_error_naming_key(value:
 def test_encode_pod_single_device_unrepresentable_raises(pd: model.PodSingleDevice) -> None:
     with pytest.raises(errors.CodecError) as caught:
         codec.encode_pod_single_device(pd)
-    assert caught.value.field == names.NVIDIA_DEVICES_ALLOCATED
+    assert caught.value.field == nvidia.ALLOCATED_ANNOTATION
 
 
 def test_decode_pod_devices_reads_present_vendors_only() -> None:
-    keys = {"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED, "DCU": names.HYGON_DEVICES_ALLOCATED}
-    annotations = {names.NVIDIA_DEVICES_ALLOCATED: SPEC_POD_DEVICES, "other": "x"}
+    keys = {"NVIDIA": nvidia.ALLOCATED_ANNOTATION, "DCU": hygon.ALLOCATED_ANNOTATION}
+    annotations = {nvidia.ALLOCATED_ANNOTATION: SPEC_POD_DEVICES, "other": "x"}
     assert codec.decode_pod_devices(annotations, keys) == {"NVIDIA": SPEC_POD_SINGLE}
 
 
 def test_decode_pod_devices_error_names_the_failing_key() -> None:
-    keys = {"NVIDIA": names.NVIDIA_DEVICES_ALLOCATED, "DCU": names.HYGON_DEVICES_ALLOCATED}
+    keys = {"NVIDIA": nvidia.ALLOCATED_ANNOTATION, "DCU": hygon.ALLOCATED_ANNOTATION}
     annotations = {
-        names.NVIDIA_DEVICES_ALLOCATED: SPEC_POD_DEVICES,
-        names.HYGON_DEVICES_ALLOCATED: "DCU-0,DCU,x,1:;",
+        nvidia.ALLOCATED_ANNOTATION: SPEC_POD_DEVICES,
+        hygon.ALLOCATED_ANNOTATION: "DCU-0,DCU,x,1:;",
     }
     with pytest.raises(errors.CodecError) as caught:
         codec.decode_pod_devices(annotations, keys)
-    assert caught.value.field == names.HYGON_DEVICES_ALLOCATED
+    assert caught.value.field == hygon.ALLOCATED_ANNOTATION
 
 
 def test_encode_pod_devices_uses_vendor_keys() -> None:
-    keys = {"NVIDIA": names.NVIDIA_DEVICES_TO_ALLOCATE}
+    keys = {"NVIDIA": nvidia.TO_ALLOCATE_ANNOTATION}
     assert codec.encode_pod_devices({"NVIDIA": SPEC_POD_SINGLE}, keys) == {
-        names.NVIDIA_DEVICES_TO_ALLOCATE: SPEC_POD_DEVICES
+        nvidia.TO_ALLOCATE_ANNOTATION: SPEC_POD_DEVICES
     }
     with pytest.raises(errors.CodecError) as caught:
         codec.encode_pod_devices({"DCU": ((),)}, keys)
@@ -460,7 +460,7 @@ def test_split_mig_uuid_good_input_splits(
 def test_split_mig_uuid_malformed_raises(uuid: str) -> None:
     with pytest.raises(errors.CodecError) as caught:
         codec.split_mig_uuid(uuid)
-    assert caught.value.field == names.NVIDIA_DEVICES_ALLOCATED
+    assert caught.value.field == nvidia.ALLOCATED_ANNOTATION
 
 
 def test_join_mig_uuid_inverts_split() -> None:

@@ -90,7 +90,7 @@ def test_inheritance_between_our_classes_in_the_engine_is_found(
     assert _rules(check, root) == [("inherits", "State(Books)")]
 
 
-def test_long_functions_and_modules_in_the_engine_are_found(
+def test_long_functions_and_modules_anywhere_in_the_package_are_found(
     check: ModuleType, tmp_path: Path
 ) -> None:
     body = "".join(f"    x{i} = {i}\n" for i in range(80))
@@ -101,12 +101,59 @@ def test_long_functions_and_modules_in_the_engine_are_found(
             "scheduling/long.py": f"def long():\n{body}",
             "scheduling/short.py": f"def short():\n{body[: -len('    x79 = 79') - 1]}",
             "scheduling/big.py": long_module,
-            "control/long.py": f"def long():\n{body}",
+            "control/runtime.py": "class Runtime:\n    def __init__(self):\n"
+            + body.replace("    ", "        "),
+            "metrics.py": long_module,
+            "agent/api_pb2.py": long_module,
         },
     )
     assert _rules(check, root) == [
+        ("function-lines", "__init__ over 80"),
         ("function-lines", "long over 80"),
         ("module-lines", "over 600"),
+        ("module-lines", "over 600"),
+    ]
+
+
+def test_a_public_class_name_defined_twice_is_found_in_both_places(
+    check: ModuleType, tmp_path: Path
+) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "scheduling/verdicts.py": "class Verdict: ...\nclass _Inner: ...\n",
+            "scheduling/defrag.py": "class Verdict: ...\nclass _Inner: ...\n",
+            "control/pods.py": "class Pod: ...\ndef f():\n    class Verdict: ...\n",
+            # The wire shapes follow the API's kinds: a class may share a kind's name.
+            "wire.py": "class Pod(TypedDict): ...\n",
+        },
+    )
+    assert _rules(check, root) == [
+        ("class-name", "Verdict also in operator/scheduling/defrag.py"),
+        ("class-name", "Verdict also in operator/scheduling/verdicts.py"),
+    ]
+
+
+def test_vendor_words_outside_devices_are_found(check: ModuleType, tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "devices/nvidia.py": (
+                'COUNT = "nvidia.com/gpu"\nREGISTER = "hami.io/node-nvidia-register"\n'
+            ),
+            "control/check.py": (
+                '"""Asks for ``nvidia.com/gpu`` (prose may name a vendor)."""\n'
+                'PREFIXES = ("nvidia.com/", "hygon.com/")\n'
+                'KEY = "hami.io/dcu-devices-allocated"\n'
+                'OURS = "vgpu-operator.io/gpu"\n'
+                'LOG = "NVIDIA"\n'
+            ),
+        },
+    )
+    assert _rules(check, root) == [
+        ("vendor-word", "'hami.io/dcu-devices-allocated'"),
+        ("vendor-word", "'hygon.com/'"),
+        ("vendor-word", "'nvidia.com/'"),
     ]
 
 

@@ -19,6 +19,7 @@ from builders import (
 
 from vgpu_operator import names
 from vgpu_operator.config import load_config
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 OURS = "vgpu-scheduler"
@@ -470,9 +471,13 @@ def test_a_count_of_zero_alone_asks_nothing_and_gets_no_default_share() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "words"),
     [
-        (names.GPU_NUMA_BIND, "maybe", "nvidia.com/numa-bind='maybe' is not a boolean: write"),
-        (names.GPU_NUMA_BIND, "yes", "is not a boolean"),
-        (names.GPU_VGPU_MODE, "quantum", "nvidia.com/vgpu-mode='quantum' names no card mode"),
+        (
+            nvidia.NUMA_BIND_ANNOTATION,
+            "maybe",
+            "nvidia.com/numa-bind='maybe' is not a boolean: write",
+        ),
+        (nvidia.NUMA_BIND_ANNOTATION, "yes", "is not a boolean"),
+        (nvidia.MODE_ANNOTATION, "quantum", "nvidia.com/vgpu-mode='quantum' names no card mode"),
     ],
 )
 def test_card_filter_annotations_that_read_as_something_else_are_refused(
@@ -482,17 +487,17 @@ def test_card_filter_annotations_that_read_as_something_else_are_refused(
     result = state().admit(pod)
     assert not result.allowed
     assert words in result.message
-    if key == names.GPU_VGPU_MODE:
+    if key == nvidia.MODE_ANNOTATION:
         assert "hami-core, mig, mps" in result.message
 
 
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        (names.GPU_NUMA_BIND, "true"),
-        (names.GPU_NUMA_BIND, "0"),
-        (names.GPU_VGPU_MODE, "hami-core"),
-        (names.GPU_VGPU_MODE, "mig,mps"),
+        (nvidia.NUMA_BIND_ANNOTATION, "true"),
+        (nvidia.NUMA_BIND_ANNOTATION, "0"),
+        (nvidia.MODE_ANNOTATION, "hami-core"),
+        (nvidia.MODE_ANNOTATION, "mig,mps"),
     ],
 )
 def test_card_filter_annotations_that_read_as_written_pass(key: str, value: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 from builders import bound, cluster, make_node, make_pod
 
 from vgpu_operator import names
-from vgpu_operator.devices import node_lock
+from vgpu_operator.devices import node_lock, nvidia
 from vgpu_operator.scheduling.books import allocation_gate
 from vgpu_operator.scheduling.books.allocation_gate import GateMode
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
@@ -87,8 +87,8 @@ def bound_by_another(state: ClusterState, name: str, node: str, at: int) -> Json
         names.ASSIGNED_NODE: node,
         names.BIND_PHASE: "allocating",
         names.BIND_TIME: str(at),
-        names.NVIDIA_DEVICES_ALLOCATED: f"GPU-{node}0,NVIDIA,1024,0:;",
-        names.NVIDIA_DEVICES_TO_ALLOCATE: f"GPU-{node}0,NVIDIA,1024,0:;",
+        nvidia.ALLOCATED_ANNOTATION: f"GPU-{node}0,NVIDIA,1024,0:;",
+        nvidia.TO_ALLOCATE_ANNOTATION: f"GPU-{node}0,NVIDIA,1024,0:;",
     }
     pod["spec"]["nodeName"] = node
     pod["spec"]["schedulerName"] = names.SCHEDULER_NAME

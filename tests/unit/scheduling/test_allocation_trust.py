@@ -10,6 +10,7 @@ from builders import cluster, make_node, make_pod
 
 from vgpu_operator import names
 from vgpu_operator.config import load_config
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 Json = dict[str, Any]
@@ -35,7 +36,7 @@ def forged(pod: Json, allocation: str, scheduler: str | None = names.SCHEDULER_N
     pod["metadata"]["annotations"].update(
         {
             names.ASSIGNED_NODE: "n",
-            names.NVIDIA_DEVICES_ALLOCATED: allocation,
+            nvidia.ALLOCATED_ANNOTATION: allocation,
             names.BIND_PHASE: "success",
         }
     )

@@ -7,7 +7,7 @@ import copy
 
 from builders import bound, cluster, make_node, make_pod
 
-from vgpu_operator import names
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 
@@ -47,7 +47,7 @@ def test_an_edit_of_the_allocation_after_binding_changes_nothing() -> None:
     other = "GPU-1" if held == "GPU-0" else "GPU-0"
     for forged in (f"{other},NVIDIA,6000,0:;", f"{held},NVIDIA,1,0:;", ""):
         moved = copy.deepcopy(pod)
-        moved["metadata"]["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = forged
+        moved["metadata"]["annotations"][nvidia.ALLOCATED_ANNOTATION] = forged
         state.set_pod(moved)
         assert _usage(state) == before
         assert "changed after it was bound" in (state.allocation_warning(key) or "")
@@ -63,7 +63,7 @@ def test_a_pod_recreated_under_the_same_name_is_read_afresh() -> None:
     state.remove_pod(key)
     again = copy.deepcopy(pod)
     again["metadata"]["uid"] = "another"
-    again["metadata"]["annotations"][names.NVIDIA_DEVICES_ALLOCATED] = "GPU-1,NVIDIA,4000,0:;"
+    again["metadata"]["annotations"][nvidia.ALLOCATED_ANNOTATION] = "GPU-1,NVIDIA,4000,0:;"
     state.set_pod(again)
     assert _usage(state)["GPU-1"] == (1, 4000)
 

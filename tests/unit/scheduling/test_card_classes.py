@@ -13,6 +13,7 @@ from builders import make_node, make_pod
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle import verdicts
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.dialects.annotation import card_classes, placement
@@ -34,7 +35,7 @@ def _state_with_one_used_card(
         loads.append(("GPU-a0", *other))
     for at, (uuid, memory, cores) in enumerate(loads):
         load = make_pod(f"load{at}", "ns").container(1, memory, cores)
-        load.annotate(names.GPU_USE_UUID, uuid)
+        load.annotate(nvidia.USE_UUID_ANNOTATION, uuid)
         decision = state.schedule(load.obj(), 0.0)
         assert decision.scheduled
         state.confirm(decision.pod)
@@ -126,7 +127,11 @@ def test_cards_of_one_model_are_judged_by_what_they_hold(
 
 def test_a_card_whose_slots_are_all_taken_is_time_slicing_exhausted() -> None:
     state = _state_with_one_used_card(1024, 0, slots=2, other=(1024, 0))
-    load = make_pod("load-more", "ns").container(1, 1024, 0).annotate(names.GPU_USE_UUID, "GPU-a1")
+    load = (
+        make_pod("load-more", "ns")
+        .container(1, 1024, 0)
+        .annotate(nvidia.USE_UUID_ANNOTATION, "GPU-a1")
+    )
     decision = state.schedule(load.obj(), 0.0)
     assert decision.scheduled
     judged, expected = _judge(state, make_pod("probe", "ns").container(2, 1024, 0).obj())
@@ -184,7 +189,9 @@ def test_pods_that_depend_on_card_order_are_not_judged_by_classes() -> None:
         return card_classes.Simple.of(job)
 
     two_containers = make_pod("two", "ns").container(1, 1024, 0).container(1, 1024, 0)
-    numa = make_pod("numa", "ns").container(2, 1024, 0).annotate(names.GPU_NUMA_BIND, "true")
+    numa = (
+        make_pod("numa", "ns").container(2, 1024, 0).annotate(nvidia.NUMA_BIND_ANNOTATION, "true")
+    )
     assert simple(two_containers.obj()) is None
     assert simple(numa.obj()) is None
     assert simple(make_pod("one", "ns").container(2, 1024, 0).obj()) is not None

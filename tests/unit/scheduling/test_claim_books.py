@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from builders import claim_status
+
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
@@ -41,30 +43,8 @@ def claim(name: str, memory: str, allocated: bool = False) -> dict[str, Any]:
         },
     }
     if allocated:
-        obj["status"] = {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {
-                            "request": "gpu",
-                            "driver": dra.DRIVER,
-                            "pool": NODE,
-                            "device": "gpu-a",
-                            "consumedCapacity": {"memory": memory, "cores": "0", "shares": "1"},
-                        }
-                    ]
-                },
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchFields": [
-                                {"key": "metadata.name", "operator": "In", "values": [NODE]}
-                            ]
-                        }
-                    ]
-                },
-            }
-        }
+        consumed = {"memory": memory, "cores": "0", "shares": "1"}
+        obj["status"] = claim_status(NODE, "gpu-a", consumed=consumed, pinned=True)
     return obj
 
 

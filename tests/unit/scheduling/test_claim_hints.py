@@ -13,7 +13,7 @@ import copy
 from collections.abc import Hashable
 from typing import Any
 
-from builders import make_node
+from builders import claim_status, make_node
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.control import claims_feed, feed, queue
@@ -183,21 +183,8 @@ def test_a_released_claim_wakes_a_preemptor_waiting_for_its_victims() -> None:
     their pods are gone (the claim controller deallocates them): the release wakes it."""
     cluster = Cluster()
     held = _claim("victims", "8Gi")
-    held["status"] = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {
-                        "request": "gpu",
-                        "driver": dra.DRIVER,
-                        "pool": DRA_NODE,
-                        "device": "gpu-a",
-                        "consumedCapacity": {"memory": "8Gi", "cores": "0", "shares": "1"},
-                    }
-                ]
-            }
-        }
-    }
+    consumed = {"memory": "8Gi", "cores": "0", "shares": "1"}
+    held["status"] = claim_status(DRA_NODE, "gpu-a", consumed=consumed)
     cluster.claims.claim_event("ADDED", held)
     cluster.queue.add("ns/urgent", "u-urgent")
     assert cluster.queue.pop() == "ns/urgent"

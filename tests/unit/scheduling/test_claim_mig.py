@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from builders import resource_quota
+from builders import claim_status, resource_quota
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, dra_mig
@@ -165,21 +165,7 @@ def test_a_card_offered_as_shares_and_as_mig_is_never_both_at_once() -> None:
     engine = dual_state()
     upstream = claim("upstream-share")
     upstream["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = dra.SHARED_CLASS
-    upstream["status"] = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {
-                        "request": "mig",
-                        "driver": dra.DRIVER,
-                        "pool": NODE,
-                        "device": CARD.name,
-                        "consumedCapacity": {"memory": "1Gi"},
-                    }
-                ]
-            },
-        }
-    }
+    upstream["status"] = claim_status(NODE, CARD.name, request="mig", consumed={"memory": "1Gi"})
     engine.set_claim(upstream)  # kube-scheduler gave a share of the card
     assert placed(engine, "a", profile="1g.5gb") is None
     engine.remove_claim("ns/upstream-share")

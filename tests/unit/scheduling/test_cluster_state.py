@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +18,11 @@ from builders import (
     make_pod,
     resource_quota,
 )
+from strategies import MIG_CONFIG
 
 from vgpu_operator import names
 from vgpu_operator.config import load_config
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle.cluster import Books, ClusterState
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason
 
@@ -85,8 +88,8 @@ def test_decision_annotations_carry_the_allocation() -> None:
         names.ASSIGNED_TIME: "1732072495",
         names.BIND_PHASE: "allocating",
         names.BIND_TIME: "1732072495",
-        names.NVIDIA_DEVICES_TO_ALLOCATE: "GPU-0,NVIDIA,4096,30:;",
-        names.NVIDIA_DEVICES_ALLOCATED: "GPU-0,NVIDIA,4096,30:;",
+        nvidia.TO_ALLOCATE_ANNOTATION: "GPU-0,NVIDIA,4096,30:;",
+        nvidia.ALLOCATED_ANNOTATION: "GPU-0,NVIDIA,4096,30:;",
     }
 
 
@@ -169,7 +172,7 @@ def test_app_containers_take_their_own_cards_in_order() -> None:
     decision = state.schedule(pod.obj(), 0)
     chosen = card_uuids(decision)
     assert [len(c) for c in chosen] == [2, 1, 0]
-    assert decision.annotations[names.NVIDIA_DEVICES_ALLOCATED].endswith(";;")
+    assert decision.annotations[nvidia.ALLOCATED_ANNOTATION].endswith(";;")
 
 
 def test_init_container_booked_at_its_peak() -> None:
@@ -308,17 +311,17 @@ def test_cards_from_register_annotation() -> None:
         [{"id": "GPU-r0", "index": 0, "count": 10, "devmem": 16384, "devcore": 100,
           "type": "NVIDIA A100", "numa": 0, "mode": "hami-core", "health": True}]
     )  # fmt: skip
-    node, _ = make_node("n").annotate(names.NODE_NVIDIA_REGISTER, register).obj()
+    node, _ = make_node("n").annotate(nvidia.REGISTER_ANNOTATION, register).obj()
     state = ClusterState(load_config({}))
     state.set_node(node)
     assert card_uuids(state.schedule(POD.obj(), 0)) == [["GPU-r0"]]
 
 
 def test_malformed_register_annotation_recorded_and_node_unregistered() -> None:
-    node, _ = make_node("n").annotate(names.NODE_NVIDIA_REGISTER, "[{").obj()
+    node, _ = make_node("n").annotate(nvidia.REGISTER_ANNOTATION, "[{").obj()
     state = ClusterState(load_config({}))
     state.set_node(node)
-    assert names.NODE_NVIDIA_REGISTER in state.register_errors()["n"]
+    assert nvidia.REGISTER_ANNOTATION in state.register_errors()["n"]
     decision = state.schedule(POD.obj(), 0)
     assert decision.diagnosis is not None
     assert decision.diagnosis.to_json() == {"n": {"NodeUnregistered": 1}}
@@ -327,7 +330,7 @@ def test_malformed_register_annotation_recorded_and_node_unregistered() -> None:
 def test_inventory_wins_over_register_annotation() -> None:
     register = json.dumps([{"id": "GPU-ann", "count": 10, "devmem": 16384, "devcore": 100,
                             "type": "NVIDIA A100", "health": True}])  # fmt: skip
-    state = cluster(make_node("n").gpu("GPU-inv").annotate(names.NODE_NVIDIA_REGISTER, register))
+    state = cluster(make_node("n").gpu("GPU-inv").annotate(nvidia.REGISTER_ANNOTATION, register))
     assert [r.uuid for r in state.device_usage()] == ["GPU-inv"]
 
 
@@ -336,7 +339,7 @@ def test_cordoned_card_skipped() -> None:
         names.NODE_DEVICE_CORDON, " GPU-1 ,"
     ))  # fmt: skip
     assert card_uuids(state.schedule(POD.obj(), 0)) == [["GPU-0"]]
-    only_cordoned = make_pod("q").container(gpu=1).annotate(names.GPU_USE_UUID, "GPU-1")
+    only_cordoned = make_pod("q").container(gpu=1).annotate(nvidia.USE_UUID_ANNOTATION, "GPU-1")
     decision = state.schedule(only_cordoned.obj(), 0)
     assert decision.diagnosis is not None
     assert decision.diagnosis.to_json() == {"n": {"CardCordoned": 1, "CardUuidMismatch": 1}}
@@ -386,7 +389,7 @@ def test_diagnosis_message_counts_nodes_per_main_reason() -> None:
         make_node("b").gpu("GPU-b0"),
         make_node("c").gpu("GPU-c0", type=T4),
     )
-    pod = make_pod("p").container(gpu=1, gpumem=20000).annotate(names.GPU_NOUSE_TYPE, "T4")
+    pod = make_pod("p").container(gpu=1, gpumem=20000).annotate(nvidia.NOUSE_TYPE_ANNOTATION, "T4")
     decision = state.schedule(pod.obj(), 0)
     assert decision.diagnosis is not None
     assert decision.diagnosis.message() == (
@@ -440,22 +443,9 @@ def test_diagnosis_on_empty_cluster() -> None:
 
 # --- MIG (seed form) ------------------------------------------------------------------
 
-MIG_GEOMETRIES = {
-    "nvidia": {
-        "knownMigGeometries": [
-            {
-                "models": ["A100-SXM4-40GB"],
-                "allowedGeometries": [
-                    [{"name": "1g.5gb", "core": 14, "memory": 5120, "count": 7}],
-                    [
-                        {"name": "1g.5gb", "core": 14, "memory": 5120, "count": 1},
-                        {"name": "2g.10gb", "core": 28, "memory": 10240, "count": 3},
-                    ],
-                ],
-            }
-        ]
-    }
-}
+#: The first two geometries of the A100 40GB (seven 1g, or one 1g and three 2g).
+MIG_GEOMETRIES = copy.deepcopy(MIG_CONFIG)
+MIG_GEOMETRIES["nvidia"]["knownMigGeometries"][0]["allowedGeometries"][2:] = []
 
 
 def mig_cluster() -> ClusterState:
@@ -534,19 +524,19 @@ def test_an_unreadable_allocation_is_reported_and_cleared_when_the_pod_changes()
 
 
 def test_an_implausible_register_annotation_offers_nothing_and_says_why() -> None:
-    from vgpu_operator.devices import codec, model
+    from vgpu_operator.devices import codec, model, nvidia
 
     huge = model.DeviceInfo("GPU-h", 0, 10, 900_000_000, 100, "NVIDIA H100", 0, True)
     node = make_node("n").obj()[0]
     node["metadata"]["annotations"] = {
-        names.NODE_NVIDIA_REGISTER: codec.encode_node_devices_json([huge])
+        nvidia.REGISTER_ANNOTATION: codec.encode_node_devices_json([huge])
     }
     state = ClusterState(load_config({}))
     state.set_node(node)
     decision = state.schedule(make_pod("p").container(1, 1000).obj(), now=0.0)
     assert not decision.scheduled
     (warning,) = state.node_warnings("n")
-    assert names.NODE_NVIDIA_REGISTER in warning
+    assert nvidia.REGISTER_ANNOTATION in warning
     assert "900000000" in warning
 
 

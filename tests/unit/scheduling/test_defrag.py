@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from builders import A100_40, cluster, make_node
-from defrag_cases import budget, running_pod, waiting_pod
+from defrag_cases import books_fingerprint, budget, running_pod, two_half_full_cards, waiting_pod
 
 from vgpu_operator.config import load_config
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
@@ -30,31 +30,6 @@ def only_plan(report: defrag.Report) -> defrag.Plan:
     return report.plans[0]
 
 
-def fingerprint(state: ClusterState) -> Any:
-    return (
-        state.device_usage(),
-        state.quota_usage(),
-        state.holding_pods(),
-        state.drifted_nodes(),
-        {k: state.nominated_node(k) for k in state.holding_pods()},
-    )
-
-
-def two_half_full_cards() -> tuple[list[Any], list[dict[str, Any]]]:
-    """Node a: two 16 GiB cards with 10 GiB and 8 GiB used (6 and 8 free); node b: one
-    card with 10 GiB free beside a pod that matters more than the waiting ones."""
-    nodes = [
-        make_node("a").gpu("GPU-a0", memory_mib=16 * GIB).gpu("GPU-a1", memory_mib=16 * GIB),
-        make_node("b").gpu("GPU-b0", memory_mib=16 * GIB),
-    ]
-    pods = [
-        running_pod("p10", "a", "GPU-a0", 10 * GIB),
-        running_pod("p8", "a", "GPU-a1", 8 * GIB),
-        running_pod("q6", "b", "GPU-b0", 6 * GIB, priority=100),
-    ]
-    return nodes, pods
-
-
 # --- the verdict ----------------------------------------------------------------------------
 
 
@@ -67,7 +42,7 @@ def test_a_pod_whose_room_is_split_over_cards_is_blocked_by_fragmentation() -> N
     assert not books.fits_somewhere(job, 0.0)
     verdict = defrag.fragmentation(books, job, 0.0)
     # a holds 14 GiB free over two cards; b holds 10 GiB, not enough even pooled.
-    assert verdict == defrag.Verdict(("a",))
+    assert verdict == defrag.FragmentationVerdict(("a",))
 
 
 def test_a_pod_bigger_than_the_free_memory_of_any_node_is_not_fragmented() -> None:
@@ -326,12 +301,12 @@ def test_a_second_waiting_pod_is_planned_after_the_first_plan() -> None:
 def test_planning_leaves_the_books_as_they_were() -> None:
     nodes, pods = two_half_full_cards()
     state = state_with(*nodes, pods=pods)
-    before = fingerprint(state)
+    before = books_fingerprint(state)
     other = waiting_pod("other", 5 * GIB)
     expected = state_with(*two_half_full_cards()[0], pods=pods).schedule(other, 0.0)
     defrag.plan(state, [waiting_pod("w", 12 * GIB)], pods, 0.0)
     defrag.plan(state, [waiting_pod("w", 12 * GIB)], pods, 0.0, exact=False)
-    assert fingerprint(state) == before
+    assert books_fingerprint(state) == before
     decision = state.schedule(other, 0.0)
     assert (decision.node, dict(decision.devices)) == (expected.node, dict(expected.devices))
 
@@ -356,12 +331,12 @@ def test_a_released_hold_frees_the_shares_and_the_pods_it_waited_for() -> None:
     nodes, pods = two_half_full_cards()
     state = state_with(*nodes, pods=pods)
     books = DefragBooks(state)
-    before = fingerprint(state)
+    before = books_fingerprint(state)
     assert books.hold(waiting_pod("w", 12 * GIB), "a", frozenset({"default/p8"}), 0.0)
     assert books.is_claimed("default/p8")
     books.release("default/w", frozenset({"default/p8"}))
     assert not books.is_claimed("default/p8")
-    assert fingerprint(state) == before
+    assert books_fingerprint(state) == before
 
 
 # --- planning in steps, and the check before acting ----------------------------------------
@@ -370,7 +345,7 @@ def test_a_released_hold_frees_the_shares_and_the_pods_it_waited_for() -> None:
 def test_planning_in_steps_shows_other_work_the_books_as_they_were_at_every_step() -> None:
     nodes, pods = two_half_full_cards()
     state = state_with(*nodes, pods=pods)
-    before = fingerprint(state)
+    before = books_fingerprint(state)
     for exact in (True, False):
         steps = defrag.plan_steps(state, [waiting_pod("w", 12 * GIB)], pods, 0.0, exact=exact)
         paused = 0
@@ -381,10 +356,10 @@ def test_planning_in_steps_shows_other_work_the_books_as_they_were_at_every_step
                 report = done.value
                 break
             paused += 1
-            assert fingerprint(state) == before
+            assert books_fingerprint(state) == before
         assert paused >= 1
         assert [m.pod for m in only_plan(report).moves] == ["default/p8"]
-    assert fingerprint(state) == before
+    assert books_fingerprint(state) == before
 
 
 def test_a_plan_made_out_of_date_is_refused_by_the_recheck() -> None:
@@ -393,7 +368,7 @@ def test_a_plan_made_out_of_date_is_refused_by_the_recheck() -> None:
     w = waiting_pod("w", 12 * GIB)
     made = only_plan(defrag.plan(state, [w], pods, 0.0))
     assert defrag.recheck(state, made, w, pods, 0.0) == made
-    before = fingerprint(state)
+    before = books_fingerprint(state)
     # Room on b0, where p8's replacement was to go, is taken meanwhile.
     intruder = running_pod("intruder", "b", "GPU-b0", 6 * GIB, priority=100)
     state.set_pod(intruder)
@@ -416,7 +391,7 @@ def test_a_plan_made_out_of_date_is_refused_by_the_recheck() -> None:
     assert state.schedule(waiting_pod("w", 6 * GIB), 0.0).scheduled
     assert defrag.recheck(state, made, w, pods, 0.0) is None
     state.remove_pod("default/w")
-    assert fingerprint(state) == before
+    assert books_fingerprint(state) == before
 
 
 def test_a_gang_member_is_not_moved_alone() -> None:

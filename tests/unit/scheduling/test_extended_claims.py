@@ -136,7 +136,9 @@ def test_the_implicit_name_of_our_class_is_served_too() -> None:
     assert request["exactly"]["deviceClassName"] == dra.EXCLUSIVE_CLASS
 
 
-def test_an_existing_special_claim_is_used_not_made_again() -> None:
+def special_claim_stored() -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The engine, a ``nvidia.com/gpu: 1`` pod, and the special claim the engine would make
+    for it as the API server stored it (its uid and resourceVersion set)."""
     engine = state()
     subject = pod({"nvidia.com/gpu": "1"})
     made = extended_claims.special(
@@ -147,6 +149,11 @@ def test_an_existing_special_claim_is_used_not_made_again() -> None:
     )
     stored = copy.deepcopy(dict(made.claim))
     stored["metadata"].update(uid="real-uid", resourceVersion="7")
+    return engine, subject, stored
+
+
+def test_an_existing_special_claim_is_used_not_made_again() -> None:
+    engine, subject, stored = special_claim_stored()
     engine.set_claim(stored)
     decision = engine.schedule(subject, now=0)
     assert decision.scheduled, decision.diagnosis and decision.diagnosis.message()
@@ -190,16 +197,7 @@ def test_a_claim_of_that_name_not_owned_by_the_pod_is_not_taken_for_its_own() ->
 
 
 def test_a_special_claim_asking_other_devices_is_refused_with_a_sentence() -> None:
-    engine = state()
-    subject = pod({"nvidia.com/gpu": "1"})
-    made = extended_claims.special(
-        subject,
-        {"nvidia.com/gpu": dra.SHARED_CLASS},
-        {},
-        Vendors(DeviceConfig(), catalog.VENDOR_TABLE),
-    )
-    stored = copy.deepcopy(dict(made.claim))
-    stored["metadata"].update(uid="real-uid", resourceVersion="7")
+    engine, subject, stored = special_claim_stored()
     stored["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
     engine.set_claim(stored)
     decision = engine.schedule(subject, now=0)

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from builders import A100_40, T4
 
-from vgpu_operator import names
 from vgpu_operator.devices import model, nvidia
 from vgpu_operator.scheduling.dialects.annotation import fit
 from vgpu_operator.scheduling.mig import mig
@@ -70,8 +69,8 @@ def no_quota(_candidates: Sequence[tuple[str, int, int]]) -> bool:
 _FAILS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "health": ({"health": False}, {}),
     "cordon": ({}, {"cordoned": ["GPU-x"]}),
-    "type": ({"type": T4}, {"annotations": {names.GPU_USE_TYPE: "A100"}}),
-    "uuid": ({}, {"annotations": {names.GPU_NOUSE_UUID: "GPU-x"}}),
+    "type": ({"type": T4}, {"annotations": {nvidia.USE_TYPE_ANNOTATION: "A100"}}),
+    "uuid": ({}, {"annotations": {nvidia.NOUSE_UUID_ANNOTATION: "GPU-x"}}),
     "slots": ({"count": 1, "used": 1}, {}),
     "mutex": ({"used": 1}, {"mutex": True}),
     "quota": ({}, {"quota_ok": no_quota}),
@@ -223,7 +222,9 @@ def test_reasons_counted_per_card_and_short_pick_reported() -> None:
         card("GPU-2", type=T4),
         card("GPU-3"),
     ]
-    result = fit.fit_container(cards, request(count=2), options({names.GPU_USE_TYPE: "A100"}))
+    result = fit.fit_container(
+        cards, request(count=2), options({nvidia.USE_TYPE_ANNOTATION: "A100"})
+    )
     assert not result.ok
     assert dict(result.reasons) == {
         R.CARD_TYPE_MISMATCH: 2,
@@ -257,7 +258,7 @@ def test_count_above_visible_cards_node_insufficient_device(
 )
 def test_vgpu_mode_filters_by_substring(annotation: str, card_mode: str, fits: bool) -> None:
     result = fit.fit_container(
-        [card("GPU-x", mode=card_mode)], request(), options({names.GPU_VGPU_MODE: annotation})
+        [card("GPU-x", mode=card_mode)], request(), options({nvidia.MODE_ANNOTATION: annotation})
     )
     assert result.ok is fits
     if not fits:
@@ -293,7 +294,7 @@ def test_numa_reset_after_type_check() -> None:
     # group that surrounds it in scan order.
     cards = [card("GPU-a0", numa=0), card("GPU-t", numa=1, type=T4), card("GPU-a1", numa=0)]
     result = fit.fit_container(
-        cards, request(count=2), options({names.GPU_USE_TYPE: "A100"}, numa_bind=True)
+        cards, request(count=2), options({nvidia.USE_TYPE_ANNOTATION: "A100"}, numa_bind=True)
     )
     assert [p.card.id for p in result.picks] == ["GPU-a1", "GPU-a0"]
 
@@ -302,7 +303,7 @@ def test_numa_reset_before_uuid_check() -> None:
     # A card excluded by UUID still starts a new NUMA group, which drops earlier picks.
     cards = [card("GPU-a0", numa=0), card("GPU-x", numa=1), card("GPU-a1", numa=0)]
     result = fit.fit_container(
-        cards, request(count=2), options({names.GPU_NOUSE_UUID: "GPU-x"}, numa_bind=True)
+        cards, request(count=2), options({nvidia.NOUSE_UUID_ANNOTATION: "GPU-x"}, numa_bind=True)
     )
     assert dict(result.reasons) == {
         R.CARD_UUID_MISMATCH: 1,

@@ -9,7 +9,7 @@ from tests.builders import cluster, make_node, make_pod
 from tests.unit.scheduling.test_claim_best_fit import held, place
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig, load_config
-from vgpu_operator.devices import dra, model
+from vgpu_operator.devices import dra, model, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey
@@ -237,7 +237,7 @@ def test_a_pods_card_types_are_part_of_its_class_in_the_mix() -> None:
     pod = (
         make_pod("p", "ns")
         .annotate(names.NODE_SCHEDULER_POLICY, "fragmentation")
-        .annotate(names.GPU_USE_TYPE, "t4,V100")
+        .annotate(nvidia.USE_TYPE_ANNOTATION, "t4,V100")
         .container(gpu=1, cores=50, percentage=50)
         .obj()
     )

@@ -223,35 +223,27 @@ def test_bad_pod_groups_get_a_reason(
         read_pod_group(pod_group("bad", policy, **extra))
 
 
-@pytest.mark.parametrize(
-    ("group", "single", "victims"),
-    [
-        (False, False, ("default/batch",)),
-        # disruptionMode all (or a PodGroup not read): whole or not at all; whole is not
-        # built, so never.
-        (True, False, ()),
-        # disruptionMode single: one by one, as any pod.
-        (True, True, ("default/batch",)),
-    ],
-)
-def test_only_a_single_groups_member_is_a_preemption_victim_alone(
-    group: bool, single: bool, victims: tuple[str, ...]
-) -> None:
+@pytest.mark.parametrize("mode", [None, "single", "all", "unread"])
+def test_a_groups_lone_member_is_a_victim_whatever_the_mode(mode: str | None) -> None:
+    """Alone on its card, a member goes whatever its group's mode: one by one
+    (``single``), or with its whole group, which is only itself (``all``, or a PodGroup
+    not read: evicted whole, never a shield). ``test_whole_group_victims.py`` has groups
+    of several members."""
     allocated = "GPU-0,NVIDIA,9000,0:;"
     pod = make_pod("batch").container(gpu=1, gpumem=9000).on_node("n", allocated)
     obj = pod.spec("priority", 1).obj()
     obj["metadata"]["uid"] = "uid-batch"
-    if group:
+    if mode is not None:
         obj["spec"]["schedulingGroup"] = {"podGroupName": "train"}
     urgent = make_pod("urgent").container(gpu=1, gpumem=6000).spec("priority", 1000).obj()
     state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000))
     state.preemption_enabled = True
-    if single:
-        state.books.single_groups.add("default/train")
+    if mode in ("single", "all"):
+        state.books.groups.note("default/train", {"spec": {"disruptionMode": {mode: {}}}})
     state.set_pod(obj)
     decision = state.schedule(urgent, 0)
     assert not decision.scheduled
-    assert decision.victims == victims
+    assert decision.victims == ("default/batch",)
 
 
 def _batch(name: str, card: str) -> dict[str, Any]:

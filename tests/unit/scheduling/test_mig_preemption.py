@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from builders import claim_status
 from unit.scheduling.test_claim_mig import NODE, claim, instance, pod, state
 
-from vgpu_operator.devices import dra
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 Json = dict[str, Any]
@@ -26,23 +26,9 @@ def running(
     """A bound pod ``name`` whose claim ``c-<name>`` holds the instance ``profile`` at
     ``start``, reserved for it and ``holders`` too."""
     obj = claim(f"c-{name}", profile=profile)
-    obj["status"] = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {
-                        "request": "mig",
-                        "driver": dra.DRIVER,
-                        "pool": NODE,
-                        "device": instance(profile, start),
-                    }
-                ]
-            }
-        },
-        "reservedFor": [
-            {"resource": "pods", "name": n, "uid": f"uid-{n}"} for n in (name, *holders)
-        ],
-    }
+    obj["status"] = claim_status(
+        NODE, instance(profile, start), request="mig", reserved_for=(name, *holders)
+    )
     engine.set_claim(obj)
     bound = pod(name, f"c-{name}")
     bound["metadata"]["uid"] = f"uid-{name}"

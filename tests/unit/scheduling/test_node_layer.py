@@ -38,29 +38,29 @@ def test_policies_are_read(
     [
         (names.NODE_SCHEDULER_POLICY, "packed"),
         (names.GPU_SCHEDULER_POLICY, "binpack,fastest"),
-        (names.GPU_USE_TYPE, " , "),
+        (nvidia.USE_TYPE_ANNOTATION, " , "),
     ],
 )
 def test_unreadable_values_are_ignored_and_named(key: str, value: str) -> None:
-    layer = node_layer.read({key: value, names.GPU_NOUSE_UUID: "GPU-1"}, SPECS)
+    layer = node_layer.read({key: value, nvidia.NOUSE_UUID_ANNOTATION: "GPU-1"}, SPECS)
     assert (layer.node_policy, layer.gpu_policy) == (None, None)
-    assert layer.restrictions == {names.GPU_NOUSE_UUID: "GPU-1"}
+    assert layer.restrictions == {nvidia.NOUSE_UUID_ANNOTATION: "GPU-1"}
     assert len(layer.problems) == 1
     assert key in layer.problems[0]
 
 
 def test_restrictions_of_every_vendor_are_kept() -> None:
     annotations = {
-        names.GPU_USE_TYPE: "A100",
-        names.GPU_NOUSE_UUID: "GPU-1",
-        names.HYGON_USE_TYPE: "Z100",
-        names.GPU_USE_UUID: "",
+        nvidia.USE_TYPE_ANNOTATION: "A100",
+        nvidia.NOUSE_UUID_ANNOTATION: "GPU-1",
+        hygon.USE_TYPE_ANNOTATION: "Z100",
+        nvidia.USE_UUID_ANNOTATION: "",
     }
     layer = node_layer.read(annotations, SPECS)
     assert layer.restrictions == {
-        names.GPU_USE_TYPE: "A100",
-        names.GPU_NOUSE_UUID: "GPU-1",
-        names.HYGON_USE_TYPE: "Z100",
+        nvidia.USE_TYPE_ANNOTATION: "A100",
+        nvidia.NOUSE_UUID_ANNOTATION: "GPU-1",
+        hygon.USE_TYPE_ANNOTATION: "Z100",
     }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from builders import T4, cluster, make_node, make_pod
 
-from vgpu_operator import names
+from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 
 
@@ -34,9 +34,13 @@ def test_the_pinned_cards_own_failure_is_the_nodes_reason(
 ) -> None:
     state = _four_cards(**pinned)
     state.use_index = use_index
-    pod = make_pod("p").container(gpu=1, gpumem=request_mib).annotate(names.GPU_USE_UUID, "GPU-a2")
+    pod = (
+        make_pod("p")
+        .container(gpu=1, gpumem=request_mib)
+        .annotate(nvidia.USE_UUID_ANNOTATION, "GPU-a2")
+    )
     if reason == "CardTypeMismatch":
-        pod = pod.annotate(names.GPU_USE_TYPE, "A100")
+        pod = pod.annotate(nvidia.USE_TYPE_ANNOTATION, "A100")
     decision = state.schedule(pod.obj(), 0)
     assert not decision.scheduled
     assert decision.diagnosis is not None
@@ -49,7 +53,7 @@ def test_the_pinned_cards_own_failure_is_the_nodes_reason(
 def test_a_pinned_card_the_node_lacks_is_a_uuid_mismatch(use_index: bool) -> None:
     state = _four_cards(health=False)
     state.use_index = use_index
-    pod = make_pod("p").container(gpu=1, gpumem=1024).annotate(names.GPU_USE_UUID, "GPU-b0")
+    pod = make_pod("p").container(gpu=1, gpumem=1024).annotate(nvidia.USE_UUID_ANNOTATION, "GPU-b0")
     decision = state.schedule(pod.obj(), 0)
     assert decision.diagnosis is not None
     assert decision.diagnosis.message() == "0/1 nodes are available: 1 CardUuidMismatch."
@@ -64,7 +68,7 @@ def test_an_excluded_card_does_not_hide_why_the_others_fail(use_index: bool) -> 
     state = cluster(node)
     state.use_index = use_index
     pod = make_pod("p").container(gpu=1, gpumem=10000)
-    pod = pod.annotate(names.GPU_NOUSE_UUID, "GPU-a0,GPU-a1,GPU-a2")
+    pod = pod.annotate(nvidia.NOUSE_UUID_ANNOTATION, "GPU-a0,GPU-a1,GPU-a2")
     decision = state.schedule(pod.obj(), 0)
     assert decision.diagnosis is not None
     assert decision.diagnosis.message() == "0/1 nodes are available: 1 CardInsufficientMemory."

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from builders import cluster, make_node, make_pod
+from defrag_cases import budget as budget_object
 
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.preemption import disruption, preemption
@@ -283,23 +284,24 @@ def labelled(name: str, priority: int, memory: int, **labels: str) -> dict[str, 
     return obj
 
 
+def db_and_batch(first: tuple[str, int], second: tuple[str, int], allowed: int) -> Any:
+    """One 10000 MiB card holding two 4000 MiB pods (``(app, priority)`` each, labelled
+    ``app``) and a budget ``db-budget`` over the ``db`` pod allowing ``allowed``
+    disruptions; an urgent 9000 MiB pod decided there."""
+    state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000))
+    state.preemption_enabled = True
+    for app, priority in (first, second):
+        state.set_pod(labelled(app, priority, 4000, app=app))
+    state.set_budget(budget_object("db-budget", {"app": "db"}, allowed))
+    urgent = make_pod("urgent").container(gpu=1, gpumem=9000).spec("priority", 1000).obj()
+    return state, state.schedule(urgent, 0)
+
+
 def test_a_preemption_that_needs_a_protected_victim_evicts_nobody() -> None:
     """Two victims are needed and one is protected by a budget that allows no disruption:
     the Eviction API would refuse it after the other was gone, so neither is chosen, and
     the decision says which budget stops it."""
-    state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000))
-    state.preemption_enabled = True
-    state.set_pod(labelled("db", 1, 4000, app="db"))
-    state.set_pod(labelled("batch", 1, 4000, app="batch"))
-    state.set_budget(
-        {
-            "metadata": {"namespace": "default", "name": "db-budget"},
-            "spec": {"selector": {"matchLabels": {"app": "db"}}},
-            "status": {"disruptionsAllowed": 0},
-        }
-    )
-    urgent = make_pod("urgent").container(gpu=1, gpumem=9000).spec("priority", 1000).obj()
-    decision = state.schedule(urgent, 0)
+    state, decision = db_and_batch(("db", 1), ("batch", 1), allowed=0)
     assert (decision.scheduled, decision.nominated_node, decision.victims) == (False, None, ())
     assert decision.preemption_blocked is not None
     assert "default/db (PodDisruptionBudget default/db-budget)" in decision.preemption_blocked
@@ -312,19 +314,7 @@ def test_a_preemption_that_needs_a_protected_victim_evicts_nobody() -> None:
 def test_victims_a_budget_covers_are_evicted_first() -> None:
     """A budget that allows the disruption: the covered victim comes first, so a refusal
     (the budget changed meanwhile) stops the preemption before the others go."""
-    state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000))
-    state.preemption_enabled = True
-    state.set_pod(labelled("batch", 5, 4000, app="batch"))
-    state.set_pod(labelled("db", 1, 4000, app="db"))
-    state.set_budget(
-        {
-            "metadata": {"namespace": "default", "name": "db-budget"},
-            "spec": {"selector": {"matchLabels": {"app": "db"}}},
-            "status": {"disruptionsAllowed": 1},
-        }
-    )
-    urgent = make_pod("urgent").container(gpu=1, gpumem=9000).spec("priority", 1000).obj()
-    decision = state.schedule(urgent, 0)
+    _, decision = db_and_batch(("batch", 5), ("db", 1), allowed=1)
     assert decision.nominated_node == "n"
     assert decision.victims == ("default/db", "default/batch")
     assert decision.preemption_blocked is None

@@ -26,7 +26,7 @@ def request(
         container["resources"]["limits"] = limits
     if requests is not None:
         container["resources"]["requests"] = requests
-    nvidia_config = load_config({"nvidia": config}).nvidia
+    nvidia_config = nvidia.section(load_config({"nvidia": config}))
     return vendor.container_request(nvidia.SPEC, nvidia_config, container)
 
 

@@ -114,3 +114,13 @@ def test_its_quota_resources_and_node_annotations_come_from_the_table() -> None:
     assert not state.schedule(_acme_pod("over", 9000, "team"), now=0.0).scheduled
     assert ACME.register_annotation in catalog.node_annotations(TABLE)
     assert ACME.register_annotation not in catalog.node_annotations()
+
+
+def test_its_section_is_checked_when_the_config_is_read_and_its_prefix_is_known() -> None:
+    """The file is refused when read (not when first used), and the Kueue check knows
+    the vendor's pods by its resources: both come from the table."""
+    with pytest.raises(ConfigError, match=r"acme\.memoryFactor"):
+        catalog.load_config({"acme": {"memoryFactor": -1}}, TABLE)
+    catalog.load_config({"acme": {"memoryFactor": -1}})  # not a vendor of the shipped table
+    assert catalog.resource_prefixes(TABLE) == (*catalog.resource_prefixes(), "acme.com/")
+    assert catalog.resource_prefixes() == ("nvidia.com/", "hygon.com/")

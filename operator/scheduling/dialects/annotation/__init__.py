@@ -14,8 +14,8 @@ from vgpu_operator.scheduling.dialects.annotation.card_classes import (
     profile,
 )
 from vgpu_operator.scheduling.dialects.annotation.fit import (
+    CardPick,
     FitOptions,
-    Pick,
     QuotaCheck,
     fit_container,
 )
@@ -34,11 +34,11 @@ __all__ = [
     "UNJUDGED",
     "AdmissionResult",
     "Booking",
+    "CardPick",
     "FitOptions",
     "Job",
     "NodeProfile",
     "Outcome",
-    "Pick",
     "QuotaCheck",
     "Simple",
     "Summary",

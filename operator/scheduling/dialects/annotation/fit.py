@@ -52,7 +52,7 @@ class FitOptions:
 
 
 @dataclass(slots=True)
-class Pick:
+class CardPick:
     card: model.DeviceUsage
     memory_mib: int
     cores: int
@@ -63,7 +63,7 @@ class FitResult:
     """The cards picked for a container, or (``ok`` false) why the node could not serve it."""
 
     ok: bool
-    picks: list[Pick]
+    picks: list[CardPick]
     reasons: Counter[Reason]
     #: Per reason, the Node annotations that refused cards under it (the node layer).
     refused_by: dict[Reason, set[str]] = field(default_factory=dict)
@@ -110,7 +110,7 @@ def fit_container(
     nums = origin = request.count
     cores_req = request.cores
     prev_numa: int | None = None
-    picked: list[Pick] = []
+    picked: list[CardPick] = []
     reasons: Counter[Reason] = Counter()
     refused_by: dict[Reason, set[str]] = {}
     pod_filter = options.card_filter or vendor.CardFilter.read(options.spec, options.annotations)
@@ -154,7 +154,7 @@ def fit_container(
         if nums > 0:
             if not options.topology_aware:
                 nums -= 1
-            picked.append(Pick(card, memory, cores_req))
+            picked.append(CardPick(card, memory, cores_req))
         if nums == 0 and not options.topology_aware:
             return FitResult(True, picked, Counter())
         if card.mode == model.MODE_MIG:
@@ -209,7 +209,7 @@ def _room_refusal(
     memory: int,
     cores_req: int,
     request: model.ContainerRequest,
-    picked: Sequence[Pick],
+    picked: Sequence[CardPick],
 ) -> Refusal | None:
     """Last (after the quota): memory, cores, whole-card exclusivity, compute units and,
     on a MIG card, its geometry."""
@@ -238,7 +238,7 @@ def _room_refusal(
 
 
 def _after_the_scan(
-    picked: list[Pick],
+    picked: list[CardPick],
     origin: int,
     options: FitOptions,
     reasons: Counter[Reason],
@@ -328,7 +328,9 @@ def _first_refusal(
     return None
 
 
-def _choose_topology(picked: list[Pick], want: int, options: FitOptions) -> list[Pick] | None:
+def _choose_topology(
+    picked: list[CardPick], want: int, options: FitOptions
+) -> list[CardPick] | None:
     """HAMi §9: all candidates if exactly enough, else the worst single card or the best
     k-combination by pair score; None when there are too few."""
     if len(picked) < want:

@@ -25,7 +25,7 @@ from vgpu_operator.scheduling.dialects.claims.claim_configs import (
     hami_core_problem,
     turn_hami_core_off,
 )
-from vgpu_operator.scheduling.dialects.claims.claim_fit import ClaimsOutcome, Pick, fit_claims
+from vgpu_operator.scheduling.dialects.claims.claim_fit import ClaimsOutcome, DevicePick, fit_claims
 from vgpu_operator.scheduling.dialects.claims.claim_mig import (
     MigNode,
     fit_mig_claims,
@@ -82,8 +82,8 @@ __all__ = [
     "ClaimRef",
     "ClaimsOutcome",
     "DeviceClass",
+    "DevicePick",
     "MigNode",
-    "Pick",
     "PodClaims",
     "Pool",
     "Refusal",

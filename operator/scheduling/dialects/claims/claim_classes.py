@@ -33,7 +33,7 @@ from vgpu_operator.devices import model
 from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import claim_mig, claims, dra_pool
-from vgpu_operator.scheduling.dialects.claims.claim_fit import ClaimsOutcome, Pick
+from vgpu_operator.scheduling.dialects.claims.claim_fit import ClaimsOutcome, DevicePick
 from vgpu_operator.scheduling.policies import node_layer
 
 #: Bounds on what is kept (profiles per node and selector set; failures per profile):
@@ -189,7 +189,7 @@ class Classes:
         if kept is None:
             return None
         consumption, scores = kept
-        pick = Pick(request, device, consumption)
+        pick = DevicePick(request, device, consumption)
         return ClaimsOutcome(True, picks={claim: [pick]}, card_scores=scores)
 
     def learn(

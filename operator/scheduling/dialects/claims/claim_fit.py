@@ -40,7 +40,7 @@ from vgpu_operator.scheduling.status import Reason
 
 
 @dataclass(frozen=True, slots=True)
-class Pick:
+class DevicePick:
     request: str
     device: dra_pool.PoolDevice
     consumption: claims.Consumption
@@ -56,7 +56,7 @@ NOTHING: claims.Consumption = claims.Consumption({}, 0, 0, 0)
 class ClaimsOutcome:
     ok: bool
     #: claim key -> the devices chosen for it, in request order.
-    picks: dict[str, list[Pick]] = field(default_factory=dict)
+    picks: dict[str, list[DevicePick]] = field(default_factory=dict)
     reasons: Counter[Reason] = field(default_factory=Counter)
     refused_by: dict[Reason, set[str]] = field(default_factory=dict)
     #: A selector that failed at run time (kube-scheduler refuses the pod then too), or
@@ -124,7 +124,7 @@ def fit_claims(
 
 
 Options = dict[tuple[int, int, int], list[tuple[model.DeviceUsage, claims.Consumption]]]
-Chosen = list[tuple[fit.Pick, claims.Consumption, float]]
+Chosen = list[tuple[fit.CardPick, claims.Consumption, float]]
 
 
 #: How many request fits one claim may take on one node, over all its combinations,
@@ -133,7 +133,7 @@ Chosen = list[tuple[fit.Pick, claims.Consumption, float]]
 #: and a claim that needs another does not fit the node.
 MAX_FITS_PER_CLAIM = 256
 
-Found = tuple[list[Pick], list[float], list[model.DeviceUsage]]
+Found = tuple[list[DevicePick], list[float], list[model.DeviceUsage]]
 
 
 @dataclass(slots=True)
@@ -207,7 +207,7 @@ class _Search:
                               self.cordoned, self.layer, taken, self.pool, distinct)  # fmt: skip
         if isinstance(chosen, ClaimsOutcome):
             return chosen
-        picks: list[Pick] = []
+        picks: list[DevicePick] = []
         scores: list[float] = []
         now_taken = list(taken)
         for pick, consumption, score in chosen:
@@ -215,7 +215,7 @@ class _Search:
             pick.card.used += consumption.slots
             pick.card.used_memory_mib += consumption.memory_mib
             pick.card.used_cores += consumption.cores
-            picks.append(Pick(request.name, self.pool.devices[pick.card.id], consumption))
+            picks.append(DevicePick(request.name, self.pool.devices[pick.card.id], consumption))
             now_taken.append((consumption.memory_mib, consumption.cores))
             scores.append(score)
         now_seen = tuple(frozenset(values) for values in distinct.seen)
@@ -250,13 +250,13 @@ class _Search:
         its selectors, taints and constraints allow, in the node's card order, whatever
         others hold of them; it consumes nothing and counts in no quota."""
         eligible = {card.id for group in options.values() for card, _ in group}
-        picks: list[Pick] = []
+        picks: list[DevicePick] = []
         for card in cards:
             device = self.pool.devices.get(card.id)
             if device is None or card.id not in eligible or not distinct.allows(device):
                 continue
             distinct.note(device)
-            picks.append(Pick(request.name, device, NOTHING, admin=True))
+            picks.append(DevicePick(request.name, device, NOTHING, admin=True))
             if len(picks) == request.count:
                 break
         if len(picks) < request.count:

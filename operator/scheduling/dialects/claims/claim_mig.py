@@ -168,7 +168,7 @@ def fit_mig_claims(
     counted = ledger(node, held)
     devices = node.pool.devices
     for claim in pending:
-        picks: list[claim_fit.Pick] = []
+        picks: list[claim_fit.DevicePick] = []
         for request in claim.requests:
             ask = _ask(request)
             allowed = _allowed(claim, request, node, cache) if ask is not None else frozenset()
@@ -209,6 +209,8 @@ def fit_mig_claims(
                 taken_mib += chosen.memory_mib
                 counted.take(chosen.consumes)
                 consumption = claims.Consumption(None, chosen.memory_mib, 0, 1)
-                picks.append(claim_fit.Pick(request.name, node.devices[chosen.name], consumption))
+                picks.append(
+                    claim_fit.DevicePick(request.name, node.devices[chosen.name], consumption)
+                )
         outcome.picks[claim.key] = picks
     return outcome

@@ -84,7 +84,7 @@ def share_id(claim_uid: str, position: int, request: str, device: str) -> str:
 def allocation(
     claim: claims.Claim,
     node: str,
-    picks: Sequence[claim_fit.Pick],
+    picks: Sequence[claim_fit.DevicePick],
     classes: Mapping[str, claims.DeviceClass],
 ) -> dict[str, Any]:
     # The requests as chosen: for a firstAvailable request, the alternative the picks

@@ -55,7 +55,7 @@ _BASE_LENGTH: Final = 58
 _SUFFIX_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
 
 
-class Refusal(Exception):
+class ExtendedRefusal(Exception):
     """The pod's extended resources cannot be served through a claim; the message says
     what to change."""
 
@@ -114,9 +114,9 @@ def _count(raw: Any, where: str) -> int:
     try:
         value = parse_quantity(raw, where)
     except CodecError as exc:
-        raise Refusal(str(exc)) from None
+        raise ExtendedRefusal(str(exc)) from None
     if value.denominator != 1 or value < 0:
-        raise Refusal(f"{where}: {raw!r} is not a whole number of devices")
+        raise ExtendedRefusal(f"{where}: {raw!r} is not a whole number of devices")
     return int(value)
 
 
@@ -162,7 +162,7 @@ def requests_of(
     pod: Mapping[str, Any], resources: Mapping[str, str], vendors: Vendors
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The special claim's requests and the pod's request mappings (sorted by name, as
-    upstream). Raises Refusal."""
+    upstream). Raises ExtendedRefusal."""
     annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
     spec = vendors.spec(dra.VENDOR)
     names = vendor.resource_names(vendors.config_for(dra.VENDOR))
@@ -192,7 +192,7 @@ def requests_of(
                 {"containerName": cname, "resourceName": resource, "requestName": request_name}
             )
         if any(k in hami_extras for k in keys) and names.count not in resources:
-            raise Refusal(
+            raise ExtendedRefusal(
                 f"container {cname!r} asks {', '.join(sorted(hami_extras & set(keys)))} "
                 f"but no DeviceClass of this driver maps {names.count}; ask the class's "
                 "extended resource only, or name a ResourceClaim"
@@ -212,14 +212,14 @@ def _hami_request(
     try:
         asked = vendors.requests(_with_limits(container))
     except CodecError as exc:
-        raise Refusal(str(exc)) from None
+        raise ExtendedRefusal(str(exc)) from None
     ask = asked.get(dra.VENDOR)
     if ask is None:
         return {}
     try:
         return claim_admission.exact_request(container, ask, spec, annotations, names)
     except claim_admission.Unmappable as exc:
-        raise Refusal(str(exc)) from None
+        raise ExtendedRefusal(str(exc)) from None
 
 
 def _with_limits(container: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -236,7 +236,7 @@ def special(
     vendors: Vendors,
 ) -> Special:
     """The pod's special claim: the one that exists, else the one to create. Raises
-    Refusal."""
+    ExtendedRefusal."""
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace") or "default")
     requests, mappings = requests_of(pod, resources, vendors)
@@ -251,7 +251,7 @@ def special(
         ):
             # Written by someone else under the pod's name, or for a class mapping that
             # changed since: upstream, too, refuses such a claim and deletes it.
-            raise Refusal(
+            raise ExtendedRefusal(
                 f"ResourceClaim {found}, the pod's special claim, asks other devices than "
                 "the pod's extended resources; delete it and the pod is placed again"
             )
