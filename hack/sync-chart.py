@@ -101,6 +101,20 @@ _DEFRAG_ARGS = (
     "            {{- if .Values.scheduler.kueueCheck.enabled }}\n"
     "            - --kueue-placeable-check\n"
     "            {{- end }}\n"
+    # ``run --autoscale-instance-types`` (the ConfigMap of karpenter-autoscaling.yaml,
+    # mounted below) and its options, from ``scheduler.autoscale``.
+    "            {{- with .Values.scheduler.autoscale }}\n"
+    "            {{- if .enabled }}\n"
+    "            - --autoscale-instance-types=/etc/vgpu-autoscale/instance-types.json\n"
+    "            - --autoscale-interval={{ .interval }}\n"
+    "            - --autoscale-node-timeout={{ .nodeTimeout }}\n"
+    "            {{- if .scaleDown.enabled }}\n"
+    "            - --autoscale-scale-down-min-savings={{ .scaleDown.minSavingsPerHour }}\n"
+    "            {{- else }}\n"
+    "            - --no-autoscale-scale-down\n"
+    "            {{- end }}\n"
+    "            {{- end }}\n"
+    "            {{- end }}\n"
 )
 
 #: Manifests that are not in kustomization.yaml (opt-in: applied by hand) and become

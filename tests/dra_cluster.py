@@ -50,6 +50,16 @@ class DraCluster:
     ) -> Decision:
         """Make claim ``name`` of one request ``gpu`` (our shared class and ``exactly``;
         ``config``: the claim's configs) and decide a pod that names it."""
+        return self.state.schedule(self.claim_pod(name, namespace, exactly, config), 1000.0)
+
+    def claim_pod(
+        self,
+        name: str,
+        namespace: str,
+        exactly: dict[str, Any],
+        config: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Make claim ``name`` (see ``decide``) and give a pending pod that names it."""
         self.version += 1
         version = str(self.version)
         meta = {"namespace": namespace, "name": name, "uid": f"uid-{name}"}
@@ -70,4 +80,4 @@ class DraCluster:
             },
             "status": {"phase": "Pending"},
         }
-        return self.state.schedule(pod, 1000.0)
+        return pod

@@ -9,27 +9,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
+from vgpu_operator import dra_shapes
 from vgpu_operator.agent.readings import GpuReading
+
+# Why a card is unhealthy, and which reasons say it is lost: defined with the slices whose
+# taints they choose (``dra_shapes``), used here by the readers.
+DISAPPEARED_REASON: Final = dra_shapes.DISAPPEARED_REASON
+OFF_THE_BUS_REASON: Final = dra_shapes.OFF_THE_BUS_REASON
+LOST_REASONS: Final = dra_shapes.LOST_REASONS
+is_lost = dra_shapes.is_lost
 
 #: XIDs HAMi's device plugin treats as application errors, not card failures
 #: (hami-semantics / control-plane §7.4): 13 graphics engine exception, 31 memory page
 #: fault, 43 stopped channel, 45 preemptive cleanup, 68 video decoder exception, 109
 #: context switch timeout.
 IGNORED_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
-
-#: Why a card NVML stopped counting is unhealthy.
-DISAPPEARED_REASON: Final = "GPU disappeared: NVML no longer reports it"
-#: Why a card whose calls answer GPU_IS_LOST is unhealthy.
-OFF_THE_BUS_REASON: Final = "GPU is lost (fell off the bus)"
-#: The reasons that say the card is gone, not merely sick: work on it cannot go on (the
-#: DRA driver taints such a card NoExecute; a sick one NoSchedule).
-LOST_REASONS: Final = (DISAPPEARED_REASON, OFF_THE_BUS_REASON)
-
-
-def is_lost(health_reason: str | None) -> bool:
-    """Whether an unhealthy card's reported reason says the card is lost (the reason is
-    all the DeviceInventory keeps of it)."""
-    return health_reason in LOST_REASONS
 
 
 def is_critical_xid(xid: int) -> bool:

@@ -18,7 +18,7 @@ from typing import Final
 
 import structlog
 
-from vgpu_operator import resources
+from vgpu_operator import dra_shapes, resources
 from vgpu_operator.agent import config_watch, hamicore, mig, nodeconfig
 from vgpu_operator.agent.backends import Backend
 from vgpu_operator.agent.backoff import Backoff, wait_or_stop
@@ -32,7 +32,6 @@ from vgpu_operator.agent.deviceplugin.allocation import (
 from vgpu_operator.agent.deviceplugin.runner import PluginRunner
 from vgpu_operator.agent.deviceplugin.server import GpuDevicePlugin, StaleRead, cards_of
 from vgpu_operator.agent.dra import mig_prepare
-from vgpu_operator.agent.dra import shapes as dra_shapes
 from vgpu_operator.agent.dra import sysfs as dra_sysfs
 from vgpu_operator.agent.dra.health_stream import HealthStream
 from vgpu_operator.agent.dra.mig_prepare import MigMaker

@@ -6,7 +6,10 @@ The file is a JSON list in the format of Karpenter's KWOK provider (its
 ``karpenter.sh/capacity-type``), ``architecture``, ``operatingSystems`` and ``resources``
 (cpu, memory, pods, ``nvidia.com/gpu``...), plus ``cards``: the devices the node's agent
 reports in its DeviceInventory (``status.devices``; ``vgpu-operator agent`` prints them on
-a machine of that type). Karpenter ignores ``cards``, so one file may serve both.
+a machine of that type). Karpenter ignores ``cards``, so one file may serve both. From the
+same cards the catalogue builds what the node's DRA driver would publish on the DRA path
+(``dra_shapes``, the agent's own code): a new node of a NodePool that labels its nodes for
+DRA is tried with those slices (``scheduling.autoscale.hypothetical``).
 
 Every entry is checked on its own: an entry that cannot be read, or has no cards, is left
 out with a sentence saying what to change (``Catalogue.problems``: logged, and said to a
@@ -25,7 +28,7 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 
-from vgpu_operator import resources
+from vgpu_operator import dra_shapes, resources
 from vgpu_operator.devices import plausibility
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError, ConfigError
@@ -117,6 +120,9 @@ def instance_type(entry: Any) -> InstanceType:
         raise ValueError(f"cards must name at most {plausibility.MAX_DEVICES} distinct UUIDs")
     try:
         devices, scores = resources.devices_from_cards(cards, "cards")
+        # The request defaults are the device config's, set per new node (``hypothetical``).
+        dra_cards = dra_shapes.card_shapes(cards, dra_shapes.RequestDefaults())
+        dra_mig_cards = dra_shapes.mig_card_shapes(cards)
     except CodecError as exc:
         raise ValueError(str(exc)) from None
     architecture = entry.get("architecture") or "amd64"
@@ -131,6 +137,8 @@ def instance_type(entry: Any) -> InstanceType:
         pair_scores=scores,
         architecture=architecture,
         operating_systems=tuple(systems),
+        dra_cards=tuple(dra_cards),
+        dra_mig_cards=tuple(dra_mig_cards),
     )
 
 

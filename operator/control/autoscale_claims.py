@@ -13,11 +13,14 @@ label too, as Karpenter copies a claim's labels onto its node).
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Final
 
+from vgpu_operator.scheduling.autoscale import catalogue
 from vgpu_operator.scheduling.autoscale.catalogue import (
     CAPACITY_TYPE_LABEL,
     INSTANCE_TYPE_LABEL,
@@ -169,3 +172,37 @@ def _single_values(requirements: Any) -> dict[str, str]:
         if isinstance(r, Mapping) and r.get("operator") == "In" and len(r.get("values") or ()) == 1:
             values[str(r.get("key"))] = str(r["values"][0])
     return values
+
+
+def with_claims_counted(
+    options: Sequence[catalogue.NodeOption],
+    claims: Sequence[NodeClaimFacts],
+    types: Sequence[catalogue.InstanceType],
+) -> list[catalogue.NodeOption]:
+    """The options with each NodePool's use counted from its claims too (whoever made
+    them: its status catches up with new claims only later), the larger of the two."""
+    capacity = {t.name: t.capacity for t in types}
+    counted: dict[str, dict[str, Fraction]] = {}
+    for claim in claims:
+        if claim.pool is None or claim.deleting:
+            continue
+        use = counted.setdefault(claim.pool, {})
+        for resource, amount in {
+            **capacity.get(claim.instance_type or "", {}),
+            catalogue.NODES_LIMIT: Fraction(1),
+        }.items():
+            use[resource] = use.get(resource, Fraction(0)) + amount
+    pools: dict[str, catalogue.NodePool] = {}
+    out: list[catalogue.NodeOption] = []
+    for option in options:
+        pool = pools.get(option.pool.name)
+        if pool is None:
+            use = counted.get(option.pool.name, {})
+            used = {
+                k: max(option.pool.used.get(k, Fraction(0)), use.get(k, Fraction(0)))
+                for k in {*option.pool.used, *use}
+            }
+            pool = dataclasses.replace(option.pool, used=used)
+            pools[pool.name] = pool
+        out.append(dataclasses.replace(option, pool=pool))
+    return out

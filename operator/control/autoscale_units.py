@@ -8,7 +8,12 @@ when it was planned on a node already requested. Left out:
   one an instance type lists (whole ``nvidia.com/gpu``), and they carry no HAMi annotation
   (card type, UUID, NUMA...) that Karpenter would not honour. Karpenter provisions for them;
   a node is never asked for twice.
-- pods with ResourceClaims (the DRA path is not planned on an overlay yet).
+
+Pods with ResourceClaims are planned like the others (Karpenter's own simulation passes
+over them: it ignores pods with DRA requests), their claims fitted by the claims dialect.
+A claim still to be made from a ResourceClaimTemplate is taken as the claim controller
+would make it (``claim_templates``): the unit carries it, and the pod as the controller
+leaves it; a pod whose template is not there is left out, told which.
 
 A PodGroup's waiting members form one unit (its spec and members as the worker decides
 them, ``gang_runtime.GangRuntime.group_input``). At most ``limit`` units, the most
@@ -17,17 +22,25 @@ important first (priority, then age).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+import dataclasses
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any, Final
+
+import structlog
 
 from vgpu_operator.control import gang_runtime
 from vgpu_operator.devices import catalog
 from vgpu_operator.scheduling import preemption
 from vgpu_operator.scheduling.autoscale.whatif import Unit
+from vgpu_operator.scheduling.dialects.claims import claim_templates
 from vgpu_operator.scheduling.gangs import GroupError
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.wire import Pod, meta_of
 
+log = structlog.get_logger("vgpu_operator.autoscaler")
+
+#: The most ResourceClaimTemplates one round reads (pods whose claims are still to be made).
+TEMPLATE_READS: Final = 16
 #: Resources every instance type has (a pod asking only for these and listed ones is
 #: Karpenter's to serve).
 STANDARD_RESOURCES: Final = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
@@ -56,8 +69,34 @@ def karpenter_serves(pod: Mapping[str, Any], listed: Collection[str]) -> bool:
     return True
 
 
-def uses_claims(pod: Mapping[str, Any]) -> bool:
-    return bool((pod.get("spec") or {}).get("resourceClaims"))
+async def read_templates(
+    read: Callable[[str, str], Awaitable[Mapping[str, Any] | None]], pods: Iterable[Pod]
+) -> dict[str, Mapping[str, Any]]:
+    """The ResourceClaimTemplates of the pods whose claims the claim controller has not
+    made yet (a moment after their creation), by ``namespace/name``: at most
+    ``TEMPLATE_READS`` a round; one that cannot be read is left out (its pods are told it
+    was not found), it stops no round."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for key in template_keys(pods)[:TEMPLATE_READS]:
+        namespace, name = key.split("/", 1)
+        try:
+            template = await read(namespace, name)
+        except Exception as exc:
+            log.debug("autoscale_template_unread", template=key, error=str(exc))
+            continue
+        if template is not None:
+            found[key] = template
+    return found
+
+
+def template_keys(pods: Iterable[Pod]) -> list[str]:
+    """The ``namespace/name`` of the templates whose claims the pods wait for, each once."""
+    found: dict[str, None] = {}
+    for pod in pods:
+        namespace = meta_of(pod).get("namespace") or "default"
+        for template in claim_templates.pending_templates(pod).values():
+            found[f"{namespace}/{template}"] = None
+    return list(found)
 
 
 def _importance(pod: Pod) -> tuple[int, str, str]:
@@ -79,17 +118,17 @@ def gather(
     gangs: gang_runtime.GangRuntime | None,
     pins: Mapping[PodKey, str],
     limit: int,
+    templates: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[Unit], dict[PodKey, str]]:
-    """The units to plan for, and the pods left out with why (Karpenter's, DRA, bounds)."""
+    """The units to plan for, and the pods left out with why (Karpenter's, bounds, a
+    template not found). ``templates``: the ResourceClaimTemplates the pods' claims still
+    to be made come from, by ``namespace/name``."""
     singles: list[Pod] = []
     groups: dict[str, Pod] = {}
     left: dict[PodKey, str] = {}
     for pod in sorted(waiting, key=_importance):
         key = pod_key(pod)
         if in_books(key) or not (parked(key) or key in planned):
-            continue
-        if uses_claims(pod):
-            left[key] = "pods with ResourceClaims are not planned for yet"
             continue
         if karpenter_serves(pod, listed):
             continue  # Karpenter's own simulation provisions for it
@@ -106,6 +145,8 @@ def gather(
         group = gang_runtime.GangRuntime.group_of(pod)
         unit = _single(pod, pins) if group is None else _group(group, gangs, pins, left)
         if unit is not None:
+            unit = _with_claims(unit, templates or {}, left)
+        if unit is not None:
             units.append(unit)
     return units, left
 
@@ -113,6 +154,26 @@ def gather(
 def _single(pod: Pod, pins: Mapping[PodKey, str]) -> Unit:
     key = pod_key(pod)
     return Unit(str(key), (pod,), pinned=pins.get(key))
+
+
+def _with_claims(
+    unit: Unit, templates: Mapping[str, Mapping[str, Any]], left: dict[PodKey, str]
+) -> Unit | None:
+    """The unit with its pods' template claims still to be made, as the claim controller
+    would make them; None (each pod told why) when a template is not there."""
+    if not any(claim_templates.pending_templates(p) for p in unit.pods):
+        return unit
+    pods: list[Mapping[str, Any]] = []
+    claims: list[Mapping[str, Any]] = []
+    for pod in unit.pods:
+        made = claim_templates.with_template_claims(pod, templates)
+        if isinstance(made, str):
+            for key in unit.keys:
+                left[key] = f"{made}: it cannot be planned for"
+            return None
+        pods.append(made[0])
+        claims.extend(made[1])
+    return dataclasses.replace(unit, pods=tuple(pods), claims=tuple(claims))
 
 
 def _group(

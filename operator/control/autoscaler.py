@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, Protocol
 
 import structlog
 
 from vgpu_operator.control import (
     autoscale_claims,
+    autoscale_holds,
     autoscale_shrink,
     autoscale_units,
     feed,
@@ -44,8 +43,10 @@ from vgpu_operator.control import (
 )
 from vgpu_operator.control.autoscale_catalogue import Catalogue
 from vgpu_operator.control.options import AutoscaleOptions
+from vgpu_operator.metrics.autoscale import AutoscaleMetrics, ClaimEvent
 from vgpu_operator.scheduling.autoscale import catalogue, search, shrink
 from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit
+from vgpu_operator.scheduling.books.entries import is_dra_node
 from vgpu_operator.scheduling.cycle import ClusterState
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
@@ -67,6 +68,7 @@ class KarpenterApi(Protocol):
     async def delete_claim(self, name: str) -> bool: ...
     async def pods_on(self, node: str) -> list[dict[str, Any]]: ...
     async def nominate(self, namespace: str, name: str, node: str | None) -> bool: ...
+    async def template(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
 @dataclass
@@ -111,6 +113,7 @@ class Autoscaler:
         wall_clock: Callable[[], float] = time.time,
         cpu_clock: Callable[[], float] = time.process_time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        metrics: AutoscaleMetrics | None = None,
     ) -> None:
         self._state = state
         self._books = DefragBooks(state)
@@ -124,6 +127,7 @@ class Autoscaler:
         self._wall_clock = wall_clock
         self._cpu_clock = cpu_clock
         self._sleep = sleep
+        self._metrics = metrics if metrics is not None else AutoscaleMetrics(None)
         self._budget = search.SearchBudget(max_seconds=settings.max_search_s)
         self.requests: dict[str, NodeClaimRequest] = {}
         #: Per pod, what it is told it waits for (``note``), and the claim it is nominated to.
@@ -186,31 +190,37 @@ class Autoscaler:
         now = self._wall_clock()
         read = await self._read(now)
         await self._follow(read, now)
+        on_way = self._on_their_way()
         expecting = {
             k
             for r in self.requests.values()
             if r.arrived is not None and now - r.arrived_at < self._settings.node_timeout_s
             for k in r.pods
         }
+        waiting = [
+            p
+            for p in self._feed.waiting_for(self._feed.scheduler_name)
+            if pod_key(p) not in expecting
+        ]
         units, left = autoscale_units.gather(
-            [
-                p
-                for p in self._feed.waiting_for(self._feed.scheduler_name)
-                if pod_key(p) not in expecting
-            ],
-            planned={k for r in self.requests.values() if r.arrived is None for k in r.pods},
+            waiting,
+            planned={k for r in on_way for k in r.pods},
             parked=self._queue.is_unschedulable,
             in_books=self._in_books,
             listed=self._listed(),
             gangs=self._gangs,
-            pins={k: r.claim for r in self.requests.values() if r.arrived is None for k in r.pods},
+            pins={k: r.claim for r in on_way for k in r.pods},
             limit=self._settings.max_pods,
+            templates=await autoscale_units.read_templates(self._api.template, waiting),
         )
-        requested = [Slot(r.claim, r.option) for r in self.requests.values() if r.arrived is None]
+        requested = [Slot(r.claim, r.option) for r in on_way]
         if not units and not requested:
             self._tell({}, left)
+            self._metrics.round_idle()
+            self._metrics.in_flight(())
             await self._scale_down(read, now)
             return None
+        began = self._cpu_clock()
         plan = search.plan(
             self._state.books,
             units,
@@ -221,8 +231,31 @@ class Autoscaler:
             clock=self._cpu_clock,
         )
         self.last_plan = plan
+        unplaceable = sum(len(u.keys) for u in units if u.key in plan.unplaceable)
+        self._metrics.planned(self._cpu_clock() - began, unplaceable)
         await self._carry_out(plan, units, left, read, now)
+        self._metrics.in_flight(
+            (r.option.instance_type.name, r.option.price)
+            for r in self.requests.values()
+            if r.arrived is None
+        )
         return plan
+
+    def _on_their_way(self) -> list[NodeClaimRequest]:
+        """The requests the next plan counts as nodes requested: those whose node has not
+        arrived, and those whose node has but holds a gang's members not held yet (a gang
+        is held whole once all its nodes are here: until then it is planned on its
+        requests, so that a round between two arrivals asks for no third node)."""
+        out = []
+        for request in self.requests.values():
+            if request.arrived is None or any(
+                (pod := self._feed.pending_pod(k)) is not None
+                and not self._in_books(k)
+                and gang_runtime.GangRuntime.group_of(pod) is not None
+                for k in request.pods
+            ):
+                out.append(request)
+        return out
 
     def _batching(self, units: Sequence[Unit], now: float) -> bool:
         """Whether new pods are still coming in (Karpenter's batching window): no new
@@ -272,6 +305,7 @@ class Autoscaler:
                 log.debug("autoscale_node_kept", node=candidate.node, reason=out)
                 continue
             await self._api.delete_claim(candidate.claim)
+            self._metrics.claim(ClaimEvent.GIVEN_BACK)
             self._quiet_until = now + settings.node_timeout_s / 4
             log.info(
                 "autoscale_node_given_back",
@@ -303,7 +337,7 @@ class Autoscaler:
         every = [c for c in map(autoscale_claims.read_claim, await self._api.node_claims()) if c]
         read.every = every
         read.claims = {c.name: c for c in every if c.ours}
-        read.options = _with_claims_counted(read.options, every, self._types)
+        read.options = autoscale_claims.with_claims_counted(read.options, every, self._types.types)
         return read
 
     def _listed(self) -> frozenset[str]:
@@ -374,6 +408,7 @@ class Autoscaler:
     async def _withdraw(self, request: NodeClaimRequest, why: str) -> None:
         """Delete a claim that failed (its instance type cools off) and tell its pods."""
         del self.requests[request.claim]
+        self._metrics.claim(ClaimEvent.WITHDRAWN)
         self._cooling[request.option.key] = self._wall_clock() + self._settings.cool_off_s
         with contextlib.suppress(Exception):
             await self._api.delete_claim(request.claim)
@@ -389,22 +424,34 @@ class Autoscaler:
             self._queue.wake_one(pod)
 
     def _arrive(self, request: NodeClaimRequest, node: str, now: float) -> None:
-        """The claim's node is in the books with its inventory: the shares of its pods
-        are held there in the plan's order and the pods woken (the worker binds them). A
-        pod the node does not take yet (Karpenter's own taint until it registers the
-        node) is tried again next round."""
-        entry = self._state.books.nodes.get(node)
+        """The claim's node is in the books with its inventory: the shares of the pods
+        planned on the nodes arrived are held there in the plan's order, a gang's only
+        once all its nodes are here (``autoscale_holds``), and the pods woken (the worker
+        binds them). A pod the node does not take yet (Karpenter's own taint until it
+        registers the node) is tried again next round. Until a node has arrived, its claim
+        is a node on its way to the plans (no second one is asked for its pods)."""
+        books = self._state.books
+        entry = books.nodes.get(node)
         if entry is None or entry.inventory is None:
             return
+        if is_dra_node(entry) and books.claims.pool_of(node) is None:
+            return  # on the DRA path, a node is there for claims once its slice is read
         if request.arrived is None:
             request.arrived, request.arrived_at = node, now
             log.info("autoscale_node_arrived", claim=request.claim, node=node)
-        for key in request.pods:
-            pod = self._feed.pending_pod(key)
-            if pod is None or self._in_books(key):
-                continue
-            if self._books.hold(pod, node, frozenset(), now) is None:
-                continue
+        planned = [
+            autoscale_holds.Planned(key, r.arrived)
+            for r in self.requests.values()
+            for key in r.pods
+        ]
+        held = autoscale_holds.hold_arrived(
+            planned,
+            pending=self._feed.pending_pod,
+            in_books=self._in_books,
+            hold=lambda pod, at: self._books.hold(pod, at, frozenset(), now) is not None,
+            release=lambda key: self._books.release(key, frozenset()),
+        )
+        for key in held:
             self._notes.pop(key, None)
             self._feed.held_for(key)
 
@@ -431,6 +478,7 @@ class Autoscaler:
                 continue  # its node joined meanwhile: a node now, never withdrawn
             request = self.requests.pop(name, None)
             if request is not None:
+                self._metrics.claim(ClaimEvent.UNNEEDED)
                 log.info("autoscale_claim_unneeded", claim=name)
                 with contextlib.suppress(Exception):
                     await self._api.delete_claim(name)
@@ -447,6 +495,7 @@ class Autoscaler:
                 continue
             names[slot.name] = claim
             self.requests[claim] = NodeClaimRequest(claim, slot.option, now)
+            self._metrics.claim(ClaimEvent.CREATED)
             log.info(
                 "autoscale_claim_created",
                 claim=claim,
@@ -541,37 +590,3 @@ class Autoscaler:
                 self._nominated.pop(key, None)
             else:
                 self._nominated[key] = claim
-
-
-def _with_claims_counted(
-    options: Sequence[catalogue.NodeOption],
-    claims: Sequence[autoscale_claims.NodeClaimFacts],
-    types: Catalogue,
-) -> list[catalogue.NodeOption]:
-    """The options with each NodePool's use counted from its claims too (whoever made
-    them: its status catches up with new claims only later), the larger of the two."""
-    capacity = {t.name: t.capacity for t in types.types}
-    counted: dict[str, dict[str, Fraction]] = {}
-    for claim in claims:
-        if claim.pool is None or claim.deleting:
-            continue
-        use = counted.setdefault(claim.pool, {})
-        for resource, amount in {
-            **capacity.get(claim.instance_type or "", {}),
-            catalogue.NODES_LIMIT: Fraction(1),
-        }.items():
-            use[resource] = use.get(resource, Fraction(0)) + amount
-    pools: dict[str, catalogue.NodePool] = {}
-    out: list[catalogue.NodeOption] = []
-    for option in options:
-        pool = pools.get(option.pool.name)
-        if pool is None:
-            use = counted.get(option.pool.name, {})
-            used = {
-                k: max(option.pool.used.get(k, Fraction(0)), use.get(k, Fraction(0)))
-                for k in {*option.pool.used, *use}
-            }
-            pool = dataclasses.replace(option.pool, used=used)
-            pools[pool.name] = pool
-        out.append(dataclasses.replace(option, pool=pool))
-    return out

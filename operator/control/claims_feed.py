@@ -16,7 +16,7 @@ slice whose devices came out differently wakes the DRA path's pods, as any slice
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
 import structlog
@@ -75,6 +75,9 @@ class ClaimFeed:
         self._rules: dict[str, taint_rules.TaintRule] = {}
         #: Namespaces labelled for adminAccess (the watch selects only those).
         self._admin_namespaces: set[str] = set()
+        #: A node's slice changed what the engine reads (the autoscaler holds the pods
+        #: planned on a new DRA node once its slice is here: ``Autoscaler.node_changed``).
+        self.on_slice_changed: Callable[[str], None] = lambda node: None
 
     # --- slices ------------------------------------------------------------------------
     def slice_event(self, event_type: str | None, obj: ResourceSlice) -> None:
@@ -105,6 +108,9 @@ class ClaimFeed:
         digest = pod_facts.digest(tainted.get("spec"))
         if self._slice_digests.get(name) != digest:
             self._slice_digests[name] = digest
+            node = (tainted.get("spec") or {}).get("nodeName")
+            if isinstance(node, str) and node:
+                self.on_slice_changed(node)
             self._wake_claim_pods(queue.ClusterEvent.INVENTORY_CHANGED)
 
     def _forget_slice(self, name: str) -> None:

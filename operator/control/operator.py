@@ -206,6 +206,7 @@ class Operator:
                 _read_catalogue(options.autoscale),
                 options.autoscale,
                 decides=lambda: self.is_leader() and self.synced,
+                metrics=self.metrics.autoscale(),
             )
             if options.autoscale is not None
             else None
@@ -239,6 +240,7 @@ class Operator:
         self.feed.on_settled = self.worker.node_settled
         if self.autoscaler is not None:
             self.feed.on_node_changed = self.autoscaler.node_changed
+            self.claim_feed.on_slice_changed = self.autoscaler.node_changed
         self.feed.queue_priority = self.pod_groups.queue_priority
         self.deferred.busy = self.worker.busy
 

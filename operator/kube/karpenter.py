@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from vgpu_operator.kube import eviction, pods, requests
+from vgpu_operator.kube import claims, eviction, pods, requests
 from vgpu_operator.kube.requests import ApiClient
 
 NODE_POOLS: Final = "/apis/karpenter.sh/v1/nodepools"
@@ -87,3 +87,6 @@ class KubeKarpenter:
 
     async def nominate(self, namespace: str, name: str, node: str | None) -> bool:
         return await eviction.set_nominated_node(self._api, namespace, name, node)
+
+    async def template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await claims.read_template(self._api, namespace, name)

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from vgpu_operator.metrics.autoscale import AutoscaleMetrics
 from vgpu_operator.metrics.engine_figures import (
     ENGINE_COPY_TIMEOUT_S,
     NOTHING_WAITING,
@@ -78,6 +79,7 @@ class OperatorMetrics:
         # process_cpu_seconds_total, process_resident_memory_bytes, open fds...
         ProcessCollector(registry=self._own)
         self._defrag: DefragMetrics | None = None
+        self._autoscale: AutoscaleMetrics | None = None
         self._engine_loop: asyncio.AbstractEventLoop | None = None
         self._last_copy: EngineFigures = ([], {}, NOTHING_WAITING)
         self._stale = Gauge(
@@ -220,6 +222,12 @@ class OperatorMetrics:
         if self._defrag is None:
             self._defrag = DefragMetrics(self)
         return self._defrag
+
+    def autoscale(self) -> AutoscaleMetrics:
+        """The autoscaler's series (``metrics.autoscale``), registered once."""
+        if self._autoscale is None:
+            self._autoscale = AutoscaleMetrics(self._own)
+        return self._autoscale
 
     def leadership(self, active: bool) -> None:
         self._leader.set(1 if active else 0)

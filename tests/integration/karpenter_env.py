@@ -10,12 +10,14 @@ which ignores the ``cards`` key) and the operator's catalogue (``--autoscale-ins
 ``NodeAgents`` watches the Nodes; for each node labelled with one of the instance types
 (Karpenter's ``node.kubernetes.io/instance-type``) it starts the agent on a copy of that
 type's machine, as the DaemonSet would start on a new node, so its DeviceInventory and its
-Lease appear as on a real node; it stops an agent whose node is gone.
+Lease appear as on a real node (and, on a node its NodePool labels for the DRA path, its
+ResourceSlice: the agent is also its DRA driver); it stops an agent whose node is gone.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from integration.test_agent import AgentThread, quick_settings
 from vgpu_operator.agent import inventory as agent_inventory
 from vgpu_operator.agent.sim_machine import resolve_machine_path
 from vgpu_operator.agent.simulated import SimulatedBackend
+from vgpu_operator.devices import dra
 from vgpu_operator.testing import karpenter
 from vgpu_operator.testing.controlplane import AdminRequestError, ControlPlane
 
@@ -189,11 +192,26 @@ class NodeAgents:
                 continue
             present.add(name)
             if name not in self._agents:
-                agent = AgentThread(quick_settings(name), self._machines[kind], self._kubeconfig)
+                on_dra = node["metadata"]["labels"].get(dra.NODE_PATH_LABEL) == dra.PATH_DRA
+                settings = _dra_settings(name) if on_dra else quick_settings(name)
+                agent = AgentThread(settings, self._machines[kind], self._kubeconfig)
                 agent.start()
                 self._agents[name] = agent
         for name in set(self._agents) - present:
             self._agents.pop(name).stop()
+
+
+def _dra_settings(node: str) -> Any:
+    """The agent's settings as the node's DRA driver too (its own directories; sockets
+    under a short path: unix socket paths are limited to 108 bytes)."""
+    work = Path(tempfile.mkdtemp(prefix="kdra-"))
+    return quick_settings(
+        node,
+        hami_core_dir=str(work / "vgpu"),
+        dra_plugins_dir=str(work / "plugins"),
+        dra_registry_dir=str(work / "registry"),
+        cdi_dir=str(work / "cdi"),
+    )
 
 
 def nodes_of_pools(cp: ControlPlane) -> Iterator[dict[str, Any]]:

@@ -344,8 +344,12 @@ def test_a_claim_no_pod_needs_any_more_is_withdrawn(harness: Harness) -> None:
         claim = env.wait_until("a claim", lambda: _pool_claims(cp, pool) or None, 60)[0][
             "metadata"
         ]["name"]
-        pod = env.get_pod(cp, namespace, "left")
-        assert pod["status"].get("nominatedNodeName") == claim
+        # The pod is nominated right after its claim is made (the claim comes first).
+        env.wait_until(
+            "the pod nominated to its claim",
+            lambda: env.get_pod(cp, namespace, "left")["status"].get("nominatedNodeName") == claim,
+            30,
+        )
         cp.delete(f"/api/v1/namespaces/{namespace}/pods/left")
         env.wait_until("the claim to be withdrawn", lambda: not _pool_claims(cp, pool), 60)
 

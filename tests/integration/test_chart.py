@@ -343,6 +343,45 @@ def test_defragmentation_and_its_plan_reader_are_optional(helm: Path) -> None:
     assert readers == {("ClusterRole", None), ("Role", "gpu-system"), ("Role", "vgpu-node-leases")}
 
 
+def test_autoscaling_is_optional_and_its_values_become_the_operators_flags(helm: Path) -> None:
+    defaults = render(helm, crds=False)
+    container = _one(defaults, "Deployment", "vgpu-operator")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert not [a for a in container["args"] if "autoscale" in a]
+    assert not [k for k in defaults if k[3] == "vgpu-autoscale-instance-types"]
+    objs = render(
+        helm,
+        {
+            "scheduler.autoscale.enabled": True,
+            "scheduler.autoscale.interval": 2,
+            "scheduler.autoscale.nodeTimeout": 300,
+            "scheduler.autoscale.scaleDown.minSavingsPerHour": 5,
+        },
+        crds=False,
+    )
+    spec = _one(objs, "Deployment", "vgpu-operator")["spec"]["template"]["spec"]
+    assert [a for a in spec["containers"][0]["args"] if "autoscale" in a] == [
+        "--autoscale-instance-types=/etc/vgpu-autoscale/instance-types.json",
+        "--autoscale-interval=2",
+        "--autoscale-node-timeout=300",
+        "--autoscale-scale-down-min-savings=5",
+    ]
+    assert {"name": "autoscale", "configMap": {"name": "vgpu-autoscale-instance-types"}} in spec[
+        "volumes"
+    ]
+    assert [k for k in objs if k[3] == "vgpu-autoscale-instance-types"]
+    kept = render(
+        helm,
+        {"scheduler.autoscale.enabled": True, "scheduler.autoscale.scaleDown.enabled": False},
+        crds=False,
+    )
+    args = _one(kept, "Deployment", "vgpu-operator")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "--no-autoscale-scale-down" in args
+
+
 # --- the README's helm install on a fresh API server --------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from vgpu_operator.metrics import OperatorMetrics, PreemptionResult, Result, WebhookResult
+from vgpu_operator.metrics.autoscale import ClaimEvent
 from vgpu_operator.scheduling.cycle.cluster import DeviceUsageRow
 
 ROW = DeviceUsageRow("n1", "GPU-0", "NVIDIA", "A100", 2, 10, 3000, 40960, 50, 100)
@@ -215,3 +216,28 @@ def test_what_the_fragmentation_policy_has_learned_is_a_gauge_of_few_series() ->
     assert line in text
     shapes = [s for s in text.splitlines() if s.startswith("vgpu_operator_fragmentation_learned")]
     assert len(shapes) == len(learned)
+
+
+def test_the_autoscalers_series_exist_at_zero_and_follow_its_rounds() -> None:
+    metrics = OperatorMetrics()
+    autoscale = metrics.autoscale()
+    assert metrics.autoscale() is autoscale  # registered once
+    get = metrics.registry.get_sample_value
+    assert get("vgpu_operator_autoscale_rounds_total", {"result": "planned"}) == 0
+    assert get("vgpu_operator_autoscale_claims_total", {"event": "withdrawn"}) == 0
+    autoscale.planned(0.03, unplaceable_pods=2)
+    autoscale.in_flight([("gpu-8xh100", 98.32), ("gpu-4xl40s", 12.0), ("gpu-4xl40s", 12.0)])
+    autoscale.claim(ClaimEvent.CREATED)
+    assert get("vgpu_operator_autoscale_rounds_total", {"result": "planned"}) == 1
+    assert get("vgpu_operator_autoscale_search_cpu_seconds_sum") == 0.03
+    assert get("vgpu_operator_autoscale_unplaceable_pods") == 2
+    assert get("vgpu_operator_autoscale_planned_nodes", {"instance_type": "gpu-4xl40s"}) == 2
+    assert get("vgpu_operator_autoscale_planned_price_per_hour") == 98.32 + 24.0
+    assert get("vgpu_operator_autoscale_claims_total", {"event": "created"}) == 1
+    # The claims arrived: every type goes back to 0, none is left at its last count.
+    autoscale.round_idle()
+    autoscale.in_flight(())
+    assert get("vgpu_operator_autoscale_planned_nodes", {"instance_type": "gpu-4xl40s"}) == 0
+    assert get("vgpu_operator_autoscale_planned_nodes", {"instance_type": "gpu-8xh100"}) == 0
+    assert get("vgpu_operator_autoscale_planned_price_per_hour") == 0
+    assert get("vgpu_operator_autoscale_rounds_total", {"result": "idle"}) == 1

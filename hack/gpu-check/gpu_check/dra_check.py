@@ -1,6 +1,6 @@
 """The ResourceSlice the agent's DRA driver would publish for the same reading.
 
-Built by the driver's own code (``vgpu_operator.agent.dra.shapes.card_shapes`` and
+Built by the driver's own code (``vgpu_operator.dra_shapes.card_shapes`` and
 ``vgpu_operator.devices.dra.slice_wire``) from the inventory status the first step read,
 with the default device config's request defaults and the machine's sysfs for PCIe roots
 (the NVML backend only; a simulated machine has none). Every card the inventory reports
@@ -18,8 +18,9 @@ import yaml
 
 from gpu_check.context import Run
 from gpu_check.outcome import CheckResult, failed, passed, skipped
+from vgpu_operator import dra_shapes as shapes
 from vgpu_operator import resources
-from vgpu_operator.agent.dra import shapes, sysfs
+from vgpu_operator.agent.dra import sysfs
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, nvidia
 
@@ -53,7 +54,7 @@ def resource_slice(run: Run) -> CheckResult:
         return skipped(NAME, "no inventory reading (its check failed)")
     real_sysfs = run.options.backend == "nvml"
     cards = shapes.card_shapes(
-        run.status, _defaults(), sysfs.pcie_root if real_sysfs else (lambda bus_id: None)
+        run.status.devices, _defaults(), sysfs.pcie_root if real_sysfs else (lambda bus_id: None)
     )
     wire = dra.slice_wire(run.options.node_name, cards, generation=1, owner=None)
     details = ["```yaml", yaml.safe_dump(wire, sort_keys=False).rstrip(), "```"]

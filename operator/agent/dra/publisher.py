@@ -23,9 +23,10 @@ from typing import Protocol
 
 import structlog
 
+from vgpu_operator import dra_shapes as shapes
 from vgpu_operator import resources
 from vgpu_operator.agent.backoff import Backoff, wait_or_stop
-from vgpu_operator.agent.dra import mig_prepare, shapes
+from vgpu_operator.agent.dra import mig_prepare
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.wire import OwnerReference, ResourceSlice
 
@@ -109,8 +110,12 @@ class SlicePublisher:
     def _rebuild(self) -> None:
         if self._status is None:
             return
-        self._cards = shapes.card_shapes(self._status, self.defaults, self._pcie_root)
-        self._mig_cards = shapes.mig_card_shapes(self._status, self._own_instances())
+        devices, own = self._status.devices, self._own_instances()
+        self._cards = shapes.card_shapes(devices, self.defaults, self._pcie_root)
+        self._mig_cards = shapes.mig_card_shapes(devices, own)
+        for device in devices:
+            for instance in shapes.unreadable_instances(device.mig_instances, own):
+                log.warning("mig_instance_placement_unknown", instance=instance)
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:

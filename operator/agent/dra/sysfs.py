@@ -10,18 +10,9 @@ import re
 from pathlib import Path
 from typing import Final
 
+from vgpu_operator.dra_shapes import sysfs_bus_id
+
 _ROOT: Final = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
-_BUS_ID: Final = re.compile(
-    r"^(?:[0-9a-fA-F]*?)([0-9a-fA-F]{4}):([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])$"
-)
-
-
-def sysfs_bus_id(bus_id: str) -> str | None:
-    """NVML's ``00000000:3B:00.0`` -> sysfs's ``0000:3b:00.0``; None when unreadable."""
-    match = _BUS_ID.match(bus_id)
-    if match is None:
-        return None
-    return f"{match.group(1)}:{match.group(2)}".lower()
 
 
 def pcie_root(bus_id: str, sys_root: Path = Path("/sys")) -> str | None:

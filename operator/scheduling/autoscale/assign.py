@@ -99,7 +99,7 @@ class Assigner:
             self.placements += 1
             decision = self._engine.schedule(held(pod, name), self._now)
             if not decision.scheduled:
-                self._engine.overlay.drop_pod(key)
+                self._engine.rollback(key)
                 continue
             self.where[key] = name
             if self._place(rest):

@@ -2,7 +2,8 @@
 
 An ``InstanceType`` is a machine the cloud can make: its offerings (price, zone, capacity
 type), architecture, capacity, and its cards as the node's agent registers them (the
-DeviceInventory's devices, read by ``control.autoscale_catalogue``). A ``NodePool`` is
+DeviceInventory's devices, read by ``control.autoscale_catalogue``) and, for a node on the
+DRA path, publishes them (the card shapes of its ResourceSlices). A ``NodePool`` is
 Karpenter's: the requirements its nodes meet, the labels and taints they carry, its
 limits and what its nodes use now. A ``NodeOption`` is one node that may be added: an
 instance type from one NodePool, in one offering (zone and capacity type), with the
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from vgpu_operator.devices import model
+from vgpu_operator.devices import dra, dra_mig, model
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
 
@@ -59,6 +60,10 @@ class InstanceType:
     pair_scores: model.PairScores = field(default_factory=dict)
     architecture: str = "amd64"
     operating_systems: tuple[str, ...] = ("linux",)
+    #: The cards its agent would publish on the DRA path (``dra_shapes``, built by the
+    #: catalogue from the same cards): shared cards, and cards in MIG mode.
+    dra_cards: tuple[dra.CardShape, ...] = ()
+    dra_mig_cards: tuple[dra_mig.MigCardShape, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

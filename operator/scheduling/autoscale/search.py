@@ -30,6 +30,7 @@ queue, not only the walk's.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,12 +38,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from vgpu_operator.devices import dra
 from vgpu_operator.scheduling.autoscale import assign
 from vgpu_operator.scheduling.autoscale.catalogue import NodeOption
 from vgpu_operator.scheduling.autoscale.hypothetical import NEW_NODE_PREFIX, NodeFactory
 from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit, WhatIfEngine, pod_shape
 from vgpu_operator.scheduling.books import Books
 from vgpu_operator.scheduling.cycle import Decision
+from vgpu_operator.scheduling.cycle.plugin import Unread
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 
 #: Why a unit that fits no node alone is left out, when its trial gave no diagnosis.
@@ -127,6 +130,8 @@ class _Search:
         self._clock = clock
         self._started = clock() if clock is not None else 0.0
         self._extra: dict[str, Fraction] = {}
+        #: The units' claims not made yet (every trial's overlay holds them).
+        self.claims: list[Mapping[str, Any]] = []
 
     def spent(self) -> bool:
         if self.trials >= self.budget.max_trials:
@@ -137,6 +142,7 @@ class _Search:
 
     def engine(self, new: Sequence[NodeOption]) -> WhatIfEngine:
         engine = WhatIfEngine(self.live, self.factory)
+        engine.add_claims(self.claims)
         for slot in self.requested:
             engine.add(slot)
         for slot in self._slots(new):
@@ -206,6 +212,7 @@ def plan(
     decision cycle places every unit of ``units`` that some node would hold; see the
     module docstring. ``clock`` bounds the search in seconds too (None: trials only)."""
     search = _Search(live, options, requested, now, budget, clock)
+    search.claims = [claim for unit in units for claim in unit.claims]
     units = _ordered(search, units)
     first = search.trial((), units)
     if not first.failed:
@@ -237,7 +244,7 @@ def _plan(
 def _unpinned(unit: Unit) -> Unit:
     if unit.pinned is None:
         return unit
-    return Unit(unit.key, unit.pods, unit.group, unit.bound, unit.scheduler_names)
+    return dataclasses.replace(unit, pinned=None)
 
 
 def _ordered(search: _Search, units: Sequence[Unit]) -> list[Unit]:
@@ -256,32 +263,51 @@ def _ordered(search: _Search, units: Sequence[Unit]) -> list[Unit]:
     return [*pinned, *rest]
 
 
+def _needs(engine: WhatIfEngine, pod: Mapping[str, Any]) -> list[tuple[int, int, int]]:
+    """Per request of the pod: cards, and memory (MiB) and cores each card must give. A
+    percentage of a card's memory, or an amount a claim does not name, counts as none
+    (a lower bound). A pod with claims: its claims' requests (``claims_plugin``)."""
+    read = engine.cycle.parse(pod_key(pod), pod)
+    if read.job is None:
+        return []
+    if not read.uses_claims:
+        return [
+            (count, mib if percent < 0 else 0, cores)
+            for _vendor, count, mib, percent, cores in read.job.needs
+        ]
+    request = engine.cycle.claims.request(read)
+    if isinstance(request, Unread):
+        return []
+    return [
+        (
+            r.count,
+            int(r.capacity.get(dra.MEMORY, 0) // dra.MIB),
+            int(r.capacity.get(dra.CORES, 0)),
+        )
+        for claim in request.wanted.pending
+        for r in claim.requests
+    ]
+
+
 def _demand(engine: WhatIfEngine, unit: Unit) -> tuple[int, int, int, int]:
     """Cores and memory (MiB) the most demanding card of the unit must give, then the
     memory and cards it wants in all."""
     card_cores = card_memory = 0
     for pod in unit.pods:
-        read = engine.cycle.parse(pod_key(pod), pod)
-        if read.job is None:
-            continue
-        for _vendor, _count, mib, percent, cores in read.job.needs:
+        for _count, mib, cores in _needs(engine, pod):
             card_cores = max(card_cores, cores)
-            card_memory = max(card_memory, mib if percent < 0 else 0)
+            card_memory = max(card_memory, mib)
     memory, cards, _ = _size(engine, unit)
     return card_cores, card_memory, memory, cards
 
 
 def _size(engine: WhatIfEngine, unit: Unit) -> tuple[int, int, int]:
-    """Memory (MiB), cards and cores the unit's pods ask for (a percentage of a card's
-    memory counts as none: a lower bound)."""
+    """Memory (MiB), cards and cores the unit's pods ask for (``_needs``: a lower bound)."""
     memory = cards = cores = 0
     for pod in unit.pods:
-        read = engine.cycle.parse(pod_key(pod), pod)
-        if read.job is None:
-            continue
-        for _vendor, count, mib, percent, card_cores in read.job.needs:
+        for count, mib, card_cores in _needs(engine, pod):
             cards += count
-            memory += count * (mib if percent < 0 else 0)
+            memory += count * mib
             cores += count * card_cores
     return memory, cards, cores
 

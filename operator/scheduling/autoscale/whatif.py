@@ -5,7 +5,10 @@ some new nodes added.
 ``overlay.Overlay`` of the live books (preemption off, no verdicts), and the face
 ``gangs.decide_group`` takes, so that a PodGroup is placed whole exactly as the live worker
 places it. A ``Unit`` is what is placed whole: one pod, or the waiting members of a group.
-A pod alone is held to the new nodes by a ``nodeSelector`` term on a copy of it (the label
+A pod's claims are fitted by the claims dialect on the nodes' pools (a new node on the DRA
+path comes with the slices its agent would publish), its template claims not made yet as
+the claim controller would make them (``Unit.claims``). A pod alone is held to the new
+nodes by a ``nodeSelector`` term on a copy of it (the label
 ``WHAT_IF_LABEL`` that only new nodes carry): it waits because no live node holds it, and
 the walk then passes the live nodes by the node gate's first check. A pod nominated to a
 node already requested is held to that node (its name). Group members may also use the
@@ -39,6 +42,9 @@ class Unit:
     scheduler_names: tuple[str, ...] = ()
     #: The node already requested this unit was nominated to (held there), if any.
     pinned: str | None = None
+    #: Claims its pods name that do not exist yet: made from their templates as the claim
+    #: controller would make them (the pods' ``status.resourceClaimStatuses`` name them).
+    claims: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def keys(self) -> tuple[PodKey, ...]:
@@ -72,10 +78,17 @@ class WhatIfEngine:
         return self.cycle.schedule(pod, now, explain)
 
     def rollback(self, key: PodKey) -> None:
+        self.overlay.release_decided(key)
         self.overlay.drop_pod(key)
 
+    def add_claims(self, claims: Sequence[Mapping[str, Any]]) -> None:
+        """Claims that do not exist yet (units' template claims) join the what-if."""
+        for claim in claims:
+            self.overlay.add_claim(claim)
+
     def add(self, slot: Slot) -> None:
-        self.overlay.add_node(self._factory.make(slot.option, slot.name, self._added))
+        made = self._factory.make(slot.option, slot.name, self._added)
+        self.overlay.add_node(made.entry, made.pool, made.mig)
         self._added += 1
 
     def remove(self, name: str) -> None:
@@ -88,7 +101,7 @@ class WhatIfEngine:
             decision = self.schedule(held(unit.pods[0], unit.pinned), now)
             if decision.scheduled and decision.node is not None:
                 return {decision.pod: decision.node}, None
-            self.overlay.drop_pod(decision.pod)
+            self.rollback(decision.pod)
             return {}, decision
         pods = [held(p, unit.pinned, alone=False) for p in unit.pods]
         out = gangs.decide_group(
@@ -102,7 +115,7 @@ class WhatIfEngine:
 
     def unplace(self, keys: Sequence[PodKey]) -> None:
         for key in keys:
-            self.overlay.drop_pod(key)
+            self.rollback(key)
 
 
 def pod_shape(pod: Mapping[str, Any]) -> str:

@@ -26,7 +26,6 @@ from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.devices import dra, model
-from vgpu_operator.devices.dra import VENDOR
 from vgpu_operator.scheduling.books import claim_ledger, group_claims, group_victims
 from vgpu_operator.scheduling.books.claim_ledger import Decided, Hold
 from vgpu_operator.scheduling.cel import claim_cel
@@ -323,14 +322,8 @@ class ClaimBooks:
             self._hooks.quota_ledger().remove_sums(*counted)
 
     def _sums(self, hold: Hold) -> dict[str, tuple[int, int]]:
-        cards = {d.id: model.DeviceUsage.from_info(d) for d in self._hooks.registered_on(hold.node)}
-        booked = claim_ledger.bookings(hold, cards)
-        memory = sum(b.memory_mib for b in booked)
-        mig = self._migs.get(hold.node)
-        if mig is not None:
-            # A MIG instance counts its memory, as HAMi counts a MIG card's (no cores).
-            memory += claim_mig.held_memory_mib(mig, (s.device for s in hold.shares))
-        return {VENDOR: (memory, sum(b.cores for b in booked))}
+        registered = self._hooks.registered_on(hold.node)
+        return claim_ledger.hold_sums(hold, registered, self._migs.get(hold.node))
 
     def requota(self) -> None:
         """Count the claims again in a new quota ledger (the config changed)."""

@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling.dialects.annotation import placement
-from vgpu_operator.scheduling.dialects.claims import claim_configs, claims
+from vgpu_operator.scheduling.dialects.claims import claim_configs, claim_mig, claims
 
 
 class Decided(enum.Enum):
@@ -75,6 +75,20 @@ def bookings(hold: Hold, cards: Mapping[str, model.DeviceUsage]) -> list[placeme
             slots = 1 if share.shares is None else _ceil_div(share.shares, 1)
         out.append(placement.Booking(card.id, card.vendor, memory, cores, slots))
     return out
+
+
+def hold_sums(
+    hold: Hold, registered: Sequence[model.DeviceInfo], mig: claim_mig.MigNode | None
+) -> dict[str, tuple[int, int]]:
+    """What ``hold`` counts in its namespace's quota: the memory and cores it books on
+    the node's cards (``registered``), and the memory of the MIG instances it holds."""
+    cards = {d.id: model.DeviceUsage.from_info(d) for d in registered}
+    booked = bookings(hold, cards)
+    memory = sum(b.memory_mib for b in booked)
+    if mig is not None:
+        # A MIG instance counts its memory, as HAMi counts a MIG card's (no cores).
+        memory += claim_mig.held_memory_mib(mig, (s.device for s in hold.shares))
+    return {dra.VENDOR: (memory, sum(b.cores for b in booked))}
 
 
 def _ceil_div(amount: Fraction, unit: int) -> int:

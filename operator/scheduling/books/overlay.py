@@ -9,11 +9,14 @@ node is the live one. The quota ledger is a copy (pods are parsed against it). T
 live books' bookings, quota, nominations, change log and freed room (the queue's hints)
 are never written, so a what-if cannot leave anything behind, and the books may change
 between two steps of a plan made in steps as long as the overlay holds no change then.
-Pods on the DRA path are not planned here (their holds live in the claims' part).
+On the DRA path a decision holds its claims' devices until the claims come back allocated
+(``claim_books``); on an overlay those holds are the overlay's own (``overlay_claims``),
+booked on its copies of the nodes' cards and in its copy of the quota ledger.
 
 Autoscaling's what-if (``autoscale``) also adds nodes that do not exist yet (``add_node``):
 entries built by the books' own code from the Node and inventory a new node of an instance
-type would have, walked, ranked and fitted like every other node, after all the live ones.
+type would have, walked, ranked and fitted like every other node, after all the live ones; a
+new node on the DRA path comes with the pool its agent would publish.
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ from typing import Any, TypeVar
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import model
 from vgpu_operator.scheduling import node_basics
-from vgpu_operator.scheduling.books import changes, pod_entries
+from vgpu_operator.scheduling.books import changes, claim_ledger, pod_entries
 from vgpu_operator.scheduling.books.books import Books
 from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry
 from vgpu_operator.scheduling.books.group_claims import GroupClaims
 from vgpu_operator.scheduling.books.group_victims import PodGroups
+from vgpu_operator.scheduling.books.overlay_claims import OverlayClaims
 from vgpu_operator.scheduling.books.view import ClaimReads
 from vgpu_operator.scheduling.dialects.annotation import placement
+from vgpu_operator.scheduling.dialects.claims import claim_mig, dra_pool
 from vgpu_operator.scheduling.mig import mig_records
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.policies import policies
@@ -99,6 +104,10 @@ class Overlay:
         self._node_map: dict[str, NodeEntry] | None = None
         #: Nodes that do not exist (``add_node``), kept in ``_nodes`` like touched copies.
         self._added: set[str] = set()
+        #: The DRA part: new nodes' pools, the decisions' holds, claims not made yet.
+        self._claims = OverlayClaims(live.claims, self._registered_on)
+        #: Per hold of a decision, its namespace and what it counts in the quota copy.
+        self._hold_sums: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {}
 
     @property
     def empty(self) -> bool:
@@ -111,6 +120,7 @@ class Overlay:
             or self._nominations_gone
             or self._preempted
             or self._unpreempted
+            or not self._claims.empty
         )
 
     def _settle(self) -> None:
@@ -166,7 +176,12 @@ class Overlay:
 
     @property
     def claims(self) -> ClaimReads:
-        return self._live.claims
+        return self._claims
+
+    def add_claim(self, obj: Mapping[str, Any]) -> None:
+        """A claim that does not exist yet joins the what-if (a waiting pod's template
+        claim, as the claim controller would make it: ``overlay_claims``)."""
+        self._claims.add_claim(obj)
 
     def budgets(self) -> list[disruption.Budget]:
         return self._live.budgets()
@@ -201,15 +216,22 @@ class Overlay:
         added = sorted(self._added, key=lambda name: self._nodes[name].order)
         return [*self._live.node_names(), *added]
 
-    def add_node(self, entry: NodeEntry) -> None:
+    def add_node(
+        self,
+        entry: NodeEntry,
+        pool: dra_pool.Pool | None = None,
+        mig: claim_mig.MigNode | None = None,
+    ) -> None:
         """A node that does not exist yet joins the what-if (autoscaling's): ``entry`` is
-        the books' own record of it, with no pod, ordered after every live node."""
+        the books' own record of it, with no pod, ordered after every live node; ``pool``
+        and ``mig``: the DRA pool its agent would publish (a node on the DRA path)."""
         if entry.name in self._live.nodes or entry.name in self._nodes:
             raise ValueError(f"node {entry.name!r} is already in the books")
         if entry.pods:
             raise ValueError(f"a node added to a what-if starts empty ({entry.name!r})")
         self._nodes[entry.name] = entry
         self._added.add(entry.name)
+        self._claims.add_pool(entry.name, pool, mig)
         self._node_map = None
 
     def remove_node(self, name: str) -> None:
@@ -219,8 +241,11 @@ class Overlay:
             raise ValueError(f"node {name!r} was not added to this what-if")
         if node.pods:
             raise ValueError(f"node {name!r} still holds pods")
+        if self._claims.held_on(name):
+            raise ValueError(f"node {name!r} still holds claims")
         del self._nodes[name]
         self._added.discard(name)
+        self._claims.remove_pool(name)
         self._node_map = None
         self._settle()
 
@@ -239,7 +264,7 @@ class Overlay:
         if not node.dirty:
             return
         pods = self.pods
-        node.cards = self._live.fresh_cards(node, frozenset(), pods)
+        node.cards = self.fresh_cards(node, frozenset(), pods)
         used = node_basics.PodResources()
         for key in sorted(node.pods):
             entry = pods.get(key)
@@ -294,7 +319,11 @@ class Overlay:
         skip: frozenset[PodKey],
         pods: Mapping[PodKey, PodEntry] | None = None,
     ) -> list[model.DeviceUsage]:
-        return self._live.fresh_cards(node, skip, self.pods if pods is None else pods)
+        cards = self._live.fresh_cards(node, skip, self.pods if pods is None else pods)
+        by_id = {card.id: card for card in cards}
+        for booked in self._claims.bookings_on(node.name, by_id):
+            placement.book(by_id, {"claims": booked})
+        return cards
 
     def mig_tables_of(self, node_name: str) -> mig_records.TableOf:
         if node_name in self._added:
@@ -372,21 +401,36 @@ class Overlay:
 
     def forget(self, key: PodKey) -> None:
         """Drop all the overlay knows of a pod that never was (a replacement)."""
+        self.release_decided(key)
         self.drop_pod(key)
         self.pop_nomination(key)
         self._reads.pop(key, None)
 
-    def take_decided(self, key: PodKey) -> tuple[object, ...]:
-        """No claim is held on an overlay."""
-        return ()
-
-    def restore_decided(self, key: PodKey, taken: tuple[object, ...]) -> None:
-        """No claim is held on an overlay."""
-
+    # --- the DRA path's holds (``overlay_claims``) -----------------------------------
     def hold_decided(
         self, pod: PodKey, node: str, decided: Mapping[str, tuple[str, Sequence[Any]]]
     ) -> None:
-        raise NotImplementedError("a what-if does not place pods on the DRA path")
+        """Hold what a trial's decision allocates: on the overlay's copy of the node's
+        cards and in its copy of the quota ledger (the live books are never written)."""
+        for hold in self._claims.hold_decided(pod, node, decided):
+            self._counted(hold, 1)
+
+    def take_decided(self, key: PodKey) -> tuple[object, ...]:
+        """The pod's holds dropped, for ``restore_decided`` (only the overlay's own: a
+        live decision's holds are the live books')."""
+        taken = self._claims.take_decided(key)
+        for hold in taken:
+            self._counted(hold, -1)
+        self._settle()
+        return tuple(taken)
+
+    def restore_decided(self, key: PodKey, taken: tuple[object, ...]) -> None:
+        for hold in self._claims.restore_decided(key, taken):
+            self._counted(hold, 1)
+
+    def release_decided(self, key: PodKey) -> None:
+        """A trial's decision undone: its holds go."""
+        self.take_decided(key)
 
     # --- helpers -----------------------------------------------------------------------
     def _nomination(self, key: PodKey) -> Nomination | None:
@@ -395,6 +439,25 @@ class Overlay:
         if key in self._nominations_gone:
             return None
         return self._live.nomination(key)
+
+    def _registered_on(self, name: str) -> Sequence[model.DeviceInfo]:
+        node = self.nodes.get(name)
+        return () if node is None else node.registered
+
+    def _counted(self, hold: claim_ledger.Hold, sign: int) -> None:
+        """A hold joins (1) or leaves (-1): its node's copy is rebuilt on next use, and
+        what it counts in its namespace's quota is added to or taken from the copy."""
+        node = self._touched(hold.node)
+        if node is not None:
+            node.dirty = True
+        if sign > 0:
+            sums = self._claims.sums(hold)
+            self._hold_sums[hold.key] = (hold.namespace, sums)
+            self._ledger().add_sums(hold.namespace, sums)
+            return
+        counted = self._hold_sums.pop(hold.key, None)
+        if counted is not None:
+            self._ledger().remove_sums(*counted)
 
     def _ledger(self) -> QuotaLedger:
         if self._quota is None:

@@ -18,22 +18,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import node_annotations
-from vgpu_operator.scheduling.books.entries import PodEntry
+from vgpu_operator.scheduling.books.entries import NodeEntry, PodEntry
 from vgpu_operator.scheduling.books.group_victims import GroupRule
 from vgpu_operator.scheduling.books.overlay import Overlay
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.cycle.decision import Cycle, Decision, Settings
+from vgpu_operator.scheduling.cycle.plugin import Fit, Plugin, Unread
+from vgpu_operator.scheduling.cycle.pod_read import PodRead
 from vgpu_operator.scheduling.cycle.preempting import Chosen, Trial
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.preemption import disruption, preemption
 from vgpu_operator.scheduling.status import Diagnosis
+
+R = TypeVar("R")
+F = TypeVar("F", bound=Fit)
 
 
 class DefragBooks:
@@ -204,18 +209,36 @@ class DefragBooks:
         """Hold for ``pod`` the shares it gets on ``node`` once ``leaving`` are gone, as a
         preemption holds what its victims free: the pod is nominated to the node, waits
         for every pod of ``leaving`` (on any node) to go, and they are marked so that no
-        preemption picks them meanwhile. None when it does not fit there even then."""
+        preemption picks them meanwhile. None when it does not fit there even then. Either
+        dialect: a pod with claims is held by the claims dialect (its claims' devices
+        held as a decision's until the worker decides it)."""
         key = pod_key(pod)
         target = self.view.nodes.get(node)
         attempt = self.cycle.parse(key, pod)
-        job = attempt.job
-        if target is None or job is None or key in self.view.pods:
+        if target is None or attempt.job is None or key in self.view.pods:
             return None
         if attempt.refused:
             return None
-        pods = self.view.pods
+        if attempt.uses_claims:
+            return self._hold_by(self.cycle.claims, attempt, target, leaving, now)
+        return self._hold_by(self.cycle.annotations, attempt, target, leaving, now)
+
+    def _hold_by(
+        self,
+        plugin: Plugin[R, F],
+        attempt: PodRead,
+        target: NodeEntry,
+        leaving: frozenset[PodKey],
+        now: float,
+    ) -> Decision | None:
+        """``hold`` through the pod's dialect: its request, the one trial, the nomination."""
+        request = plugin.request(attempt)
+        if isinstance(request, Unread):
+            return None
+        node, pods = target.name, self.view.pods
         on_node = frozenset(k for k in leaving if k in pods and pods[k].node == node)
-        outcome = Trial(self.view, self.cycle.annotations, target, job, now).outcome(on_node)
+        trial = Trial(self.view, plugin, target, request, now)
+        outcome = trial.outcome(on_node)
         if outcome is None or not outcome.ok:
             return None
         entries = sorted(
@@ -226,9 +249,10 @@ class DefragBooks:
             tuple(preemption.Occupant(e.key, e.priority, e.started, e.labels) for e in entries),
             0,
         )
-        chosen = Chosen(preemption.Candidate(node, victims), outcome, frozenset[str]())
+        claims = trial.freeing.freed_claims(on_node)
+        chosen = Chosen(preemption.Candidate(node, victims), outcome, claims)
         diagnosis = Diagnosis({}, len(self.view.nodes))
-        return self.cycle.nominate(self.cycle.annotations, key, job, chosen, diagnosis, now)
+        return self.cycle.nominate(plugin, attempt.key, request, chosen, diagnosis, now)
 
     def release(self, key: PodKey, victims: frozenset[PodKey]) -> None:
         """Give up a hold: the shares go back, and the pods it waited for that are still

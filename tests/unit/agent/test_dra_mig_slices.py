@@ -8,7 +8,7 @@ import asyncio
 from fractions import Fraction
 
 from tests.unit.agent.test_dra_slices import FakeStore, gpu, status_of
-from vgpu_operator.agent.dra import shapes
+from vgpu_operator import dra_shapes as shapes
 from vgpu_operator.agent.dra.publisher import SlicePublisher
 from vgpu_operator.agent.readings import MachineReading
 from vgpu_operator.devices import dra, dra_mig
@@ -30,8 +30,8 @@ def test_h100_profiles_are_nvidias_names_and_placements() -> None:
 def test_a_mig_card_is_published_as_counters_and_placements() -> None:
     reading = MachineReading(gpus=(gpu(0), gpu(1, mig_enabled=True)))
     status = status_of(reading)
-    shared = shapes.card_shapes(status, shapes.RequestDefaults())
-    mig = shapes.mig_card_shapes(status)
+    shared = shapes.card_shapes(status.devices, shapes.RequestDefaults())
+    mig = shapes.mig_card_shapes(status.devices)
     assert [c.index for c in shared] == [0]
     assert [c.index for c in mig] == [1]
     slices = dra_mig.pool_slices("node-a", shared, mig, 3, None)
@@ -70,7 +70,7 @@ def test_a_mig_card_is_published_as_counters_and_placements() -> None:
 
 def test_without_mig_cards_the_pool_is_the_one_slice_as_before() -> None:
     status = status_of(MachineReading(gpus=(gpu(0),)))
-    shared = shapes.card_shapes(status, shapes.RequestDefaults())
+    shared = shapes.card_shapes(status.devices, shapes.RequestDefaults())
     assert dra_mig.pool_slices("node-a", shared, [], 5, None) == [
         dra.slice_wire("node-a", shared, 5, None)
     ]
@@ -78,7 +78,7 @@ def test_without_mig_cards_the_pool_is_the_one_slice_as_before() -> None:
 
 def test_instances_of_many_cards_are_split_at_upstreams_64_per_slice() -> None:
     gpus = tuple(gpu(i, mig_enabled=True) for i in range(8))
-    mig = shapes.mig_card_shapes(status_of(MachineReading(gpus=gpus)))
+    mig = shapes.mig_card_shapes(status_of(MachineReading(gpus=gpus)).devices)
     slices = dra_mig.pool_slices("node-a", [], mig, 1, None)
     sizes = [len(s["spec"].get("devices") or []) for s in slices[2:]]
     assert sizes == [64, 48]

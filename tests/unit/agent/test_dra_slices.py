@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from vgpu_operator import dra_shapes as shapes
 from vgpu_operator import resources
 from vgpu_operator.agent import health, inventory, nodeconfig
-from vgpu_operator.agent.dra import shapes, sysfs
+from vgpu_operator.agent.dra import sysfs
 from vgpu_operator.agent.dra.publisher import SlicePublisher
 from vgpu_operator.agent.readings import MIB, GpuReading, LinkReading, MachineReading
 from vgpu_operator.config import load_config_yaml
@@ -80,7 +81,7 @@ nodeconfig:
     )
     node_config = nodeconfig.resolve(config, "node-a", inventory.RegistrationOptions())
     status = status_of(MachineReading(gpus=(gpu(0), gpu(1), gpu(2))), node_config)
-    cards = shapes.card_shapes(status, shapes.RequestDefaults())
+    cards = shapes.card_shapes(status.devices, shapes.RequestDefaults())
     # nodeconfig's filter leaves card 1 out of both the inventory and the slice.
     assert [c.index for c in cards] == [d.index for d in status.devices] == [0, 2]
     device = dra.device_wire(cards[0])
@@ -114,14 +115,14 @@ nodeconfig:
 
 def test_request_defaults_are_hamis_count_only_request() -> None:
     card = shapes.card_shapes(
-        status_of(MachineReading(gpus=(gpu(0),))), shapes.RequestDefaults(0, 0)
+        status_of(MachineReading(gpus=(gpu(0),))).devices, shapes.RequestDefaults(0, 0)
     )[0]
     whole = dra.device_wire(card)["capacity"]
     # defaultMemory 0: a claim that names no memory gets the whole card, as HAMi does.
     assert whole["memory"]["requestPolicy"]["default"] == "81559Mi"
     assert whole["cores"]["requestPolicy"]["default"] == "0"
     card = shapes.card_shapes(
-        status_of(MachineReading(gpus=(gpu(0),))), shapes.RequestDefaults(8192, 30)
+        status_of(MachineReading(gpus=(gpu(0),))).devices, shapes.RequestDefaults(8192, 30)
     )[0]
     shared = dra.device_wire(card)["capacity"]
     assert shared["memory"]["requestPolicy"]["default"] == "8192Mi"
@@ -131,7 +132,8 @@ def test_request_defaults_are_hamis_count_only_request() -> None:
 def test_a_sick_card_is_tainted_not_dropped() -> None:
     reading = MachineReading(gpus=(gpu(0), gpu(1).unhealthy("XID 79: fallen off the bus")))
     devices = [
-        dra.device_wire(c) for c in shapes.card_shapes(status_of(reading), shapes.RequestDefaults())
+        dra.device_wire(c)
+        for c in shapes.card_shapes(status_of(reading).devices, shapes.RequestDefaults())
     ]
     assert len(devices) == 2
     assert "taints" not in devices[0]
@@ -146,17 +148,19 @@ def test_a_sick_card_is_tainted_not_dropped() -> None:
 
 def test_mig_cards_are_left_out() -> None:
     reading = MachineReading(gpus=(gpu(0), gpu(1, mig_enabled=True)))
-    assert [c.index for c in shapes.card_shapes(status_of(reading), shapes.RequestDefaults())] == [
-        0
-    ]
+    assert [
+        c.index for c in shapes.card_shapes(status_of(reading).devices, shapes.RequestDefaults())
+    ] == [0]
 
 
 def test_nvlink_islands_are_the_lowest_index_each_card_reaches() -> None:
     gpus = tuple(gpu(i) for i in range(5))
     reading = nvlinked(gpus, {(0, 1), (1, 2), (3, 4)})
-    cards = shapes.card_shapes(status_of(reading), shapes.RequestDefaults())
+    cards = shapes.card_shapes(status_of(reading).devices, shapes.RequestDefaults())
     assert [c.nvlink_island for c in cards] == [0, 0, 0, 3, 3]
-    lonely = shapes.card_shapes(status_of(nvlinked(gpus[:2], set())), shapes.RequestDefaults())
+    lonely = shapes.card_shapes(
+        status_of(nvlinked(gpus[:2], set())).devices, shapes.RequestDefaults()
+    )
     assert [c.nvlink_island for c in lonely] == [None, None]
     assert "nvlinkIsland" not in dra.device_wire(lonely[0])["attributes"]
 
@@ -173,7 +177,9 @@ def test_pcie_root_comes_from_the_sysfs_link(tmp_path: Any) -> None:
 
 
 def test_slice_is_the_nodes_one_pool_owned_by_its_inventory() -> None:
-    cards = shapes.card_shapes(status_of(MachineReading(gpus=(gpu(0),))), shapes.RequestDefaults())
+    cards = shapes.card_shapes(
+        status_of(MachineReading(gpus=(gpu(0),))).devices, shapes.RequestDefaults()
+    )
     owner = {
         "apiVersion": "vgpu-operator.io/v1",
         "kind": "DeviceInventory",
@@ -279,7 +285,7 @@ def test_a_lost_card_is_tainted_no_execute_under_its_own_key() -> None:
         {g.uuid: g for g in (gpu(0), gpu(1), gpu(2).unhealthy("critical XID 48"))},
     )
     reading = MachineReading(gpus=carried)
-    cards = shapes.card_shapes(status_of(reading), shapes.RequestDefaults())
+    cards = shapes.card_shapes(status_of(reading).devices, shapes.RequestDefaults())
     assert [(c.index, c.healthy, c.lost) for c in cards] == [
         (0, True, False),
         (1, False, True),

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from unit.agent.test_simulated_machines import read_machine, status_of
 
+from vgpu_operator import dra_shapes as shapes
 from vgpu_operator import resources
-from vgpu_operator.agent.dra import cdi, mig_prepare, prepare, shapes
+from vgpu_operator.agent.dra import cdi, mig_prepare, prepare
 from vgpu_operator.agent.simulated import SimulatedBackend
 from vgpu_operator.devices import dra_mig
 
@@ -41,7 +42,7 @@ def _counters(card: dra_mig.MigCardShape) -> dict[str, str]:
 
 def test_the_counters_leave_out_the_slices_of_instances_no_claim_holds() -> None:
     status = status_of(read_machine("a100-mig"))
-    (card,) = shapes.mig_card_shapes(status)
+    (card,) = shapes.mig_card_shapes(status.devices)
     assert card.taken == ((4, 4, 3), (0, 2, 2), (2, 1, 1))
     counters = _counters(card)
     assert counters["compute-slices"] == "1"
@@ -50,7 +51,7 @@ def test_the_counters_leave_out_the_slices_of_instances_no_claim_holds() -> None
     ]
     # The 1g is the driver's own (a claim's CDI spec records it): its claim's allocation
     # holds its counters, so it is not taken out a second time.
-    (mine,) = shapes.mig_card_shapes(status, frozenset({OURS}))
+    (mine,) = shapes.mig_card_shapes(status.devices, frozenset({OURS}))
     counters = _counters(mine)
     assert counters["compute-slices"] == "2"
     assert counters["memory-slice-2"] == "1"
@@ -66,7 +67,7 @@ def test_an_instance_of_unknown_placement_keeps_the_whole_card_from_being_offere
             )
         }
     )
-    (card,) = shapes.mig_card_shapes(status.model_copy(update={"devices": (blind,)}))
+    (card,) = shapes.mig_card_shapes(status.model_copy(update={"devices": (blind,)}).devices)
     assert card.taken is None
     assert set(_counters(card).values()) == {"0"}
 

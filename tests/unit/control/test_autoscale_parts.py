@@ -3,6 +3,7 @@ NodePools, the NodeClaims it makes, and which pods it leaves to Karpenter."""
 
 from __future__ import annotations
 
+import asyncio
 from fractions import Fraction
 from typing import Any
 
@@ -182,3 +183,67 @@ def _pod(limits: dict[str, str], annotations: dict[str, str] | None = None) -> d
 def test_pods_karpenters_simulation_serves(pod: dict[str, Any], karpenters: bool) -> None:
     listed = {"cpu", "memory", "pods", "nvidia.com/gpu"}
     assert autoscale_units.karpenter_serves(pod, listed) is karpenters
+
+
+def _claims_pod(name: str, entry: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "n", "uid": f"uid-{name}"},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", **entry}],
+        },
+    }
+
+
+def _gather(pods: list[dict[str, Any]], templates: dict[str, Any]) -> Any:
+    return autoscale_units.gather(
+        pods,  # type: ignore[arg-type]
+        planned=set(),
+        parked=lambda key: True,
+        in_books=lambda key: False,
+        listed={"cpu", "nvidia.com/gpu"},
+        gangs=None,
+        pins={},
+        limit=10,
+        templates=templates,
+    )
+
+
+def test_pods_with_claims_are_planned_their_template_claims_as_the_controller_makes_them() -> None:
+    """A pod with a claim is a unit as it is; one whose claim is still to be made from a
+    template carries that claim; one whose template is not there is left out, told which."""
+    template = {"spec": {"spec": {"devices": {"requests": [{"name": "gpu"}]}}}}
+    pods = [
+        _claims_pod("made", {"resourceClaimName": "c1"}),
+        _claims_pod("later", {"resourceClaimTemplateName": "t"}),
+        _claims_pod("lost", {"resourceClaimTemplateName": "gone"}),
+    ]
+    assert autoscale_units.template_keys(pods) == ["n/t", "n/gone"]  # type: ignore[arg-type]
+    units, left = _gather(pods, {"n/t": template})
+    by_key = {u.key: u for u in units}
+    assert set(by_key) == {"n/made", "n/later"}
+    assert by_key["n/made"].claims == ()
+    (claim,) = by_key["n/later"].claims
+    assert claim["metadata"]["name"] == "later#gpu"
+    statuses = by_key["n/later"].pods[0]["status"]["resourceClaimStatuses"]
+    assert statuses == [{"name": "gpu", "resourceClaimName": "later#gpu"}]
+    assert left == {"n/lost": "ResourceClaimTemplate n/gone not found: it cannot be planned for"}
+
+
+def test_templates_are_read_at_most_a_bound_a_round_and_an_unreadable_one_skipped() -> None:
+    pods = [_claims_pod(f"p{i}", {"resourceClaimTemplateName": f"t{i}"}) for i in range(40)]
+    asked: list[str] = []
+
+    async def read(namespace: str, name: str) -> dict[str, Any] | None:
+        asked.append(name)
+        if name == "t1":
+            raise RuntimeError("forbidden")
+        return None if name == "t2" else {"metadata": {"name": name}}
+
+    found = asyncio.run(autoscale_units.read_templates(read, pods))  # type: ignore[arg-type]
+    assert len(asked) == autoscale_units.TEMPLATE_READS
+    assert "n/t1" not in found
+    assert set(found) == {f"n/t{i}" for i in range(autoscale_units.TEMPLATE_READS)} - {
+        "n/t1",
+        "n/t2",
+    }

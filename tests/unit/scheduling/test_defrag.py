@@ -8,6 +8,7 @@ from typing import Any
 
 from builders import A100_40, cluster, make_node
 from defrag_cases import books_fingerprint, budget, running_pod, two_half_full_cards, waiting_pod
+from dra_cluster import NODE, DraCluster
 
 from vgpu_operator.config import load_config
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
@@ -400,3 +401,18 @@ def test_a_gang_member_is_not_moved_alone() -> None:
     state = state_with(*nodes, pods=pods)
     plan = only_plan(defrag.plan(state, [waiting_pod("w", 12 * GIB)], pods, 0.0))
     assert [m.pod for m in plan.moves] == ["default/p10"]
+
+
+def test_a_hold_for_a_pod_with_claims_keeps_the_card_for_it() -> None:
+    """The claims dialect's hold (a new node's pods, a defragmentation's move): the pod is
+    nominated, its claim's share held, so another claim cannot take it meanwhile; the pod
+    itself then gets it."""
+    cluster = DraCluster()
+    pod = cluster.claim_pod("held", "team", {"capacity": {"requests": {"memory": "30000Mi"}}})
+    held = DefragBooks(cluster.state).hold(pod, NODE, frozenset(), 1000.0)
+    assert held is not None
+    assert held.nominated_node == NODE
+    intruder = cluster.decide("intruder", "team", {"capacity": {"requests": {"memory": "30000Mi"}}})
+    assert not intruder.scheduled
+    assert cluster.state.schedule(pod, 1000.0).node == NODE
+    assert DefragBooks(cluster.state).hold(pod, "nowhere", frozenset(), 1000.0) is None

@@ -1,27 +1,53 @@
-"""From the status the agent reports to the cards its DRA driver publishes (pure).
+"""From the cards the agent reports to the cards its DRA driver publishes (pure).
 
-The slice is built from the very status written into the node's DeviceInventory, so the
+The slice is built from the very devices written into the node's DeviceInventory, so the
 two always agree: the same cards (``nodeconfig`` filtering), the same memory
 (``deviceMemoryScaling``), the same compute and split count, the same health.
 
 Cards in MIG mode are published apart (``mig_card_shapes``): as partitionable devices, a
 counter set per card and a device per profile placement (``devices.dra_mig``). A MIG card
 whose model has no known geometry is not published at all.
+
+Below the runtime (``control``) as well as the agent: the autoscaler's catalogue builds
+from an instance type's cards the slice a node of that type would publish
+(``control.autoscale_catalogue``), by this same code.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-
-import structlog
+from typing import Final
 
 from vgpu_operator import resources
-from vgpu_operator.agent import health
-from vgpu_operator.agent.dra.sysfs import sysfs_bus_id
 from vgpu_operator.devices import dra, dra_mig
 
-log = structlog.get_logger("vgpu_operator.dra")
+#: Why a card NVML stopped counting is unhealthy.
+DISAPPEARED_REASON: Final = "GPU disappeared: NVML no longer reports it"
+#: Why a card whose calls answer GPU_IS_LOST is unhealthy.
+OFF_THE_BUS_REASON: Final = "GPU is lost (fell off the bus)"
+#: The reasons that say the card is gone, not merely sick: work on it cannot go on (the
+#: DRA driver taints such a card NoExecute; a sick one NoSchedule).
+LOST_REASONS: Final = (DISAPPEARED_REASON, OFF_THE_BUS_REASON)
+
+_BUS_ID: Final = re.compile(
+    r"^(?:[0-9a-fA-F]*?)([0-9a-fA-F]{4}):([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])$"
+)
+
+
+def is_lost(health_reason: str | None) -> bool:
+    """Whether an unhealthy card's reported reason says the card is lost (the reason is
+    all the DeviceInventory keeps of it)."""
+    return health_reason in LOST_REASONS
+
+
+def sysfs_bus_id(bus_id: str) -> str | None:
+    """NVML's ``00000000:3B:00.0`` -> sysfs's ``0000:3b:00.0``; None when unreadable."""
+    match = _BUS_ID.match(bus_id)
+    if match is None:
+        return None
+    return f"{match.group(1)}:{match.group(2)}".lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +88,16 @@ def nvlink_islands(devices: Sequence[resources.Device]) -> dict[str, int]:
 
 
 def card_shapes(
-    status: resources.DeviceInventoryStatus,
+    devices: Sequence[resources.Device],
     defaults: RequestDefaults,
     pcie_root: Callable[[str], str | None] = lambda bus_id: None,
 ) -> list[dra.CardShape]:
-    """The cards to publish, in index order. ``pcie_root`` maps a PCI bus ID to its
-    root complex (``pci<domain>:<bus>``), or None where it cannot be read."""
-    islands = nvlink_islands(status.devices)
+    """The cards to publish (of the devices a DeviceInventory's status lists), in index
+    order. ``pcie_root`` maps a PCI bus ID to its root complex (``pci<domain>:<bus>``),
+    or None where it cannot be read."""
+    islands = nvlink_islands(devices)
     shapes = []
-    for device in sorted(status.devices, key=lambda d: d.index):
+    for device in sorted(devices, key=lambda d: d.index):
         if device.mode is not resources.DeviceMode.HAMI_CORE:
             continue
         shapes.append(
@@ -86,7 +113,7 @@ def card_shapes(
                 healthy=device.health is resources.DeviceHealth.HEALTHY,
                 health_reason=device.health_reason,
                 lost=device.health is not resources.DeviceHealth.HEALTHY
-                and health.is_lost(device.health_reason),
+                and is_lost(device.health_reason),
                 numa_node=device.numa_node,
                 # Kubernetes' pciBusID is the kernel's form (0000:3b:00.0), not NVML's.
                 pci_bus_id=None if device.pci_bus_id is None else sysfs_bus_id(device.pci_bus_id),
@@ -105,11 +132,13 @@ def by_name(shapes: Iterable[dra.CardShape]) -> Mapping[str, dra.CardShape]:
 
 
 def mig_card_shapes(
-    status: resources.DeviceInventoryStatus, own: Collection[str] = frozenset()
+    devices: Sequence[resources.Device], own: Collection[str] = frozenset()
 ) -> list[dra_mig.MigCardShape]:
-    """The MIG-mode cards to publish as partitionable devices, in index order. ``own``:
-    the UUIDs of the instances this driver made for claims (their claims' allocations
-    hold their counters); every other instance on a card is taken out of its counters."""
+    """The MIG-mode cards (of the devices a status lists) to publish as partitionable
+    devices, in index order. ``own``: the UUIDs of the instances this driver made for
+    claims (their claims' allocations hold their counters); every other instance on a
+    card is taken out of its counters. A card with an instance whose placement cannot be
+    read has ``taken`` None (``unreadable_instances`` names them)."""
     return [
         dra_mig.MigCardShape(
             uuid=device.uuid,
@@ -121,7 +150,7 @@ def mig_card_shapes(
             numa_node=device.numa_node,
             taken=taken_placements(device.mig_instances, own),
         )
-        for device in sorted(status.devices, key=lambda d: d.index)
+        for device in sorted(devices, key=lambda d: d.index)
         if device.mode is resources.DeviceMode.MIG and dra_mig.has_geometry(device.model)
     ]
 
@@ -139,7 +168,21 @@ def taken_placements(
         parsed = None if instance.profile is None else dra_mig.parse_profile(instance.profile)
         start, size = instance.placement_start, instance.placement_size
         if parsed is None or start is None or size is None:
-            log.warning("mig_instance_placement_unknown", instance=instance.uuid)
             return None
         taken.append((start, size, parsed[0]))
     return tuple(taken)
+
+
+def unreadable_instances(
+    instances: Iterable[resources.MigInstance], own: Collection[str]
+) -> list[str]:
+    """The UUIDs of the instances (not ``own``) whose placement or profile cannot be read:
+    why ``taken_placements`` offers their card to nobody (the agent logs them)."""
+    out = []
+    for instance in instances:
+        if instance.uuid in own:
+            continue
+        parsed = None if instance.profile is None else dra_mig.parse_profile(instance.profile)
+        if parsed is None or instance.placement_start is None or instance.placement_size is None:
+            out.append(instance.uuid)
+    return out
