@@ -25,15 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from vgpu_operator.scheduling import defrag
 from vgpu_operator.scheduling.books import claim_ledger
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import claim_templates, claims
 from vgpu_operator.scheduling.pod_key import PodKey
+from vgpu_operator.wire import Pod, ResourceClaim, ResourceClaimTemplate
 
-Templates = Mapping[str, Mapping[str, Any]]
+Templates = Mapping[str, ResourceClaimTemplate]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +41,15 @@ class Remade:
     """A claims pod's replacement, as its controller and the claim controller make it:
     the pod (its claims named in its status) and the claims made from the templates."""
 
-    pod: dict[str, Any]
-    claims: tuple[dict[str, Any], ...]
+    pod: Pod
+    claims: tuple[ResourceClaim, ...]
 
 
-def uses_claims(pod: Mapping[str, Any]) -> bool:
+def uses_claims(pod: Pod) -> bool:
     return claims.uses_claims(pod)
 
 
-def template_keys(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+def template_keys(pods: Iterable[Pod]) -> list[str]:
     """The ``namespace/name`` of every ResourceClaimTemplate the pods' claims come from,
     each once (what scale-down reads to remake them)."""
     found: dict[str, None] = {}
@@ -66,7 +66,7 @@ def template_keys(pods: Iterable[Mapping[str, Any]]) -> list[str]:
 def claim_mover(
     books: defrag.DefragBooks,
     key: PodKey,
-    pod: Mapping[str, Any],
+    pod: Pod,
     options: defrag.PlanOptions,
     templates: Templates,
 ) -> tuple[defrag.Mover, Remade] | str:
@@ -92,9 +92,7 @@ def claim_mover(
     return mover, Remade(made[0], tuple(made[1]))
 
 
-def _own_claims(
-    books: defrag.DefragBooks, key: PodKey, pod: Mapping[str, Any], uid: str
-) -> list[str] | str:
+def _own_claims(books: defrag.DefragBooks, key: PodKey, pod: Pod, uid: str) -> list[str] | str:
     """The keys of the pod's claims, each one made from a template for this pod alone;
     else why the pod stays (a standalone or shared claim's allocation would have to move)."""
     namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
@@ -131,7 +129,7 @@ def _own_claims(
     return keys
 
 
-def _shared(obj: Mapping[str, Any], uid: str) -> bool:
+def _shared(obj: ResourceClaim, uid: str) -> bool:
     """Whether the claim is reserved for anything but the pod (other pods, a PodGroup)."""
     reserved = (obj.get("status") or {}).get("reservedFor")
     if not isinstance(reserved, list):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling import node_annotations
@@ -55,6 +54,7 @@ from vgpu_operator.scheduling.dialects.claims import (
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.policies import node_layer, policies
 from vgpu_operator.scheduling.status import NodeFailure, Reason
+from vgpu_operator.wire import Pod, PodExtendedResourceClaimStatus, ResourceClaim
 
 
 class ClaimsPlugin:
@@ -113,9 +113,12 @@ class ClaimsPlugin:
         )
 
     # --- the walk -------------------------------------------------------------------------
-    def order(self, request: ClaimsRequest, only: set[str] | None) -> list[NodeEntry]:
+    def order(
+        self, request: ClaimsRequest, only: set[str] | None, rule_out: bool = True
+    ) -> list[NodeEntry]:
         """The candidates (``only``: those of them); under binpack, where the claims fit
-        most tightly first (``claim_best_fit``); under ``fragmentation``, the placer's."""
+        most tightly first (``claim_best_fit``); under ``fragmentation``, the placer's.
+        (No O(1) rule-out: ``rule_out`` changes nothing.)"""
         job, wanted = request.job, request.wanted
         ranked = self._claim_candidates(job, wanted.node)
         if only is not None:
@@ -289,8 +292,8 @@ class ClaimsPlugin:
                 )
             elif reserved and not _status_missing(request.pod, claim.name, special):
                 continue
-            create: Mapping[str, Any] | None = None
-            pod_status: Mapping[str, Any] | None = None
+            create: ResourceClaim | None = None
+            pod_status: PodExtendedResourceClaimStatus | None = None
             if special is not None and claim.name == special.name:
                 create = special.claim if special.new else None
                 pod_status = special.status
@@ -445,9 +448,7 @@ def _awaiting(claim: claims.Claim, consumer: Mapping[str, str]) -> claim_wire.Cl
     )
 
 
-def _status_missing(
-    pod: Mapping[str, Any], claim: str, special: extended_claims.Special | None
-) -> bool:
+def _status_missing(pod: Pod, claim: str, special: extended_claims.Special | None) -> bool:
     """Whether ``claim`` is the pod's special claim, reserved for it already (an attempt
     cut short before its Binding, e.g. by a restart) but not named in its status yet."""
     if special is None or claim != special.name:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.errors import CodecError
@@ -22,8 +22,9 @@ from vgpu_operator.scheduling.dialects.annotation import admission, placement
 from vgpu_operator.scheduling.dialects.claims import claims, extended_claims
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.preemption import preemption
-from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.quota import QuotaReads
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.wire import Pod
 
 
 @dataclass(slots=True)
@@ -32,7 +33,7 @@ class PodRead:
     epoch (config and quota limits) are the same."""
 
     key: PodKey
-    source: Mapping[str, Any]
+    source: Pod
     epoch: int
     #: Admission's answer; None for a pod on the DRA path (admitted by the webhook's
     #: conversion, ``claim_admission``, not by this one).
@@ -48,7 +49,7 @@ class PodRead:
     #: The verdict of its shape, held while the pod waits (the books keep them weakly).
     verdict: verdicts.Verdict | None = None
 
-    def fresh(self, pod: Mapping[str, Any], epoch: int, extended: Mapping[str, str]) -> bool:
+    def fresh(self, pod: Pod, epoch: int, extended: Mapping[str, str]) -> bool:
         """Whether this read still stands for ``pod``: the same object and epoch, and on
         the same dialect (a DeviceClass naming an extended resource that comes or goes
         moves a pod asking it between the dialects: ``extended_claims``)."""
@@ -62,14 +63,14 @@ class PodRead:
         return self.admitted is not None and self.admitted.handled and not self.admitted.allowed
 
     @property
-    def subject(self) -> Mapping[str, Any]:
+    def subject(self) -> Pod:
         """The pod as the decision places it: as admission mutates it, if it does."""
         if self.admitted is not None and self.admitted.allowed:
             return self.admitted.pod
         return self.source
 
 
-Admit = Callable[[Mapping[str, Any]], admission.AdmissionResult]
+Admit = Callable[[Pod], admission.AdmissionResult]
 
 
 class Reads(Protocol):
@@ -80,12 +81,12 @@ class Reads(Protocol):
     @property
     def vendors(self) -> Vendors: ...
     @property
-    def quota(self) -> QuotaLedger: ...
+    def quota(self) -> QuotaReads: ...
 
 
 def read_pod(
     key: PodKey,
-    pod: Mapping[str, Any],
+    pod: Pod,
     epoch: int,
     admit: Admit,
     books: Reads,
@@ -135,11 +136,11 @@ def read_pod(
 
 def _read_claims_pod(
     key: PodKey,
-    pod: Mapping[str, Any],
+    pod: Pod,
     epoch: int,
     config: DeviceConfig,
     vendors: Vendors,
-    quota: QuotaLedger,
+    quota: QuotaReads,
 ) -> PodRead:
     job: placement.Job | None = None
     error = ""
