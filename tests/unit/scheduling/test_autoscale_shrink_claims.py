@@ -10,7 +10,7 @@ from typing import Any
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra
-from vgpu_operator.scheduling.autoscale import shrink
+from vgpu_operator.scheduling.autoscale import shrink, shrink_claims
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.dialects.claims import claim_templates
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
@@ -194,3 +194,13 @@ def test_a_node_with_a_pod_on_a_shared_standalone_claim_is_kept_and_says_why() -
         "pod ns/r uses ResourceClaim ns/shared, made apart from the pod: its allocation "
         "would have to move with it (a standalone claim is not made again for a replacement)"
     )
+
+
+def test_the_templates_read_are_those_the_nodes_pods_claims_come_from() -> None:
+    pods = [
+        _pod("p", {"resourceClaimTemplateName": "share"}),
+        _pod("q", {"resourceClaimTemplateName": "share"}),
+        _pod("r", {"resourceClaimName": "shared"}),
+        {**_pod("s", {"resourceClaimTemplateName": "big"}), "metadata": {"namespace": "other"}},
+    ]
+    assert shrink_claims.template_keys(pods) == ["ns/share", "other/big"]
