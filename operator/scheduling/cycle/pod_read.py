@@ -47,6 +47,12 @@ class PodRead:
     uses_claims: bool = False
     #: The verdict of its shape, held while the pod waits (the books keep them weakly).
     verdict: verdicts.Verdict | None = None
+    #: A pod asking a mapped extended resource and naming no claims of its own is served
+    #: on either path (``either_plugin``): its request as a device plugin's node takes it
+    #: (HAMi's admission and Job on the whole pod), or why none can.
+    either: bool = False
+    device_plugin: placement.Job | None = None
+    device_plugin_error: str = ""
 
     def fresh(self, pod: Mapping[str, Any], epoch: int, extended: Mapping[str, str]) -> bool:
         """Whether this read still stands for ``pod``: the same object and epoch, and on
@@ -99,6 +105,8 @@ def read_pod(
         subject = extended_claims.without_extended(pod, extended, vendors)
         read = _read_claims_pod(key, subject, epoch, config, vendors, quota)
         read.source = pod
+        if not claims.uses_claims(pod):
+            _read_device_plugin(read, pod, admit, books)
         return read
     if claims.uses_claims(pod):
         return _read_claims_pod(key, pod, epoch, config, vendors, quota)
@@ -159,3 +167,23 @@ def _read_claims_pod(
         preemption.priority_of(pod),
         uses_claims=True,
     )
+
+
+def _read_device_plugin(read: PodRead, pod: Mapping[str, Any], admit: Admit, books: Reads) -> None:
+    """The pod's mapped extended resource read as HAMi's request, for the nodes whose
+    device plugin serves it (``either_plugin``). A resource HAMi's admission does not
+    handle (an implicit ``deviceclass.resource.kubernetes.io/`` name) stays on the DRA
+    path alone."""
+    admitted = admit(pod)
+    if not admitted.handled:
+        return
+    read.either = True
+    if not admitted.allowed:
+        read.device_plugin_error = admitted.message
+        return
+    try:
+        read.device_plugin = placement.Job.from_pod(
+            admitted.pod, books.config, books.vendors, books.quota, admitted.reads
+        )
+    except CodecError as exc:
+        read.device_plugin_error = str(exc)
