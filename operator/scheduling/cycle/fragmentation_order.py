@@ -17,7 +17,7 @@ placed; the rest is one dictionary look-up and one sort per candidate.
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Final
@@ -119,13 +119,40 @@ class Placer:
         self._seen: OrderedDict[PodKey, None] = OrderedDict()
         #: Per node, its cards measured (while its summary and the mix's version hold).
         self._cache: dict[str, _Measured] = {}
-        self._measure = fragmentation.Measure(self.mix.classes)
+        #: The cluster's cards per vendor, type and how many of them their node holds
+        #: (the census the mix weighs classes by), from each node's cards as last
+        #: measured; taken by the mix at a decision's start when it changed, so that no
+        #: decision mixes two censuses.
+        self._signatures: dict[str, tuple[fragmentation.CensusKey, ...]] = {}
+        self._census: Counter[fragmentation.CensusKey] = Counter()
+        self._census_changed = False
+        self._measure = fragmentation.Measure(self.mix.weighted)
         self._measure_version = self.mix.version
 
     # --- the mix --------------------------------------------------------------------------
     def observe(self, key: PodKey, job: placement.Job) -> None:
-        """Count the pod's request in the mix, once per pod."""
+        """Count the pod's request in the mix, once per pod (a decision's start)."""
+        self._take_census()
         self._count(key, fragmentation.klass_of(job.needs, *_cpu_ram(job), _types(job)))
+
+    def _take_census(self) -> None:
+        if self._census_changed:
+            self._census_changed = False
+            self.mix.take_census(+self._census)
+
+    def _sign(self, name: str, states: tuple[fragmentation.CardState, ...]) -> None:
+        """Count the node's cards in the census (again only when its cards' vendors or
+        types changed: a node's use does not move it)."""
+        alike = Counter((state[0], state[7]) for state in states)
+        signature = tuple((state[0], state[7], alike[state[0], state[7]]) for state in states)
+        old = self._signatures.get(name)
+        if old == signature:
+            return
+        if old is not None:
+            self._census.subtract(old)
+        self._census.update(signature)
+        self._signatures[name] = signature
+        self._census_changed = True
 
     def _count(self, key: PodKey, klass: fragmentation.Klass | None) -> None:
         if klass is None or key in self._seen:
@@ -204,6 +231,8 @@ class Placer:
         index.seq = log.seq
         for name in changed:
             node = nodes.get(name)
+            if node is None:
+                self.forget(name)
             rise = None if node is None else self.rise_of(node, job.needs, cpu, ram, types)
             index.put(name, None if rise is None or node is None else rank_key(rise, node))
         listed: set[str] = set()
@@ -226,6 +255,7 @@ class Placer:
         card's, as the agent's default request policy gives it); counted in the mix."""
         needs = tuple(_claim_need(claim_best_fit.Want.of(r)) for r in requests)
         cpu, ram = _cpu_ram(job)
+        self._take_census()
         self._count(key, fragmentation.klass_of(needs, cpu, ram))
         scored: list[tuple[float, int, NodeEntry]] = []
         rest: list[NodeEntry] = []
@@ -278,7 +308,7 @@ class Placer:
     def _measured_all(self) -> None:
         """Start afresh when the mix has a new version."""
         if self._measure_version != self.mix.version:
-            self._measure = fragmentation.Measure(self.mix.classes)
+            self._measure = fragmentation.Measure(self.mix.weighted)
             self._measure_version = self.mix.version
             self._cache.clear()
             self._indexes.clear()
@@ -291,6 +321,7 @@ class Placer:
             states = tuple(sorted(fragmentation.state_of(c) for c in node.cards))
             measured = _Measured(node.summary, states, self._measure.vector(states))
             self._cache[node.name] = measured
+            self._sign(node.name, states)
         if measured.used is not node.used:
             measured.used = node.used
             measured.free = _free_cpu_ram(node)
@@ -299,7 +330,12 @@ class Placer:
         return measured
 
     def forget(self, name: str) -> None:
+        """The node is gone: its measures and its cards in the census."""
         self._cache.pop(name, None)
+        old = self._signatures.pop(name, None)
+        if old is not None:
+            self._census.subtract(old)
+            self._census_changed = True
 
 
 def _claim_need(want: claim_best_fit.Want) -> fragmentation.Need:

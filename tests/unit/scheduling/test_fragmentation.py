@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import cluster, make_node, make_pod
+from tests.builders import T4, cluster, make_node, make_pod
 from tests.unit.scheduling.test_claim_best_fit import held, place
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig, load_config
@@ -71,9 +71,11 @@ def test_cpu_or_memory_for_fewer_pods_than_the_cards_hold_strands_the_rest() -> 
     # A pod that asks no GPU, placed where CPU is short, raises the measure for the class.
     rise = fragmentation.placement_delta(cards, [], 16.0, 1e9, 8.0, 0.0, whole)
     assert rise == pytest.approx(1.0)
-    # Shares: many pods a card, CPU only as a threshold (an 8-core half fits 8 cores).
+    # Shares too, in proportion: 8 cores run one 8-core half, so a card and a half are
+    # stranded for the class; 32 cores run all four halves.
     halves: fragmentation.Classes = ((1.0, ("", 1, 0, 50, 50, 8.0, 0.0, ())),)
-    assert fragmentation.node_fragmentation(cards, 8.0, 1e9, halves) == 0.0
+    assert fragmentation.node_fragmentation(cards, 8.0, 1e9, halves) == pytest.approx(1.5)
+    assert fragmentation.node_fragmentation(cards, 32.0, 1e9, halves) == 0.0
 
 
 def test_a_class_that_accepts_other_card_types_strands_the_whole_node() -> None:
@@ -267,3 +269,83 @@ def test_the_dra_path_walks_nodes_by_fragmentation_too() -> None:
     held(state, "a1", "a", "gpu-a1", 24, 60)
     held(state, "b0", "b", "gpu-b0", 30, 75)
     assert place(state, 10, 25) == ("b", "gpu-b0")
+
+
+T4_WHOLE: fragmentation.Klass = ("NVIDIA", 1, 0, 100, 100, 0.0, 0.0, ("T4",))
+ANY_PAIR: fragmentation.Klass = ("NVIDIA", 2, 0, 100, 100, 0.0, 0.0, ())
+
+
+def test_a_class_that_accepts_scarce_cards_weighs_as_many_times_more() -> None:
+    census = {("NVIDIA", "NVIDIA-TESLA T4", 2): 2, ("NVIDIA", "NVIDIA A100", 6): 6}
+    both: fragmentation.Klass = (*T4_WHOLE[:7], ("A100", "T4"))
+    nowhere: fragmentation.Klass = (*T4_WHOLE[:7], ("V100",))
+    classes: fragmentation.Classes = ((0.5, ANY_PAIR), (0.2, T4_WHOLE), (0.2, both), (0.1, nowhere))
+    weighted = fragmentation.scarcity_weighted(classes, census)
+    # T4s are a quarter of the cards: the T4 class weighs four times; a class that takes
+    # every card, or none of the census's, keeps its weight.
+    assert [w for w, _k in weighted] == pytest.approx([0.5, 0.8, 0.2, 0.1])
+    assert [k for _w, k in weighted] == [k for _w, k in classes]
+    lone = {("NVIDIA", "NVIDIA-TESLA T4", 1): 1, ("NVIDIA", "NVIDIA A100", 8): 999}
+    assert fragmentation.scarcity_weighted(((0.1, T4_WHOLE),), lone)[0][0] == pytest.approx(3.2)
+    assert fragmentation.scarcity_weighted(classes, {}) == classes
+
+
+def test_a_class_of_many_cards_weighs_by_the_cards_of_nodes_that_hold_as_many() -> None:
+    # Six A100s alone on their nodes, two on a node of two: a pair can use two cards of
+    # the eight, so it weighs four times; a T4 pair finds no node of two T4s (none the
+    # census holds: its weight stays); one card may use any.
+    census = {("NVIDIA", "NVIDIA A100", 1): 6, ("NVIDIA", "NVIDIA A100", 2): 2}
+    t4_pair: fragmentation.Klass = (*ANY_PAIR[:7], ("T4",))
+    one: fragmentation.Klass = ("NVIDIA", 1, 0, 100, 100, 0.0, 0.0, ())
+    classes: fragmentation.Classes = ((0.5, ANY_PAIR), (0.2, t4_pair), (0.3, one))
+    weighted = fragmentation.scarcity_weighted(classes, census)
+    assert [w for w, _k in weighted] == pytest.approx([2.0, 0.2, 0.3])
+
+
+def test_the_mix_takes_a_census_and_moves_its_version_only_when_weights_do() -> None:
+    mix = fragmentation.WorkloadMix(window=8, top=4, refresh_every=4, prior_weight=2.0)
+    for _ in range(4):
+        mix.observe(T4_WHOLE)
+    version, learned = mix.version, mix.classes
+    assert mix.weighted == learned
+    mix.take_census({("NVIDIA", "NVIDIA A100", 4): 4})  # no T4 at all: nothing scarcer
+    assert (mix.version, mix.weighted) == (version, learned)
+    mix.take_census({("NVIDIA", "NVIDIA-TESLA T4", 1): 1, ("NVIDIA", "NVIDIA A100", 3): 3})
+    assert mix.version == version + 1
+    assert mix.classes == learned  # what was learned (the metric) is unchanged
+    weights = {k: w for w, k in mix.weighted}
+    assert weights[T4_WHOLE] == pytest.approx(4 * {k: w for w, k in learned}[T4_WHOLE])
+
+
+def test_a_pod_that_takes_any_card_leaves_the_scarce_model_to_the_pods_that_need_it() -> None:
+    """Three T4s and two free A100s (four more A100s dead): a whole card on the A100 node
+    breaks the pair it could hold, one on the T4 node breaks nothing; but the pods that
+    accept only T4s (a third of the cards) ask all their demand of those, so their
+    weight is three times their frequency, and the card goes to the A100 node."""
+    config = load_config(
+        {
+            "scheduler": {
+                "nodeSchedulerPolicy": "fragmentation",
+                "gpuSchedulerPolicy": "fragmentation",
+            }
+        }
+    )
+    t4 = make_node("t4")
+    for i in range(3):
+        t4.gpu(f"T{i}", type=T4)
+    a100 = make_node("a100").gpu("A0").gpu("A1")
+    dead = make_node("dead")
+    for i in range(4):
+        dead.gpu(f"D{i}", health=False)
+    state = cluster(t4, a100, dead, config=config)
+    mix = state.cycle.placer.mix
+    for _ in range(400):
+        mix.observe(ANY_PAIR)
+    for _ in range(300):
+        mix.observe(T4_WHOLE)
+    # The census is taken at a decision's start, of the nodes measured before it.
+    assert state.schedule(make_pod("first", "ns").container(cpu="1").obj(), 0.0).scheduled
+    decision = state.schedule(make_pod("p", "ns").container(gpu=1).obj(), 0.0)
+    assert (decision.scheduled, decision.node) == (True, "a100")
+    weights = {k: w for w, k in mix.weighted}
+    assert weights[T4_WHOLE] == pytest.approx(3 * {k: w for w, k in mix.classes}[T4_WHOLE])

@@ -490,7 +490,7 @@ def _need(vendor_word: str, request: model.ContainerRequest) -> fragmentation.Ne
 
 
 def _classes(job: Job) -> fragmentation.Classes:
-    return job.mix.classes if job.mix is not None else fragmentation.PRIOR
+    return job.mix.weighted if job.mix is not None else fragmentation.PRIOR
 
 
 def _numa(job: Job, spec: vendor.VendorSpec) -> bool:

@@ -389,7 +389,7 @@ def _fit_request(
         )
         candidates = [card for card, _ in group]
         if policy == pol.FRAGMENTATION:
-            classes = job.mix.classes if job.mix is not None else fragmentation.PRIOR
+            classes = job.mix.weighted if job.mix is not None else fragmentation.PRIOR
             need = ("", request.count, memory, -1, cores)
             card_scores = fragmentation.card_order_key(candidates, need, classes)
         else:
