@@ -104,3 +104,24 @@ def test_without_a_mapping_the_dra_node_is_not_offered() -> None:
     make_node(DP).gpu("GPU-dp0", memory_mib=16384, type=A100_40).install(engine)
     decision = engine.schedule(pod(gpus(2, 4000)), now=0)
     assert not decision.scheduled  # the annotation path alone: one card on DP
+
+
+def test_a_pod_preempts_on_the_device_plugin_node_through_the_annotation_path() -> None:
+    engine = mixed()
+    engine.preemption_enabled = True
+    low = pod(gpus(1, 16000), "low")
+    low["spec"]["priority"] = 1
+    decision = engine.schedule(low, now=0)
+    assert decision.node == DP
+    engine.set_pod(bound(low, decision))
+    urgent = pod(gpus(1, 16000), "urgent")
+    urgent["spec"]["priority"] = 100
+    chosen = engine.schedule(urgent, now=1)
+    assert chosen.victims == ("ns/low",)
+    assert chosen.nominated_node == DP
+    assert chosen.claim_writes == ()
+    engine.remove_pod("ns/low")
+    placed = engine.schedule(urgent, now=2)
+    assert placed.scheduled, placed.diagnosis and placed.diagnosis.message()
+    assert placed.node == DP
+    assert "GPU-dp0" in placed.annotations[nvidia.TO_ALLOCATE_ANNOTATION]
