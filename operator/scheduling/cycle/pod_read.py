@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import dra, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.cycle import shapes, verdicts
 from vgpu_operator.scheduling.dialects.annotation import admission, placement
@@ -105,7 +106,7 @@ def read_pod(
         subject = extended_claims.without_extended(pod, extended, vendors)
         read = _read_claims_pod(key, subject, epoch, config, vendors, quota)
         read.source = pod
-        if not claims.uses_claims(pod):
+        if not claims.uses_claims(pod) and not _asks_other_than_hami(pod, extended, vendors):
             _read_device_plugin(read, pod, admit, books)
         return read
     if claims.uses_claims(pod):
@@ -169,11 +170,21 @@ def _read_claims_pod(
     )
 
 
+def _asks_other_than_hami(
+    pod: Mapping[str, Any], extended: Mapping[str, str], vendors: Vendors
+) -> bool:
+    """Whether the pod asks a mapped resource besides HAMi's NVIDIA count (an implicit
+    ``deviceclass.resource.kubernetes.io/`` name): a device plugin serves none such, so
+    the pod stays on the DRA path alone."""
+    count = vendor.resource_names(vendors.config_for(dra.VENDOR)).count
+    others = {name: c for name, c in extended.items() if name != count}
+    return extended_claims.asks(pod, others)
+
+
 def _read_device_plugin(read: PodRead, pod: Mapping[str, Any], admit: Admit, books: Reads) -> None:
     """The pod's mapped extended resource read as HAMi's request, for the nodes whose
     device plugin serves it (``either_plugin``). A resource HAMi's admission does not
-    handle (an implicit ``deviceclass.resource.kubernetes.io/`` name) stays on the DRA
-    path alone."""
+    handle stays on the DRA path alone."""
     admitted = admit(pod)
     if not admitted.handled:
         return

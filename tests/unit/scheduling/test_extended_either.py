@@ -10,8 +10,9 @@ from typing import Any
 from builders import A100_40, bound, make_node
 from unit.scheduling.test_extended_claims import NODE, pod, state
 
-from vgpu_operator.devices import nvidia
+from vgpu_operator.devices import dra, nvidia
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
+from vgpu_operator.scheduling.dialects.claims import extended_claims
 from vgpu_operator.scheduling.status import Reason
 
 DP = "dp-a"  # a device-plugin node: one 16 GiB card (the DRA node has two of 10 GiB)
@@ -125,3 +126,15 @@ def test_a_pod_preempts_on_the_device_plugin_node_through_the_annotation_path() 
     assert placed.scheduled, placed.diagnosis and placed.diagnosis.message()
     assert placed.node == DP
     assert "GPU-dp0" in placed.annotations[nvidia.TO_ALLOCATE_ANNOTATION]
+
+
+def test_a_pod_also_asking_an_implicit_class_name_stays_on_the_dra_path() -> None:
+    """No device plugin serves ``deviceclass.resource.kubernetes.io/<class>``: a pod
+    asking it beside ``nvidia.com/gpu`` is not placed on a device-plugin node, where
+    that resource would go unserved."""
+    engine = mixed()
+    implicit = extended_claims.IMPLICIT_PREFIX + dra.EXCLUSIVE_CLASS
+    decision = engine.schedule(pod({**gpus(1, 16000), implicit: "1"}), now=0)
+    assert not decision.scheduled  # the 16000 MiB share fits only the device-plugin card
+    assert decision.diagnosis is not None
+    assert decision.diagnosis.node_failures[DP].reasons == {Reason.NODE_NOT_ON_DRA_PATH: 1}
