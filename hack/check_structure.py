@@ -10,7 +10,7 @@
 - Anywhere in ``operator/``: no function over ``MAX_FUNCTION_LINES`` lines, no module over
   ``MAX_MODULE_LINES`` lines (issue 45).
 - A public class name (a module-level class not starting with ``_``) is defined in one
-  module of ``operator/`` only, the wire shapes of ``operator/wire.py`` aside: a newcomer
+  module of ``operator/`` only, the wire shapes of ``operator/wire/`` aside: a newcomer
   who reads ``Verdict`` knows which one (issue 45).
 - Vendor words stay in ``operator/devices/``: no string outside it (docstrings aside)
   holds a vendor's resource name or annotation key (``nvidia.com/gpu``,
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "vgpu_operator"
-#: The modules of typed wire shapes (the API's objects as TypedDicts), whose names follow
+#: The package of typed wire shapes (the API's objects as TypedDicts), whose names follow
 #: the API's kinds and so may repeat a class name used elsewhere.
-WIRE_SHAPES = frozenset({"wire.py"})
+WIRE_SHAPES = "wire"
 #: The folder vendor words belong in.
 VENDOR_HOME = "devices"
 #: A resource name or annotation key (``prefix/name``) that names a vendor or its device
@@ -191,7 +191,7 @@ def class_names(trees: dict[str, ast.Module]) -> Iterator[Finding]:
     shapes aside) defines too."""
     defined: dict[str, list[tuple[str, int]]] = {}
     for shown, tree in trees.items():
-        if Path(shown).name in WIRE_SHAPES:
+        if Path(shown).parts[1:2] == (WIRE_SHAPES,):
             continue
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):

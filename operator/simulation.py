@@ -26,6 +26,7 @@ from vgpu_operator.devices.mig_allocations import MigAllocation
 from vgpu_operator.errors import CodecError, ConfigError, ScenarioError
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.defrag import defrag
+from vgpu_operator.wire import Pod
 
 #: The ``defrag`` section's keys and the options they set.
 _DEFRAG_METHODS = ("auto", "exact", "heuristic")
@@ -224,7 +225,7 @@ def build_state(scenario: Mapping[str, Any], use_index: bool = True) -> ClusterS
     return state
 
 
-def _placed_by(pod: Mapping[str, Any], scheduler: str) -> Mapping[str, Any]:
+def _placed_by(pod: Pod, scheduler: str) -> Pod:
     """A running pod of a scenario was placed by the scheduler under test unless it names
     another (the books believe only the allocations of schedulers they trust)."""
     spec = pod.get("spec") or {}
@@ -315,7 +316,7 @@ def _defragment(
 defragment = _defragment
 
 
-def _key(pod: Mapping[str, Any]) -> str:
+def _key(pod: Pod) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
@@ -329,7 +330,7 @@ def rendered(item: simulation_replay.Replayed, reasons: bool = True) -> dict[str
     return out
 
 
-def render(decision: Decision, pod: Mapping[str, Any], reasons: bool = True) -> dict[str, Any]:
+def render(decision: Decision, pod: Pod, reasons: bool = True) -> dict[str, Any]:
     """The decision as ``simulate`` prints it; ``reasons=False`` leaves ``reasons`` empty
     for a caller that writes them itself (``simulation_stream``: from text kept per node)."""
     spec = pod.get("spec") or {}

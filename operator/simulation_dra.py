@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from vgpu_operator.devices import dra
 from vgpu_operator.errors import ScenarioError
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.dialects.claims import taint_rules
+from vgpu_operator.wire import DeviceClass, DeviceTaintRule, Pod, PodClaimStatus, ResourceClaim
 
 LISTS = (
     "resourceSlices",
@@ -65,7 +66,9 @@ def load(scenario: Mapping[str, Any], state: ClusterState) -> None:
             raise ScenarioError(key, "must be a list")
     rules = []
     for position, raw in enumerate(scenario.get("deviceTaintRules") or []):
-        rule = taint_rules.read_rule(raw) if isinstance(raw, Mapping) else None
+        rule = (
+            taint_rules.read_rule(cast(DeviceTaintRule, raw)) if isinstance(raw, Mapping) else None
+        )
         if rule is None:
             raise ScenarioError(
                 f"deviceTaintRules[{position}]",
@@ -75,7 +78,7 @@ def load(scenario: Mapping[str, Any], state: ClusterState) -> None:
         rules.append(rule)
     classes = scenario.get("deviceClasses") or dra.device_classes()
     for device_class in classes:
-        state.set_device_class(device_class)
+        state.set_device_class(cast(DeviceClass, device_class))  # a scenario's, or ours
     for position, node in enumerate(scenario.get("nodes") or []):
         cards = node.get("draCards")
         if cards is None:
@@ -92,18 +95,17 @@ def load(scenario: Mapping[str, Any], state: ClusterState) -> None:
         state.set_claim(_with_defaults(claim))
 
 
-def _with_defaults(claim: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(dict(claim))
+def _with_defaults(claim: Mapping[str, Any]) -> ResourceClaim:
+    """A scenario's claim as the API server hands one over (namespace, uid, version)."""
+    out: dict[str, Any] = copy.deepcopy(dict(claim))
     meta = out.setdefault("metadata", {})
     meta.setdefault("namespace", "default")
     meta.setdefault("uid", f"uid-{meta['namespace']}-{meta.get('name', '')}")
     meta.setdefault("resourceVersion", "1")
-    return out
+    return cast(ResourceClaim, out)
 
 
-def with_template_claims(
-    scenario: Mapping[str, Any], pod: Mapping[str, Any], state: ClusterState
-) -> Mapping[str, Any]:
+def with_template_claims(scenario: Mapping[str, Any], pod: Pod, state: ClusterState) -> Pod:
     """The pod as the claim controller leaves it: each template entry's claim made (and
     given to the engine), and named in ``status.resourceClaimStatuses``."""
     spec = pod.get("spec") or {}
@@ -116,7 +118,7 @@ def with_template_claims(
         ((t.get("metadata") or {}).get("namespace") or "default", t["metadata"]["name"]): t
         for t in scenario.get("resourceClaimTemplates") or []
     }
-    statuses = []
+    statuses: list[PodClaimStatus] = []
     for entry in entries:
         template = templates.get((namespace, entry["resourceClaimTemplateName"]))
         if template is None:
@@ -136,8 +138,8 @@ def with_template_claims(
                 }
             )
         )
-        statuses.append({"name": entry["name"], "resourceClaimName": name})
-    out = copy.deepcopy(dict(pod))
+        statuses.append({"name": str(entry["name"]), "resourceClaimName": name})
+    out = copy.deepcopy(pod)
     meta_out = out.setdefault("metadata", {})
     meta_out.setdefault("uid", f"uid-{namespace}-{meta.get('name')}")
     out.setdefault("status", {})["resourceClaimStatuses"] = statuses
@@ -153,12 +155,12 @@ def write_claims(decision: Decision, state: ClusterState) -> None:
         current = made or state.claim_object(write.key)
         if current is None:
             continue
-        updated = copy.deepcopy(dict(current))
+        updated: dict[str, Any] = copy.deepcopy(dict(current))
         status = updated.setdefault("status", {})
         if write.allocation is not None:
             status["allocation"] = copy.deepcopy(dict(write.allocation))
         status["reservedFor"] = [*(status.get("reservedFor") or []), dict(write.consumer)]
-        state.set_claim(updated)
+        state.set_claim(cast(ResourceClaim, updated))
 
 
 def render_claims(decision: Decision) -> list[dict[str, Any]]:
@@ -217,7 +219,7 @@ def release_victims(decision: Decision, state: ClusterState) -> bool:
         current = state.claim_object(key)
         if current is None:
             continue
-        updated = copy.deepcopy(dict(current))
+        updated: dict[str, Any] = copy.deepcopy(dict(current))
         status = updated.setdefault("status", {})
         status["reservedFor"] = [
             r for r in status.get("reservedFor") or [] if str(r.get("uid")) not in uids
@@ -225,5 +227,5 @@ def release_victims(decision: Decision, state: ClusterState) -> bool:
         if not status["reservedFor"]:
             status.pop("allocation", None)
             released = True
-        state.set_claim(updated)
+        state.set_claim(cast(ResourceClaim, updated))
     return released

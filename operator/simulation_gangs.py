@@ -20,6 +20,7 @@ from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
 from vgpu_operator.scheduling.pod_key import pod_key
+from vgpu_operator.wire import Pod
 
 
 def check(scenario: Mapping[str, Any]) -> None:
@@ -69,7 +70,7 @@ def _specs(scenario: Mapping[str, Any]) -> dict[str, GroupSpec | str]:
 
 def decide(
     scenario: Mapping[str, Any], state: ClusterState, group: str, now: float
-) -> tuple[GroupDecision, list[tuple[Mapping[str, Any], Decision]]]:
+) -> tuple[GroupDecision, list[tuple[Pod, Decision]]]:
     """The group decided; its members' decisions (placed ones confirmed, their claims
     written), each with the pod it is for."""
     pods = scenario.get("pods") or []
@@ -92,7 +93,7 @@ def decide(
     else:
         out = gangs.decide_group(state, spec, group, pending, bound, now, names)
     by_key = {pod_key(p): p for p in pending}
-    decided: list[tuple[Mapping[str, Any], Decision]] = []
+    decided: list[tuple[Pod, Decision]] = []
     for decision in out.placed:
         simulation_dra.write_claims(decision, state)
         state.confirm(decision.pod)
@@ -103,7 +104,7 @@ def decide(
     return out, decided
 
 
-def render(out: GroupDecision, members: Sequence[tuple[Mapping[str, Any], Decision]]) -> Any:
+def render(out: GroupDecision, members: Sequence[tuple[Pod, Decision]]) -> Any:
     """The group's outcome in ``simulate``'s output."""
     group: dict[str, Any] = {
         "podGroup": out.group,

@@ -26,6 +26,7 @@ from typing import Any
 from vgpu_operator import simulation_dra, simulation_gangs
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gangs
+from vgpu_operator.wire import Pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,7 @@ class Replayed:
     """One pending pod of the scenario (as decided: its template claims named) and its
     decision."""
 
-    pod: Mapping[str, Any]
+    pod: Pod
     decision: Decision
     #: The PodGroup it was decided with, or None.
     group: str | None = None
@@ -78,7 +79,7 @@ class Replay:
                 yield Replayed(member, decision, group)
 
 
-def decide(state: ClusterState, pod: Mapping[str, Any], now: float, explain: bool) -> Decision:
+def decide(state: ClusterState, pod: Pod, now: float, explain: bool) -> Decision:
     """One pod decided and carried out (see the module docstring)."""
     decision = state.schedule(pod, now, explain=explain)
     for victim in decision.victims:

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from vgpu_operator import simulation, simulation_replay
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure
+from vgpu_operator.wire import Pod
 
 #: Where a line's ``reasons`` go, spliced in as text (``ReasonsText``).
 _HOLE = '"reasons": {}'
@@ -69,7 +70,7 @@ def decisions(
     state: ClusterState,
     now: float = 0.0,
     scores: bool = True,
-) -> Iterator[tuple[Mapping[str, Any], Decision]]:
+) -> Iterator[tuple[Pod, Decision]]:
     """The scenario's pending pods decided in order on ``state`` (``simulation.build_state``)
     by the one path (``simulation_replay.Replay``); each pod with its decision, as it is
     made."""

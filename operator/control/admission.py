@@ -105,7 +105,7 @@ class PodAdmission:
             log.info("pod_denied", pod=cluster.pod_key(pod), reason=result.message)
             answered(WebhookResult.DENIED)
             return AdmissionAnswer(allowed=False, message=result.message)
-        mutated = cast(Pod, result.pod)  # the engine's admission returns the pod it was given
+        mutated = result.pod
         namespace = str(meta_of(mutated).get("namespace") or "default")
         if view.config.dra.converts(namespace):
             converted = await self._to_claims(mutated, view.vendors, dry_run=dry_run)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import structlog
 
@@ -35,7 +35,7 @@ from vgpu_operator.scheduling.autoscale.whatif import Unit
 from vgpu_operator.scheduling.dialects.claims import claim_templates
 from vgpu_operator.scheduling.gangs import GroupError
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
-from vgpu_operator.wire import Pod, meta_of
+from vgpu_operator.wire import Pod, ResourceClaim, ResourceClaimTemplate, meta_of
 
 log = structlog.get_logger("vgpu_operator.autoscaler")
 
@@ -71,12 +71,12 @@ def karpenter_serves(pod: Mapping[str, Any], listed: Collection[str]) -> bool:
 
 async def read_templates(
     read: Callable[[str, str], Awaitable[Mapping[str, Any] | None]], pods: Iterable[Pod]
-) -> dict[str, Mapping[str, Any]]:
+) -> dict[str, ResourceClaimTemplate]:
     """The ResourceClaimTemplates of the pods whose claims the claim controller has not
     made yet (a moment after their creation), by ``namespace/name``: at most
     ``TEMPLATE_READS`` a round; one that cannot be read is left out (its pods are told it
     was not found), it stops no round."""
-    found: dict[str, Mapping[str, Any]] = {}
+    found: dict[str, ResourceClaimTemplate] = {}
     for key in template_keys(pods)[:TEMPLATE_READS]:
         namespace, name = key.split("/", 1)
         try:
@@ -85,7 +85,7 @@ async def read_templates(
             log.debug("autoscale_template_unread", template=key, error=str(exc))
             continue
         if template is not None:
-            found[key] = template
+            found[key] = cast(ResourceClaimTemplate, template)  # as the API server read it
     return found
 
 
@@ -118,7 +118,7 @@ def gather(
     gangs: gang_runtime.GangRuntime | None,
     pins: Mapping[PodKey, str],
     limit: int,
-    templates: Mapping[str, Mapping[str, Any]] | None = None,
+    templates: Mapping[str, ResourceClaimTemplate] | None = None,
 ) -> tuple[list[Unit], dict[PodKey, str]]:
     """The units to plan for, and the pods left out with why (Karpenter's, bounds, a
     template not found). ``templates``: the ResourceClaimTemplates the pods' claims still
@@ -157,14 +157,14 @@ def _single(pod: Pod, pins: Mapping[PodKey, str]) -> Unit:
 
 
 def _with_claims(
-    unit: Unit, templates: Mapping[str, Mapping[str, Any]], left: dict[PodKey, str]
+    unit: Unit, templates: Mapping[str, ResourceClaimTemplate], left: dict[PodKey, str]
 ) -> Unit | None:
     """The unit with its pods' template claims still to be made, as the claim controller
     would make them; None (each pod told why) when a template is not there."""
     if not any(claim_templates.pending_templates(p) for p in unit.pods):
         return unit
-    pods: list[Mapping[str, Any]] = []
-    claims: list[Mapping[str, Any]] = []
+    pods: list[Pod] = []
+    claims: list[ResourceClaim] = []
     for pod in unit.pods:
         made = claim_templates.with_template_claims(pod, templates)
         if isinstance(made, str):

@@ -16,8 +16,8 @@ slice whose devices came out differently wakes the DRA path's pods, as any slice
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any, Final, Protocol
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Final, Protocol, cast
 
 import structlog
 
@@ -26,6 +26,7 @@ from vgpu_operator.control import pod_facts, queue, versions
 from vgpu_operator.scheduling.dialects.claims import taint_rules
 from vgpu_operator.wire import (
     DeviceClass,
+    DeviceTaintRule,
     KubeObject,
     ResourceClaim,
     ResourceSlice,
@@ -39,11 +40,11 @@ log = structlog.get_logger("vgpu_operator.claims_feed")
 class ClaimInputs(Protocol):
     """The part of ``scheduling.cycle.cluster.ClusterState`` the DRA feed calls."""
 
-    def set_slice(self, obj: Mapping[str, Any]) -> None: ...
+    def set_slice(self, obj: ResourceSlice) -> None: ...
     def remove_slice(self, name: str) -> None: ...
-    def set_claim(self, obj: Mapping[str, Any]) -> None: ...
+    def set_claim(self, obj: ResourceClaim) -> None: ...
     def remove_claim(self, key: str) -> None: ...
-    def set_device_class(self, obj: Mapping[str, Any]) -> None: ...
+    def set_device_class(self, obj: DeviceClass) -> None: ...
     def remove_device_class(self, name: str) -> None: ...
     def set_admin_namespaces(self, names: frozenset[str]) -> None: ...
     def quota_may_help(self, verdict: Any, namespace: str) -> bool: ...
@@ -70,7 +71,7 @@ class ClaimFeed:
         self._seen: set[str] = set()
         self._slice_digests: dict[str, str] = {}
         #: Each slice as listed (slim), before the rules' taints.
-        self._listed_slices: dict[str, Mapping[str, Any]] = {}
+        self._listed_slices: dict[str, ResourceSlice] = {}
         self._rule_versions = versions.VersionLedger()
         self._rules: dict[str, taint_rules.TaintRule] = {}
         #: Namespaces labelled for adminAccess (the watch selects only those).
@@ -101,7 +102,7 @@ class ClaimFeed:
         self._listed_slices[name] = slim
         self._hand_over(name, slim)
 
-    def _hand_over(self, name: str, slim: Mapping[str, Any]) -> None:
+    def _hand_over(self, name: str, slim: ResourceSlice) -> None:
         """The slice to the engine with the rules' taints; wakes pods if it changed."""
         tainted = taint_rules.tainted_slice(slim, tuple(self._rules.values()))
         self._engine.set_slice(tainted)
@@ -125,14 +126,16 @@ class ClaimFeed:
             if self._rule_versions.accept_delete(name, version):
                 self._set_rule(name, None)
         elif self._rule_versions.accept_update(name, version):
-            self._set_rule(name, taint_rules.read_rule(obj))
+            self._set_rule(name, taint_rules.read_rule(cast(DeviceTaintRule, obj)))
 
     def rules_listed(self, items: Iterable[KubeObject], version: str | None) -> None:
         by_name = {name_of(i): i for i in items}
         result = self._rule_versions.reconcile_listing(by_name, version)
         changed = False
         for name in result.apply:
-            changed |= self._put_rule(name, taint_rules.read_rule(by_name[name]))
+            changed |= self._put_rule(
+                name, taint_rules.read_rule(cast(DeviceTaintRule, by_name[name]))
+            )
         for name in result.remove:
             changed |= self._put_rule(name, None)
         if changed:

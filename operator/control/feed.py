@@ -23,7 +23,7 @@ import enum
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Generic, Protocol, TypeVar, cast
 
 import structlog
 
@@ -43,6 +43,8 @@ from vgpu_operator.wire import (
     Lease,
     Node,
     Pod,
+    PodDisruptionBudget,
+    ResourceQuota,
     name_of,
     namespaced_name_of,
 )
@@ -62,9 +64,9 @@ class EngineInputs(NodeInputs, HintJudge, Protocol):
     def allocation_warning(self, key: PodKey) -> str | None: ...
     def expired_gates(self, now: float) -> list[tuple[str, PodKey]]: ...
     def remove_pod(self, key: PodKey) -> None: ...
-    def set_quota(self, quota: Mapping[str, Any]) -> None: ...
+    def set_quota(self, quota: ResourceQuota) -> None: ...
     def remove_quota(self, namespace: str, name: str) -> None: ...
-    def set_budget(self, pdb: Mapping[str, Any]) -> None: ...
+    def set_budget(self, pdb: PodDisruptionBudget) -> None: ...
     def remove_budget(self, namespace: str, name: str) -> None: ...
 
 
@@ -209,7 +211,9 @@ class StateFeed:
             "budget",
             namespaced_name_of,
             versions.VersionLedger(),
-            lambda _key, pdb: self._engine.set_budget(pod_facts.slim(pdb)),
+            lambda _key, pdb: self._engine.set_budget(
+                cast(PodDisruptionBudget, pod_facts.slim(pdb))
+            ),
             self._forget_budget,
         )
 
@@ -445,7 +449,7 @@ class StateFeed:
         # with every pod of the namespace, and each new limit starts its verdicts over.
         fingerprint = pod_facts.quota_fingerprint(quota)
         if self._quota_fingerprints.get(key) != fingerprint:
-            self._engine.set_quota(quota)
+            self._engine.set_quota(cast(ResourceQuota, quota))  # a ResourceQuota's watch
             self._quota_fingerprints[key] = fingerprint
             self._wakeups.for_quota(key.partition("/")[0])
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -33,7 +33,7 @@ from vgpu_operator.scheduling.gangs import gang_preemption, gangs
 from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.timestamps import format_rfc3339
-from vgpu_operator.wire import KubeObject, Pod, WatchEventType
+from vgpu_operator.wire import KubeObject, Pod, PodGroup, WatchEventType
 
 log = structlog.get_logger("vgpu_operator.gangs")
 
@@ -58,7 +58,8 @@ class PodGroupStore:
         #: The books' PodGroups that name claims of their own (``group_claims``).
         self.group_claims = group_claims if group_claims is not None else {}
 
-    def _note(self, key: str, obj: KubeObject | None) -> None:
+    def _note(self, key: str, seen: KubeObject | None) -> None:
+        obj = cast(PodGroup | None, seen)  # the PodGroups' watch
         self.rules.note(key, obj)
         shared = None if obj is None else group_claims_module.read(obj)
         if shared is None:
@@ -184,7 +185,7 @@ class GangRuntime:
         spec: GroupSpec | None = None
         obj = self.groups.get(group)
         if obj is not None:
-            spec = gangs.read_pod_group(obj)
+            spec = gangs.read_pod_group(cast(PodGroup, obj))
             if spec.gang and self.groups.initially_scheduled(group):
                 spec = dataclasses.replace(spec, gang=False)  # later members, one by one
         return spec, pending, self._bound(group), names

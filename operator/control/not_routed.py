@@ -96,9 +96,9 @@ class NotRoutedReporter:
     def _asks_for_gpu(self, pod: Pod) -> bool:
         """Whether the webhook would have taken the pod as a GPU pod, had it seen it
         (a bound pod is one the webhook passes unchanged: asked as if unbound)."""
-        spec = {
-            k: v
-            for k, v in (pod.get("spec") or {}).items()
-            if k not in ("nodeName", "schedulerName")
-        }
-        return self.state.admit({**pod, "spec": spec}).handled
+        spec = (pod.get("spec") or {}).copy()
+        spec.pop("nodeName", None)
+        spec.pop("schedulerName", None)
+        unbound = pod.copy()
+        unbound["spec"] = spec
+        return self.state.admit(unbound).handled

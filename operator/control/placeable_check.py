@@ -50,7 +50,7 @@ from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.dialects.claims import claims
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import Pod, PodClaimStatus, PodGroup, PodSpec, ResourceClaimSpec
 
 #: The ``spec.controllerName`` of the AdmissionChecks this controller answers.
 CONTROLLER_NAME: Final = "vgpu-operator.io/placeable"
@@ -108,11 +108,11 @@ def _pod_sets(workload: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping[s
             yield str(pod_set.get("name") or "main"), count, template
 
 
-def _in_group(pod: dict[str, Any], group: str | None) -> dict[str, Any]:
+def _in_group(pod: Pod, group: str | None) -> Pod:
     """The held pod as a member of ``group`` (``namespace/name``), unless it names one."""
     if group is None or gangs.group_of(pod) is not None:
         return pod
-    pod["spec"]["schedulingGroup"] = {"podGroupName": group.partition("/")[2]}
+    pod.setdefault("spec", {})["schedulingGroup"] = {"podGroupName": group.partition("/")[2]}
     return pod
 
 
@@ -130,21 +130,21 @@ def templates_named(workload: Mapping[str, Any]) -> list[str]:
     return list(found)
 
 
-def _asks_devices(pod: Mapping[str, Any]) -> bool:
-    # A pod set's template as Kueue's Workload carries it: a pod's shape, read as one.
-    resources = pod_facts.extended_resources_of(cast(Pod, pod))
+def _asks_devices(pod: Pod) -> bool:
+    resources = pod_facts.extended_resources_of(pod)
     return any(r.startswith(_DEVICE_PREFIXES) for r in resources)
 
 
 def held_pod(
     workload: Mapping[str, Any], pod_set: str, index: int, template: Mapping[str, Any]
-) -> dict[str, Any]:
+) -> Pod:
     """The pod ``index`` of ``pod_set`` as the engine is asked to place it: the template's
     spec routed to us, never preempting, no scheduling gates, under a held pod's name."""
     meta = workload.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     template_meta = template.get("metadata") or {}
-    spec = copy.deepcopy(dict(template.get("spec") or {}))
+    # A pod set's template as Kueue's Workload carries it: a pod's spec.
+    spec: PodSpec = copy.deepcopy(cast(PodSpec, dict(template.get("spec") or {})))
     spec.pop("schedulingGates", None)
     spec.pop("nodeName", None)
     spec["schedulerName"] = names.SCHEDULER_NAME
@@ -210,7 +210,7 @@ class PlaceableCheck:
         hold = _Hold(until=now + self.hold_s)
         placed: dict[str, list[str]] = {}
         skipped: list[str] = []
-        groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        groups: dict[str, list[tuple[str, Pod]]] = {}
         try:
             for pod_set, count, template in _pod_sets(workload):
                 probe = held_pod(workload, pod_set, 0, template)
@@ -246,7 +246,7 @@ class PlaceableCheck:
         return Answer("Ready", message, {k: tuple(v) for k, v in placed.items()})
 
     def _place_one_by_one(
-        self, pod_set: str, pods: list[dict[str, Any]], now: float, hold: _Hold
+        self, pod_set: str, pods: list[Pod], now: float, hold: _Hold
     ) -> list[str]:
         nodes: list[str] = []
         for index, pod in enumerate(pods):
@@ -265,7 +265,7 @@ class PlaceableCheck:
         return nodes
 
     def _place_group(
-        self, group: str, members: list[tuple[str, dict[str, Any]]], now: float, hold: _Hold
+        self, group: str, members: list[tuple[str, Pod]], now: float, hold: _Hold
     ) -> list[tuple[str, str]]:
         """Every member at once, as the engine decides a gang (in one domain of its
         topology constraint); each member's pod set and node."""
@@ -275,7 +275,7 @@ class PlaceableCheck:
         if obj is None:
             raise NotPlaceable(f"{where}: PodGroup {group} does not exist")
         try:
-            spec = gangs.read_pod_group(obj)
+            spec = gangs.read_pod_group(cast(PodGroup, obj))  # as the operator read it
         except gangs.GroupError as exc:
             raise NotPlaceable(f"{where}: {exc}") from None
         # Every pod of the workload, at once, never by preemption: the check's promise.
@@ -291,17 +291,17 @@ class PlaceableCheck:
 
     def _with_held_claims(
         self,
-        pod: dict[str, Any],
+        pod: Pod,
         pod_set: str,
         templates: Mapping[str, Mapping[str, Any]],
         hold: _Hold,
-    ) -> dict[str, Any]:
+    ) -> Pod:
         """The held pod with a held claim for each template entry, as the claim controller
         will make it (given to the engine, named in ``status.resourceClaimStatuses``)."""
-        meta = pod["metadata"]
-        namespace = str(meta["namespace"])
-        statuses = []
-        for entry in pod["spec"].get("resourceClaims") or ():
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        statuses: list[PodClaimStatus] = []
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
             if not isinstance(entry, Mapping) or not entry.get("resourceClaimTemplateName"):
                 continue
             template_key = f"{namespace}/{entry['resourceClaimTemplateName']}"
@@ -310,7 +310,7 @@ class PlaceableCheck:
                 raise NotPlaceable(
                     f"pod set {pod_set}: ResourceClaimTemplate {template_key} not found"
                 )
-            held = str(meta["name"]).removeprefix(HOLD_PREFIX).replace("/", ".")
+            held = str(meta.get("name", "")).removeprefix(HOLD_PREFIX).replace("/", ".")
             name = f"{HOLD_CLAIM_PREFIX}{held}.{entry.get('name')}"
             spec = (template.get("spec") or {}).get("spec") or {}
             self._engine.set_claim(
@@ -320,16 +320,16 @@ class PlaceableCheck:
                     "metadata": {
                         "namespace": namespace,
                         "name": name,
-                        "uid": f"{meta['uid']}/{entry.get('name')}",
+                        "uid": f"{meta.get('uid', '')}/{entry.get('name')}",
                         "resourceVersion": "1",
                     },
-                    "spec": copy.deepcopy(dict(spec)),
+                    "spec": cast(ResourceClaimSpec, copy.deepcopy(dict(spec))),
                 }
             )
             hold.claims.append(f"{namespace}/{name}")
-            statuses.append({"name": entry.get("name"), "resourceClaimName": name})
+            statuses.append({"name": str(entry.get("name")), "resourceClaimName": name})
         if statuses:
-            pod["status"]["resourceClaimStatuses"] = statuses
+            pod.setdefault("status", {})["resourceClaimStatuses"] = statuses
         return pod
 
     def _undo(self, hold: _Hold) -> None:

@@ -27,7 +27,14 @@ from typing import Any, Final
 from vgpu_operator import names
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
-from vgpu_operator.wire import ObjectMeta, OwnerReference, ResourceSlice, SliceDevice
+from vgpu_operator.wire import (
+    DeviceAttribute,
+    DeviceTaint,
+    ObjectMeta,
+    OwnerReference,
+    ResourceSlice,
+    SliceDevice,
+)
 
 #: This project's DRA driver name (and the domain of its device attributes).
 DRIVER: Final = "gpu.vgpu-operator.io"
@@ -129,7 +136,7 @@ def device_wire(card: CardShape) -> SliceDevice:
     default_memory = card.memory_mib
     if 0 < card.default_memory_mib < card.memory_mib:
         default_memory = card.default_memory_mib
-    attributes: dict[str, dict[str, Any]] = {
+    attributes: dict[str, DeviceAttribute] = {
         ATTR_UUID: {"string": card.uuid},
         ATTR_PRODUCT: {"string": card.product},
         ATTR_TYPE: {"string": card.hami_type},
@@ -174,7 +181,7 @@ def device_wire(card: CardShape) -> SliceDevice:
     return device
 
 
-def card_taint(card: CardShape) -> dict[str, str]:
+def card_taint(card: CardShape) -> DeviceTaint:
     """The one taint of an unhealthy card: NoExecute when it is lost, else NoSchedule; the
     health reason as its value. Two keys, so that a request tolerating a sick card (to
     debug it) is still kept off a card that is gone."""

@@ -298,7 +298,8 @@ async def ensure_template(
             raise
     name_path = f"{path}/{quote(str(meta['name']))}"
     existing = cast(ResourceClaimTemplate | None, await _get(api, name_path))
-    if existing is None or not claim_admission.same_template(existing, template):
+    wanted = cast(ResourceClaimTemplate, template)  # as claim_admission.template_for made it
+    if existing is None or not claim_admission.same_template(existing, wanted):
         return (
             f"ResourceClaimTemplate {meta['namespace']}/{meta['name']} exists with another "
             "spec; delete it (the webhook makes it again)"
@@ -322,17 +323,17 @@ def _stamp_is_old(template: ResourceClaimTemplate, now: datetime.datetime) -> bo
 
 async def read_pod_claims(
     api: ApiClient, namespace: str, refs: Sequence[claim_routing.ClaimRef]
-) -> list[tuple[claim_routing.ClaimRef, dict[str, Any] | None]]:
+) -> list[tuple[claim_routing.ClaimRef, ResourceClaim | ResourceClaimTemplate | None]]:
     """The claims and templates a pod names, read one by one (None: not found), up to
     the first that asks for our DeviceClasses (the webhook's answer is then known).
     The caller bounds the count (``claim_routing.too_many``) and the time."""
-    out: list[tuple[claim_routing.ClaimRef, dict[str, Any] | None]] = []
+    out: list[tuple[claim_routing.ClaimRef, ResourceClaim | ResourceClaimTemplate | None]] = []
     for ref in refs[: claim_routing.MAX_CLAIM_READS]:
         if ref.kind == claim_routing.CLAIM:
             path = claim_path(namespace, ref.name)
         else:
             path = f"{templates_path(namespace)}/{quote(ref.name)}"
-        obj = await _get(api, path)
+        obj = cast(ResourceClaim | ResourceClaimTemplate | None, await _get(api, path))
         out.append((ref, obj))
         if obj is not None and claim_routing.asks_our_classes(obj, ref.kind):
             break

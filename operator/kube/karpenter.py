@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from vgpu_operator.kube import claims, eviction, pods, requests
 from vgpu_operator.kube.requests import ApiClient
+from vgpu_operator.wire import Pod
 
 NODE_POOLS: Final = "/apis/karpenter.sh/v1/nodepools"
 NODE_CLAIMS: Final = "/apis/karpenter.sh/v1/nodeclaims"
@@ -82,8 +83,8 @@ class KubeKarpenter:
     async def delete_claim(self, name: str) -> bool:
         return await delete_node_claim(self._api, name)
 
-    async def pods_on(self, node: str) -> list[dict[str, Any]]:
-        return [dict(p) for p in await pods.pods_on_node(self._api, node)]
+    async def pods_on(self, node: str) -> list[Pod]:
+        return list(await pods.pods_on_node(self._api, node))
 
     async def nominate(self, namespace: str, name: str, node: str | None) -> bool:
         return await eviction.set_nominated_node(self._api, namespace, name, node)

@@ -9,12 +9,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Final
+from typing import Final
 
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import node_annotations
 from vgpu_operator.scheduling.status import Reason
+from vgpu_operator.wire import (
+    Container,
+    Node,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    Pod,
+    PodSpec,
+    Taint,
+    Toleration,
+)
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -33,7 +43,7 @@ class PodResources:
         return PodResources(self.cpu - other.cpu, self.memory - other.memory)
 
 
-def _quantity(values: Mapping[str, Any], name: str) -> Fraction:
+def _quantity(values: Mapping[str, str], name: str) -> Fraction:
     if name not in values:
         return Fraction(0)
     try:
@@ -42,14 +52,14 @@ def _quantity(values: Mapping[str, Any], name: str) -> Fraction:
         return Fraction(0)
 
 
-def _container_requests(container: Mapping[str, Any]) -> PodResources:
+def _container_requests(container: Container) -> PodResources:
     resources = container.get("resources") or {}
     # The API server defaults requests to limits when only limits are given.
     values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
     return PodResources(_quantity(values, "cpu"), _quantity(values, "memory"))
 
 
-def pod_requests(pod: Mapping[str, Any]) -> PodResources:
+def pod_requests(pod: Pod) -> PodResources:
     """Effective requests: the larger of the app containers' sum and any init container."""
     spec = pod.get("spec") or {}
     total = PodResources()
@@ -73,16 +83,14 @@ class NodeFacts:
     annotations: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False
     ready: bool = True
-    taints: tuple[Mapping[str, Any], ...] = ()
+    taints: tuple[Taint, ...] = ()
     allocatable_cpu: Fraction | None = None
     allocatable_memory: Fraction | None = None
     allocatable_pods: int | None = None
-    allocatable: Mapping[str, Any] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_node(
-        cls, node: Mapping[str, Any], annotation_keys: frozenset[str] | None = None
-    ) -> NodeFacts:
+    def from_node(cls, node: Node, annotation_keys: frozenset[str] | None = None) -> NodeFacts:
         """``annotations`` keeps only the declared keys (``node_annotations``; the
         default vendor table's unless ``annotation_keys`` says otherwise)."""
         meta = node.get("metadata") or {}
@@ -113,7 +121,7 @@ class NodeFacts:
         )
 
 
-def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+def _tolerates(tolerations: Sequence[Toleration], taint: Taint) -> bool:
     for toleration in tolerations:
         effect = toleration.get("effect") or ""
         if effect and effect != taint.get("effect"):
@@ -130,7 +138,7 @@ def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any
     return False
 
 
-def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+def _expression_matches(expr: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
     key = expr.get("key", "")
     operator = expr.get("operator", "")
     values = [str(v) for v in expr.get("values") or []]
@@ -152,7 +160,7 @@ def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> b
     return False
 
 
-def _term_matches(term: Mapping[str, Any], node: NodeFacts) -> bool:
+def _term_matches(term: NodeSelectorTerm, node: NodeFacts) -> bool:
     expressions = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
     if not expressions and not fields:
@@ -162,7 +170,7 @@ def _term_matches(term: Mapping[str, Any], node: NodeFacts) -> bool:
     return all(_expression_matches(f, {"metadata.name": node.name}) for f in fields)
 
 
-def affinity_matches(pod_spec: Mapping[str, Any], node: NodeFacts) -> bool:
+def affinity_matches(pod_spec: PodSpec, node: NodeFacts) -> bool:
     """Whether the pod spec's required node affinity admits the node."""
     return PodNodeTerms.of({"spec": pod_spec}).affinity_matches(node)
 
@@ -172,13 +180,13 @@ class PodNodeTerms:
     """What a pod asks of any node (tolerations, node selector, required node affinity),
     read once per attempt and checked against every node."""
 
-    tolerations: tuple[Mapping[str, Any], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
     selector: tuple[tuple[str, str], ...] = ()
     #: The required nodeSelectorTerms; None when the pod has none (every node passes).
-    affinity_terms: tuple[Mapping[str, Any], ...] | None = None
+    affinity_terms: tuple[NodeSelectorTerm, ...] | None = None
 
     @classmethod
-    def of(cls, pod: Mapping[str, Any]) -> PodNodeTerms:
+    def of(cls, pod: Pod) -> PodNodeTerms:
         spec = pod.get("spec") or {}
         required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution"
@@ -197,7 +205,7 @@ class PodNodeTerms:
 
 
 def check_node(
-    pod: Mapping[str, Any],
+    pod: Pod,
     requests: PodResources,
     node: NodeFacts,
     used: PodResources,

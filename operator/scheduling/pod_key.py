@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NewType
+from typing import NewType
+
+from vgpu_operator.wire import Pod
 
 #: ``namespace/name`` of a pod (the namespace defaults to ``default``).
 PodKey = NewType("PodKey", str)
 
 
-def pod_key(pod: Mapping[str, Any]) -> PodKey:
+def pod_key(pod: Pod) -> PodKey:
     meta = pod.get("metadata") or {}
     return PodKey(f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}")

@@ -23,10 +23,11 @@ The ledger is a plain value without locks: the engine calls it from one thread, 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final, Protocol
 
 from vgpu_operator import errors
 from vgpu_operator.devices import codec, model
+from vgpu_operator.wire import ResourceQuota
 
 #: Per vendor common word: (memory MiB, cores) a pod holds.
 VendorSums = Mapping[str, tuple[int, int]]
@@ -42,6 +43,25 @@ def _sums(pod_devices: model.PodDevices) -> dict[str, tuple[int, int]]:
 
 
 LIMITS_PREFIX: Final = "limits."
+
+
+class QuotaReads(Protocol):
+    """What a reader of the books sees of the ledger: its limits and usage, and a copy
+    to write into (a trial's room). Only the books change the live ledger."""
+
+    @property
+    def managed_resources(self) -> frozenset[str]: ...
+    def copy(self) -> QuotaLedger: ...
+    def has_limits(self, namespace: str) -> bool: ...
+    def limit(self, namespace: str, resource: str) -> int: ...
+    def effective(self, namespace: str) -> dict[str, int]: ...
+    def limited_namespaces(self) -> list[str]: ...
+    def used(self, namespace: str, resource: str) -> int: ...
+    def fits(
+        self, namespace: str, vendor: str, memory_mib: int, cores: int, memory_factor: int
+    ) -> bool: ...
+    def namespaces(self) -> list[str]: ...
+    def usage(self, namespace: str) -> dict[str, tuple[int, int]]: ...
 
 
 class QuotaLedger:
@@ -87,7 +107,7 @@ class QuotaLedger:
 
     # --- quotas ------------------------------------------------------------------------
 
-    def set_quota(self, rq: Mapping[str, Any]) -> None:
+    def set_quota(self, rq: ResourceQuota) -> None:
         """Add or replace one ResourceQuota (a Kubernetes object as a JSON-like dict).
 
         Raises ``CodecError`` naming the offending path (``metadata.namespace``,
@@ -249,7 +269,7 @@ class QuotaLedger:
             del self._used[namespace]
 
 
-def _quota_identity(rq: Mapping[str, Any]) -> tuple[str, str]:
+def _quota_identity(rq: ResourceQuota) -> tuple[str, str]:
     metadata = rq.get("metadata")
     if not isinstance(metadata, Mapping):
         raise errors.CodecError("metadata", f"expected a mapping, got {metadata!r}")

@@ -14,6 +14,7 @@ from vgpu_operator.config import DeviceConfig, VendorConfig
 from vgpu_operator.devices import model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.mig import mig
+from vgpu_operator.wire import Container
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ class Vendors:
     def allocated_keys(self) -> dict[str, str]:
         return {w: s.allocated_annotation for w, s in self._specs.items()}
 
-    def requests(self, container: Mapping[str, Any]) -> dict[str, model.ContainerRequest]:
+    def requests(self, container: Container) -> dict[str, model.ContainerRequest]:
         """What one container asks of each vendor (vendors it does not ask are absent)."""
         out: dict[str, model.ContainerRequest] = {}
         for word, spec in self._specs.items():
@@ -87,7 +88,7 @@ class Vendors:
                 out[word] = request
         return out
 
-    def read(self, container: Mapping[str, Any]) -> ContainerRead:
+    def read(self, container: Container) -> ContainerRead:
         """The container's requests, problems and warnings, each vendor read once."""
         requests: dict[str, model.ContainerRequest] = {}
         problems: dict[str, CodecError] = {}
@@ -107,12 +108,12 @@ class Vendors:
                 warnings[word] = warning
         return ContainerRead(requests, problems, warnings)
 
-    def admission_problem(self, common_word: str, container: Mapping[str, Any]) -> str | None:
+    def admission_problem(self, common_word: str, container: Container) -> str | None:
         """Why the webhook must refuse this container's request for a vendor, or None."""
         spec = self._specs[common_word]
         return vendor.admission_problem(spec, self._configs[common_word], container)
 
-    def admission_warning(self, common_word: str, container: Mapping[str, Any]) -> str | None:
+    def admission_warning(self, common_word: str, container: Container) -> str | None:
         """What the engine will adjust in this container's request, for the user to see."""
         spec = self._specs[common_word]
         return vendor.admission_warning(spec, self._configs[common_word], container)

@@ -19,10 +19,11 @@ all) is not assigned this way.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit, WhatIfEngine, held, pod_shape
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.wire import Pod
 
 #: Queues larger than this (pods) are not assigned pod by pod.
 MAX_PODS: Final = 12
@@ -63,14 +64,14 @@ class Assigner:
         self._permute = False
 
     def run(self, units: Sequence[Unit]) -> dict[PodKey, str] | None:
-        pods: list[Mapping[str, Any]] = [pod for unit in units for pod in unit.pods]
+        pods: list[Pod] = [pod for unit in units for pod in unit.pods]
         self._permute = len(pods) <= MAX_PERMUTED
         try:
             return dict(self.where) if self._place(pods) else None
         except _Spent:
             return None
 
-    def _place(self, pods: Sequence[Mapping[str, Any]]) -> bool:
+    def _place(self, pods: Sequence[Pod]) -> bool:
         if not pods:
             return True
         shapes: set[str] = set()
@@ -83,9 +84,7 @@ class Assigner:
                 return True
         return False
 
-    def _place_on_some_node(
-        self, pod: Mapping[str, Any], rest: Sequence[Mapping[str, Any]]
-    ) -> bool:
+    def _place_on_some_node(self, pod: Pod, rest: Sequence[Pod]) -> bool:
         key = pod_key(pod)
         empty_seen: set[tuple[str, str, str, str]] = set()
         for name in self._names:

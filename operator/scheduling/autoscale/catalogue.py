@@ -20,6 +20,7 @@ from typing import Any, Final
 from vgpu_operator.devices import dra, dra_mig, model
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
+from vgpu_operator.wire import Taint
 
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 ARCH_LABEL: Final = "kubernetes.io/arch"
@@ -97,7 +98,7 @@ class NodePool:
     name: str
     requirements: tuple[Requirement, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[Mapping[str, Any], ...] = ()
+    taints: tuple[Taint, ...] = ()
     limits: Mapping[str, Fraction] = field(default_factory=dict)
     #: What its nodes (and the claims for them) use now (``status.resources``).
     used: Mapping[str, Fraction] = field(default_factory=dict)
@@ -237,13 +238,18 @@ def _strings(pool: str, what: str, raw: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in raw.items()}
 
 
-def _taints(pool: str, raw: Any) -> Iterable[Mapping[str, Any]]:
+def _taints(pool: str, raw: Any) -> Iterable[Taint]:
     if not isinstance(raw, Sequence) or len(raw) > _MAX_ENTRIES:
         raise NodePoolError(f"NodePool {pool}: taints must be a list (at most 64)")
     for taint in raw:
         if not isinstance(taint, Mapping) or not isinstance(taint.get("key"), str):
             raise NodePoolError(f"NodePool {pool}: a taint cannot be read: {taint!r:.120}")
-        yield dict(taint)
+        read: Taint = {"key": taint["key"]}
+        if isinstance(value := taint.get("value"), str):
+            read["value"] = value
+        if isinstance(effect := taint.get("effect"), str):
+            read["effect"] = effect
+        yield read
 
 
 def _quantities(pool: str, what: str, raw: Any) -> dict[str, Fraction]:

@@ -24,7 +24,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Final
+from typing import Final
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, dra_mig, model, nvidia
@@ -33,7 +33,7 @@ from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.scheduling.autoscale.catalogue import HOSTNAME_LABEL, NodeOption
 from vgpu_operator.scheduling.books import Books, BooksView, NodeEntry
 from vgpu_operator.scheduling.dialects.claims import claim_mig, dra_pool
-from vgpu_operator.wire import ResourceSlice
+from vgpu_operator.wire import Node, NodeSpec, ResourceSlice
 
 #: The prefix of the names the what-if gives the new nodes it tries.
 NEW_NODE_PREFIX: Final = "autoscale-new-"
@@ -48,15 +48,15 @@ def quantity_text(value: Fraction) -> str:
     return f"{int(value * 1000)}m"
 
 
-def node_manifest(option: NodeOption, name: str) -> dict[str, Any]:
+def node_manifest(option: NodeOption, name: str) -> Node:
     """The Node a new node of ``option`` would register as (Ready, its capacity all
     allocatable, the NodePool's taints; Karpenter's own taint gone, as once registered),
     with ``WHAT_IF_LABEL``."""
     capacity = {k: quantity_text(v) for k, v in option.instance_type.capacity.items()}
     labels = {**option.labels(), HOSTNAME_LABEL: name, WHAT_IF_LABEL: "new"}
-    spec: dict[str, Any] = {}
+    spec: NodeSpec = {}
     if option.pool.taints:
-        spec["taints"] = [dict(t) for t in option.pool.taints]
+        spec["taints"] = [t.copy() for t in option.pool.taints]
     return {
         "metadata": {"name": name, "labels": labels},
         "spec": spec,

@@ -47,6 +47,7 @@ from vgpu_operator.scheduling.books import Books
 from vgpu_operator.scheduling.cycle import Decision
 from vgpu_operator.scheduling.cycle.plugin import Unread
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.wire import Pod, ResourceClaim
 
 #: Why a unit that fits no node alone is left out, when its trial gave no diagnosis.
 _NO_OPTION = "no instance type a NodePool allows holds it"
@@ -131,7 +132,7 @@ class _Search:
         self._started = clock() if clock is not None else 0.0
         self._extra: dict[str, Fraction] = {}
         #: The units' claims not made yet (every trial's overlay holds them).
-        self.claims: list[Mapping[str, Any]] = []
+        self.claims: list[ResourceClaim] = []
 
     def spent(self) -> bool:
         if self.trials >= self.budget.max_trials:
@@ -263,7 +264,7 @@ def _ordered(search: _Search, units: Sequence[Unit]) -> list[Unit]:
     return [*pinned, *rest]
 
 
-def _needs(engine: WhatIfEngine, pod: Mapping[str, Any]) -> list[tuple[int, int, int]]:
+def _needs(engine: WhatIfEngine, pod: Pod) -> list[tuple[int, int, int]]:
     """Per request of the pod: cards, and memory (MiB) and cores each card must give. A
     percentage of a card's memory, or an amount a claim does not name, counts as none
     (a lower bound). A pod with claims: its claims' requests (``claims_plugin``)."""

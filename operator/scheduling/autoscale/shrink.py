@@ -18,11 +18,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from vgpu_operator.scheduling import defrag, preemption
 from vgpu_operator.scheduling.cycle import ClusterState
 from vgpu_operator.scheduling.pod_key import PodKey
+from vgpu_operator.wire import Pod
 
 #: Who may move: the defragmentation planner's rules (a pod its controller recreates).
 _MOVABLE = defrag.PlanOptions()
@@ -36,10 +37,10 @@ class Emptying:
     moves: Mapping[PodKey, str]
 
 
-def away_from(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
+def away_from(pod: Pod, node: str) -> Pod:
     """A copy of ``pod`` that no node named ``node`` takes: a ``matchFields`` requirement
     added to each of its required node-affinity terms (one term if it has none)."""
-    out = copy.deepcopy(dict(pod))
+    out: dict[str, Any] = copy.deepcopy(dict(pod))  # a working copy, returned as the pod
     spec = out.setdefault("spec", {})
     affinity = spec.setdefault("affinity", {}) or {}
     spec["affinity"] = affinity
@@ -51,13 +52,13 @@ def away_from(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
     required["nodeSelectorTerms"] = [
         {**term, "matchFields": [*(term.get("matchFields") or ()), rule]} for term in terms
     ]
-    return out
+    return cast(Pod, out)
 
 
 def empty_node(
     state: ClusterState,
     node: str,
-    running: Mapping[PodKey, Mapping[str, Any]],
+    running: Mapping[PodKey, Pod],
     now: float,
     options: defrag.PlanOptions = _MOVABLE,
 ) -> Emptying | str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from vgpu_operator.scheduling import gangs
 from vgpu_operator.scheduling.autoscale.catalogue import HOSTNAME_LABEL, NodeOption
@@ -28,6 +27,7 @@ from vgpu_operator.scheduling.autoscale.hypothetical import WHAT_IF_LABEL, NodeF
 from vgpu_operator.scheduling.books import Books, Overlay
 from vgpu_operator.scheduling.cycle import Cycle, Decision, Settings
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.wire import Pod, ResourceClaim
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class Unit:
     PodGroup (its spec, the members bound already, every member's schedulerName)."""
 
     key: str
-    pods: tuple[Mapping[str, Any], ...]
+    pods: tuple[Pod, ...]
     group: gangs.GroupSpec | None = None
     bound: Mapping[PodKey, str] = field(default_factory=dict)
     scheduler_names: tuple[str, ...] = ()
@@ -44,7 +44,7 @@ class Unit:
     pinned: str | None = None
     #: Claims its pods name that do not exist yet: made from their templates as the claim
     #: controller would make them (the pods' ``status.resourceClaimStatuses`` name them).
-    claims: tuple[Mapping[str, Any], ...] = ()
+    claims: tuple[ResourceClaim, ...] = ()
 
     @property
     def keys(self) -> tuple[PodKey, ...]:
@@ -74,14 +74,14 @@ class WhatIfEngine:
     def books(self) -> Overlay:
         return self.overlay
 
-    def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision:
+    def schedule(self, pod: Pod, now: float, explain: bool = False) -> Decision:
         return self.cycle.schedule(pod, now, explain)
 
     def rollback(self, key: PodKey) -> None:
         self.overlay.release_decided(key)
         self.overlay.drop_pod(key)
 
-    def add_claims(self, claims: Sequence[Mapping[str, Any]]) -> None:
+    def add_claims(self, claims: Sequence[ResourceClaim]) -> None:
         """Claims that do not exist yet (units' template claims) join the what-if."""
         for claim in claims:
             self.overlay.add_claim(claim)
@@ -118,7 +118,7 @@ class WhatIfEngine:
             self.rollback(key)
 
 
-def pod_shape(pod: Mapping[str, Any]) -> str:
+def pod_shape(pod: Pod) -> str:
     """What makes two pods alike for a what-if: everything but their names (and nodes)."""
     meta = pod.get("metadata") or {}
     spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
@@ -133,7 +133,7 @@ def pod_shape(pod: Mapping[str, Any]) -> str:
     return json.dumps(body, sort_keys=True, default=str)
 
 
-def held(pod: Mapping[str, Any], node: str | None, *, alone: bool = True) -> Mapping[str, Any]:
+def held(pod: Pod, node: str | None, *, alone: bool = True) -> Pod:
     """A copy of ``pod`` held to ``node`` (its name), else, for a pod alone, to new nodes."""
     if node is None and not alone:
         return pod

@@ -6,7 +6,6 @@ an edit was ignored, for the runtime's log."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import codec, model
@@ -14,6 +13,7 @@ from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.books import allocation_trust
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.wire import Pod
 
 EDITED = (
     "its allocation annotations were changed after it was bound; the books keep the "
@@ -35,7 +35,7 @@ class Allocations:
         """The annotations an allocation is read from changed (the config did)."""
         self._first.set_keys(keys)
 
-    def reconsider(self) -> list[Mapping[str, Any]]:
+    def reconsider(self) -> list[Pod]:
         """The pods to read again after ``set_keys``."""
         return list(self._first.reconsider())
 
@@ -57,7 +57,7 @@ class Allocations:
         self,
         key: PodKey,
         uid: str,
-        pod: Mapping[str, Any],
+        pod: Pod,
         vendors: Vendors,
         config: DeviceConfig,
     ) -> tuple[Mapping[str, str], dict[str, model.PodSingleDevice]]:

@@ -26,21 +26,22 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from vgpu_operator import names
 from vgpu_operator.devices import codec, model, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.wire import Container, Pod
 
 
-def scheduler_of(pod: Mapping[str, Any]) -> str:
+def scheduler_of(pod: Pod) -> str:
     return str((pod.get("spec") or {}).get("schedulerName") or names.DEFAULT_SCHEDULER)
 
 
 def refusal(
-    pod: Mapping[str, Any],
+    pod: Pod,
     devices: model.PodDevices,
     vendors: Vendors,
     trusted_schedulers: Collection[str],
@@ -67,7 +68,7 @@ def refusal(
     return None
 
 
-def _admitted_containers(pod: Mapping[str, Any], vendors: Vendors) -> list[dict[str, Any]] | str:
+def _admitted_containers(pod: Pod, vendors: Vendors) -> list[Container] | str:
     """The pod's containers (init containers first) with the admission defaults filled in,
     as the decision read them (the webhook may not have run: a pod can name this scheduler
     itself)."""
@@ -80,13 +81,13 @@ def _admitted_containers(pod: Mapping[str, Any], vendors: Vendors) -> list[dict[
                 vendors.mutate(spec_.common_word, container, mutated)
             except ValueError as exc:
                 return f"its request cannot be read ({exc})"
-    return containers
+    return cast(list[Container], containers)  # the working copy, defaults written in
 
 
 def _beyond_request(
     word: str,
     single: model.PodSingleDevice,
-    containers: list[dict[str, Any]],
+    containers: list[Container],
     vendors: Vendors,
     has_mig_record: bool,
 ) -> str | None:
@@ -143,7 +144,7 @@ class _Record:
     #: have arrived after the pod: ``reconsider``), so the refused pod is kept.
     verdict: str | None = None
     judged: bool = False
-    refused_pod: Mapping[str, Any] | None = None
+    refused_pod: Pod | None = None
 
 
 class FirstRecords:
@@ -190,14 +191,14 @@ class FirstRecords:
             return False, None
         return True, recorded.verdict
 
-    def judge(self, key: PodKey, verdict: str | None, pod: Mapping[str, Any]) -> None:
+    def judge(self, key: PodKey, verdict: str | None, pod: Pod) -> None:
         recorded = self._records.get(key)
         if recorded is not None:
             recorded.verdict = verdict
             recorded.judged = True
             recorded.refused_pod = pod if verdict is not None else None
 
-    def reconsider(self) -> list[Mapping[str, Any]]:
+    def reconsider(self) -> list[Pod]:
         """The refused pods, their verdicts cleared, to be judged again (by a new config)."""
         pods = []
         for recorded in self._records.values():

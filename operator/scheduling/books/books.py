@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from vgpu_operator import names
+from vgpu_operator import names, wire
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import model
 from vgpu_operator.devices.catalog import VENDOR_TABLE
@@ -58,7 +58,7 @@ class Books:
         self._nodes: dict[str, NodeEntry] = {}
         self._pods: dict[PodKey, PodEntry] = {}
         self._quota = QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
-        self._quota_objects: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._quota_objects: dict[tuple[str, str], wire.ResourceQuota] = {}
         self._next_order = 0
         #: Nodes with a free card in each policy's order (``ranking``), kept current
         #: through ``_dirty``.
@@ -170,7 +170,9 @@ class Books:
     def restore_decided(self, key: PodKey, taken: tuple[object, ...]) -> None:
         self.claims.restore_decided(key, taken)
 
-    def hold_decided(self, pod: PodKey, node: str, decided: Mapping[str, Any]) -> None:
+    def hold_decided(
+        self, pod: PodKey, node: str, decided: Mapping[str, tuple[str, Sequence[Any]]]
+    ) -> None:
         """Hold what a DRA decision allocates until its claims come back (``claim_books``)."""
         self.claims.hold_decided(pod, node, decided)
 
@@ -199,7 +201,7 @@ class Books:
         """The annotations a pod's allocation is read from (``FirstRecords``)."""
         return [*self._vendors.allocated_keys().values(), names.MIG_ALLOCATIONS]
 
-    def set_node(self, node: Mapping[str, Any]) -> None:
+    def set_node(self, node: wire.Node) -> None:
         facts = node_basics.NodeFacts.from_node(node, self._node_annotation_keys)
         entry = self._node_entry(facts.name)
         entry.facts = facts
@@ -261,7 +263,7 @@ class Books:
             entry.heartbeat = None
             self._register(entry)
 
-    def set_pod(self, pod: Mapping[str, Any]) -> None:
+    def set_pod(self, pod: wire.Pod) -> None:
         """Record a pod; one bound with an allocation holds its devices until it ends.
 
         A pending preemptor's hold on its nominated node survives updates of the pod
@@ -366,7 +368,7 @@ class Books:
         """What the books ignored of a bound pod's annotations (an edit after binding)."""
         return self._allocations.warning(key)
 
-    def set_budget(self, pdb: Mapping[str, Any]) -> None:
+    def set_budget(self, pdb: wire.PodDisruptionBudget) -> None:
         """Record a PodDisruptionBudget (preemption spares the pods it protects if it can)."""
         budget = disruption.Budget.from_object(pdb)
         self._budgets[(budget.namespace, budget.name)] = budget
@@ -374,7 +376,7 @@ class Books:
     def remove_budget(self, namespace: str, name: str) -> None:
         self._budgets.pop((namespace, name), None)
 
-    def set_quota(self, quota: Mapping[str, Any]) -> None:
+    def set_quota(self, quota: wire.ResourceQuota) -> None:
         self._epoch += 1
         meta = quota.get("metadata") or {}
         self._quota.set_quota(quota)

@@ -33,6 +33,7 @@ from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import claim_mig, claims, dra_pool
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.wire import DeviceClass, Pod, ResourceClaim, ResourceSlice
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +51,11 @@ class Hooks:
 class ClaimBooks:
     def __init__(self, hooks: Hooks) -> None:
         self._hooks = hooks
-        self._slice_objects: dict[str, Mapping[str, Any]] = {}
+        self._slice_objects: dict[str, ResourceSlice] = {}
         self._pools: dict[str, dra_pool.Pool] = {}
         #: Per node, its MIG placements and counters (``claim_mig``).
         self._migs: dict[str, claim_mig.MigNode] = {}
-        self._claim_objects: dict[str, Mapping[str, Any]] = {}
+        self._claim_objects: dict[str, ResourceClaim] = {}
         self._classes: dict[str, claims.DeviceClass] = {}
         self._cel = claim_cel.SelectorCache()
         self._claim_ledger = claim_ledger.ClaimLedger()
@@ -77,7 +78,7 @@ class ClaimBooks:
         return self._cel
 
     @property
-    def objects(self) -> Mapping[str, Mapping[str, Any]]:
+    def objects(self) -> Mapping[str, ResourceClaim]:
         """Every claim as last seen, by ``namespace/name`` (read, never change)."""
         return self._claim_objects
 
@@ -86,7 +87,7 @@ class ClaimBooks:
         return self._classes
 
     # --- slices ------------------------------------------------------------------------
-    def set_slice(self, obj: Mapping[str, Any]) -> None:
+    def set_slice(self, obj: ResourceSlice) -> None:
         name = str((obj.get("metadata") or {}).get("name", ""))
         old = self._slice_objects.get(name)
         self._slice_objects[name] = obj
@@ -131,7 +132,7 @@ class ClaimBooks:
         return {n: p.problems for n, p in self._pools.items() if p.problems}
 
     # --- device classes ------------------------------------------------------------------
-    def set_device_class(self, obj: Mapping[str, Any]) -> None:
+    def set_device_class(self, obj: DeviceClass) -> None:
         device_class = claims.DeviceClass.of(obj)
         self._classes[device_class.name] = device_class
 
@@ -139,7 +140,7 @@ class ClaimBooks:
         self._classes.pop(name, None)
 
     # --- claims ----------------------------------------------------------------------------
-    def set_claim(self, obj: Mapping[str, Any]) -> None:
+    def set_claim(self, obj: ResourceClaim) -> None:
         meta = obj.get("metadata") or {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         former = self._claim_objects.get(key)
@@ -166,9 +167,9 @@ class ClaimBooks:
     def _keep_or_drop(
         self,
         key: str,
-        held: Mapping[str, Any] | None,
-        reserved: Mapping[str, Any] | None,
-        former: Mapping[str, Any] | None = None,
+        held: ResourceClaim | None,
+        reserved: ResourceClaim | None,
+        former: ResourceClaim | None = None,
     ) -> None:
         """The claim ``key`` no longer holds: its hold is kept, under its kept key, if a
         running pod the claim (copy ``reserved``) is reserved for uses it; else dropped.
@@ -187,7 +188,7 @@ class ClaimBooks:
         self._kept[kept] = frozenset(keeping)
 
     # --- pods (the books tell of every pod) -------------------------------------------
-    def pod_seen(self, pod: Mapping[str, Any]) -> None:
+    def pod_seen(self, pod: Pod) -> None:
         key = pod_key(pod)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         bound = bool((pod.get("spec") or {}).get("nodeName"))
@@ -222,7 +223,7 @@ class ClaimBooks:
         """Holds kept after their claims went, and the uids of the pods keeping them."""
         return dict(self._kept)
 
-    def claim_object(self, key: str) -> Mapping[str, Any] | None:
+    def claim_object(self, key: str) -> ResourceClaim | None:
         return self._claim_objects.get(key)
 
     def over_committed(self, node: str, devices: Sequence[str]) -> list[str]:
@@ -397,7 +398,7 @@ class ClaimBooks:
                     self._drop_hold(key)
 
 
-def _slice_node(obj: Mapping[str, Any] | None) -> str | None:
+def _slice_node(obj: ResourceSlice | None) -> str | None:
     if obj is None:
         return None
     spec = obj.get("spec") or {}

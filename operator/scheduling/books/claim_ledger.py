@@ -35,6 +35,7 @@ from typing import Any, Final
 from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import claim_configs, claim_mig, claims
+from vgpu_operator.wire import AllocationResult, ResourceClaim
 
 
 class Decided(enum.Enum):
@@ -131,7 +132,7 @@ CONFIG_HAMI_CORE: Final = claim_configs.CONFIG_HAMI_CORE
 KEPT_MARK: Final = "#kept:"
 
 
-def hami_core_off(allocation: Mapping[str, Any]) -> bool:
+def hami_core_off(allocation: AllocationResult) -> bool:
     """Whether the agent will leave HAMi-core out for the allocation's claim: an opaque
     config of this driver (from the claim or its class) says ``hamiCore: false``, the
     claim's own config winning over its class's, as ``agent.dra.prepare`` reads it."""
@@ -146,7 +147,7 @@ def hami_core_off(allocation: Mapping[str, Any]) -> bool:
     return claim_configs.turn_hami_core_off(ordered)
 
 
-def _without_admin_access(allocation: Mapping[str, Any]) -> Mapping[str, Any]:
+def _without_admin_access(allocation: AllocationResult) -> AllocationResult:
     """The allocation without its ``adminAccess`` results (they consume nothing)."""
     devices = allocation.get("devices")
     results = devices.get("results") if isinstance(devices, Mapping) else None
@@ -155,11 +156,14 @@ def _without_admin_access(allocation: Mapping[str, Any]) -> Mapping[str, Any]:
     kept = [r for r in results if not (isinstance(r, Mapping) and r.get("adminAccess") is True)]
     if len(kept) == len(results):
         return allocation
-    assert isinstance(devices, Mapping)
-    return {**allocation, "devices": {**devices, "results": kept}}
+    trimmed = (allocation.get("devices") or {}).copy()
+    trimmed["results"] = kept
+    out = allocation.copy()
+    out["devices"] = trimmed
+    return out
 
 
-def hold_from_claim(obj: Mapping[str, Any]) -> Hold | None:
+def hold_from_claim(obj: ResourceClaim) -> Hold | None:
     """The hold an allocated claim's status says, or None (not allocated, or nothing of
     this driver in it that consumes capacity)."""
     allocation = (obj.get("status") or {}).get("allocation")
@@ -176,7 +180,7 @@ def hold_from_claim(obj: Mapping[str, Any]) -> Hold | None:
     return Hold(f"{namespace}/{meta.get('name', '')}", namespace, node, shares)
 
 
-def reserved_uids(obj: Mapping[str, Any] | None) -> frozenset[str]:
+def reserved_uids(obj: ResourceClaim | None) -> frozenset[str]:
     """The uids of the pods a claim's ``status.reservedFor`` names."""
     if obj is None:
         return frozenset()
@@ -190,7 +194,7 @@ def reserved_uids(obj: Mapping[str, Any] | None) -> frozenset[str]:
     )
 
 
-def kept_key(key: str, obj: Mapping[str, Any] | None) -> str:
+def kept_key(key: str, obj: ResourceClaim | None) -> str:
     """The key a claim's hold is kept under once the claim went: its uid tells it from a
     later claim of the same name (which holds under the plain key)."""
     uid = str(((obj or {}).get("metadata") or {}).get("uid") or "")

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from vgpu_operator.scheduling.books import claim_ledger
 from vgpu_operator.scheduling.dialects.claims import claims
+from vgpu_operator.wire import Pod, PodGroup, ResourceClaim
 
 #: The ``reservedFor`` entry of a PodGroup (upstream's ``BindTo``).
 API_GROUP: Final = "scheduling.k8s.io"
@@ -54,7 +55,7 @@ class GroupClaims:
         return {"apiGroup": API_GROUP, "resource": RESOURCE, "name": self.name, "uid": self.uid}
 
 
-def read(obj: Mapping[str, Any]) -> GroupClaims | None:
+def read(obj: PodGroup) -> GroupClaims | None:
     """The PodGroup's claims; None when it names none (or none readable). An entry that
     names neither or both of a claim and a template is left out (the API server refuses
     such an entry; a member naming it then uses its claim as its own)."""
@@ -85,7 +86,7 @@ def read(obj: Mapping[str, Any]) -> GroupClaims | None:
 
 
 def of_pod(
-    pod: Mapping[str, Any], registry: Mapping[str, GroupClaims]
+    pod: Pod, registry: Mapping[str, GroupClaims]
 ) -> tuple[GroupClaims, frozenset[str]] | None:
     """The pod's group and the names of its claim entries that are the group's (matching
     an entry of the PodGroup exactly); None when it has none."""
@@ -111,7 +112,7 @@ def of_pod(
     return (group, frozenset(matched)) if matched else None
 
 
-def claim_keys(pod: Mapping[str, Any], entries: frozenset[str]) -> frozenset[str]:
+def claim_keys(pod: Pod, entries: frozenset[str]) -> frozenset[str]:
     """The ``namespace/name`` of the claims the pod's entries ``entries`` resolve to (a
     template's through the pod's ``status.resourceClaimStatuses``)."""
     namespace = (pod.get("metadata") or {}).get("namespace") or "default"
@@ -130,7 +131,7 @@ def claim_keys(pod: Mapping[str, Any], entries: frozenset[str]) -> frozenset[str
     return frozenset(keys)
 
 
-def reserved_groups(obj: Mapping[str, Any] | None) -> frozenset[str]:
+def reserved_groups(obj: ResourceClaim | None) -> frozenset[str]:
     """The ``namespace/name`` of the PodGroups a claim's ``status.reservedFor`` names."""
     if obj is None:
         return frozenset()

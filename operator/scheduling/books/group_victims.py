@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from vgpu_operator.scheduling.books.entries import PodEntry
 from vgpu_operator.scheduling.pod_key import PodKey
+from vgpu_operator.wire import Pod, PodGroup
 
 
-def group_key(pod: Mapping[str, Any]) -> str | None:
+def group_key(pod: Pod) -> str | None:
     """The ``namespace/name`` of the PodGroup the pod names, or None."""
     group = (pod.get("spec") or {}).get("schedulingGroup")
     name = group.get("podGroupName") if isinstance(group, Mapping) else None
@@ -40,7 +40,7 @@ def group_key(pod: Mapping[str, Any]) -> str | None:
     return f"{(pod.get('metadata') or {}).get('namespace') or 'default'}/{name}"
 
 
-def disrupted_one_by_one(pod_group: Mapping[str, Any]) -> bool:
+def disrupted_one_by_one(pod_group: PodGroup) -> bool:
     """Whether the PodGroup lets its members be disrupted one by one: ``disruptionMode``
     ``single``. Anything else (``all``, a value not understood) keeps them together."""
     spec = pod_group.get("spec")
@@ -48,7 +48,7 @@ def disrupted_one_by_one(pod_group: Mapping[str, Any]) -> bool:
     return isinstance(mode, Mapping) and "single" in mode and "all" not in mode
 
 
-def class_priority(pod_group: Mapping[str, Any]) -> int | None:
+def class_priority(pod_group: PodGroup) -> int | None:
     """The ``priority`` of a PodGroup that names a ``priorityClassName``, or None. The API
     server resolves ``priority`` even for a PodGroup that names no class (the default,
     0): only a PodGroup that names a class bears on its members, and then only to lower
@@ -79,13 +79,13 @@ class GroupRule:
     domain_key: str | None = None
 
 
-def rule_of(pod_group: Mapping[str, Any]) -> GroupRule:
+def rule_of(pod_group: PodGroup) -> GroupRule:
     return GroupRule(
         disrupted_one_by_one(pod_group), class_priority(pod_group), domain_key(pod_group)
     )
 
 
-def domain_key(pod_group: Mapping[str, Any]) -> str | None:
+def domain_key(pod_group: PodGroup) -> str | None:
     """The node label of the PodGroup's topology constraint, None when it names none, and
     ``""`` when it names one this reader does not understand (several, or no key): the
     group's decision refuses such a PodGroup with a reason (``gangs.read_pod_group``);
@@ -108,7 +108,7 @@ class PodGroups:
         self._members: dict[str, set[PodKey]] = {}
 
     # --- the PodGroups (the store's and simulate's writes) -----------------------------
-    def note(self, key: str, pod_group: Mapping[str, Any] | None) -> None:
+    def note(self, key: str, pod_group: PodGroup | None) -> None:
         """The PodGroup ``key`` as read now (None: it is gone)."""
         if pod_group is None:
             self._rules.pop(key, None)

@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vgpu_operator.wire import Pod
 
-def init_containers_done(pod: Mapping[str, Any]) -> bool:
+
+def init_containers_done(pod: Pod) -> bool:
     """True when the pod has init containers and each of them, by name, has terminated
     with exit code 0 (HAMi's ``AllInitContainersSucceeded``, stricter in that every init
     container of the spec must be reported: a status listing only some proves nothing).

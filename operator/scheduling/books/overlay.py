@@ -44,6 +44,7 @@ from vgpu_operator.scheduling.policies import policies
 from vgpu_operator.scheduling.preemption import disruption
 from vgpu_operator.scheduling.quota import QuotaLedger
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.wire import ResourceClaim
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -178,7 +179,7 @@ class Overlay:
     def claims(self) -> ClaimReads:
         return self._claims
 
-    def add_claim(self, obj: Mapping[str, Any]) -> None:
+    def add_claim(self, obj: ResourceClaim) -> None:
         """A claim that does not exist yet joins the what-if (a waiting pod's template
         claim, as the claim controller would make it: ``overlay_claims``)."""
         self._claims.add_claim(obj)

@@ -28,6 +28,7 @@ from vgpu_operator.scheduling.books.view import ClaimReads
 from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import claim_mig, claims, dra_pool
+from vgpu_operator.wire import ResourceClaim
 
 
 class OverlayClaims:
@@ -42,9 +43,9 @@ class OverlayClaims:
         self._pools: dict[str, dra_pool.Pool] = {}
         self._migs: dict[str, claim_mig.MigNode] = {}
         self._ledger = claim_ledger.ClaimLedger()
-        self._objects: dict[str, Mapping[str, Any]] = {}
+        self._objects: dict[str, ResourceClaim] = {}
         #: Objects seen through ``objects``: the live ones with the what-if's added.
-        self._merged: dict[str, Mapping[str, Any]] | None = None
+        self._merged: dict[str, ResourceClaim] | None = None
 
     @property
     def empty(self) -> bool:
@@ -66,7 +67,7 @@ class OverlayClaims:
         self._pools.pop(node, None)
         self._migs.pop(node, None)
 
-    def add_claim(self, obj: Mapping[str, Any]) -> None:
+    def add_claim(self, obj: ResourceClaim) -> None:
         """A claim that does not exist yet (a template's, as the claim controller would
         make it); a claim the live books hold is never replaced."""
         meta = obj.get("metadata") or {}
@@ -127,7 +128,7 @@ class OverlayClaims:
 
     # --- the read view (``view.ClaimReads``) ----------------------------------------------
     @property
-    def objects(self) -> Mapping[str, Mapping[str, Any]]:
+    def objects(self) -> Mapping[str, ResourceClaim]:
         if not self._objects:
             return self._live.objects
         if self._merged is None:

@@ -22,6 +22,7 @@ from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.preemption import preemption
 from vgpu_operator.scheduling.vendors import Vendors
 from vgpu_operator.timestamps import unix_time
+from vgpu_operator.wire import Pod
 
 
 def same_shares(old: PodEntry, new: PodEntry) -> bool:
@@ -35,7 +36,7 @@ def same_shares(old: PodEntry, new: PodEntry) -> bool:
     )
 
 
-def share_source(pod: Mapping[str, Any], node: str | None, deleting: bool) -> tuple[Any, ...]:
+def share_source(pod: Pod, node: str | None, deleting: bool) -> tuple[Any, ...]:
     """Every part of a pod its entry is read from but the start time and labels: equal
     sources give equal shares, quota sums, priority and gate."""
     meta = pod.get("metadata") or {}
@@ -74,7 +75,7 @@ def with_spots(
     return bookings
 
 
-def start_time(pod: Mapping[str, Any]) -> float | None:
+def start_time(pod: Pod) -> float | None:
     return unix_time((pod.get("status") or {}).get("startTime"))
 
 
@@ -119,7 +120,7 @@ def read_mig(
 
 def bound_entry(
     key: PodKey,
-    pod: Mapping[str, Any],
+    pod: Pod,
     node: str,
     deleting: bool,
     previous: PodEntry | None,
@@ -172,7 +173,7 @@ def bound_entry(
 def reservation(
     key: PodKey,
     job: placement.Job,
-    pod: Mapping[str, Any],
+    pod: Pod,
     node: str,
     devices: Mapping[str, model.PodSingleDevice],
     *,

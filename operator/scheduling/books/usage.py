@@ -3,8 +3,7 @@ pending request could use (``stranded``). Read through the books' view."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling import node_basics
@@ -13,6 +12,7 @@ from vgpu_operator.scheduling.books.view import BooksView
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.policies import policies, stranded
+from vgpu_operator.wire import Pod
 
 
 def device_usage(view: BooksView) -> list[DeviceUsageRow]:
@@ -37,7 +37,7 @@ def device_usage(view: BooksView) -> list[DeviceUsageRow]:
     return rows
 
 
-def stranded_memory_mib(view: BooksView, pending: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def stranded_memory_mib(view: BooksView, pending: Iterable[Pod]) -> dict[str, int]:
     """Per node, the free card memory no request of the ``pending`` pods could use
     (``stranded``); every node with cards is named, 0 where nothing is stranded.
 

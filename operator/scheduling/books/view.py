@@ -23,15 +23,16 @@ from vgpu_operator.scheduling.dialects.claims import claim_mig, claims, dra_pool
 from vgpu_operator.scheduling.mig import mig_records
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.preemption import disruption
-from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.quota import QuotaReads
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.wire import ResourceClaim
 
 
 class ClaimReads(Protocol):
     """What readers see of the books' DRA part (``claim_books.ClaimBooks``)."""
 
     @property
-    def objects(self) -> Mapping[str, Mapping[str, Any]]: ...
+    def objects(self) -> Mapping[str, ResourceClaim]: ...
     @property
     def classes(self) -> Mapping[str, claims.DeviceClass]: ...
     @property
@@ -54,7 +55,7 @@ class BooksView(Protocol):
     @property
     def vendors(self) -> Vendors: ...
     @property
-    def quota(self) -> QuotaLedger: ...
+    def quota(self) -> QuotaReads: ...
     @property
     def nodes(self) -> Mapping[str, NodeEntry]: ...
     @property

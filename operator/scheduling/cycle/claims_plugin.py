@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from vgpu_operator.devices import dra, model
 from vgpu_operator.scheduling import node_annotations
@@ -55,6 +54,7 @@ from vgpu_operator.scheduling.dialects.claims import (
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.policies import node_layer, policies
 from vgpu_operator.scheduling.status import NodeFailure, Reason
+from vgpu_operator.wire import Pod, PodExtendedResourceClaimStatus, ResourceClaim
 
 
 class ClaimsPlugin:
@@ -289,8 +289,8 @@ class ClaimsPlugin:
                 )
             elif reserved and not _status_missing(request.pod, claim.name, special):
                 continue
-            create: Mapping[str, Any] | None = None
-            pod_status: Mapping[str, Any] | None = None
+            create: ResourceClaim | None = None
+            pod_status: PodExtendedResourceClaimStatus | None = None
             if special is not None and claim.name == special.name:
                 create = special.claim if special.new else None
                 pod_status = special.status
@@ -445,9 +445,7 @@ def _awaiting(claim: claims.Claim, consumer: Mapping[str, str]) -> claim_wire.Cl
     )
 
 
-def _status_missing(
-    pod: Mapping[str, Any], claim: str, special: extended_claims.Special | None
-) -> bool:
+def _status_missing(pod: Pod, claim: str, special: extended_claims.Special | None) -> bool:
     """Whether ``claim`` is the pod's special claim, reserved for it already (an attempt
     cut short before its Binding, e.g. by a restart) but not named in its status yet."""
     if special is None or claim != special.name:

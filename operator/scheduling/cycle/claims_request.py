@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from vgpu_operator import names
 from vgpu_operator.devices import dra
@@ -24,6 +23,7 @@ from vgpu_operator.scheduling.cycle.plugin import Unread
 from vgpu_operator.scheduling.cycle.pod_read import PodRead
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import claim_mig, claims, extended_claims
+from vgpu_operator.wire import Pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ class ClaimsRequest:
     """What a pod on the DRA path asks, read at one attempt."""
 
     #: The pod as decided: with its special claim named, if it gets one.
-    pod: Mapping[str, Any]
+    pod: Pod
     #: Its CPU, memory and node terms, its namespace's quota (the pod read once).
     job: placement.Job
     wanted: claims.PodClaims

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import model
@@ -27,8 +26,17 @@ from vgpu_operator.scheduling.dialects.annotation import admission
 from vgpu_operator.scheduling.dialects.claims import dra_pool
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.policies import fragmentation
-from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.quota import QuotaReads
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.wire import (
+    DeviceClass,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    ResourceClaim,
+    ResourceQuota,
+    ResourceSlice,
+)
 
 __all__ = [
     "DEFAULT_NOMINATION_TIMEOUT_S",
@@ -76,10 +84,10 @@ class ClusterState:
         self.admission_view = self._new_admission_view()
 
     # --- the cycle -------------------------------------------------------------------
-    def admit(self, pod: Mapping[str, Any]) -> AdmissionResult:
+    def admit(self, pod: Pod) -> AdmissionResult:
         return self.cycle.admit(pod)
 
-    def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision:
+    def schedule(self, pod: Pod, now: float, explain: bool = False) -> Decision:
         """Decide one pod (``decision.Cycle.schedule``)."""
         return self.cycle.schedule(pod, now, explain)
 
@@ -148,7 +156,7 @@ class ClusterState:
         return self.books.vendors
 
     @property
-    def quota(self) -> QuotaLedger:
+    def quota(self) -> QuotaReads:
         return self.books.quota
 
     @property
@@ -170,7 +178,7 @@ class ClusterState:
         # Replaced whole, never changed in place: the webhook's thread may be reading it.
         self.admission_view.limits[namespace] = self.books.quota.effective(namespace)
 
-    def set_node(self, node: Mapping[str, Any]) -> None:
+    def set_node(self, node: Node) -> None:
         self.books.set_node(node)
 
     def remove_node(self, name: str) -> None:
@@ -192,7 +200,7 @@ class ClusterState:
     def remove_inventory(self, node_name: str) -> None:
         self.books.remove_inventory(node_name)
 
-    def set_pod(self, pod: Mapping[str, Any]) -> None:
+    def set_pod(self, pod: Pod) -> None:
         self.books.set_pod(pod)
 
     def remove_pod(self, key: PodKey) -> None:
@@ -204,7 +212,7 @@ class ClusterState:
     def allocation_warning(self, key: PodKey) -> str | None:
         return self.books.allocation_warning(key)
 
-    def set_budget(self, pdb: Mapping[str, Any]) -> None:
+    def set_budget(self, pdb: PodDisruptionBudget) -> None:
         self.books.set_budget(pdb)
 
     def remove_budget(self, namespace: str, name: str) -> None:
@@ -214,7 +222,7 @@ class ClusterState:
         """The namespaces whose claims' adminAccess requests may be allocated."""
         self.books.claims.admin_namespaces = names
 
-    def set_quota(self, quota: Mapping[str, Any]) -> None:
+    def set_quota(self, quota: ResourceQuota) -> None:
         self.books.set_quota(quota)
         self._publish_limits(str((quota.get("metadata") or {}).get("namespace") or "default"))
 
@@ -261,7 +269,7 @@ class ClusterState:
         """Each card's booking, for metrics and the demo table."""
         return usage.device_usage(self.books)
 
-    def stranded_memory_mib(self, pending: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    def stranded_memory_mib(self, pending: Iterable[Pod]) -> dict[str, int]:
         return usage.stranded_memory_mib(self.books, pending)
 
     def quota_usage(self) -> dict[str, dict[str, tuple[int, int]]]:
@@ -304,7 +312,7 @@ class ClusterState:
         """Nodes whose usage kept pod by pod differs from a rebuild (``usage``)."""
         return usage.drifted_nodes(self.books)
 
-    def set_slice(self, obj: Mapping[str, Any]) -> None:
+    def set_slice(self, obj: ResourceSlice) -> None:
         self.books.claims.set_slice(obj)
 
     def remove_slice(self, name: str) -> None:
@@ -316,13 +324,13 @@ class ClusterState:
     def pool_problems(self) -> dict[str, tuple[str, ...]]:
         return self.books.claims.pool_problems()
 
-    def set_device_class(self, obj: Mapping[str, Any]) -> None:
+    def set_device_class(self, obj: DeviceClass) -> None:
         self.books.claims.set_device_class(obj)
 
     def remove_device_class(self, name: str) -> None:
         self.books.claims.remove_device_class(name)
 
-    def set_claim(self, obj: Mapping[str, Any]) -> None:
+    def set_claim(self, obj: ResourceClaim) -> None:
         self.books.claims.set_claim(obj)
 
     def remove_claim(self, key: str) -> None:
@@ -331,7 +339,7 @@ class ClusterState:
     def kept_holds(self) -> dict[str, frozenset[str]]:
         return self.books.claims.kept_holds()
 
-    def claim_object(self, key: str) -> Mapping[str, Any] | None:
+    def claim_object(self, key: str) -> ResourceClaim | None:
         return self.books.claims.claim_object(key)
 
     def holds_claim(self, key: str) -> bool:

@@ -38,6 +38,7 @@ from vgpu_operator.scheduling.dialects.claims.claim_wire import ClaimWrite
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.preemption import preemption
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure
+from vgpu_operator.wire import Pod
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Fit)
@@ -139,10 +140,10 @@ class Cycle:
         #: gate and fit (a claims verdict judges with its own, ``_Judge``).
         self.judged = JudgedView(self.view, self.annotations.gate, self.annotations.fit)
 
-    def admit(self, pod: Mapping[str, Any]) -> admission.AdmissionResult:
+    def admit(self, pod: Pod) -> admission.AdmissionResult:
         return admission.admit(pod, self.view.config, self.view.vendors, self.view.quota)
 
-    def parse(self, key: PodKey, pod: Mapping[str, Any]) -> PodRead:
+    def parse(self, key: PodKey, pod: Pod) -> PodRead:
         """The pod read once (``pod_read``): a waiting pod retried with the same object
         (the runtime keeps it until the pod changes) and the same config and quota limits
         reuses the last read instead of replaying admission on a copy."""
@@ -176,7 +177,7 @@ class Cycle:
     def _keeps_verdicts(self) -> bool:
         return self.settings.use_index and self.settings.verdicts
 
-    def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision:
+    def schedule(self, pod: Pod, now: float, explain: bool = False) -> Decision:
         """Decide one pod. ``explain`` also fits it on every other node, to report each
         candidate node's score (``Decision.node_scores``; ``simulate`` asks for it)."""
         key = pod_key(pod)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from vgpu_operator.config import DeviceConfig
 from vgpu_operator.devices import dra, vendor
@@ -23,8 +23,9 @@ from vgpu_operator.scheduling.dialects.annotation import admission, placement
 from vgpu_operator.scheduling.dialects.claims import claims, extended_claims
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.preemption import preemption
-from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.quota import QuotaReads
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.wire import Pod
 
 
 @dataclass(slots=True)
@@ -33,7 +34,7 @@ class PodRead:
     epoch (config and quota limits) are the same."""
 
     key: PodKey
-    source: Mapping[str, Any]
+    source: Pod
     epoch: int
     #: Admission's answer; None for a pod on the DRA path (admitted by the webhook's
     #: conversion, ``claim_admission``, not by this one).
@@ -55,7 +56,7 @@ class PodRead:
     device_plugin: placement.Job | None = None
     device_plugin_error: str = ""
 
-    def fresh(self, pod: Mapping[str, Any], epoch: int, extended: Mapping[str, str]) -> bool:
+    def fresh(self, pod: Pod, epoch: int, extended: Mapping[str, str]) -> bool:
         """Whether this read still stands for ``pod``: the same object and epoch, and on
         the same dialect (a DeviceClass naming an extended resource that comes or goes
         moves a pod asking it between the dialects: ``extended_claims``)."""
@@ -69,14 +70,14 @@ class PodRead:
         return self.admitted is not None and self.admitted.handled and not self.admitted.allowed
 
     @property
-    def subject(self) -> Mapping[str, Any]:
+    def subject(self) -> Pod:
         """The pod as the decision places it: as admission mutates it, if it does."""
         if self.admitted is not None and self.admitted.allowed:
             return self.admitted.pod
         return self.source
 
 
-Admit = Callable[[Mapping[str, Any]], admission.AdmissionResult]
+Admit = Callable[[Pod], admission.AdmissionResult]
 
 
 class Reads(Protocol):
@@ -87,12 +88,12 @@ class Reads(Protocol):
     @property
     def vendors(self) -> Vendors: ...
     @property
-    def quota(self) -> QuotaLedger: ...
+    def quota(self) -> QuotaReads: ...
 
 
 def read_pod(
     key: PodKey,
-    pod: Mapping[str, Any],
+    pod: Pod,
     epoch: int,
     admit: Admit,
     books: Reads,
@@ -144,11 +145,11 @@ def read_pod(
 
 def _read_claims_pod(
     key: PodKey,
-    pod: Mapping[str, Any],
+    pod: Pod,
     epoch: int,
     config: DeviceConfig,
     vendors: Vendors,
-    quota: QuotaLedger,
+    quota: QuotaReads,
 ) -> PodRead:
     job: placement.Job | None = None
     error = ""
@@ -170,9 +171,7 @@ def _read_claims_pod(
     )
 
 
-def _asks_other_than_hami(
-    pod: Mapping[str, Any], extended: Mapping[str, str], vendors: Vendors
-) -> bool:
+def _asks_other_than_hami(pod: Pod, extended: Mapping[str, str], vendors: Vendors) -> bool:
     """Whether the pod asks a mapped resource besides HAMi's NVIDIA count (an implicit
     ``deviceclass.resource.kubernetes.io/`` name): a device plugin serves none such, so
     the pod stays on the DRA path alone."""
@@ -181,7 +180,7 @@ def _asks_other_than_hami(
     return extended_claims.asks(pod, others)
 
 
-def _read_device_plugin(read: PodRead, pod: Mapping[str, Any], admit: Admit, books: Reads) -> None:
+def _read_device_plugin(read: PodRead, pod: Pod, admit: Admit, books: Reads) -> None:
     """The pod's mapped extended resource read as HAMi's request, for the nodes whose
     device plugin serves it (``either_plugin``). A resource HAMi's admission does not
     handle stays on the DRA path alone."""

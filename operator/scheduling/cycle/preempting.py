@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination
 from vgpu_operator.scheduling.books.view import BooksView
@@ -35,6 +35,7 @@ from vgpu_operator.scheduling.cycle.victim_sets import Occupancy
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.preemption import disruption, preemption
 from vgpu_operator.scheduling.status import Code, Diagnosis
+from vgpu_operator.wire import Pod
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Fit)
@@ -140,7 +141,7 @@ class Trial(Generic[R, F]):
         return self.freeing.holders_by_card()
 
 
-def awaits_earlier_victims(view: BooksView, pod: Mapping[str, Any], priority: int) -> bool:
+def awaits_earlier_victims(view: BooksView, pod: Pod, priority: int) -> bool:
     """kube-scheduler's ``PodEligibleToPreemptOthers``: a pod already nominated to a node
     where a lower-priority pod is terminating waits for it instead of preempting again
     (read from ``status.nominatedNodeName``, so it holds across restarts)."""
@@ -176,7 +177,7 @@ def choose(
     view: BooksView,
     plugin: Plugin[R, F],
     request: R,
-    pod: Mapping[str, Any],
+    pod: Pod,
     diagnosis: Diagnosis,
     now: float,
 ) -> Chosen[F] | str | None:

@@ -13,11 +13,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from vgpu_operator.wire import Pod
+
 #: The spec fields a decision reads (besides the containers' resources).
 _SPEC_FIELDS = ("nodeSelector", "affinity", "tolerations")
 
 
-def shape_of(pod: Mapping[str, Any]) -> str:
+def shape_of(pod: Pod) -> str:
     """A digest of what the engine reads of ``pod`` (as admitted): its namespace and
     annotations, each container's resources, the node selector, affinity and
     tolerations. Names, labels, images and status are left out."""

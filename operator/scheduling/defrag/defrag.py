@@ -48,7 +48,6 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from itertools import combinations, permutations
-from typing import Any
 
 from vgpu_operator.devices import codec
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
@@ -78,6 +77,7 @@ from vgpu_operator.scheduling.defrag.defrag_parts import (
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.preemption import disruption, preemption
+from vgpu_operator.wire import Pod
 
 #: The planner, and its vocabulary (``defrag_parts``), as callers import them from here.
 __all__ = [
@@ -109,7 +109,7 @@ class _Search:
     def __init__(
         self,
         whatif: WhatIf,
-        pod: Mapping[str, Any],
+        pod: Pod,
         job: placement.Job,
         candidates: Candidates,
         budgets: Sequence[disruption.Budget],
@@ -188,7 +188,7 @@ class _Search:
             )
         return known
 
-    def twin(self, mover: Mover) -> dict[str, Any]:
+    def twin(self, mover: Mover) -> Pod:
         """The mover's replacement, one object per search (the engine parses it once)."""
         twins = self.candidates.twins
         known = twins.get(mover.key)
@@ -450,7 +450,7 @@ def _plan_one(
 
 def plan(
     state: ClusterState,
-    waiting: Iterable[Mapping[str, Any]],
+    waiting: Iterable[Pod],
     running: Running,
     now: float,
     options: PlanOptions | None = None,
@@ -475,7 +475,7 @@ def plan(
 
 def plan_steps(
     state: ClusterState,
-    waiting: Iterable[Mapping[str, Any]],
+    waiting: Iterable[Pod],
     running: Running,
     now: float,
     options: PlanOptions | None = None,
@@ -528,7 +528,7 @@ def plan_steps(
 
 def replay(
     state: ClusterState,
-    pod: Mapping[str, Any],
+    pod: Pod,
     node: str,
     order: Sequence[PodKey],
     running: Running,
@@ -556,7 +556,7 @@ def replay(
 def recheck(
     state: ClusterState,
     made: Plan,
-    pod: Mapping[str, Any],
+    pod: Pod,
     running: Running,
     now: float,
     options: PlanOptions | None = None,

@@ -16,9 +16,9 @@ what-if, ``hold`` and ``release`` are the runtime's: they write the live books.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from vgpu_operator.devices import model
 from vgpu_operator.errors import CodecError
@@ -36,6 +36,7 @@ from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.preemption import disruption, preemption
 from vgpu_operator.scheduling.status import Diagnosis
+from vgpu_operator.wire import Pod
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Fit)
@@ -135,7 +136,7 @@ class DefragBooks:
     def is_nominated(self, key: PodKey) -> bool:
         return self.view.nominated_node(key) is not None
 
-    def job(self, pod: Mapping[str, Any]) -> placement.Job | None:
+    def job(self, pod: Pod) -> placement.Job | None:
         """The pod as admission mutates it, parsed; None when admission refuses it or its
         annotations cannot be read (nothing to plan for)."""
         attempt = self.cycle.parse(pod_key(pod), pod)
@@ -143,7 +144,7 @@ class DefragBooks:
             return None
         return attempt.job
 
-    def admitted_job(self, pod: Mapping[str, Any]) -> placement.Job | None:
+    def admitted_job(self, pod: Pod) -> placement.Job | None:
         """A pod already admitted (a running pod's spec), parsed without admission's
         copy, and without being remembered; None when it cannot be read."""
         view = self.view
@@ -181,7 +182,7 @@ class DefragBooks:
     def put_back(self, entry: PodEntry) -> None:
         self._writer.add_pod(entry)
 
-    def place(self, pod: Mapping[str, Any], now: float) -> Decision:
+    def place(self, pod: Pod, now: float) -> Decision:
         """The engine's decision for a pod, without preemption (a replacement must fit as
         the cluster stands); a placement is booked as a reservation. A pod that fits
         nowhere is not diagnosed (the decision has no reasons): a plan only needs to
@@ -203,9 +204,7 @@ class DefragBooks:
         if self._overlay is not None:
             self._overlay.forget(key)
 
-    def hold(
-        self, pod: Mapping[str, Any], node: str, leaving: frozenset[PodKey], now: float
-    ) -> Decision | None:
+    def hold(self, pod: Pod, node: str, leaving: frozenset[PodKey], now: float) -> Decision | None:
         """Hold for ``pod`` the shares it gets on ``node`` once ``leaving`` are gone, as a
         preemption holds what its victims free: the pod is nominated to the node, waits
         for every pod of ``leaving`` (on any node) to go, and they are marked so that no
@@ -302,15 +301,13 @@ class WhatIf:
         if entry is not None:
             self._undo.append(lambda: self.books.put_back(entry))
 
-    def place(self, pod: Mapping[str, Any], now: float) -> Decision:
+    def place(self, pod: Pod, now: float) -> Decision:
         key = pod_key(pod)
         self._placed.add(key)
         self._undo.append(lambda: self.books.unplace(key))
         return self.books.place(pod, now)
 
-    def hold(
-        self, pod: Mapping[str, Any], node: str, leaving: frozenset[PodKey], now: float
-    ) -> Decision | None:
+    def hold(self, pod: Pod, node: str, leaving: frozenset[PodKey], now: float) -> Decision | None:
         decision = self.books.hold(pod, node, leaving, now)
         if decision is not None:
             key = decision.pod

@@ -19,6 +19,7 @@ from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks
 from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
+from vgpu_operator.wire import Pod
 
 #: Appended to a moved pod's name for its replacement in a what-if (a character no real
 #: pod name may hold, so it can never meet a real pod in the books).
@@ -86,7 +87,7 @@ class Mover:
     cards: tuple[str, ...]
     owner: Owner | None
     replacement: Replacement
-    pod: Mapping[str, Any] = field(repr=False, compare=False)
+    pod: Pod = field(repr=False, compare=False)
     #: A PodGroup member's topology domain (node label, value): its replacement must land
     #: on a node of the same value, or the plan is not made (``stays_in_domain``).
     domain: tuple[str, str] | None = None
@@ -177,7 +178,7 @@ class Report:
 # --- who may move -------------------------------------------------------------------------
 
 
-def controller_of(pod: Mapping[str, Any]) -> Owner | None:
+def controller_of(pod: Pod) -> Owner | None:
     """The pod's controlling owner reference, if it has one."""
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
         if isinstance(ref, Mapping) and ref.get("controller") is True:
@@ -190,7 +191,7 @@ def controller_of(pod: Mapping[str, Any]) -> Owner | None:
     return None
 
 
-def replacement_rule(pod: Mapping[str, Any], options: PlanOptions) -> Replacement | None:
+def replacement_rule(pod: Pod, options: PlanOptions) -> Replacement | None:
     """How the pod comes back after an eviction, or None when it may not move."""
     return rule_for(controller_of(pod), options)
 
@@ -210,7 +211,7 @@ def rule_for(owner: Owner | None, options: PlanOptions) -> Replacement | None:
 def mover_of(
     books: DefragBooks,
     key: PodKey,
-    pod: Mapping[str, Any],
+    pod: Pod,
     options: PlanOptions,
     left: dict[str, str] | None = None,
 ) -> Mover | None:
@@ -300,10 +301,10 @@ def stays_in_domain(books: DefragBooks, mover: Mover, node: str) -> bool:
 
 #: The running pods' objects: a list, or a mapping by ``pod_key`` (which spares the planner
 #: reading every pod's key, for a caller that keeps them so).
-Running = Mapping[PodKey, Mapping[str, Any]] | Iterable[Mapping[str, Any]]
+Running = Mapping[PodKey, Pod] | Iterable[Pod]
 
 
-def by_key(running: Running) -> Mapping[PodKey, Mapping[str, Any]]:
+def by_key(running: Running) -> Mapping[PodKey, Pod]:
     if isinstance(running, Mapping):
         return running
     return {pod_key(pod): pod for pod in running}
@@ -324,7 +325,7 @@ class Candidates:
         self.spent: list[Mover] = []
         self._spent_keys: set[PodKey] = set()
         #: Each mover's replacement, one object per call (the engine parses it once).
-        self.twins: dict[PodKey, dict[str, Any]] = {}
+        self.twins: dict[PodKey, Pod] = {}
         #: Each mover's shape (``pod_shape``), read once per call.
         self.shapes: dict[PodKey, str] = {}
         #: PodGroups whose members met were left alone, and why (``group_hold``).
@@ -360,7 +361,7 @@ def movers(books: DefragBooks, running: Running, options: PlanOptions) -> dict[P
     return {m.key: m for m in Candidates(books, running, options).everywhere()}
 
 
-def pod_shape(pod: Mapping[str, Any], written: frozenset[str]) -> str:
+def pod_shape(pod: Pod, written: frozenset[str]) -> str:
     """What decides where a pod may go, as one text: pods of one Deployment share it, and
     whether one fits somewhere is asked once for all of them."""
     meta = pod.get("metadata") or {}
@@ -393,12 +394,13 @@ def scheduler_written(state: ClusterState) -> frozenset[str]:
     return frozenset(keys)
 
 
-def replacement_pod(pod: Mapping[str, Any], written: frozenset[str]) -> dict[str, Any]:
+def replacement_pod(pod: Pod, written: frozenset[str]) -> Pod:
     """The pod as its controller creates it again: unbound, without what the scheduler
     wrote on it, under a name no real pod has."""
     meta = pod.get("metadata") or {}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in written}
-    spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
+    spec = (pod.get("spec") or {}).copy()
+    spec.pop("nodeName", None)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

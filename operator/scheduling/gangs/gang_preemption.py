@@ -14,13 +14,13 @@ up and no one is evicted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from vgpu_operator.scheduling.books import group_victims
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.preemption import preemption
+from vgpu_operator.wire import Pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class Preempting:
 
 def attempt(
     state: ClusterState,
-    members: Sequence[Mapping[str, Any]],
+    members: Sequence[Pod],
     need: int,
     now: float,
     priority: int | None = None,
@@ -81,7 +81,7 @@ def member_priority(own: int, group_priority: int | None) -> int:
     return group_victims.member_priority(own, group_priority)
 
 
-def _with_priority(pod: Mapping[str, Any], group_priority: int) -> Mapping[str, Any]:
+def _with_priority(pod: Pod, group_priority: int) -> Pod:
     """A copy of the member that preempts with the lower of its own priority and the
     group's (a PodGroup never lifts its members: ``member_priority``)."""
     own = preemption.priority_of(pod)

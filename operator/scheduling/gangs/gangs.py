@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from vgpu_operator.scheduling.books import group_victims
 from vgpu_operator.scheduling.books.entries import NodeEntry
@@ -40,6 +40,7 @@ from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gang_preemption
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.status import Diagnosis
+from vgpu_operator.wire import Pod, PodGroup, PodGroupSpec
 
 API_VERSION: Final = "scheduling.k8s.io/v1beta1"
 #: The condition the group's scheduler writes on the PodGroup, and its reasons.
@@ -66,7 +67,7 @@ class GroupEngine(Protocol):
 
     @property
     def books(self) -> GroupBooks: ...
-    def schedule(self, pod: Mapping[str, Any], now: float, explain: bool = False) -> Decision: ...
+    def schedule(self, pod: Pod, now: float, explain: bool = False) -> Decision: ...
     def rollback(self, key: PodKey) -> None: ...
 
 
@@ -92,7 +93,7 @@ class GroupSpec:
     never_preempts: bool = False
 
 
-def group_of(pod: Mapping[str, Any]) -> str | None:
+def group_of(pod: Pod) -> str | None:
     """The ``namespace/name`` of the PodGroup the pod names, or None."""
     spec = pod.get("spec") or {}
     group = spec.get("schedulingGroup")
@@ -105,7 +106,7 @@ def group_of(pod: Mapping[str, Any]) -> str | None:
     return f"{namespace}/{name}"
 
 
-def read_pod_group(obj: Mapping[str, Any]) -> GroupSpec:
+def read_pod_group(obj: PodGroup) -> GroupSpec:
     """The PodGroup's policy and constraints; ``GroupError`` names what is wrong."""
     meta = obj.get("metadata") or {}
     name = meta.get("name")
@@ -137,13 +138,13 @@ def read_pod_group(obj: Mapping[str, Any]) -> GroupSpec:
     )
 
 
-def class_priority(obj: Mapping[str, Any]) -> int | None:
+def class_priority(obj: PodGroup) -> int | None:
     """The ``priority`` of a PodGroup that names a ``priorityClassName``, or None
     (``group_victims.class_priority``)."""
     return group_victims.class_priority(obj)
 
 
-def _topology_key(key: str, spec: Mapping[str, Any]) -> str | None:
+def _topology_key(key: str, spec: PodGroupSpec) -> str | None:
     constraints = spec.get("schedulingConstraints") or {}
     topology = constraints.get("topology") if isinstance(constraints, Mapping) else None
     if not topology:
@@ -156,7 +157,7 @@ def _topology_key(key: str, spec: Mapping[str, Any]) -> str | None:
     return label
 
 
-def _disruption_all(spec: Mapping[str, Any]) -> bool:
+def _disruption_all(spec: PodGroupSpec) -> bool:
     mode = spec.get("disruptionMode")
     return isinstance(mode, Mapping) and "all" in mode
 
@@ -195,7 +196,7 @@ def decide_group(
     state: GroupEngine,
     spec: GroupSpec | None,
     group: str,
-    pending: Sequence[Mapping[str, Any]],
+    pending: Sequence[Pod],
     bound: Mapping[PodKey, str],
     now: float,
     scheduler_names: Sequence[str] = (),
@@ -260,7 +261,7 @@ def decide_group(
 def _preempting(
     state: GroupEngine,
     group: str,
-    members: Sequence[Mapping[str, Any]],
+    members: Sequence[Pod],
     need: int,
     preempting: gang_preemption.Preempting,
 ) -> GroupDecision:
@@ -276,7 +277,7 @@ def _preempting(
     )
 
 
-def _member_order(pod: Mapping[str, Any]) -> tuple[int, str]:
+def _member_order(pod: Pod) -> tuple[int, str]:
     priority = (pod.get("spec") or {}).get("priority")
     rank = -priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
     return rank, str((pod.get("metadata") or {}).get("name") or "")
@@ -286,7 +287,7 @@ def _input_problem(
     state: GroupEngine,
     spec: GroupSpec | None,
     group: str,
-    members: Sequence[Mapping[str, Any]],
+    members: Sequence[Pod],
     bound: Mapping[PodKey, str],
     scheduler_names: Sequence[str],
 ) -> str | None:
@@ -347,7 +348,7 @@ def _next_domain(state: GroupEngine, key: str, tried: set[str]) -> str | None:
     return None
 
 
-def _in_domain(pod: Mapping[str, Any], key: str | None, value: str | None) -> Mapping[str, Any]:
+def _in_domain(pod: Pod, key: str | None, value: str | None) -> Pod:
     if key is None or value is None:
         return pod
     spec = pod.get("spec") or {}
@@ -359,7 +360,7 @@ def _in_domain(pod: Mapping[str, Any], key: str | None, value: str | None) -> Ma
 def _attempt(
     state: GroupEngine,
     spec: GroupSpec,
-    members: Sequence[Mapping[str, Any]],
+    members: Sequence[Pod],
     domain: str | None,
     need: int,
     now: float,
@@ -403,7 +404,7 @@ def release(state: GroupEngine, keys: Sequence[PodKey]) -> None:
 
 
 def _waiting(
-    members: Sequence[Mapping[str, Any]], placed: Sequence[Decision], failed: Sequence[Decision]
+    members: Sequence[Pod], placed: Sequence[Decision], failed: Sequence[Decision]
 ) -> tuple[Decision, ...]:
     """Members the attempt never reached (it stopped once the group could not fit)."""
     done = {d.pod for d in placed} | {d.pod for d in failed}
@@ -429,7 +430,7 @@ def _wait(state: GroupEngine, key: PodKey, reason: str) -> Decision:
 def refuse(
     state: GroupEngine,
     group: str,
-    members: Sequence[Mapping[str, Any]],
+    members: Sequence[Pod],
     reason: str,
     hint: Decision | None = None,
     needed: int = 0,

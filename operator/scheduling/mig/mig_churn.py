@@ -17,6 +17,7 @@ from typing import Any
 
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.scheduling.mig import mig_partitions as mp
+from vgpu_operator.wire import ResourceSlice
 
 #: The cards of the trace's nodes: A100 80GB and H100 80GB (the same MIG profiles).
 _MODELS = (("NVIDIA A100-SXM4-80GB", 81920), ("NVIDIA H100 80GB HBM3", 81920))
@@ -86,7 +87,7 @@ def trace(
     return events
 
 
-def cluster_devices(slices: Sequence[dict[str, Any]]) -> tuple[list[mp.MigDevice], mp.Counters]:
+def cluster_devices(slices: Sequence[ResourceSlice]) -> tuple[list[mp.MigDevice], mp.Counters]:
     devices: list[mp.MigDevice] = []
     counters: mp.Counters = {}
     for node in sorted({s["spec"]["nodeName"] for s in slices}):

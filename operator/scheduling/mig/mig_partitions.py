@@ -33,6 +33,7 @@ from typing import Any
 from vgpu_operator.devices import dra, dra_mig
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
+from vgpu_operator.wire import ResourceSlice, SliceDevice
 
 #: counter set -> counter -> amount.
 Counters = dict[str, dict[str, Fraction]]
@@ -85,7 +86,7 @@ def _amounts(raw: Any, where: str) -> dict[str, Fraction]:
     return out
 
 
-def _consumes(raw: Mapping[str, Any], where: str) -> dict[str, dict[str, Fraction]]:
+def _consumes(raw: SliceDevice, where: str) -> dict[str, dict[str, Fraction]]:
     out: dict[str, dict[str, Fraction]] = {}
     for entry in raw.get("consumesCounters") or ():
         if not isinstance(entry, Mapping):
@@ -95,7 +96,7 @@ def _consumes(raw: Mapping[str, Any], where: str) -> dict[str, dict[str, Fractio
     return out
 
 
-def read_mig_pool(node: str, slices: Iterable[Mapping[str, Any]]) -> MigPool:
+def read_mig_pool(node: str, slices: Iterable[ResourceSlice]) -> MigPool:
     """The node's MIG devices and counter sets from its slices (this driver's, the
     node's pool, newest generation only). A device naming a counter set or counter the
     pool does not hold is left out with a problem: it could never be allocated."""
@@ -146,7 +147,7 @@ def read_mig_pool(node: str, slices: Iterable[Mapping[str, Any]]) -> MigPool:
     return result
 
 
-def _attr(raw: Mapping[str, Any], name: str) -> Any:
+def _attr(raw: SliceDevice, name: str) -> Any:
     typed = (raw.get("attributes") or {}).get(name)
     if not isinstance(typed, Mapping):
         return None
@@ -157,7 +158,7 @@ def _attr(raw: Mapping[str, Any], name: str) -> Any:
 
 
 def _mig_device(
-    raw: Mapping[str, Any], slice_name: str, consumes: Mapping[str, Mapping[str, Fraction]]
+    raw: SliceDevice, slice_name: str, consumes: Mapping[str, Mapping[str, Fraction]]
 ) -> MigDevice | None:
     profile = _attr(raw, dra_mig.ATTR_PROFILE)
     start = _attr(raw, dra_mig.ATTR_MIG_START)

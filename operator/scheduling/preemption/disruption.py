@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from vgpu_operator.wire import LabelSelector, LabelSelectorRequirement, PodDisruptionBudget
 
 #: A pod's identity and labels, as budgets match them.
 Labels = Mapping[str, str]
@@ -19,12 +20,12 @@ Labels = Mapping[str, str]
 class Budget:
     namespace: str
     name: str
-    selector: Mapping[str, Any] | None
+    selector: LabelSelector | None
     disruptions_allowed: int
     disrupted_pods: frozenset[str]
 
     @classmethod
-    def from_object(cls, pdb: Mapping[str, Any]) -> Budget:
+    def from_object(cls, pdb: PodDisruptionBudget) -> Budget:
         meta = pdb.get("metadata") or {}
         spec = pdb.get("spec") or {}
         status = pdb.get("status") or {}
@@ -52,7 +53,7 @@ class Budget:
         return selector_matches(self.selector, labels)
 
 
-def selector_matches(selector: Mapping[str, Any], labels: Labels) -> bool:
+def selector_matches(selector: LabelSelector, labels: Labels) -> bool:
     """A metav1.LabelSelector (``matchLabels`` and ``matchExpressions``) against labels."""
     match_labels = selector.get("matchLabels") or {}
     expressions = selector.get("matchExpressions") or []
@@ -63,7 +64,7 @@ def selector_matches(selector: Mapping[str, Any], labels: Labels) -> bool:
     return all(_expression_matches(expr, labels) for expr in expressions)
 
 
-def _expression_matches(expr: Mapping[str, Any], labels: Labels) -> bool:
+def _expression_matches(expr: LabelSelectorRequirement, labels: Labels) -> bool:
     key = expr.get("key", "")
     operator = expr.get("operator")
     values = expr.get("values") or []

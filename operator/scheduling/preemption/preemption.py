@@ -27,10 +27,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.scheduling.preemption import disruption
+from vgpu_operator.wire import Pod
 
 #: kube-scheduler sums priorities offset by this, so negative priorities compare sanely.
 _PRIORITY_OFFSET = 2**31
@@ -80,13 +80,13 @@ class Victims:
         return frozenset(p.key for p in self.pods)
 
 
-def priority_of(pod: Mapping[str, Any]) -> int:
+def priority_of(pod: Pod) -> int:
     """``spec.priority`` as admission resolved it from the PriorityClass (0 when unset)."""
     value = (pod.get("spec") or {}).get("priority")
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def eligible(pod: Mapping[str, Any]) -> bool:
+def eligible(pod: Pod) -> bool:
     return (pod.get("spec") or {}).get("preemptionPolicy") != "Never"
 
 

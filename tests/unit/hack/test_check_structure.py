@@ -125,7 +125,7 @@ def test_a_public_class_name_defined_twice_is_found_in_both_places(
             "scheduling/defrag.py": "class Verdict: ...\nclass _Inner: ...\n",
             "control/pods.py": "class Pod: ...\ndef f():\n    class Verdict: ...\n",
             # The wire shapes follow the API's kinds: a class may share a kind's name.
-            "wire.py": "class Pod(TypedDict): ...\n",
+            "wire/core.py": "class Pod(TypedDict): ...\n",
         },
     )
     assert _rules(check, root) == [

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
@@ -22,6 +22,7 @@ from vgpu_operator.devices.vendor import card_filter_problem
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.policies import policies
 from vgpu_operator.scheduling.vendors import PodReads, Vendors
+from vgpu_operator.wire import Pod
 
 
 class QuotaLimits(Protocol):
@@ -46,7 +47,7 @@ class AdmissionView:
     def limit(self, namespace: str, resource: str) -> int:
         return self.limits.get(namespace, {}).get(resource, 0)
 
-    def admit(self, pod: Mapping[str, Any]) -> AdmissionResult:
+    def admit(self, pod: Pod) -> AdmissionResult:
         return admit(pod, self.config, self.vendors, self)
 
 
@@ -55,7 +56,7 @@ class AdmissionResult:
     """What the mutating webhook answers: the mutated pod, or a denial message."""
 
     allowed: bool
-    pod: Mapping[str, Any]
+    pod: Pod
     message: str = ""
     handled: bool = False  # the pod asks for a device this operator schedules
     #: Admitted, but the user should know (the API server passes these to kubectl).
@@ -80,9 +81,7 @@ def bounded(message: str, limit: int = MESSAGE_LIMIT) -> str:
     return f"{message[:head]}… ({cut} more characters) …{message[len(message) - (limit - head) :]}"
 
 
-def admit(
-    pod: Mapping[str, Any], config: DeviceConfig, vendors: Vendors, quota: QuotaLimits
-) -> AdmissionResult:
+def admit(pod: Pod, config: DeviceConfig, vendors: Vendors, quota: QuotaLimits) -> AdmissionResult:
     """What the webhook answers for ``pod`` (see the module docstring); a refusal's
     message is bounded (``MESSAGE_LIMIT``)."""
     result = _admit(pod, config, vendors, quota)
@@ -91,26 +90,27 @@ def admit(
     return result
 
 
-def _admit(
-    pod: Mapping[str, Any], config: DeviceConfig, vendors: Vendors, quota: QuotaLimits
-) -> AdmissionResult:
+def _admit(pod: Pod, config: DeviceConfig, vendors: Vendors, quota: QuotaLimits) -> AdmissionResult:
+    # A working copy the vendors' admission defaults write into (plain JSON); the same
+    # object is the admitted pod.
     mutated: dict[str, Any] = copy.deepcopy(dict(pod))
+    admitted = cast(Pod, mutated)
     spec = mutated.setdefault("spec", {})
     containers = spec.get("containers") or []
     if not containers:
-        return AdmissionResult(False, mutated, "pod has no containers", handled=True)
+        return AdmissionResult(False, admitted, "pod has no containers", handled=True)
     ours = config.scheduler.scheduler_name
     named = spec.get("schedulerName")
     if named and named not in (ours, names.DEFAULT_SCHEDULER):
         # Another scheduler's pod. A GPU pod may name one only where an administrator
         # allows it (manifests/gpu-pod-policy.yaml reads the namespace's labels, which
         # this operator does not); the books and the device plugin give it nothing.
-        return AdmissionResult(True, mutated)
+        return AdmissionResult(True, admitted)
     if spec.get("nodeName"):
         # Bound by its creator, so nothing to route: refused by gpu-pod-policy.yaml unless
         # an administrator allows it for the namespace, and given nothing by the books or
         # the device plugin either way (they serve only pods this scheduler bound).
-        return AdmissionResult(True, mutated)
+        return AdmissionResult(True, admitted)
     wants: set[str] = set()
     for container in [*(spec.get("initContainers") or []), *containers]:
         for spec_ in vendors.specs():
@@ -118,43 +118,43 @@ def _admit(
                 if vendors.mutate(spec_.common_word, container, mutated):
                     wants.add(spec_.common_word)
             except ValueError as exc:
-                return AdmissionResult(False, mutated, str(exc), handled=True)
+                return AdmissionResult(False, admitted, str(exc), handled=True)
     reads: PodReads = (
         tuple(vendors.read(c) for c in spec.get("initContainers") or []),
         tuple(vendors.read(c) for c in containers),
     )
     if not wants:
-        return AdmissionResult(True, mutated, reads=reads)
+        return AdmissionResult(True, admitted, reads=reads)
     for read in (*reads[0], *reads[1]):
         for word in sorted(wants):
             unreadable = read.problems.get(word)
             if unreadable is not None:
-                return AdmissionResult(False, mutated, str(unreadable), handled=True)
+                return AdmissionResult(False, admitted, str(unreadable), handled=True)
     annotations = (mutated.get("metadata") or {}).get("annotations") or {}
     problem = annotation_problem(annotations) or next(
         (p for w in sorted(wants) if (p := card_filter_problem(vendors.spec(w), annotations))),
         None,
     )
     if problem is not None:
-        return AdmissionResult(False, mutated, problem, handled=True)
+        return AdmissionResult(False, admitted, problem, handled=True)
     for container in [*(spec.get("initContainers") or []), *containers]:
         if (container.get("securityContext") or {}).get("privileged"):
             name = container.get("name", "")
-            return AdmissionResult(False, mutated, f"container {name} is privileged", handled=True)
+            return AdmissionResult(False, admitted, f"container {name} is privileged", handled=True)
     spec["schedulerName"] = ours
-    refusal = _over_quota(mutated, reads, vendors, quota)
+    refusal = _over_quota(admitted, reads, vendors, quota)
     if refusal:
-        return AdmissionResult(False, mutated, refusal, handled=True, reads=reads)
+        return AdmissionResult(False, admitted, refusal, handled=True, reads=reads)
     warnings = tuple(
         warning
         for read in (*reads[0], *reads[1])
         for word in sorted(wants)
         if (warning := read.warnings.get(word)) is not None
     )
-    return AdmissionResult(True, mutated, handled=True, warnings=warnings, reads=reads)
+    return AdmissionResult(True, admitted, handled=True, warnings=warnings, reads=reads)
 
 
-def annotation_problem(annotations: Mapping[str, Any]) -> str | None:
+def annotation_problem(annotations: Mapping[str, str]) -> str | None:
     """Why a scheduling annotation the engine cannot read must be refused (it would wait
     forever), naming the accepted form; None when every one is readable.
 
@@ -170,9 +170,7 @@ def annotation_problem(annotations: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _over_quota(
-    pod: Mapping[str, Any], reads: PodReads, vendors: Vendors, quota: QuotaLimits
-) -> str:
+def _over_quota(pod: Pod, reads: PodReads, vendors: Vendors, quota: QuotaLimits) -> str:
     """A refusal when the pod's own demand exceeds a limit, whatever else is running.
 
     Cores are counted as requested, not capped at 100 per card, as HAMi's webhook does.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from vgpu_operator import names
 from vgpu_operator.config import DeviceConfig
@@ -20,9 +20,10 @@ from vgpu_operator.scheduling import node_annotations, node_basics
 from vgpu_operator.scheduling.dialects.annotation import fit
 from vgpu_operator.scheduling.mig import mig
 from vgpu_operator.scheduling.policies import fragmentation, node_layer, policies
-from vgpu_operator.scheduling.quota import QuotaLedger
+from vgpu_operator.scheduling.quota import QuotaReads
 from vgpu_operator.scheduling.status import Reason
 from vgpu_operator.scheduling.vendors import PodReads, Vendors
+from vgpu_operator.wire import Pod
 
 #: Per container: vendor common word -> request.
 ContainerRequests = Mapping[str, model.ContainerRequest]
@@ -47,7 +48,7 @@ class Booking:
 class Job:
     """A pending pod, parsed once for all the nodes it is tried on."""
 
-    pod: Mapping[str, Any]
+    pod: Pod
     namespace: str
     annotations: Mapping[str, str]
     resources: node_basics.PodResources
@@ -60,7 +61,7 @@ class Job:
     default_gpu_policy: str
     weights: policies.ScoringWeights
     vendors: Vendors
-    quota: QuotaLedger
+    quota: QuotaReads
     memory_factors: Mapping[str, int]
     #: Per vendor, the pod's card restrictions, read once for every card of every node.
     card_filters: Mapping[str, vendor.CardFilter] = field(default_factory=dict)
@@ -85,10 +86,10 @@ class Job:
     @classmethod
     def from_pod(
         cls,
-        pod: Mapping[str, Any],
+        pod: Pod,
         config: DeviceConfig,
         vendors: Vendors,
-        quota: QuotaLedger,
+        quota: QuotaReads,
         reads: PodReads | None = None,
     ) -> Job:
         """Raises CodecError for a malformed scheduling annotation or request. ``reads``:

@@ -48,6 +48,13 @@ from vgpu_operator.devices import dra, model, vendor
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.wire import (
+    Container,
+    DeviceClaim,
+    ExactDeviceRequest,
+    Pod,
+    ResourceClaimTemplate,
+)
 
 #: The prefix of the templates the webhook makes (and the entries it adds to a pod).
 TEMPLATE_PREFIX: Final = "vgpu-"
@@ -91,12 +98,12 @@ def selectors(spec: vendor.VendorSpec, annotations: Mapping[str, str]) -> list[s
 
 
 def exact_request(
-    container: Mapping[str, Any],
+    container: Container,
     ask: model.ContainerRequest,
     spec: vendor.VendorSpec,
     annotations: Mapping[str, str],
     resources: vendor.ResourceNames,
-) -> dict[str, Any]:
+) -> ExactDeviceRequest:
     name = container.get("name", "")
     card_filter = vendor.CardFilter.read(spec, annotations)
     if card_filter.mode is not None and card_filter.mode.strip() != model.MODE_HAMI_CORE:
@@ -117,7 +124,7 @@ def exact_request(
         capacity[dra.MEMORY] = f"{ask.memory_mib}Mi"
     if ask.cores > 0:
         capacity[dra.CORES] = str(min(ask.cores, dra.FULL_CORES))
-    exactly: dict[str, Any] = {"deviceClassName": dra.SHARED_CLASS, "count": ask.count}
+    exactly: ExactDeviceRequest = {"deviceClassName": dra.SHARED_CLASS, "count": ask.count}
     if capacity:
         exactly["capacity"] = {"requests": capacity}
     cel = selectors(spec, annotations)
@@ -126,8 +133,8 @@ def exact_request(
     return exactly
 
 
-def template_for(exactly: Mapping[str, Any], numa_bind: bool, namespace: str) -> dict[str, Any]:
-    devices: dict[str, Any] = {"requests": [{"name": "gpu", "exactly": dict(exactly)}]}
+def template_for(exactly: ExactDeviceRequest, numa_bind: bool, namespace: str) -> dict[str, Any]:
+    devices: DeviceClaim = {"requests": [{"name": "gpu", "exactly": exactly.copy()}]}
     if numa_bind and int(exactly.get("count", 1)) > 1:
         devices["constraints"] = [{"requests": ["gpu"], "matchAttribute": dra.ATTR_NUMA_NODE}]
     spec = {"spec": {"devices": devices}}
@@ -145,12 +152,12 @@ def template_for(exactly: Mapping[str, Any], numa_bind: bool, namespace: str) ->
     }
 
 
-def spec_digest(spec: Mapping[str, Any]) -> str:
+def spec_digest(spec: Mapping[str, object]) -> str:
     """The digest of a template spec as the webhook writes it."""
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def made_by_webhook(template: Mapping[str, Any]) -> bool:
+def made_by_webhook(template: ResourceClaimTemplate) -> bool:
     """Whether a template says it is one the webhook made: our label, our name prefix, and
     a digest annotation whose head is its name (a template anyone else made lacks them)."""
     meta = template.get("metadata") or {}
@@ -165,10 +172,10 @@ def made_by_webhook(template: Mapping[str, Any]) -> bool:
     )
 
 
-def convert(pod: Mapping[str, Any], vendors: Vendors) -> Conversion | None:
+def convert(pod: Pod, vendors: Vendors) -> Conversion | None:
     """The admitted pod with its GPU containers naming claims, and the templates to make;
     None when no container asks for a GPU. Raises Unmappable."""
-    out = copy.deepcopy(dict(pod))
+    out: dict[str, Any] = copy.deepcopy(dict(pod))  # the working copy, written below
     meta = out.get("metadata") or {}
     namespace = str(meta.get("namespace") or "default")
     annotations: Mapping[str, str] = meta.get("annotations") or {}
@@ -221,7 +228,7 @@ def _name_claim(container: dict[str, Any], entry: str, vendors: Vendors) -> None
     resources["claims"] = [*(resources.get("claims") or ()), {"name": entry}]
 
 
-def same_template(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+def same_template(existing: ResourceClaimTemplate, wanted: ResourceClaimTemplate) -> bool:
     """Whether a template found under the wanted name asks what we would write: equal
     once the API server's defaults and quantity spellings are read away (``canonical``)."""
     return bool(canonical(existing.get("spec")) == canonical(wanted.get("spec")))

@@ -10,17 +10,18 @@ was admitted and silently meant "on").
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 from vgpu_operator.devices import dra
+from vgpu_operator.wire import DeviceClassConfiguration
 
 #: The opaque config key that turns HAMi-core off for a claim (``agent.dra.prepare``).
 CONFIG_HAMI_CORE: Final = "hamiCore"
 
 
-def _parameters(configs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _parameters(configs: Sequence[DeviceClassConfiguration]) -> list[Mapping[str, object]]:
     """The parameters of the configs of this driver that name ``hamiCore``, in order."""
-    out = []
+    out: list[Mapping[str, object]] = []
     for config in configs:
         opaque = config.get("opaque")
         if not isinstance(opaque, Mapping) or opaque.get("driver") != dra.DRIVER:
@@ -31,7 +32,7 @@ def _parameters(configs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]
     return out
 
 
-def turn_hami_core_off(configs: Sequence[Mapping[str, Any]]) -> bool:
+def turn_hami_core_off(configs: Sequence[DeviceClassConfiguration]) -> bool:
     """Whether opaque configs of this driver, in precedence order (the class's first, the
     claim's after: a later one wins, as ``agent.dra.prepare`` reads them), say
     ``hamiCore: false``."""
@@ -39,7 +40,7 @@ def turn_hami_core_off(configs: Sequence[Mapping[str, Any]]) -> bool:
     return bool(found) and found[-1][CONFIG_HAMI_CORE] is False
 
 
-def hami_core_problem(configs: Sequence[Mapping[str, Any]]) -> str | None:
+def hami_core_problem(configs: Sequence[DeviceClassConfiguration]) -> str | None:
     """Why a claim's own configs cannot be read: ``hamiCore`` given as anything but a
     boolean (None: fine)."""
     for parameters in _parameters(configs):

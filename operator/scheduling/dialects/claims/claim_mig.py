@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
 
 from vgpu_operator.devices import dra
 from vgpu_operator.errors import CodecError
@@ -30,6 +29,7 @@ from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.dialects.claims import claim_fit, claims, dra_pool
 from vgpu_operator.scheduling.mig import mig_partitions
 from vgpu_operator.scheduling.status import Reason
+from vgpu_operator.wire import ResourceSlice
 
 
 @dataclass(slots=True)
@@ -40,7 +40,7 @@ class MigNode:
     devices: dict[str, dra_pool.PoolDevice] = field(default_factory=dict)
 
 
-def read_mig_node(node: str, slices: Iterable[Mapping[str, Any]]) -> MigNode | None:
+def read_mig_node(node: str, slices: Iterable[ResourceSlice]) -> MigNode | None:
     """The node's MIG placements, or None when it publishes none."""
     items = list(slices)
     pool = mig_partitions.read_mig_pool(node, items)

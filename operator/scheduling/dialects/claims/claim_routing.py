@@ -29,10 +29,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from vgpu_operator import names
 from vgpu_operator.devices import dra
+from vgpu_operator.wire import Pod, ResourceClaim, ResourceClaimTemplate
 
 #: This driver's DeviceClasses (manifests/dra-deviceclasses.yaml).
 OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS, dra.MIG_CLASS})
@@ -63,7 +64,7 @@ class Routing:
     message: str = ""
 
 
-def claim_refs(pod: Mapping[str, Any]) -> list[ClaimRef]:
+def claim_refs(pod: Pod) -> list[ClaimRef]:
     """The claims and templates the pod names, each once, in the pod's order."""
     out: list[ClaimRef] = []
     for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
@@ -80,10 +81,10 @@ def claim_refs(pod: Mapping[str, Any]) -> list[ClaimRef]:
     return out
 
 
-def device_classes(obj: Mapping[str, Any], kind: str) -> set[str]:
+def device_classes(obj: ResourceClaim | ResourceClaimTemplate, kind: str) -> set[str]:
     """The DeviceClasses a claim (or a template's claim) asks for, in every request and
     every alternative (``firstAvailable``)."""
-    spec = obj.get("spec") or {}
+    spec: object = obj.get("spec") or {}
     if kind == TEMPLATE:
         spec = spec.get("spec") or {} if isinstance(spec, Mapping) else {}
     devices = spec.get("devices") or {} if isinstance(spec, Mapping) else {}
@@ -98,13 +99,13 @@ def device_classes(obj: Mapping[str, Any], kind: str) -> set[str]:
     return found
 
 
-def asks_our_classes(obj: Mapping[str, Any], kind: str) -> set[str]:
+def asks_our_classes(obj: ResourceClaim | ResourceClaimTemplate, kind: str) -> set[str]:
     return device_classes(obj, kind) & OUR_CLASSES
 
 
 def route(
-    pod: Mapping[str, Any],
-    found: Iterable[tuple[ClaimRef, Mapping[str, Any] | None]],
+    pod: Pod,
+    found: Iterable[tuple[ClaimRef, ResourceClaim | ResourceClaimTemplate | None]],
     scheduler: str,
 ) -> Routing:
     """What the webhook does with ``pod`` given the objects it names as read (None: not
@@ -134,7 +135,7 @@ def route(
     )
 
 
-def settled_without_reading(pod: Mapping[str, Any], scheduler: str) -> bool:
+def settled_without_reading(pod: Pod, scheduler: str) -> bool:
     """Whether the answer is PASS whatever the claims say: the pod names this scheduler
     (its claims are allocated here, a missing one waited for), or is bound by its
     creator. So a pod the webhook converted (the first hook; the API server then sends

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 from vgpu_operator.devices import dra
+from vgpu_operator.wire import Pod, PodClaimStatus, ResourceClaim, ResourceClaimTemplate
 
 #: Joins the pod's name and the entry's in a what-if claim's name (never a real name).
 MARK: Final = "#"
 
 
-def pending_templates(pod: Mapping[str, Any]) -> dict[str, str]:
+def pending_templates(pod: Pod) -> dict[str, str]:
     """The pod's ``resourceClaims`` entries that name a template whose claim is not named
     in its status yet: entry name -> template name."""
     made = {
@@ -43,8 +44,8 @@ def pending_templates(pod: Mapping[str, Any]) -> dict[str, str]:
 
 
 def claim_from_template(
-    pod: Mapping[str, Any], entry: str, template: Mapping[str, Any], name: str
-) -> dict[str, Any]:
+    pod: Pod, entry: str, template: ResourceClaimTemplate, name: str
+) -> ResourceClaim:
     """The claim ``name`` the controller makes for the pod's entry ``entry`` from
     ``template``: the template's spec, labels and annotations, in the pod's namespace."""
     meta = pod.get("metadata") or {}
@@ -61,24 +62,26 @@ def claim_from_template(
             "labels": dict(tmeta.get("labels") or {}),
             "annotations": dict(tmeta.get("annotations") or {}),
         },
-        "spec": copy.deepcopy(dict((template.get("spec") or {}).get("spec") or {})),
+        "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {}),
     }
 
 
 def with_template_claims(
-    pod: Mapping[str, Any], templates: Mapping[str, Mapping[str, Any]]
-) -> tuple[dict[str, Any], list[dict[str, Any]]] | str:
+    pod: Pod, templates: Mapping[str, ResourceClaimTemplate]
+) -> tuple[Pod, list[ResourceClaim]] | str:
     """The pod as the claim controller leaves it (each pending template entry's claim
     named in its status) and those claims, as a what-if reads them; ``templates`` by
     ``namespace/name``. A sentence when a template the pod names is not there."""
     pending = pending_templates(pod)
-    out = copy.deepcopy(dict(pod))
+    out = copy.deepcopy(pod)
     if not pending:
         return out, []
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace") or "default")
-    claims: list[dict[str, Any]] = []
-    statuses = list((out.get("status") or {}).get("resourceClaimStatuses") or ())
+    claims: list[ResourceClaim] = []
+    statuses: list[PodClaimStatus] = list(
+        (out.get("status") or {}).get("resourceClaimStatuses") or ()
+    )
     for entry, template_name in pending.items():
         template = templates.get(f"{namespace}/{template_name}")
         if template is None:

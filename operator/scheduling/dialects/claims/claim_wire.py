@@ -18,10 +18,20 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Final
+from typing import Final
 
 from vgpu_operator.devices import dra
 from vgpu_operator.scheduling.dialects.claims import claim_fit, claims
+from vgpu_operator.wire import (
+    AllocationResult,
+    DeviceAllocation,
+    DeviceAllocationConfiguration,
+    DeviceRequestAllocationResult,
+    NodeSelector,
+    Pod,
+    PodExtendedResourceClaimStatus,
+    ResourceClaim,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +43,12 @@ class ClaimWrite:
     uid: str
     resource_version: str
     #: ``status.allocation`` to write; None when the claim is allocated already.
-    allocation: Mapping[str, Any] | None
+    allocation: AllocationResult | None
     consumer: Mapping[str, str]
     #: The claim to create first: the pod's special claim (``extended_claims``).
-    create: Mapping[str, Any] | None = None
+    create: ResourceClaim | None = None
     #: ``status.extendedResourceClaimStatus`` to write on the pod once the claim is.
-    pod_status: Mapping[str, Any] | None = None
+    pod_status: PodExtendedResourceClaimStatus | None = None
     #: A group claim another member's decision is allocating: nothing to write, the
     #: Binding waits until that allocation is (``group_claims``).
     awaits_allocation: bool = False
@@ -69,7 +79,7 @@ def quantity_text(value: Fraction, name: str) -> str:
     return str(whole)
 
 
-def node_selector(node: str) -> dict[str, Any]:
+def node_selector(node: str) -> NodeSelector:
     return {
         "nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
@@ -86,15 +96,15 @@ def allocation(
     node: str,
     picks: Sequence[claim_fit.DevicePick],
     classes: Mapping[str, claims.DeviceClass],
-) -> dict[str, Any]:
+) -> AllocationResult:
     # The requests as chosen: for a firstAvailable request, the alternative the picks
     # name (``<request>/<subrequest>``, as the results and the class configs name it).
     named = {r.name: r for choice in claim.choices for r in choice}
     named.update((r.name, r) for r in claim.requests if r.name not in named)
     requests = [named[n] for n in dict.fromkeys(p.request for p in picks) if n in named]
-    results: list[dict[str, Any]] = []
+    results: list[DeviceRequestAllocationResult] = []
     for position, pick in enumerate(picks):
-        result: dict[str, Any] = {
+        result: DeviceRequestAllocationResult = {
             "request": pick.request,
             "driver": pick.device.driver,
             "pool": pick.device.pool,
@@ -108,9 +118,9 @@ def allocation(
             result["shareID"] = share_id(claim.uid, position, pick.request, pick.device.name)
         request = named[pick.request]
         if pick.device.taints and request.tolerations:
-            result["tolerations"] = [dict(t) for t in request.tolerations]
+            result["tolerations"] = [t.copy() for t in request.tolerations]
         results.append(result)
-    config: list[dict[str, Any]] = []
+    config: list[DeviceAllocationConfiguration] = []
     for class_name in dict.fromkeys(r.device_class for r in requests):
         device_class = classes.get(class_name)
         if device_class is None:
@@ -121,17 +131,17 @@ def allocation(
                 config.append({"source": "FromClass", "requests": names, "opaque": entry["opaque"]})
     for entry in claim.config:
         if "opaque" in entry:
-            item: dict[str, Any] = {"source": "FromClaim", "opaque": entry["opaque"]}
+            item: DeviceAllocationConfiguration = {"source": "FromClaim", "opaque": entry["opaque"]}
             if entry.get("requests"):
                 item["requests"] = list(entry["requests"])
             config.append(item)
-    devices: dict[str, Any] = {"results": results}
+    devices: DeviceAllocation = {"results": results}
     if config:
         devices["config"] = config
     return {"devices": devices, "nodeSelector": node_selector(node)}
 
 
-def consumer(pod: Mapping[str, Any]) -> dict[str, str]:
+def consumer(pod: Pod) -> dict[str, str]:
     """The pod as a ``reservedFor`` entry."""
     meta = pod.get("metadata") or {}
     return {"resource": "pods", "name": str(meta.get("name", "")), "uid": str(meta.get("uid", ""))}

@@ -23,11 +23,24 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
+from vgpu_operator import wire
 from vgpu_operator.devices import dra
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.dialects.claims import claim_configs, dra_pool
+from vgpu_operator.wire import (
+    AllocationResult,
+    DeviceClaim,
+    DeviceClaimConfiguration,
+    DeviceClassConfiguration,
+    DeviceRequest,
+    ExactDeviceRequest,
+    Pod,
+    ResourceClaim,
+    ResourceClaimConsumer,
+    Toleration,
+)
 
 #: The DeviceClasses whose claims the engine allocates (manifests/dra-deviceclasses.yaml).
 OUR_CLASSES: Final = frozenset({dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS, dra.MIG_CLASS})
@@ -49,12 +62,12 @@ class DeviceClass:
     name: str
     selectors: tuple[str, ...] = ()
     #: Opaque configs of the class, as the allocation's ``config`` carries them.
-    config: tuple[Mapping[str, Any], ...] = ()
+    config: tuple[DeviceClassConfiguration, ...] = ()
     #: ``spec.extendedResourceName`` (KEP-5004): pods asking it get a special claim.
     extended_resource_name: str | None = None
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> DeviceClass:
+    def of(cls, obj: wire.DeviceClass) -> DeviceClass:
         spec = obj.get("spec") or {}
         return cls(
             name=str((obj.get("metadata") or {}).get("name", "")),
@@ -80,7 +93,7 @@ class Request:
     count: int
     selectors: tuple[claim_cel.Selector, ...]
     capacity: Mapping[str, Fraction]
-    tolerations: tuple[Mapping[str, Any], ...]
+    tolerations: tuple[Toleration, ...]
     #: Where ``selectors`` were written (the DeviceClass's come first).
     written: claim_cel.Written = ("", 0)
     #: ``adminAccess``: devices shared with whoever holds them, consuming nothing.
@@ -121,11 +134,11 @@ class Claim:
     #: when every request is ``exactly`` (then ``requests`` is all there is).
     choices: tuple[tuple[Request, ...], ...] = ()
     #: The claim's own opaque configs (``spec.devices.config``).
-    config: tuple[Mapping[str, Any], ...] = ()
+    config: tuple[DeviceClaimConfiguration, ...] = ()
     #: Set when the claim is allocated already (the node it is on, and its devices).
     allocated_node: str | None = None
     allocated: tuple[AllocatedShare, ...] = ()
-    reserved_for: tuple[Mapping[str, Any], ...] = ()
+    reserved_for: tuple[ResourceClaimConsumer, ...] = ()
     #: Its configs (or its classes') turn HAMi-core off: nothing will limit what its
     #: containers take, so each device it gets is taken whole (the books count it so).
     whole_devices: bool = False
@@ -145,7 +158,7 @@ class PodClaims:
     pending: tuple[Claim, ...] = field(default=())
 
 
-def pod_claim_keys(pod: Mapping[str, Any]) -> list[str] | str:
+def pod_claim_keys(pod: Pod) -> list[str] | str:
     """The ``namespace/name`` of every claim the pod uses, or a sentence saying which
     claim is not made yet (a template's claim waits for kube-controller-manager)."""
     meta = pod.get("metadata") or {}
@@ -174,7 +187,7 @@ def pod_claim_keys(pod: Mapping[str, Any]) -> list[str] | str:
     return keys
 
 
-def uses_claims(pod: Mapping[str, Any]) -> bool:
+def uses_claims(pod: Pod) -> bool:
     return bool((pod.get("spec") or {}).get("resourceClaims"))
 
 
@@ -186,7 +199,7 @@ def _quantity(raw: Any, where: str) -> Fraction:
 
 
 def read_claim(
-    obj: Mapping[str, Any],
+    obj: ResourceClaim,
     classes: Mapping[str, DeviceClass],
     cache: claim_cel.SelectorCache,
 ) -> Claim:
@@ -266,9 +279,7 @@ def read_claim(
     )
 
 
-def _mig_shape(
-    choices: Sequence[tuple[Request, ...]], devices: Mapping[str, Any], where: str
-) -> None:
+def _mig_shape(choices: Sequence[tuple[Request, ...]], devices: DeviceClaim, where: str) -> None:
     """A claim of the MIG class is placed by ``claim_mig`` on its own: refuse what that
     does not honour (rather than ignore it)."""
     mig = [r.name for c in choices for r in c if r.device_class == dra.MIG_CLASS]
@@ -300,7 +311,7 @@ MAX_VARIANTS: Final = 256
 
 
 def _read_request(
-    raw: Mapping[str, Any],
+    raw: DeviceRequest,
     where: str,
     classes: Mapping[str, DeviceClass],
     cache: claim_cel.SelectorCache,
@@ -333,7 +344,7 @@ def _read_request(
 
 
 def _read_exactly(
-    exactly: Mapping[str, Any],
+    exactly: ExactDeviceRequest,
     name: str,
     where: str,
     classes: Mapping[str, DeviceClass],
@@ -388,7 +399,9 @@ def _read_exactly(
     )
 
 
-def read_allocated(allocation: Mapping[str, Any]) -> tuple[str | None, tuple[AllocatedShare, ...]]:
+def read_allocated(
+    allocation: AllocationResult,
+) -> tuple[str | None, tuple[AllocatedShare, ...]]:
     """The node an allocation pins (its node selector, else its pool) and this driver's
     devices in it. Unreadable amounts count as the whole device (None)."""
     nodes = dra.selected_nodes(allocation.get("nodeSelector"))
@@ -423,8 +436,8 @@ def read_allocated(allocation: Mapping[str, Any]) -> tuple[str | None, tuple[All
 
 
 def read_pod_claims(
-    pod: Mapping[str, Any],
-    claims: Mapping[str, Mapping[str, Any]],
+    pod: Pod,
+    claims: Mapping[str, ResourceClaim],
     classes: Mapping[str, DeviceClass],
     cache: claim_cel.SelectorCache,
 ) -> PodClaims:

@@ -25,6 +25,13 @@ from vgpu_operator.devices import dra, model
 from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.cel.claim_cel import DeviceView
+from vgpu_operator.wire import (
+    DeviceAttribute,
+    DeviceCapacity,
+    ResourceSlice,
+    SliceDevice,
+    Toleration,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +165,7 @@ def _amount(raw: Any, where: str) -> Fraction:
     return parse_quantity(raw, where)
 
 
-def _policy(entry: Mapping[str, Any], where: str) -> CapacityPolicy:
+def _policy(entry: DeviceCapacity, where: str) -> CapacityPolicy:
     value = _amount(entry.get("value"), f"{where}.value")
     policy = entry.get("requestPolicy")
     if not isinstance(policy, Mapping):
@@ -185,7 +192,7 @@ def _policy(entry: Mapping[str, Any], where: str) -> CapacityPolicy:
     )
 
 
-def _attributes(raw: Mapping[str, Any], driver: str) -> dict[str, tuple[str, Any]]:
+def _attributes(raw: Mapping[str, DeviceAttribute], driver: str) -> dict[str, tuple[str, Any]]:
     out: dict[str, tuple[str, Any]] = {}
     for name, typed in raw.items():
         if not isinstance(typed, Mapping):
@@ -197,7 +204,7 @@ def _attributes(raw: Mapping[str, Any], driver: str) -> dict[str, tuple[str, Any
     return out
 
 
-def read_device(raw: Mapping[str, Any], driver: str, pool: str, generation: int) -> PoolDevice:
+def read_device(raw: SliceDevice, driver: str, pool: str, generation: int) -> PoolDevice:
     """Raises CodecError for a capacity that is not a quantity."""
     name = str(raw.get("name", ""))
     where = f"device {name}"
@@ -223,7 +230,7 @@ def read_device(raw: Mapping[str, Any], driver: str, pool: str, generation: int)
     )
 
 
-def read_pool(node: str, slices: Iterable[Mapping[str, Any]]) -> Pool:
+def read_pool(node: str, slices: Iterable[ResourceSlice]) -> Pool:
     """The node's pool of this driver from its slices (those of other drivers, nodes or
     pools are ignored; only the newest generation counts)."""
     mine = []
@@ -311,7 +318,7 @@ def pair_scores(pool: Pool, inventory_scores: model.PairScores) -> dict[str, dic
     return scores
 
 
-def tolerated(taints: Sequence[Taint], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+def tolerated(taints: Sequence[Taint], tolerations: Sequence[Toleration]) -> bool:
     """Whether every NoSchedule/NoExecute taint of a device is tolerated (a request's
     tolerations, upstream's rules: an empty key with Exists tolerates all)."""
     for taint in taints:
@@ -322,7 +329,7 @@ def tolerated(taints: Sequence[Taint], tolerations: Sequence[Mapping[str, Any]])
     return True
 
 
-def _tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
+def _tolerates(toleration: Toleration, taint: Taint) -> bool:
     effect = toleration.get("effect") or ""
     if effect and effect != taint.effect:
         return False

@@ -42,6 +42,18 @@ from vgpu_operator.devices.quantity import parse_quantity
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.dialects.claims import claim_admission
 from vgpu_operator.scheduling.vendors import Vendors
+from vgpu_operator.wire import (
+    Container,
+    ContainerExtendedResourceRequest,
+    DeviceClaim,
+    DeviceConstraint,
+    DeviceRequest,
+    ExactDeviceRequest,
+    Pod,
+    PodExtendedResourceClaimStatus,
+    PodResourceClaim,
+    ResourceClaim,
+)
 
 #: The annotation that marks a pod's special claim (upstream's ExtendedResourceClaimAnnotation).
 ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
@@ -65,15 +77,15 @@ class Special:
     """The pod's special claim as the decision reads it."""
 
     #: The claim object (as it will be created, or as it exists).
-    claim: Mapping[str, Any]
+    claim: ResourceClaim
     #: True when the claim is still to be created.
     new: bool
     #: ``status.extendedResourceClaimStatus`` to write on the pod.
-    status: Mapping[str, Any]
+    status: PodExtendedResourceClaimStatus
 
     @property
     def name(self) -> str:
-        return str(self.claim["metadata"]["name"])
+        return str((self.claim.get("metadata") or {}).get("name", ""))
 
 
 def mapping(classes: Iterable[tuple[str, str | None]]) -> dict[str, str]:
@@ -90,7 +102,7 @@ def mapping(classes: Iterable[tuple[str, str | None]]) -> dict[str, str]:
     return out
 
 
-def _effective_requests(container: Mapping[str, Any]) -> dict[str, Any]:
+def _effective_requests(container: Container) -> dict[str, str]:
     """The container's requests as the API server defaults them (limits fill in)."""
     resources = container.get("resources") or {}
     limits = resources.get("limits") or {}
@@ -100,14 +112,15 @@ def _effective_requests(container: Mapping[str, Any]) -> dict[str, Any]:
     return {**limits, **requests}
 
 
-def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _containers(pod: Pod) -> list[Container]:
     spec = pod.get("spec") or {}
-    return [
-        c
-        for field in ("initContainers", "containers")
-        for c in spec.get(field) or ()
-        if isinstance(c, Mapping)
-    ]
+    every = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    return [c for c in every if _is_object(c)]
+
+
+def _is_object(value: object) -> bool:
+    """A container that is a JSON object (a careless scenario may hold anything)."""
+    return isinstance(value, Mapping)
 
 
 def _count(raw: Any, where: str) -> int:
@@ -120,7 +133,7 @@ def _count(raw: Any, where: str) -> int:
     return int(value)
 
 
-def asks(pod: Mapping[str, Any], resources: Mapping[str, str]) -> bool:
+def asks(pod: Pod, resources: Mapping[str, str]) -> bool:
     """Whether a container of the pod asks a resource ``resources`` maps (non-zero)."""
     if not resources:
         return False
@@ -131,7 +144,7 @@ def asks(pod: Mapping[str, Any], resources: Mapping[str, str]) -> bool:
     return False
 
 
-def claim_name(pod: Mapping[str, Any]) -> str:
+def claim_name(pod: Pod) -> str:
     """``<pod>-extended-resources-<suffix>``, the suffix derived from the pod's uid."""
     meta = pod.get("metadata") or {}
     base = f"{meta.get('name', '')}-extended-resources-"[:_BASE_LENGTH]
@@ -140,7 +153,7 @@ def claim_name(pod: Mapping[str, Any]) -> str:
     return base + suffix
 
 
-def existing(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) -> str | None:
+def existing(pod: Pod, claims: Mapping[str, ResourceClaim]) -> str | None:
     """The key of the pod's special claim in ``claims``, if one exists: of the name this
     module gives it (the engine makes every special claim of its pods, so one lookup, not
     a scan of every claim), annotated, and the pod its controller."""
@@ -159,16 +172,16 @@ def existing(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) ->
 
 
 def requests_of(
-    pod: Mapping[str, Any], resources: Mapping[str, str], vendors: Vendors
-) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    pod: Pod, resources: Mapping[str, str], vendors: Vendors
+) -> tuple[list[DeviceRequest], list[ContainerExtendedResourceRequest]]:
     """The special claim's requests and the pod's request mappings (sorted by name, as
     upstream). Raises ExtendedRefusal."""
     annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
     spec = vendors.spec(dra.VENDOR)
     names = vendor.resource_names(vendors.config_for(dra.VENDOR))
     hami_extras = {names.memory, names.memory_percentage, names.cores} - {""}
-    requests: list[dict[str, Any]] = []
-    mappings: list[dict[str, str]] = []
+    requests: list[DeviceRequest] = []
+    mappings: list[ContainerExtendedResourceRequest] = []
     for i, container in enumerate(_containers(pod)):
         effective = _effective_requests(container)
         keys = sorted(effective)
@@ -197,17 +210,17 @@ def requests_of(
                 f"but no DeviceClass of this driver maps {names.count}; ask the class's "
                 "extended resource only, or name a ResourceClaim"
             )
-    requests.sort(key=lambda r: str(r["name"]))
+    requests.sort(key=lambda r: str(r.get("name", "")))
     return requests, mappings
 
 
 def _hami_request(
-    container: Mapping[str, Any],
+    container: Container,
     spec: vendor.VendorSpec,
     annotations: Mapping[str, str],
     names: vendor.ResourceNames,
     vendors: Vendors,
-) -> dict[str, Any]:
+) -> ExactDeviceRequest:
     """The count resource with HAMi's memory and cores, as the webhook maps them."""
     try:
         asked = vendors.requests(_with_limits(container))
@@ -222,17 +235,17 @@ def _hami_request(
         raise ExtendedRefusal(str(exc)) from None
 
 
-def _with_limits(container: Mapping[str, Any]) -> Mapping[str, Any]:
+def _with_limits(container: Container) -> Container:
     """The container with its effective requests as limits (HAMi reads limits)."""
-    out = copy.deepcopy(dict(container))
+    out = copy.deepcopy(container)
     out.setdefault("resources", {})["limits"] = _effective_requests(container)
     return out
 
 
 def special(
-    pod: Mapping[str, Any],
+    pod: Pod,
     resources: Mapping[str, str],
-    claims: Mapping[str, Mapping[str, Any]],
+    claims: Mapping[str, ResourceClaim],
     vendors: Vendors,
 ) -> Special:
     """The pod's special claim: the one that exists, else the one to create. Raises
@@ -243,10 +256,10 @@ def special(
     devices = _devices(pod, requests, vendors)
     found = existing(pod, claims)
     if found is not None:
-        claim = claims[found]
-        name = str((claim.get("metadata") or {}).get("name", ""))
+        there = claims[found]
+        name = str((there.get("metadata") or {}).get("name", ""))
         wanted = {"spec": {"devices": devices}}
-        if claim_admission.canonical({"spec": claim.get("spec")}) != claim_admission.canonical(
+        if claim_admission.canonical({"spec": there.get("spec")}) != claim_admission.canonical(
             wanted
         ):
             # Written by someone else under the pod's name, or for a class mapping that
@@ -255,9 +268,9 @@ def special(
                 f"ResourceClaim {found}, the pod's special claim, asks other devices than "
                 "the pod's extended resources; delete it and the pod is placed again"
             )
-        return Special(claim, False, _status(name, mappings))
+        return Special(there, False, _status(name, mappings))
     name = claim_name(pod)
-    claim = {
+    claim: ResourceClaim = {
         "apiVersion": dra.API_VERSION,
         "kind": "ResourceClaim",
         "metadata": {
@@ -286,46 +299,46 @@ def special(
     return Special(claim, True, _status(name, mappings))
 
 
-def _devices(
-    pod: Mapping[str, Any], requests: list[dict[str, Any]], vendors: Vendors
-) -> dict[str, Any]:
+def _devices(pod: Pod, requests: list[DeviceRequest], vendors: Vendors) -> DeviceClaim:
     """The claim's ``spec.devices``: the requests, and as the webhook's conversion does,
     for ``nvidia.com/numa-bind: "true"`` a request's several cards on one NUMA node."""
     annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
-    devices: dict[str, Any] = {"requests": requests}
+    devices: DeviceClaim = {"requests": requests}
     if vendor.CardFilter.read(vendors.spec(dra.VENDOR), annotations).numa_bind:
-        constraints = [
-            {"requests": [r["name"]], "matchAttribute": dra.ATTR_NUMA_NODE}
+        constraints: list[DeviceConstraint] = [
+            {"requests": [r.get("name", "")], "matchAttribute": dra.ATTR_NUMA_NODE}
             for r in requests
-            if int(r["exactly"].get("count", 1)) > 1
-            and r["exactly"]["deviceClassName"] in (dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS)
+            if (exactly := r.get("exactly") or {}).get("count", 1) > 1
+            and exactly.get("deviceClassName") in (dra.SHARED_CLASS, dra.EXCLUSIVE_CLASS)
         ]
         if constraints:
             devices["constraints"] = constraints
     return devices
 
 
-def _status(name: str, mappings: list[dict[str, str]]) -> dict[str, Any]:
+def _status(
+    name: str, mappings: list[ContainerExtendedResourceRequest]
+) -> PodExtendedResourceClaimStatus:
     return {"resourceClaimName": name, "requestMappings": mappings}
 
 
 def with_special(
-    pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]], found: Special
-) -> tuple[dict[str, Any], dict[str, Mapping[str, Any]]]:
+    pod: Pod, claims: Mapping[str, ResourceClaim], found: Special
+) -> tuple[Pod, dict[str, ResourceClaim]]:
     """The pod as the claims reader sees it (naming the special claim) and the claims
     with the special one among them."""
-    out = dict(pod)
-    spec = dict(out.get("spec") or {})
-    entry = {"name": ENTRY, "resourceClaimName": found.name}
+    spec = (pod.get("spec") or {}).copy()
+    entry: PodResourceClaim = {"name": ENTRY, "resourceClaimName": found.name}
     spec["resourceClaims"] = [*(spec.get("resourceClaims") or ()), entry]
+    out = pod.copy()
     out["spec"] = spec
-    namespace = str(found.claim["metadata"]["namespace"])
+    namespace = str((found.claim.get("metadata") or {}).get("namespace", ""))
     together = dict(claims)
     together[f"{namespace}/{found.name}"] = found.claim
     return out, together
 
 
-def without_extended(pod: Mapping[str, Any], resources: Mapping[str, str], vendors: Vendors) -> Any:
+def without_extended(pod: Pod, resources: Mapping[str, str], vendors: Vendors) -> Pod:
     """The pod without the resources its special claim serves (and HAMi's extras beside
     the NVIDIA count): what the Job (CPU, memory, node checks) is read from, so the
     annotation path's reading of ``nvidia.com/gpu`` does not count the cards twice."""
@@ -333,16 +346,14 @@ def without_extended(pod: Mapping[str, Any], resources: Mapping[str, str], vendo
     gone = set(resources)
     if names.count in resources:
         gone |= {names.memory, names.memory_percentage, names.cores} - {""}
-    out = copy.deepcopy(dict(pod))
+    out = copy.deepcopy(pod)
     spec = out.get("spec") or {}
-    for field in ("initContainers", "containers"):
-        for container in spec.get(field) or ():
-            res = container.get("resources") if isinstance(container, dict) else None
-            if not isinstance(res, dict):
-                continue
-            for key in ("limits", "requests"):
-                values = res.get(key)
-                if isinstance(values, dict):
-                    for name in gone:
-                        values.pop(name, None)
+    for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+        res = container.get("resources") if isinstance(container, dict) else None
+        if not isinstance(res, dict):
+            continue
+        for values in (res.get("limits"), res.get("requests")):
+            if isinstance(values, dict):
+                for name in gone:
+                    values.pop(name, None)
     return out

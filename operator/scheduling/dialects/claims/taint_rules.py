@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
+
+from vgpu_operator.wire import DeviceTaintRule, ResourceSlice, Taint
 
 #: The effects a device taint may have (``None``: informational, nothing kept off).
 EFFECTS: Final = frozenset({"NoSchedule", "NoExecute", "None"})
@@ -28,7 +30,7 @@ class TaintRule:
     driver: str | None
     pool: str | None
     device: str | None
-    taint: Mapping[str, str]
+    taint: Taint
 
     def selects(self, driver: str, pool: str, device: str) -> bool:
         return (
@@ -38,7 +40,7 @@ class TaintRule:
         )
 
 
-def read_rule(obj: Mapping[str, Any]) -> TaintRule | None:
+def read_rule(obj: DeviceTaintRule) -> TaintRule | None:
     """The rule, or None when it selects nothing or its taint is unusable."""
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
@@ -66,7 +68,7 @@ def read_rule(obj: Mapping[str, Any]) -> TaintRule | None:
     )
 
 
-def tainted_slice(obj: Mapping[str, Any], rules: Sequence[TaintRule]) -> Mapping[str, Any]:
+def tainted_slice(obj: ResourceSlice, rules: Sequence[TaintRule]) -> ResourceSlice:
     """The slice with each rule's taint added to the devices it selects, after their own;
     the same object when no rule selects any of them."""
     spec = obj.get("spec")
@@ -82,7 +84,7 @@ def tainted_slice(obj: Mapping[str, Any], rules: Sequence[TaintRule]) -> Mapping
             tainted.append(device)
             continue
         name = str(device.get("name", ""))
-        extra = [dict(r.taint) for r in rules if r.selects(driver, pool, name)]
+        extra = [r.taint.copy() for r in rules if r.selects(driver, pool, name)]
         if extra:
             changed = True
             device = {**device, "taints": [*(device.get("taints") or ()), *extra]}
