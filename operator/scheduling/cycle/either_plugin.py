@@ -119,16 +119,19 @@ class EitherPlugin:
         dra = self.claims.shape(request.claims) if request.claims is not None else "-"
         return f"{dra}|either:{int(request.job is not None)}"
 
-    def order(self, request: EitherRequest, only: set[str] | None) -> Iterable[NodeEntry]:
+    def order(
+        self, request: EitherRequest, only: set[str] | None, rule_out: bool = True
+    ) -> Iterable[NodeEntry]:
         """The claims' order (every node, ranked by the node policy), without the
         device-plugin nodes whose free-capacity summary rules HAMi's request out (O(1)
-        each, as the annotation dialect's order); with no claim to place, that dialect's."""
+        each, as the annotation dialect's order; ``rule_out`` False: none left out);
+        with no claim to place, that dialect's."""
         job = request.job
         if request.claims is None:
             assert job is not None
-            return self.annotations.order(job, only)
-        nodes = self.claims.order(request.claims, only)
-        if job is None:
+            return self.annotations.order(job, only, rule_out)
+        nodes = self.claims.order(request.claims, only, rule_out)
+        if job is None or not rule_out:
             return nodes
         return [n for n in nodes if is_dra_node(n) or n.summary.may_fit(job)]
 
