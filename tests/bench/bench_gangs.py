@@ -95,12 +95,17 @@ def _label_racks(state: ClusterState, nodes: int) -> None:
 
 
 def time_gang(
-    state: ClusterState, members: Sequence[Mapping[str, Any]], topology: str | None, fits: bool
+    state: ClusterState,
+    members: Sequence[Mapping[str, Any]],
+    topology: str | None,
+    fits: bool,
+    runs: int = RUNS,
+    warmup: int = WARMUP,
 ) -> tuple[list[float], list[float]]:
     spec = GroupSpec("bench/gang", True, len(members), topology)
     wall: list[float] = []
     cpu: list[float] = []
-    for repetition in range(WARMUP + RUNS):
+    for repetition in range(warmup + runs):
         started, started_cpu = time.perf_counter(), time.thread_time()
         out = gangs.decide_group(state, spec, spec.key, members, {}, 0.0)
         elapsed_ms = (time.perf_counter() - started) * 1000
@@ -108,7 +113,7 @@ def time_gang(
         if bool(out.placed) != fits:
             raise RuntimeError(f"{spec.key}: placed={len(out.placed)}: {out.reason}")
         gangs.release(state, [d.pod for d in out.placed])
-        if repetition >= WARMUP:
+        if repetition >= warmup:
             wall.append(elapsed_ms)
             cpu.append(cpu_ms)
     return wall, cpu

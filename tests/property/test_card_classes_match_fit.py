@@ -10,55 +10,13 @@ annotations, or a fit where Fit fits.
 
 from __future__ import annotations
 
-from builders import make_pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import ClusterSpec, clusters, pods
+from strategies import ClusterSpec, clusters, pods, simple_pods
 
-from vgpu_operator import names
-from vgpu_operator.devices import nvidia
 from vgpu_operator.scheduling.cycle import verdicts
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.dialects.annotation import card_classes, placement
-
-#: A namespace no quota limits (the strategies' quotas are for team-a and team-b).
-FREE_NAMESPACE = "team-free"
-
-_GPU_POLICIES = ("binpack", "spread", "mutex", "topology-aware", "binpack,mutex")
-
-
-@st.composite
-def simple_pods(draw: st.DrawFn, name: str, uuids: list[str]) -> dict[str, object]:
-    builder = make_pod(name, FREE_NAMESPACE)
-    gpu = draw(st.integers(1, 4))
-    gpumem = draw(st.sampled_from((None, 1024, 4096, 8192, 20000, 1 << 20)))
-    percentage = None if gpumem is not None else draw(st.sampled_from((None, 25, 50, 100)))
-    cores = draw(st.sampled_from((None, 0, 10, 30, 50, 100, 100)))
-    as_init = draw(st.integers(0, 4)) == 0
-    if as_init:
-        builder.init_container(gpu, gpumem, cores, percentage)
-        builder.container(None, None, None, None)
-    else:
-        builder.container(gpu, gpumem, cores, percentage)
-    choices = [
-        (nvidia.USE_TYPE_ANNOTATION, st.sampled_from(("A100", "T4", "H100", "A10", "A100,T4"))),
-        (nvidia.NOUSE_TYPE_ANNOTATION, st.sampled_from(("A100", "T4"))),
-        (
-            nvidia.USE_UUID_ANNOTATION,
-            st.lists(st.sampled_from([*uuids, "GPU-none"]), min_size=1, max_size=3).map(",".join),
-        ),
-        (
-            nvidia.NOUSE_UUID_ANNOTATION,
-            st.lists(st.sampled_from([*uuids, "GPU-none"]), min_size=1, max_size=2).map(",".join),
-        ),
-        (names.GPU_SCHEDULER_POLICY, st.sampled_from(_GPU_POLICIES)),
-        (nvidia.MODE_ANNOTATION, st.sampled_from(("hami-core", "mig"))),
-    ]
-    for key, values in choices:
-        # The GPU policy often: mutex and the exclusive-core check read what a card holds.
-        if draw(st.integers(0, 1 if key == names.GPU_SCHEDULER_POLICY else 4)) == 0:
-            builder.annotate(key, draw(values))
-    return builder.obj()
 
 
 @st.composite

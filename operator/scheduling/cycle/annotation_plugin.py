@@ -66,10 +66,14 @@ class AnnotationPlugin:
         """Whether the walk follows the books' index (else every node in key order)."""
         return self.settings.use_index and job.wants_devices
 
-    def order(self, request: placement.Job, only: set[str] | None) -> Iterable[NodeEntry]:
-        """The ranking, best first (``only``: those nodes, in the ranking's order); where
-        the index does not rank (see the module docstring), every node in its key order,
-        where the first that fits is the one the reference path's full walk takes."""
+    def order(
+        self, request: placement.Job, only: set[str] | None, rule_out: bool = True
+    ) -> Iterable[NodeEntry]:
+        """The ranking, best first (``only``: those nodes, in the ranking's order), less
+        the nodes whose summary rules the pod out (``rule_out`` False: only the first
+        ``JUDGE_AFTER`` of them); where the index does not rank (see the module
+        docstring), every node in its key order, where the first that fits is the one the
+        reference path's full walk takes."""
         job, view = request, self.view
         if not self.indexed(job):
             return reference_walk.in_key_order(view, self.placer, job)
@@ -84,7 +88,7 @@ class AnnotationPlugin:
         if self.placer.walks_nodes(job, view.config.scheduler.node_scheduler_policy):
             log = view.change_log if only is None else None
             walk = self.placer.order(job, walk, view.nodes, log)
-        return _may_fit(view, walk, job)
+        return _may_fit(view, walk, job, None if rule_out else JUDGE_AFTER)
 
     def gate(
         self, node: NodeEntry, job: placement.Job, now: float, leaving: Sequence[PodEntry] = ()
@@ -156,13 +160,33 @@ class AnnotationPlugin:
         )
 
 
+#: With a verdict judging the nodes the walk visits (``rule_out`` False), the summary's
+#: rule-out stops after this many nodes: while a fit is near (a pod that fits passes a few
+#: dozen to a few hundred nodes first) it is the cheaper look, but past it the pod likely
+#: fits nowhere, and every node the summary leaves out is judged again by the verdict's
+#: refresh, where the walk's judgement of it is read instead.
+JUDGE_AFTER = 256
+
+
 def _may_fit(
-    view: BooksView, walk: Iterable[tuple[float, int, str]], job: placement.Job
+    view: BooksView,
+    walk: Iterable[tuple[float, int, str]],
+    job: placement.Job,
+    limit: int | None = None,
 ) -> Iterator[NodeEntry]:
     """The ranked nodes whose free-capacity summary does not rule the pod out (O(1) each:
-    a node's summary is kept with its cards)."""
+    a node's summary is kept with its cards); with ``limit``, every node after that many
+    were ruled out."""
     nodes = view.nodes
-    for _score, _order, name in walk:
+    ranked = iter(walk)
+    ruled_out = 0
+    for _score, _order, name in ranked:
         node = nodes[name]
         if node.summary.may_fit(job):
             yield node
+        else:
+            ruled_out += 1
+            if limit is not None and ruled_out >= limit:
+                break
+    for _score, _order, name in ranked:
+        yield nodes[name]

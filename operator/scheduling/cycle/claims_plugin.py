@@ -113,9 +113,12 @@ class ClaimsPlugin:
         )
 
     # --- the walk -------------------------------------------------------------------------
-    def order(self, request: ClaimsRequest, only: set[str] | None) -> list[NodeEntry]:
+    def order(
+        self, request: ClaimsRequest, only: set[str] | None, rule_out: bool = True
+    ) -> list[NodeEntry]:
         """The candidates (``only``: those of them); under binpack, where the claims fit
-        most tightly first (``claim_best_fit``); under ``fragmentation``, the placer's."""
+        most tightly first (``claim_best_fit``); under ``fragmentation``, the placer's.
+        (No O(1) rule-out: ``rule_out`` changes nothing.)"""
         job, wanted = request.job, request.wanted
         ranked = self._claim_candidates(job, wanted.node)
         if only is not None:

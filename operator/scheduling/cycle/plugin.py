@@ -173,10 +173,14 @@ class Plugin(Protocol[R, F]):
         verdict is kept per both)."""
         ...
 
-    def order(self, request: R, only: set[str] | None) -> Iterable[NodeEntry]:
+    def order(
+        self, request: R, only: set[str] | None, rule_out: bool = True
+    ) -> Iterable[NodeEntry]:
         """The nodes in the order the walk visits them, without those known in O(1) not
         to fit (the diagnosis judges them); ``only``: those that may fit (a verdict's
-        changed nodes), in the same order."""
+        changed nodes), in the same order. ``rule_out`` False: the walk judges the nodes
+        it visits by classes (exact), and a node the O(1) rule-out left out is judged
+        again by the verdict's refresh: leave out fewer, or none."""
         ...
 
     def fit(self, node: NodeEntry, request: R, now: float, room: Room | None = None) -> F:

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
-from vgpu_operator.scheduling.dialects.annotation import card_classes, placement
+from vgpu_operator.scheduling.dialects.annotation import card_classes, card_groups, placement
 from vgpu_operator.scheduling.policies import node_layer
 from vgpu_operator.scheduling.status import Diagnosis, NodeFailure, Reason, nodes_message
 
@@ -50,6 +51,9 @@ class JudgedBooks(Protocol):
     def node_gate(
         self, name: str, job: placement.Job, now: float, key: object = None
     ) -> Reason | None: ...
+    def judge_by_classes(
+        self, name: str, job: placement.Job, now: float, key: object, groups: card_groups.GroupJudge
+    ) -> card_classes.Judgement: ...
     def node_profile(self, name: str, with_ids: bool) -> card_classes.NodeProfile | None: ...
     def node_layer(self, name: str) -> node_layer.NodeLayer: ...
     def node_fit(self, name: str, job: placement.Job, now: float) -> placement.Outcome: ...
@@ -75,8 +79,15 @@ def failure_of(outcome: Fit) -> NodeFailure:
     return NodeFailure(dict(outcome.reasons), refused_by, dict(outcome.allowed_reasons))
 
 
+#: Not judged in this attempt (``Verdict._judge_all``).
+_UNKNOWN: Final = NodeFailure({})
+
+
 def _only_stale(failure: NodeFailure | None) -> bool:
-    return failure is not None and set(failure.reasons) == {Reason.INVENTORY_STALE}
+    if failure is None:
+        return False
+    reasons = failure.reasons
+    return len(reasons) == 1 and Reason.INVENTORY_STALE in reasons
 
 
 @dataclass(eq=False)
@@ -115,6 +126,8 @@ class Verdict:
     #: The dialect's judge of a node (None: the annotation path's gate and Fit).
     dialect: NodeJudge | None = None
     _gate_key: tuple[object, ...] | None = None
+    #: ``simple``'s judgements per group of alike nodes (``card_groups``).
+    _groups: card_groups.GroupJudge | None = None
 
     @classmethod
     def new(
@@ -161,7 +174,7 @@ class Verdict:
         in the same epoch: each node's failure as of ``kin.seq`` is this shape's too, so
         the next refresh judges only the nodes changed since (``changed``), as kin's own
         would, instead of every node."""
-        self.simple = kin.simple
+        self.simple, self._groups = kin.simple, kin._groups
         self.epoch, self.quota_usage, self.seq = kin.epoch, kin.quota_usage, kin.seq
         self.failures = dict(kin.failures)
         self.fitting = set(kin.fitting)
@@ -258,40 +271,12 @@ class Verdict:
         they are."""
         judged = judged or {}
         if changed is None:
-            names: Iterable[str] = list(books.judged_nodes())
-            self.failures, self.stale, self._deadlines = {}, {}, []
-            self._by_text, self._by_code, self._devices = {}, {}, {}
-            self.fitting = set()
+            self._judge_all(books, now, tried, judged)
             updated = True
         else:
-            names = changed
             updated = False
-        for name in names:
-            if not books.has_node(name):
-                updated |= self._set(name, None)
-                self.stale.pop(name, None)
-                self.fitting.discard(name)
-                continue
-            outcome = tried.get(name)
-            failure: NodeFailure | None
-            if outcome is not None:
-                failure = None if outcome.ok else failure_of(outcome)
-            elif name in judged:
-                failure = judged[name]
-            else:
-                failure = self.judge(books, name, now)
-            updated |= self._set(name, failure)
-            if failure is None:
-                self.fitting.add(name)
-            else:
-                self.fitting.discard(name)
-            if _only_stale(failure):
-                self.stale[name] = books.heartbeat(name)
-            else:
-                self.stale.pop(name, None)
-                until = books.fresh_until(name) if self.job.wants_devices else None
-                if until is not None:
-                    heapq.heappush(self._deadlines, (until, name))
+            for name in changed:
+                updated |= self._judge_again(books, name, now, tried, judged)
         total = books.node_count()
         if len(self._deadlines) > 2 * total + 16:
             self._deadlines = _current_deadlines(books, {n for _, n in self._deadlines})
@@ -303,22 +288,110 @@ class Verdict:
         self.quota_usage = books.namespace_quota(self.namespace)
         self.seq = books.change_seq()
 
+    def _failure_now(
+        self,
+        books: JudgedBooks,
+        name: str,
+        now: float,
+        tried: Mapping[str, Fit],
+        judged: Mapping[str, NodeFailure],
+    ) -> NodeFailure | None:
+        outcome = tried.get(name)
+        if outcome is not None:
+            return None if outcome.ok else failure_of(outcome)
+        if name in judged:
+            return judged[name]
+        return self.judge(books, name, now)
+
+    def _judge_again(
+        self,
+        books: JudgedBooks,
+        name: str,
+        now: float,
+        tried: Mapping[str, Fit],
+        judged: Mapping[str, NodeFailure],
+    ) -> bool:
+        """One changed node judged again; whether its judgement changed."""
+        if not books.has_node(name):
+            self.stale.pop(name, None)
+            self.fitting.discard(name)
+            return self._set(name, None)
+        failure = self._failure_now(books, name, now, tried, judged)
+        updated = self._set(name, failure)
+        if failure is None:
+            self.fitting.add(name)
+        else:
+            self.fitting.discard(name)
+        if _only_stale(failure):
+            self.stale[name] = books.heartbeat(name)
+        else:
+            self.stale.pop(name, None)
+            until = books.fresh_until(name) if self.job.wants_devices else None
+            if until is not None:
+                heapq.heappush(self._deadlines, (until, name))
+        return updated
+
+    def _judge_all(
+        self,
+        books: JudgedBooks,
+        now: float,
+        tried: Mapping[str, Fit],
+        judged: Mapping[str, NodeFailure],
+    ) -> None:
+        """Every node judged afresh (as ``_judge_again`` does one), the tallies counted
+        once at the end: nodes judged alike share one failure (``card_groups``), which
+        is read once for all of them."""
+        failures: dict[str, NodeFailure] = {}
+        fitting: set[str] = set()
+        stale: dict[str, float | None] = {}
+        deadlines: list[tuple[float, str]] = []
+        wants_devices = self.job.wants_devices
+        for name in books.judged_nodes():
+            failure: NodeFailure | None = judged.get(name, _UNKNOWN)
+            if failure is _UNKNOWN:
+                failure = self._failure_now(books, name, now, tried, judged)
+            if failure is None:
+                fitting.add(name)
+            else:
+                failures[name] = failure
+                reasons = failure.reasons
+                if len(reasons) == 1 and Reason.INVENTORY_STALE in reasons:
+                    stale[name] = books.heartbeat(name)
+                    continue
+            until = books.fresh_until(name) if wants_devices else None
+            if until is not None:
+                deadlines.append((until, name))
+        heapq.heapify(deadlines)
+        self.failures, self.fitting, self.stale, self._deadlines = (
+            failures,
+            fitting,
+            stale,
+            deadlines,
+        )
+        self._by_text, self._by_code, self._devices = {}, {}, {}
+        values = list(failures.values())
+        distinct = dict(zip(map(id, values), values, strict=True))
+        for number, nodes in Counter(map(id, values)).items():
+            self._count(distinct[number], nodes)
+
     # --- judging one node ---------------------------------------------------------------
     def judge(self, books: JudgedBooks, name: str, now: float) -> NodeFailure | None:
         """Why the shape does not fit node ``name`` now (None: it fits)."""
         job = self.job
         if self.dialect is not None:
             return self.dialect.judge(name, job, now)
-        gate = books.node_gate(name, job, now, self.gate_key())
-        if gate is not None:
-            return NodeFailure({gate: 1})
         simple = self.simple
         if simple is not None:
-            profile = books.node_profile(name, simple.wants_ids(books.node_layer(name)))
-            if profile is not None:
-                judged = simple.judge(profile)
-                if judged is not card_classes.UNJUDGED:
-                    return judged  # type: ignore[return-value]
+            groups = self._groups
+            if groups is None or groups.simple is not simple:
+                groups = self._groups = card_groups.GroupJudge(simple)
+            judged = books.judge_by_classes(name, job, now, self.gate_key(), groups)
+            if judged is not card_classes.UNJUDGED:
+                return judged  # type: ignore[return-value]
+        else:
+            gate = books.node_gate(name, job, now, self.gate_key())
+            if gate is not None:
+                return NodeFailure({gate: 1})
         outcome = books.node_fit(name, job, now)
         return None if outcome.ok else failure_of(outcome)
 

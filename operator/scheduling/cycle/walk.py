@@ -1,13 +1,14 @@
 """The one node walk of every dialect, and the diagnosis of the nodes it did not fit.
 
 The walk visits the nodes in the order the dialect gives (``Plugin.order``: its ranking,
-without the nodes an O(1) rule-out excludes), skips those a verdict's card classes rule
-out (into ``judged``), fits the others with the dialect's fit (``Plugin.fit``: the one fit, which
-trials, verdicts and the diagnosis call too) and stops at the first node that fits and
-settles (``Plugin.settles``: the claims dialect looks on for linked cards), else keeps the
-first that fitted. Every fit that failed goes into ``tried``, so that the diagnosis does
-not fit those nodes again. With ``scores`` (``simulate``'s explanation) it visits every
-node of the order and notes the score of each that fits.
+without the nodes an O(1) rule-out excludes, unless a verdict judges them), skips those a
+verdict's groups or card classes rule out (into ``judged``), fits the others with the
+dialect's fit (``Plugin.fit``: the one fit, which trials, verdicts and the diagnosis call
+too) and stops at the first node that fits and settles (``Plugin.settles``: the claims
+dialect looks on for linked cards), else keeps the first that fitted. Every fit that
+failed goes into ``tried``, so that the diagnosis does not fit those nodes again. With
+``scores`` (``simulate``'s explanation) it visits every node of the order and notes the
+score of each that fits.
 
 A fit that fails with an error (a claim's CEL selector failing at run time, or its
 verdicts still being computed) ends the walk: the whole attempt fails (``Unfit``), as
@@ -52,9 +53,16 @@ def find(
     failures go. Raises ``Unfit``."""
     found: tuple[NodeEntry, F] | None = None
     settled = False
-    for node in plugin.order(request, only):
+    # A node the judge rules out goes into ``judged`` (its group's or its card classes'
+    # judgement, kept per node change), where a node the O(1) rule-out left out would be
+    # judged again by the verdict's refresh: with a judge, the order leaves nodes out only
+    # while a fit may be near (``AnnotationPlugin.order``).
+    by_classes = judge is not None and judged is not None
+    for node in plugin.order(request, only, rule_out=not by_classes):
         name = node.name
-        if judge is not None and judged is not None:
+        if by_classes:
+            assert judge is not None
+            assert judged is not None
             failure = judge(name)
             if failure is not None:
                 judged[name] = failure

@@ -51,6 +51,17 @@ def apiserver_writes(text: str) -> Counter[str]:
     return counts
 
 
+def watch_bytes(text: str) -> Counter[str]:
+    """Resource -> bytes the API server has sent on watches, from the sum of
+    ``apiserver_watch_events_sizes`` (labelled by resource, or by kind in older
+    releases), every group and version together."""
+    sent: Counter[str] = Counter()
+    for labels, value in samples(text, "apiserver_watch_events_sizes_sum"):
+        what = labels.get("resource") or labels.get("kind") or "?"
+        sent[what] += int(value)
+    return sent
+
+
 def diff(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0) > 0}
 

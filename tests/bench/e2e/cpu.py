@@ -62,20 +62,32 @@ def per_pod(
     return out
 
 
-def at_rest(before: Mapping[str, float], after: Mapping[str, float]) -> str:
-    """Cores each process used between two samples, as one line: what a cluster of this
-    size costs the machine with nothing being placed (KWOK's node leases, the bench's
-    Lease heartbeats, the watches)."""
+def cores(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """Cores each process used between two samples (the same process both times), and
+    the whole machine's busy cores as ``machine``; empty when no time passed."""
     wall = after[WALL] - before[WALL]
     if wall <= 0:
-        return "-"
-    parts = []
+        return {}
+    out: dict[str, float] = {}
     for label, seconds in after.items():
         if label in (WALL, MACHINE) or label.startswith(_PID) or label not in before:
             continue
         if before.get(_PID + label) == after.get(_PID + label):
-            parts.append(f"{label} {(seconds - before[label]) / wall:.2f}")
-    machine = (after[MACHINE] - before[MACHINE]) / wall
+            out[label] = (seconds - before[label]) / wall
+    out[MACHINE] = (after[MACHINE] - before[MACHINE]) / wall
+    return out
+
+
+def at_rest(before: Mapping[str, float], after: Mapping[str, float]) -> str:
+    """Cores each process used between two samples, as one line: what a cluster of this
+    size costs the machine with nothing being placed (KWOK's node leases, the bench's
+    Lease heartbeats, the watches)."""
+    used = cores(before, after)
+    if not used:
+        return "-"
+    machine = used.pop(MACHINE)
+    parts = [f"{label} {value:.2f}" for label, value in used.items()]
+    wall = after[WALL] - before[WALL]
     return f"{machine:.2f} cores busy over {wall:.0f} s (" + ", ".join(parts) + ")"
 
 

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,8 @@ class Session:
         self.heartbeat: float = getattr(args, "heartbeat", 30.0)
         self.footprint = memory.Footprint(nodes)
         self.warm_ups = 0
+        #: Figures as numbers for the capacity model (``report.Cluster.measures``).
+        self.measures: dict[str, float] = {}
 
     # -- the operator ---------------------------------------------------------------------
 
@@ -613,7 +616,7 @@ async def restart_with_residents(session: Session, bench: runs.Bench, count: int
     started = time.time()
     namespace = await ceiling.residents(bench, count)
     created_s = time.time() - started
-    ready_s, first_bind_s, pid = await _start_to_first_bind(session, bench, 300)
+    ready_s, first_bind_s, pid = await start_to_first_bind(session, bench, 300)
     rss = procs.rss_mib(pid)
     session.footprint.pods, session.footprint.with_pods_mib = count, rss
     facts = {
@@ -630,7 +633,7 @@ async def restart_with_residents(session: Session, bench: runs.Bench, count: int
     return facts
 
 
-async def _start_to_first_bind(
+async def start_to_first_bind(
     session: Session, bench: runs.Bench, timeout_s: float
 ) -> tuple[float, float | None, int]:
     """Start the operator with one new pod waiting (in ``PROBE_NAMESPACE``): seconds from
@@ -750,20 +753,37 @@ def _kubeconfig_via(creds: ClientCredentials, port: int, workdir: Path) -> Path:
     return path
 
 
-async def at_rest(bench: runs.Bench, seconds: float = 15.0) -> str:
+async def at_rest(
+    bench: runs.Bench, seconds: float = 15.0, measures: dict[str, float] | None = None
+) -> str:
     """The CPU the cluster takes with nothing placed, by process, and the API server's
     writes per second then, by request (KWOK's node leases, the Lease heartbeats): what
-    bounds a larger cluster on the same machine."""
+    bounds a larger cluster on the same machine. ``measures`` receives the cores by
+    process (``rest_cores.<process>``), the writes per second and the control plane's
+    RSS (``rss_mib.<process>``)."""
     first = counting.apiserver_writes(await bench.api.text("/metrics"))
     before = bench.cpu_sample()
     started = time.monotonic()
     await asyncio.sleep(seconds)
-    line = cpu.at_rest(before, bench.cpu_sample())
+    after = bench.cpu_sample()
+    line = cpu.at_rest(before, after)
     wall = time.monotonic() - started
     writes = counting.diff(counting.apiserver_writes(await bench.api.text("/metrics")), first)
     top = sorted(writes.items(), key=lambda kv: -kv[1])[:3]
     rates = ", ".join(f"{what} {n / wall:.0f}/s" for what, n in top)
+    if measures is not None:
+        measures.update({f"rest_cores.{k}": v for k, v in cpu.cores(before, after).items()})
+        measures["rest_writes_per_s"] = sum(writes.values()) / wall
+        for name, pid in bench.cp.pids.items():
+            measures[f"rss_mib.{name}"] = procs.rss_mib(pid)
     return f"{line}; API writes {rates or 'none'}"
+
+
+async def idle_cores(pid: int, seconds: float = 15.0) -> float:
+    """Cores one process used over ``seconds`` with nothing being placed."""
+    before, started = procs.cpu_seconds(pid), time.monotonic()
+    await asyncio.sleep(seconds)
+    return (procs.cpu_seconds(pid) - before) / (time.monotonic() - started)
 
 
 async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
@@ -781,6 +801,9 @@ async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
     ready_s = await session.start_operator()
     await session.warm_up()
     session.footprint.with_nodes_mib = await session.settled_rss()
+    assert session.operator is not None
+    session.measures["rest_cores.operator"] = await idle_cores(session.operator.pid)
+    session.measures["operator_ready_s"] = ready_s
     op = session.operator_scheduler()
     fractional = workloads.Workload(
         "fractional", "fractional pods (8 GiB, 20 cores)", count, workloads.fractional()
@@ -800,6 +823,10 @@ async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
     assert session.operator is not None
     assert result is not None
     operator_peak = procs.peak_rss_mib(session.operator.pid)
+    # The control plane holding the last burst's pods (the model's RSS per bound pod).
+    for name, pid in bench.cp.pids.items():
+        session.measures[f"rss_mib_with_pods.{name}"] = procs.rss_mib(pid)
+    session.measures["bound_pods"] = result.placed
     facts: dict[str, Any] = {
         "pods per burst": f"{count:,} ({len(list(_repeats(args)))} runs of each)",
         "operator start to /readyz (first start)": f"{ready_s:.1f} s",
@@ -807,8 +834,11 @@ async def big_runs(session: Session, bench: runs.Bench) -> dict[str, Any]:
         "operator peak RSS, first process (VmHWM)": f"{operator_peak:.0f} MiB",
     }
     await session.stop_operator()
-    restart_ready_s, first_bind_s, pid = await _start_to_first_bind(session, bench, 600)
+    restart_ready_s, first_bind_s, pid = await start_to_first_bind(session, bench, 600)
     rss = procs.rss_mib(pid)
+    session.measures["restart_ready_s"] = restart_ready_s
+    if first_bind_s is not None:
+        session.measures["restart_first_bind_s"] = first_bind_s
     session.footprint.pods, session.footprint.with_pods_mib = result.placed, rss
     facts.update(
         {
@@ -847,8 +877,17 @@ def kwok_lease_s(args: argparse.Namespace, nodes: int) -> int:
     return chosen or max(40, round(40 * nodes / 1000))
 
 
+#: What a big cluster runs once it is set up (``big_runs``; the ladder's light runs).
+BigRuns = Callable[[Session, runs.Bench], Awaitable[dict[str, Any]]]
+
+
 async def one_cluster(
-    args: argparse.Namespace, nodes: int, *, full: bool, big: bool = False
+    args: argparse.Namespace,
+    nodes: int,
+    *,
+    full: bool,
+    big: bool = False,
+    big_part: BigRuns | None = None,
 ) -> report.Cluster:
     scale = args.scale
     bench_dir = Path(tempfile.mkdtemp(prefix=f"vgpu-bench-{nodes}-"))
@@ -863,10 +902,11 @@ async def one_cluster(
         parts = set(filter(None, args.only.split(","))) or PARTS
         facts: dict[str, Any] = {}
         # Before any scheduler runs: what the cluster alone costs the machine.
-        rest = await at_rest(bench)
+        rest_s = float(getattr(args, "rest_seconds", 15.0))
+        rest = await at_rest(bench, rest_s, measures=session.measures)
         try:
             if big:
-                facts = await big_runs(session, bench)
+                facts = await (big_part or big_runs)(session, bench)
                 parts = set()
             if "baselines" in parts:
                 await baselines(session, bench, scale)
@@ -906,6 +946,7 @@ async def one_cluster(
             )
         if big and not session.heartbeat:
             facts["heartbeats"] = "none (no Lease renewals; operator --inventory-timeout=0)"
+        session.measures.update(session.footprint.numbers())
         cluster = report.Cluster(
             nodes=nodes,
             cards=len(bench.cards),
@@ -914,6 +955,7 @@ async def one_cluster(
             results=bench.results,
             rss=session.rss_samples,
             facts=facts,
+            measures=session.measures,
         )
     if all(r.check_ok for r in cluster.results):
         shutil.rmtree(bench_dir, ignore_errors=True)

@@ -41,6 +41,17 @@ class Footprint:
             return None
         return (self.with_pods_mib - self.with_nodes_mib) * 10000 / self.pods
 
+    def numbers(self) -> dict[str, float]:
+        """What was measured, as numbers (``report.Cluster.measures``)."""
+        out: dict[str, float] = {}
+        for key in ("empty_mib", "with_nodes_mib", "with_pods_mib"):
+            value = getattr(self, key)
+            if value is not None:
+                out[f"operator_rss.{key}"] = value
+        if self.pods:
+            out["operator_rss.pods"] = self.pods
+        return out
+
     def facts(self) -> dict[str, str]:
         """Lines for the report (only those measured)."""
         out: dict[str, str] = {}

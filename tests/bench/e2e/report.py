@@ -22,6 +22,10 @@ PROFILE_END = "<!-- profile:end -->"
 #: Written by tests/bench/bench_defrag.py (the engine alone), kept here as it is.
 DEFRAG_BEGIN = "<!-- defrag:begin -->"
 DEFRAG_END = "<!-- defrag:end -->"
+#: Written by tests/bench/run_ladder.py (the largest cluster measured and the capacity
+#: model, issue 48), kept here as it is.
+LADDER_BEGIN = "<!-- ladder:begin -->"
+LADDER_END = "<!-- ladder:end -->"
 #: Runs placed as fast as they could be, shown in the throughput table: pods created as
 #: fast as the bench could (burst), the ceiling, and pods all waiting before the start
 #: (backlog: the scheduler's side of the ceiling).
@@ -50,6 +54,9 @@ class Cluster:
     results: list[Result]
     rss: list[tuple[float, float, float]] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    #: Figures as numbers, for the capacity model (``capacity.py``): cores at rest and
+    #: RSS by process, the operator's footprint (see ``Session.measures``).
+    measures: dict[str, float] = field(default_factory=dict)
 
 
 def _f(value: float | None, digits: int = 1) -> str:
@@ -390,11 +397,17 @@ def dra_block(lines: Sequence[str]) -> list[str]:
 
 def write_dra_only(path: Path, lines: Sequence[str]) -> None:
     """Put the DRA part's section into an existing docs/benchmarks.md, leaving the rest."""
+    write_block(path, DRA_BEGIN, DRA_END, lines)
+
+
+def write_block(path: Path, begin: str, end: str, lines: Sequence[str]) -> None:
+    """Put ``lines`` between two markers of an existing docs/benchmarks.md (replacing what
+    was there, else before the plots), leaving the rest."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = "\n".join(dra_block(lines))
-    if DRA_BEGIN in text and DRA_END in text:
-        head, rest = text.split(DRA_BEGIN, 1)
-        _old, tail = rest.split(DRA_END, 1)
+    block = "\n".join([begin, *lines, end] if lines else [])
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        _old, tail = rest.split(end, 1)
         text = head + block + tail
     elif "\n## Plots" in text:
         head, tail = text.split("\n## Plots", 1)
@@ -541,4 +554,7 @@ def write(
     defrag = _kept(path, DEFRAG_BEGIN, DEFRAG_END, "")
     if defrag.strip():
         out += [DEFRAG_BEGIN, defrag.rstrip("\n"), DEFRAG_END, ""]
+    ladder = _kept(path, LADDER_BEGIN, LADDER_END, "")
+    if ladder.strip():
+        out += [LADDER_BEGIN, ladder.rstrip("\n"), LADDER_END, ""]
     path.write_text("\n".join(out))

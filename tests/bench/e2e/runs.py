@@ -327,6 +327,11 @@ def _result(
         )
         result.all_writes_per_pod = sum(every.values()) / placed
         result.extra["all_writes"] = {k: v / placed for k, v in sorted(every.items())}
+        sent = counting.diff(
+            counting.watch_bytes(after["apiserver"]), counting.watch_bytes(before["apiserver"])
+        )
+        # What every watcher (schedulers, KWOK, the bench) was sent per placed pod.
+        result.extra["watch_bytes"] = {k: v / placed for k, v in sorted(sent.items())}
     # A process restarted during the run (faults) has no CPU figure of its own for it.
     same = before["pid"] == after["pid"]
     if same and before["cpu"] is not None and after["cpu"] is not None and placed:

@@ -157,6 +157,8 @@ class _Unjudged:
 
 
 UNJUDGED: Final = _Unjudged()
+#: A node's judgement by classes: its failure, None (the job fits), or ``UNJUDGED``.
+Judgement = NodeFailure | _Unjudged | None
 
 #: A card class's verdict: None (it passes every check) or the check it fails, with the
 #: Node annotations that ruled it out there.
@@ -235,6 +237,16 @@ class Simple:
             return None
         return Simple(job)
 
+    def room_request(self) -> tuple[int, int, int]:
+        """What the share checks compare with a card's free memory and cores: the
+        memory in MiB, the percentage of each card (-1: none) and the cores
+        (``card_groups``)."""
+        return self._memory_mib, self._percent, self._cores
+
+    def uuid_restriction_keys(self) -> frozenset[str]:
+        """The node annotations that restrict this vendor's cards by UUID."""
+        return frozenset((self._spec.use_uuid_annotation, self._spec.nouse_uuid_annotation))
+
     def wants_ids(self, layer: node_layer.NodeLayer) -> bool:
         """Whether this node must be profiled card by card (UUID restrictions)."""
         if self.by_uuid:
@@ -245,7 +257,7 @@ class Simple:
             for key in (spec.use_uuid_annotation, spec.nouse_uuid_annotation)
         )
 
-    def judge(self, node: NodeProfile) -> NodeFailure | _Unjudged | None:
+    def judge(self, node: NodeProfile) -> Judgement:
         """The node's failure (None: the job fits it), or ``UNJUDGED`` (MIG cards)."""
         if node.has_mig:
             return UNJUDGED
