@@ -23,7 +23,7 @@ important first (priority, then age).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, cast
 
 import structlog
@@ -76,8 +76,16 @@ async def read_templates(
     made yet (a moment after their creation), by ``namespace/name``: at most
     ``TEMPLATE_READS`` a round; one that cannot be read is left out (its pods are told it
     was not found), it stops no round."""
+    return await read_template_keys(read, template_keys(pods))
+
+
+async def read_template_keys(
+    read: Callable[[str, str], Awaitable[Mapping[str, Any] | None]], keys: Sequence[str]
+) -> dict[str, ResourceClaimTemplate]:
+    """The ResourceClaimTemplates ``keys`` (``namespace/name``), the first
+    ``TEMPLATE_READS`` of them; one that cannot be read is left out."""
     found: dict[str, ResourceClaimTemplate] = {}
-    for key in template_keys(pods)[:TEMPLATE_READS]:
+    for key in keys[:TEMPLATE_READS]:
         namespace, name = key.split("/", 1)
         try:
             template = await read(namespace, name)

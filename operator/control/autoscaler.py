@@ -44,7 +44,7 @@ from vgpu_operator.control import (
 from vgpu_operator.control.autoscale_catalogue import Catalogue
 from vgpu_operator.control.options import AutoscaleOptions
 from vgpu_operator.metrics.autoscale import AutoscaleMetrics, ClaimEvent
-from vgpu_operator.scheduling.autoscale import catalogue, search, shrink
+from vgpu_operator.scheduling.autoscale import catalogue, search, shrink, shrink_claims
 from vgpu_operator.scheduling.autoscale.whatif import Slot, Unit
 from vgpu_operator.scheduling.books.entries import is_dra_node
 from vgpu_operator.scheduling.cycle import ClusterState
@@ -301,7 +301,12 @@ class Autoscaler:
         )
         for candidate in found[:_SCALE_DOWN_LOOKS]:
             running = {pod_key(p): p for p in await self._api.pods_on(candidate.node)}
-            out = shrink.empty_node(self._state, candidate.node, running, self._wall_clock())
+            # The templates the node's claims pods' claims would be made again from.
+            keys = shrink_claims.template_keys(running.values())
+            templates = await autoscale_units.read_template_keys(self._api.template, keys)
+            out = shrink.empty_node(
+                self._state, candidate.node, running, self._wall_clock(), templates=templates
+            )
             if isinstance(out, str):
                 log.debug("autoscale_node_kept", node=candidate.node, reason=out)
                 continue

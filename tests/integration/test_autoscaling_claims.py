@@ -43,10 +43,10 @@ CLAIMS = f"{RESOURCE}/resourceclaims"
 @pytest.fixture(scope="module", autouse=True)
 def _device_classes(harness: Harness) -> None:  # noqa: F811
     """The DRA device classes, and kube-controller-manager's claim controller (pods'
-    template claims are made by it, as in a cluster)."""
+    template claims are made by it, as in a cluster) and ReplicaSet controller."""
     for doc in yaml.safe_load_all((env.REPO / "manifests" / "dra-deviceclasses.yaml").read_text()):
         harness.cp.create(f"{RESOURCE}/deviceclasses", doc)
-    harness.cp.start_controller_manager(["resourceclaim-controller"])
+    harness.cp.start_controller_manager(["resourceclaim-controller", "replicaset-controller"])
 
 
 def _claim_pod(
@@ -278,3 +278,91 @@ def test_side_by_side_for_pods_with_claims(harness: Harness) -> None:  # noqa: F
     # Karpenter v1.13.0's own simulation makes no node for pods with claims.
     assert alone["nodes"] == 0
     assert alone["pods_bound"] == 0
+
+
+def _claims_replica_set(namespace: str, name: str, scheduler: str, replicas: int) -> dict[str, Any]:
+    """A ReplicaSet of pods each using a claim made from the template ``share``."""
+    template = claim_pod(name, template="share", scheduler=scheduler)
+    template["metadata"] = {"labels": {"app": name}}
+    template["spec"]["nodeSelector"] = {env.TEST_LABEL: namespace}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": template,
+        },
+    }
+
+
+def _running(cp: Any, namespace: str, app: str) -> list[dict[str, Any]]:
+    listed = cp.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3D{app}")
+    return [
+        p
+        for p in listed.get("items") or ()
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _claims_made(cp: Any, namespace: str, app: str) -> bool:
+    """Whether the ReplicaSet's four pods are there, each with its claim made."""
+    listed = cp.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3D{app}")
+    pods = listed.get("items") or ()
+    return len(pods) == 4 and all(
+        (p.get("status") or {}).get("resourceClaimStatuses") for p in pods
+    )
+
+
+def test_a_node_whose_claims_fit_elsewhere_is_given_back(harness: Harness) -> None:  # noqa: F811
+    """Two 4xL40S DRA nodes, each filled by a ReplicaSet of four pods whose 40 GB claims
+    come from a template; both scaled down to one pod. Below the administrator's threshold
+    nothing moves; at 0, one NodeClaim is deleted, Karpenter drains and removes its node,
+    and the ReplicaSet's new pod, with a claim made again from the template, is allocated
+    and bound on the node kept."""
+    cp = harness.cp
+    namespace, scheduler = _scheduler(cp)
+    pool = f"shrink-dra-{namespace}"
+    labels = {env.TEST_LABEL: namespace, dra.NODE_PATH_LABEL: dra.PATH_DRA}
+    cp.create(karpenter.NODE_POOLS, karpenter.node_pool(pool, ["gpu-4xl40s"], labels=labels))
+    exactly = {"deviceClassName": dra.SHARED_CLASS, "capacity": {"requests": {"memory": "40960Mi"}}}
+    create_claim_template(cp, namespace, "share", exactly)
+    rs_path = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+    keep = _operator_options(
+        harness, scheduler, scale_down_after_s=0.0, scale_down_min_savings=100.0
+    )
+    for app in ("a", "b"):
+        # Each ReplicaSet's pods all there with their claims made before an operator looks:
+        # one batch, one node (the controllers create them over a second or more).
+        cp.create(rs_path, _claims_replica_set(namespace, app, scheduler, 4))
+        env.wait_until(f"{app}'s claims made", lambda a=app: _claims_made(cp, namespace, a), 60)
+        with OperatorThread(keep):
+            env.wait_until(
+                f"{app}'s pods bound", lambda a=app: len(_running(cp, namespace, a)) == 4, 180
+            )
+    assert len(_pool_claims(cp, pool)) == 2
+    with OperatorThread(keep):
+        for app in ("a", "b"):
+            cp.patch(f"{rs_path}/{app}", {"spec": {"replicas": 1}})
+            env.wait_until(
+                f"{app} down to one", lambda a=app: len(_running(cp, namespace, a)) == 1, 60
+            )
+        time.sleep(5)  # rounds every half second: none gives a node back for its price
+        assert len(_pool_claims(cp, pool)) == 2
+    with OperatorThread(_operator_options(harness, scheduler, scale_down_after_s=0.0)):
+        env.wait_until("one node given back", lambda: len(_pool_claims(cp, pool)) == 1, 120)
+
+        def together() -> bool:
+            pods = _running(cp, namespace, "a") + _running(cp, namespace, "b")
+            return len(pods) == 2 and len({p["spec"]["nodeName"] for p in pods}) == 1
+
+        env.wait_until("both pods on the node kept", together, 120)
+        pods = _running(cp, namespace, "a") + _running(cp, namespace, "b")
+        node = pods[0]["spec"]["nodeName"]
+        assert _pool_claims(cp, pool)[0]["status"]["nodeName"] == node
+        for pod in pods:
+            (status,) = pod["status"]["resourceClaimStatuses"]
+            assert _allocated_on(cp, namespace, status["resourceClaimName"]) == {node}
+    for app in ("a", "b"):
+        cp.delete(f"{rs_path}/{app}")

@@ -9,6 +9,7 @@ from vgpu_operator.scheduling.defrag.defrag import plan, plan_steps, recheck
 from vgpu_operator.scheduling.defrag.defrag_books import DefragBooks, WhatIf
 from vgpu_operator.scheduling.defrag.defrag_parts import (
     Move,
+    Mover,
     Plan,
     PlanOptions,
     Report,
@@ -23,6 +24,7 @@ from vgpu_operator.scheduling.defrag.defrag_parts import (
 __all__ = [
     "DefragBooks",
     "Move",
+    "Mover",
     "Plan",
     "PlanOptions",
     "Report",

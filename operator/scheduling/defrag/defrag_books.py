@@ -36,7 +36,7 @@ from vgpu_operator.scheduling.dialects.annotation import placement
 from vgpu_operator.scheduling.pod_key import PodKey, pod_key
 from vgpu_operator.scheduling.preemption import disruption, preemption
 from vgpu_operator.scheduling.status import Diagnosis
-from vgpu_operator.wire import Pod
+from vgpu_operator.wire import Pod, ResourceClaim
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Fit)
@@ -187,16 +187,30 @@ class DefragBooks:
         the cluster stands); a placement is booked as a reservation. A pod that fits
         nowhere is not diagnosed (the decision has no reasons): a plan only needs to
         know, and a diagnosis fits every node."""
-        job = self.job(pod)
-        if job is None or self.cycle.find(job, now, {}) is None:
-            return Decision(pod_key(pod), False)
+        key = pod_key(pod)
+        attempt = self.cycle.parse(key, pod)
+        if attempt.refused or attempt.job is None:
+            return Decision(key, False)
+        # The quick test is the annotation dialect's walk; a pod with claims (scale-down's
+        # replacements: ``autoscale.shrink_claims``) goes to the claims dialect's at once.
+        if not attempt.uses_claims and self.cycle.find(attempt.job, now, {}) is None:
+            return Decision(key, False)
         if self._overlay is None:
             raise RuntimeError("a replacement is placed only within a what-if")
         return self.cycle.schedule(pod, now)
 
+    def add_claim(self, obj: ResourceClaim) -> None:
+        """A claim that does not exist yet joins the what-if (a replacement's template
+        claim, as the claim controller would make it)."""
+        if self._overlay is None:
+            raise RuntimeError("a claim is made up only within a what-if")
+        self._overlay.add_claim(obj)
+
     def unplace(self, key: PodKey) -> None:
-        """Undo ``place``: the pod's reservation is dropped (its parse is kept, for the
-        next what-if of the same pod)."""
+        """Undo ``place``: the pod's reservation is dropped, with what its claims'
+        decision held (its parse is kept, for the next what-if of the same pod)."""
+        if self._overlay is not None:
+            self._overlay.release_decided(key)
         self._writer.drop_pod(key)
 
     def forget(self, key: PodKey) -> None:

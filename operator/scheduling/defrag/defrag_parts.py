@@ -214,11 +214,15 @@ def mover_of(
     pod: Pod,
     options: PlanOptions,
     left: dict[str, str] | None = None,
+    *,
+    through_claims: Sequence[placement.Booking] | None = None,
 ) -> Mover | None:
     """The pod (``key`` is its ``pod_key``) as a plan may move it, or None (a pod object
     whose uid differs from the books' is not trusted to describe it). The books' entry is
     read first: it rules out most pods before their object is. ``left``: where a PodGroup
-    member may not move alone, its group and why (``group_hold``) are noted there."""
+    member may not move alone, its group and why (``group_hold``) are noted there.
+    ``through_claims``: what a pod of the claims dialect holds through its claims (it
+    books nothing itself; the caller has judged its claims: ``autoscale.shrink_claims``)."""
     entry = books.entry(key)
     if entry is None or entry.node is None or entry.reserved or entry.deleting:
         return None
@@ -233,7 +237,12 @@ def mover_of(
     if books.is_claimed(key):
         return None  # already leaving for a preemption or another plan
     meta = pod.get("metadata") or {}
-    if not any(entry.bookings.values()) or meta.get("deletionTimestamp"):
+    holding = (
+        [b for bs in entry.bookings.values() for b in bs]
+        if through_claims is None
+        else list(through_claims)
+    )
+    if not holding or meta.get("deletionTimestamp"):
         return None
     if entry.uid and str(meta.get("uid") or "") != entry.uid:
         return None
@@ -247,7 +256,7 @@ def mover_of(
     rule = rule_for(owner, options)
     if rule is None:
         return None
-    bookings = [b for bs in entry.bookings.values() for b in bs]
+    bookings = holding
     return Mover(
         key=key,
         uid=entry.uid,
