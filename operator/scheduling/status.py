@@ -59,6 +59,12 @@ class Reason(enum.StrEnum):
     NODE_NOT_CLAIMS_NODE = "NodeNotClaimsNode"
     #: A pod with MIG-class claims on a node that publishes no MIG instance placements.
     NODE_NO_MIG_DEVICE = "NodeNoMigDevice"
+    #: A mapped extended resource asked in a way no claim can say (the special claim's
+    #: refusal is the diagnosis's message): a DRA node cannot serve it.
+    EXTENDED_CLAIM_REFUSED = "ExtendedClaimRefused"
+    #: A mapped extended resource HAMi's admission refuses as a device-plugin request:
+    #: a device-plugin node cannot serve it.
+    DEVICE_PLUGIN_REFUSED = "DevicePluginRequestRefused"
 
 
 #: Reasons whose count is not "devices ruled out by this check".
@@ -90,6 +96,8 @@ UNRESOLVABLE_BY_RELEASE: Final = frozenset(
         Reason.NODE_ON_DRA_PATH,
         Reason.NODE_NOT_CLAIMS_NODE,
         Reason.NODE_NO_MIG_DEVICE,
+        Reason.EXTENDED_CLAIM_REFUSED,
+        Reason.DEVICE_PLUGIN_REFUSED,
     }
 )
 
@@ -171,6 +179,16 @@ class Diagnosis:
     nodes_total: int
     error: str | None = field(default=None)
     _made: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+    #: Sentences the message ends with (a path that cannot serve the pod at all, and why:
+    #: ``either_plugin``).
+    notes: tuple[str, ...] = ()
+
+    def noted(self, notes: tuple[str, ...]) -> Diagnosis:
+        """This diagnosis with ``notes`` after its message (a new object: a verdict's
+        diagnosis is shared by the pods of its shape)."""
+        if not notes:
+            return self
+        return Diagnosis(self.node_failures, self.nodes_total, self.error, {}, notes)
 
     def message(self) -> str:
         """kube-scheduler's form: counts *nodes* under each node's main reason.
@@ -190,7 +208,8 @@ class Diagnosis:
             if failure.reasons:
                 name = failure.main_reason_text()
                 per_reason[name] = per_reason.get(name, 0) + 1
-        return nodes_message(per_reason, len(self.node_failures), self.nodes_total)
+        message = nodes_message(per_reason, len(self.node_failures), self.nodes_total)
+        return " ".join((message, *self.notes))
 
     @classmethod
     def rendered(

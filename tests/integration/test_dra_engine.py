@@ -364,7 +364,10 @@ def test_a_hami_style_pod_in_a_dra_namespace_becomes_a_claim(
     )
     hook_config = f"vgpu-dra-{ns}"
     options = env.options(plane, config_ns, webhook=webhook, inventory_timeout_s=None)
-    with OperatorThread(options):
+    with OperatorThread(options) as converting:
+        # Until it has read its config, the webhook lets pods through unchanged (its
+        # failurePolicy is Ignore): the pod is created once the operator holds its picture.
+        wait_for("the operator's books", lambda: converting.app.synced or None, 60)
         env.register_pod_webhook(
             plane, hook_config, ns, f"https://127.0.0.1:{port}/{WEBHOOK_ID}", pki.ca.read_bytes()
         )

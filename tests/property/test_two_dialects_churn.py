@@ -1,5 +1,10 @@
 """Annotation pods and DRA claims on one cluster, with churn (issue 34).
 
+With ``nvidia.com/gpu`` mapped to the shared DeviceClass (issue 47 item 7), the
+annotation pods are served on either path: on a device-plugin node with HAMi's annotations,
+or on a DRA node through their special claim (``either_plugin``), and the books must equal
+a recount all the same.
+
 Pods of both dialects arrive (each DRA pod with its own claim), are decided and bound as
 the runtime binds them (annotations on the pod; allocation and reservedFor on the
 claim), and end or are deleted (a DRA pod's claim with it); what-ifs run in between: a
@@ -93,6 +98,10 @@ class World:
     #: ns1's quota: trials there release quota (on a copy of the ledger).
     quota: Json = field(default_factory=lambda: resource_quota("ns1", gpumem=12288))
     serial: int = 0
+    #: ``nvidia.com/gpu`` mapped to the shared class: GPU pods on either path.
+    mapped: bool = False
+    #: Per pod, the special claim it got (deleted with the pod, as its owner's).
+    special: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ANNOTATION_NODES:
@@ -107,7 +116,7 @@ class World:
 
     def fresh(self) -> ClusterState:
         """Books built from the objects as they are now."""
-        return books_from(
+        state = books_from(
             self.nodes,
             self.inventories,
             self.slices,
@@ -115,6 +124,11 @@ class World:
             list(self.pods.values()),
             [self.quota],
         )
+        if self.mapped:
+            mapped = copy.deepcopy(dict(dra.device_classes()[0]))
+            mapped["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+            state.set_device_class(mapped)
+        return state
 
     def bound_keys(self) -> list[str]:
         return sorted(k for k, p in self.pods.items() if p["spec"].get("nodeName"))
@@ -140,6 +154,8 @@ class World:
         for write in decision.claim_writes:  # the runtime's claim writes, then the Binding
             simulation_dra.write_claims(decision, self.state)
             self.claims[write.key] = copy.deepcopy(dict(self.state.claim_object(write.key) or {}))
+            if write.create is not None:
+                self.special[key] = write.key
         self.state.confirm(key)
         self.pods[key] = bound(pod, decision)
         self.state.set_pod(self.pods[key])
@@ -155,8 +171,10 @@ class World:
         else:
             pod["status"] = {"phase": "Succeeded"}
             self.state.set_pod(pod)
+        owned = [self.special.pop(key)] if key in self.special else []
         for entry in pod["spec"].get("resourceClaims") or ():
-            claim = f"{key.split('/')[0]}/{entry['resourceClaimName']}"
+            owned.append(f"{key.split('/')[0]}/{entry['resourceClaimName']}")
+        for claim in owned:
             self.claims.pop(claim, None)
             self.state.remove_claim(claim)
 
@@ -192,9 +210,11 @@ class World:
 
 
 @settings(max_examples=60, deadline=None)
-@given(steps)
-def test_books_equal_a_recount_and_what_ifs_leave_them_equal(plan: list[Step]) -> None:
-    world = World()
+@given(steps, st.booleans())
+def test_books_equal_a_recount_and_what_ifs_leave_them_equal(
+    plan: list[Step], mapped: bool
+) -> None:
+    world = World(mapped=mapped)
     for step in plan:
         before = books_readings(world.state)
         if isinstance(step, Arrive):

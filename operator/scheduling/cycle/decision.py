@@ -25,9 +25,10 @@ from vgpu_operator.devices import model
 from vgpu_operator.scheduling.books.books import DEFAULT_NOMINATION_TIMEOUT_S, Books
 from vgpu_operator.scheduling.books.entries import Nomination, PodEntry
 from vgpu_operator.scheduling.books.view import BooksView, BooksWriter
-from vgpu_operator.scheduling.cycle import preempting, verdict_kin, verdicts, walk
+from vgpu_operator.scheduling.cycle import either_plugin, preempting, verdict_kin, verdicts, walk
 from vgpu_operator.scheduling.cycle.annotation_plugin import AnnotationPlugin
 from vgpu_operator.scheduling.cycle.claims_plugin import ClaimsPlugin
+from vgpu_operator.scheduling.cycle.either_plugin import EitherPlugin, EitherRequest
 from vgpu_operator.scheduling.cycle.fragmentation_order import Placer
 from vgpu_operator.scheduling.cycle.judged import JudgedView
 from vgpu_operator.scheduling.cycle.plugin import Fit, Plugin, Unread
@@ -126,6 +127,9 @@ class Cycle:
         #: The dialects: which one decides a pod is what its read says (``uses_claims``).
         self.annotations = AnnotationPlugin(books, settings, self.placer)
         self.claims = ClaimsPlugin(books, self.placer)
+        #: A mapped extended resource: the claims dialect on DRA nodes, the annotation
+        #: dialect on device-plugin nodes, chosen per node in the one walk.
+        self.either = EitherPlugin(self.annotations, self.claims)
         #: One verdict per shape of pod that fits nowhere, alive while a pod holds it.
         self._verdicts: weakref.WeakValueDictionary[str, verdicts.Verdict] = (
             weakref.WeakValueDictionary()
@@ -187,6 +191,8 @@ class Cycle:
         self.books.drop_pod(key)
         if read.refused:
             return self._refused(read, now)
+        if read.either:
+            return self._decide(self.either, read, held, now, explain)
         if read.uses_claims:
             return self._decide(self.claims, read, held, now, explain)
         return self._decide(self.annotations, read, held, now, explain)
@@ -253,6 +259,8 @@ class Cycle:
         else:
             verdict.refresh(self.judged, now, tried, changed, judged)
             diagnosis = verdict.diagnosis()
+        if isinstance(request, EitherRequest):
+            diagnosis = diagnosis.noted(either_plugin.notes(request))
         return self._unplaced(plugin, read, request, held, diagnosis, verdict, now)
 
     def _by_classes(

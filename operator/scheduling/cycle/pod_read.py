@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from vgpu_operator.config import DeviceConfig
+from vgpu_operator.devices import dra, vendor
 from vgpu_operator.errors import CodecError
 from vgpu_operator.scheduling.cycle import shapes, verdicts
 from vgpu_operator.scheduling.dialects.annotation import admission, placement
@@ -48,6 +49,12 @@ class PodRead:
     uses_claims: bool = False
     #: The verdict of its shape, held while the pod waits (the books keep them weakly).
     verdict: verdicts.Verdict | None = None
+    #: A pod asking a mapped extended resource and naming no claims of its own is served
+    #: on either path (``either_plugin``): its request as a device plugin's node takes it
+    #: (HAMi's admission and Job on the whole pod), or why none can.
+    either: bool = False
+    device_plugin: placement.Job | None = None
+    device_plugin_error: str = ""
 
     def fresh(self, pod: Pod, epoch: int, extended: Mapping[str, str]) -> bool:
         """Whether this read still stands for ``pod``: the same object and epoch, and on
@@ -100,6 +107,8 @@ def read_pod(
         subject = extended_claims.without_extended(pod, extended, vendors)
         read = _read_claims_pod(key, subject, epoch, config, vendors, quota)
         read.source = pod
+        if not claims.uses_claims(pod) and not _asks_other_than_hami(pod, extended, vendors):
+            _read_device_plugin(read, pod, admit, books)
         return read
     if claims.uses_claims(pod):
         return _read_claims_pod(key, pod, epoch, config, vendors, quota)
@@ -160,3 +169,31 @@ def _read_claims_pod(
         preemption.priority_of(pod),
         uses_claims=True,
     )
+
+
+def _asks_other_than_hami(pod: Pod, extended: Mapping[str, str], vendors: Vendors) -> bool:
+    """Whether the pod asks a mapped resource besides HAMi's NVIDIA count (an implicit
+    ``deviceclass.resource.kubernetes.io/`` name): a device plugin serves none such, so
+    the pod stays on the DRA path alone."""
+    count = vendor.resource_names(vendors.config_for(dra.VENDOR)).count
+    others = {name: c for name, c in extended.items() if name != count}
+    return extended_claims.asks(pod, others)
+
+
+def _read_device_plugin(read: PodRead, pod: Pod, admit: Admit, books: Reads) -> None:
+    """The pod's mapped extended resource read as HAMi's request, for the nodes whose
+    device plugin serves it (``either_plugin``). A resource HAMi's admission does not
+    handle stays on the DRA path alone."""
+    admitted = admit(pod)
+    if not admitted.handled:
+        return
+    read.either = True
+    if not admitted.allowed:
+        read.device_plugin_error = admitted.message
+        return
+    try:
+        read.device_plugin = placement.Job.from_pod(
+            admitted.pod, books.config, books.vendors, books.quota, admitted.reads
+        )
+    except CodecError as exc:
+        read.device_plugin_error = str(exc)
