@@ -15,7 +15,6 @@ from typing import Any
 
 from vgpu_operator import simulation_dra
 from vgpu_operator.errors import ScenarioError
-from vgpu_operator.scheduling.books import group_claims
 from vgpu_operator.scheduling.cycle.cluster import ClusterState, Decision
 from vgpu_operator.scheduling.gangs import gangs
 from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
@@ -50,10 +49,7 @@ def load(scenario: Mapping[str, Any], state: ClusterState) -> None:
         if "disruptionMode" not in spec:
             # The API server's default, which a written scenario may leave out.
             obj = {**obj, "spec": {**spec, "disruptionMode": {"single": {}}}}
-        state.books.groups.note(key, obj)
-        shared = group_claims.read(obj)
-        if shared is not None:
-            state.books.group_claims[key] = shared
+        state.books.note_pod_group(key, obj)
 
 
 def _specs(scenario: Mapping[str, Any]) -> dict[str, GroupSpec | str]:

@@ -175,7 +175,7 @@ class Case:
             spec: Json = {"disruptionMode": {group.mode: {}}}
             if group.priority is not None:
                 spec.update(priorityClassName=f"p{group.priority}", priority=group.priority)
-            state.books.groups.note(f"ns/{name}", {"spec": spec})
+            state.books.note_pod_group(f"ns/{name}", {"spec": spec})
         return state
 
     def _budget(self, state: ClusterState) -> None:

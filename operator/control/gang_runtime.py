@@ -20,14 +20,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 
 from vgpu_operator.control import pod_facts
-from vgpu_operator.scheduling.books import group_claims as group_claims_module
-from vgpu_operator.scheduling.books.group_claims import GroupClaims
-from vgpu_operator.scheduling.books.group_victims import PodGroups
+from vgpu_operator.scheduling.books.group_victims import GroupReads, PodGroups
 from vgpu_operator.scheduling.cycle.cluster import ClusterState
 from vgpu_operator.scheduling.gangs import gang_preemption, gangs
 from vgpu_operator.scheduling.gangs.gangs import GroupDecision, GroupError, GroupSpec
@@ -41,31 +39,42 @@ log = structlog.get_logger("vgpu_operator.gangs")
 WAIT_REASON = "PodGroupUnschedulable"
 
 
+class GroupNotes(Protocol):
+    """The books' writer of PodGroups (``Books.note_pod_group``) and what it keeps."""
+
+    @property
+    def groups(self) -> GroupReads: ...
+    def note_pod_group(self, key: str, pod_group: PodGroup | None) -> None: ...
+
+
+class _OwnGroups:
+    """A store's own PodGroups when no books are given (a store on its own)."""
+
+    def __init__(self) -> None:
+        self.groups = PodGroups()
+
+    def note_pod_group(self, key: str, pod_group: PodGroup | None) -> None:
+        self.groups.note(key, pod_group)
+
+
 class PodGroupStore:
     """The latest copy of every PodGroup (a ``watch_loop.KindHandler``)."""
 
     def __init__(
         self,
         on_change: Callable[[str], None] = lambda _: None,
-        groups: PodGroups | None = None,
-        group_claims: dict[str, GroupClaims] | None = None,
+        books: GroupNotes | None = None,
     ) -> None:
         self._groups: dict[str, KubeObject] = {}
         self._on_change = on_change
-        #: The books' PodGroups: how preemption weighs their members (``group_victims``)
-        #: and their priorities, kept here as PodGroups come and change.
-        self.rules = groups if groups is not None else PodGroups()
-        #: The books' PodGroups that name claims of their own (``group_claims``).
-        self.group_claims = group_claims if group_claims is not None else {}
+        #: The books, told of each PodGroup as it comes and changes (their rules weigh
+        #: members as victims and queue them, ``group_victims``; their own claims,
+        #: ``group_claims``): a write through the books' writer, never into their parts.
+        self._books: GroupNotes = books if books is not None else _OwnGroups()
+        self.rules = self._books.groups
 
     def _note(self, key: str, seen: KubeObject | None) -> None:
-        obj = cast(PodGroup | None, seen)  # the PodGroups' watch
-        self.rules.note(key, obj)
-        shared = None if obj is None else group_claims_module.read(obj)
-        if shared is None:
-            self.group_claims.pop(key, None)
-        else:
-            self.group_claims[key] = shared
+        self._books.note_pod_group(key, cast(PodGroup | None, seen))  # the PodGroups' watch
 
     def queue_priority(self, pod: Pod) -> int:
         """The priority the pod is queued with: its own, or its PodGroup's where that is

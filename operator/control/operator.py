@@ -184,8 +184,7 @@ class Operator:
         # Gangs: PodGroups watched, a group's members decided together (gang_runtime).
         self.pod_groups = gang_runtime.PodGroupStore(
             on_change=self._wake_group,
-            groups=self.state.books.groups,
-            group_claims=self.state.books.group_claims,
+            books=self.state.books,
         )
         self.gangs = gang_runtime.GangRuntime(
             self.state,

@@ -77,6 +77,6 @@ async def read_cluster(
         if exc.status not in (403, 404):
             raise
     else:
-        store = gang_runtime.PodGroupStore(groups=state.books.groups)
+        store = gang_runtime.PodGroupStore(books=state.books)
         await store.listed(groups.items, groups.resource_version)
     return Snapshot(state, state_feed, pods)

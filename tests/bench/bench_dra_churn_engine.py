@@ -1,6 +1,7 @@
 """The DRA churn trace (``e2e/dra.py``) played through the engine alone, per node policy.
 
-``python tests/bench/bench_dra_churn_engine.py [--policies binpack,fragmentation]``: the
+``python tests/bench/bench_dra_churn_engine.py [--policies binpack,fragmentation]``
+(a policy names both, or ``NODE/GPU`` the node and the GPU policy apart): the
 bench's churn trace (seed 26, 1100 steps, 12 nodes of eight 40 GiB cards split 8) with
 the same measures at the first refusal (stranded memory for the refused claim, slivers,
 free memory), but decided by ``ClusterState`` directly, with no control plane: each
@@ -51,8 +52,15 @@ NAMESPACE = "churn"
 
 
 def engine(policy: str) -> tuple[ClusterState, list[dict[str, Any]]]:
+    """``policy``: one name for both, or ``NODE/GPU`` (``binpack/fragmentation``)."""
+    node_policy, _, gpu_policy = policy.partition("/")
     config = load_config(
-        {"scheduler": {"nodeSchedulerPolicy": policy, "gpuSchedulerPolicy": policy}}
+        {
+            "scheduler": {
+                "nodeSchedulerPolicy": node_policy,
+                "gpuSchedulerPolicy": gpu_policy or node_policy,
+            }
+        }
     )
     state = ClusterState(config)
     for device_class in dra.device_classes():

@@ -1,12 +1,12 @@
 """Alibaba's GPU trace with its own creation and deletion times: churn, waiting, idle GPUs.
 
 ``python tests/bench/bench_fgd_churn.py [--list default] [--compress 10] [--scale 0.02]
-[--policies fgd,bestfit,binpack,fragmentation]``: the task list in the trace's order of
-creation, each pod arriving at its creation time and leaving its duration (deletion
-minus creation) after it started; a pod that fits nowhere waits, and is retried (in
-order of arrival) whenever a pod leaves a node it might now fit on. One harness with the
-FGD replay (``fgd_harness``): the engine's policies and the reference scorers decide on
-the same engine and model.
+[--policies fgd,bestfit,binpack,fragmentation] [--defrag [--max-evictions 3]]``: the
+task list in the trace's order of creation, each pod arriving at its creation time and
+leaving its duration (deletion minus creation) after it started; a pod that fits nowhere
+waits, and is retried (in order of arrival) whenever a pod leaves a node it might now
+fit on. One harness with the FGD replay (``fgd_harness``): the engine's policies and the
+reference scorers decide on the same engine and model.
 
 The list's own times never load FGD's cluster: at most 66 GPUs of the 6,212 are asked
 at once (the lists are a sample of the production cluster's tasks, spread over 149
@@ -20,7 +20,8 @@ Figures per policy: the share of the GPUs that sat idle while a waiting request 
 have fitted the cluster's free capacity in total (its GPUs, CPU and memory, summed over
 the nodes: room there was, on no single node), as a time average over the replay, and
 the share of time that held; the waiting time of the pods by size; pods still waiting
-at the end. Written to ``.bench/fgd-churn.json``; figures are reported, never asserted.
+at the end; with ``--defrag``, the planner's rounds, plans and moves
+(``fgd_churn_defrag``). Written to ``.bench/fgd-churn.json``; figures are reported, never asserted.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.append(str(HERE))
 
+import fgd_churn_defrag  # noqa: E402
 import fgd_harness  # noqa: E402
 import fgd_reference  # noqa: E402
 import fgd_trace  # noqa: E402
@@ -125,6 +127,10 @@ class Churn:
         placed = self.harness.place(task)
         if placed is None:
             return None
+        return self.admitted(task, since, now)
+
+    def admitted(self, task: Task, since: float, now: float) -> float:
+        """The pod started now (placed): its wait counted, and when it leaves."""
         self.figures.waits.setdefault(size_of(task), []).append(now - since)
         return now + max(1, (task.deleted or 0) - (task.created or 0))
 
@@ -159,8 +165,13 @@ class Churn:
 
 
 def replay(
-    policy: str, tasks: Sequence[Task], rows: Sequence[dict[str, str]], compress: float
+    policy: str,
+    tasks: Sequence[Task],
+    rows: Sequence[dict[str, str]],
+    compress: float,
+    planner: fgd_churn_defrag.Planner | None = None,
 ) -> dict[str, Any]:
+    """One policy's replay; with ``planner``, defragmentation on."""
     churn = Churn(policy, tasks, rows)
     arrivals = sorted(((t.created or 0) / compress, t.name, t) for t in tasks)
     leave: list[tuple[float, str]] = []  # a heap of (when, pod)
@@ -192,6 +203,8 @@ def replay(
                 churn.waiting.append((task, now))
             else:
                 heapq.heappush(leave, (until, task.name))
+        if planner is not None and planner.due(now, churn):
+            _defragment(churn, planner, now, leave)
         blocked = churn.blocked_idle()
         if not figures.series or now - figures.series[-1][0] >= SAMPLE_S:
             allocated = churn.capacity - churn.free_totals()[0]
@@ -199,7 +212,19 @@ def replay(
                 (now, 100.0 * allocated / churn.capacity, 100.0 * blocked / churn.capacity)
             )
     figures.waiting_at_end = Counter(size_of(t) for t, _ in churn.waiting)
-    return churn.summary(policy, time.process_time() - start)
+    row = churn.summary(policy, time.process_time() - start)
+    return row | ({"defrag": False} if planner is None else planner.figures.summary())
+
+
+def _defragment(
+    churn: Churn, planner: fgd_churn_defrag.Planner, now: float, leave: list[tuple[float, str]]
+) -> None:
+    """A planning round; the pods it placed start now."""
+    placed = planner.round(churn, now)
+    names = {task.name for task, _since in placed}
+    churn.waiting = [(t, s) for t, s in churn.waiting if t.name not in names]
+    for task, since in placed:
+        heapq.heappush(leave, (churn.admitted(task, since, now), task.name))
 
 
 def _waits(waits: Sequence[float]) -> dict[str, float]:
@@ -220,17 +245,29 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=0.02)
     parser.add_argument("--policies", default="fgd,bestfit,binpack,fragmentation")
     parser.add_argument("--limit", type=int, default=0, help="the first N tasks only")
+    parser.add_argument(
+        "--defrag", action="store_true", help="the defragmentation planner on (moves counted)"
+    )
+    parser.add_argument(
+        "--max-evictions",
+        type=int,
+        default=fgd_churn_defrag.MAX_EVICTIONS,
+        help="with --defrag: the planner's most evictions for one waiting pod",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.compress < 1 or not 0 < args.scale <= 1:
         parser.error("--compress must be at least 1 and --scale in (0, 1]")
+    if not 1 <= args.max_evictions <= 16:
+        parser.error("--max-evictions must be in 1..16")
     tasks = fgd_trace.load_tasks(args.list)
     if args.limit > 0:
         tasks = sorted(tasks, key=lambda t: (t.created or 0, t.name))[: args.limit]
     rows = sample_rows(fgd_trace.node_rows(), args.scale)
     results = []
     for policy in args.policies.split(","):
-        row = replay(policy, tasks, rows, args.compress)
+        planner = fgd_churn_defrag.Planner(args.max_evictions) if args.defrag else None
+        row = replay(policy, tasks, rows, args.compress, planner)
         results.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "series"}), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -105,11 +105,13 @@ class Harness:
         )
         self.placed: dict[str, tuple[Task, Placed]] = {}
 
-    def place(self, task: Task) -> Placed | None:
-        """Decide the task's pod now: where it went (booked on engine and model), or None."""
+    def place(self, task: Task, pin: tuple[str, list[int]] | None = None) -> Placed | None:
+        """Decide the task's pod now: where it went (booked on engine and model), or None.
+        ``pin`` (node, cards): a defragmentation plan's choice, which the engine may
+        refuse (None) where the plan was wrong."""
         shape = shape_of(task)
-        pin: tuple[str, list[int]] | None = None
-        if self.reference is not None:
+        planned = pin is not None
+        if self.reference is not None and pin is None:
             choice = self.reference.decide(shape, task.memory_mib)
             if choice is None:
                 return None
@@ -119,7 +121,7 @@ class Harness:
             simulation_stream.decisions({"pods": [pod]}, self.state, scores=False), None
         )
         if decision is None or not decision[1].scheduled:
-            if pin is not None:
+            if pin is not None and not planned:
                 raise AssertionError(f"the engine refused {task.name} pinned to {pin}")
             return None
         node = decision[1].node

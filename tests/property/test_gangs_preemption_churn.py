@@ -96,7 +96,7 @@ class Preempting(World):
             }
         )
         for group, mode in self.modes.items():
-            state.books.groups.note(
+            state.books.note_pod_group(
                 f"{NAMESPACE}/{group}", {"spec": {"disruptionMode": {mode: {}}}}
             )
         return state
@@ -104,7 +104,7 @@ class Preempting(World):
     def gang_of(self, step: Arrive, priority: int, mode: str, protect: int) -> str:
         group = f"g{self.serial}"
         self.modes[group] = mode
-        self.state.books.groups.note(
+        self.state.books.note_pod_group(
             f"{NAMESPACE}/{group}", {"spec": {"disruptionMode": {mode: {}}}}
         )
         members = [self.member(group, step) for _ in range(step.size)]

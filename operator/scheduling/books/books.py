@@ -9,7 +9,9 @@ and the nomination methods. Pure and synchronous."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from vgpu_operator import names, wire
@@ -18,12 +20,24 @@ from vgpu_operator.devices import model
 from vgpu_operator.devices.catalog import VENDOR_TABLE
 from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.scheduling import node_annotations, node_basics
-from vgpu_operator.scheduling.books import changes, claim_books, node_register, pod_entries
+from vgpu_operator.scheduling.books import (
+    changes,
+    claim_books,
+    node_cards,
+    node_register,
+    pod_entries,
+)
 from vgpu_operator.scheduling.books.allocation_book import Allocations
-from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry, is_dra_node
+from vgpu_operator.scheduling.books.entries import (
+    NodeEntry,
+    Nomination,
+    PodEntry,
+    change_node,
+    is_dra_node,
+)
 from vgpu_operator.scheduling.books.gate_book import GateBook
 from vgpu_operator.scheduling.books.group_claims import GroupClaims
-from vgpu_operator.scheduling.books.group_victims import PodGroups
+from vgpu_operator.scheduling.books.group_victims import GroupReads, PodGroups, ReadGroups
 from vgpu_operator.scheduling.books.nominations import Nominations
 from vgpu_operator.scheduling.books.ranking import RankIndex
 from vgpu_operator.scheduling.dialects.annotation import placement
@@ -57,6 +71,9 @@ class Books:
         self._inventory_timeout_s = inventory_timeout_s
         self._nodes: dict[str, NodeEntry] = {}
         self._pods: dict[PodKey, PodEntry] = {}
+        # What readers get: live read-only views, no copy (a write through one fails).
+        self._nodes_read = MappingProxyType(self._nodes)
+        self._pods_read = MappingProxyType(self._pods)
         self._quota = QuotaLedger(self._vendors.memory_resources(), self._vendors.core_resources())
         self._quota_objects: dict[tuple[str, str], wire.ResourceQuota] = {}
         self._next_order = 0
@@ -65,9 +82,8 @@ class Books:
         self._rank = RankIndex()
         self._dirty: set[str] = set()
         self._budgets: dict[tuple[str, str], disruption.Budget] = {}
-        self.groups = PodGroups()  # rules and members as preemption weighs them
-        #: PodGroups that name claims of their own (``group_claims``), by namespace/name.
-        self.group_claims: dict[str, GroupClaims] = {}
+        self._groups = PodGroups()  # rules, claims and members (``group_victims``)
+        self._groups_read = ReadGroups(self._groups)
         #: Preemptors waiting for their victims (a hold on the freed shares), the victims
         #: marked, and the holds that timed out until the runtime takes them.
         self._nominations = Nominations()
@@ -108,13 +124,13 @@ class Books:
     # --- the read view (``view.BooksView``) ------------------------------------------------
     @property
     def nodes(self) -> Mapping[str, NodeEntry]:
-        """Every node by name, in the order the books met them (read, never change)."""
-        return self._nodes
+        """Every node by name, in the order the books met them (read-only)."""
+        return self._nodes_read
 
     @property
     def pods(self) -> Mapping[PodKey, PodEntry]:
-        """Every pod that holds shares or a reservation (read, never change)."""
-        return self._pods
+        """Every pod that holds shares or a reservation (read-only)."""
+        return self._pods_read
 
     @property
     def epoch(self) -> int:
@@ -132,6 +148,18 @@ class Books:
 
     def budgets(self) -> list[disruption.Budget]:
         return list(self._budgets.values())
+
+    @property
+    def groups(self) -> GroupReads:
+        return self._groups_read
+
+    @property
+    def group_claims(self) -> Mapping[str, GroupClaims]:
+        return self._groups.claims
+
+    def note_pod_group(self, key: str, pod_group: wire.PodGroup | None) -> None:
+        """The PodGroup ``key`` as read now (None: gone): the store's and simulate's write."""
+        self._groups.note(key, pod_group)
 
     def is_preempted(self, key: PodKey) -> bool:
         """Whether the pod is a victim of a preemption or plan under way."""
@@ -204,7 +232,7 @@ class Books:
     def set_node(self, node: wire.Node) -> None:
         facts = node_basics.NodeFacts.from_node(node, self._node_annotation_keys)
         entry = self._node_entry(facts.name)
-        entry.facts = facts
+        change_node(entry, facts=facts)
         self._observe_gpu_count(entry)
         self._register(entry)
 
@@ -235,7 +263,7 @@ class Books:
     ) -> None:
         entry = self._node_entry(node_name)
         inventory, banned = tuple(devices), frozenset(cordoned)
-        entry.heartbeat = heartbeat
+        change_node(entry, heartbeat=heartbeat)
         if (
             entry.inventory == inventory
             and entry.inventory_scores == pair_scores
@@ -244,9 +272,9 @@ class Books:
             # A report with the same cards (the agent re-asserting it, an older agent's
             # heartbeat): the node keeps its cards, bookings and rank, not rebuilt.
             return
-        entry.inventory = inventory
-        entry.inventory_scores = pair_scores
-        entry.inventory_cordoned = banned
+        change_node(
+            entry, inventory=inventory, inventory_scores=pair_scores, inventory_cordoned=banned
+        )
         self._register(entry)
 
     def set_heartbeat(self, node_name: str, heartbeat: float | None) -> None:
@@ -254,13 +282,12 @@ class Books:
         changes, so nothing is rebuilt. A node without an inventory has no heartbeat."""
         entry = self._nodes.get(node_name)
         if entry is not None and entry.inventory is not None:
-            entry.heartbeat = heartbeat
+            change_node(entry, heartbeat=heartbeat)
 
     def remove_inventory(self, node_name: str) -> None:
         entry = self._nodes.get(node_name)
         if entry is not None:
-            entry.inventory = None
-            entry.heartbeat = None
+            change_node(entry, inventory=None, heartbeat=None)
             self._register(entry)
 
     def set_pod(self, pod: wire.Pod) -> None:
@@ -293,8 +320,11 @@ class Books:
             # A status update (kubelet's or KWOK's) or the bound copy read again: nothing
             # the shares, quotas or gate are read from changed, so the node stays as it
             # is; only what preemption reads of the pod itself is taken afresh.
-            previous.started = pod_entries.start_time(pod)
-            previous.labels = dict(meta.get("labels") or {})
+            started, labels = pod_entries.start_time(pod), meta.get("labels") or {}
+            if previous.started != started or previous.labels != labels:
+                self._pods[key] = dataclasses.replace(
+                    previous, started=started, labels=dict(labels)
+                )
             return
         clean = previous is not None and self._is_clean(previous.node)
         self.drop_pod(key)
@@ -316,7 +346,9 @@ class Books:
             self._vendors,
             self._config,
         )
-        on_mig = bool(entry.mig_records) or self._on_mig_cards(node, entry.devices)
+        on_mig = bool(entry.mig_records) or pod_entries.on_mig_cards(
+            self._nodes.get(node or ""), entry.devices
+        )
         self.add_pod(entry)
         if on_mig:
             self._read_mig_records(node)
@@ -325,25 +357,11 @@ class Books:
             # score and summary stand, so it need not be rebuilt and ranked again.
             self._untouch(node)
 
-    def _on_mig_cards(self, node_name: str | None, devices: model.PodDevices) -> bool:
-        return pod_entries.on_mig_cards(self._nodes.get(node_name or ""), devices)
-
     def _read_mig_records(self, node_name: str) -> None:
-        """Book the MIG instances of the node's pods in the engine's terms: HAMi v2.10's
-        JSON entries as instances of the card's table (one geometry per card where they
-        fit one, ``mig_records.choose_geometries``) or as spots, and suffixes as the
-        card's table reads them (``mig_records.resolve``). Done again whenever the
-        node's cards change, since the tables come with them."""
-        node = self._nodes.get(node_name)
-        if node is None:
-            return
-        entries = [self._pods[k] for k in sorted(node.pods) if k in self._pods]
-        entries = [e for e in entries if e.mig_records or self._on_mig_cards(node_name, e.decoded)]
-        table_of = self.mig_tables_of(node_name)
-        for entry, devices, bookings in pod_entries.read_mig(entries, table_of, self._vendors):
+        """Book the MIG instances of the node's pods afresh (``pod_entries.mig_reread``):
+        done again whenever the node's cards change, since the tables come with them."""
+        for entry in pod_entries.mig_reread(self._nodes.get(node_name), self._pods, self._vendors):
             self.drop_pod(entry.key)
-            entry.devices = devices
-            entry.bookings = bookings
             self.add_pod(entry)
 
     def mig_tables_of(self, node_name: str) -> mig_records.TableOf:
@@ -393,7 +411,8 @@ class Books:
         on the operator's clock; None: from the gate's next look)."""
         entry = self._pods.get(key)
         if entry is not None:
-            entry.reserved = False
+            if entry.reserved:
+                entry = self._pods[key] = dataclasses.replace(entry, reserved=False)
             if entry.allocating_since is not None and now is not None:
                 self.gate.time(entry, self._nodes.get(entry.node or ""), now)
         self._nominations.pop(key)
@@ -427,18 +446,8 @@ class Books:
     ) -> list[model.DeviceUsage]:
         """A node's cards booked with its pods, except ``skip`` (cf. ``refresh``);
         ``pods``: the pod entries to book (an overlay's; default the books' own)."""
-        cards = [model.DeviceUsage.from_info(info) for info in node.registered]
-        for card, info in zip(cards, node.registered, strict=True):
-            self._vendors.prepare_card(card, info.mig_profiles)
-        by_id = {card.id: card for card in cards}
-        entries = self._pods if pods is None else pods
-        for key in sorted(node.pods - skip):
-            entry = entries.get(key)
-            if entry is not None:
-                placement.book(by_id, entry.bookings)
-        for booked in self.claims.bookings_on(node.name, by_id):
-            placement.book(by_id, {"claims": booked})
-        return cards
+        on = self._pods if pods is None else pods
+        return node_cards.booked_cards(node, skip, on, self._vendors, self.claims.bookings_on)
 
     def victims_remain(self, nomination: Nomination) -> bool:
         return bool(nomination.remaining(self._pods))
@@ -466,21 +475,22 @@ class Books:
 
     def add_pod(self, entry: PodEntry) -> None:
         self._pods[entry.key] = entry
-        self.groups.joined(entry)
+        self._groups.joined(entry)
         self._freed.came(entry.key, entry.node, (entry.bookings, entry.requests))
         self._quota.add_sums(entry.namespace, entry.quota_sums)
         node = self._nodes.get(entry.node or "")
         if node is not None:
             node.pods.add(entry.key)
-            if entry.allocating_since is not None:
-                node.allocating[entry.key] = entry.allocating_since
+            since = self.gate.held_since(entry)
+            if since is not None:
+                node.allocating[entry.key] = since
             self._shift(node, entry, 1)
 
     def drop_pod(self, key: PodKey) -> None:
         entry = self._pods.pop(key, None)
         if entry is None:
             return
-        self.groups.left(entry)
+        self._groups.left(entry)
         if entry.node is not None:
             self._freed.left(key, entry.node, entry.namespace, (entry.bookings, entry.requests))
         self._quota.remove_sums(entry.namespace, entry.quota_sums)
@@ -498,9 +508,9 @@ class Books:
         if node.dirty or not placement.shift(node.cards, entry.bookings, sign):
             self._touch(node)
             return
-        node.used = node.used + entry.requests if sign > 0 else node.used - entry.requests
-        node.score = policies.node_score(node.cards)
-        node.summary = placement.Summary.of(node.cards)
+        used = node.used + entry.requests if sign > 0 else node.used - entry.requests
+        score, summary = policies.node_score(node.cards), placement.Summary.of(node.cards)
+        change_node(node, used=used, score=score, summary=summary)
         self._dirty.add(node.name)
         self._changes.bump(node.name)
 
@@ -509,9 +519,10 @@ class Books:
 
     def _register(self, node: NodeEntry) -> None:
         """Work out which cards a node offers, from its inventory or its annotations."""
-        devices, scores, node.register_error = node_register.offered(
+        devices, scores, error = node_register.offered(
             node, self._vendors.specs(), self._config.node_override(node.name)
         )
+        change_node(node, register_error=error)
         if is_dra_node(node):
             # The node's agent offers its cards as DRA devices (a ResourceSlice; it runs no
             # device plugin there): a card is never a device-plugin share at the same time.
@@ -519,9 +530,12 @@ class Books:
             pool = self.claims.pool_of(node.name)
             devices = [] if pool is None else list(pool.cards)
             scores = {} if pool is None else dict(dra_pool.pair_scores(pool, node.inventory_scores))
-        node.registered = tuple(devices)
-        node.pair_scores = scores
-        node.layer = node_layer.read(node.facts.annotations, self._vendors.specs())
+        change_node(
+            node,
+            registered=tuple(devices),
+            pair_scores=scores,
+            layer=node_layer.read(node.facts.annotations, self._vendors.specs()),
+        )
         self._read_mig_records(node.name)
         self._touch(node)
 
@@ -549,11 +563,11 @@ class Books:
         node that was clean before."""
         node = self._nodes.get(name)
         if node is not None:
-            node.dirty = False
+            change_node(node, dirty=False)
             self._dirty.discard(name)
 
     def _touch(self, node: NodeEntry) -> None:
-        node.dirty = True
+        change_node(node, dirty=True)
         self._dirty.add(node.name)
         self._changes.bump(node.name)
 
@@ -565,17 +579,7 @@ class Books:
         """Rebuild a node's card usage from its registered cards and its pods (§4.3)."""
         if not node.dirty:
             return
-        cards = self.fresh_cards(node, frozenset())
-        used = node_basics.PodResources()
-        for key in sorted(node.pods):
-            entry = self._pods.get(key)
-            if entry is not None:
-                used = used + entry.requests
-        node.cards = cards
-        node.used = used
-        node.score = policies.node_score(cards)
-        node.summary = placement.Summary.of(cards)
-        node.dirty = False
+        node_cards.refresh(node, self.fresh_cards(node, frozenset()), self._pods)
 
     def rerank(self) -> None:
         for name in list(self._dirty):

@@ -1,7 +1,8 @@
 """What the books keep per node and per pod, and a preemptor's nomination.
 
-Plain records: the books (``books.Books``) fill and change them; every reader gets them
-through the read view (``view.BooksView``) and only reads them.
+Frozen records: the books (``books.Books``) replace a pod's entry and change a node's
+in place through ``change_node`` only; every reader gets them through the read view
+(``view.BooksView``), where a write fails.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ class DeviceUsageRow:
     total_cores: int
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PodEntry:
+    """One pod as the books hold it. Frozen: the books replace an entry, never change
+    it, so a reader (``view.BooksView``) cannot write through one."""
+
     key: PodKey
     namespace: str
     node: str | None
@@ -80,8 +84,11 @@ class PodEntry:
         }
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class NodeEntry:
+    """One node as the books hold it. Frozen to its readers (``view.BooksView``): only
+    the books' own modules change it, in place, through ``change_node``."""
+
     name: str
     order: int
     facts: node_basics.NodeFacts
@@ -121,6 +128,15 @@ class Nomination:
         no news of their node would wake it)."""
         node = self.node
         return sorted(v for v in self.victims if (e := pods.get(v)) is not None and e.node == node)
+
+
+def change_node(node: NodeEntry, **fields: Any) -> None:
+    """The books' one way to change a node entry in place (the entry is frozen, so a
+    reader's write fails; the books keep one entry per node, which the ranking, overlays
+    and a decision in progress all hold). Only ``scheduling/books/`` calls it
+    (``tests/unit/scheduling/test_books_read_only.py`` checks)."""
+    for name, value in fields.items():
+        object.__setattr__(node, name, value)
 
 
 def is_dra_node(node: NodeEntry) -> bool:

@@ -4,7 +4,7 @@ Which pod holds each node's gate lives on the node entries (``NodeEntry.allocati
 kept as pods come and go); this part keeps the gate's mode and timeout, each bound pod's
 first device-plugin answer, and the pods whose hold timed out, and answers whether a
 node's gate is open. It reads the nodes and pods it is given and writes only the time a
-hold started (on the pod's entry and its node's).
+hold started (its own record and the node's map; pod entries are frozen).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class GateBook:
         #: Pods whose hold on the gate timed out (reported once, by ``expired``): a
         #: later ``allocating`` holds nothing.
         self._expired: set[PodKey] = set()
+        #: When each hold was timed (``time``): a frozen entry keeps the time it was read
+        #: with, so a later entry of the pod and a re-added one carry this one over.
+        self._timed: dict[PodKey, float] = {}
 
     @property
     def enabled(self) -> bool:
@@ -39,6 +42,7 @@ class GateBook:
         """Another pod of the same name: nothing the old one's plugin said applies."""
         self._answers.pop(key, None)
         self._expired.discard(key)
+        self._timed.pop(key, None)
 
     def answered_failed(self, key: PodKey, annotations: Mapping[str, str], holds: bool) -> bool:
         """Record the plugin's first answer; whether it refused the pod's devices (kubelet
@@ -71,17 +75,24 @@ class GateBook:
             and previous.allocating_since is not None
             and previous.uid in ("", uid)
         ):
-            return previous.allocating_since
+            return self._timed.get(key, previous.allocating_since)
         return allocation_gate.UNTIMED
+
+    def held_since(self, entry: PodEntry) -> float | None:
+        """Since when the entry's pod holds its node's gate (None: it holds none)."""
+        if entry.allocating_since is None:
+            return None
+        return self._timed.get(entry.key, entry.allocating_since)
 
     def forget(self, key: PodKey) -> None:
         self._answers.pop(key, None)
         self._expired.discard(key)
+        self._timed.pop(key, None)
 
     # --- the gate ----------------------------------------------------------------------
     def time(self, entry: PodEntry, node: NodeEntry | None, now: float) -> None:
         """The pod's hold starts now."""
-        entry.allocating_since = now
+        self._timed[entry.key] = now
         if node is not None and entry.key in node.allocating:
             node.allocating[entry.key] = now
 

@@ -25,8 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Protocol
 
+from vgpu_operator.scheduling.books import group_claims
 from vgpu_operator.scheduling.books.entries import PodEntry
+from vgpu_operator.scheduling.books.group_claims import GroupClaims
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.wire import Pod, PodGroup
 
@@ -100,20 +104,43 @@ def domain_key(pod_group: PodGroup) -> str | None:
     return key if isinstance(key, str) else ""
 
 
+class GroupReads(Protocol):
+    """What readers (``view.BooksView.groups``) see of the books' PodGroups."""
+
+    @property
+    def claims(self) -> Mapping[str, GroupClaims]: ...
+    @property
+    def single(self) -> Collection[str]: ...
+    def rule(self, key: str) -> GroupRule | None: ...
+    def members(self, key: str) -> Collection[PodKey]: ...
+    def whole(self, entry: PodEntry) -> bool: ...
+    def priority(self, entry: PodEntry) -> int: ...
+
+
 class PodGroups:
-    """The books' PodGroups: their rules, and the members the books hold per group."""
+    """The books' PodGroups: their rules, their own claims (``group_claims``), and the
+    members the books hold per group. Written by the books only (``Books.note_pod_group``,
+    ``add_pod``, ``drop_pod``); readers get it as ``GroupReads``."""
 
     def __init__(self) -> None:
         self._rules: dict[str, GroupRule] = {}
         self._members: dict[str, set[PodKey]] = {}
+        self._claims: dict[str, GroupClaims] = {}
+        #: The PodGroups that name claims of their own, by namespace/name (read-only).
+        self.claims: Mapping[str, GroupClaims] = MappingProxyType(self._claims)
 
-    # --- the PodGroups (the store's and simulate's writes) -----------------------------
+    # --- the PodGroups (the store's and simulate's writes, through the books) -----------
     def note(self, key: str, pod_group: PodGroup | None) -> None:
         """The PodGroup ``key`` as read now (None: it is gone)."""
+        shared = None if pod_group is None else group_claims.read(pod_group)
         if pod_group is None:
             self._rules.pop(key, None)
         else:
             self._rules[key] = rule_of(pod_group)
+        if shared is None:
+            self._claims.pop(key, None)
+        else:
+            self._claims[key] = shared
 
     def rule(self, key: str) -> GroupRule | None:
         return self._rules.get(key)
@@ -153,3 +180,33 @@ class PodGroups:
         """The member's priority as a victim (``member_priority``)."""
         rule = None if entry.group is None else self._rules.get(entry.group)
         return member_priority(entry.priority, None if rule is None else rule.priority)
+
+
+class ReadGroups:
+    """The books' PodGroups as readers get them (``GroupReads``): the reads only, so a
+    write through the view fails at run time as ``mypy`` refuses it."""
+
+    __slots__ = ("_groups",)
+
+    def __init__(self, groups: PodGroups) -> None:
+        self._groups = groups
+
+    @property
+    def claims(self) -> Mapping[str, GroupClaims]:
+        return self._groups.claims
+
+    @property
+    def single(self) -> Collection[str]:
+        return self._groups.single
+
+    def rule(self, key: str) -> GroupRule | None:
+        return self._groups.rule(key)
+
+    def members(self, key: str) -> Collection[PodKey]:
+        return self._groups.members(key)
+
+    def whole(self, entry: PodEntry) -> bool:
+        return self._groups.whole(entry)
+
+    def priority(self, entry: PodEntry) -> int:
+        return self._groups.priority(entry)

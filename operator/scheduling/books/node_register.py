@@ -10,7 +10,7 @@ from vgpu_operator.devices import codec, model, plausibility
 from vgpu_operator.devices.quantity import as_int
 from vgpu_operator.devices.vendor import VendorSpec
 from vgpu_operator.errors import CodecError
-from vgpu_operator.scheduling.books.entries import NodeEntry
+from vgpu_operator.scheduling.books.entries import NodeEntry, change_node
 from vgpu_operator.scheduling.vendors import Vendors
 
 
@@ -67,7 +67,7 @@ def observe_gpu_count(node: NodeEntry, vendors: Vendors) -> None:
         allocatable = node.facts.allocatable.get(name)
         count += 0 if allocatable is None else as_int(allocatable) or 0
     if count == 0:
-        node.gpus_lost = node.reported_gpus > 0 or node.gpus_lost
+        change_node(node, gpus_lost=node.reported_gpus > 0 or node.gpus_lost)
     else:
-        node.gpus_lost = False
-    node.reported_gpus = count
+        change_node(node, gpus_lost=False)
+    change_node(node, reported_gpus=count)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from vgpu_operator.config import DeviceConfig
@@ -31,9 +32,9 @@ from vgpu_operator.devices import model
 from vgpu_operator.scheduling import node_basics
 from vgpu_operator.scheduling.books import changes, claim_ledger, pod_entries
 from vgpu_operator.scheduling.books.books import Books
-from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry
+from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry, change_node
 from vgpu_operator.scheduling.books.group_claims import GroupClaims
-from vgpu_operator.scheduling.books.group_victims import PodGroups
+from vgpu_operator.scheduling.books.group_victims import GroupReads
 from vgpu_operator.scheduling.books.overlay_claims import OverlayClaims
 from vgpu_operator.scheduling.books.view import ClaimReads
 from vgpu_operator.scheduling.dialects.annotation import placement
@@ -102,7 +103,7 @@ class Overlay:
         self._unpreempted: set[PodKey] = set()
         self._reads: dict[PodKey, object] = {}
         #: The live nodes with the touched ones replaced, while the touched set holds.
-        self._node_map: dict[str, NodeEntry] | None = None
+        self._node_map: Mapping[str, NodeEntry] | None = None
         #: Nodes that do not exist (``add_node``), kept in ``_nodes`` like touched copies.
         self._added: set[str] = set()
         #: The DRA part: new nodes' pools, the decisions' holds, claims not made yet.
@@ -154,7 +155,7 @@ class Overlay:
         if self._node_map is None:
             # A plain dict (the walks look every node up): rebuilt only when another node
             # is touched, since the touched copies change in place.
-            self._node_map = {**self._live.nodes, **self._nodes}
+            self._node_map = MappingProxyType({**self._live.nodes, **self._nodes})
         return self._node_map
 
     @property
@@ -188,7 +189,7 @@ class Overlay:
         return self._live.budgets()
 
     @property
-    def groups(self) -> PodGroups:
+    def groups(self) -> GroupReads:
         return self._live.groups
 
     @property
@@ -265,16 +266,19 @@ class Overlay:
         if not node.dirty:
             return
         pods = self.pods
-        node.cards = self.fresh_cards(node, frozenset(), pods)
+        change_node(node, cards=self.fresh_cards(node, frozenset(), pods))
         used = node_basics.PodResources()
         for key in sorted(node.pods):
             entry = pods.get(key)
             if entry is not None:
                 used = used + entry.requests
-        node.used = used
-        node.score = policies.node_score(node.cards)
-        node.summary = placement.Summary.of(node.cards)
-        node.dirty = False
+        change_node(
+            node,
+            used=used,
+            score=policies.node_score(node.cards),
+            summary=placement.Summary.of(node.cards),
+            dirty=False,
+        )
 
     def rerank(self) -> None:
         self._live.rerank()
@@ -450,7 +454,7 @@ class Overlay:
         what it counts in its namespace's quota is added to or taken from the copy."""
         node = self._touched(hold.node)
         if node is not None:
-            node.dirty = True
+            change_node(node, dirty=True)
         if sign > 0:
             sums = self._claims.sums(hold)
             self._hold_sums[hold.key] = (hold.namespace, sums)
@@ -488,8 +492,11 @@ class Overlay:
         """One pod joins (1) or leaves (-1) a touched node: its shares are added to or
         taken from the copy's cards in place (``Books._shift``), else it is rebuilt."""
         if node.dirty or not placement.shift(node.cards, entry.bookings, sign):
-            node.dirty = True
+            change_node(node, dirty=True)
             return
-        node.used = node.used + entry.requests if sign > 0 else node.used - entry.requests
-        node.score = policies.node_score(node.cards)
-        node.summary = placement.Summary.of(node.cards)
+        change_node(
+            node,
+            used=node.used + entry.requests if sign > 0 else node.used - entry.requests,
+            score=policies.node_score(node.cards),
+            summary=placement.Summary.of(node.cards),
+        )

@@ -205,6 +205,22 @@ def reservation(
     )
 
 
+def mig_reread(
+    node: NodeEntry | None, pods: Mapping[PodKey, PodEntry], vendors: Vendors
+) -> list[PodEntry]:
+    """The entries of the node's pods on MIG cards, their MIG instances read again in
+    the engine's terms against the node's cards as they are now (``read_mig``): new
+    entries, for the books to put in place of the old."""
+    if node is None:
+        return []
+    entries = [pods[k] for k in sorted(node.pods) if k in pods]
+    entries = [e for e in entries if e.mig_records or on_mig_cards(node, e.decoded)]
+    return [
+        dataclasses.replace(entry, devices=devices, bookings=bookings)
+        for entry, devices, bookings in read_mig(entries, mig_tables(node, vendors), vendors)
+    ]
+
+
 def mig_tables(node: NodeEntry | None, vendors: Vendors) -> mig_records.TableOf:
     """What names the instances of each MIG card of the node, by card UUID."""
     cards = {} if node is None else {d.id: d for d in node.registered}

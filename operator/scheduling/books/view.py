@@ -17,7 +17,7 @@ from vgpu_operator.devices import model
 from vgpu_operator.scheduling.books import changes, claim_ledger
 from vgpu_operator.scheduling.books.entries import NodeEntry, Nomination, PodEntry
 from vgpu_operator.scheduling.books.group_claims import GroupClaims
-from vgpu_operator.scheduling.books.group_victims import PodGroups
+from vgpu_operator.scheduling.books.group_victims import GroupReads
 from vgpu_operator.scheduling.cel import claim_cel
 from vgpu_operator.scheduling.dialects.claims import claim_mig, claims, dra_pool
 from vgpu_operator.scheduling.mig import mig_records
@@ -71,7 +71,7 @@ class BooksView(Protocol):
 
     def budgets(self) -> list[disruption.Budget]: ...
     @property
-    def groups(self) -> PodGroups: ...
+    def groups(self) -> GroupReads: ...
     @property
     def group_claims(self) -> Mapping[str, GroupClaims]: ...
     def is_preempted(self, key: PodKey) -> bool: ...

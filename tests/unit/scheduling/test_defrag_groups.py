@@ -39,7 +39,7 @@ def _cluster(
         spec: dict[str, Any] = {"disruptionMode": {mode: {}}}
         if topology:
             spec["schedulingConstraints"] = {"topology": [{"key": "zone"}]}
-        state.books.groups.note("default/train", {"spec": spec})
+        state.books.note_pod_group("default/train", {"spec": spec})
     for pod in pods:
         state.set_pod(pod)
     return state, pods

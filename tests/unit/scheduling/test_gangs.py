@@ -239,7 +239,7 @@ def test_a_groups_lone_member_is_a_victim_whatever_the_mode(mode: str | None) ->
     state = cluster(make_node("n").gpu("GPU-0", memory_mib=10000))
     state.preemption_enabled = True
     if mode in ("single", "all"):
-        state.books.groups.note("default/train", {"spec": {"disruptionMode": {mode: {}}}})
+        state.books.note_pod_group("default/train", {"spec": {"disruptionMode": {mode: {}}}})
     state.set_pod(obj)
     decision = state.schedule(urgent, 0)
     assert not decision.scheduled

@@ -41,9 +41,8 @@ def member(name: str, claim_name: str = "shared", group: str = "train") -> dict[
 def engine() -> ClusterState:
     found = state()  # one card: 10240 MiB, 100 cores, 4 shares
     found.set_claim(claim("shared", "4Gi"))
-    shared = group_claims.read(pod_group(resourceClaimName="shared"))
-    assert shared is not None
-    found.books.group_claims["ns/train"] = shared
+    found.books.note_pod_group("ns/train", pod_group(resourceClaimName="shared"))
+    assert found.books.group_claims["ns/train"] is not None
     return found
 
 

@@ -16,7 +16,6 @@ from unit.scheduling.test_claim_preemption import bound_pod, engine, preemptor
 from vgpu_operator import simulation
 from vgpu_operator.control.gang_runtime import PodGroupStore
 from vgpu_operator.scheduling.books import group_victims
-from vgpu_operator.scheduling.books.group_victims import PodGroups
 from vgpu_operator.scheduling.gangs import gangs
 
 
@@ -38,7 +37,7 @@ def test_a_claim_pods_group_member_goes_alone_or_with_its_group() -> None:
             ]
             state.set_claim(held)
             state.set_pod(_member_of_train(name, 1))
-        state.books.groups.note("ns/train", _pod_group("train", {mode: {}}))
+        state.books.note_pod_group("ns/train", _pod_group("train", {mode: {}}))
         decision = state.schedule(preemptor(state, "urgent", "6Gi", 100), now=0)
         assert not decision.scheduled
         assert len(decision.victims) == count, mode
@@ -62,8 +61,8 @@ def test_only_disruption_mode_single_lets_members_go_one_by_one(
 
 
 def test_the_pod_group_store_keeps_the_books_groups() -> None:
-    books = PodGroups()
-    store = PodGroupStore(groups=books)
+    store = PodGroupStore()
+    books = store.rules
     asyncio.run(store.listed([_pod_group("a", {"single": {}}), _pod_group("b", {"all": {}})], "1"))
     assert set(books.single) == {"ml/a"}
     asyncio.run(store.event("MODIFIED", _pod_group("b", {"single": {}})))
@@ -77,12 +76,11 @@ def test_the_pod_group_store_keeps_the_books_groups() -> None:
 
 def test_the_books_find_a_groups_members_on_every_node() -> None:
     """The index by group: members bound, reserved, gone."""
-    books = PodGroups()
     first = (
         make_pod("w0", "ml").container(gpu=1, gpumem=1000).on_node("n0", "GPU-0,NVIDIA,1000,0:;")
     )
     state = engine()
-    state.books.groups = books
+    books = state.books.groups
     for name, node in (("w0", "n0"), ("w1", "n1")):
         pod = first.obj()
         pod["metadata"]["name"] = name
