@@ -11,16 +11,46 @@ with fewer cards than its type said, another pod took its place), the members he
 go are given back and the gang is tried again on the next arrival or round. So no partial
 gang is ever nominated into new nodes while the rest of its nodes are still on their way
 (or never come: the claim is withdrawn and the gang planned again from nothing held).
+
+A node has not arrived while Karpenter has not registered it yet (its
+``karpenter.sh/unregistered`` taint, which none of our pods tolerates), while it is not
+Ready, or while it carries a startup taint of its NodePool: until then no pod would be
+placed there, and its NodeClaim is a node on its way to the plans, with the room the pods
+planned on it leave free (a pod arriving meanwhile is planned onto that room, not given a
+node of its own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Final
 
 from vgpu_operator.control import gang_runtime
+from vgpu_operator.scheduling.node_basics import NodeFacts
 from vgpu_operator.scheduling.pod_key import PodKey
 from vgpu_operator.wire import Pod
+
+#: The taint Karpenter puts on a node it has not registered yet (removed once it has).
+UNREGISTERED_TAINT: Final = "karpenter.sh/unregistered"
+
+
+def takes_pods(node: NodeFacts, template: Mapping[str, Any]) -> bool:
+    """Whether a node Karpenter made for a claim of ours takes pods yet: Ready, registered,
+    none of its NodePool ``template``'s startup taints left (see the module)."""
+    if not node.ready:
+        return False
+    startup = {
+        (t.get("key"), t.get("effect"))
+        for t in (template.get("spec") or {}).get("startupTaints") or ()
+        if isinstance(t, Mapping)
+    }
+    for taint in node.taints:
+        if taint.get("key") == UNREGISTERED_TAINT:
+            return False
+        if (taint.get("key"), taint.get("effect")) in startup:
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -398,11 +398,12 @@ class Autoscaler:
         self, request: NodeClaimRequest, claim: autoscale_claims.NodeClaimFacts | None, now: float
     ) -> str | None:
         kind = request.option.instance_type.name
-        if request.arrived is not None or request.claim in self._joined():
+        if request.arrived is not None:
             return None
-        if claim is None or claim.deleting:
+        joined = request.claim in self._joined()  # a node that takes no pod yet: timeout only
+        if not joined and (claim is None or claim.deleting):
             return f"NodeClaim {request.claim} ({kind}) is gone"
-        if claim.failure is not None:
+        if not joined and claim is not None and claim.failure is not None:
             return f"NodeClaim {request.claim} ({kind}) could not be launched: {claim.failure}"
         if now - request.asked_at > self._settings.node_timeout_s:
             return (
@@ -430,18 +431,19 @@ class Autoscaler:
             self._queue.wake_one(pod)
 
     def _arrive(self, request: NodeClaimRequest, node: str, now: float) -> None:
-        """The claim's node is in the books with its inventory: the shares of the pods
-        planned on the nodes arrived are held there in the plan's order, a gang's only
-        once all its nodes are here (``autoscale_holds``), and the pods woken (the worker
-        binds them). A pod the node does not take yet (Karpenter's own taint until it
-        registers the node) is tried again next round. Until a node has arrived, its claim
-        is a node on its way to the plans (no second one is asked for its pods)."""
+        """The claim's node is in the books with its inventory and takes pods
+        (``autoscale_holds.takes_pods``): the shares of the pods planned on the nodes
+        arrived are held there in plan order, a gang's once all its nodes are here, and
+        the pods woken (the worker binds them). Until then its claim is a node on its way
+        to the plans, with the room its planned pods leave (for a pod come later too)."""
         books = self._state.books
         entry = books.nodes.get(node)
         if entry is None or entry.inventory is None:
             return
         if is_dra_node(entry) and books.claims.pool_of(node) is None:
             return  # on the DRA path, a node is there for claims once its slice is read
+        if not autoscale_holds.takes_pods(entry.facts, request.option.pool.template):
+            return  # Karpenter has not registered it yet: still on its way (its room planned)
         if request.arrived is None:
             request.arrived, request.arrived_at = node, now
             log.info("autoscale_node_arrived", claim=request.claim, node=node)

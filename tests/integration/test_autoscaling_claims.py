@@ -1,6 +1,6 @@
-"""Autoscaling with Karpenter for pods with ResourceClaims on our classes, and an operator
-restarted while the NodeClaims it asked for are on their way (``make karpenter``;
-docs/autoscaling.md).
+"""Autoscaling with Karpenter for pods with ResourceClaims on our classes, an operator
+restarted while the NodeClaims it asked for are on their way, and pods that come while
+their siblings' node is on its way (``make karpenter``; docs/autoscaling.md).
 
 The harness of ``test_autoscaling`` (Karpenter's controller with its KWOK provider, an
 agent on every node it makes), here with the DRA device classes: a NodePool whose template
@@ -364,5 +364,111 @@ def test_a_node_whose_claims_fit_elsewhere_is_given_back(harness: Harness) -> No
         for pod in pods:
             (status,) = pod["status"]["resourceClaimStatuses"]
             assert _allocated_on(cp, namespace, status["resourceClaimName"]) == {node}
+    for app in ("a", "b"):
+        cp.delete(f"{rs_path}/{app}")
+
+
+def test_a_late_pod_is_planned_onto_the_node_on_its_way(harness: Harness) -> None:  # noqa: F811
+    """Nodes of this NodeClass take 25 s to register. Three pods whose 40 GB claims come
+    from a template get one 4xL40S asked for; while that NodeClaim is on its way a fourth
+    pod of the same shape arrives: it is planned onto the node's spare card, not given a
+    NodeClaim of its own. Every NodeClaim seen until all four are bound is recorded (a
+    second one would be withdrawn once the pods bind): exactly one, all four on its node."""
+    cp = harness.cp
+    namespace, scheduler = _scheduler(cp)
+    slow = f"late-{namespace}"
+    cp.create(
+        karpenter.NODE_CLASSES,
+        {**karpenter.node_class(slow), "spec": {"nodeRegistrationDelay": "25s"}},
+    )
+    pool = f"late-{namespace}"
+    labels = {env.TEST_LABEL: namespace, dra.NODE_PATH_LABEL: dra.PATH_DRA}
+    cp.create(
+        karpenter.NODE_POOLS,
+        karpenter.node_pool(pool, ["gpu-4xl40s"], labels=labels, node_class_name=slow),
+    )
+    exactly = {"deviceClassName": dra.SHARED_CLASS, "capacity": {"requests": {"memory": "40960Mi"}}}
+    create_claim_template(cp, namespace, "share", exactly)
+
+    def make(name: str) -> None:
+        pod = claim_pod(name, template="share", scheduler=scheduler)
+        pod["metadata"]["namespace"] = namespace
+        pod["spec"]["nodeSelector"] = {env.TEST_LABEL: namespace}
+        env.create_pod(cp, pod)
+
+    names = [f"t{i}" for i in range(4)]
+    for name in names[:3]:
+        make(name)
+    seen: set[str] = set()
+
+    def claims() -> list[dict[str, Any]]:
+        found = _pool_claims(cp, pool)
+        seen.update(c["metadata"]["name"] for c in found)
+        return found
+
+    with OperatorThread(_operator_options(harness, scheduler)):
+        first = env.wait_until("a claim", lambda: claims() or None, 60)[0]
+        assert not (first.get("status") or {}).get("nodeName")  # still on its way
+        make(names[3])
+
+        def all_bound() -> list[dict[str, Any]] | None:
+            claims()
+            pods = [env.get_pod(cp, namespace, n) for n in names]
+            return pods if all(p["spec"].get("nodeName") for p in pods) else None
+
+        bound = env.wait_until("the four pods bound", all_bound, 150)
+        assert seen == {first["metadata"]["name"]}
+        nodes = {p["spec"]["nodeName"] for p in bound}
+        assert len(nodes) == 1
+        (claim,) = claims()
+        assert claim["status"]["nodeName"] in nodes
+        for pod in bound:
+            (status,) = pod["status"]["resourceClaimStatuses"]
+            assert _allocated_on(cp, namespace, status["resourceClaimName"]) == nodes
+
+
+def _shares_replica_set(namespace: str, name: str, scheduler: str, replicas: int) -> dict[str, Any]:
+    """A ReplicaSet of annotation pods of one 40 GB share each (the device-plugin path)."""
+    template = env.gpu_pod(namespace, name, scheduler=scheduler, group=namespace, gpumem=40960)
+    template["metadata"] = {"labels": {"app": name}}
+    body = _claims_replica_set(namespace, name, scheduler, replicas)
+    body["spec"]["template"] = template
+    return body
+
+
+@pytest.mark.parametrize("dialect", ["claims", "annotation"])
+def test_replica_sets_one_after_another_get_one_node_each(
+    harness: Harness,  # noqa: F811
+    dialect: str,
+) -> None:
+    """Two ReplicaSets of four 40 GB pods (claims from a template, or shares), the second
+    created once the first is bound, while the operator runs: the controllers bring each
+    set's pods in over a second or more, so a pod may come after its siblings' NodeClaim
+    was asked for, while that node is on its way (not yet registered by Karpenter): it is
+    planned onto the node's spare card. Every NodeClaim seen is recorded (a duplicate
+    might be withdrawn later): exactly one per ReplicaSet."""
+    cp = harness.cp
+    namespace, scheduler = _scheduler(cp)
+    pool = f"sets-{namespace}"
+    labels = {env.TEST_LABEL: namespace}
+    if dialect == "claims":
+        labels[dra.NODE_PATH_LABEL] = dra.PATH_DRA
+    cp.create(karpenter.NODE_POOLS, karpenter.node_pool(pool, ["gpu-4xl40s"], labels=labels))
+    exactly = {"deviceClassName": dra.SHARED_CLASS, "capacity": {"requests": {"memory": "40960Mi"}}}
+    create_claim_template(cp, namespace, "share", exactly)
+    make = _claims_replica_set if dialect == "claims" else _shares_replica_set
+    rs_path = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+    seen: set[str] = set()
+    with OperatorThread(_operator_options(harness, scheduler, scale_down_min_savings=None)):
+        for app in ("a", "b"):
+            cp.create(rs_path, make(namespace, app, scheduler, 4))
+
+            def bound(app: str = app) -> bool:
+                seen.update(c["metadata"]["name"] for c in _pool_claims(cp, pool))
+                return len(_running(cp, namespace, app)) == 4
+
+            env.wait_until(f"{app}'s pods bound", bound, 150)
+            assert len({p["spec"]["nodeName"] for p in _running(cp, namespace, app)}) == 1
+    assert len(seen) == 2, sorted(seen)
     for app in ("a", "b"):
         cp.delete(f"{rs_path}/{app}")
