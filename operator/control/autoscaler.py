@@ -215,6 +215,8 @@ class Autoscaler:
             templates=await autoscale_units.read_templates(self._api.template, waiting),
         )
         requested = [Slot(r.claim, r.option) for r in on_way]
+        if units and self._batching(units, now):
+            return None  # pods are still coming in: plan them together
         if not units and not requested:
             self._tell({}, left)
             self._metrics.round_idle()

@@ -149,3 +149,35 @@ def test_a_node_that_never_takes_pods_is_withdrawn_after_the_timeout() -> None:
     assert scaler._withdrawal(request, None, 100.0) is None
     late = scaler._withdrawal(request, None, 90.0 + 601.0)
     assert late == "NodeClaim claim-a (gpu-4xl40s) did not become a node within 600 s"
+
+
+class _Arriving(_Feed):
+    def __init__(self) -> None:
+        self.pods: list[dict[str, Any]] = []
+
+    def waiting_for(self, _scheduler: str) -> list[Any]:
+        return self.pods
+
+
+def test_pods_still_coming_in_are_planned_together() -> None:
+    """Karpenter's batching window: no node is asked for while a new pod was first seen
+    less than ``batch_idle_s`` ago, nor past ``batch_max_s`` after the first."""
+    arriving = _Arriving()
+    scaler = _autoscaler(cluster())
+    scaler._feed = cast(feed.StateFeed, arriving)
+    settings = scaler._settings
+    idle, most = settings.batch_idle_s, settings.batch_max_s
+    units = [share("p0", memory_mib=1000)]
+    arriving.pods = [{"metadata": {"namespace": "default", "name": "p0"}, "spec": {}}]
+    assert scaler._batching(units, 0.0)
+    assert not scaler._batching(units, idle)  # quiet for the idle window: plan
+    # A pod every half window keeps the batch open only up to batch_max_s.
+    now = idle
+    while now < most:
+        name = f"q{now}"
+        arriving.pods.append({"metadata": {"namespace": "default", "name": name}, "spec": {}})
+        assert scaler._batching(units, now)
+        now += idle / 2
+    arriving.pods.append({"metadata": {"namespace": "default", "name": "last"}, "spec": {}})
+    assert not scaler._batching(units, most)
+    assert not scaler._batching([dataclasses.replace(units[0], pinned="claim-a")], most)
