@@ -197,7 +197,7 @@ def choose(
         # Nobody to evict (nor a whole group to name: only one with a member of lower
         # priority is, ``victim_sets``): spare a removal trial on every node (a replay).
         return None
-    budgets = view.budgets()
+    budgets = _budgets_left(view)
     nodes = [
         node
         for node in sorted(view.nodes.values(), key=lambda n: n.order)
@@ -225,6 +225,20 @@ def choose(
         return None
     gone = chosen.victims.keys | trial.spare
     return Chosen(chosen, fit, trial.freeing.freed_claims(gone), trial.spare)
+
+
+def _budgets_left(view: BooksView) -> list[disruption.Budget]:
+    """The budgets less the victims of preemptions under way that they cover: those are
+    counted once, across every preemptor (a gang's members, one after the other)."""
+    budgets = view.budgets()
+    if not budgets:
+        return budgets
+    leaving = [
+        preemption.identity(preemption.Occupant(entry.key, 0, None, entry.labels))
+        for entry in view.pods.values()
+        if view.is_preempted(entry.key) and not entry.deleting
+    ]
+    return disruption.less_leaving(budgets, leaving) if leaving else budgets
 
 
 def _shielded(search: _Search[R, F], nodes: Sequence[NodeEntry]) -> str | None:

@@ -8,7 +8,7 @@ already counted against it). Pure functions over the plain dicts the API returns
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vgpu_operator.wire import LabelSelector, LabelSelectorRequirement, PodDisruptionBudget
 
@@ -126,6 +126,18 @@ def blocking_budgets(
         if first is not None:
             blocked.append((pod, first))
     return blocked
+
+
+def less_leaving(budgets: Sequence[Budget], leaving: Sequence[PodIdentity]) -> list[Budget]:
+    """The budgets with the disruptions already spent by ``leaving`` (victims of
+    preemptions under way): the Eviction API counts them once they go, but the status we
+    read may not show it yet, and a second preemptor (a gang's next member, typically)
+    would otherwise spend the same allowance again."""
+    out: list[Budget] = []
+    for budget in budgets:
+        spent = sum(1 for pod in leaving if budget.covers(pod.namespace, pod.name, pod.labels))
+        out.append(replace(budget, disruptions_allowed=budget.disruptions_allowed - spent))
+    return out
 
 
 def covered(pod: PodIdentity, budgets: Sequence[Budget]) -> bool:
