@@ -6,14 +6,12 @@ and its books are synced, a round:
 
 1. reads the NodePools and NodeClaims; the options are the instance types of the catalogue
    (``autoscale_catalogue``) each NodePool allows, less those cooling off;
-2. follows the NodeClaims it asked for (``OWNED_LABEL``): one whose node has joined the
-   books with its inventory gets the shares of the pods planned on it held there in the
-   plan's order (the hold a preemptor gets, ``defrag_books.DefragBooks.hold``) and those
-   pods are woken (the worker binds them); one gone, failed, or without a node after
-   ``node_timeout_s`` is withdrawn (deleted), its instance type cools off, its pods are
-   told why and planned again;
-3. plans (``scheduling.autoscale.search``) for the waiting pods (``autoscale_units``), with
-   the claims still on their way as nodes already requested;
+2. follows the NodeClaims it asked for (``OWNED_LABEL``): one whose node takes pods gets
+   the shares of the pods planned on it held there in the plan's order (a preemptor's hold,
+   ``DefragBooks.hold``) and those pods woken; one gone, failed, or not taking pods after
+   ``node_timeout_s`` is withdrawn, its instance type cools off, its pods told why;
+3. once no new pod came for ``batch_idle_s`` (Karpenter's batching window), plans
+   (``scheduling.autoscale.search``) for the waiting pods, the claims on their way counted;
 4. deletes the claims no pod needs any more, creates the new ones (``autoscale_claims``),
    writes each planned pod's ``status.nominatedNodeName`` (the claim's name: Karpenter's
    provisioner passes over a nominated pod, so it never asks for a node for it too), and
