@@ -468,6 +468,13 @@ def test_side_by_side_karpenter_alone_and_with_the_engine(
 
 def _replica_set(namespace: str, name: str, scheduler: str, replicas: int) -> dict[str, Any]:
     template = env.gpu_pod(namespace, name, scheduler=scheduler, group=namespace, gpumem=40000)
+    return replica_set_of(namespace, name, template, replicas)
+
+
+def replica_set_of(
+    namespace: str, name: str, template: dict[str, Any], replicas: int
+) -> dict[str, Any]:
+    """A ReplicaSet of ``replicas`` pods like ``template``, labelled ``app: name``."""
     template["metadata"] = {"labels": {"app": name}}
     return {
         "apiVersion": "apps/v1",

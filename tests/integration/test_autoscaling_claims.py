@@ -26,8 +26,10 @@ from integration.test_autoscaling import (  # noqa: F401 (fixtures)
     _operator_options,
     _pool,
     _pool_claims,
+    _running,
     _scheduler,
     harness,
+    replica_set_of,
 )
 
 from vgpu_operator.control import autoscale_claims
@@ -283,27 +285,8 @@ def test_side_by_side_for_pods_with_claims(harness: Harness) -> None:  # noqa: F
 def _claims_replica_set(namespace: str, name: str, scheduler: str, replicas: int) -> dict[str, Any]:
     """A ReplicaSet of pods each using a claim made from the template ``share``."""
     template = claim_pod(name, template="share", scheduler=scheduler)
-    template["metadata"] = {"labels": {"app": name}}
     template["spec"]["nodeSelector"] = {env.TEST_LABEL: namespace}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": template,
-        },
-    }
-
-
-def _running(cp: Any, namespace: str, app: str) -> list[dict[str, Any]]:
-    listed = cp.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3D{app}")
-    return [
-        p
-        for p in listed.get("items") or ()
-        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
-    ]
+    return replica_set_of(namespace, name, template, replicas)
 
 
 def _claims_made(cp: Any, namespace: str, app: str) -> bool:
@@ -430,10 +413,7 @@ def test_a_late_pod_is_planned_onto_the_node_on_its_way(harness: Harness) -> Non
 def _shares_replica_set(namespace: str, name: str, scheduler: str, replicas: int) -> dict[str, Any]:
     """A ReplicaSet of annotation pods of one 40 GB share each (the device-plugin path)."""
     template = env.gpu_pod(namespace, name, scheduler=scheduler, group=namespace, gpumem=40960)
-    template["metadata"] = {"labels": {"app": name}}
-    body = _claims_replica_set(namespace, name, scheduler, replicas)
-    body["spec"]["template"] = template
-    return body
+    return replica_set_of(namespace, name, template, replicas)
 
 
 @pytest.mark.parametrize("dialect", ["claims", "annotation"])
